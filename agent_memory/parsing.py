@@ -26,10 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agent_memory.text import find_tags, utf8_safe
+
 __all__ = ["ActionParser", "ParsedAction", "normalize"]
 
 #: Characters of a model's invalid output echoed in a reason.
 _ECHO = 60
+#: Action tags counted for a reason ("at least 1000 <action> tags ..."): the scan stops there.
+_MAX_COUNTED = 1000
 
 
 def normalize(text: str) -> str:
@@ -147,6 +151,11 @@ class ActionParser:
         if response is None:
             return self._invalid("no response (None)")
         if isinstance(response, (bytes, bytearray)):
+            # A UTF-8 character takes at most 4 bytes: longer bytes are too long undecoded.
+            if len(response) > 4 * self.max_chars:
+                return self._invalid(
+                    f"response too long ({len(response)} bytes > 4 * max_chars={self.max_chars})"
+                )
             try:
                 response = bytes(response).decode("utf-8")
             except UnicodeDecodeError as e:
@@ -157,21 +166,24 @@ class ActionParser:
             return self._invalid(
                 f"response too long ({len(response)} chars > max_chars={self.max_chars})"
             )
+        response = utf8_safe(response)
         thought = ""
         if self.think_tag is not None:
-            found = _between(response, self.think_tag)
+            found = _between(response, self.think_tag, limit=1)
             thought = found[0].strip() if found else ""
         if self.tag is None:
             content = response.strip()
         else:
-            found = _between(response, self.tag)
+            limit = {"first": 1, "invalid": _MAX_COUNTED}.get(self.multiple)
+            found = _between(response, self.tag, limit)
             if not found:
                 return self._invalid(
                     f"no <{self.tag}>...</{self.tag}> tag in the response", thought
                 )
             if len(found) > 1 and self.multiple == "invalid":
+                n = f"{len(found)}" if len(found) < _MAX_COUNTED else f"at least {_MAX_COUNTED}"
                 return self._invalid(
-                    f"{len(found)} <{self.tag}> tags in the response, expected exactly 1", thought
+                    f"{n} <{self.tag}> tags in the response, expected exactly 1", thought
                 )
             content = (found[-1] if self.multiple == "last" else found[0]).strip()
         if not content:
@@ -236,17 +248,7 @@ class ActionParser:
         )
 
 
-def _between(text: str, tag: str) -> list[str]:
-    """Contents of every ``<tag>…</tag>`` in ``text``, in order (linear scan, no regex)."""
-    open_, close = f"<{tag}>", f"</{tag}>"
-    out: list[str] = []
-    pos = 0
-    while True:
-        start = text.find(open_, pos)
-        if start < 0:
-            return out
-        end = text.find(close, start + len(open_))
-        if end < 0:
-            return out
-        out.append(text[start + len(open_) : end])
-        pos = end + len(close)
+def _between(text: str, tag: str, limit: int | None = None) -> list[str]:
+    """Contents of the ``<tag>…</tag>`` blocks in ``text`` (the first ``limit``), in order
+    (linear scan, no regex)."""
+    return [body for _, body in find_tags(text, (tag,), limit)]

@@ -72,7 +72,6 @@ from __future__ import annotations
 
 import copy
 import os
-import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -99,6 +98,7 @@ from agent_memory.memory.task_index import (
     lexical_scores,
 )
 from agent_memory.memory.windowed import WindowedMemory
+from agent_memory.text import find_tags, squash, utf8_safe
 from agent_memory.tokens import TokenCounterSpec
 
 # episode_digest, task_key_of (episodic_text) and lexical_scores (task_index) are re-exported here,
@@ -402,26 +402,33 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
 
     # ------------------------------------------------------------------ agent control
 
-    _TAG = re.compile(r"<(record|retrieve)>(.*?)</\1>", re.DOTALL)
+    #: Memory actions (tags) of one response that are answered; later tags are ignored.
+    MAX_TAGS_PER_RESPONSE: ClassVar[int] = 8
 
     def intercept(self, env_id: int, response: Any) -> str | None:
         """Answer a memory action. Returns the reply text when ``response`` holds
         ``<record>...</record>`` and/or ``<retrieve>...</retrieve>`` (agent and both modes, at
-        most ``max_memory_actions`` per episode), else None: the response is an env action.
+        most ``max_memory_actions`` per episode, the first :attr:`MAX_TAGS_PER_RESPONSE` tags of
+        a response), else None: the response is an env action.
 
         A reply also appears in the env's block from now on (the latest ``show_replies``).
+        Hostile text costs linear time: tags are found by a linear scan, and of each tag's
+        content only the first ``8 * note_max_chars`` characters (whitespace collapsed) are read.
         """
         if self.control == "static" or not isinstance(response, str) or "</re" not in response:
             return None
         i = check_env_index(env_id, self.num_envs)
-        matches = self._TAG.findall(response)
         ep = self._eps[i]
-        if not matches or ep.memory_actions >= self.max_memory_actions:
+        if ep.memory_actions >= self.max_memory_actions:
+            return None
+        matches = find_tags(response, ("record", "retrieve"), limit=self.MAX_TAGS_PER_RESPONSE)
+        if not matches:
             return None
         ep.memory_actions += 1
         replies = []
+        cap = 8 * self.note_max_chars  # a note is cut to note_max_chars; a query needs no more
         for tag, body in matches:
-            body = " ".join(body.split())
+            body = utf8_safe(squash(body, cap))
             if tag == "record":
                 replies.append(self._record_note(i, body))
             else:

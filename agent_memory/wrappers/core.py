@@ -24,6 +24,7 @@ from agent_memory.memory import BaseMemory, HistoryMemory
 from agent_memory.memory.base import check_history_length
 from agent_memory.parsing import ActionParser, ParsedAction
 from agent_memory.prompts import PromptTemplate
+from agent_memory.text import utf8_safe
 from agent_memory.tokens import TokenCounterSpec, make_token_counter
 
 __all__ = ["HistoryCore", "OwnsHistory", "PromptText", "object_array"]
@@ -56,6 +57,18 @@ def object_array(values: Sequence[Any]) -> np.ndarray:
 
 def _to_text(obs: Any) -> str:
     return obs if isinstance(obs, str) else str(obs)
+
+
+class _SafeText:
+    """An ``obs_to_text`` whose str results encode as UTF-8 (lone surrogates replaced): they go
+    into the history, the prompts (HTTP bodies) and saved sessions."""
+
+    def __init__(self, fn: Callable[[Any], str]) -> None:
+        self.fn = fn
+
+    def __call__(self, obs: Any) -> str:
+        text = self.fn(obs)
+        return utf8_safe(text) if isinstance(text, str) else text
 
 
 class HistoryCore:
@@ -110,7 +123,7 @@ class HistoryCore:
                 f"max_prompt_tokens must be None or an int >= 1, got {max_prompt_tokens!r}"
             )
         self.max_prompt_tokens = max_prompt_tokens
-        self.obs_to_text = obs_to_text or _to_text
+        self.obs_to_text = _SafeText(obs_to_text or _to_text)
         self.last_obs: list[str] = [""] * num_envs
         self.tasks: list[str | None] = [None] * num_envs
         self.admissible: list[list[Any] | None] = [None] * num_envs
@@ -125,7 +138,8 @@ class HistoryCore:
         self.memory.reset(ids)
         for i, text, info in zip(ids, obs_texts, infos, strict=True):
             self.last_obs[i] = text
-            self.tasks[i] = info.get("task")
+            task = info.get("task")
+            self.tasks[i] = utf8_safe(task) if isinstance(task, str) else task
             self.admissible[i] = _listify(info.get("admissible_actions"))
             self.handed_over[i] = False
             self.returns[i] = 0.0
@@ -216,13 +230,29 @@ class HistoryCore:
         return False, env_info.get("invalid_reason", "the env rejected the action")
 
     def intercept(self, responses: Sequence[Any], ids: Sequence[int]) -> dict[int, str]:
-        """Memory actions among the responses of ``ids``: env id -> the memory's reply."""
+        """Memory actions among the responses of ``ids``: env id -> the memory's reply.
+
+        Only a str within the parser's ``max_chars`` reaches the memory (lone surrogates
+        replaced, as the parser does): any other response goes to the parser, which rejects
+        it, before any memory scans it.
+        """
+        if type(self.memory).intercept is BaseMemory.intercept:  # no memory actions
+            return {}
+        cap = None if self.parser is None else self.parser.max_chars
         replies = {}
         for i in ids:
-            reply = self.memory.intercept(i, responses[i])
+            r = responses[i]
+            if not isinstance(r, str) or (cap is not None and len(r) > cap):
+                continue
+            reply = self.memory.intercept(i, utf8_safe(r))
             if reply is not None:
                 replies[i] = reply
         return replies
+
+    @staticmethod
+    def memory_action_text(response: str) -> str:
+        """What the history stores for a response the memory answered (:meth:`intercept`)."""
+        return utf8_safe(response)
 
     # ------------------------------------------------------------------ sessions
 
@@ -255,11 +285,40 @@ class HistoryCore:
         self.returns = np.array(state["returns"], dtype=np.float64)
 
     def save_session(self, path: str | os.PathLike[str]) -> Path:
-        """Write :meth:`state_dict` as JSON (atomically: a temp file renamed into place)."""
+        """Write :meth:`state_dict` as UTF-8 JSON, atomically: the whole text is made first, then
+        written to a temp file beside ``path``, synced and renamed into place; on any failure
+        the temp file is removed and an existing file at ``path`` is left as it was.
+
+        Text that UTF-8 cannot hold (a lone surrogate in a record or an extra) is written as
+        JSON ``\\u`` escapes, which :meth:`load_session` reads back exactly.
+
+        Raises:
+            TypeError: the state holds a value JSON cannot hold (e.g. bytes or an object in
+                ``extras``); nothing is written.
+        """
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.state_dict(), ensure_ascii=False), encoding="utf-8")
-        os.replace(tmp, path)
+        state = self.state_dict()
+        try:
+            try:
+                data = json.dumps(state, ensure_ascii=False).encode("utf-8")
+            except UnicodeEncodeError:
+                data = json.dumps(state, ensure_ascii=True).encode("ascii")
+        except (TypeError, ValueError) as e:
+            raise TypeError(
+                f"cannot save the session to {str(path)!r}: its state is not JSON-serialisable "
+                f"({e}); store only str, int, float, bool, None, lists and dicts in records and "
+                "extras (e.g. extras={'logprob': [float(x) for x in logprobs]})"
+            ) from e
+        tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return path
 
     def load_session(self, path: str | os.PathLike[str]) -> None:
@@ -291,8 +350,7 @@ class HistoryCore:
             contexts = dict(zip(hist_ids, fetched.contexts, strict=True))
             lengths = dict(zip(hist_ids, fetched.lengths, strict=True))
         prompts = [self._render(i, contexts.get(i), lengths.get(i, 0), steps[i]) for i in range(n)]
-        texts = [_prompt_text(p) for p in prompts]
-        tokens = self.counter.count_many(texts)
+        chars, tokens = self._measure(prompts)
         if self.max_prompt_tokens is not None:
             # Tokenizers are not exactly additive over the joins: drop the oldest history steps
             # of the rare prompt that still ends up over budget.
@@ -304,11 +362,10 @@ class HistoryCore:
                         lengths[i], env_ids=[i], max_tokens=None, **kwargs
                     ).contexts[0]
                     prompts[i] = self._render(i, ctx if lengths[i] else None, lengths[i], steps[i])
-                    texts[i] = _prompt_text(prompts[i])
-                    tokens[i] = self.counter(texts[i])
+                    (chars[i],), (tokens[i],) = self._measure([prompts[i]])
         figures = {
             "history_steps": np.array([lengths.get(i, 0) for i in range(n)], dtype=np.int64),
-            "context_chars": np.array([len(t) for t in texts], dtype=np.int64),
+            "context_chars": np.array(chars, dtype=np.int64),
             "context_tokens": np.array(tokens, dtype=np.int64),
             "episode_step": np.array(steps, dtype=np.int64),
         }
@@ -332,6 +389,16 @@ class HistoryCore:
         if length == 0 and context:  # no steps yet, but the memory has notes: put them first
             prompt = f"{context}\n\n{prompt}"
         return prompt
+
+    def _measure(self, prompts: Sequence[Prompt]) -> tuple[list[int], list[int]]:
+        """Characters and tokens of each prompt's text. A counter that needs only the length
+        (the default estimate) gets it without the text being built: no copy of a long prompt."""
+        count_length = getattr(self.counter, "count_length", None)
+        if count_length is not None:
+            chars = [_prompt_len(p) for p in prompts]
+            return chars, [count_length(c) for c in chars]
+        texts = [_prompt_text(p) for p in prompts]
+        return [len(t) for t in texts], self.counter.count_many(texts)
 
     def _history_budgets(self, steps: Sequence[int]) -> list[int | None]:
         """Tokens left for history in each env's prompt under ``max_prompt_tokens``."""
@@ -360,6 +427,13 @@ def _prompt_text(prompt: Prompt) -> str:
     if isinstance(prompt, str):
         return prompt
     return "".join(m["content"] + "\n" for m in prompt)
+
+
+def _prompt_len(prompt: Prompt) -> int:
+    """``len(_prompt_text(prompt))``."""
+    if isinstance(prompt, str):
+        return len(prompt)
+    return sum(len(m["content"]) + 1 for m in prompt)
 
 
 class OwnsHistory:

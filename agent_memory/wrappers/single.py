@@ -116,7 +116,8 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
                 invalid_penalty=penalty,
             )
         elif reply is not None:
-            core.store([0], [str(action)], [""] if parser.think_tag else None, boxed)
+            text = core.memory_action_text(action)
+            core.store([0], [text], [""] if parser.think_tag else None, boxed)
             info.update(
                 is_action_valid=True, invalid_reason=None, parsed_action=None, thought="",
                 invalid_penalty=0.0, memory_reply=reply,

@@ -280,7 +280,10 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
 
         # 1. Store the step of every env that really stepped (a memory action as written).
         if parser is not None:
-            texts_of = [parsed[i].text if i in parsed else str(actions[i]) for i in live_ids]
+            texts_of = [
+                parsed[i].text if i in parsed else core.memory_action_text(actions[i])
+                for i in live_ids
+            ]
             thoughts = [parsed[i].thought if i in parsed else "" for i in live_ids]
             core.store(live_ids, texts_of, thoughts if parser.think_tag else None, extras)
         else:
