@@ -22,6 +22,12 @@ a callable          any ``str -> int`` function.
 
 Nothing here downloads: tokenizers load from local files only.
 
+Exact counters count a text longer than :data:`PIECE_CHARS` characters piece by piece
+(:func:`split_pieces`): a tokenizer's cost grows faster than linearly on long runs without spaces
+(Qwen: 2.2 s for a megabyte of one letter) and tiktoken's pre-tokenizer fails outright on a
+megabyte of spaces, while pieces cost linear time. The cuts fall where byte-level BPE
+pre-tokenizers split anyway, so counts stay exact on ordinary text.
+
 Example:
     >>> count = make_token_counter("estimate")
     >>> count("[Observation 1: 'You see a desk', Action 1: 'go to desk 1']")
@@ -34,11 +40,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from agent_memory.text import utf8_safe
+
 __all__ = [
+    "PIECE_CHARS",
     "CallableCounter",
     "CharCounter",
     "EstimateCounter",
@@ -47,7 +57,64 @@ __all__ = [
     "TokenCounter",
     "TokenCounterSpec",
     "make_token_counter",
+    "split_pieces",
 ]
+
+#: Exact counters count longer texts in pieces of at most this many characters.
+PIECE_CHARS = 8192
+#: A space after a letter or digit: no pre-tokenizer pattern of GPT-2 / cl100k / Qwen spans it.
+_BOUNDARY = re.compile(r"(?<=[^\W_]) ")
+
+
+def split_pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
+    """``text`` cut into pieces of at most ``size`` characters, for counting tokens piece by
+    piece.
+
+    Each cut falls, where the text allows, on the first space after a letter or digit in the
+    second half of a piece: byte-level BPE pre-tokenizers (GPT-2, cl100k, Qwen) split there too,
+    so the pieces' counts add up to the text's. A piece whose second half has no such space
+    (a megabyte of one word or of whitespace) is cut at ``size``; its count may then differ
+    from the exact one by a token or so per cut.
+
+    Example:
+        >>> split_pieces("go to the desk", size=8)
+        ['go to', ' the', ' desk']
+        >>> [len(p) for p in split_pieces("a" * 20, size=8)]
+        [8, 8, 4]
+    """
+    if len(text) <= size:
+        return [text]
+    out = []
+    start, n, half = 0, len(text), size // 2
+    while n - start > size:
+        m = _BOUNDARY.search(text, start + half, start + size)
+        cut = m.start() if m is not None else start + size
+        out.append(text[start:cut])
+        start = cut
+    out.append(text[start:])
+    return out
+
+
+def _count_in_pieces(
+    count_batch: Callable[[list[str]], list[int]], texts: Sequence[str]
+) -> list[int]:
+    """``count_batch`` over ``texts``, with texts over :data:`PIECE_CHARS` split into pieces
+    (all pieces of all texts in one batch) and their counts summed."""
+    # Lone surrogates become "?" (utf8_safe): tiktoken retries a failed encode with U+FFFD
+    # (seconds for a megabyte of them) and tokenizers refuses them.
+    texts = [utf8_safe(t) for t in texts]
+    if all(len(t) <= PIECE_CHARS for t in texts):
+        return count_batch(texts)
+    pieces: list[str] = []
+    owner: list[int] = []
+    for j, t in enumerate(texts):
+        ps = split_pieces(t)
+        pieces += ps
+        owner += [j] * len(ps)
+    out = [0] * len(texts)
+    for j, c in zip(owner, count_batch(pieces), strict=True):
+        out[j] += c
+    return out
 
 
 @runtime_checkable
@@ -84,6 +151,10 @@ class EstimateCounter:
         c = self.chars_per_token
         return [-(-len(t) // c) for t in texts]
 
+    def count_length(self, n: int) -> int:
+        """The count of any text of ``n`` characters (callers skip building the text)."""
+        return -(-n // self.chars_per_token)
+
 
 class CharCounter:
     """``len(text)``: budgets in characters."""
@@ -95,6 +166,10 @@ class CharCounter:
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
         return [len(t) for t in texts]
+
+    def count_length(self, n: int) -> int:
+        """The count of any text of ``n`` characters (callers skip building the text)."""
+        return n
 
 
 class CallableCounter:
@@ -143,15 +218,20 @@ class QwenCounter:
         self.name = f"qwen:{model}"
 
     def __call__(self, text: str) -> int:
-        return len(self._tok.encode(text))
+        if len(text) > PIECE_CHARS:
+            return self.count_many([text])[0]
+        return len(self._tok.encode(utf8_safe(text)))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
+        return _count_in_pieces(self._count_batch, texts)
+
+    def _count_batch(self, texts: list[str]) -> list[int]:
         if self._encoding is not None and hasattr(self._encoding, "encode_batch"):
             import unicodedata
 
             texts = [unicodedata.normalize("NFC", t) for t in texts]
             return [len(ids) for ids in self._encoding.encode_batch(texts, allowed_special="all")]
-        return [self(t) for t in texts]
+        return [len(self._tok.encode(t)) for t in texts]
 
 
 class HFTokenizerCounter:
@@ -188,15 +268,21 @@ class HFTokenizerCounter:
             self._slow = AutoTokenizer.from_pretrained(str(p), local_files_only=True)
 
     def __call__(self, text: str) -> int:
+        if len(text) > PIECE_CHARS:
+            return self.count_many([text])[0]
+        text = utf8_safe(text)
         if self._fast is not None:
             return len(self._fast.encode(text, add_special_tokens=False).ids)
         return len(self._slow.encode(text, add_special_tokens=False))
 
     def count_many(self, texts: Sequence[str]) -> list[int]:
+        return _count_in_pieces(self._count_batch, texts)
+
+    def _count_batch(self, texts: list[str]) -> list[int]:
         if self._fast is not None:
-            encs = self._fast.encode_batch(list(texts), add_special_tokens=False)
+            encs = self._fast.encode_batch(texts, add_special_tokens=False)
             return [len(e.ids) for e in encs]
-        return [self(t) for t in texts]
+        return [len(self._slow.encode(t, add_special_tokens=False)) for t in texts]
 
 
 def make_token_counter(spec: TokenCounterSpec = "estimate") -> TokenCounter:

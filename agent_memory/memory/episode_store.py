@@ -51,6 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
+from agent_memory.text import utf8_safe
+
 __all__ = ["RETENTIONS", "EpisodeStore", "MemoryRow", "Retention", "Scope", "StoreBusyError"]
 
 Retention = Literal["single_run", "session", "persistent"]
@@ -381,7 +383,7 @@ class EpisodeStore:
                         scope.run_id,
                         sid,
                         r.task_key,
-                        r.task,
+                        utf8_safe(r.task),
                         r.env_name,
                         r.episode_uid,
                         None if r.won is None else int(r.won),
@@ -389,7 +391,7 @@ class EpisodeStore:
                         r.length,
                         None if r.terminated is None else int(r.terminated),
                         None if r.truncated is None else int(r.truncated),
-                        r.text,
+                        utf8_safe(r.text),  # SQLite takes UTF-8 only
                         r.started_at,
                         r.created_at or now,
                         self._writer,

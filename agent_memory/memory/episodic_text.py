@@ -36,7 +36,9 @@ def task_key_of(
         'lake|57b9548680a08c55'
     """
     text = task if key_by == "task" else f"{task}\x00{observation or ''}"
-    return f"{env_name or 'env'}|{hashlib.sha1(text.encode()).hexdigest()[:16]}"
+    # surrogatepass: a lone surrogate (hostile text) hashes instead of raising.
+    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{env_name or 'env'}|{digest}"
 
 
 def clip(text: str, n: int) -> str:
@@ -69,7 +71,8 @@ def episode_digest(
         Last observation: c
     """
     records = episode.get("records") or []
-    actions = [str(r.get("action", "")) for r in records]
+    # The digest is cut to max_chars: no action needs more (a hostile one is megabytes).
+    actions = [str(r.get("action", ""))[: max_chars + 1] for r in records]
     valid = [a for a in actions if not a.startswith(_INVALID)]
     skipped = len(actions) - len(valid)
     first = int(episode.get("first_step", 1) or 1)

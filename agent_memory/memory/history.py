@@ -141,7 +141,7 @@ class HistoryMemory(BaseMemory):
         start, rows_l, rend_l, cum_l = self._start, self._rows, self._rendered, self._cum
         steps = [start[i] + len(cum_l[i]) for i in ids]  # cum holds one entry per step, plus one
         rendered = self._formatter.render_batch(columns, steps)
-        counts = self._counter.count_many(self._formatter.texts_of(rendered))
+        counts = self._count_rendered(rendered)
         rows = list(zip(*columns.values(), strict=True))
         if orders is not None:  # some episodes listed their keys in another order
             rows = [
@@ -319,6 +319,21 @@ class HistoryMemory(BaseMemory):
             if ep_keys[i] is None:
                 ep_keys[i] = keys
         return orders
+
+    def _count_rendered(self, rendered: list[Any]) -> list[int]:
+        """Token counts of rendered steps (their :meth:`Formatter.text_of` texts). A counter
+        that needs only lengths gets them without the texts being built (a megabyte step
+        would be copied just to be measured)."""
+        fmt = self._formatter
+        count_length = getattr(self._counter, "count_length", None)
+        if (
+            count_length is not None
+            and fmt.output == "text"
+            and (type(fmt).text_of is Formatter.text_of)
+        ):
+            sep = len(fmt.separator)
+            return [count_length(len(r) + sep) for r in rendered]
+        return self._counter.count_many(fmt.texts_of(rendered))
 
     def _trim(self, i: int, keep: int) -> None:
         drop = len(self._rows[i]) - keep

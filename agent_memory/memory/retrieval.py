@@ -101,6 +101,8 @@ class RetrievalMemory(StepRanking, WindowedMemory):
         header: the line that opens the retrieved block.
         window_header: the line between the retrieved block and the window (when the block is
             shown); ``""`` for none.
+        max_encode_chars: a step or query text is encoded (and its words compared) by its first
+            this many characters, so a megabyte observation costs what a page does.
 
     Raises:
         ValueError: a bad setting (the message names the expected and the given value).
@@ -131,6 +133,7 @@ class RetrievalMemory(StepRanking, WindowedMemory):
         dedup: bool = True,
         header: str = "Relevant earlier steps:",
         window_header: str = "Recent steps:",
+        max_encode_chars: int = 8192,
     ) -> None:
         super().__init__(
             num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
@@ -159,6 +162,7 @@ class RetrievalMemory(StepRanking, WindowedMemory):
             "recency_half_life", recency_half_life, low=0, low_open=True
         )
         self.dedup = bool(dedup)
+        self.max_encode_chars = check_int("max_encode_chars", max_encode_chars, 1)
         check_headers(header, window_header)
         self.header = header
         self.window_header = window_header
@@ -351,6 +355,7 @@ class RetrievalMemory(StepRanking, WindowedMemory):
             "dedup": self.dedup,
             "header": self.header,
             "window_header": self.window_header,
+            "max_encode_chars": self.max_encode_chars,
         }
 
     def state_dict(self) -> dict[str, Any]:

@@ -65,6 +65,7 @@ class StepRanking:
     rerank_pool: int
     recency_half_life: float
     dedup: bool
+    max_encode_chars: int
     _all_ids: list[int]
 
     def _init_indexes(self, encoder: EncoderSpec, index: IndexName) -> None:
@@ -125,6 +126,8 @@ class StepRanking:
         self._occ[i] = {}
 
     def _encode(self, texts: list[str]) -> Any:
+        cap = self.max_encode_chars
+        texts = [t if len(t) <= cap else t[:cap] for t in texts]
         enc = self.encoder
         if isinstance(enc, Embedder):
             return enc.embed(texts)
@@ -167,7 +170,8 @@ class StepRanking:
         if ws is None:
             if len(self._word_cache) > 4 * self.num_envs + 1024:
                 self._word_cache.clear()
-            ws = self._word_cache[text] = frozenset(words(text, self._stop))
+            ws = frozenset(words(text[: self.max_encode_chars], self._stop))
+            self._word_cache[text] = ws
         return ws
 
     def _rank(

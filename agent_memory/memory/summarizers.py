@@ -284,7 +284,8 @@ class ExtractiveSummarizer(Summarizer):
     becomes ``"k: -> <action>"``, and runs of such steps with the same action merge into
     ``"k1-k2: -> <action>"``. An offloaded observation gets its reload id (``[obs#k]``).
     Thoughts are left out. Without an observation/action key in the records, the rendered step
-    text is used instead.
+    text is used instead. Only the first ``64 * max_line_chars`` characters of an observation or
+    action are read (a step's cost is bounded whatever its size).
 
     When the summary exceeds its budget, the earliest lines (up to half the budget, then fixed)
     and the newest lines stay; lines in between are dropped and counted in a
@@ -313,12 +314,17 @@ class ExtractiveSummarizer(Summarizer):
         count = counter or make_token_counter("estimate")
         lines = previous_summary.splitlines() if previous_summary else []
         cap = self.max_line_chars
+        scan = 64 * cap
         # Lines already in the summary: those its step lines show, plus those met in this call.
         seen = _shown_lines(lines)
         for s in steps:
-            source = s.observation if s.observation is not None else s.text
+            source = str(s.observation if s.observation is not None else s.text)
+            if len(source) > scan:  # whole lines of the part read (one cut line if none ends)
+                head = source[:scan]
+                cut = max(head.rfind("\n"), head.rfind("\r"))
+                source = head[:cut] if cut > 0 else head
             new = ""
-            for raw in str(source).splitlines():
+            for raw in source.splitlines():
                 if raw in seen:  # the common case for observations that repeat line by line
                     continue
                 seen.add(raw)
@@ -335,7 +341,7 @@ class ExtractiveSummarizer(Summarizer):
                 break
             act = s.action
             if act is not None:
-                act = str(act).strip()
+                act = str(act).strip()[:scan]
                 if len(act) > cap or "\n" in act or "  " in act or "\t" in act:
                     first = next((a for a in act.splitlines() if a.strip()), "")
                     act = _clip_line(first, cap)

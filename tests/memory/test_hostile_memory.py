@@ -1,0 +1,81 @@
+"""Memories on hostile text: megabyte steps, lone surrogates, thousands of repeated lines. Each
+stores, answers and persists bounded, encodable text; ordinary text behaves as before."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agent_memory.memory import HistoryMemory
+from agent_memory.memory.blackboard import BlackboardMemory
+from agent_memory.memory.blackboard import episode_digest as board_digest
+from agent_memory.memory.episodic import EpisodicMemory
+from agent_memory.memory.episodic_text import episode_digest, task_key_of
+from agent_memory.memory.retrieval import RetrievalMemory
+from agent_memory.memory.summarizers import ExtractiveSummarizer, FoldedStep
+from agent_memory.tokens import make_token_counter
+
+MB = 1_000_000
+FILLER = "zq " * (MB // 3)
+
+
+def test_retrieval_encodes_the_first_max_encode_chars_of_a_megabyte_step():
+    mem = RetrievalMemory(1, top_k=1, similarity_threshold=0.1)
+    mem.store({"observation": ["Remember this: the key is BLUE. " + FILLER], "action": ["next"]})
+    for obs in ["Owls form parliaments.", "Sharks predate trees.", "Snails sleep for years."]:
+        mem.store({"observation": [obs], "action": ["next"]})
+    ctx, _ = mem.fetch(2, queries=["Which colour was the key? " + FILLER])
+    assert mem.last_retrieved == [[1]] and ctx[0].startswith("Relevant earlier steps:")
+    assert mem.config()["max_encode_chars"] == 8192
+    with pytest.raises(ValueError, match=re.escape("max_encode_chars must be")):
+        RetrievalMemory(1, max_encode_chars=0)
+
+
+def test_blackboard_notes_and_digests_are_cut_before_whitespace_is_collapsed():
+    mem = BlackboardMemory(1, note_chars=40)
+    mem.post(0, "the key\t is  \ud83d blue " + FILLER)
+    assert mem.notes(0)[0]["text"] == "the key is ? blue " + "zq " * 6 + "z..."
+    ep = {"records": [{"action": "a " * MB}, {"action": "a " * MB}], "num_steps": 2,
+          "terminated": True, "final_observation": "\n" * MB + "end"}  # fmt: skip
+    digest = board_digest(ep, 60)
+    assert len(digest) == 60 and digest.startswith("Episode ended after 2 steps; actions: a a")
+    mem.close()
+
+
+def test_episodic_digest_and_task_key_take_hostile_text(tmp_path):
+    ep = {"records": [{"observation": "o", "action": "x" * MB}], "final_observation": " " * MB,
+          "num_steps": 1}  # fmt: skip
+    assert len(episode_digest(ep, max_chars=100)) == 100
+    assert task_key_of("task \ud83d", "obs \udc00", "env").startswith("env|")
+    mem = EpisodicMemory(1, path=tmp_path / "e.sqlite", retention="single_run")
+    mem.on_episode_start(0, "Find the key \ud83d.", "start \ud83d")
+    mem.store({"observation": ["o \ud83d"], "action": ["up \ud83d"]})
+    episode = {"records": mem[0], "final_observation": "end \ud83d", "num_steps": 1,
+               "terminated": True, "truncated": False, "task": "Find the key \ud83d.",
+               "return": 1.0, "won": True}  # fmt: skip
+    assert mem.on_episode_end(0, episode) > 0
+    row = mem.store_.rows()[-1]
+    assert row.task == "Find the key ?." and "up ?" in row.text and "end ?" in row.text
+    mem.close()
+
+
+def test_extractive_summarizer_reads_a_bounded_prefix_of_a_step():
+    s = ExtractiveSummarizer(max_line_chars=20)
+    same = "the same line\n" * 70_000
+    steps = [FoldedStep(1, observation=same, action="next"),
+             FoldedStep(2, observation=same + "new line\n", action="\n" * MB + "go " * MB)]  # fmt: skip
+    # Step 2's first new line lies past the 64 * max_line_chars characters read: no line.
+    assert s.summarize("", steps, 100) == "1: the same line -> next\n2: -> go go go go go go..."
+    short = [FoldedStep(1, observation="a\nb", action="x"), FoldedStep(2, observation="a\nc")]
+    assert s.summarize("", short, 100) == "1: a -> x\n2: c"
+
+
+def test_length_counters_count_stored_steps_without_building_their_text():
+    for spec in ("estimate", "chars", "estimate:3"):
+        counter = make_token_counter(spec)
+        for fmt in ("simple", "code", "chat", "jinja"):
+            mem = HistoryMemory(1, fmt, token_counter=counter)
+            mem.store({"observation": ["o" * 1001], "action": ["act \ud83d"]})
+            texts = mem.formatter.texts_of(mem._rendered[0])
+            assert mem.step_tokens(0) == counter.count_many(texts), (spec, fmt)
