@@ -53,6 +53,22 @@ def text_space(max_length: int) -> spaces.Text:
     return spaces.Text(max_length, min_length=0, charset=CHARSET)
 
 
+def collapse_spaces(text: str, max_chars: int | None = None) -> str:
+    """``" ".join(text.split())``, cut to ``max_chars`` characters, reading only the words the
+    cut keeps: how the envs match a (possibly megabyte) action against short names.
+
+    Example:
+        >>> collapse_spaces("  Pick   UP "), collapse_spaces("  Pick   UP " * 10**5, 8)
+        ('Pick UP', 'Pick UP ')
+    """
+    if max_chars is None:
+        return " ".join(text.split())
+    # max_chars // 2 + 1 words (of one character or more, one space apart) make max_chars
+    # characters at least; split stops after them (the rest stays one piece, uncut).
+    k = max_chars // 2 + 1
+    return " ".join(text.split(None, k)[:k])[:max_chars]
+
+
 def sanitize(text: str, max_length: int | None = None) -> str:
     r"""Make ``text`` a member of :func:`text_space`: escape foreign characters, cap the length.
 
@@ -65,6 +81,9 @@ def sanitize(text: str, max_length: int | None = None) -> str:
         >>> sanitize("abcdefghij", max_length=8)
         'abcde...'
     """
+    if max_length is not None and len(text) > max_length + 1:
+        # Escapes only lengthen text: the first max_length + 1 characters decide the result.
+        text = text[: max_length + 1]
     if not _CHARSET_SET.issuperset(text):
         text = "".join(
             c if c in _CHARSET_SET else c.encode("unicode_escape").decode("ascii") for c in text

@@ -21,6 +21,7 @@ from envs.base import (
     STATE_KEY,
     TASK,
     WON,
+    collapse_spaces,
     sanitize,
     stable_hash,
     text_space,
@@ -75,8 +76,8 @@ _ECHO_CHARS: Final = 40
 Phase = Literal["cue", "distractor", "question", "done"]
 
 
-def _norm(text: str) -> str:
-    return " ".join(text.split()).casefold()
+def _norm(text: str, max_chars: int | None = None) -> str:
+    return collapse_spaces(text, max_chars).casefold()
 
 
 def _int_at_least(name: str, value: Any, low: int, hint: str = "") -> int:
@@ -298,8 +299,10 @@ class RecallEnv(gym.Env[str, str]):
         if action in admissible:
             return action, ""
         by_norm = {_norm(a): a for a in admissible}
-        if _norm(action) in by_norm:
-            return by_norm[_norm(action)], ""
+        # Case-folding never shortens text: past the longest name, an action matches none.
+        wanted = _norm(action, max(map(len, by_norm), default=0) + 1)
+        if wanted in by_norm:
+            return by_norm[wanted], ""
         shown = action if len(action) <= _ECHO_CHARS else action[:_ECHO_CHARS] + "..."
         return None, f"unknown action {shown!r}; admissible actions: {', '.join(admissible)}"
 

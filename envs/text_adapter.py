@@ -27,6 +27,7 @@ from envs.base import (
     STATE_KEY,
     TASK,
     WON,
+    collapse_spaces,
     sanitize,
     stable_hash,
     text_space,
@@ -59,14 +60,17 @@ AdmissibleFn = Callable[[gym.Env, Any], Sequence[str]]
 _ECHO_CHARS = 40
 
 
-def normalize_action(text: str) -> str:
+def normalize_action(text: str, max_chars: int | None = None) -> str:
     """Case-fold and collapse whitespace: how a named action is matched after an exact miss.
 
+    ``max_chars``: collapse only the first ``max_chars`` characters' worth of words (enough to
+    tell a megabyte action from every name shorter than that, without reading it all).
+
     Example:
-        >>> normalize_action("  Pick   UP ")
-        'pick up'
+        >>> normalize_action("  Pick   UP "), normalize_action("  Pick   UP ", 3)
+        ('pick up', 'pic')
     """
-    return " ".join(text.split()).casefold()
+    return collapse_spaces(text, max_chars).casefold()
 
 
 def _canonical(obs: Any) -> Any:
@@ -216,6 +220,9 @@ class TextAdapter(gym.Env[str, str]):
         self._start = int(space.start)
         self._exact = {n: i for i, n in enumerate(names)}
         self._normalized = {n: i for i, n in enumerate(normalized)}
+        # Case-folding never shortens text: an action whose collapsed text is longer than every
+        # name matches none, so its normalisation can stop there.
+        self._norm_chars = max(map(len, normalized), default=0) + 1
         self._obs_to_text = obs_to_text
         self._won_fn: WonFn = won_fn or _default_won
         self._state_key_fn = state_key_fn
@@ -329,7 +336,7 @@ class TextAdapter(gym.Env[str, str]):
             return None, f"action must be a string, got {type(action).__name__}"
         index = self._exact.get(action)
         if index is None:
-            index = self._normalized.get(normalize_action(action))
+            index = self._normalized.get(normalize_action(action, self._norm_chars))
         if index is None:
             shown = action if len(action) <= _ECHO_CHARS else action[:_ECHO_CHARS] + "..."
             admissible = ", ".join(self.admissible_actions())

@@ -20,6 +20,7 @@ from envs.base import (
     STATE_KEY,
     TASK,
     WON,
+    collapse_spaces,
     sanitize,
     stable_hash,
     text_space,
@@ -27,18 +28,22 @@ from envs.base import (
 from envs.textworld_games.generation import CachedGame, ensure_game, require_textworld
 from envs.textworld_games.settings import ChallengeName, normalize_settings
 
-#: The ASCII-art "TEXT WORLD" banner of every intro is made of these characters only.
-_BANNER_LINE: Final = re.compile(r"^[ _|\\/$<>]*[_|\\/$][ _|\\/$<>]*$")
+#: The ASCII-art "TEXT WORLD" banner of every intro is made of these characters only, with at
+#: least one that is not a space or an angle bracket.
+_BANNER_CHARS: Final = " _|\\/$<>"
 #: After the end the game asks to RESTART/RESTORE/QUIT/UNDO: not commands this env accepts.
-_END_PROMPT: Final = re.compile(r"\s*Would you like to RESTART.*\Z", re.DOTALL)
+_END_PROMPT: Final = "Would you like to RESTART"
 #: Refused actions are echoed in ``invalid_reason`` up to this many characters.
 _ECHO_CHARS: Final = 40
 #: Jericho reads at most 198 bytes of input; longer commands are never admissible anyway.
 MAX_ACTION_LENGTH: Final = 200
 
 
-def clean_feedback(text: str) -> str:
+def clean_feedback(text: str, max_chars: int | None = None) -> str:
     """TextWorld's output made readable and short: banner art, end prompt and blank runs removed.
+
+    ``max_chars``: read only the first this many characters of ``text`` (linear time either way;
+    a bound keeps a runaway output cheap).
 
     Example:
         >>> clean_feedback("  ____ \\n | $$ |\\n\\n\\nHello!\\n\\n\\n\\n-= Kitchen =-\\n")
@@ -46,9 +51,32 @@ def clean_feedback(text: str) -> str:
         >>> clean_feedback("Done.\\n\\n   *** The End ***\\n\\nWould you like to RESTART, QUIT?")
         'Done.\\n\\n*** The End ***'
     """
-    text = _END_PROMPT.sub("", text)
-    lines = [line.strip() for line in text.splitlines() if not _BANNER_LINE.match(line)]
+    if max_chars is not None:
+        text = text[:max_chars]
+    # str methods, not regexes: both regexes this replaces backtrack quadratically on long
+    # runs of spaces (seconds for a 20 KB line).
+    end = text.find(_END_PROMPT)
+    if end >= 0:
+        text = text[:end].rstrip()
+    lines = [line.strip() for line in text.splitlines() if not _is_banner(line)]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def feedback_text(text: str, max_length: int) -> str:
+    """An observation from TextWorld's output: cleaned (reading at most ``8 * max_length``
+    characters: cleaning drops banner art and blank runs, never that much text) and sanitized
+    to ``max_length`` characters.
+
+    Example:
+        >>> feedback_text("Hello!\\n\\n\\n\\n-= Kitchen =-" + "\\n" * 10**6, 64)
+        'Hello!\\n\\n-= Kitchen =-'
+    """
+    return sanitize(clean_feedback(text, 8 * max_length), max_length)
+
+
+def _is_banner(line: str) -> bool:
+    """A line of banner art: only banner characters, at least one of them not ``" <>"``."""
+    return not line.strip(_BANNER_CHARS) and bool(line.strip(" <>"))
 
 
 @contextlib.contextmanager
@@ -68,8 +96,8 @@ def _int_or_none(value: Any) -> int | None:
     return None
 
 
-def _normalize_command(action: str) -> str:
-    return " ".join(action.lower().split())
+def _normalize_command(action: str, max_chars: int | None = None) -> str:
+    return collapse_spaces(action, max_chars).lower()
 
 
 class TextWorldEnv(gym.Env[str, str]):
@@ -229,7 +257,7 @@ class TextWorldEnv(gym.Env[str, str]):
         with _quiet_jericho():
             self._state = self._tw.reset()
         self._terminated = False
-        self._last_obs = sanitize(clean_feedback(self._state["feedback"]), self.max_obs_length)
+        self._last_obs = feedback_text(self._state["feedback"], self.max_obs_length)
         return self._last_obs, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -248,7 +276,7 @@ class TextWorldEnv(gym.Env[str, str]):
             self._state, _, _ = self._tw.step(command)
         reward = float(self._state["score"] - previous_score)
         self._terminated = bool(self._state["won"] or self._state["lost"])
-        self._last_obs = sanitize(clean_feedback(self._state["feedback"]), self.max_obs_length)
+        self._last_obs = feedback_text(self._state["feedback"], self.max_obs_length)
         info = self._info()
         info[IS_ACTION_VALID] = True
         return self._last_obs, reward, self._terminated, False, info
@@ -297,10 +325,12 @@ class TextWorldEnv(gym.Env[str, str]):
             return None, f"action must be a str, got {type(action).__name__}"
         if self._terminated:
             return None, "the game is over; call reset()"
-        wanted = _normalize_command(action)
+        by_norm = {_normalize_command(c): c for c in self._state["admissible_commands"]}
+        # Lower-casing never shortens text: past the longest command, an action matches none
+        # (so a megabyte action is not read to the end).
+        wanted = _normalize_command(action, max(map(len, by_norm), default=0) + 1)
         if not wanted:
             return None, "empty action"
-        by_norm = {_normalize_command(c): c for c in self._state["admissible_commands"]}
         if wanted not in by_norm:
             shown = sanitize(action.strip(), _ECHO_CHARS)
             return None, f"{shown!r} is not an admissible command; use an admissible action"
@@ -316,8 +346,8 @@ class TextWorldEnv(gym.Env[str, str]):
             "max_score": int(state["max_score"]),
             TASK: sanitize(state["objective"] or "", cap),
             STATE_KEY: self.state_key(),
-            "description": sanitize(clean_feedback(state["description"] or ""), cap),
-            "inventory": sanitize(clean_feedback(state["inventory"] or ""), cap),
+            "description": feedback_text(state["description"] or "", cap),
+            "inventory": feedback_text(state["inventory"] or "", cap),
             "game_index": self.game_index,
             "game_seed": self.game_seed + self.game_index,
         }
