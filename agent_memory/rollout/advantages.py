@@ -15,6 +15,14 @@ collected. All work in O(total steps).
   ``V`` is 0 when the episode terminated and the value of the final state when it was truncated
   (the episode did not end, the time limit did: bootstrap). Returns are ``A + V``.
 
+**Non-finite rewards** (NaN, ±inf: a broken reward function or env) are treated as missing, so
+one bad trajectory never turns its whole group's advantages into NaN: a trajectory with any
+non-finite reward gets advantage 0 at every step (no learning signal, and nothing for a trainer
+to mask) and is left out of every group statistic (GRPO's and GiGPO's episode groups, GiGPO's
+step groups), which the other members then compute among themselves; GAE gives it advantages 0
+and returns equal to its values (no policy or value signal). :func:`group_normalize` does the
+same per value. Trainers that want to see such trajectories find them by their rewards.
+
 Example:
     >>> import numpy as np
     >>> grpo([np.array([1.0, 0.0]), np.array([0.0]), np.array([3.0])], ["g", "g", "h"])
@@ -37,18 +45,23 @@ def group_normalize(
 ) -> np.ndarray:  # fmt: skip
     """``value - mean(group)``, divided by ``std(group, ddof=1) + eps`` when ``normalize_std``.
 
-    Members of a group of one get 0.
+    Members of a group of one get 0. A non-finite value (NaN, ±inf) is missing: it gets 0 and
+    its group's statistics are computed over the other members.
 
     Example:
         >>> group_normalize([1.0, 3.0, 5.0], ["a", "a", "b"], normalize_std=False).tolist()
         [-1.0, 1.0, 0.0]
+        >>> group_normalize([1.0, float("nan"), 3.0], ["a", "a", "a"], normalize_std=False).tolist()
+        [-1.0, 0.0, 1.0]
     """
     values = np.asarray(values, dtype=np.float64)
     if len(values) != len(groups):
         raise ValueError(f"got {len(values)} values but {len(groups)} group ids")
+    finite = np.isfinite(values)
     members: dict[Hashable, list[int]] = defaultdict(list)
     for j, g in enumerate(groups):
-        members[g].append(j)
+        if finite[j]:  # a missing value joins no group and keeps its 0
+            members[g].append(j)
     out = np.zeros_like(values)
     for idx in members.values():
         if len(idx) < 2:
@@ -85,7 +98,8 @@ def grpo(
         groups: per trajectory, its group id (trajectories that started from the same state).
         normalize_std: divide by the group's std (Dr. GRPO-style runs turn it off).
     """
-    returns = [float(np.sum(r)) for r in rewards]
+    # A non-finite reward makes the return non-finite (NaN for inf - inf): missing in the group.
+    returns = [float(np.sum(r)) if np.isfinite(r).all() else np.nan for r in rewards]
     adv = group_normalize(returns, groups, normalize_std=normalize_std, eps=eps)
     return [np.full(len(r), a, dtype=np.float64) for r, a in zip(rewards, adv, strict=True)]
 
@@ -115,7 +129,11 @@ def gigpo(
     for r, g, keys in zip(rewards, groups, state_keys, strict=True):
         if len(keys) != len(r):
             raise ValueError(f"a trajectory has {len(r)} rewards but {len(keys)} state keys")
-        flat_returns.extend(discounted_returns(np.asarray(r, dtype=np.float64), gamma))
+        r = np.asarray(r, dtype=np.float64)
+        if np.isfinite(r).all():
+            flat_returns.extend(discounted_returns(r, gamma))
+        else:  # missing at every step, also where its later returns happen to be finite
+            flat_returns.extend([np.nan] * len(r))
         flat_groups.extend((g, k) for k in keys)
     step = group_normalize(flat_returns, flat_groups, normalize_std=normalize_std, eps=eps)
     out, start = [], 0
@@ -144,7 +162,8 @@ def gae(
             (truncation, or a rollout stopped mid-episode).
 
     Returns:
-        ``(advantages, returns)`` with ``returns = advantages + values``.
+        ``(advantages, returns)`` with ``returns = advantages + values``; advantages 0 (returns
+        = values) when a reward is not finite.
 
     Example:
         >>> adv, ret = gae(np.array([1.0, 1.0]), np.array([0.5, 0.5]), terminated=False,
@@ -157,6 +176,8 @@ def gae(
     if rewards.shape != values.shape:
         raise ValueError(f"got {len(rewards)} rewards but {len(values)} values")
     n = len(rewards)
+    if not np.isfinite(rewards).all():
+        return np.zeros(n, dtype=np.float64), values.copy()
     adv = np.empty(n, dtype=np.float64)
     next_value = 0.0 if terminated else float(final_value)
     running = 0.0

@@ -58,8 +58,12 @@ class Trajectory:
 
     @property
     def terminated(self) -> bool:
-        return bool(self.steps) and self.steps[-1].terminated
+        """The episode ended (its last step terminated)."""
+        return bool(self.steps) and bool(self.steps[-1].terminated)
 
     @property
     def truncated(self) -> bool:
-        return bool(self.steps) and self.steps[-1].truncated
+        """The episode was cut off without ending. A last step that is both terminated and
+        truncated (the time limit struck on the final step) counts once, as terminated: GAE
+        does not bootstrap it and summaries do not count it twice."""
+        return bool(self.steps) and bool(self.steps[-1].truncated) and not self.terminated

@@ -71,3 +71,47 @@ def test_gae_bootstraps_on_truncation_only():
 def test_group_normalize_length_mismatch():
     with pytest.raises(ValueError, match=re.escape("got 2 values but 1 group ids")):
         group_normalize([1.0, 2.0], ["a"])
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+def test_non_finite_values_are_missing_from_their_group():
+    # group a: 1, NaN, 3 -> statistics over {1, 3}: mean 2, centred -1 / +1; NaN gets 0.
+    # group b: inf alone -> missing, 0.
+    out = group_normalize([1.0, NAN, 3.0, INF], ["a", "a", "a", "b"], normalize_std=False)
+    assert out.tolist() == [-1.0, 0.0, 1.0, 0.0]
+    # with the std: sample std of {1, 3} is sqrt(2)
+    out = group_normalize([1.0, NAN, 3.0], ["a", "a", "a"], eps=0.0)
+    assert out.tolist() == pytest.approx([-1 / np.sqrt(2), 0.0, 1 / np.sqrt(2)])
+    # a group left with one finite member: 0 for it too
+    assert group_normalize([5.0, -INF], ["a", "a"]).tolist() == [0.0, 0.0]
+
+
+def test_grpo_a_nan_or_inf_reward_zeroes_only_its_own_trajectory():
+    # returns: 1, (NaN), 0, (inf - inf = NaN), 2 -> group {1, 0, 2}: mean 1, sample std 1
+    rewards = [
+        np.array([1.0, 0.0]), np.array([NAN, 1.0]), np.array([0.0]),
+        np.array([INF, -INF]), np.array([2.0]),
+    ]  # fmt: skip
+    adv = grpo(rewards, ["g"] * 5, eps=0.0)
+    assert [a.tolist() for a in adv] == [[0.0, 0.0], [0.0, 0.0], [-1.0], [0.0, 0.0], [1.0]]
+    assert all(np.isfinite(a).all() for a in adv)
+
+
+def test_gigpo_leaves_a_trajectory_with_a_nan_reward_out_of_both_levels():
+    # As in test_gigpo_adds_step_advantage_within_shared_states, plus a third trajectory in the
+    # same state s0 whose last reward is NaN: it gets 0 everywhere and changes nothing else.
+    rewards = [np.array([0.0, 1.0]), np.array([0.0, 0.0, 0.0]), np.array([5.0, NAN])]
+    keys = [["s0", "x"], ["s0", "y", "z"], ["s0", "x"]]
+    adv = gigpo(rewards, ["g"] * 3, keys, gamma=0.5, step_weight=1.0, eps=0.0, normalize_std=False)
+    assert adv[0].tolist() == [0.5 + 0.25, 0.5 + 0.0]
+    assert adv[1].tolist() == [-0.5 - 0.25, -0.5, -0.5]
+    assert adv[2].tolist() == [0.0, 0.0]
+
+
+def test_gae_with_a_non_finite_reward_gives_no_signal():
+    v = np.array([0.5, 1.0, 1.5])
+    for bad in (NAN, INF, -INF):
+        adv, ret = gae(np.array([1.0, bad, 2.0]), v, terminated=False, final_value=2.0)
+        assert adv.tolist() == [0.0, 0.0, 0.0] and ret.tolist() == v.tolist()
