@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -108,3 +109,15 @@ def test_benchmark_scripts_run_with_tiny_budgets():
     assert "| wrapped |" in out
     out = run(["scripts/bench_rollout.py", "--quick"])
     assert "| rollout pipeline (1 Ray worker) |" in out and "| set-up time |" in out
+
+
+def test_hostile_benchmark_runs_with_a_tiny_budget():
+    out = run([
+        "scripts/bench_hostile.py", "--size", "5000", "--baseline-size", "100", "--repeats", "1",
+        "--paths", "parse", "intercept", "vector step: Recall, window", "window simple",
+        "--shapes", "open_record", "surrogates", "bytes", "--detail",
+    ])  # fmt: skip
+    for path in ("parse", "episodic.intercept", "vector step: Recall, window"):
+        assert f"| {path} |" in out
+    assert "| store+prompt: window simple | surrogates |" in out  # --detail rows
+    assert re.search(r"\d+ of 5 paths within 20 ms at 5,000 chars", out)
