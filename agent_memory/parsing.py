@@ -10,6 +10,11 @@ and never hands garbage to the env: the wrapper applies the configured fallback 
 (``on_invalid="skip"``: the env gets the empty action, a no-op under the text-env contract;
 ``"noop"``: the env gets ``noop_action``) and adds ``invalid_penalty`` to the reward.
 
+Hostile text costs little: nothing scans a response before the ``max_chars`` check (bytes are
+measured before they are decoded), tags are found by a linear scan, and lone surrogates in a
+str response become ``"?"`` (:func:`~agent_memory.text.utf8_safe`), so the thought and the
+action stored in the history always encode as UTF-8.
+
 Example:
     >>> parser = ActionParser()
     >>> p = parser.parse("<think>box is left</think> <action>Left</action>", ["up", "left"])
@@ -82,8 +87,8 @@ class ActionParser:
         tag: the action tag (``"action"`` -> ``<action>…</action>``); ``None`` takes the whole
             response (stripped) as the action.
         think_tag: tag captured as the thought (``None`` to ignore thoughts).
-        multiple: several action tags are ``"invalid"`` (default: the model must commit to one),
-            or take the ``"first"`` / ``"last"``.
+        multiple: several action tags are ``"invalid"`` (default: the model must commit to one;
+            the reason counts them up to 1000), or take the ``"first"`` / ``"last"``.
         match: ``"normalized"`` (exact first, then :func:`normalize` on both sides), or
             ``"exact"`` only.
         action_names: when given, a valid action is returned as its index in this list (for

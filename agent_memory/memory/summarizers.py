@@ -115,6 +115,10 @@ _ELLIPSIS = " ..."
 def fit_text(text: str, max_tokens: int, counter: TokenCounter | None = None) -> str:
     """``text`` cut at the end (marked with ``" ..."``) so that it counts at most ``max_tokens``.
 
+    Only the first ``256 * (max_tokens + 1)`` characters are considered: a real tokenizer's
+    tokens are far shorter (Qwen's longest: 128 bytes), and a runaway model summary of megabytes
+    is then cut, not counted whole about 20 times by the search for the cut.
+
     Example:
         >>> fit_text("one two three four five six", 2, make_token_counter("chars"))
         ''
@@ -122,7 +126,10 @@ def fit_text(text: str, max_tokens: int, counter: TokenCounter | None = None) ->
         'one two ...'
     """
     count = counter or make_token_counter("estimate")
-    if count(text) <= max_tokens:
+    limit = 256 * (max_tokens + 1)
+    if len(text) > limit:
+        text = text[:limit]
+    elif count(text) <= max_tokens:
         return text
     if count(_ELLIPSIS.strip()) > max_tokens:
         return ""

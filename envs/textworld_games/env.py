@@ -64,14 +64,14 @@ def clean_feedback(text: str, max_chars: int | None = None) -> str:
 
 def feedback_text(text: str, max_length: int) -> str:
     """An observation from TextWorld's output: cleaned (reading at most ``8 * max_length``
-    characters: cleaning drops banner art and blank runs, never that much text) and sanitized
-    to ``max_length`` characters.
+    characters, and at least 16,384: cleaning drops banner art, about 1.5 KB, and blank runs,
+    never that much text) and sanitized to ``max_length`` characters.
 
     Example:
         >>> feedback_text("Hello!\\n\\n\\n\\n-= Kitchen =-" + "\\n" * 10**6, 64)
         'Hello!\\n\\n-= Kitchen =-'
     """
-    return sanitize(clean_feedback(text, 8 * max_length), max_length)
+    return sanitize(clean_feedback(text, max(8 * max_length, 16_384)), max_length)
 
 
 def _is_banner(line: str) -> bool:
