@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import math
 import os
 import random
@@ -173,6 +174,14 @@ def _single_step(tmp: str) -> Bench:
     return Bench(lambda x: env.step(x), prepare=lambda x: env.reset(seed=0), close=env.close)
 
 
+_SERIAL = itertools.count()
+
+
+def _fresh(x: str) -> str:
+    """``x`` with its first 8 characters replaced by a serial number (same length)."""
+    return f"{next(_SERIAL):08d}{x[8:]}" if len(x) >= 8 else x
+
+
 def _core(
     memory: str, formatter: str = "simple", warm: int = 0, history_length: int = 3, **params: Any
 ) -> Callable[[str], Bench]:
@@ -191,7 +200,7 @@ def _core(
         core = HistoryCore(1, history_length=history_length, memory=mem)
 
         def step(x: Any) -> None:
-            x = _text(x)
+            x = _fresh(_text(x))  # a new text each step: no encoder cache hit hides its cost
             core.observe([0], [x], [{}])
             core.store([0], [x], [x], None)
 
