@@ -165,6 +165,9 @@ class RolloutConfig:
     ray_address: Optional[str] = None
     seed: int = 0
     max_restarts: int = 2
+    max_episode_attempts: int = 2
+    step_timeout_s: Optional[float] = 300.0
+    max_response_chars: int = 100_000
     progress: bool = True
     save_parquet: bool = True
     output_dir: Optional[str] = None
@@ -189,6 +192,20 @@ class RolloutConfig:
         _need(
             _is_int(self.max_restarts) and self.max_restarts >= 0,
             "rollout.max_restarts", "an int >= 0", self.max_restarts, 2,
+        )  # fmt: skip
+        _need(
+            _is_int(self.max_episode_attempts) and self.max_episode_attempts >= 1,
+            "rollout.max_episode_attempts", "an int >= 1", self.max_episode_attempts, 2,
+        )  # fmt: skip
+        _need(
+            self.step_timeout_s is None
+            or (isinstance(self.step_timeout_s, (int, float)) and self.step_timeout_s > 0),
+            "rollout.step_timeout_s", "null (no limit) or a number of seconds > 0",
+            self.step_timeout_s, 300,
+        )  # fmt: skip
+        _need(
+            _is_int(self.max_response_chars) and self.max_response_chars >= 1,
+            "rollout.max_response_chars", "an int >= 1", self.max_response_chars, 100000,
         )  # fmt: skip
 
     @property
