@@ -23,9 +23,20 @@ def local_token_auth() -> None:
     """Token authentication for a local instance this process starts, with a random token in
     the environment (inherited by Ray's processes): Ray neither warns nor writes
     ``~/.ray/auth_token``. A ``RAY_AUTH_MODE`` already set is left as it is."""
-    if "RAY_AUTH_MODE" not in os.environ:
-        os.environ["RAY_AUTH_MODE"] = "token"
-        os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    try:
+        # Ray caches its auth settings at first use (an earlier `import ray` may have read
+        # them): refresh them as Ray's own token set-up does, or the driver keeps the old mode
+        # while the processes it starts use the new one.
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):  # another Ray version: leave Ray its own defaults
+        del os.environ["RAY_AUTH_MODE"], os.environ["RAY_AUTH_TOKEN"]
 
 
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
