@@ -9,7 +9,9 @@ Five steps of ``go`` to win. ``fault`` chooses what goes wrong, for episodes who
 * ``"hang"``: the step sleeps for an hour;
 * ``"nan"``: the step's reward is NaN;
 * ``"reset"``: ``reset`` raises (with any seed, for the first reset in each process only);
-* ``"init"``: the constructor raises.
+* ``"init"``: the constructor raises;
+* ``"lock"``: the observation after the step carries ``[lock]``, on which the ``locked_db``
+  memory strategy (registered here too) raises SQLite's "database is locked" when it stores it.
 
 ``log`` (a file path) gets one line per constructor call, so tests can count restarts.
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sqlite3
 import string
 import sys
 import time
@@ -25,6 +28,8 @@ import time
 import gymnasium as gym
 from gymnasium import spaces
 from gymnasium.envs.registration import register, registry
+
+from agent_memory.memory import HistoryMemory, available_memories, register_memory
 
 _RESETS_IN_PROCESS = [0]
 
@@ -67,8 +72,20 @@ class FaultyEnv(gym.Env):
                 reward = float("nan")
         done = self.t >= 5
         info = {"admissible_actions": ["go"], "won": done, "state_key": f"s{self.t}"}
-        return f"t{self.t}", reward + float(done), done, False, info
+        lock = " [lock]" if self.bad and self.t == self.at_step and self.fault == "lock" else ""
+        return f"t{self.t}{lock}", reward + float(done), done, False, info
+
+
+class LockedDB(HistoryMemory):
+    """The window memory, with a store that fails as a database held locked past its retries."""
+
+    def store(self, record, env_ids=None):
+        if any("[lock]" in str(o) for o in record.get("observation", [])):
+            raise sqlite3.OperationalError("database is locked")
+        super().store(record, env_ids)
 
 
 if "Faulty-v0" not in registry:
     register("Faulty-v0", entry_point=FaultyEnv, max_episode_steps=20)
+if "locked_db" not in available_memories():
+    register_memory("locked_db")(LockedDB)

@@ -123,6 +123,20 @@ def test_a_hanging_step_ends_its_episode_after_the_timeout(tmp_path):
     assert summary["success_rate"] == 0.5  # the other episode re-ran and won
 
 
+def test_a_memory_failure_ends_only_the_episodes_of_that_call(tmp_path):
+    import tests.rollout.faulty  # noqa: F401  (registers locked_db in the driver, too)
+
+    job = faulty_job("lock", bad_seed=1, groups=3, size=1, workers=3, envs=1)
+    job.memory.strategy = "locked_db"
+    summary = run_rollout(job, tmp_path)
+    assert summary["status"] == "ok" and summary["worker_restarts"] == 0
+    (error,) = summary["episode_errors"]
+    # Step 3 stores the observation of step 2 (the one with [lock]): that call fails.
+    assert error["traj_uid"] == "g1-t0" and error["steps"] == 3
+    assert error["error"].startswith("sqlite3.OperationalError: database is locked")
+    assert summary["success_rate"] == pytest.approx(2 / 3)  # the other workers' episodes
+
+
 class FailingAfter(RandomPolicy):
     """The random policy, raising ``exc`` on its ``n``-th call."""
 
