@@ -10,7 +10,13 @@ Table columns: episodes, mean / p95 / max prompt tokens per step, mean prompt to
 (what a rollout pays per trajectory), growth (least-squares slope of prompt tokens against the
 step number, tokens per step) over all steps and after the window's warm-up (steps past
 ``history_length + 1``), and success rate. Jobs of a sweep that amount to the same strategy
-(``memory=full`` with any ``env.history_length``) count once.
+(``memory=full`` with any ``env.history_length``) count once (and the benchmark script runs them
+once: :mod:`agent_memory.bench.sweep`).
+
+Plots: ``<env>.png``, prompt tokens per step, one line per strategy; ``<env>_success.png`` where a
+strategy was swept over the window: success rate and mean tokens per step against k, in two panels
+(no second y axis). Every series of a figure has its own colour, line style and marker, and a
+strategy keeps its style in every figure (:mod:`agent_memory.bench.styles`).
 """
 
 from __future__ import annotations
