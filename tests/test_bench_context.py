@@ -14,6 +14,7 @@ from matplotlib.colors import to_rgba
 
 from agent_memory.bench.context_length import report_figures
 from agent_memory.bench.styles import CYCLE, assign_styles
+from agent_memory.bench.sweep import claim_job
 from tests.test_scripts import run
 
 TINY = [
@@ -140,6 +141,19 @@ def test_every_series_has_its_own_style_and_keeps_it_across_plots():
     # A strategy's windows share its colour and differ in line style or marker.
     assert len({styles[f"window k={k}"][0] for k in (1, 3, 6, 9)}) == 1
     assert styles["window k=6"] != styles["token_budget 1024"]
+
+
+def test_a_failed_job_gives_its_claim_back(tmp_path):
+    with (
+        pytest.raises(RuntimeError, match="worker died"),
+        claim_job(tmp_path, "k1", "0_a") as first,
+    ):
+        assert first is None
+        raise RuntimeError("worker died")
+    with claim_job(tmp_path, "k1", "1_b") as first:
+        assert first is None  # the failed job's configuration runs again
+    with claim_job(tmp_path, "k1", "2_c") as first:
+        assert first == "1_b"
 
 
 @pytest.mark.parametrize("count", [12, CYCLE + 20])
