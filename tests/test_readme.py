@@ -4,8 +4,7 @@ Conventions (HTML comments on the lines right above a block's opening fence; a r
 them):
 
 * A ```python block runs on its own: a fresh interpreter in an empty temporary directory, as a
-  reader who copies that one block would run it. ``<!-- continues -->`` makes a block run after
-  the python block before it, in the same interpreter (so it may use its names).
+  reader who copies that one block would run it (no block relies on names from another).
 * A ```bash block runs with ``bash -euo pipefail`` in a temporary directory in which ``scripts/``
   and ``configs/`` link to the repository's, so commands such as ``python scripts/rollout.py``
   run as written and their outputs (``outputs/``, ``multirun/``) land in that directory.
@@ -120,9 +119,6 @@ def test_every_block_is_runnable_or_says_why_not() -> None:
             assert block.lang in RUNNABLE, (
                 f"{where}: a ```{block.lang} block cannot be run: mark it <!-- not run: REASON -->"
             )
-        if block.marker("continues") is not None:
-            earlier = [b for b in BLOCKS if b.lang == "python" and b.line < block.line]
-            assert block.lang == "python" and earlier, f"{where}: nothing to continue"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[f"L{b.line}-{b.lang or 'text'}" for b in BLOCKS])
@@ -133,12 +129,8 @@ def test_readme_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     if block.lang not in RUNNABLE:
         pytest.fail(f"README.md:{block.line}: ```{block.lang} without <!-- not run: REASON -->")
     if block.lang == "python":
-        chain = [block]
-        while chain[0].marker("continues") is not None:
-            chain.insert(0, max((b for b in BLOCKS if b.lang == "python"
-                                 and b.line < chain[0].line), key=lambda b: b.line))  # fmt: skip
         script = tmp_path / "block.py"
-        script.write_text("".join(b.code for b in chain), encoding="utf-8")
+        script.write_text(block.code, encoding="utf-8")
         _run([sys.executable, str(script)], tmp_path, block)
     else:
         for name in ("scripts", "configs"):
