@@ -28,6 +28,10 @@ def _entry_point(env_id: str) -> Any:
 
     import envs  # noqa: F401  (registers the bundled ids)
 
+    module, sep, name = env_id.rpartition(":")
+    if sep:  # "package.module:Env-v0", as gymnasium.make takes it: the module registers the id
+        importlib.import_module(module)
+        env_id = name
     entry = gym.spec(env_id).entry_point
     if isinstance(entry, str):
         module, _, name = entry.partition(":")

@@ -19,6 +19,7 @@ from typing import Any
 from agent_memory.config import JobConfig
 from agent_memory.failures import describe_exception, first_line
 from agent_memory.policies import Policy
+from agent_memory.prepare import prepare_env
 from agent_memory.rollout.cluster import init_ray
 from agent_memory.rollout.collector import Collector
 from agent_memory.rollout.outputs import summarize
@@ -29,16 +30,18 @@ __all__ = ["bind_run_paths", "run_log", "run_rollout"]
 log = logging.getLogger("agent_memory.rollout")
 
 
-def bind_run_paths(job: JobConfig, output_dir: str | Path, run_id: str) -> None:
+def bind_run_paths(job: JobConfig, output_dir: str | Path, run_id: str | None = None) -> str:
     """Fill ``{output_dir}`` and ``{run_id}`` in the job's string memory params (in place): a
     shared blackboard or episode database lives in the run's directory, and every worker of the
-    run shares one run id."""
+    run shares one run id (a fresh one by default). Returns the run id."""
+    run_id = run_id or uuid.uuid4().hex[:12]
     job.memory.params = {
         k: v.replace("{output_dir}", str(output_dir)).replace("{run_id}", run_id)
         if isinstance(v, str)
         else v
         for k, v in job.memory.params.items()
     }
+    return run_id
 
 
 @contextlib.contextmanager
@@ -91,9 +94,8 @@ def run_rollout(
     t0 = time.perf_counter()
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    run_id = uuid.uuid4().hex[:12]
     with run_log(out / "rollout.log"):
-        bind_run_paths(job, out, run_id)
+        run_id = bind_run_paths(job, out)
         writer = RolloutWriter(out, job)
         collector: Collector | None = None
         started = False
@@ -105,6 +107,8 @@ def run_rollout(
             job.env.id, (labels or {}).get("memory", job.memory.strategy), job.policy.name, out,
         )  # fmt: skip
         try:
+            # One-off env set-up (e.g. TextWorld's games) in the driver, where it can show.
+            prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
             started = init_ray(job.rollout.ray_address)
             ray_seconds = time.perf_counter() - t0
             collector = Collector(job, policy=policy, on_step=on_step, run_id=run_id)
