@@ -10,6 +10,7 @@ from agent_memory.config import JobConfig
 from agent_memory.policies import Policy
 from agent_memory.rollout.collector import Collector, init_ray
 from agent_memory.rollout.outputs import compute_advantages, summarize, write_outputs
+from agent_memory.rollout.preflight import preflight
 
 __all__ = ["bind_run_paths", "run_rollout"]
 
@@ -38,18 +39,20 @@ def run_rollout(
 ) -> dict[str, Any]:
     """Run ``job`` and write its outputs to ``output_dir``; returns the summary.
 
-    Starts a local Ray instance (or joins ``rollout.ray_address``) unless Ray is already up, and
+    First :func:`~agent_memory.rollout.preflight.preflight` checks the job in this process (a
+    bad config raises :class:`~agent_memory.config.ConfigError` before Ray starts). Then it
+    starts a local Ray instance (or joins ``rollout.ray_address``) unless Ray is already up, and
     shuts down only an instance it started, unless ``keep_ray`` (a sweep reuses it for its next
     job). ``labels`` go into the summary as they are (e.g. the config groups chosen). A literal
     ``{output_dir}`` / ``{run_id}`` in a string memory param becomes ``output_dir`` / a fresh
     id shared by every worker of this run.
     """
-    import ray
-
     bind_run_paths(job, output_dir)
-    started = init_ray(job.rollout.ray_address)
-    collector = Collector(job, policy=policy, on_step=on_step)
+    checked = preflight(job, policy=policy)
+    started = False
     try:
+        started = init_ray(job.rollout.ray_address)
+        collector = Collector(job, policy=checked.policy, on_step=on_step)
         bar = None
         if job.rollout.progress:
             from tqdm import tqdm
@@ -60,7 +63,7 @@ def run_rollout(
             bar.close()
         compute_advantages(trajs, job.algo)
         summary = summarize(trajs, collector.stats, job)
-        stats = getattr(collector.policy, "stats", None)
+        stats = getattr(checked.policy, "stats", None)
         if hasattr(stats, "as_dict"):  # e.g. the openai client's requests, retries, failures
             summary["policy_stats"] = stats.as_dict()
         if labels:
@@ -74,6 +77,8 @@ def run_rollout(
         return summary
     finally:
         if policy is None:
-            collector.policy.close()
+            checked.policy.close()
         if started and not keep_ray:
+            import ray
+
             ray.shutdown()

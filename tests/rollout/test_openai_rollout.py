@@ -13,6 +13,7 @@ import pytest
 
 from agent_memory.config import PolicyConfig
 from agent_memory.rollout import run_rollout
+from agent_memory.rollout.collector import build_policy
 from tests.rollout.conftest import make_job
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -91,7 +92,10 @@ def test_a_dead_server_never_kills_the_rollout(tmp_path):
     job = _job("http://127.0.0.1:9/v1")  # nothing listens on the discard port
     job.policy.params["max_retries"] = 0
     job.env.max_steps = 3
-    summary = run_rollout(job, tmp_path)
+    # A policy passed in is not probed: the server is down while the run goes on, as when it
+    # dies after the start (preflight refuses a server that is down from the start).
+    with build_policy(job) as policy:
+        summary = run_rollout(job, tmp_path, policy=policy)
     assert summary["episodes"] == 4
     assert summary["valid_action_ratio"] == 0.0  # "" responses: the invalid-action path
     assert summary["truncated"] == 4 and summary["policy_stats"]["failures"] > 0
