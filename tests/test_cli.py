@@ -105,6 +105,12 @@ def test_help_says_what_the_script_does_and_writes():
     )
     assert "memory: blackboard, compaction, conversation, episodic, full, none, retrieval" in groups
     assert "hydra/" not in groups
+    bench = subprocess.run(
+        [sys.executable, "scripts/bench_context.py", "--help"], cwd=REPO, capture_output=True,
+        text=True, timeout=300,
+    )  # fmt: skip
+    assert bench.returncode == 0 and bench.stdout.startswith("bench_context.py: the context-length")
+    assert "  steps.csv " in bench.stdout and "  report.md " in bench.stdout
 
 
 def test_report_config_errors_prints_the_message_and_exits_2(capsys, monkeypatch):

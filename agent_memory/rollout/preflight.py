@@ -143,8 +143,9 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     built = _policy(job, env)
     status = None
     try:
-        if probe and job.policy.name == "openai":
-            status = probe_server(built.base_url)  # type: ignore[attr-defined]
+        base_url = getattr(built, "base_url", None)
+        if probe and job.policy.name == "openai" and isinstance(base_url, str):
+            status = probe_server(base_url)
     except BaseException:
         built.close()
         raise
