@@ -183,11 +183,13 @@ def resolve_env(env: EnvConfig) -> EnvCheck:
     except gym.error.Error as e:
         bundled = sorted(i for i in gym.registry if i.startswith("agent_memory/"))
         hint = did_you_mean(name, gym.registry, prefix="env.id=")
+        fix = (
+            f"pass a registered id (bundled: {', '.join(bundled)}; or choose a bundled env's "
+            "config, e.g. env=sokoban), or 'module:Id' to import the module that registers Id"
+        )
         raise ConfigError(
             f"env.id={env.id!r} is not a registered Gymnasium id ({e}): "
-            + (f"{hint} Otherwise p" if hint else "P")
-            + f"ass a registered id (bundled: {', '.join(bundled)}; or choose a bundled env's "
-            "config, e.g. env=sokoban), or 'module:Id' to import the module that registers Id",
+            + (f"{hint} Otherwise, {fix}" if hint else fix),
             key="env.id",
         ) from None
     entry = spec.entry_point

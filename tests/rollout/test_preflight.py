@@ -63,12 +63,12 @@ INVALID = [
     pytest.param(
         ["env.id=NoSuch-v0"],
         "env.id='NoSuch-v0' is not a registered Gymnasium id (Environment `NoSuch` doesn't "
-        "exist.): Pass a registered id (bundled: agent_memory/CliffWalking-v0, ",
+        "exist.): pass a registered id (bundled: agent_memory/CliffWalking-v0, ",
         id="unknown-gym-id",
     ),
     pytest.param(
         ["env.id=agent_memory/Sokobon-v0"],
-        "did you mean env.id=agent_memory/Sokoban-v0? Otherwise pass a registered id",
+        "did you mean env.id=agent_memory/Sokoban-v0? Otherwise, pass a registered id",
         id="misspelled-gym-id",
     ),
     pytest.param(
