@@ -24,22 +24,23 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from agent_memory.bench.context_length import job_rows, strategy_label, write_csv
 from agent_memory.bench.sweep import claim_job, job_key
+from agent_memory.cli import hydra_main
 from agent_memory.config import JobConfig, load_job, register_configs
 from agent_memory.prepare import prepare_env
 from agent_memory.rollout.collector import Collector, init_ray
+from agent_memory.rollout.preflight import preflight
 from agent_memory.rollout.runner import bind_run_paths
 
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="bench_context")
+@hydra_main(config_name="bench_context")
 def main(cfg: DictConfig) -> None:
     job = load_job(cfg)
     hydra_cfg = HydraConfig.get()
@@ -67,13 +68,16 @@ def run_job(job: JobConfig, hydra_cfg: Any) -> None:
     out_dir = hydra_cfg.runtime.output_dir
     choices = hydra_cfg.runtime.choices
     bind_run_paths(job, out_dir)
-    # One-off env set-up here, where its progress shows (e.g. TextWorld games generated with a
-    # bar, instead of inside the workers behind a frozen episode count).
-    prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
-    started = init_ray(job.rollout.ray_address)
+    policy = preflight(job).policy  # config errors surface here, before Ray starts
+    started = False
     try:
-        trajs = Collector(job).run()
+        # One-off env set-up here, where its progress shows (e.g. TextWorld games generated
+        # with a bar, instead of inside the workers behind a frozen episode count).
+        prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
+        started = init_ray(job.rollout.ray_address)
+        trajs = Collector(job, policy=policy).run()
     finally:
+        policy.close()
         # A sweep runs its jobs in this process: keep Ray up between them.
         if started and hydra_cfg.mode != RunMode.MULTIRUN:
             ray.shutdown()

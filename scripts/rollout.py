@@ -6,25 +6,28 @@
     python scripts/rollout.py -m env=sokoban,recall memory=none,window,full   # a sweep
 
 Outputs, in Hydra's run directory (or rollout.output_dir): trajectories.jsonl, trajectories.parquet
-and summary.json. Configs: configs/ (every key documented there).
+and summary.json. Configs: configs/ (every key documented there); `--help` lists them.
+
+The config is checked before Ray starts (agent_memory.rollout.preflight): a bad value stops the
+script in seconds with one message naming the override to change, and exit status 2.
 """
 
 from __future__ import annotations
 
 import json
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from agent_memory.cli import hydra_main
 from agent_memory.config import load_job, register_configs
 from agent_memory.rollout import run_rollout
 
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="config")
+@hydra_main(config_name="config")
 def main(cfg: DictConfig) -> dict:
     job = load_job(cfg)
     hydra_cfg = HydraConfig.get()

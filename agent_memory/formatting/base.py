@@ -33,6 +33,7 @@ __all__ = [
     "Formatter",
     "FormatterSpec",
     "available_formatters",
+    "formatter_factory",
     "make_formatter",
     "register_formatter",
 ]
@@ -138,6 +139,20 @@ def available_formatters() -> list[str]:
         ['chat', 'code', 'jinja', 'search', 'simple']
     """
     return _REGISTRY.names()
+
+
+def formatter_factory(name: str) -> Callable[..., Formatter]:
+    """The class (or factory) registered as ``name``: its signature lists the settings a
+    ``{"name": ..., **settings}`` spec may give.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered ones).
+
+    Example:
+        >>> formatter_factory("code").__name__
+        'CodeFormatter'
+    """
+    return _REGISTRY.get(name)
 
 
 def make_formatter(spec: FormatterSpec = "simple", **kwargs: Any) -> Formatter:

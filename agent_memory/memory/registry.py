@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 from agent_memory.memory.base import BaseMemory
 from agent_memory.registry import Registry
 
-__all__ = ["available_memories", "make_memory", "register_memory"]
+__all__ = ["available_memories", "make_memory", "memory_factory", "register_memory"]
 
 
 def _load_builtins() -> None:
@@ -46,6 +46,16 @@ def register_memory(name: str, *, overwrite: bool = False) -> Callable[[F], F]:
 def available_memories() -> list[str]:
     """Names :func:`make_memory` accepts."""
     return _REGISTRY.names()
+
+
+def memory_factory(strategy: str) -> Callable[..., BaseMemory]:
+    """The class (or factory) registered as ``strategy``: its signature lists what
+    ``memory.params`` may set.
+
+    Raises:
+        ValueError: unknown strategy (the message lists the registered ones).
+    """
+    return _REGISTRY.get(strategy)
 
 
 def make_memory(strategy: str, *, num_envs: int, **kwargs: Any) -> BaseMemory:

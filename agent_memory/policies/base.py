@@ -28,7 +28,14 @@ from typing import Any, ClassVar, TypeVar
 from agent_memory.parsing import ActionParser
 from agent_memory.registry import Registry
 
-__all__ = ["Policy", "Prompt", "available_policies", "make_policy", "register_policy"]
+__all__ = [
+    "Policy",
+    "Prompt",
+    "available_policies",
+    "make_policy",
+    "policy_factory",
+    "register_policy",
+]
 
 #: A prompt: text, or a chat message list (``chat`` formatter).
 Prompt = str | list[dict[str, str]]
@@ -86,6 +93,16 @@ def register_policy(name: str, *, overwrite: bool = False) -> Callable[[P], P]:
 def available_policies() -> list[str]:
     """Names :func:`make_policy` accepts."""
     return _REGISTRY.names()
+
+
+def policy_factory(name: str) -> Callable[..., Policy]:
+    """The class (or factory) registered as ``name``: its signature lists what
+    ``policy.params`` may set, its ``needs`` what the envs must provide.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered ones).
+    """
+    return _REGISTRY.get(name)
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:

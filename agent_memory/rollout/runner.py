@@ -23,6 +23,7 @@ from agent_memory.prepare import prepare_env
 from agent_memory.rollout.cluster import init_ray
 from agent_memory.rollout.collector import Collector
 from agent_memory.rollout.outputs import summarize
+from agent_memory.rollout.preflight import preflight
 from agent_memory.rollout.writer import RolloutWriter
 
 __all__ = ["bind_run_paths", "run_log", "run_rollout"]
@@ -85,17 +86,23 @@ def run_rollout(
     ``memory`` names the memory config). A literal ``{output_dir}`` / ``{run_id}`` in a string
     memory param becomes ``output_dir`` / a fresh id shared by every worker of this run.
 
+    First :func:`~agent_memory.rollout.preflight.preflight` checks the job in this process: a
+    bad config raises :class:`~agent_memory.config.ConfigError` before Ray starts and before
+    anything is written.
+
     Raises:
+        ConfigError: a bad config (nothing written).
         Exception: whatever stopped the run — after ``summary.json`` (status ``"failed"`` or
             ``"interrupted"``) and every finished episode are written.
     """
-    import ray
-
     t0 = time.perf_counter()
     out = Path(output_dir)
+    run_id = bind_run_paths(job, out)
+    checked = preflight(job, policy=policy)
+    import ray
+
     out.mkdir(parents=True, exist_ok=True)
     with run_log(out / "rollout.log"):
-        run_id = bind_run_paths(job, out)
         writer = RolloutWriter(out, job)
         collector: Collector | None = None
         started = False
@@ -111,7 +118,7 @@ def run_rollout(
             prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
             started = init_ray(job.rollout.ray_address)
             ray_seconds = time.perf_counter() - t0
-            collector = Collector(job, policy=policy, on_step=on_step, run_id=run_id)
+            collector = Collector(job, policy=checked.policy, on_step=on_step, run_id=run_id)
             if job.rollout.progress:
                 from tqdm import tqdm
 
@@ -144,8 +151,8 @@ def run_rollout(
                     status, summary["episodes"], summary["episodes_planned"], first_line(error),
                     out,
                 )  # fmt: skip
-            if collector is not None and policy is None:
-                collector.policy.close()
+            if policy is None:
+                checked.policy.close()
             if started and not keep_ray:
                 ray.shutdown()
     return summary

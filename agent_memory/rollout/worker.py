@@ -118,18 +118,9 @@ def build_env(
     mem = job.memory
     history_length = job.history_length
     counter = make_token_counter(mem.token_counter)
-    capacity = None
-    if mem.bounded:
-        if history_length == -1:
-            raise ValueError(
-                "memory.bounded=true keeps only history_length steps, but the history length is "
-                "-1 (whole episode): pass memory.bounded=false or a window, "
-                "e.g. env.history_length=3"
-            )
-        capacity = max(1, history_length)
     memory = make_memory(
         mem.strategy, num_envs=num_envs, formatter=job.env.formatter, token_counter=counter,
-        max_tokens=mem.max_tokens, capacity=capacity, **dict(mem.params),
+        max_tokens=mem.max_tokens, capacity=job.memory_capacity, **dict(mem.params),
     )  # fmt: skip
     return VectorHistoryWrapper(
         venv, history_length=history_length, memory=memory, template=job.env.template.build(),

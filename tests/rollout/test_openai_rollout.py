@@ -14,6 +14,7 @@ import pytest
 from agent_memory.config import PolicyConfig
 from agent_memory.policies.openai_client import ServerUnavailable
 from agent_memory.rollout import run_rollout
+from agent_memory.rollout.collector import build_policy
 from tests.rollout.conftest import make_job
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -91,11 +92,16 @@ def test_rollout_through_an_openai_compatible_server(server_url, tmp_path):
 def test_a_dead_server_fails_the_run_fast_naming_the_url(tmp_path):
     job = _job("http://127.0.0.1:9/v1")  # nothing listens on the discard port
     job.policy.params["max_retries"] = 0
-    with pytest.raises(
-        ServerUnavailable,
-        match=re.escape("Is it running? Check policy.params.base_url='http://127.0.0.1:9/v1'"),
+    # A policy passed in is not probed (preflight refuses a server that is down from the start):
+    # here the server never answers during the run.
+    with (
+        build_policy(job) as policy,
+        pytest.raises(
+            ServerUnavailable,
+            match=re.escape("Is it running? Check policy.params.base_url='http://127.0.0.1:9/v1'"),
+        ),
     ):
-        run_rollout(job, tmp_path)
+        run_rollout(job, tmp_path, policy=policy)
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["episodes"] == 0
     assert "the server at http://127.0.0.1:9/v1/chat/completions never answered" in summary["error"]
