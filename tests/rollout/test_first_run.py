@@ -42,3 +42,21 @@ def test_a_first_run_is_quiet_and_self_describing(tmp_path):
     assert summary["wall_time_seconds"] >= summary["ray_init_seconds"] > 0
     assert summary == readable(summary)  # floats already rounded for reading
     assert any(isinstance(v, float) for v in summary.values())
+
+
+def test_a_failing_run_prints_the_error_and_exits_1(tmp_path):
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}  # the workers import tests.rollout.faulty
+    proc = subprocess.run(
+        [sys.executable, "scripts/rollout.py", "env=taxi", "env.id=tests.rollout.faulty:Faulty-v0",
+         "+env.kwargs.fault=init", "env.parser.tag=null", "rollout.num_groups=1",
+         "rollout.group_size=2", "rollout.num_workers=1", "rollout.progress=false",
+         f"hydra.run.dir={out}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "\nRollout failed: agent_memory.rollout.collector.WorkerSetupError: " in proc.stderr
+    assert "ValueError: FaultyEnv cannot start: fault='init' is set" in proc.stderr
+    assert "Traceback" not in proc.stderr and "\x1b" not in proc.stderr
+    assert f"What finished is in {out}" in proc.stderr
+    assert json.loads((out / "summary.json").read_text())["status"] == "failed"
