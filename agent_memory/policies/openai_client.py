@@ -65,7 +65,6 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, register_policy
-from agent_memory.policies.deadline import DeadlineTransport, deadline
 
 if TYPE_CHECKING:
     import httpx
@@ -428,6 +427,8 @@ class OpenAIPolicy(Policy):
         """One prompt: its requests and retries (runs on a pool thread)."""
         import httpx
 
+        from agent_memory.policies.deadline import deadline
+
         attempt = 0
         while True:
             retry_after: float | None = None
@@ -538,6 +539,8 @@ class _Runtime:
 
     def __init__(self, concurrency: int, timeout: float, headers: Mapping[str, str]) -> None:
         import httpx
+
+        from agent_memory.policies.deadline import DeadlineTransport
 
         limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self.client = httpx.Client(
