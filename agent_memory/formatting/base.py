@@ -113,6 +113,13 @@ F = TypeVar("F", bound=Callable[..., Formatter])
 
 _REGISTRY: Registry[Formatter] = Registry(
     "formatter",
+    builtins={
+        "simple": "agent_memory.formatting.formatters:SimpleFormatter",
+        "search": "agent_memory.formatting.formatters:SearchFormatter",
+        "code": "agent_memory.formatting.formatters:CodeFormatter",
+        "chat": "agent_memory.formatting.formatters:ChatFormatter",
+        "jinja": "agent_memory.formatting.formatters:JinjaFormatter",
+    },
     hint="; add your own with agent_memory.formatting.register_formatter",
     instance_of=Formatter,
     name_attr="registry_name",  # read back by Formatter.spec()

@@ -23,18 +23,21 @@ from agent_memory.registry import Registry
 __all__ = ["available_memories", "make_memory", "memory_factory", "register_memory"]
 
 
-def _load_builtins() -> None:
-    # Importing the strategy modules registers them; done lazily so optional dependencies
-    # of one strategy never slow down or break ``import agent_memory``.
-    import agent_memory.memory.strategies  # noqa: F401
-
-
 F = TypeVar("F", bound=Callable[..., BaseMemory])
 _REGISTRY: Registry[BaseMemory] = Registry(
     "memory strategy",
     hint=" (choose one with e.g. memory=window, or register yours with "
     "agent_memory.memory.register_memory)",
-    loader=_load_builtins,
+    # Imported when first named, so one strategy's optional dependencies never slow down or
+    # break ``import agent_memory``.
+    builtins={
+        "history": "agent_memory.memory.history:HistoryMemory",
+        "compaction": "agent_memory.memory.compaction:CompactionMemory",
+        "retrieval": "agent_memory.memory.retrieval:RetrievalMemory",
+        "episodic": "agent_memory.memory.episodic:EpisodicMemory",
+        "blackboard": "agent_memory.memory.blackboard:BlackboardMemory",
+        "conversation": "agent_memory.memory.conversation:ConversationMemory",
+    },
 )
 
 

@@ -71,17 +71,19 @@ class Policy(ABC):
         self.close()
 
 
-def _load_builtins() -> None:
-    # Lazy: the openai/hf policies import optional packages only when they are built.
-    import agent_memory.policies.builtin  # noqa: F401
-
-
 P = TypeVar("P", bound=Callable[..., Policy])
 _REGISTRY: Registry[Policy] = Registry(
     "policy",
     hint=" (choose one with e.g. policy=random, or register yours with "
     "agent_memory.policies.register_policy)",
-    loader=_load_builtins,
+    # Imported when first named; openai/hf import httpx, torch and transformers only when built.
+    builtins={
+        "random": "agent_memory.policies.simple:RandomPolicy",
+        "scripted": "agent_memory.policies.simple:ScriptedPolicy",
+        "prompt_oracle": "agent_memory.policies.simple:PromptOraclePolicy",
+        "openai": "agent_memory.policies.openai_client:OpenAIPolicy",
+        "hf": "agent_memory.policies.hf:HFPolicy",
+    },
 )
 
 

@@ -64,7 +64,7 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt, register_policy
+from agent_memory.policies.base import Policy, Prompt
 
 if TYPE_CHECKING:
     import httpx
@@ -123,7 +123,6 @@ class ClientStats:
         return asdict(self)
 
 
-@register_policy("openai")
 class OpenAIPolicy(Policy):
     """Answers prompts with an OpenAI-compatible server (see the module docstring).
 
