@@ -3,7 +3,9 @@
 One dataclass per config group — ``env``, ``memory``, ``policy``, ``rollout``, ``algo`` — under
 :class:`JobConfig`. Hydra composes YAML files onto these schemas (types are checked then);
 :func:`load_job` turns the result into dataclasses, which runs each ``__post_init__``: a bad value
-fails before any worker starts, with a message naming the override that fixes it.
+fails before any worker starts, with a message naming the override that fixes it. Such errors are
+:class:`ConfigError` (a ``ValueError``); :func:`agent_memory.rollout.preflight.preflight` checks
+what only building the job's pieces can tell (the env id, constructor params, budgets, ...).
 
 Example:
     >>> env = EnvConfig(id="agent_memory/Recall-v0")
@@ -13,18 +15,26 @@ Example:
     >>> RolloutConfig(group_size=0)
     Traceback (most recent call last):
     ...
-    ValueError: rollout.group_size must be an int >= 1, got 0: pass e.g. rollout.group_size=8
+    agent_memory.config.ConfigError: rollout.group_size must be an int >= 1, got 0: pass e.g. \
+rollout.group_size=8
 """
 
 from __future__ import annotations
 
+import dataclasses
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import MissingMandatoryValue
+
+from agent_memory.suggest import did_you_mean
 
 __all__ = [
     "AlgoConfig",
+    "ConfigError",
     "EnvConfig",
     "JobConfig",
     "MemoryConfig",
@@ -34,15 +44,37 @@ __all__ = [
     "TemplateConfig",
     "load_job",
     "register_configs",
+    "unknown_key",
 ]
 
 # OmegaConf's structured configs need typing.Optional (it does not read `X | None`).
 # ruff: noqa: UP045
 
 
-def _need(ok: bool, key: str, want: str, got: Any, example: str) -> None:
+class ConfigError(ValueError):
+    """A bad job config: the message says what is wrong and names the override that fixes it.
+
+    Scripts print the message alone (no traceback) and exit with status 2.
+
+    Args:
+        message: the explanation, ending with the fix.
+        key: the config key at fault (e.g. ``"rollout.group_size"``), when there is one.
+
+    Example:
+        >>> err = ConfigError("rollout.group_size must be >= 1: pass e.g. rollout.group_size=8",
+        ...                   key="rollout.group_size")
+        >>> isinstance(err, ValueError), err.key
+        (True, 'rollout.group_size')
+    """
+
+    def __init__(self, message: str, *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
+
+
+def _need(ok: bool, key: str, want: str, got: Any, example: Any) -> None:
     if not ok:
-        raise ValueError(f"{key} must be {want}, got {got!r}: pass e.g. {key}={example}")
+        raise ConfigError(f"{key} must be {want}, got {got!r}: pass e.g. {key}={example}", key=key)
 
 
 def _is_int(v: Any) -> bool:
@@ -165,6 +197,9 @@ class RolloutConfig:
     ray_address: Optional[str] = None
     seed: int = 0
     max_restarts: int = 2
+    max_episode_attempts: int = 2
+    step_timeout_s: Optional[float] = 300.0
+    max_response_chars: int = 100_000
     progress: bool = True
     save_parquet: bool = True
     output_dir: Optional[str] = None
@@ -189,6 +224,20 @@ class RolloutConfig:
         _need(
             _is_int(self.max_restarts) and self.max_restarts >= 0,
             "rollout.max_restarts", "an int >= 0", self.max_restarts, 2,
+        )  # fmt: skip
+        _need(
+            _is_int(self.max_episode_attempts) and self.max_episode_attempts >= 1,
+            "rollout.max_episode_attempts", "an int >= 1", self.max_episode_attempts, 2,
+        )  # fmt: skip
+        _need(
+            self.step_timeout_s is None
+            or (isinstance(self.step_timeout_s, (int, float)) and self.step_timeout_s > 0),
+            "rollout.step_timeout_s", "null (no limit) or a number of seconds > 0",
+            self.step_timeout_s, 300,
+        )  # fmt: skip
+        _need(
+            _is_int(self.max_response_chars) and self.max_response_chars >= 1,
+            "rollout.max_response_chars", "an int >= 1", self.max_response_chars, 100000,
         )  # fmt: skip
 
     @property
@@ -226,11 +275,39 @@ class JobConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algo: AlgoConfig = field(default_factory=AlgoConfig)
 
+    def __post_init__(self) -> None:
+        self.memory_capacity  # noqa: B018  (checks memory.bounded against the history length)
+
     @property
     def history_length(self) -> int:
         """The window in effect: the memory config's override, else the env's."""
         hl = self.memory.history_length
         return self.env.history_length if hl is None else hl
+
+    @property
+    def memory_capacity(self) -> int | None:
+        """Steps the memory keeps per env: ``None`` (whole episodes) unless ``memory.bounded``,
+        then the window in effect (at least 1).
+
+        Raises:
+            ConfigError: ``memory.bounded`` with a whole-episode window (-1).
+
+        Example:
+            >>> env = EnvConfig(id="x", history_length=5)
+            >>> bounded = MemoryConfig(bounded=True)
+            >>> JobConfig(env).memory_capacity, JobConfig(env, bounded).memory_capacity
+            (None, 5)
+        """
+        if not self.memory.bounded:
+            return None
+        if self.history_length == -1:
+            raise ConfigError(
+                "memory.bounded=true keeps only history_length steps, but the history length is "
+                "-1 (whole episode): pass memory.bounded=false or a window, "
+                "e.g. env.history_length=3",
+                key="memory.bounded",
+            )
+        return max(1, self.history_length)
 
 
 def register_configs() -> None:
@@ -244,15 +321,61 @@ def register_configs() -> None:
 def load_job(cfg: DictConfig | JobConfig) -> JobConfig:
     """Validate a composed config: dataclasses are built, every ``__post_init__`` runs.
 
+    Keys the schema does not have (added with ``+``, which Hydra allows on typed nodes too) are
+    refused rather than dropped; free-form dicts (``env.kwargs``, ``memory.params``,
+    ``policy.params``) are checked against their constructors by ``preflight``.
+
     Raises:
-        ValueError: a bad value, with the override that fixes it.
+        ConfigError: a bad, unknown or missing (``???``) value, with the override that fixes it.
     """
     if isinstance(cfg, JobConfig):
         return cfg
-    job = OmegaConf.to_object(cfg)
+    _check_keys(OmegaConf.to_container(cfg, resolve=False), JobConfig, "")
+    try:
+        job = OmegaConf.to_object(cfg)
+    except MissingMandatoryValue as e:
+        key = getattr(e, "full_key", None) or "?"
+        raise ConfigError(
+            f"{key} is required (its config says ???): pass {key}=<value>", key=key
+        ) from None
     if not isinstance(job, JobConfig):
         raise TypeError(
             f"expected a config composed onto job_schema, got {type(job).__name__}: "
             "config.yaml must list job_schema first in its defaults"
         )
     return job
+
+
+def unknown_key(full_key: str, keys: list[str], value: Any = None) -> ConfigError:
+    """The error for a key its parent node does not have: the nearest valid keys, then all.
+
+    ``value`` (the value the user gave, if any) is repeated in the suggestion.
+
+    Example:
+        >>> print(unknown_key("rollout.group_sise", ["group_size", "seed"], value="8"))
+        rollout.group_sise is not a config key: did you mean rollout.group_size=8? (keys of \
+rollout: group_size, seed)
+    """
+    parent, _, name = full_key.rpartition(".")
+    prefix = f"{parent}." if parent else ""
+    hint = did_you_mean(name, keys, prefix=prefix, suffix="" if value is None else f"={value}")
+    return ConfigError(
+        f"{full_key} is not a config key: {hint or 'remove it'} "
+        f"(keys of {parent or 'the job config'}: {', '.join(keys)})",
+        key=full_key,
+    )
+
+
+def _check_keys(data: Any, cls: type, path: str) -> None:
+    """Refuse keys of ``data`` that the dataclass ``cls`` has no field for, recursively."""
+    if not isinstance(data, Mapping):
+        return
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    for key in data:
+        if key not in hints and not (path == "" and key == "hydra"):
+            raise unknown_key(f"{path}{key}", names, value=data[key])
+    for name in names:
+        sub = hints[name]
+        if dataclasses.is_dataclass(sub) and name in data:
+            _check_keys(data[name], sub, f"{path}{name}.")

@@ -35,6 +35,8 @@ import string
 from collections.abc import Sequence
 from typing import Any, Final
 
+from agent_memory.suggest import did_you_mean
+
 __all__ = ["DEFAULT_TEMPLATE", "FIELDS", "PromptTemplate"]
 
 FIELDS: Final = frozenset(
@@ -76,9 +78,11 @@ def _check_fields(name: str, text: str) -> None:
             f"prompt template {name!r} uses a positional field '{{}}'; name one of {sorted(FIELDS)}"
         )
     if unknown:
+        hints = [did_you_mean(f, FIELDS, prefix="{", suffix="}") for f in sorted(unknown)]
         raise ValueError(
             f"prompt template {name!r} uses unknown field(s) {sorted(unknown)}: expected some of "
             f"{sorted(FIELDS)} (write literal braces as '{{{{' and '}}}}')"
+            + "".join(f"; {h}" for h in hints if h)
         )
 
 

@@ -1,9 +1,13 @@
 """A registry of factories by name: what lets configs say ``formatter=chat`` or ``memory=window``.
 
-Formatters, policies, memory strategies, encoders and summarizers each keep one
+Formatters, policies, memory strategies, token counters, encoders and summarizers each keep one
 :class:`Registry`; their ``register_*`` / ``make_*`` / ``available_*`` functions are thin wrappers
-around it, so every registry refuses taken names, reports unknown ones and loads its optional
-built-ins the same way.
+around it, so every registry refuses taken names and reports unknown ones the same way.
+
+Built-ins are a table of names to ``"module:attribute"`` strings, resolved (imported) only when
+the name is looked up: importing a registry never imports its implementations (nor their optional
+dependencies), and an implementation module never has to import the registry to appear in it.
+Users add their own factories with ``register`` (a call or a decorator).
 
 Example:
     >>> from agent_memory.registry import Registry
@@ -21,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from typing import Any, Generic, TypeVar, overload
 
@@ -43,27 +48,28 @@ class Registry(Generic[T]):
     Args:
         kind: what is registered, as the error messages name it (``"memory strategy"``); the
             article before it ("a"/"an") follows its first letter.
+        builtins: built-in names and where their factories live, as ``"module:attribute"``;
+            each is imported when its name is first looked up.
         hint: appended as is to the unknown-name error, e.g. where to choose or register one.
-        loader: run once, before the first lookup (:meth:`get`, :meth:`make`, :meth:`build`,
-            :meth:`names`, ``in``, :meth:`pop`), so that modules with optional dependencies
-            register themselves only when a name is looked up, not when the package is imported.
-            A loader that raises is run again at the next lookup.
         instance_of: the base class of what the factories build; :meth:`build` passes an instance
             of it through.
-        name_attr: when set, a registered class gets its name in this attribute (the name it was
-            last registered under), so instances can report it.
+        name_attr: when set, a class gets its name in this attribute when it is registered or
+            resolved (the name it was last registered under), so instances can report it.
 
     Example:
         >>> class Greeter:
         ...     def __init__(self, greeting="hello"):
         ...         self.greeting = greeting
-        >>> greeters = Registry("greeter", instance_of=Greeter, name_attr="registry_name")
+        >>> greeters = Registry("greeter", instance_of=Greeter, name_attr="registry_name",
+        ...                     builtins={"fraction": "fractions:Fraction"})
         >>> greeters.register("plain", Greeter)  # a call, or a decorator without the factory
         <class 'agent_memory.registry.Greeter'>
-        >>> Greeter.registry_name, greeters.get("plain") is Greeter
-        ('plain', True)
+        >>> Greeter.registry_name, greeters.get("plain") is Greeter, greeters.names()
+        ('plain', True, ['fraction', 'plain'])
         >>> greeters.build({"name": "plain", "greeting": "hi"}).greeting
         'hi'
+        >>> greeters.get("fraction")  # imported now
+        <class 'fractions.Fraction'>
         >>> greeters.register("plain", lambda: Greeter())
         Traceback (most recent call last):
         ...
@@ -75,8 +81,8 @@ class Registry(Generic[T]):
         self,
         kind: str,
         *,
+        builtins: Mapping[str, str] | None = None,
         hint: str = "",
-        loader: Callable[[], object] | None = None,
         instance_of: type[T] | None = None,
         name_attr: str | None = None,
     ) -> None:
@@ -84,9 +90,12 @@ class Registry(Generic[T]):
         self.hint = hint
         self.instance_of = instance_of
         self.name_attr = name_attr
-        self._loader = loader
-        # Set before the loader runs: its modules may look names up while they import.
-        self._loaded = loader is None
+        self._builtins: dict[str, str] = dict(builtins or {})
+        for name, target in self._builtins.items():
+            if target.count(":") != 1:
+                raise ValueError(
+                    f"built-in {kind} {name!r} must point to 'module:attribute', got {target!r}"
+                )
         self._factories: dict[str, Callable[..., T]] = {}
 
     @overload
@@ -105,36 +114,38 @@ class Registry(Generic[T]):
         Registering the same factory again under its name is allowed (a re-imported module).
 
         Raises:
-            ValueError: ``name`` holds another factory and ``overwrite`` is False.
+            ValueError: ``name`` holds another factory (a built-in included) and ``overwrite``
+                is False.
         """
 
         def add(f: F) -> F:
+            if name in self._builtins and name not in self._factories and not overwrite:
+                self._resolve(name)
             taken = self._factories.get(name, f)
             if not overwrite and taken is not f:
                 raise ValueError(
                     f"{_a(self.kind)} named {name!r} is already registered ({taken!r}); "
                     "pass overwrite=True to replace it"
                 )
-            self._factories[name] = f
-            if self.name_attr is not None and isinstance(f, type):
-                setattr(f, self.name_attr, name)
+            if overwrite:
+                self._builtins.pop(name, None)
+            self._add(name, f)
             return f
 
         return add if factory is None else add(factory)
 
     def get(self, name: str, /) -> Callable[..., T]:
-        """The factory registered as ``name``.
+        """The factory registered as ``name`` (a built-in is imported now).
 
         Raises:
             ValueError: unknown name; the message lists the registered ones, then :attr:`hint`.
         """
-        self._load()
-        try:
-            return self._factories[name]
-        except KeyError:
-            raise ValueError(
-                f"unknown {self.kind} {name!r}: expected one of {self.names()}{self.hint}"
-            ) from None
+        factory = self._factories.get(name)
+        if factory is not None:
+            return factory
+        if name in self._builtins:
+            return self._resolve(name)
+        raise ValueError(f"unknown {self.kind} {name!r}: expected one of {self.names()}{self.hint}")
 
     def make(self, name: str, /, **kwargs: Any) -> T:
         """Call the factory registered as ``name`` with ``kwargs``."""
@@ -174,30 +185,31 @@ class Registry(Generic[T]):
         return self.make(spec, **kwargs)
 
     def names(self) -> list[str]:
-        """The registered names, sorted."""
-        self._load()
-        return sorted(self._factories)
+        """The registered names (built-ins included, none imported), sorted."""
+        return sorted({*self._builtins, *self._factories})
 
     def pop(self, name: str, default: Any = _MISSING, /) -> Any:
         """Unregister ``name`` and return its factory (or ``default``), like :meth:`dict.pop`."""
-        self._load()
+        if name in self._builtins and name not in self._factories:
+            self._resolve(name)
+        self._builtins.pop(name, None)
         if default is _MISSING:
             return self._factories.pop(name)
         return self._factories.pop(name, default)
 
     def __contains__(self, name: object) -> bool:
-        self._load()
-        return name in self._factories
+        return name in self._factories or name in self._builtins
 
     def __repr__(self) -> str:
-        return f"Registry({self.kind!r}, names={sorted(self._factories)})"
+        return f"Registry({self.kind!r}, names={self.names()})"
 
-    def _load(self) -> None:
-        if self._loaded:
-            return
-        self._loaded = True
-        try:
-            self._loader()  # type: ignore[misc]  # not None while _loaded is False
-        except BaseException:
-            self._loaded = False
-            raise
+    def _add(self, name: str, f: Callable[..., T]) -> None:
+        self._factories[name] = f
+        if self.name_attr is not None and isinstance(f, type):
+            setattr(f, self.name_attr, name)
+
+    def _resolve(self, name: str) -> Callable[..., T]:
+        module, _, attr = self._builtins[name].partition(":")
+        factory = getattr(importlib.import_module(module), attr)
+        self._add(name, factory)
+        return factory

@@ -20,6 +20,9 @@ spec                counter
 a callable          any ``str -> int`` function.
 ==================  ==========================================================================
 
+A name is ``<counter>[:<argument>]``, looked up in a :class:`~agent_memory.registry.Registry`
+(:func:`register_token_counter` adds yours: a factory taking the argument, or None).
+
 Nothing here downloads: tokenizers load from local files only.
 
 Exact counters count a text longer than :data:`PIECE_CHARS` characters piece by piece
@@ -45,6 +48,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from agent_memory.registry import Registry
 from agent_memory.text import utf8_safe
 
 __all__ = [
@@ -56,7 +60,9 @@ __all__ = [
     "QwenCounter",
     "TokenCounter",
     "TokenCounterSpec",
+    "available_token_counters",
     "make_token_counter",
+    "register_token_counter",
     "split_pieces",
 ]
 
@@ -285,6 +291,58 @@ class HFTokenizerCounter:
         return [len(self._slow.encode(t, add_special_tokens=False)) for t in texts]
 
 
+def _estimate(arg: str | None = None) -> EstimateCounter:
+    return EstimateCounter() if arg is None else EstimateCounter(int(arg))
+
+
+def _chars(arg: str | None = None) -> CharCounter:
+    return CharCounter()
+
+
+def _qwen(arg: str | None = None) -> QwenCounter:
+    return QwenCounter() if arg is None else QwenCounter(arg)
+
+
+def _hf(arg: str | None = None) -> HFTokenizerCounter:
+    if not arg:
+        raise ValueError("the hf token counter needs a path: 'hf:<local tokenizer directory>'")
+    return HFTokenizerCounter(arg)
+
+
+_REGISTRY: Registry[TokenCounter] = Registry(
+    "token counter",
+    hint=", optionally with ':<argument>' (e.g. 'hf:<local tokenizer path>'), a path to a local "
+    "tokenizer, or a callable str -> int",
+)
+for _name, _factory in (
+    ("estimate", _estimate), ("default", _estimate), ("chars", _chars), ("qwen", _qwen),
+    ("hf", _hf),
+):  # fmt: skip
+    _REGISTRY.register(_name, _factory)
+
+
+def register_token_counter(
+    name: str, factory: Callable[[str | None], TokenCounter] | None = None, *,
+    overwrite: bool = False,
+) -> Any:  # fmt: skip
+    """Make ``"<name>"`` / ``"<name>:<argument>"`` build ``factory(argument or None)``; usable as
+    a decorator.
+
+    Example:
+        >>> @register_token_counter("words")
+        ... def words(arg=None):
+        ...     return CallableCounter(lambda text: len(text.split()), name="words")
+        >>> make_token_counter("words")("go to desk 1")
+        4
+    """
+    return _REGISTRY.register(name, factory, overwrite=overwrite)
+
+
+def available_token_counters() -> list[str]:
+    """Names :func:`make_token_counter` accepts (before an optional ``:<argument>``)."""
+    return _REGISTRY.names()
+
+
 def make_token_counter(spec: TokenCounterSpec = "estimate") -> TokenCounter:
     """Build a counter from a config value (see the module docstring for the accepted specs).
 
@@ -302,25 +360,15 @@ def make_token_counter(spec: TokenCounterSpec = "estimate") -> TokenCounter:
         return EstimateCounter()
     if isinstance(spec, str):
         key = spec.strip()
-        low = key.lower()
-        if low in ("estimate", "default"):
-            return EstimateCounter()
-        if low.startswith("estimate:"):
-            return EstimateCounter(int(low.split(":", 1)[1]))
-        if low == "chars":
-            return CharCounter()
-        if low in ("qwen", "qwen2", "qwen2.5"):
-            return QwenCounter()
-        if low.startswith("qwen"):
-            return QwenCounter(key)
-        if low.startswith("hf:"):
-            return HFTokenizerCounter(key[3:])
-        if os.path.exists(os.path.expanduser(key)):
-            return HFTokenizerCounter(key)
-        raise ValueError(
-            f"unknown token counter {spec!r}: expected 'estimate', 'chars', 'qwen', "
-            "'qwen3.5', 'hf:<local tokenizer path>', or a callable str -> int"
-        )
+        name, sep, arg = key.partition(":")
+        name = name.lower()
+        if name.startswith("qwen") and name not in ("qwen", "qwen2", "qwen2.5"):
+            return QwenCounter(key)  # a named Qwen vocabulary, e.g. "qwen3.5"
+        if name in ("qwen2", "qwen2.5"):
+            name = "qwen"
+        if name not in _REGISTRY and os.path.exists(os.path.expanduser(key)):
+            return HFTokenizerCounter(key)  # a bare local tokenizer path
+        return _REGISTRY.make(name, arg=arg if sep else None)
     if isinstance(spec, TokenCounter):
         return spec
     if callable(spec):

@@ -11,38 +11,73 @@ history buys.
     python scripts/bench_context.py -m env=sokoban,textworld,recall \\
         memory=none,window,token_budget,full env.history_length=1,3,5
 
+In a sweep, jobs that amount to the same configuration run once: ``memory=none`` (``full``,
+``token_budget``) sets its own history length, so its jobs for other ``env.history_length`` values
+say which job they repeat and stop (``agent_memory.bench.sweep``).
+
 Outputs: steps.csv per job; report.md (a table per env), context_steps.csv and plots/*.png for
 the run or, with -m, for the whole sweep.
 """
 
 from __future__ import annotations
 
-import hydra
+from pathlib import Path
+from typing import Any
+
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from agent_memory.bench.context_length import job_rows, strategy_label, write_csv
-from agent_memory.config import load_job, register_configs
+from agent_memory.bench.sweep import claim_job, job_key
+from agent_memory.cli import hydra_main
+from agent_memory.config import JobConfig, load_job, register_configs
+from agent_memory.prepare import prepare_env
 from agent_memory.rollout.collector import Collector, init_ray
+from agent_memory.rollout.preflight import preflight
 from agent_memory.rollout.runner import bind_run_paths
 
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="bench_context")
+@hydra_main(config_name="bench_context")
 def main(cfg: DictConfig) -> None:
-    import ray
-
     job = load_job(cfg)
     hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        run_job(job, hydra_cfg)
+        return
+    # A sweep is a cartesian product: a strategy that overrides env.history_length would run
+    # the same job once per value. Run each effective configuration once.
+    out_dir = Path(hydra_cfg.runtime.output_dir)
+    key = job_key(job, hydra_cfg.runtime.choices["memory"])
+    with claim_job(hydra_cfg.sweep.dir, key, out_dir.name) as first:
+        if first is not None:
+            print(
+                f"skipped {out_dir.name}: the same job as {first} (memory.history_length="
+                f"{job.memory.history_length} overrides env.history_length)"
+            )
+            return
+        run_job(job, hydra_cfg)
+
+
+def run_job(job: JobConfig, hydra_cfg: Any) -> None:
+    """Run the job's episodes and write its ``steps.csv``."""
+    import ray
+
     out_dir = hydra_cfg.runtime.output_dir
     choices = hydra_cfg.runtime.choices
     bind_run_paths(job, out_dir)
-    started = init_ray(job.rollout.ray_address)
+    policy = preflight(job).policy  # config errors surface here, before Ray starts
+    started = False
     try:
-        trajs = Collector(job).run()
+        # One-off env set-up here, where its progress shows (e.g. TextWorld games generated
+        # with a bar, instead of inside the workers behind a frozen episode count).
+        prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
+        started = init_ray(job.rollout.ray_address)
+        trajs = Collector(job, policy=policy).run()
     finally:
+        policy.close()
         # A sweep runs its jobs in this process: keep Ray up between them.
         if started and hydra_cfg.mode != RunMode.MULTIRUN:
             ray.shutdown()
@@ -59,8 +94,6 @@ def main(cfg: DictConfig) -> None:
         "max_prompt_tokens": mem.max_prompt_tokens,
         "token_counter": mem.token_counter,
     }
-    from pathlib import Path
-
     write_csv(Path(out_dir) / "steps.csv", job_rows(trajs, labels))
     won = sum(t.won for t in trajs)
     print(f"{labels['env_config']} / {labels['strategy']}: {won}/{len(trajs)} won")

@@ -27,6 +27,7 @@ import gymnasium as gym
 
 import envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import AlgoConfig, EnvConfig, JobConfig, PolicyConfig, RolloutConfig
+from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.collector import Collector, init_ray
 
 
@@ -118,7 +119,8 @@ def main() -> None:
     collector._start_workers(total)
     import ray
 
-    ray.get([w.reset_envs.remote({i: i for i in range(total // 2)}) for w in collector.workers])
+    starts = [EpisodeAssignment(i, f"t{i}", f"g{i}", seed=i) for i in range(total // 2)]
+    ray.get([w.reset_envs.remote(starts) for w in collector.workers])
     setup = time.perf_counter() - t0
     workers_mib = [vm_hwm_mib(collector.worker_pid(w)) for w in range(len(collector.workers))]
     for w in collector.workers:

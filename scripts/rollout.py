@@ -5,26 +5,33 @@
         rollout.group_size=8 policy=random
     python scripts/rollout.py -m env=sokoban,recall memory=none,window,full   # a sweep
 
-Outputs, in Hydra's run directory (or rollout.output_dir): trajectories.jsonl, trajectories.parquet
-and summary.json. Configs: configs/ (every key documented there).
+Outputs, in Hydra's run directory (or rollout.output_dir): trajectories.jsonl, trajectories.parquet,
+summary.json and rollout.log. Configs: configs/ (every key documented there); `--help` lists them.
+
+The config is checked before Ray starts (agent_memory.rollout.preflight): a bad value stops the
+script in seconds with one message naming the override to change, and exit status 2. A run that
+fails later still writes what finished and a summary with "status": "failed"; the script then
+prints the error (type, message, last frames) and exits with status 1 (130 after Ctrl-C).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
-import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from agent_memory.config import load_job, register_configs
+from agent_memory.cli import hydra_main
+from agent_memory.config import ConfigError, load_job, register_configs
+from agent_memory.failures import describe_exception
 from agent_memory.rollout import run_rollout
 
 register_configs()
 
 
-@hydra.main(version_base="1.3", config_path="../configs", config_name="config")
+@hydra_main(config_name="config")
 def main(cfg: DictConfig) -> dict:
     job = load_job(cfg)
     hydra_cfg = HydraConfig.get()
@@ -32,7 +39,19 @@ def main(cfg: DictConfig) -> dict:
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra")}
     # A sweep (-m) runs its jobs in this process: keep Ray up between them.
     sweep = hydra_cfg.mode == RunMode.MULTIRUN
-    summary = run_rollout(job, out_dir, keep_ray=sweep, labels=choices)
+    try:
+        summary = run_rollout(job, out_dir, keep_ray=sweep, labels=choices)
+    except ConfigError:
+        raise  # one line and exit status 2 (agent_memory.cli)
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\nInterrupted; what finished is in {out_dir}\n")
+        raise SystemExit(130) from None
+    except Exception as e:
+        sys.stderr.write(
+            f"Rollout failed: {describe_exception(e)}\nWhat finished is in {out_dir} "
+            '(summary.json says "status": "failed"; rollout.log has the run\'s log).\n'
+        )
+        raise SystemExit(1) from None
     shown = {k: v for k, v in summary.items() if k not in ("worker_failures", "outputs")}
     print(json.dumps(shown, indent=2))
     print(f"outputs: {out_dir}")

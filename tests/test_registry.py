@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 
 import pytest
@@ -31,7 +32,7 @@ from agent_memory.memory.summarizers import (
     register_summarizer,
 )
 from agent_memory.policies import available_policies, make_policy, register_policy
-from agent_memory.policies.builtin import RandomPolicy
+from agent_memory.policies.simple import RandomPolicy
 from agent_memory.registry import Registry
 
 
@@ -140,77 +141,67 @@ def test_name_attr_tags_registered_classes_only():
     assert not hasattr(Untagged, "registry_name")
 
 
-# ------------------------------------------------------------------------------ lazy loader
+# ------------------------------------------------------------------------------ built-in table
 
 
-def test_loader_runs_once_before_the_first_lookup_not_at_register():
-    calls: list[str] = []
-
-    def load() -> None:  # registers like a built-in module does when imported
-        calls.append("load")
-        reg.register("builtin", Square)
-
-    reg: Registry[Shape] = Registry("shape", loader=load)
+def test_builtins_are_listed_without_importing_and_imported_when_named(tmp_path, monkeypatch):
+    (tmp_path / "lazy_shapes.py").write_text(
+        "from tests.test_registry import Square\nIMPORTED = True\nclass Round(Square):\n    pass\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    reg: Registry[Shape] = Registry("shape", builtins={"round": "lazy_shapes:Round"})
     reg.register("mine", Shape)
-    assert calls == []
-    assert "builtin" in reg
-    assert reg.names() == ["builtin", "mine"]
-    reg.make("builtin")
-    reg.get("mine")
-    assert calls == ["load"]
+    assert reg.names() == ["mine", "round"] and "round" in reg
+    assert "lazy_shapes" not in sys.modules  # listing and `in` import nothing
+    assert reg.make("round", side=2).side == 2
+    assert sys.modules["lazy_shapes"].IMPORTED
 
 
-@pytest.mark.parametrize(
-    "lookup",
-    [
-        lambda r: r.names(),
-        lambda r: r.get("x"),
-        lambda r: r.make("x"),
-        lambda r: r.build("x"),
-        lambda r: "x" in r,
-        lambda r: r.pop("x"),
-    ],
-    ids=["names", "get", "make", "build", "contains", "pop"],
-)
-def test_every_lookup_runs_the_loader(lookup):
-    calls: list[int] = []
-
-    def load() -> None:
-        calls.append(1)
-        reg.register("x", Shape)
-
-    reg: Registry[Shape] = Registry("shape", loader=load)
-    lookup(reg)
-    assert calls == [1]
+def test_a_builtin_name_is_taken():
+    reg: Registry[Shape] = Registry("shape", builtins={"square": "tests.test_registry:Square"})
+    with pytest.raises(
+        ValueError,
+        match=exactly(
+            "a shape named 'square' is already registered (<class 'tests.test_registry.Square'>); "
+            "pass overwrite=True to replace it"
+        ),
+    ):
+        reg.register("square", Shape)
+    reg.register("square", Shape, overwrite=True)
+    assert reg.get("square") is Shape
 
 
-def test_a_failing_loader_runs_again_at_the_next_lookup():
-    calls: list[int] = []
-
-    def load() -> None:
-        calls.append(1)
-        if len(calls) == 1:
-            raise ImportError("optional module missing")
-
-    reg: Registry[Shape] = Registry("shape", loader=load)
-    with pytest.raises(ImportError, match=exactly("optional module missing")):
-        reg.names()
-    assert reg.names() == []
-    assert reg.names() == []
-    assert calls == [1, 1]
+def test_a_builtin_table_entry_must_name_module_and_attribute():
+    with pytest.raises(
+        ValueError, match=exactly("built-in shape 'x' must point to 'module:attribute', got 'x.Y'")
+    ):
+        Registry("shape", builtins={"x": "x.Y"})
 
 
-def test_lookups_made_while_loading_do_not_run_the_loader_again():
-    calls: list[list[str]] = []
+def test_the_package_has_no_import_cycles():
+    """Module-level imports between agent_memory's modules form no cycle (a function-level
+    import, done when called, is how a module reaches an optional or a higher layer)."""
+    import ast
+    import graphlib
+    from pathlib import Path
 
-    def load() -> None:
-        reg.register("first", Shape)
-        calls.append(reg.names())  # a module that looks names up while it imports
-        reg.register("second", Square)
-
-    reg: Registry[Shape] = Registry("shape", loader=load)
-    assert reg.names() == ["first", "second"]
-    assert calls == [["first"]]
+    root = Path(__file__).resolve().parents[1]
+    graph: dict[str, set[str]] = {}
+    for path in (root / "agent_memory").rglob("*.py"):
+        parts = path.relative_to(root).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        deps = graph.setdefault(name, set())
+        for node in ast.parse(path.read_text()).body:  # top level only
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                targets = [a.name for a in node.names]
+            else:
+                continue
+            deps.update(t for t in targets if t.startswith("agent_memory"))
+    for deps in graph.values():  # keep modules only (not names imported from them)
+        deps.intersection_update(graph)
+    graphlib.TopologicalSorter(graph).prepare()  # raises CycleError naming the cycle
 
 
 # ------------------------------------------------------------------------------ build (specs)

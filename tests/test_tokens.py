@@ -36,7 +36,10 @@ def test_callable_counter_checks_its_results():
 def test_unknown_specs_are_refused():
     with pytest.raises(
         ValueError,
-        match=re.escape("unknown token counter 'gpt9': expected 'estimate', 'chars', 'qwen'"),
+        match=re.escape(
+            "unknown token counter 'gpt9': expected one of ['chars', 'default', 'estimate', 'hf', "
+            "'qwen'], optionally with ':<argument>'"
+        ),
     ):
         make_token_counter("gpt9")
     with pytest.raises(

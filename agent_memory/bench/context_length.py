@@ -10,7 +10,13 @@ Table columns: episodes, mean / p95 / max prompt tokens per step, mean prompt to
 (what a rollout pays per trajectory), growth (least-squares slope of prompt tokens against the
 step number, tokens per step) over all steps and after the window's warm-up (steps past
 ``history_length + 1``), and success rate. Jobs of a sweep that amount to the same strategy
-(``memory=full`` with any ``env.history_length``) count once.
+(``memory=full`` with any ``env.history_length``) count once (and the benchmark script runs them
+once: :mod:`agent_memory.bench.sweep`).
+
+Plots: ``<env>.png``, prompt tokens per step, one line per strategy; ``<env>_success.png`` where a
+strategy was swept over the window: success rate and mean tokens per step against k, in two panels
+(no second y axis). Every series of a figure has its own colour, line style and marker, and a
+strategy keeps its style in every figure (:mod:`agent_memory.bench.styles`).
 """
 
 from __future__ import annotations
@@ -19,16 +25,25 @@ import csv
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from agent_memory.bench.styles import assign_styles
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = [
     "CSV_FIELDS",
     "ReportCallback",
+    "by_strategy",
     "job_rows",
     "read_rows",
+    "report_figures",
     "strategy_label",
+    "success_figure",
+    "tokens_figure",
     "write_report",
 ]
 
@@ -37,6 +52,8 @@ CSV_FIELDS = [
     "max_prompt_tokens", "token_counter", "traj_uid", "seed", "step", "prompt_tokens",
     "prompt_chars", "history_steps", "won", "episode_return",
 ]  # fmt: skip
+#: Plots with more strategies than this show mean lines only (bands would hide each other).
+MAX_BANDS = 4
 
 
 def strategy_label(
@@ -134,6 +151,40 @@ def _order(label: str) -> tuple[int, str, int]:
     return rank, kind, num[0] if num else 0
 
 
+def by_strategy(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Rows grouped per env config, then per strategy label (in table order). Jobs that amount
+    to the same strategy (same label: same seeds, same config) count once: the first job's rows."""
+    by_env: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
+    first_job: dict[tuple[str, str], str] = {}
+    for r in rows:
+        key = (r["env_config"], r["strategy"])
+        if first_job.setdefault(key, r["job"]) == r["job"]:
+            by_env[r["env_config"]][r["strategy"]].append(r)
+    return {
+        env: {label: strategies[label] for label in sorted(strategies, key=_order)}
+        for env, strategies in sorted(by_env.items())
+    }
+
+
+def report_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Figure]:
+    """The report's plots by file name: ``<env>.png`` (tokens per step, every strategy) and,
+    where a strategy was swept over at least two window sizes, ``<env>_success.png``."""
+    if not rows:
+        return {}
+    counter = rows[0]["token_counter"]
+    figures: dict[str, Figure] = {}
+    for env, strategies in by_strategy(rows).items():
+        figures[f"{env}.png"] = tokens_figure(env, strategies, counter)
+        families: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(dict)
+        for label, strategy_rows in strategies.items():
+            if " k=" in label:  # swept over the window: "window k=3", "retrieval k=1"
+                families[label.split()[0]][strategy_rows[0]["history_length"]] = strategy_rows
+        swept = {kind: by_k for kind, by_k in families.items() if len(by_k) >= 2}
+        if swept:
+            figures[f"{env}_success.png"] = success_figure(env, swept, counter)
+    return figures
+
+
 def write_report(root: str | Path, title: str = "Context length per step") -> Path | None:
     """Tables (``report.md``), merged CSV (``context_steps.csv``) and plots (``plots/``) for
     every ``steps.csv`` under ``root``. Returns the report's path (None when there is no data)."""
@@ -142,103 +193,99 @@ def write_report(root: str | Path, title: str = "Context length per step") -> Pa
     if not rows:
         return None
     write_csv(root / "context_steps.csv", rows)
-    by_env: dict[str, dict[str, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))
-    first_job: dict[tuple[str, str], str] = {}
-    for r in rows:
-        key = (r["env_config"], r["strategy"])
-        if first_job.setdefault(key, r["job"]) == r["job"]:  # same strategy, same seeds: once
-            by_env[r["env_config"]][r["strategy"]].append(r)
     counter = rows[0]["token_counter"]
     lines = [f"# {title}", "", f"Prompt tokens counted with `{counter}`.", ""]
     plots = root / "plots"
     plots.mkdir(exist_ok=True)
-    for env, strategies in sorted(by_env.items()):
-        labels = sorted(strategies, key=_order)
+    figures = report_figures(rows)
+    for name, fig in figures.items():
+        fig.savefig(plots / name)
+    for env, strategies in by_strategy(rows).items():
         lines += [
             f"## {env}", "",
             "| strategy | episodes | mean tokens/step | p95 | max | tokens/episode "
             "| growth (tokens/step) | after warm-up | success |",
             "|---|---|---|---|---|---|---|---|---|",
         ]  # fmt: skip
-        for label in labels:
-            s = _stats(strategies[label])
+        for label, strategy_rows in strategies.items():
+            s = _stats(strategy_rows)
             lines.append(
                 f"| {label} | {s['episodes']} | {s['mean']:.0f} | {s['p95']:.0f} | {s['max']:.0f} "
                 f"| {s['per_episode']:.0f} | {s['growth']:+.1f} | {s['late_growth']:+.1f} "
                 f"| {s['success']:.0%} |"
             )
         lines += ["", f"![{env}](plots/{env}.png)", ""]
-        _plot_tokens(plots / f"{env}.png", env, {k: strategies[k] for k in labels}, counter)
-        windows = {
-            r["history_length"]: strategies[label]
-            for label in labels
-            if label.startswith("window k=")
-            for r in strategies[label][:1]
-        }
-        if len(windows) >= 2:
-            _plot_success(plots / f"{env}_success.png", env, windows, counter)
+        if f"{env}_success.png" in figures:
             lines += [f"![{env} success](plots/{env}_success.png)", ""]
     report = root / "report.md"
     report.write_text("\n".join(lines))
     return report
 
 
-def _plot_tokens(
-    path: Path, env: str, strategies: dict[str, list[dict[str, Any]]], counter: str
-) -> None:
-    import matplotlib
+def tokens_figure(env: str, strategies: dict[str, list[dict[str, Any]]], counter: str) -> Figure:
+    """Prompt tokens against the step of the episode: one line (the mean over episodes) per
+    strategy, each in its own style (:mod:`agent_memory.bench.styles`); with at most
+    :data:`MAX_BANDS` strategies, a band shows min..max over episodes."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    for label, rows in strategies.items():
+    fig = Figure(figsize=(8.5, 4.6), dpi=110, layout="constrained")
+    ax = fig.subplots()
+    styles = assign_styles(strategies)
+    bands = len(strategies) <= MAX_BANDS
+    for i, (label, rows) in enumerate(strategies.items()):
         per_step: dict[int, list[int]] = defaultdict(list)
         for r in rows:
             per_step[r["step"]].append(r["prompt_tokens"])
         steps = sorted(per_step)
-        mean = [np.mean(per_step[s]) for s in steps]
-        lo = [np.min(per_step[s]) for s in steps]
-        hi = [np.max(per_step[s]) for s in steps]
-        (line,) = ax.plot(steps, mean, label=label, linewidth=1.8)
-        ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15, linewidth=0)
+        mean = [float(np.mean(per_step[s])) for s in steps]
+        every = max(1, len(steps) // 6)
+        # Series that coincide (a window as long as the episodes and the full history) stay
+        # visible: their hollow markers fall on different steps.
+        ax.plot(steps, mean, label=label, linewidth=1.5, markersize=6, markerfacecolor="none",
+                markevery=(i % every, every), **styles[label].kwargs())  # fmt: skip
+        if bands:
+            lo = [min(per_step[s]) for s in steps]
+            hi = [max(per_step[s]) for s in steps]
+            ax.fill_between(steps, lo, hi, color=styles[label].color, alpha=0.12, linewidth=0)
     ax.set_xlabel("step of the episode")
     ax.set_ylabel(f"prompt tokens ({counter})")
-    ax.set_title(f"{env}: prompt tokens per step (mean, band = min..max over episodes)")
+    spread = ", band = min..max over episodes" if bands else ""
+    ax.set_title(f"{env}: prompt tokens per step (mean{spread})")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    return fig
 
 
-def _plot_success(
-    path: Path, env: str, windows: dict[int, list[dict[str, Any]]], counter: str
-) -> None:
-    import matplotlib
+def success_figure(
+    env: str, families: dict[str, dict[int, list[dict[str, Any]]]], counter: str
+) -> Figure:
+    """What the window buys and costs, in two panels over ``history_length``: success rate on
+    top, mean prompt tokens per step below; one series per strategy swept over k."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ks = sorted(windows)
-    stats = [_stats(windows[k]) for k in ks]
-    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
-    ax.plot(ks, [s["success"] for s in stats], marker="o", color="tab:green", label="success rate")
-    ax.set_xlabel("history_length (window k)")
-    ax.set_ylabel("success rate")
-    ax.set_ylim(-0.05, 1.05)
-    ax2 = ax.twinx()
-    ax2.plot(ks, [s["mean"] for s in stats], marker="s", color="tab:blue", label="mean tokens/step")
-    ax2.set_ylabel(f"mean prompt tokens per step ({counter})")
-    ax.set_title(f"{env}: what the window buys (success) and costs (tokens)")
-    ax.set_xticks(ks)
-    ax.grid(alpha=0.3)
-    h1, l1 = ax.get_legend_handles_labels()
-    h2, l2 = ax2.get_legend_handles_labels()
-    ax.legend(h1 + h2, l1 + l2, loc="center right", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    fig = Figure(figsize=(7.5, 6.0), dpi=110, layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    styles = assign_styles(families)
+    ks: set[int] = set()
+    for i, (kind, by_k) in enumerate(families.items()):
+        k = sorted(by_k)
+        ks.update(k)
+        stats = [_stats(by_k[x]) for x in k]
+        # Hollow markers, each series a size smaller: points that coincide stay visible.
+        style = {**styles[kind].kwargs(), "markerfacecolor": "none", "linewidth": 1.5,
+                 "markersize": max(4.0, 11.0 - 2.0 * i)}  # fmt: skip
+        top.plot(k, [s["success"] for s in stats], label=kind, **style)
+        bottom.plot(k, [s["mean"] for s in stats], label=kind, **style)
+    top.set_ylabel("success rate")
+    top.set_ylim(-0.05, 1.05)
+    top.set_title(f"{env}: what the history buys (success) and costs (tokens)")
+    top.legend(fontsize=8)
+    bottom.set_ylabel(f"mean prompt tokens per step ({counter})")
+    bottom.set_xlabel("history_length (k)")
+    bottom.set_xticks(sorted(ks))
+    for ax in (top, bottom):
+        ax.grid(alpha=0.3)
+    return fig
 
 
 try:

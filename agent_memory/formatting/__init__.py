@@ -10,6 +10,7 @@ from agent_memory.formatting.base import (
     Formatter,
     FormatterSpec,
     available_formatters,
+    formatter_factory,
     make_formatter,
     register_formatter,
 )
@@ -30,6 +31,7 @@ __all__ = [
     "SearchFormatter",
     "SimpleFormatter",
     "available_formatters",
+    "formatter_factory",
     "make_formatter",
     "register_formatter",
 ]

@@ -33,6 +33,7 @@ __all__ = [
     "Formatter",
     "FormatterSpec",
     "available_formatters",
+    "formatter_factory",
     "make_formatter",
     "register_formatter",
 ]
@@ -112,6 +113,13 @@ F = TypeVar("F", bound=Callable[..., Formatter])
 
 _REGISTRY: Registry[Formatter] = Registry(
     "formatter",
+    builtins={
+        "simple": "agent_memory.formatting.formatters:SimpleFormatter",
+        "search": "agent_memory.formatting.formatters:SearchFormatter",
+        "code": "agent_memory.formatting.formatters:CodeFormatter",
+        "chat": "agent_memory.formatting.formatters:ChatFormatter",
+        "jinja": "agent_memory.formatting.formatters:JinjaFormatter",
+    },
     hint="; add your own with agent_memory.formatting.register_formatter",
     instance_of=Formatter,
     name_attr="registry_name",  # read back by Formatter.spec()
@@ -138,6 +146,20 @@ def available_formatters() -> list[str]:
         ['chat', 'code', 'jinja', 'search', 'simple']
     """
     return _REGISTRY.names()
+
+
+def formatter_factory(name: str) -> Callable[..., Formatter]:
+    """The class (or factory) registered as ``name``: its signature lists the settings a
+    ``{"name": ..., **settings}`` spec may give.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered ones).
+
+    Example:
+        >>> formatter_factory("code").__name__
+        'CodeFormatter'
+    """
+    return _REGISTRY.get(name)
 
 
 def make_formatter(spec: FormatterSpec = "simple", **kwargs: Any) -> Formatter:

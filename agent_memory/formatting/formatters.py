@@ -26,7 +26,7 @@ from typing import Any, ClassVar, Literal
 import jinja2
 import jinja2.sandbox
 
-from agent_memory.formatting.base import Formatter, register_formatter
+from agent_memory.formatting.base import Formatter
 
 __all__ = [
     "ChatFormatter",
@@ -51,9 +51,10 @@ class _KeyedFormatter(Formatter):
         return frozenset((self.obs_key, self.action_key))
 
 
-@register_formatter("simple")
 class SimpleFormatter(_KeyedFormatter):
     """verl-agent ``SimpleMemory``: ``[Observation k: 'obs', Action k: 'act']`` lines."""
+
+    registry_name = "simple"
 
     def render(self, record: Mapping[str, Any], step: int) -> str:
         obs, act = record[self.obs_key], record[self.action_key]
@@ -67,9 +68,10 @@ class SimpleFormatter(_KeyedFormatter):
         ]
 
 
-@register_formatter("search")
 class SearchFormatter(_KeyedFormatter):
     """verl-agent ``SearchMemory``: ``Step k:act obs\\n`` lines joined by ``"\\n"``."""
+
+    registry_name = "search"
 
     def render(self, record: Mapping[str, Any], step: int) -> str:
         return f"Step {step}:{record[self.action_key]} {record[self.obs_key]}\n"
@@ -79,7 +81,6 @@ class SearchFormatter(_KeyedFormatter):
         return [f"Step {s}:{a} {o}\n" for s, o, a in zip(steps, obs, act, strict=False)]
 
 
-@register_formatter("code")
 class CodeFormatter(_KeyedFormatter):
     """AppWorld ``Code k:`` / ``Result k:`` blocks with a character cap (verl-agent's AppWorld).
 
@@ -91,6 +92,8 @@ class CodeFormatter(_KeyedFormatter):
         >>> fmt.join([fmt.render({"observation": "3", "action": "print(1 + 2)"}, 1)])
         '...  + 2)\\n\\nResult 1: \\n3\\n'
     """
+
+    registry_name = "code"
 
     separator = ""
 
@@ -118,7 +121,6 @@ class CodeFormatter(_KeyedFormatter):
         return text
 
 
-@register_formatter("chat")
 class ChatFormatter(_KeyedFormatter):
     """OpenAI-style messages: each step is a user turn (the observation) and an assistant turn.
 
@@ -130,6 +132,8 @@ class ChatFormatter(_KeyedFormatter):
         >>> fmt.join([fmt.render({"observation": "A door.", "action": "open door"}, 1)])
         [{'role': 'user', 'content': 'A door.'}, {'role': 'assistant', 'content': 'open door'}]
     """
+
+    registry_name = "chat"
 
     output: ClassVar[Literal["text", "messages"]] = "messages"
 
@@ -178,7 +182,6 @@ DEFAULT_STEP_TEMPLATE = (
 )
 
 
-@register_formatter("jinja")
 class JinjaFormatter(Formatter):
     """Renders each step with a Jinja2 template (a string or a file), joined by ``separator``.
 
@@ -196,6 +199,8 @@ class JinjaFormatter(Formatter):
         Action: print(1+2)
         Result: 3
     """
+
+    registry_name = "jinja"
 
     _OPTIONAL = ("thought", "result", "observation")
 

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from agent_memory.memory.base import BaseMemory, EnvIds, Fetched, normalize_env_ids
 from agent_memory.memory.history import HistoryMemory
-from agent_memory.memory.registry import available_memories, make_memory, register_memory
+from agent_memory.memory.registry import (
+    available_memories,
+    make_memory,
+    memory_factory,
+    register_memory,
+)
 from agent_memory.memory.windowed import WindowedMemory
 
 __all__ = [
@@ -20,6 +25,7 @@ __all__ = [
     "WindowedMemory",
     "available_memories",
     "make_memory",
+    "memory_factory",
     "normalize_env_ids",
     "register_memory",
 ]

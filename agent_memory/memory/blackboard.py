@@ -50,7 +50,6 @@ from agent_memory.memory.base import (
     normalize_env_ids,
     resolve_budgets,
 )
-from agent_memory.memory.registry import register_memory
 from agent_memory.memory.sqlite_board import SQLiteBoard
 from agent_memory.memory.windowed import WindowedMemory, check_headers
 from agent_memory.text import squash, utf8_safe
@@ -111,7 +110,6 @@ def _positive(name: str, value: Any, *, integer: bool, allow_none: bool) -> Any:
     return value
 
 
-@register_memory("blackboard")
 class BlackboardMemory(WindowedMemory):
     """Per-env recent window + the newest notes of a board shared across envs and processes.
 

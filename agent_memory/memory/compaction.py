@@ -60,7 +60,6 @@ from agent_memory.memory.base import (
 )
 from agent_memory.memory.history import HistoryMemory
 from agent_memory.memory.offload import Offloading, Offloads, offload_id
-from agent_memory.memory.registry import register_memory
 from agent_memory.memory.summarizers import (
     FoldedStep,
     Summarizer,
@@ -77,7 +76,6 @@ __all__ = ["CompactionMemory"]
 _STATE_VERSION = 1
 
 
-@register_memory("compaction")
 class CompactionMemory(Offloading, HistoryMemory):
     """Recent steps verbatim, older steps folded into a per-env summary (see the module docs).
 

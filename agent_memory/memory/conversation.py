@@ -61,7 +61,6 @@ from agent_memory.memory.messages import (
     message_text,
     select_messages,
 )
-from agent_memory.memory.registry import register_memory
 from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
 # Message, ROLES and select_messages live in ``messages``; re-exported here, where they started.
@@ -71,7 +70,6 @@ _STATE_VERSION = 1
 DEFAULT_THOUGHT_FORMAT: Final = "<think>{thought}</think>\n<action>{action}</action>"
 
 
-@register_memory("conversation")
 class ConversationMemory(BaseMemory):
     """Per-env chat messages with ids; a :class:`BaseMemory` whose contexts are message lists.
 

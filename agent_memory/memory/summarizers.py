@@ -247,6 +247,10 @@ _REGISTRY: Registry[Summarizer] = Registry(
     "agent_memory.memory.summarizers.register_summarizer)",
     instance_of=Summarizer,
     name_attr="registry_name",  # read back by Summarizer.name
+    builtins={
+        "extractive": "agent_memory.memory.summarizers:ExtractiveSummarizer",
+        "llm": "agent_memory.memory.summarizers:LLMSummarizer",
+    },
 )
 SummarizerSpec = str | Summarizer | Mapping[str, Any]
 
@@ -280,7 +284,6 @@ def make_summarizer(spec: SummarizerSpec = "extractive", **kwargs: Any) -> Summa
 # ---------------------------------------------------------------------------------- built-ins
 
 
-@register_summarizer("extractive")
 class ExtractiveSummarizer(Summarizer):
     """A deterministic summary that needs no model: one line per folded step.
 
@@ -301,6 +304,8 @@ class ExtractiveSummarizer(Summarizer):
     Args:
         max_line_chars: cap on each kept observation/action line.
     """
+
+    registry_name = "extractive"
 
     may_block: ClassVar[bool] = False
 
@@ -381,7 +386,6 @@ DEFAULT_SUMMARY_PROMPT = (
 )
 
 
-@register_summarizer("llm")
 class LLMSummarizer(Summarizer):
     """Asks a :class:`~agent_memory.policies.Policy` to update the summary (one batched call).
 
@@ -397,6 +401,8 @@ class LLMSummarizer(Summarizer):
         prompt: the summarization prompt template.
         max_step_chars: cap on each step's text in the prompt.
     """
+
+    registry_name = "llm"
 
     _FIELDS = frozenset({"previous", "steps", "first_step", "last_step", "max_tokens", "max_words"})
 

@@ -7,7 +7,15 @@ from agent_memory.policies.base import (
     Prompt,
     available_policies,
     make_policy,
+    policy_factory,
     register_policy,
 )
 
-__all__ = ["Policy", "Prompt", "available_policies", "make_policy", "register_policy"]
+__all__ = [
+    "Policy",
+    "Prompt",
+    "available_policies",
+    "make_policy",
+    "policy_factory",
+    "register_policy",
+]

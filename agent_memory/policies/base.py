@@ -28,7 +28,14 @@ from typing import Any, ClassVar, TypeVar
 from agent_memory.parsing import ActionParser
 from agent_memory.registry import Registry
 
-__all__ = ["Policy", "Prompt", "available_policies", "make_policy", "register_policy"]
+__all__ = [
+    "Policy",
+    "Prompt",
+    "available_policies",
+    "make_policy",
+    "policy_factory",
+    "register_policy",
+]
 
 #: A prompt: text, or a chat message list (``chat`` formatter).
 Prompt = str | list[dict[str, str]]
@@ -64,17 +71,19 @@ class Policy(ABC):
         self.close()
 
 
-def _load_builtins() -> None:
-    # Lazy: the openai/hf policies import optional packages only when they are built.
-    import agent_memory.policies.builtin  # noqa: F401
-
-
 P = TypeVar("P", bound=Callable[..., Policy])
 _REGISTRY: Registry[Policy] = Registry(
     "policy",
     hint=" (choose one with e.g. policy=random, or register yours with "
     "agent_memory.policies.register_policy)",
-    loader=_load_builtins,
+    # Imported when first named; openai/hf import httpx, torch and transformers only when built.
+    builtins={
+        "random": "agent_memory.policies.simple:RandomPolicy",
+        "scripted": "agent_memory.policies.simple:ScriptedPolicy",
+        "prompt_oracle": "agent_memory.policies.simple:PromptOraclePolicy",
+        "openai": "agent_memory.policies.openai_client:OpenAIPolicy",
+        "hf": "agent_memory.policies.hf:HFPolicy",
+    },
 )
 
 
@@ -86,6 +95,16 @@ def register_policy(name: str, *, overwrite: bool = False) -> Callable[[P], P]:
 def available_policies() -> list[str]:
     """Names :func:`make_policy` accepts."""
     return _REGISTRY.names()
+
+
+def policy_factory(name: str) -> Callable[..., Policy]:
+    """The class (or factory) registered as ``name``: its signature lists what
+    ``policy.params`` may set, its ``needs`` what the envs must provide.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered ones).
+    """
+    return _REGISTRY.get(name)
 
 
 def make_policy(name: str, **kwargs: Any) -> Policy:

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt, register_policy
+from agent_memory.policies.base import Policy, Prompt
 
 if TYPE_CHECKING:
     import os
@@ -93,7 +93,6 @@ class GenerationStats:
         return asdict(self)
 
 
-@register_policy("hf")
 class HFPolicy(Policy):
     """Answers prompts with a local Hugging Face causal LM (see the module docstring).
 

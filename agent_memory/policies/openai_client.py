@@ -18,12 +18,20 @@ Modes:
   model's chat template and a generic rendering would silently give the model a prompt format it
   was not trained on (use ``mode="chat"``, or a text formatter).
 
-Failures never end a rollout. Connection errors, timeouts, 408, 429 and 5xx are retried up to
+Failures never end a rollout — except a server that is not there. Connection errors, timeouts,
+408, 429 and 5xx are retried up to
 ``max_retries`` times with exponential backoff and jitter (never sooner than a ``Retry-After``
 header of a 429/503 asks); other 4xx are bugs in the request and fail at once with the server's
 message. A prompt that still fails is answered ``""``, which the action parser treats as an invalid
 action (the documented invalid-action path); the failure is counted in :attr:`OpenAIPolicy.stats`,
 its message kept in :attr:`OpenAIPolicy.last_errors`, and a warning is logged once per call.
+But when the server has never answered and ``dead_calls`` whole calls in a row got no HTTP answer
+at all (refused, reset or timed out), :class:`ServerUnavailable` is raised, naming the URL: a run
+against a server that is down fails in seconds instead of finishing with only invalid actions.
+
+``timeout`` bounds each request in total (connecting, sending, waiting and receiving: a server
+that drip-feeds its answer byte by byte cannot keep a request alive past it), see
+:mod:`agent_memory.policies.deadline`.
 
 Seeds: with ``seed`` set, the k-th prompt the policy sends (counting from 0 over its life, in prompt
 order) carries ``seed + k``, so identical prompts (a GRPO group) still get different samples, and
@@ -56,12 +64,12 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt, register_policy
+from agent_memory.policies.base import Policy, Prompt
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["ClientStats", "OpenAIPolicy"]
+__all__ = ["ClientStats", "OpenAIPolicy", "ServerUnavailable"]
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +78,11 @@ _MAX_ERROR_CHARS = 500
 #: Names of the request threads (``<prefix>_0``, ...).
 THREAD_PREFIX = "agent-memory-openai-policy"
 _JSON = {"Content-Type": "application/json"}
+
+
+class ServerUnavailable(RuntimeError):
+    """The server never answered: every request of the first ``dead_calls`` calls was refused,
+    reset or timed out."""
 
 
 @dataclass
@@ -110,7 +123,6 @@ class ClientStats:
         return asdict(self)
 
 
-@register_policy("openai")
 class OpenAIPolicy(Policy):
     """Answers prompts with an OpenAI-compatible server (see the module docstring).
 
@@ -128,15 +140,16 @@ class OpenAIPolicy(Policy):
         extra_body: more request fields, merged into every request body last (e.g.
             ``{"top_k": 20, "chat_template_kwargs": {"enable_thinking": False}}`` for vLLM).
         concurrency: maximum requests in flight.
-        timeout: seconds per request: for connecting, for sending, and for the answer to arrive
-            (a non-streamed completion comes at once, after generation); a request over it is
-            retried.
+        timeout: seconds a request may take in total (connecting, sending, generating and
+            receiving the answer); a request over it is retried.
         max_retries: retries per prompt after its first attempt.
         backoff: ``(base, max)`` seconds: retry ``k`` (from 0) waits between half of and the full
             ``min(max, base * 2**k)`` (jitter), and never less than a ``Retry-After`` header asks.
         max_retry_after: the longest ``Retry-After`` honoured, in seconds (a longer one is cut to
             this, so a misconfigured server cannot stall the rollout for hours).
         headers: more HTTP headers for every request.
+        dead_calls: calls in a row with no HTTP answer at all, before the server has ever
+            answered, after which :class:`ServerUnavailable` is raised (0: never).
         parser: the env's action parser (unused for generation; kept for the interface).
 
     Raises:
@@ -169,6 +182,7 @@ class OpenAIPolicy(Policy):
         backoff: Sequence[float] = (0.5, 8.0),
         max_retry_after: float = 60.0,
         headers: Mapping[str, str] | None = None,
+        dead_calls: int = 2,
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
@@ -184,6 +198,7 @@ class OpenAIPolicy(Policy):
             raise ValueError(f"mode must be 'chat' or 'completion', got {mode!r}")
         _check_int("concurrency", concurrency, 1)
         _check_int("max_retries", max_retries, 0)
+        _check_int("dead_calls", dead_calls, 0)
         if max_tokens is not None:
             _check_int("max_tokens", max_tokens, 1)
         if seed is not None:
@@ -225,6 +240,7 @@ class OpenAIPolicy(Policy):
         self.max_retries = max_retries
         self.backoff = (float(backoff[0]), float(backoff[1]))
         self.max_retry_after = float(max_retry_after)
+        self.dead_calls = dead_calls
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
         self._headers = dict(headers or {})
         if self._api_key:
@@ -241,6 +257,8 @@ class OpenAIPolicy(Policy):
         self._lock = threading.Lock()
         self._closed = False
         self._sent = 0  # prompts sent over the policy's life (seed offsets)
+        self._answered = False  # the server has answered at least once (any HTTP status)
+        self._dead_in_a_row = 0
         self._jitter = random.Random(self.seed)
 
     # ------------------------------------------------------------------ public API
@@ -381,6 +399,16 @@ class OpenAIPolicy(Policy):
             self.stats.add(stats)
             self.last_stats = stats
             self.last_errors = dict(sorted(call.errors.items()))
+            self._answered = self._answered or call.answered
+            self._dead_in_a_row = 0 if call.answered else self._dead_in_a_row + 1
+            dead = not self._answered and 0 < self.dead_calls <= self._dead_in_a_row
+        if dead:
+            first = call.errors[min(call.errors)] if call.errors else "no answer"
+            raise ServerUnavailable(
+                f"the server at {self.url} never answered: every request of the first "
+                f"{self._dead_in_a_row} calls failed without an HTTP response (last: {first}). "
+                f"Is it running? Check policy.params.base_url={self.base_url!r}"
+            )
         if call.errors:
             first = min(call.errors)
             log.warning(
@@ -398,12 +426,15 @@ class OpenAIPolicy(Policy):
         """One prompt: its requests and retries (runs on a pool thread)."""
         import httpx
 
+        from agent_memory.policies.deadline import deadline
+
         attempt = 0
         while True:
             retry_after: float | None = None
             t0 = time.perf_counter()
             try:
-                response = client.post(self.url, content=body, headers=_JSON)
+                with deadline(self.timeout):
+                    response = client.post(self.url, content=body, headers=_JSON)
             except httpx.TimeoutException:
                 error, retryable = f"timed out after {self.timeout:g} s", True
             except httpx.TransportError as e:
@@ -411,6 +442,7 @@ class OpenAIPolicy(Policy):
             except RuntimeError as e:  # the client was closed under this request
                 error, retryable = f"{type(e).__name__}: {e}", False
             else:
+                call.answered = True
                 status = response.status_code
                 if status == 200:
                     text, error, usage = self._parse(response)
@@ -473,6 +505,8 @@ class _Call:
     errors: dict[int, str] = field(default_factory=dict)
     start: float = field(default_factory=time.perf_counter)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Some request of the call got an HTTP response (whatever its status).
+    answered: bool = False
 
     def count(
         self,
@@ -505,10 +539,13 @@ class _Runtime:
     def __init__(self, concurrency: int, timeout: float, headers: Mapping[str, str]) -> None:
         import httpx
 
+        from agent_memory.policies.deadline import DeadlineTransport
+
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
         self.client = httpx.Client(
             headers=dict(headers),
             timeout=httpx.Timeout(timeout),
-            limits=httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency),
+            transport=DeadlineTransport(limits),
         )
         self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix=THREAD_PREFIX)
         self.closed = False

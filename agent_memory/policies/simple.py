@@ -8,12 +8,11 @@ from typing import Any, ClassVar
 import numpy as np
 
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt, register_policy
+from agent_memory.policies.base import Policy, Prompt
 
 __all__ = ["PromptOraclePolicy", "RandomPolicy", "ScriptedPolicy"]
 
 
-@register_policy("random")
 class RandomPolicy(Policy):
     """Uniform over each env's admissible actions, written in the parser's format.
 
@@ -68,7 +67,6 @@ class RandomPolicy(Policy):
         return out
 
 
-@register_policy("scripted")
 class ScriptedPolicy(Policy):
     """Plays each env's oracle (``env.unwrapped.oracle_action()``), in the parser's format.
 
@@ -116,7 +114,6 @@ def _text_solver(env_id: str | None) -> Any:
     return getattr(entry, "solve_from_text", None)
 
 
-@register_policy("prompt_oracle")
 class PromptOraclePolicy(Policy):
     """An expert that uses only what its prompt shows, where the env can say how.
 

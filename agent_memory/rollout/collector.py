@@ -4,56 +4,64 @@ Loop, one iteration per step:
 
 1. gather the step results of every worker as they arrive (``ray.wait``);
 2. record each live env's step; a finished episode becomes a :class:`Trajectory`, and its env
-   gets the next pending episode (or is parked) in one ``reset_envs`` call per worker;
+   gets the next waiting episode (or is parked) in one ``reset_envs`` call per worker;
 3. call the policy ONCE on the prompts of live envs only — finished envs cost no generation —
    and scatter the responses back to their workers.
 
-A worker that dies is restarted by Ray (``rollout.max_restarts``); the episodes it was running go
-back to the front of the queue and run again from their start (``attempts`` counts it), so no
-episode is lost or silently duplicated. A worker that cannot be restarted leaves its episodes to
-the others; the run fails only when no worker is left.
+Failures (see :mod:`agent_memory.rollout.worker` for what the workers do themselves):
+
+* A worker that dies is restarted by Ray (``rollout.max_restarts``). Its episodes go back to the
+  front of the queue and run again from their start (``attempts`` counts starts), so no episode
+  is lost or duplicated. When the worker's call marks name the env that took the process down,
+  only that episode is charged; it gets ``rollout.max_episode_attempts`` such starts, then it
+  finishes with the error. When nobody can tell (a kill from outside), every episode of the
+  worker is charged.
+* A call that ran past ``rollout.step_timeout_s`` ends its episode with the timeout.
+* A worker whose constructor raised is not restarted: on the first start the run fails with the
+  worker's own error; later, the worker is dropped and the others take its episodes.
+* When no worker is left, :class:`RolloutFailed` is raised — the finished episodes have been
+  handed to ``on_episode`` as they finished.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
-from collections import deque
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent_memory.config import JobConfig
+from agent_memory.failures import clean_text, first_line
 from agent_memory.policies import Policy, make_policy
+from agent_memory.protocol import CrashReport, EpisodeAssignment, StepResult, WorkerStatus
+from agent_memory.rollout.book import EpisodeBook, RunningEpisode, Slot
+from agent_memory.rollout.cluster import init_ray
+from agent_memory.rollout.jsonsafe import capped_text
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
-from agent_memory.rollout.worker import RolloutWorker
+from agent_memory.rollout.worker import RolloutWorker, marks_dir
 
-__all__ = ["Collector", "RolloutStats", "episode_specs", "init_ray"]
+__all__ = [
+    "Collector",
+    "RolloutFailed",
+    "RolloutStats",
+    "WorkerSetupError",
+    "build_policy",
+    "episode_specs",
+    "init_ray",
+]
 
-Slot = tuple[int, int]  # (worker, env index)
+log = logging.getLogger(__name__)
 
 
-def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Start a local Ray instance with small-machine settings, or join a cluster by address
-    (``"auto"`` finds a running one). Returns True when this call started Ray."""
-    import ray
+class RolloutFailed(RuntimeError):
+    """The run could not finish its episodes (e.g. every worker died for good)."""
 
-    if ray.is_initialized():
-        return False
-    if address:
-        ray.init(address=address, log_to_driver=False)
-    else:
-        import os
 
-        ray.init(
-            # "local": always a new instance, never a cluster some earlier `ray start` left.
-            address="local",
-            num_cpus=num_cpus or os.cpu_count() or 1,
-            include_dashboard=False,
-            object_store_memory=100 * 2**20,
-            log_to_driver=False,
-        )
-    return True
+class WorkerSetupError(RuntimeError):
+    """A rollout worker's constructor raised: a deterministic set-up error, not restarted."""
 
 
 def episode_specs(num_groups: int, group_size: int, seed: int) -> list[EpisodeSpec]:
@@ -79,6 +87,8 @@ class RolloutStats:
     worker_restarts: int = 0
     workers_lost: int = 0
     episodes_rerun: int = 0
+    #: Episodes ended by ``rollout.step_timeout_s``.
+    step_timeouts: int = 0
     #: Seconds to start the workers and hand out the first episodes.
     setup_time: float = 0.0
     #: Seconds of the stepping loop (env-steps/s divides by this).
@@ -88,14 +98,6 @@ class RolloutStats:
     failures: list[str] = field(default_factory=list)
 
 
-@dataclass
-class _Running:
-    spec: EpisodeSpec
-    view: dict[str, Any]
-    attempts: int
-    steps: list[StepRecord] = field(default_factory=list)
-
-
 class Collector:
     """Runs a job's episodes on Ray workers with a policy.
 
@@ -103,6 +105,7 @@ class Collector:
         job: the validated job config.
         policy: a policy instance (default: built from ``job.policy``).
         on_step: called after every iteration with the collector (tests use it to kill workers).
+        run_id: names this run's call-mark directories (default: a fresh id).
     """
 
     def __init__(
@@ -110,82 +113,73 @@ class Collector:
         job: JobConfig,
         policy: Policy | None = None,
         on_step: Callable[[Collector], None] | None = None,
+        run_id: str | None = None,
     ) -> None:
         self.job = job
         self.policy = policy or build_policy(job)
         self.on_step = on_step
+        self.run_id = run_id or uuid.uuid4().hex[:12]
         self.stats = RolloutStats()
         self.workers: list[Any] = []
         self.alive: list[bool] = []
+        self.restarts: list[int] = []
+        self.envs_per_worker = 0
+        self.book: EpisodeBook | None = None
+        #: Slots with nothing to play; they take re-runs when a worker dies.
+        self.parked: set[Slot] = set()
 
     # ------------------------------------------------------------------ public
 
-    def run(self, progress: Callable[[Trajectory], None] | None = None) -> list[Trajectory]:
-        """Run every episode; returns the trajectories in episode order."""
+    def run(
+        self,
+        progress: Callable[[Trajectory], None] | None = None,
+        on_episode: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        """Run every episode; returns the trajectories in episode order.
+
+        Args:
+            progress: called with each finished trajectory (e.g. a progress bar).
+            on_episode: called with each finished trajectory before ``progress`` (e.g. the
+                output writer, so that a failing run keeps what finished).
+
+        Raises:
+            WorkerSetupError: a worker's constructor raised (its own message and frames).
+            RolloutFailed: no worker is left while episodes remain.
+        """
         r = self.job.rollout
         specs = episode_specs(r.num_groups, r.group_size, r.seed)
-        t0 = time.perf_counter()
-        self._start_workers(len(specs))
-        pending: deque[tuple[EpisodeSpec, int]] = deque((s, 1) for s in specs)
-        running: dict[Slot, _Running] = {}
-        done: dict[str, Trajectory] = {}
-        t_loop = t0
+
+        def finished(traj: Trajectory) -> None:
+            if on_episode is not None:
+                on_episode(traj)
+            if progress is not None:
+                progress(traj)
+
+        self.book = book = EpisodeBook(specs, r.max_episode_attempts, on_finish=finished)
+        t0 = t_loop = time.perf_counter()
         try:
-            self._assign(self._all_slots(), pending, running, done, progress)
+            self._start_workers(len(specs))
+            self._fill(self._all_slots())
             t_loop = time.perf_counter()
             self.stats.setup_time = t_loop - t0
-            while running:
-                live = sorted(running)
-                prompts = [running[s].view["prompt"] for s in live]
-                meta = [running[s].view["meta"] for s in live]
-                responses = self.policy.act(prompts, meta)
-                self.stats.policy_calls += 1
-                if len(responses) != len(live):
-                    raise RuntimeError(
-                        f"policy {type(self.policy).__name__} returned {len(responses)} "
-                        f"responses for {len(live)} prompts"
-                    )
-                by_worker: dict[int, dict[int, str]] = {}
-                for (w, i), resp in zip(live, responses, strict=True):
-                    by_worker.setdefault(w, {})[i] = resp
-                results, failed = self._gather(
-                    {w: self.workers[w].step.remote(acts) for w, acts in by_worker.items()}
-                )
-                freed: list[Slot] = []
-                for w in failed:
-                    freed += self._recover(w, running, pending)
-                for w, out in results.items():
-                    for i, res in out.items():
-                        slot = (w, i)
-                        run = running[slot]
-                        self._record(run, by_worker[w][i], res)
-                        if res["terminated"] or res["truncated"] or res["error"]:
-                            done[run.spec.traj_uid] = self._finish(run, res, w)
-                            if progress:
-                                progress(done[run.spec.traj_uid])
-                            del running[slot]
-                            freed.append(slot)
-                        else:
-                            run.view = res["next"]
-                self._assign(freed, pending, running, done, progress)
+            while book.running:
+                self._iteration(book)
                 if self.on_step is not None:
                     self.on_step(self)
+            if not book.done:  # episodes wait but no worker is left to run them
+                raise RolloutFailed(
+                    "every rollout worker died and none can be restarted "
+                    f"(rollout.max_restarts={r.max_restarts}); {len(book.finished)} of "
+                    f"{len(specs)} episodes finished. Last failure: "
+                    f"{self.stats.failures[-1] if self.stats.failures else '?'}"
+                )
         finally:
             end = time.perf_counter()
             self.stats.loop_time = end - t_loop
             self.stats.wall_time = end - t0
+            self.stats.episodes_rerun = book.reruns
             self._shutdown_workers()
-        return [done[s.traj_uid] for s in specs]
-
-    def _shutdown_workers(self) -> None:
-        """Close every live worker's envs and memory (files, sandboxes), then end the actors."""
-        import ray
-
-        closing = [w.close.remote() for w, ok in zip(self.workers, self.alive, strict=True) if ok]
-        if closing:
-            ray.wait(closing, num_returns=len(closing), timeout=30)
-        for worker in self.workers:
-            ray.kill(worker)
+        return book.trajectories()
 
     def worker_pid(self, w: int) -> int:
         """Process id of worker ``w``."""
@@ -193,7 +187,64 @@ class Collector:
 
         return ray.get(self.workers[w].pid.remote())
 
-    # ------------------------------------------------------------------ internals
+    # ------------------------------------------------------------------ one step
+
+    def _iteration(self, book: EpisodeBook) -> None:
+        live = sorted(book.running)
+        views = [book.running[s].view for s in live]
+        assert all(v is not None for v in views)
+        responses = self.policy.act([v.prompt for v in views], [v.meta for v in views])  # type: ignore[union-attr]
+        self.stats.policy_calls += 1
+        if len(responses) != len(live):
+            raise RuntimeError(
+                f"policy {type(self.policy).__name__} returned {len(responses)} responses for "
+                f"{len(live)} prompts: expected one response per prompt"
+            )
+        by_worker: dict[int, dict[int, Any]] = {}
+        for (w, i), resp in zip(live, responses, strict=True):
+            by_worker.setdefault(w, {})[i] = resp
+        results, failed = self._gather(
+            {w: self.workers[w].step.remote(acts) for w, acts in by_worker.items()}
+        )
+        freed: list[Slot] = []
+        for w, error in failed.items():
+            freed += self._recover(w, error)
+        for w, out in results.items():
+            for res in out:
+                slot = (w, res.env)
+                self._record(book.running[slot], by_worker[w][res.env], res)
+                if res.done:
+                    book.finish(slot, won=res.won, error=res.error, final_prompt=res.next.prompt)
+                    freed.append(slot)
+                else:
+                    book.running[slot].view = res.next
+        self._fill(freed)
+
+    def _record(self, run: RunningEpisode, response: Any, res: StepResult) -> None:
+        view = run.view
+        assert view is not None
+        text, chars = capped_text(response, self.job.rollout.max_response_chars)
+        run.steps.append(
+            StepRecord(
+                step=len(run.steps) + 1,
+                prompt=view.prompt,
+                response=text,
+                response_chars=chars,
+                parsed_action=res.parsed_action,
+                valid=res.is_action_valid,
+                invalid_reason=res.invalid_reason,
+                reward=res.reward,
+                terminated=res.terminated,
+                truncated=res.truncated,
+                context_tokens=view.context_tokens,
+                context_chars=view.context_chars,
+                history_steps=view.history_steps,
+                state_key=res.state_key,
+            )
+        )
+        self.stats.env_steps += 1
+
+    # ------------------------------------------------------------------ workers
 
     def _start_workers(self, num_episodes: int) -> None:
         import ray
@@ -215,11 +266,35 @@ class Collector:
         )
         needs = sorted(self.policy.needs)
         self.workers = [
-            actor.remote(w, self.job, envs_per_worker, needs) for w in range(num_workers)
+            actor.remote(w, self.job, envs_per_worker, needs, marks_dir(self.run_id, w))
+            for w in range(num_workers)
         ]
         self.envs_per_worker = envs_per_worker
         self.alive = [True] * num_workers
         self.restarts = [0] * num_workers
+        statuses, failed = self._gather({w: a.status.remote() for w, a in enumerate(self.workers)})
+        errors = {w: s.init_error for w, s in statuses.items() if s.init_error is not None}
+        errors.update(failed)
+        if errors:
+            w = min(errors)
+            raise WorkerSetupError(
+                f"rollout worker {w} could not start ({len(errors)} of {num_workers} workers "
+                f"failed):\n{errors[w]}"
+            )
+        log.info(
+            "%d rollout workers x %d envs (%s vectorization)",
+            num_workers, envs_per_worker, r.vectorization,
+        )  # fmt: skip
+
+    def _shutdown_workers(self) -> None:
+        """Close every live worker's envs and memory (files, sandboxes), then end the actors."""
+        import ray
+
+        closing = [w.close.remote() for w, ok in zip(self.workers, self.alive, strict=True) if ok]
+        if closing:
+            ray.wait(closing, num_returns=len(closing), timeout=30)
+        for worker in self.workers:
+            ray.kill(worker)
 
     def _all_slots(self) -> list[Slot]:
         return [
@@ -229,148 +304,127 @@ class Collector:
             for i in range(self.envs_per_worker)
         ]
 
-    def _gather(self, futures: dict[int, Any]) -> tuple[dict[int, Any], list[int]]:
-        """Results of one remote call per worker, taken as they complete; dead workers listed."""
+    def _gather(self, futures: dict[int, Any]) -> tuple[dict[int, Any], dict[int, str]]:
+        """Results of one remote call per worker, taken as they complete; the workers whose
+        call failed, with a readable description of why."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import RayActorError, RayTaskError
 
         pending = {ref: w for w, ref in futures.items()}
         results: dict[int, Any] = {}
-        failed: list[int] = []
+        failed: dict[int, str] = {}
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 w = pending.pop(ref)
                 try:
                     results[w] = ray.get(ref)
-                except RayActorError as e:
-                    # The first lines name the cause (e.g. an exception in the constructor).
-                    detail = " ".join(str(e).split())[:300]
-                    self.stats.failures.append(f"worker {w}: {type(e).__name__}: {detail}")
-                    failed.append(w)
+                except (RayActorError, RayTaskError) as e:
+                    failed[w] = f"{type(e).__name__}: {clean_text(str(e), max_lines=12)}"
+                    if isinstance(e, RayTaskError):  # the worker lives but its state is unknown
+                        ray.kill(self.workers[w], no_restart=False)
         return results, failed
 
-    def _recover(
-        self, w: int, running: dict[Slot, _Running], pending: deque[tuple[EpisodeSpec, int]]
-    ) -> list[Slot]:
-        """Worker ``w`` died: its episodes go back to the front of the queue, to run again from
-        their start. Returns its slots for re-assignment (none if it cannot come back)."""
-        lost = sorted(s for s in running if s[0] == w)
-        for slot in reversed(lost):
-            run = running.pop(slot)
-            pending.appendleft((run.spec, run.attempts + 1))
-            self.stats.episodes_rerun += 1
+    def _recover(self, w: int, error: str) -> list[Slot]:
+        """Worker ``w`` died (or raised): settle its episodes, wait for its restart. Returns its
+        slots for new episodes (none if it cannot come back)."""
+        book = self.book
+        assert book is not None
+        self.stats.failures.append(f"worker {w}: {error}")
+        log.warning("rollout worker %d failed: %s", w, first_line(error))
         self.restarts[w] += 1
         self.stats.worker_restarts += 1
-        if self.restarts[w] > self.job.rollout.max_restarts or not self._wait_until_back(w):
+        status = None
+        if self.restarts[w] <= self.job.rollout.max_restarts:
+            status = self._wait_until_back(w)
+        crashes = {} if status is None else {c.env: c for c in status.crashes}
+        for slot in book.on_worker(w):
+            crash = crashes.get(slot[1])
+            if crash is not None and crash.reason == "timeout":
+                limit = self.job.rollout.step_timeout_s
+                self.stats.step_timeouts += 1
+                book.finish(
+                    slot, error=f"the env's {crash.phase} ran {crash.seconds} s, longer than "
+                    f"rollout.step_timeout_s={limit}: the worker was restarted",
+                )  # fmt: skip
+            elif crash is not None or not crashes:
+                # This env took the process down, or nobody can tell which did: charge it.
+                book.interrupt(slot, charge=True, reason=_crash_reason(crash, w))
+            else:
+                book.interrupt(slot, charge=False, reason="")
+        self.parked -= {(w, i) for i in range(self.envs_per_worker)}
+        if status is None or status.init_error is not None:
+            if status is not None:
+                self.stats.failures.append(f"worker {w} could not restart: {status.init_error}")
             self.alive[w] = False
             self.stats.workers_lost += 1
-        return [(w, i) for i in range(self.envs_per_worker)] if self.alive[w] else []
+            log.warning("rollout worker %d is gone; %d workers left", w, sum(self.alive))
+            return []
+        return [(w, i) for i in range(self.envs_per_worker)]
 
-    def _wait_until_back(self, w: int, timeout: float = 120.0) -> bool:
-        """Wait while Ray restarts worker ``w`` (calls fail as "unavailable" meanwhile); False
-        when it is dead for good or does not answer within ``timeout`` seconds."""
+    def _wait_until_back(self, w: int, timeout: float = 120.0) -> WorkerStatus | None:
+        """Wait while Ray restarts worker ``w`` (calls fail as "unavailable" meanwhile); its
+        status, or None when it is dead for good or does not answer within ``timeout`` s."""
         import ray
         from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
 
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                ray.get(self.workers[w].pid.remote(), timeout=max(0.1, deadline - time.monotonic()))
-                return True
+                left = max(0.1, deadline - time.monotonic())
+                return ray.get(self.workers[w].status.remote(), timeout=left)
             except ActorUnavailableError:
                 time.sleep(0.2)
             except (RayActorError, GetTimeoutError):
-                return False
-        return False
+                return None
+        return None
 
-    def _assign(
-        self,
-        slots: Sequence[Slot],
-        pending: deque[tuple[EpisodeSpec, int]],
-        running: dict[Slot, _Running],
-        done: dict[str, Trajectory],
-        progress: Callable[[Trajectory], None] | None,
-    ) -> None:
-        """Give each free slot the next pending episode, or park it: one call per worker.
+    def _fill(self, slots: Sequence[Slot]) -> None:
+        """Give each free slot the next waiting episode, or park it: one call per worker.
 
         Slots come back for another round when their worker died meanwhile (after its restart)
         or their env failed to reset (that episode is recorded with the error)."""
-        while slots:
-            plan: dict[int, dict[int, tuple[EpisodeSpec, int] | None]] = {}
-            for w, i in slots:
-                if self.alive[w]:
-                    plan.setdefault(w, {})[i] = pending.popleft() if pending else None
+        book = self.book
+        assert book is not None
+        while slots or (book.waiting and self.parked):
+            if book.waiting:  # re-runs of a dead worker's episodes wake parked slots
+                slots = [*slots, *sorted(self.parked)]
+                self.parked.clear()
+            plan: dict[int, list[EpisodeAssignment]] = {}
+            park: dict[int, list[int]] = {}
+            for slot in dict.fromkeys(slots):
+                w, i = slot
+                if not self.alive[w]:
+                    continue
+                run = book.start(slot)
+                if run is None:
+                    park.setdefault(w, []).append(i)
+                    self.parked.add(slot)
+                    continue
+                s = run.spec
+                plan.setdefault(w, []).append(EpisodeAssignment(i, s.traj_uid, s.group_uid, s.seed))
             calls = {
-                w: self.workers[w].reset_envs.remote(
-                    {i: None if a is None else a[0].seed for i, a in envs.items()},
-                    {i: a[0].group_uid for i, a in envs.items() if a is not None},
-                )
-                for w, envs in plan.items()
+                w: self.workers[w].reset_envs.remote(plan.get(w, []), park.get(w, []))
+                for w in sorted(set(plan) | set(park))
             }
             results, failed = self._gather(calls)
             slots = []
-            for w in failed:
-                for a in plan[w].values():
-                    if a is not None:
-                        pending.appendleft((a[0], a[1] + 1))
-                        self.stats.episodes_rerun += 1
-                slots += self._recover(w, running, pending)
-            for w, views in results.items():
-                for i, a in plan[w].items():
-                    if a is None:
-                        continue
-                    spec, attempts = a
-                    view = views[i]
-                    if "error" in view:  # the env could not even reset: record, free the slot
-                        traj = Trajectory(
-                            spec, [], error=view["error"], worker=w, attempts=attempts
-                        )
-                        done[spec.traj_uid] = traj
-                        if progress:
-                            progress(traj)
-                        slots.append((w, i))
+            for w, error in failed.items():
+                slots += self._recover(w, error)
+            for w, out in results.items():
+                for res in out:
+                    slot = (w, res.env)
+                    if res.error is not None:  # the env could not even reset
+                        book.finish(slot, error=res.error)
+                        slots.append(slot)
                     else:
-                        running[(w, i)] = _Running(spec, view, attempts)
-            if not any(self.alive):
-                raise RuntimeError(
-                    "every rollout worker died and none can be restarted "
-                    f"(rollout.max_restarts={self.job.rollout.max_restarts}); failures: "
-                    f"{self.stats.failures[-5:]}"
-                )
+                        book.running[slot].view = res.view
 
-    def _record(self, run: _Running, response: str, res: dict[str, Any]) -> None:
-        view = run.view
-        run.steps.append(
-            StepRecord(
-                step=len(run.steps) + 1,
-                prompt=view["prompt"],
-                response=response,
-                parsed_action=res["parsed_action"],
-                valid=res["valid"],
-                invalid_reason=res["invalid_reason"],
-                reward=res["reward"],
-                terminated=res["terminated"],
-                truncated=res["truncated"] or bool(res["error"]),
-                context_tokens=view["context_tokens"],
-                context_chars=view["context_chars"],
-                history_steps=view["history_steps"],
-                state_key=res["state_key"],
-            )
-        )
-        self.stats.env_steps += 1
 
-    @staticmethod
-    def _finish(run: _Running, res: dict[str, Any], w: int) -> Trajectory:
-        return Trajectory(
-            spec=run.spec,
-            steps=run.steps,
-            won=res["won"],
-            error=res["error"],
-            final_prompt=res["next"]["prompt"],
-            worker=w,
-            attempts=run.attempts,
-        )
+def _crash_reason(crash: CrashReport | None, w: int) -> str:
+    if crash is None:
+        return f"worker {w} died while this episode ran on it"
+    return f"the env's {crash.phase} ended its worker process ({w})"
 
 
 def build_policy(job: JobConfig) -> Policy:

@@ -1,19 +1,18 @@
-"""Advantages over finished trajectories, and the rollout's files: JSONL, Parquet, summary.json.
+"""Advantages over finished trajectories, the rows of the outputs, and the run's summary.
 
-One row per step: group uid, trajectory uid, step, prompt, response, parsed action, validity,
-reward, terminated, truncated, context tokens, advantage and return (plus seed, state key,
-invalid reason, won, error, attempts). The ``return`` column is the episode return for GRPO,
-the discounted return-to-go ``G_t`` for GiGPO, and GAE's ``A + V`` for PPO. In Parquet, chat
-prompts (message lists) and parsed actions are stored as JSON text.
+One row per step: group uid, trajectory uid, step, prompt, response (capped at
+``rollout.max_response_chars``, with its full length in ``response_chars``), parsed action,
+validity, reward, terminated, truncated, context tokens, advantage and return (plus seed, state
+key, invalid reason, won, error, attempts). The ``return`` column is the episode return for GRPO,
+the discounted return-to-go ``G_t`` for GiGPO, and GAE's ``A + V`` for PPO. The files are written
+by :class:`~agent_memory.rollout.writer.RolloutWriter`.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import math
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +21,7 @@ from agent_memory.config import AlgoConfig, JobConfig
 from agent_memory.rollout.advantages import discounted_returns, gae, gigpo, grpo
 from agent_memory.rollout.types import Trajectory
 
-__all__ = ["compute_advantages", "load_value_fn", "step_rows", "summarize", "write_outputs"]
+__all__ = ["compute_advantages", "load_value_fn", "step_rows", "summarize"]
 
 ValueFn = Callable[[Sequence[Any]], Sequence[float]]
 
@@ -117,7 +116,8 @@ def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
                     "step": s.step,
                     "prompt": s.prompt,
                     "response": s.response,
-                    "parsed_action": _plain(s.parsed_action),
+                    "response_chars": s.response_chars,
+                    "parsed_action": s.parsed_action,
                     "is_action_valid": s.valid,
                     "invalid_reason": s.invalid_reason,
                     "reward": s.reward,
@@ -137,11 +137,19 @@ def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
     return rows
 
 
+#: Episode errors listed in the summary at most (all are counted; each is in its rows too).
+MAX_LISTED_ERRORS = 20
+
+
 def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[str, Any]:
-    """The figures of a rollout (summary.json)."""
+    """The figures of a rollout's finished trajectories (summary.json)."""
     steps = [s for t in trajs for s in t.steps]
     tokens = [s.context_tokens for s in steps]
+    rewards = [s.reward for s in steps]
+    finite = [r for r in rewards if math.isfinite(r)]
+    returns = [t.episode_return for t in trajs]
     n = len(trajs)
+    errors = [t for t in trajs if t.error is not None]
     return {
         "env": job.env.id,
         "memory": job.memory.strategy,
@@ -149,63 +157,36 @@ def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[s
         "policy": job.policy.name,
         "algo": job.algo.name,
         "episodes": n,
+        "episodes_planned": job.rollout.num_episodes,
         "groups": job.rollout.num_groups,
         "group_size": job.rollout.group_size,
         "success_rate": sum(t.won for t in trajs) / n if n else 0.0,
-        "mean_return": float(np.mean([t.episode_return for t in trajs])) if n else 0.0,
+        "mean_return": float(np.mean([r for r in returns if math.isfinite(r)] or [0.0])),
         "mean_length": float(np.mean([len(t.steps) for t in trajs])) if n else 0.0,
         "terminated": sum(t.terminated for t in trajs),
         "truncated": sum(t.truncated for t in trajs),
-        "errors": sum(t.error is not None for t in trajs),
+        "errors": len(errors),
         "env_steps": len(steps),
         "valid_action_ratio": sum(s.valid for s in steps) / len(steps) if steps else 0.0,
+        "nonfinite_rewards": len(rewards) - len(finite),
         "mean_prompt_tokens": float(np.mean(tokens)) if tokens else 0.0,
         "max_prompt_tokens": int(max(tokens)) if tokens else 0,
         "env_steps_per_second": len(steps) / stats.loop_time if stats.loop_time else 0.0,
         "setup_seconds": stats.setup_time,
-        "wall_time_seconds": stats.wall_time,
+        "loop_seconds": stats.loop_time,
         "policy_calls": stats.policy_calls,
         "worker_restarts": stats.worker_restarts,
         "workers_lost": stats.workers_lost,
         "episodes_rerun": stats.episodes_rerun,
+        "step_timeouts": stats.step_timeouts,
         "worker_failures": list(stats.failures),
+        "episode_errors": [
+            {
+                "traj_uid": t.spec.traj_uid,
+                "steps": len(t.steps),
+                "attempts": t.attempts,
+                "error": t.error,
+            }
+            for t in errors[:MAX_LISTED_ERRORS]
+        ],
     }
-
-
-def write_outputs(
-    out_dir: str | Path, trajs: Sequence[Trajectory], summary: dict[str, Any], *, parquet: bool
-) -> dict[str, Path]:
-    """Write ``trajectories.jsonl``, ``trajectories.parquet`` (optional) and ``summary.json``."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    rows = step_rows(trajs)
-    paths = {"jsonl": out / "trajectories.jsonl", "summary": out / "summary.json"}
-    with paths["jsonl"].open("w", encoding="utf-8") as f:
-        for row in rows:
-            f.write(json.dumps(row, ensure_ascii=False) + "\n")
-    if parquet:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
-
-        flat = [
-            {**r, "prompt": _text(r["prompt"]), "parsed_action": _text(r["parsed_action"])}
-            for r in rows
-        ]
-        paths["parquet"] = out / "trajectories.parquet"
-        pq.write_table(pa.Table.from_pylist(flat), paths["parquet"])
-    paths["summary"].write_text(json.dumps(summary, indent=2, default=_plain) + "\n")
-    return paths
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, np.generic):
-        return value.item()
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
-
-
-def _text(value: Any) -> str | None:
-    if value is None or isinstance(value, str):
-        return value
-    return json.dumps(value, ensure_ascii=False)

@@ -25,6 +25,7 @@ class StepRecord:
 
     step: int
     prompt: Any
+    #: The raw response, capped at ``rollout.max_response_chars`` (a non-string as its repr).
     response: str
     parsed_action: Any
     valid: bool
@@ -36,8 +37,11 @@ class StepRecord:
     context_chars: int
     history_steps: int
     state_key: str | None
-    advantage: float = 0.0
-    ret: float = 0.0
+    #: The raw response's full length in characters (before the cap).
+    response_chars: int = 0
+    #: None until the advantages of the episode's group are computed.
+    advantage: float | None = None
+    ret: float | None = None
 
 
 @dataclass

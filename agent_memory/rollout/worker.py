@@ -2,20 +2,34 @@
 
 The driver (:mod:`agent_memory.rollout.collector`) decides which episode each sub-env plays and
 when; the worker only executes: ``reset_envs`` starts episodes (each with its group's seed, via a
-partial reset), ``step`` applies responses and reports what happened to every live env.
+partial reset), ``step`` applies responses and reports what happened to every live env. Every
+message is one of the typed dataclasses of :mod:`agent_memory.protocol`.
 
 The vector env runs with ``autoreset_mode=DISABLED``: nothing restarts behind the driver's back,
 so every episode starts from the seed it was given (group members share a start state) and a
 finished env stays idle — no generation is spent on it. A sub-env with nothing to play is parked:
 its wrapper answers resets and steps itself, without touching the env (a parked Code env spawns
-no sandbox, a parked TextWorld env loads no game). Each sub-env is wrapped in
-:class:`~agent_memory.wrappers.errors.CatchErrors`, so an exception ends only its own episode.
+no sandbox, a parked TextWorld env loads no game).
+
+Failures stay as small as they can:
+
+* an exception inside a sub-env (``sys.exit`` included) ends only its episode
+  (:class:`~agent_memory.wrappers.errors.CatchErrors`), and that slot's next episode gets a
+  freshly built env;
+* an exception in the worker's own step (e.g. its memory's database stayed locked past its
+  retries) ends the episodes of that call, not the run;
+* a sub-env that kills the process is named by its call mark when the worker comes back
+  (:mod:`agent_memory.rollout.watchdog`), and a call that runs past ``rollout.step_timeout_s``
+  ends the process on purpose — Ray restarts the worker either way;
+* the constructor never raises: its error is reported by :meth:`RolloutWorker.status`, so a
+  deterministic set-up failure is not restarted ``max_restarts`` times.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -24,12 +38,26 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from agent_memory.config import JobConfig
+from agent_memory.failures import describe_exception
 from agent_memory.memory import make_memory
+from agent_memory.protocol import (
+    EpisodeAssignment,
+    PromptView,
+    ResetResult,
+    StepResult,
+    WorkerStatus,
+)
+from agent_memory.rollout.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import VectorHistoryWrapper
 from agent_memory.wrappers.errors import CatchErrors
 
-__all__ = ["RolloutWorker", "build_env"]
+__all__ = ["RolloutWorker", "build_env", "marks_dir"]
+
+
+def marks_dir(run_id: str, worker: int) -> str:
+    """Where worker ``worker`` of run ``run_id`` keeps its call marks (on its own machine)."""
+    return os.path.join(tempfile.gettempdir(), f"agent_memory-{run_id}", f"worker-{worker}")
 
 
 class _Parkable(gym.Wrapper):
@@ -55,19 +83,33 @@ class _Parkable(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-def _make_sub_env(env_id: str, max_steps: int | None, kwargs: Mapping[str, Any]) -> gym.Env:
+def _make_env(
+    env_id: str, max_steps: int | None, kwargs: Mapping[str, Any], marks: CallMarks | None,
+    index: int,
+) -> gym.Env:  # fmt: skip
     import envs  # noqa: F401  (registers the bundled ids in this process)
 
     extra = {} if max_steps is None else {"max_episode_steps": max_steps}
-    return _Parkable(CatchErrors(gym.make(env_id, **extra, **dict(kwargs))))
+    env = gym.make(env_id, **extra, **dict(kwargs))
+    return env if marks is None else MarkCalls(env, marks, index)
 
 
-def build_env(job: JobConfig, num_envs: int) -> VectorHistoryWrapper:
+def _make_sub_env(
+    env_id: str, max_steps: int | None, kwargs: Mapping[str, Any], marks: CallMarks | None = None,
+    index: int = 0,
+) -> gym.Env:  # fmt: skip
+    make = partial(_make_env, env_id, max_steps, kwargs, marks, index)
+    return _Parkable(CatchErrors(make(), make=make))
+
+
+def build_env(
+    job: JobConfig, num_envs: int, marks: CallMarks | None = None
+) -> VectorHistoryWrapper:
     """The wrapped vector env a worker runs: ``num_envs`` sub-envs of ``job.env``, DISABLED
-    autoreset, history per ``job.memory``."""
+    autoreset, history per ``job.memory``; with ``marks``, every env call is marked there."""
     fns = [
-        partial(_make_sub_env, job.env.id, job.env.max_steps, dict(job.env.kwargs))
-        for _ in range(num_envs)
+        partial(_make_sub_env, job.env.id, job.env.max_steps, dict(job.env.kwargs), marks, i)
+        for i in range(num_envs)
     ]
     if job.rollout.vectorization == "async":
         venv = AsyncVectorEnv(fns, shared_memory=False, autoreset_mode=AutoresetMode.DISABLED)
@@ -76,18 +118,9 @@ def build_env(job: JobConfig, num_envs: int) -> VectorHistoryWrapper:
     mem = job.memory
     history_length = job.history_length
     counter = make_token_counter(mem.token_counter)
-    capacity = None
-    if mem.bounded:
-        if history_length == -1:
-            raise ValueError(
-                "memory.bounded=true keeps only history_length steps, but the history length is "
-                "-1 (whole episode): pass memory.bounded=false or a window, "
-                "e.g. env.history_length=3"
-            )
-        capacity = max(1, history_length)
     memory = make_memory(
         mem.strategy, num_envs=num_envs, formatter=job.env.formatter, token_counter=counter,
-        max_tokens=mem.max_tokens, capacity=capacity, **dict(mem.params),
+        max_tokens=mem.max_tokens, capacity=job.memory_capacity, **dict(mem.params),
     )  # fmt: skip
     return VectorHistoryWrapper(
         venv, history_length=history_length, memory=memory, template=job.env.template.build(),
@@ -115,99 +148,173 @@ class RolloutWorker:
         num_envs: sub-envs in this worker's vector env.
         meta_fields: per-env fields the policy needs besides the prompt
             (``admissible_actions``, ``oracle_action``, ``task``, ``raw_obs``).
+        marks_root: directory of this worker's call marks (see
+            :mod:`~agent_memory.rollout.watchdog`); None: no marks, no step time limit.
     """
 
     def __init__(
-        self, index: int, job: JobConfig, num_envs: int, meta_fields: list[str] | None = None
+        self,
+        index: int,
+        job: JobConfig,
+        num_envs: int,
+        meta_fields: Sequence[str] | None = None,
+        marks_root: str | None = None,
     ) -> None:
         self.index = index
         self.num_envs = num_envs
         self.meta_fields = set(meta_fields or [])
-        self.env = build_env(job, num_envs)
+        self.marks = None if marks_root is None else CallMarks(marks_root, num_envs)
+        # What the previous process of this worker left unfinished (if it died in an env).
+        self.crashes = () if self.marks is None else self.marks.collect()
+        self.watchdog: CallWatchdog | None = None
+        self.init_error: str | None = None
         self.live = np.zeros(num_envs, dtype=bool)
         self.parked = np.ones(num_envs, dtype=bool)
         self.state_keys: list[str | None] = [None] * num_envs
-        self.env.unwrapped.set_attr("parked", self.parked.tolist())
-        self.env.reset()  # parked: no env work until an episode is assigned
+        self.views: list[PromptView | None] = [None] * num_envs
+        try:
+            self.env = build_env(job, num_envs, self.marks)
+            self.env.unwrapped.set_attr("parked", self.parked.tolist())
+            self.env.reset()  # parked: no env work until an episode is assigned
+        except Exception as e:  # reported by status(): a set-up error is not worth a restart
+            self.init_error = describe_exception(e)
+            return
+        limit = job.rollout.step_timeout_s
+        if limit is not None and self.marks is not None:
+            inner = self.env.unwrapped
+            procs = list(inner.processes) if isinstance(inner, AsyncVectorEnv) else []
+            self.watchdog = CallWatchdog(self.marks, limit, partial(kill_processes, procs))
+
+    def status(self) -> WorkerStatus:
+        """The worker's process, its set-up error if any, and what its predecessor left."""
+        crashes, self.crashes = self.crashes, ()
+        return WorkerStatus(os.getpid(), self.init_error, crashes)
 
     def pid(self) -> int:
         """The worker's process id (tests kill it to check recovery)."""
         return os.getpid()
 
     def reset_envs(
-        self, assignments: Mapping[int, int | None], groups: Mapping[int, str] | None = None
-    ) -> dict[int, dict[str, Any]]:
-        """Start episodes: env index -> seed (``None`` parks the env), and optionally each
-        episode's group (memories shared within a group read it). Returns each started env's
-        first prompt and per-env figures."""
-        if not assignments:
-            return {}
-        if groups:
-            self.env.memory.set_groups(list(groups), list(groups.values()))
+        self, assignments: Sequence[EpisodeAssignment], park: Sequence[int] = ()
+    ) -> list[ResetResult]:
+        """Start the assigned episodes and park the envs in ``park``.
+
+        Returns each assigned env's first prompt, or the error its reset raised. If the reset
+        call itself fails (e.g. the memory cannot start the episodes), every assignment of the
+        call gets that error.
+        """
+        self._check_ready()
+        if not assignments and not park:
+            return []
         mask = np.zeros(self.num_envs, dtype=bool)
         seeds: list[int | None] = [None] * self.num_envs
-        for i, seed in assignments.items():
-            mask[i] = True
-            seeds[i] = seed
-            self.parked[i] = seed is None
-        self.env.unwrapped.set_attr("parked", self.parked.tolist())
-        prompts, info = self.env.reset(seed=seeds, options={"reset_mask": mask})
-        started = [i for i, seed in assignments.items() if seed is not None]
-        views = self._views(started, prompts, info, acting=started)
-        out = {}
-        for i, seed in assignments.items():
-            self.live[i] = seed is not None
+        for a in assignments:
+            mask[a.env], seeds[a.env], self.parked[a.env] = True, a.seed, False
+        for i in park:
+            mask[i], self.parked[i], self.live[i] = True, True, False
+        started = [a.env for a in assignments]
+        self.live[started] = False
+        try:
+            if assignments:
+                self.env.memory.set_groups(started, [a.group_uid for a in assignments])
+            self.env.unwrapped.set_attr("parked", self.parked.tolist())
+            prompts, info = self.env.reset(seed=seeds, options={"reset_mask": mask})
+            views = self._views(started, prompts, info, acting=started)
+        except Exception as e:
+            self._end_process_if_broken()
+            error = describe_exception(e)
+            return [ResetResult(i, None, error) for i in started]
+        out = []
+        for i in started:
             self.state_keys[i] = _at(info, "state_key", i)
-            if seed is not None:
-                view = views[i]
-                error = _at(info, "error", i)
-                if error is not None:  # the env failed to reset: the episode ends right away
-                    view["error"] = error
-                    self.live[i] = False
-                out[i] = view
+            error = _at(info, "error", i)
+            if error is not None:  # the env failed to reset: the episode ends right away
+                out.append(ResetResult(i, None, error))
+                continue
+            self.live[i] = True
+            self.views[i] = views[i]
+            out.append(ResetResult(i, views[i]))
         return out
 
-    def step(self, responses: Mapping[int, str]) -> dict[int, dict[str, Any]]:
-        """Apply the responses of live envs (parked envs idle) and report, per live env, the
-        step's outcome and the next prompt. A finished env must get ``reset_envs`` (a new episode
-        or ``None`` to park it) before the next step."""
-        unknown = [i for i in responses if not self.live[i]]
+    def step(self, responses: Mapping[int, Any]) -> list[StepResult]:
+        """Apply the responses of live envs (parked envs idle) and report, per env, the step's
+        outcome and the next prompt. A finished env must get ``reset_envs`` (a new episode, or
+        parked) before its next step."""
+        self._check_ready()
+        unknown = [i for i in responses if not (0 <= i < self.num_envs and self.live[i])]
         if unknown:
             raise ValueError(f"worker {self.index}: env(s) {unknown} have no running episode")
-        actions = [responses.get(i) for i in range(self.num_envs)]
-        prompts, rewards, terminated, truncated, info = self.env.step(actions)
-        done = np.logical_or(terminated, truncated)
         stepped = sorted(responses)
-        # The oracle only for envs that act again: a finished env's next prompt is never answered.
-        views = self._views(stepped, prompts, info, acting=[i for i in stepped if not done[i]])
-        out: dict[int, dict[str, Any]] = {}
+        actions = [responses.get(i) for i in range(self.num_envs)]
+        try:
+            prompts, rewards, terminated, truncated, info = self.env.step(actions)
+            done = np.logical_or(terminated, truncated)
+            # The oracle only for envs that act again: a finished env's next prompt is never
+            # answered.
+            views = self._views(stepped, prompts, info, acting=[i for i in stepped if not done[i]])
+        except Exception as e:
+            self._end_process_if_broken()
+            return self._failed_step(stepped, describe_exception(e))
+        out = []
         for i in stepped:
-            record = {
-                "reward": float(rewards[i]),
-                "terminated": bool(terminated[i]),
-                "truncated": bool(truncated[i]),
-                "valid": bool(_at(info, "is_action_valid", i, True)),
-                "invalid_reason": _at(info, "invalid_reason", i),
-                "parsed_action": _at(info, "parsed_action", i),
-                "state_key": self.state_keys[i],
-                "won": bool(_at(info, "won", i, False)),
-                "error": _at(info, "error", i),
-            }
-            record["next"] = views[i]
+            error = _at(info, "error", i)
+            term = bool(terminated[i])
+            result = StepResult(
+                env=i,
+                reward=float(rewards[i]),
+                terminated=term,
+                truncated=bool(truncated[i] or error is not None) and not term,
+                is_action_valid=bool(_at(info, "is_action_valid", i, True)),
+                invalid_reason=_at(info, "invalid_reason", i),
+                parsed_action=_at(info, "parsed_action", i),
+                state_key=self.state_keys[i],
+                won=bool(_at(info, "won", i, False)),
+                error=error,
+                next=views[i],
+            )
             self.state_keys[i] = _at(info, "state_key", i)
-            if done[i]:
+            self.views[i] = views[i]
+            if result.done:
                 self.live[i] = False
-            out[i] = record
+            out.append(result)
         return out
 
     def close(self) -> None:
-        self.env.close()
+        """Close the envs and the memory; remove the call marks."""
+        if self.watchdog is not None:
+            self.watchdog.stop()
+        if self.init_error is None:
+            self.env.close()
+        if self.marks is not None:
+            self.marks.close(remove=True)
 
     # ------------------------------------------------------------------ internals
 
+    def _check_ready(self) -> None:
+        if self.init_error is not None:
+            raise RuntimeError(f"worker {self.index} could not start:\n{self.init_error}")
+
+    def _failed_step(self, stepped: list[int], error: str) -> list[StepResult]:
+        """The step call raised: every env of the call ends its episode with ``error``."""
+        out = []
+        for i in stepped:
+            view = self.views[i]
+            assert view is not None  # a live env has shown a prompt
+            out.append(StepResult(i, 0.0, False, True, False, view, error=error))
+            self.live[i] = False
+        return out
+
+    def _end_process_if_broken(self) -> None:
+        """An async vector env whose sub-env process died cannot step again: end this worker
+        process (its call marks name the env) so that Ray starts a fresh one."""
+        inner = self.env.unwrapped
+        if isinstance(inner, AsyncVectorEnv) and not all(p.is_alive() for p in inner.processes):
+            kill_processes(list(inner.processes))
+            os._exit(70)
+
     def _views(
         self, ids: list[int], prompts: Any, info: Mapping[str, Any], acting: list[int]
-    ) -> dict[int, dict[str, Any]]:
+    ) -> dict[int, PromptView]:
         """The prompts of ``ids`` with their figures and the policy's meta fields (the oracle's
         action for the envs in ``acting`` when the policy needs it, computed once per batch)."""
         core = self.env._core
@@ -223,13 +330,13 @@ class RolloutWorker:
                 meta["raw_obs"] = core.last_obs[i]
             if i in oracles:
                 meta["oracle_action"] = oracles[i]
-            views[i] = {
-                "prompt": prompts[i],
-                "context_tokens": int(info["context_tokens"][i]),
-                "context_chars": int(info["context_chars"][i]),
-                "history_steps": int(info["history_steps"][i]),
-                "meta": meta,
-            }
+            views[i] = PromptView(
+                prompt=prompts[i],
+                context_tokens=int(info["context_tokens"][i]),
+                context_chars=int(info["context_chars"][i]),
+                history_steps=int(info["history_steps"][i]),
+                meta=meta,
+            )
         return views
 
     def _oracles(self, ids: list[int]) -> dict[int, Any]:

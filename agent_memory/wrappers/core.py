@@ -129,6 +129,17 @@ class HistoryCore:
         self.admissible: list[list[Any] | None] = [None] * num_envs
         self.handed_over = np.zeros(num_envs, dtype=bool)
         self.returns = np.zeros(num_envs, dtype=np.float64)
+        #: Tokens of the smallest prompt the template makes: an empty observation, no history,
+        #: no admissible actions, only the template's own task (env 0 is still blank here).
+        self.frame_tokens = self.counter(_prompt_text(self._render(0, None, 0, 0)))
+        if max_prompt_tokens is not None and max_prompt_tokens < self.frame_tokens:
+            raise ValueError(
+                f"max_prompt_tokens={max_prompt_tokens} is below the prompt's frame: the template "
+                f"alone (empty observation, no history) takes {self.frame_tokens} tokens "
+                f"({self.counter.name}), so every prompt would exceed the budget: expected "
+                f"max_prompt_tokens >= {self.frame_tokens} plus room for observations and "
+                "history, or None (no budget)"
+            )
 
     # ------------------------------------------------------------------ episodes
 

@@ -2,18 +2,34 @@
 
 from __future__ import annotations
 
-import traceback
+import contextlib
+from collections.abc import Callable
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
+
+from agent_memory.failures import describe_exception
 
 __all__ = ["CatchErrors"]
 
 
 class CatchErrors(gym.Wrapper):
-    """Turns an exception in ``step`` into a truncated step with ``info["error"]`` (the
-    traceback's last lines), and one in ``reset`` into an empty observation with the error, so a
-    vector env keeps running its other sub-envs. The env's last observation is repeated.
+    """Turns an exception in ``step`` into a truncated step with ``info["error"]``, and one in
+    ``reset`` into an empty observation with the error, so a vector env keeps running its other
+    sub-envs. The env's last observation is repeated.
+
+    ``SystemExit`` raised by the env (``sys.exit`` in a simulator) is caught like any other
+    exception; ``KeyboardInterrupt`` is not (Ctrl-C must still stop the program).
+
+    After an exception the env's state is unknown — and so is the state of the wrappers
+    ``gym.make`` added around it (the env checker, for one, is left half-initialised by a failed
+    first ``reset`` and then breaks every later ``step``). With ``make``, the next ``reset``
+    starts from a fresh env built by ``make()``, so one failure never poisons the slot.
+
+    Args:
+        env: the env (usually ``make()``'s first result).
+        frames: frames of the env's traceback kept in ``info["error"]``.
+        make: builds a replacement env after a failure (e.g. ``lambda: gym.make(env_id)``).
 
     Example:
         >>> import gymnasium as gym
@@ -23,35 +39,50 @@ class CatchErrors(gym.Wrapper):
         ...         return 0, {}
         ...     def step(self, action):
         ...         raise RuntimeError("simulator crashed")
-        >>> env = CatchErrors(Broken())
+        >>> env = CatchErrors(Broken(), make=Broken)
         >>> _ = env.reset()
         >>> obs, reward, terminated, truncated, info = env.step(1)
-        >>> obs, reward, terminated, truncated, info["error"].splitlines()[-1]
+        >>> obs, reward, terminated, truncated, info["error"].splitlines()[0]
         (0, 0.0, False, True, 'RuntimeError: simulator crashed')
+        >>> env.reset()  # a fresh Broken() from make
+        (0, {})
     """
 
-    def __init__(self, env: gym.Env, max_lines: int = 8) -> None:
+    def __init__(
+        self, env: gym.Env, frames: int = 4, *, make: Callable[[], gym.Env] | None = None
+    ) -> None:
         super().__init__(env)
-        self.max_lines = max_lines
+        self.frames = frames
+        self.make = make
+        self._broken = False
         self._last_obs: Any = None
 
-    def _error(self) -> str:
-        lines = traceback.format_exc().rstrip().splitlines()
-        return "\n".join(lines[-self.max_lines :])
+    def _error(self, exc: BaseException) -> str:
+        self._broken = True
+        return describe_exception(exc, frames=self.frames)
+
+    def _replace_if_broken(self) -> None:
+        if not (self._broken and self.make is not None):
+            return
+        with contextlib.suppress(Exception):  # a crashed env may fail to close, too
+            self.env.close()
+        self.env = self.make()
+        self._broken = False
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         try:
+            self._replace_if_broken()
             obs, info = self.env.reset(**kwargs)
-        except Exception:  # any env failure must stay inside this sub-env
+        except (Exception, SystemExit) as e:  # any env failure must stay inside this sub-env
             obs = "" if isinstance(self.observation_space, gym.spaces.Text) else self._last_obs
-            return obs, {"error": self._error()}
+            return obs, {"error": self._error(e)}
         self._last_obs = obs
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         try:
             obs, reward, terminated, truncated, info = self.env.step(action)
-        except Exception:  # any env failure must stay inside this sub-env
-            return self._last_obs, 0.0, False, True, {"error": self._error()}
+        except (Exception, SystemExit) as e:  # any env failure must stay inside this sub-env
+            return self._last_obs, 0.0, False, True, {"error": self._error(e)}
         self._last_obs = obs
         return obs, reward, terminated, truncated, info

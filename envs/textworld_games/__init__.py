@@ -18,8 +18,11 @@ from envs.textworld_games.generation import (
     INSTALL_HINT,
     CachedGame,
     GameSpec,
+    GenerationBar,
+    GenerationEvent,
     default_cache_dir,
     ensure_game,
+    ensure_games,
     require_textworld,
 )
 from envs.textworld_games.settings import (
@@ -36,10 +39,13 @@ __all__ = [
     "CachedGame",
     "ChallengeName",
     "GameSpec",
+    "GenerationBar",
+    "GenerationEvent",
     "TextWorldEnv",
     "clean_feedback",
     "default_cache_dir",
     "ensure_game",
+    "ensure_games",
     "normalize_settings",
     "require_textworld",
 ]

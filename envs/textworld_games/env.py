@@ -25,7 +25,13 @@ from envs.base import (
     stable_hash,
     text_space,
 )
-from envs.textworld_games.generation import CachedGame, ensure_game, require_textworld
+from envs.textworld_games.generation import (
+    CachedGame,
+    ProgressCallback,
+    ensure_game,
+    ensure_games,
+    require_textworld,
+)
 from envs.textworld_games.settings import ChallengeName, normalize_settings
 
 #: The ASCII-art "TEXT WORLD" banner of every intro is made of these characters only, with at
@@ -202,6 +208,25 @@ class TextWorldEnv(gym.Env[str, str]):
             )
             self._games[index] = cached
         return cached
+
+    def generate_games(self, progress: bool | ProgressCallback = False) -> list[CachedGame]:
+        """Make (or find in the cache) every game of the pool now, reporting progress once per
+        game (see :func:`~envs.textworld_games.generation.ensure_games`)."""
+        seeds = range(self.game_seed, self.game_seed + self.num_games)
+        games = ensure_games(self.challenge, self.settings, seeds, self.cache_dir, progress)
+        self._games = list(games)
+        return games
+
+    @classmethod
+    def prepare(cls, *, progress: bool | ProgressCallback = False, **kwargs: Any) -> None:
+        """One-off set-up before workers build this env with ``kwargs``: generate the pool of
+        games in the calling process, where a bar can show it (``progress=True``), so that the
+        workers find every game in the cache. Called by ``agent_memory.prepare.prepare_env``."""
+        env = cls(**kwargs)
+        try:
+            env.generate_games(progress)
+        finally:
+            env.close()
 
     def game_path(self, index: int) -> Path:
         """Path of the compiled game ``index`` (a ``.z8`` beside its TextWorld ``.json``)."""

@@ -12,6 +12,9 @@ Several processes (Ray workers) may ask for the same game at once: an exclusive 
 per game lets one generate while the others wait, and the game is generated into a temporary
 directory renamed into place in one atomic step, so a reader never sees a half-written game and a
 killed generator leaves no broken entry.
+
+:func:`ensure_games` makes a whole pool and reports progress once per game, as each completes: a
+bar on stderr (``progress=True``: which game it is generating, how many are done) or your callback.
 """
 
 from __future__ import annotations
@@ -27,10 +30,10 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from envs.base import stable_hash
 from envs.textworld_games.settings import normalize_settings
@@ -224,3 +227,117 @@ def ensure_game(
             shutil.rmtree(tmp, ignore_errors=True)
             raise
     return CachedGame(final / GAME_FILE, spec.key, meta, generated=True)
+
+
+@dataclass(frozen=True)
+class GenerationEvent:
+    """What :func:`ensure_games` reports: game ``index`` (of ``total``) is about to be made
+    (``game`` None), or is ready (``game`` set: ``game.generated`` False when it came from the
+    cache)."""
+
+    index: int
+    total: int
+    challenge: str
+    seed: int
+    game: CachedGame | None = None
+
+
+#: A progress callback: called before and after every game of :func:`ensure_games`.
+ProgressCallback = Callable[[GenerationEvent], None]
+
+
+class GenerationBar:
+    """A tqdm bar for :func:`ensure_games`: advances as each game is ready, says which game it is
+    generating now. Call :meth:`close` at the end.
+
+    Example:
+        >>> import io
+        >>> out = io.StringIO()
+        >>> bar = GenerationBar(2, "tw-simple", file=out)
+        >>> bar(GenerationEvent(0, 2, "tw-simple", seed=7))
+        >>> "0/2" in out.getvalue() and "generating seed 7" in out.getvalue()
+        True
+        >>> bar.close()
+    """
+
+    def __init__(self, total: int, challenge: str, file: TextIO | None = None) -> None:
+        from tqdm import tqdm
+
+        self.bar = tqdm(
+            total=total, desc=f"TextWorld {challenge} games", unit="game", file=file,
+            mininterval=0, dynamic_ncols=True,
+        )  # fmt: skip
+
+    def __call__(self, event: GenerationEvent) -> None:
+        if event.game is None:
+            self.bar.set_postfix_str(f"generating seed {event.seed}", refresh=True)
+            return
+        seconds = event.game.meta.get("generation_seconds")
+        how = f"made in {seconds} s" if event.game.generated else "found in the cache"
+        self.bar.set_postfix_str(f"seed {event.seed} {how}", refresh=False)
+        self.bar.update(1)
+
+    def close(self) -> None:
+        """End the bar (its last line stays on screen)."""
+        self.bar.close()
+
+
+def ensure_games(
+    challenge: str,
+    settings: Mapping[str, Any] | None = None,
+    seeds: Iterable[int] = (0,),
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool | ProgressCallback = False,
+) -> list[CachedGame]:
+    """:func:`ensure_game` for every seed, in order, reporting progress once per game.
+
+    Every spec is checked before the first game is made. Games already cached cost nothing;
+    ``progress=True`` shows a :class:`GenerationBar` on stderr, unless every game is cached.
+
+    Args:
+        challenge: One of :data:`~envs.textworld_games.settings.CHALLENGES`.
+        settings: The challenge's settings; missing keys take defaults.
+        seeds: TextWorld game seeds, one game each.
+        cache_dir: Cache root; default :func:`default_cache_dir`.
+        progress: True for a bar on stderr, or a callback that gets a :class:`GenerationEvent`
+            before each game and another as soon as that game is ready.
+
+    Returns:
+        The games, in the order of ``seeds``.
+
+    Example:
+        >>> import pytest, tempfile
+        >>> _ = pytest.importorskip("textworld")
+        >>> cache, events = tempfile.TemporaryDirectory(), []
+        >>> games = ensure_games("tw-treasure_hunter", None, [3, 4], cache.name, events.append)
+        >>> [(e.index, e.seed, e.game is not None) for e in events]
+        [(0, 3, False), (0, 3, True), (1, 4, False), (1, 4, True)]
+        >>> [g.generated for g in games], [g.meta["seed"] for g in games]
+        ([True, True], [3, 4])
+        >>> cache.cleanup()
+    """
+    seeds = list(seeds)
+    specs = [make_spec(challenge, settings, seed) for seed in seeds]  # refuse bad input first
+    callback: ProgressCallback | None = None
+    bar: GenerationBar | None = None
+    if progress is True:
+        root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        if any(_read_valid(root / spec.dirname, spec.key) is None for spec in specs):
+            bar = callback = GenerationBar(len(seeds), challenge)
+    elif callable(progress):
+        callback = progress
+    elif progress is not False:
+        raise TypeError(f"progress must be a bool or a callable, got {progress!r}")
+    games = []
+    try:
+        for index, seed in enumerate(seeds):
+            if callback is not None:
+                callback(GenerationEvent(index, len(seeds), challenge, seed))
+            game = ensure_game(challenge, settings, seed, cache_dir=cache_dir)
+            games.append(game)
+            if callback is not None:
+                callback(GenerationEvent(index, len(seeds), challenge, seed, game))
+    finally:
+        if bar is not None:
+            bar.close()
+    return games

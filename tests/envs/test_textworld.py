@@ -21,15 +21,19 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import envs  # noqa: F401  (registers the ids)
+from agent_memory.prepare import prepare_env
 from envs.textworld_games import (
     CHALLENGES,
     DEFAULT_SETTINGS,
     GameSpec,
+    GenerationEvent,
     TextWorldEnv,
     default_cache_dir,
     ensure_game,
+    ensure_games,
     normalize_settings,
 )
+from envs.textworld_games.generation import textworld_version
 
 ENV_ID = "agent_memory/TextWorld-v0"
 SKIP_REASON = 'needs the optional TextWorld package: pip install "agent-memory[textworld]"'
@@ -224,6 +228,46 @@ def test_generated_game_is_cached_and_reused(cache_dir: Path) -> None:
     meta = json.loads((first.path.parent / "meta.json").read_text())
     assert meta["settings"] == {"level": 5} and meta["seed"] == 0 and meta["walkthrough"]
     print(f"generation: {meta['generation_seconds']} s")  # shown with -s; the report quotes it
+
+
+def test_pool_generation_reports_each_game_as_it_completes(tmp_path: Path, capsys) -> None:
+    """The progress bar advances once per game, right after that game is made (not all at the
+    end), and says which game it is making; cached games show no bar."""
+    pytest.importorskip("textworld", reason=SKIP_REASON)
+    cache = tmp_path / "fresh"  # empty: both games are really generated
+    seeds = [11, 12]
+    dirs = [cache / GameSpec("tw-treasure_hunter", {"level": 1}, s, textworld_version()).dirname
+            for s in seeds]  # fmt: skip
+    seen = []
+
+    def record(event: GenerationEvent) -> None:
+        # What is on disk when the event arrives: game i exists exactly once it is reported.
+        seen.append((event.index, event.seed, event.game is not None, [d.is_dir() for d in dirs]))
+
+    games = ensure_games("tw-treasure_hunter", {"level": 1}, seeds, cache, progress=record)
+    assert seen == [
+        (0, 11, False, [False, False]),
+        (0, 11, True, [True, False]),
+        (1, 12, False, [True, False]),
+        (1, 12, True, [True, True]),
+    ]
+    assert [g.generated for g in games] == [True, True]
+
+    # The bar, on the real path: the driver prepares the registered env's pool before workers.
+    capsys.readouterr()
+    kwargs = {"challenge": "tw-treasure_hunter", "settings": {"level": 1}, "game_seed": 12,
+              "num_games": 2, "cache_dir": str(cache)}  # fmt: skip
+    assert prepare_env(ENV_ID, kwargs, progress=True) is True
+    err = capsys.readouterr().err
+    assert "TextWorld tw-treasure_hunter games" in err
+    assert "0/2" in err and "generating seed 13" in err  # says which game it is making
+    assert "1/2" in err and "seed 12 found in the cache" in err  # advanced after game 12
+    assert "2/2" in err and "seed 13 made in" in err
+    env = TextWorldEnv(**kwargs)
+    assert env.game(1).generated is False  # the workers find the pool made
+    env.close()
+    assert prepare_env(ENV_ID, kwargs, progress=True) is True
+    assert capsys.readouterr().err == ""  # every game cached: no bar
 
 
 def _generate_in_child(cache_dir: str, barrier, results) -> None:

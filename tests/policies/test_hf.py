@@ -382,7 +382,7 @@ def test_settings_checked_against_the_model(models):
 
 def test_importing_the_policies_imports_no_optional_dependency():
     code = (
-        "import sys, agent_memory.policies, agent_memory.policies.builtin, "
+        "import sys, agent_memory.policies, agent_memory.policies.simple, "
         "agent_memory.policies.hf, agent_memory.policies.openai_client\n"
         "from agent_memory.policies import available_policies\n"
         "assert {'hf', 'openai'} <= set(available_policies()), available_policies()\n"

@@ -22,7 +22,12 @@ from typing import Any
 import pytest
 
 from agent_memory.policies import make_policy
-from agent_memory.policies.openai_client import THREAD_PREFIX, ClientStats, OpenAIPolicy
+from agent_memory.policies.openai_client import (
+    THREAD_PREFIX,
+    ClientStats,
+    OpenAIPolicy,
+    ServerUnavailable,
+)
 
 FAST = {"backoff": (0.001, 0.005), "timeout": 5.0}
 
@@ -114,6 +119,19 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if kind == "raw":
             self._send(200, fault[1])
+            return
+        if kind == "drip":  # headers, then the body one byte at a time (a stuck proxy)
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", "40")
+            self.end_headers()
+            try:
+                for _ in range(40):
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                    time.sleep(fault[1])
+            except (BrokenPipeError, ConnectionResetError):
+                pass
             return
         if kind == "sleep":
             time.sleep(fault[1])
@@ -376,13 +394,50 @@ def test_malformed_200_is_a_failure_not_retried(server):
     assert policy.last_errors[0].startswith("malformed response (no choices[0] chat text)")
 
 
-def test_server_down_gives_empty_responses_never_an_exception():
+def test_a_server_that_never_answers_fails_after_dead_calls():
     url = f"http://127.0.0.1:{_free_port()}/v1"
-    with OpenAIPolicy(url, "m", max_retries=2, **FAST) as policy:
-        assert policy.act(["a", "b", "c"]) == ["", "", ""]
-    assert policy.stats.failures == 3 and policy.stats.requests == 9
-    assert set(policy.last_errors) == {0, 1, 2}
-    assert all(e.startswith("ConnectError") for e in policy.last_errors.values())
+    with OpenAIPolicy(url, "m", max_retries=2, dead_calls=2, **FAST) as policy:
+        assert policy.act(["a", "b", "c"]) == ["", "", ""]  # the first call: the invalid path
+        assert policy.stats.failures == 3 and policy.stats.requests == 9
+        assert set(policy.last_errors) == {0, 1, 2}
+        assert all(e.startswith("ConnectError") for e in policy.last_errors.values())
+        with pytest.raises(
+            ServerUnavailable,
+            match=re.escape(
+                f"the server at {url}/chat/completions never answered: every request of the "
+                "first 2 calls failed without an HTTP response (last: ConnectError: [Errno 111] "
+                f"Connection refused (after 2 retries)). Is it running? Check "
+                f"policy.params.base_url={url!r}"
+            ),
+        ):
+            policy.act(["a"])
+
+
+def test_a_server_that_answered_once_never_fails_the_run(server):
+    with OpenAIPolicy(server.base_url, "m", max_retries=0, dead_calls=1, **FAST) as policy:
+        assert policy.act(["a"]) == ["echo:a"]
+        server.faults = {"b": [("drop",)] * 3}
+        for _ in range(3):  # the connection drops every time: still only the invalid path
+            assert policy.act(["b"]) == [""]
+        server.faults = {"c": [("status", 503, "loading", {})]}
+        assert policy.act(["c"]) == [""]  # an HTTP error is an answer
+
+
+def test_dead_calls_zero_never_raises():
+    url = f"http://127.0.0.1:{_free_port()}/v1"
+    with OpenAIPolicy(url, "m", max_retries=0, dead_calls=0, **FAST) as policy:
+        for _ in range(3):
+            assert policy.act(["a"]) == [""]
+
+
+def test_a_drip_fed_answer_cannot_outlive_the_total_timeout(server):
+    server.faults = {"drip": [("drip", 0.3)] * 2}
+    with OpenAIPolicy(server.base_url, "m", timeout=1.0, max_retries=0) as policy:
+        start = time.monotonic()
+        assert policy.act(["drip"]) == [""]
+        elapsed = time.monotonic() - start
+    assert elapsed < 2.5  # per phase, each 0.3 s byte would have kept it alive for ~10 s
+    assert policy.last_errors == {0: "timed out after 1 s"}
 
 
 # ---------------------------------------------------------------------- lifecycle

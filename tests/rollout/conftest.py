@@ -15,6 +15,7 @@ from agent_memory.config import (
     PolicyConfig,
     RolloutConfig,
 )
+from agent_memory.rollout.cluster import local_token_auth
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,6 +26,7 @@ def ray_session():
     started = False
     if not ray.is_initialized():
         # Workers must import the test-only envs under tests/: put the repo on their path.
+        local_token_auth()
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         ray.init(
             address="local",  # never a cluster that an earlier `ray start` recorded

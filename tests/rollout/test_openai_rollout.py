@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from agent_memory.config import PolicyConfig
+from agent_memory.policies.openai_client import ServerUnavailable
 from agent_memory.rollout import run_rollout
+from agent_memory.rollout.collector import build_policy
 from tests.rollout.conftest import make_job
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -87,11 +89,19 @@ def test_rollout_through_an_openai_compatible_server(server_url, tmp_path):
     assert summary["policy_stats"]["failures"] == 0
 
 
-def test_a_dead_server_never_kills_the_rollout(tmp_path):
+def test_a_dead_server_fails_the_run_fast_naming_the_url(tmp_path):
     job = _job("http://127.0.0.1:9/v1")  # nothing listens on the discard port
     job.policy.params["max_retries"] = 0
-    job.env.max_steps = 3
-    summary = run_rollout(job, tmp_path)
-    assert summary["episodes"] == 4
-    assert summary["valid_action_ratio"] == 0.0  # "" responses: the invalid-action path
-    assert summary["truncated"] == 4 and summary["policy_stats"]["failures"] > 0
+    # A policy passed in is not probed (preflight refuses a server that is down from the start):
+    # here the server never answers during the run.
+    with (
+        build_policy(job) as policy,
+        pytest.raises(
+            ServerUnavailable,
+            match=re.escape("Is it running? Check policy.params.base_url='http://127.0.0.1:9/v1'"),
+        ),
+    ):
+        run_rollout(job, tmp_path, policy=policy)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["episodes"] == 0
+    assert "the server at http://127.0.0.1:9/v1/chat/completions never answered" in summary["error"]

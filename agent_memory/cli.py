@@ -1,0 +1,160 @@
+"""Hydra entry points whose config errors are one clear message, not a stack trace.
+
+:func:`hydra_main` is ``hydra.main(version_base="1.3", ...)`` plus one thing: a config error
+is printed to stderr as its message alone — what is wrong and the override that fixes it — and
+the script exits with status 2 (a usage error). Config errors are:
+
+- :class:`~agent_memory.config.ConfigError`: ``load_job`` and
+  :func:`~agent_memory.rollout.preflight.preflight` (raised before Ray starts);
+- Hydra's composition errors: a misspelled key (``rollout.group_sise=8`` answers "did you mean
+  rollout.group_size=8?", not Hydra's advice to add the typo with ``+``), an unknown config in
+  a group (``memory=windw``), a value of the wrong type, an override that does not parse.
+
+Any other exception is raised with its full traceback. ``HYDRA_FULL_ERROR=1`` leaves every
+error to Hydra, as without this wrapper.
+
+Example:
+    >>> from omegaconf.errors import ConfigAttributeError
+    >>> from hydra.errors import ConfigCompositionException
+    >>> from omegaconf import OmegaConf
+    >>> parent = OmegaConf.create({"group_size": 4, "num_groups": 4})
+    >>> cause = ConfigAttributeError("Key 'group_sise' not in 'RolloutConfig'")
+    >>> cause.full_key, cause.parent_node = "rollout.group_sise", parent
+    >>> err = ConfigCompositionException(
+    ...     "Could not override 'rollout.group_sise'.\\nTo append to your config use "
+    ...     "+rollout.group_sise=8")
+    >>> err.__cause__ = cause
+    >>> print(config_error_message(err))
+    rollout.group_sise is not a config key: did you mean rollout.group_size=8? (keys of rollout: \
+group_size, num_groups)
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from omegaconf import DictConfig
+from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
+
+from agent_memory.config import ConfigError, unknown_key
+from agent_memory.suggest import did_you_mean
+
+__all__ = ["CONFIG_ERROR_EXIT", "config_error_message", "hydra_main", "report_config_errors"]
+
+#: Exit status of a script stopped by a config error (2: a usage error, as argparse uses).
+CONFIG_ERROR_EXIT = 2
+
+
+def hydra_main(
+    config_name: str, config_path: str = "../configs"
+) -> Callable[[Callable[[DictConfig], Any]], Callable[..., Any]]:
+    """``@hydra.main(version_base="1.3", config_path=..., config_name=...)`` whose config errors
+    print their message and exit with :data:`CONFIG_ERROR_EXIT` (see the module docstring).
+
+    ``config_path`` is relative to the file of the decorated function, as with ``hydra.main``.
+    """
+    import hydra
+
+    def decorate(task: Callable[[DictConfig], Any]) -> Callable[..., Any]:
+        entry = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)(
+            task
+        )
+
+        @functools.wraps(task)
+        def main(cfg_passthrough: DictConfig | None = None) -> Any:
+            return report_config_errors(lambda: entry(cfg_passthrough))
+
+        return main
+
+    return decorate
+
+
+def report_config_errors(run: Callable[[], Any]) -> Any:
+    """``run()``; a config error is written to stderr as :func:`config_error_message` and ends
+    the process with :data:`CONFIG_ERROR_EXIT`; other exceptions propagate untouched."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return run()  # the user asked for Hydra's own full errors
+    # Hydra prints errors it catches itself (stack and all) unless HYDRA_FULL_ERROR=1, in which
+    # case it re-raises them: set it for this call, so that they reach us as exceptions.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        return run()
+    except Exception as e:
+        message = config_error_message(e)
+        if message is None:
+            raise
+        sys.stderr.write(f"Config error: {message}\n")
+        sys.stderr.flush()
+        raise SystemExit(CONFIG_ERROR_EXIT) from None
+    finally:
+        os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def config_error_message(error: BaseException) -> str | None:
+    """The one-paragraph message of a config error, or None when ``error`` is not one."""
+    from hydra.errors import (
+        CompactHydraException,
+        ConfigCompositionException,
+        MissingConfigException,
+    )
+
+    if isinstance(error, ConfigError):
+        return str(error)
+    if isinstance(error, MissingConfigException):
+        return _missing_config(error)
+    cause = error.__cause__
+    if isinstance(error, ConfigCompositionException) and isinstance(
+        cause, (ConfigAttributeError, ConfigKeyError)
+    ):
+        return _unknown_override(error, cause)
+    if isinstance(error, CompactHydraException):
+        text = str(error).strip()
+        if isinstance(cause, OmegaConfBaseException):
+            text += f": {_first_line(cause)}"
+        return text
+    if isinstance(error, OmegaConfBaseException):
+        return str(error).strip()
+    return None
+
+
+def _missing_config(error: Any) -> str:
+    missing = error.missing_cfg_file or ""
+    group, _, name = missing.rpartition("/")
+    options = list(error.options or [])
+    if not group or not options:
+        return _first_line(error)
+    hint = did_you_mean(name, options, prefix=f"{group}=")
+    return (
+        f"{group}={name}: configs/{group}/ has no {name}.yaml: "
+        + (f"{hint} " if hint else "")
+        + f"Options: {', '.join(options)}"
+    )
+
+
+def _unknown_override(error: BaseException, cause: Any) -> str:
+    full_key = str(getattr(cause, "full_key", None) or getattr(cause, "key", "?"))
+    parent = getattr(cause, "parent_node", None)
+    keys = [str(k) for k in parent] if isinstance(parent, DictConfig) else []
+    m = re.search(r"use \+(\S+)", str(error))
+    line = m.group(1) if m else full_key
+    value = line.partition("=")[2] if "=" in line else None
+    if getattr(cause, "object_type", None) is not dict:
+        return str(unknown_key(full_key, keys, value))
+    # A free-form dict (env.kwargs, memory.params, policy.params): new keys are allowed with +,
+    # and preflight checks them against the constructor they are passed to.
+    where, _, name = full_key.rpartition(".")
+    suffix = "" if value is None else f"={value}"
+    hint = did_you_mean(name, keys, prefix=f"{where}.", suffix=suffix)
+    return (
+        f"{full_key}: {where} has no {name!r} in this config ({', '.join(keys) or 'it is empty'}): "
+        + (hint or f"to add it, write +{line} (checked against its constructor before Ray starts)")
+    )
+
+
+def _first_line(error: BaseException) -> str:
+    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -1,0 +1,85 @@
+"""Readable descriptions of failures: an exception as its type, message and last frames.
+
+A failure deep inside a Ray worker reaches the user through several layers; each adds noise
+(ANSI colours, ``^^^^`` markers, actor ids) and the useful part is easily cut. These functions
+keep what a person needs to act: for every exception of the cause chain, ``Type: message`` and the
+last few frames of its own traceback, never cut in the middle of a line.
+
+Example:
+    >>> try:
+    ...     try:
+    ...         {}["seed"]
+    ...     except KeyError as e:
+    ...         raise ValueError("bad episode spec") from e
+    ... except ValueError as e:
+    ...     print(describe_exception(e, frames=1))
+    ValueError: bad episode spec
+      File "<doctest agent_memory.failures[0]>", line 5, in <module>
+        raise ValueError("bad episode spec") from e
+    caused by KeyError: 'seed'
+      File "<doctest agent_memory.failures[0]>", line 3, in <module>
+        {}["seed"]
+"""
+
+from __future__ import annotations
+
+import re
+import traceback
+
+__all__ = ["clean_text", "describe_exception", "first_line"]
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+#: Lines that only point at a span of the line above (``^^^^``, ``~~~~``).
+_MARKERS = re.compile(r"^\s*[\^~]+\s*$")
+
+
+def describe_exception(exc: BaseException, *, frames: int = 4, max_chain: int = 4) -> str:
+    """``Type: message`` and the last ``frames`` frames of ``exc``, then of each exception in its
+    cause chain (``raise ... from``, or the one being handled), outermost first.
+
+    Args:
+        exc: the exception.
+        frames: frames shown per exception (the innermost ones: where it was raised).
+        max_chain: exceptions of the chain shown at most.
+    """
+    parts: list[str] = []
+    te: traceback.TracebackException | None = traceback.TracebackException.from_exception(exc)
+    link = ""
+    while te is not None and len(parts) < max_chain:
+        head = "".join(te.format_exception_only()).rstrip()
+        lines = [f"{link}{head}"]
+        for fs in list(te.stack)[-frames:] if frames > 0 else []:
+            lines.append(f'  File "{fs.filename}", line {fs.lineno}, in {fs.name}')
+            if fs.line:
+                lines.append(f"    {fs.line.strip()}")
+        parts.append("\n".join(lines))
+        if te.__cause__ is not None:
+            te, link = te.__cause__, "caused by "
+        elif te.__context__ is not None and not te.__suppress_context__:
+            te, link = te.__context__, "while handling "
+        else:
+            te = None
+    return "\n".join(parts)
+
+
+def clean_text(text: str, *, max_lines: int | None = None) -> str:
+    """``text`` without ANSI colour codes and ``^^^`` marker lines; with ``max_lines``, only its
+    last whole lines.
+
+    Example:
+        >>> clean_text("\\x1b[36mray::W.step()\\x1b[39m\\n  x = f()\\n      ^^^\\nValueError: no")
+        'ray::W.step()\\n  x = f()\\nValueError: no'
+    """
+    lines = [ln.rstrip() for ln in _ANSI.sub("", text).splitlines()]
+    lines = [ln for ln in lines if ln and not _MARKERS.match(ln)]
+    if max_lines is not None:
+        lines = lines[-max_lines:]
+    return "\n".join(lines)
+
+
+def first_line(text: str | None) -> str:
+    """The first non-empty line of ``text`` ("" for None): a one-line summary for logs."""
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()
+    return ""

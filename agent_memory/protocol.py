@@ -1,0 +1,148 @@
+"""The typed messages between the rollout driver and its Ray workers.
+
+Everything that crosses the process boundary of a rollout is one of these frozen dataclasses (no
+plain dicts): the driver tells a worker which episode each sub-env plays
+(:class:`EpisodeAssignment`), the worker answers with what the policy must see next
+(:class:`PromptView`), the outcome of each step (:class:`StepResult`), the first prompt of each
+episode or why it could not start (:class:`ResetResult`), and its own health
+(:class:`WorkerStatus`, with a :class:`CrashReport` when the previous incarnation of the worker
+process died inside an env).
+
+Example:
+    >>> view = PromptView(prompt="Go.", context_tokens=1, context_chars=3, history_steps=0)
+    >>> StepResult(env=0, reward=1.0, terminated=True, truncated=False, is_action_valid=True,
+    ...            next=view).done
+    True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+__all__ = [
+    "CrashReport",
+    "EpisodeAssignment",
+    "PromptView",
+    "ResetResult",
+    "StepResult",
+    "WorkerStatus",
+]
+
+#: A prompt: text, or a chat message list (the ``chat`` formatter).
+Prompt = str | list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class EpisodeAssignment:
+    """Driver -> worker: sub-env ``env`` starts episode ``traj_uid`` from ``seed``.
+
+    Members of a group share ``seed`` (they start from the same state); ``group_uid`` is given to
+    memories that share notes within a group.
+    """
+
+    env: int
+    traj_uid: str
+    group_uid: str
+    seed: int
+
+
+@dataclass(frozen=True)
+class PromptView:
+    """Worker -> driver: one env's next prompt, its figures, and what the policy asked for.
+
+    Attributes:
+        prompt: what the policy answers.
+        context_tokens: the prompt's tokens (the configured token counter).
+        context_chars: the prompt's characters.
+        history_steps: past steps shown in the prompt.
+        meta: the fields the policy lists in ``Policy.needs`` (admissible actions, oracle...).
+    """
+
+    prompt: Prompt
+    context_tokens: int
+    context_chars: int
+    history_steps: int
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Worker -> driver: what came of one env's step.
+
+    Attributes:
+        env: the sub-env.
+        reward: the step's reward (the invalid-action penalty included).
+        terminated: the episode ended in the env (success or failure).
+        truncated: the episode was cut (time limit, or ``error``); False when ``terminated``.
+        is_action_valid: the response parsed to an admissible action the env accepted.
+        invalid_reason: why it did not, else None.
+        parsed_action: the env action the response parsed to (None when invalid).
+        state_key: the env's key of the state the action was taken in (GiGPO's step groups).
+        won: the env's ``info["won"]``.
+        error: the traceback's last lines when the env (or its memory) failed this step; the
+            episode ends with it.
+        next: the prompt after the step (a finished env's last prompt, for bootstrapping).
+    """
+
+    env: int
+    reward: float
+    terminated: bool
+    truncated: bool
+    is_action_valid: bool
+    next: PromptView
+    invalid_reason: str | None = None
+    parsed_action: Any = None
+    state_key: str | None = None
+    won: bool = False
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """The episode ended with this step."""
+        return self.terminated or self.truncated or self.error is not None
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    """Worker -> driver: an episode's first prompt, or the error its env's reset raised."""
+
+    env: int
+    view: PromptView | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CrashReport:
+    """What a worker's previous process was doing in an env when it died.
+
+    Attributes:
+        env: the sub-env that was inside ``phase`` and never returned.
+        phase: ``"reset"`` or ``"step"``.
+        reason: ``"died"`` (the process ended: ``os._exit``, a segfault, a kill) or
+            ``"timeout"`` (the worker ended itself after ``rollout.step_timeout_s``).
+        seconds: how long the call had run when the process ended (None when unknown).
+    """
+
+    env: int
+    phase: Literal["reset", "step"]
+    reason: Literal["died", "timeout"]
+    seconds: float | None = None
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A worker's answer to ``status()``: its process, and why it cannot work if it cannot.
+
+    Attributes:
+        pid: the worker's process id.
+        init_error: the exception its constructor raised (type, message and the last frames of
+            its traceback), or None when it is ready. A constructor error is deterministic: the
+            driver does not restart the worker for it.
+        crashes: what the previous process of this worker was doing when it died (empty for a
+            first start, or when the process died outside any env call).
+    """
+
+    pid: int
+    init_error: str | None = None
+    crashes: tuple[CrashReport, ...] = ()

@@ -1,0 +1,152 @@
+"""``EpisodeBook``: the episodes of a run — waiting, running on a slot, or finished.
+
+The driver's single record of where every episode is, whatever engine steps them. An episode
+waits in order (re-runs go to the front), runs on a slot (a worker's sub-env), and finishes once,
+as a :class:`~agent_memory.rollout.types.Trajectory` (won, lost, truncated or with an error).
+Nothing is lost or duplicated: when a worker dies, each of its episodes either goes back to the
+queue or, after ``max_attempts`` crashes of its own, finishes with an error.
+
+Example:
+    >>> from agent_memory.rollout.types import EpisodeSpec
+    >>> book = EpisodeBook([EpisodeSpec("g0", "g0-t0", 0, 0, seed=7)], max_attempts=2)
+    >>> run = book.start((0, 3))  # worker 0, sub-env 3
+    >>> run.spec.traj_uid, run.attempt
+    ('g0-t0', 1)
+    >>> book.interrupt((0, 3), charge=True, reason="the env killed its worker") is None
+    True
+    >>> run = book.start((1, 0))  # the re-run
+    >>> book.interrupt((1, 0), charge=True, reason="the env killed its worker").error
+    'the env killed its worker (2 of rollout.max_episode_attempts=2 attempts)'
+    >>> book.done, [t.attempts for t in book.trajectories()]
+    (True, [2])
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from agent_memory.protocol import PromptView
+from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
+
+__all__ = ["EpisodeBook", "RunningEpisode", "Slot"]
+
+#: (worker, sub-env index).
+Slot = tuple[int, int]
+
+
+@dataclass
+class _Waiting:
+    spec: EpisodeSpec
+    attempts: int = 0  # starts so far
+    crashes: int = 0  # starts that ended with this episode taking its worker down
+
+
+@dataclass
+class RunningEpisode:
+    """An episode on a slot: its spec, the prompt it must answer next, its steps so far.
+
+    Attributes:
+        attempt: which start of the episode this is (1 for the first).
+        crashes: earlier starts that ended with this episode taking its worker down.
+        view: the next prompt (None until its env has reset).
+    """
+
+    spec: EpisodeSpec
+    attempt: int
+    crashes: int
+    view: PromptView | None = None
+    steps: list[StepRecord] = field(default_factory=list)
+
+
+class EpisodeBook:
+    """Where every episode of a run is (see the module docstring).
+
+    Args:
+        specs: the run's episodes, in the order they should start.
+        max_attempts: starts an episode may spend taking its worker down before it finishes
+            with an error (``rollout.max_episode_attempts``).
+        on_finish: called with each trajectory as it finishes (e.g. the output writer).
+    """
+
+    def __init__(
+        self,
+        specs: Sequence[EpisodeSpec],
+        max_attempts: int,
+        on_finish: Callable[[Trajectory], None] | None = None,
+    ) -> None:
+        self.specs = list(specs)
+        self.max_attempts = max_attempts
+        self.on_finish = on_finish
+        self.waiting: deque[_Waiting] = deque(_Waiting(s) for s in self.specs)
+        self.running: dict[Slot, RunningEpisode] = {}
+        self.finished: dict[str, Trajectory] = {}
+        #: Episodes that went back to the queue because their worker died.
+        self.reruns = 0
+
+    @property
+    def done(self) -> bool:
+        """Every episode finished."""
+        return not self.waiting and not self.running
+
+    def start(self, slot: Slot) -> RunningEpisode | None:
+        """The next waiting episode, now running on ``slot`` (None when none waits)."""
+        if slot in self.running:
+            raise ValueError(f"slot {slot} already runs {self.running[slot].spec.traj_uid}")
+        if not self.waiting:
+            return None
+        w = self.waiting.popleft()
+        run = RunningEpisode(w.spec, w.attempts + 1, w.crashes)
+        self.running[slot] = run
+        return run
+
+    def finish(self, slot: Slot, *, won: bool = False, error: str | None = None,
+               final_prompt: object = None) -> Trajectory:  # fmt: skip
+        """The episode on ``slot`` ended (in its env, or with ``error``)."""
+        run = self.running.pop(slot)
+        traj = Trajectory(
+            spec=run.spec, steps=run.steps, won=won, error=error, final_prompt=final_prompt,
+            worker=slot[0], attempts=run.attempt,
+        )  # fmt: skip
+        self._finished(traj)
+        return traj
+
+    def interrupt(self, slot: Slot, *, charge: bool, reason: str) -> Trajectory | None:
+        """The episode on ``slot`` lost its worker. It goes back to the front of the queue to
+        run again from its start — unless it is charged (it took the worker down, or nobody
+        can tell which episode did) for the ``max_attempts``-th time: then it finishes with
+        ``reason`` as its error, and that trajectory is returned."""
+        run = self.running.pop(slot)
+        crashes = run.crashes + charge
+        if crashes >= self.max_attempts:
+            error = (
+                f"{reason} ({crashes} of rollout.max_episode_attempts={self.max_attempts} attempts)"
+            )
+            traj = Trajectory(
+                run.spec, run.steps, error=error, worker=slot[0], attempts=run.attempt
+            )
+            self._finished(traj)
+            return traj
+        self.waiting.appendleft(_Waiting(run.spec, run.attempt, crashes))
+        self.reruns += 1
+        return None
+
+    def on_worker(self, worker: int) -> list[Slot]:
+        """The slots of ``worker`` that run an episode."""
+        return sorted(s for s in self.running if s[0] == worker)
+
+    def trajectories(self) -> list[Trajectory]:
+        """The finished trajectories, in the order of the specs."""
+        return [self.finished[s.traj_uid] for s in self.specs if s.traj_uid in self.finished]
+
+    def unfinished(self) -> list[EpisodeSpec]:
+        """Episodes that have not finished (waiting or running)."""
+        return [s for s in self.specs if s.traj_uid not in self.finished]
+
+    def _finished(self, traj: Trajectory) -> None:
+        if traj.spec.traj_uid in self.finished:
+            raise RuntimeError(f"episode {traj.spec.traj_uid} finished twice")
+        self.finished[traj.spec.traj_uid] = traj
+        if self.on_finish is not None:
+            self.on_finish(traj)

@@ -1,0 +1,70 @@
+"""Starting or joining Ray for a rollout, quietly and without writing to ``$HOME``.
+
+A local instance (``rollout.ray_address=null``, the default) is a fresh Ray instance for this run
+only: small-machine settings, no dashboard, and token authentication with a random per-run token
+passed through the environment — so Ray neither warns about authentication nor writes a token file
+to ``~/.ray``. ``rollout.ray_address=auto`` joins the cluster that ``ray start`` recorded on this
+machine (``/tmp/ray/ray_current_cluster``), ``host:port`` joins that one; the log names the
+cluster joined.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+
+__all__ = ["init_ray", "local_token_auth"]
+
+log = logging.getLogger(__name__)
+
+
+def local_token_auth() -> None:
+    """Token authentication for a local instance this process starts, with a random token in
+    the environment (inherited by Ray's processes): Ray neither warns nor writes
+    ``~/.ray/auth_token``. A ``RAY_AUTH_MODE`` already set is left as it is."""
+    if "RAY_AUTH_MODE" in os.environ:
+        return
+    os.environ["RAY_AUTH_MODE"] = "token"
+    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
+    try:
+        # Ray caches its auth settings at first use (an earlier `import ray` may have read
+        # them): refresh them as Ray's own token set-up does, or the driver keeps the old mode
+        # while the processes it starts use the new one.
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):  # another Ray version: leave Ray its own defaults
+        del os.environ["RAY_AUTH_MODE"], os.environ["RAY_AUTH_TOKEN"]
+
+
+def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Start a local Ray instance with small-machine settings, or join a cluster by address
+    (``"auto"`` finds a running one). Returns True when this call started or joined Ray (the
+    caller shuts it down), False when Ray was already up."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    if address:
+        ray.init(address=address, log_to_driver=False)
+        ctx = ray.get_runtime_context()
+        nodes = [n for n in ray.nodes() if n.get("Alive")]
+        log.info(
+            "Ray: joined the cluster at %s (rollout.ray_address=%s): %d nodes, %g CPUs",
+            ctx.gcs_address, address, len(nodes), ray.cluster_resources().get("CPU", 0),
+        )  # fmt: skip
+        return True
+    local_token_auth()
+    cpus = num_cpus or os.cpu_count() or 1
+    ray.init(
+        # "local": always a new instance, never a cluster some earlier `ray start` left.
+        address="local",
+        num_cpus=cpus,
+        include_dashboard=False,
+        object_store_memory=100 * 2**20,
+        log_to_driver=False,
+    )
+    log.info("Ray: started a local instance with %d CPUs (rollout.ray_address=null)", cpus)
+    return True

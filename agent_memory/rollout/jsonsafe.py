@@ -1,0 +1,65 @@
+"""Values a rollout writes, made safe for JSON and Arrow whatever the model or env produced.
+
+A response may be 50 MB of text, a string with a lone surrogate (which UTF-8 cannot encode), bytes,
+an int or a dict; a reward may be NaN. None of that may cost the run its outputs: text is capped
+(the original length kept beside it), lone surrogates become U+FFFD, non-strings are written as
+their ``repr``, and non-finite floats as ``null`` (counted).
+
+Example:
+    >>> capped_text("<think>\\ud83d</think>", max_chars=100)
+    ('<think>\\ufffd</think>', 16)
+    >>> capped_text(b"up", max_chars=100), capped_text("x" * 10, max_chars=4)
+    (("b'up'", 5), ('xxxx', 10))
+    >>> counts = {}
+    >>> jsonable({"reward": float("nan"), "ids": (1, 2)}, counts), counts
+    ({'reward': None, 'ids': [1, 2]}, {'nonfinite': 1})
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+__all__ = ["capped_text", "jsonable", "valid_text"]
+
+
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates replaced by U+FFFD (pairs are joined, as UTF-16 would)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    return text
+
+
+def capped_text(value: Any, max_chars: int) -> tuple[str, int]:
+    """``value`` as valid text of at most ``max_chars`` characters, and its full length (the
+    ``repr`` of a non-string: bytes, numbers, dicts, None)."""
+    text = value if isinstance(value, str) else repr(value)
+    return valid_text(text[:max_chars]), len(text)
+
+
+def jsonable(value: Any, counts: dict[str, int] | None = None) -> Any:
+    """``value`` with every part JSON can hold exactly as it is, and the rest made so: valid
+    text, ``null`` for NaN/inf (counted in ``counts["nonfinite"]``), plain numbers for numpy
+    scalars, lists for tuples and arrays, ``repr`` for anything else."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, str):
+        return valid_text(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        if counts is not None:
+            counts["nonfinite"] = counts.get("nonfinite", 0) + 1
+        return None
+    if isinstance(value, np.generic):
+        return jsonable(value.item(), counts)
+    if isinstance(value, Mapping):
+        return {valid_text(str(k)): jsonable(v, counts) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [jsonable(v, counts) for v in value]
+    return valid_text(repr(value))

@@ -1,0 +1,433 @@
+"""``preflight``: a rollout job's config errors, found in the driver before Ray starts.
+
+Each Ray worker builds, from the job, one ``gym.make`` per sub-env, the token counter, the memory,
+the prompt template and the parser; the driver builds the policy. A bad value there used to fail
+inside the actors, after Ray's start-up, as an ``ActorDiedError``. :func:`preflight` builds the
+same pieces in the driver, the cheap way, so such a value fails in seconds with the project's
+own message and the override that fixes it (a :class:`~agent_memory.config.ConfigError`):
+
+- **env**: ``env.id`` is looked up in Gymnasium's registry (``module:Id`` imports the module
+  first) and ``env.kwargs`` are bound to the signature of the class or function the id makes.
+  The env itself is not built: TextWorld generates games and Code starts a sandbox on
+  construction.
+- **memory**: ``memory.params`` are bound to the strategy's constructor, then the memory is built
+  for one env (a database file it opens goes to a temporary directory) and closed.
+- **prompt**: the formatter, template and parser are built, and the wrappers' own constructor
+  (:class:`~agent_memory.wrappers.core.HistoryCore`) refuses a ``memory.max_prompt_tokens``
+  below the prompt's frame.
+- **policy**: ``policy.params`` are bound to its constructor and the policy is built (it is the
+  driver's policy: :attr:`Preflight.policy` is handed to the run); a policy that needs the env's
+  oracle is refused on an env without one; an ``openai`` server gets one probe request.
+- **algo**: PPO's ``algo.value_fn`` must resolve.
+
+Example:
+    >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig
+    >>> job = JobConfig(env=EnvConfig(id="agent_memory/Recall-v0"), policy=PolicyConfig("random"))
+    >>> report = preflight(job)
+    >>> report.env.entry_point.__name__, type(report.policy).__name__
+    ('RecallEnv', 'RandomPolicy')
+    >>> job.env.kwargs = {"num_distractor": 2}
+    >>> preflight(job)
+    Traceback (most recent call last):
+    ...
+    agent_memory.config.ConfigError: env.kwargs has no parameter 'num_distractor' for env \
+'agent_memory/Recall-v0' (envs.recall.RecallEnv): did you mean env.kwargs.num_distractors? \
+Valid: ['num_distractors', 'num_choices', 'max_steps', 'render_mode']
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import os
+import tempfile
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from agent_memory.config import ConfigError, EnvConfig, JobConfig
+from agent_memory.policies import Policy
+from agent_memory.signatures import BUILD_ERRORS, bind_params, build_or_blame
+from agent_memory.suggest import did_you_mean
+
+__all__ = ["EnvCheck", "Preflight", "preflight", "probe_server", "resolve_env"]
+
+#: ``gym.make``'s own keyword arguments: ``make`` takes them, the env constructor never sees them.
+MAKE_KWARGS = ("max_episode_steps", "disable_env_checker")
+#: Constructor arguments the worker passes every memory strategy itself -> the key that sets them.
+MEMORY_SHARED = {
+    "num_envs": "rollout.envs_per_worker",
+    "formatter": "env.formatter",
+    "token_counter": "memory.token_counter",
+    "max_tokens": "memory.max_tokens",
+    "capacity": "memory.bounded",
+}
+#: Token counter names ``make_token_counter`` knows (besides ``hf:<path>`` and ``estimate:<n>``).
+COUNTERS = ("estimate", "chars", "qwen", "qwen3.5")
+
+
+@dataclass
+class EnvCheck:
+    """What ``env.id`` resolves to, without building the env."""
+
+    #: The registered id (without a ``module:`` prefix).
+    id: str
+    #: What ``gym.make`` calls: the env class or a factory function.
+    entry_point: Callable[..., Any]
+    #: The env class it makes: the entry point itself, or a factory's return annotation (None
+    #: when that is unknown).
+    env_class: type | None
+    #: Keyword arguments the constructor gets (the spec's, then ``env.kwargs``).
+    kwargs: dict[str, Any]
+
+
+@dataclass
+class Preflight:
+    """What :func:`preflight` checked and built."""
+
+    env: EnvCheck
+    #: Tokens of the smallest prompt the template makes (empty observation, no history).
+    frame_tokens: int
+    #: The policy the run uses: the one passed in, or built here from ``job.policy`` (the caller
+    #: closes it).
+    policy: Policy
+    #: HTTP status of the ``openai`` server's probe (None: no probe).
+    server_status: int | None = None
+
+
+def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = True) -> Preflight:
+    """Check ``job`` in the driver the way its workers would build it (see the module docstring).
+
+    Args:
+        job: the validated job (:func:`~agent_memory.config.load_job`).
+        policy: the run's policy when the caller built it (then ``job.policy`` is not used);
+            None builds it from ``job.policy``.
+        probe: send the ``openai`` policy's server one request (``GET {base_url}/models``).
+
+    Returns:
+        What was checked, with the policy to run (built here unless passed in).
+
+    Raises:
+        ConfigError: the first bad value found, with the override that fixes it.
+    """
+    env = resolve_env(job.env)
+    if job.algo.name == "ppo":
+        _check_value_fn(job.algo.value_fn)
+    from agent_memory.wrappers.core import HistoryCore
+
+    counter = _token_counter(job.memory.token_counter)
+    _formatter(job.env.formatter)
+    texts = {k: f"env.template.{k}" for k in ("no_history", "with_history", "system")}
+    template = build_or_blame(job.env.template.build, "the prompt template", texts)
+    parser = build_or_blame(job.env.parser.build, "the response parser", _keys("env.parser", job))
+    with _memory(job, counter) as memory:
+        names = {
+            "max_prompt_tokens": "memory.max_prompt_tokens",
+            "history_length": _history_key(job),
+        }
+
+        def wrap() -> HistoryCore:  # what VectorHistoryWrapper builds around the memory
+            return HistoryCore(
+                1, history_length=job.history_length, memory=memory, template=template,
+                parser=parser, token_counter=counter,
+                max_prompt_tokens=job.memory.max_prompt_tokens,
+            )  # fmt: skip
+
+        core = build_or_blame(wrap, "the prompt", names)
+    if policy is not None:
+        _check_needs(type(policy).__name__, policy, env)
+        return Preflight(env, core.frame_tokens, policy)
+    built = _policy(job, env)
+    status = None
+    try:
+        base_url = getattr(built, "base_url", None)
+        if probe and job.policy.name == "openai" and isinstance(base_url, str):
+            status = probe_server(base_url)
+    except BaseException:
+        built.close()
+        raise
+    return Preflight(env, core.frame_tokens, built, status)
+
+
+# ---------------------------------------------------------------------- env
+
+
+def resolve_env(env: EnvConfig) -> EnvCheck:
+    """Look ``env.id`` up and bind ``env.kwargs`` to what it makes, without making it.
+
+    Raises:
+        ConfigError: an id that is not registered (or whose ``module:`` does not import), an
+            entry point that does not import, or kwargs its constructor does not take.
+    """
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    import envs  # noqa: F401  (registers the bundled ids, as the workers do)
+
+    module, sep, name = env.id.rpartition(":")
+    if sep:
+        try:
+            importlib.import_module(module)
+        except Exception as e:  # any failure to import is the user's module, reported as such
+            raise ConfigError(
+                f"env.id={env.id!r}: module {module!r} does not import ({type(e).__name__}: {e}); "
+                "'module:Id' imports the module that registers Id: fix the module name in env.id, "
+                "or pass a registered id, e.g. env.id=agent_memory/Sokoban-v0",
+                key="env.id",
+            ) from None
+    try:
+        spec = gym.spec(name)
+    except gym.error.Error as e:
+        bundled = sorted(i for i in gym.registry if i.startswith("agent_memory/"))
+        hint = did_you_mean(name, gym.registry, prefix="env.id=")
+        fix = (
+            f"pass a registered id (bundled: {', '.join(bundled)}; or choose a bundled env's "
+            "config, e.g. env=sokoban), or 'module:Id' to import the module that registers Id"
+        )
+        raise ConfigError(
+            f"env.id={env.id!r} is not a registered Gymnasium id ({e}): "
+            + (f"{hint} Otherwise, {fix}" if hint else fix),
+            key="env.id",
+        ) from None
+    entry = spec.entry_point
+    try:
+        creator = entry if callable(entry) else load_env_creator(entry)
+    except Exception as e:
+        raise ConfigError(
+            f"env.id={env.id!r}: its entry point {entry!r} does not import "
+            f"({type(e).__name__}: {e}): install what it needs, or choose another env.id",
+            key="env.id",
+        ) from None
+    kwargs = {**spec.kwargs, **env.kwargs}
+    if env.max_steps is not None and "max_episode_steps" in env.kwargs:
+        raise ConfigError(
+            "env.kwargs.max_episode_steps and env.max_steps both set the step limit: remove "
+            "env.kwargs.max_episode_steps (env.max_steps is the config's step limit)",
+            key="env.kwargs.max_episode_steps",
+        )
+    given = {k: v for k, v in kwargs.items() if k not in MAKE_KWARGS}
+    where = f"env {spec.id!r} ({_qualname(creator)})"
+    bind_params(creator, given, key="env.kwargs", what=where)
+    return EnvCheck(spec.id, creator, _made_class(creator), kwargs)
+
+
+def _made_class(creator: Callable[..., Any]) -> type | None:
+    if isinstance(creator, type):
+        return creator
+    try:
+        made = typing.get_type_hints(creator).get("return")
+    except Exception:  # an annotation that does not resolve: the class stays unknown
+        return None
+    return made if isinstance(made, type) else None
+
+
+def _keys(prefix: str, job: JobConfig) -> dict[str, str]:
+    node = job
+    for part in prefix.split("."):
+        node = getattr(node, part)
+    return {name: f"{prefix}.{name}" for name in vars(node)}
+
+
+def _history_key(job: JobConfig) -> str:
+    return "env.history_length" if job.memory.history_length is None else "memory.history_length"
+
+
+# ---------------------------------------------------------------------- pieces
+
+
+def _token_counter(spec: Any) -> Any:
+    from agent_memory.tokens import make_token_counter
+
+    try:
+        return make_token_counter(spec)
+    except BUILD_ERRORS as e:
+        hint = did_you_mean(str(spec), COUNTERS, prefix="memory.token_counter=")
+        raise ConfigError(
+            f"memory.token_counter={spec!r} cannot be built ({type(e).__name__}: {e}): "
+            + (hint or "pass e.g. memory.token_counter=estimate"),
+            key="memory.token_counter",
+        ) from None
+
+
+def _formatter(spec: Any) -> Any:
+    from agent_memory.formatting import available_formatters, formatter_factory, make_formatter
+
+    name = spec.get("name") if isinstance(spec, Mapping) else spec
+    key = "env.formatter.name" if isinstance(spec, Mapping) else "env.formatter"
+    if isinstance(name, str) and name not in available_formatters():
+        hint = did_you_mean(name, available_formatters(), prefix=f"{key}=")
+        raise ConfigError(
+            f"{key}={name!r} is not a registered formatter: "
+            + (f"{hint} " if hint else "")
+            + f"Registered: {available_formatters()}: pass e.g. {key}=simple",
+            key=key,
+        )
+    names = {"formatter": "env.formatter"}
+    if isinstance(spec, Mapping) and isinstance(name, str):
+        settings = {k: v for k, v in spec.items() if k != "name"}
+        factory = formatter_factory(name)
+        bind_params(factory, settings, key="env.formatter", what=f"formatter {name!r}")
+        names = {k: f"env.formatter.{k}" for k in settings} | names
+    return build_or_blame(lambda: make_formatter(spec), f"env.formatter={name!r}", names)
+
+
+@contextmanager
+def _memory(job: JobConfig, counter: Any) -> Iterator[Any]:
+    """The job's memory for one env, built in a temporary directory and closed on exit."""
+    from agent_memory.memory import available_memories, make_memory, memory_factory
+
+    mem = job.memory
+    strategy = mem.strategy
+    if strategy not in available_memories():
+        hint = did_you_mean(strategy, available_memories(), prefix="memory.strategy=")
+        raise ConfigError(
+            f"memory.strategy={strategy!r} is not a registered memory strategy: "
+            + (f"{hint} " if hint else "")
+            + f"Registered: {available_memories()}; or choose a memory config, e.g. memory=window",
+            key="memory.strategy",
+        )
+    params = dict(mem.params)
+    factory = memory_factory(strategy)
+    bind_params(
+        factory, params, key="memory.params", what=f"strategy {strategy!r}",
+        reserved=MEMORY_SHARED, elsewhere=lambda name: _other_strategies(name, strategy),
+    )  # fmt: skip
+    capacity = job.memory_capacity
+    names = {k: f"memory.params.{k}" for k in params} | MEMORY_SHARED
+    with tempfile.TemporaryDirectory(prefix="agent_memory-preflight-") as tmp:
+        for k, v in params.items():
+            if k == "path" and isinstance(v, str):  # the strategy's database file
+                _check_writable(v, "memory.params.path")
+                params[k] = str(Path(tmp) / (Path(v).name or "memory.sqlite"))
+
+        def build() -> Any:  # what a worker builds, for one env
+            return make_memory(
+                strategy, num_envs=1, formatter=job.env.formatter, token_counter=counter,
+                max_tokens=mem.max_tokens, capacity=capacity, **params,
+            )  # fmt: skip
+
+        memory = build_or_blame(build, f"memory.strategy={strategy!r}", names)
+        try:
+            yield memory
+        finally:
+            memory.close()
+
+
+def _other_strategies(name: str, strategy: str) -> str:
+    """Which other strategies take ``name`` (or the name closest to it), for the hint of an
+    unknown parameter."""
+    from agent_memory.memory import available_memories, memory_factory
+    from agent_memory.suggest import close_matches
+
+    owners: dict[str, list[str]] = {}
+    for other in available_memories():
+        if other != strategy:
+            try:
+                params = inspect.signature(memory_factory(other)).parameters
+            except (TypeError, ValueError):
+                continue
+            for param in params:
+                owners.setdefault(param, []).append(other)
+    best = [name] if name in owners else close_matches(name, owners, n=1)
+    if not best:
+        return f"strategy {strategy!r} takes no such parameter"
+    having = owners[best[0]]
+    return f"{best[0]} is a parameter of strategy {', '.join(having)}: e.g. memory={having[-1]}"
+
+
+def _check_writable(path: str, key: str) -> None:
+    """Refuse a file path whose directory cannot be created or written."""
+    p = Path(path).expanduser()
+    if p.is_dir():
+        raise ConfigError(f"{key}={path!r} is a directory: pass a file path", key=key)
+    parent = p.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"{key}={path!r} cannot be created: {str(parent)!r} is not writable: pass a path in "
+            f"a writable directory, e.g. {key}={{output_dir}}/{p.name}",
+            key=key,
+        )
+
+
+def _check_value_fn(spec: str) -> None:
+    from agent_memory.rollout.outputs import load_value_fn
+
+    try:
+        load_value_fn(spec)
+    except ValueError as e:
+        raise ConfigError(
+            f"{e}: pass algo.value_fn=zero, or module:function naming a callable",
+            key="algo.value_fn",
+        ) from None
+
+
+def _policy(job: JobConfig, env: EnvCheck) -> Policy:
+    from agent_memory.policies import available_policies, policy_factory
+    from agent_memory.rollout.collector import build_policy
+
+    name = job.policy.name
+    if name not in available_policies():
+        hint = did_you_mean(name, available_policies(), prefix="policy.name=")
+        raise ConfigError(
+            f"policy.name={name!r} is not a registered policy: "
+            + (f"{hint} " if hint else "")
+            + f"Registered: {available_policies()}: pass e.g. policy=random",
+            key="policy.name",
+        )
+    factory = policy_factory(name)
+    bind_params(
+        factory, job.policy.params, key="policy.params", what=f"policy {name!r}",
+        reserved={"parser": "env.parser"},
+    )  # fmt: skip
+    _check_needs(name, factory, env)
+    names = {k: f"policy.params.{k}" for k in inspect.signature(factory).parameters}
+    return build_or_blame(lambda: build_policy(job), f"policy={name}", names)
+
+
+def _check_needs(name: str, policy: Any, env: EnvCheck) -> None:
+    """A policy that needs the env's oracle cannot play an env class without one."""
+    needs = getattr(policy, "needs", frozenset())
+    cls = env.env_class
+    if "oracle_action" in needs and cls is not None and not hasattr(cls, "oracle_action"):
+        raise ConfigError(
+            f"policy {name!r} plays the env's oracle, but env {env.id!r} "
+            f"({_qualname(cls)}) has no oracle_action(): choose a policy that needs no oracle, "
+            "e.g. policy=random, or an env with one, e.g. env=sokoban",
+            key="policy.name",
+        )
+
+
+def probe_server(base_url: str, timeout: float = 5.0) -> int:
+    """One request, ``GET {base_url}/models``, before the workers start; returns the status.
+
+    Any HTTP answer (even 401 or 404) means a server is listening. A server that accepts the
+    connection but is slower than ``timeout`` to answer counts as up too (it may be busy).
+
+    Raises:
+        ConfigError: no connection (refused, unresolvable host, connect timeout), naming
+            ``policy.params.base_url`` and the URL tried.
+    """
+    import httpx
+
+    url = f"{base_url.rstrip('/')}/models"
+    try:
+        with httpx.Client(timeout=httpx.Timeout(timeout)) as client:
+            return client.get(url).status_code
+    except httpx.ReadTimeout:
+        return 0
+    except httpx.TransportError as e:
+        raise ConfigError(
+            f"policy.params.base_url={base_url!r}: no server answers (GET {url}: "
+            f"{type(e).__name__}: {e}): start the OpenAI-compatible server first, or pass its "
+            "API root, e.g. policy.params.base_url=http://localhost:8000/v1",
+            key="policy.params.base_url",
+        ) from None
+
+
+def _qualname(obj: Any) -> str:
+    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"

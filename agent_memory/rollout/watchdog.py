@@ -1,0 +1,206 @@
+"""Which env a worker process was inside when it died, and a time limit on every env call.
+
+A rollout worker runs many sub-envs in one process, so when the process dies (``os._exit`` in a
+simulator, a segfault, the OOM killer, a kill) every episode on it is interrupted — but usually
+one env did it. :class:`CallMarks` tells which: each sub-env is wrapped in :class:`MarkCalls`,
+which writes ``"<phase> <start time>"`` into the env's own small file before ``reset``/``step``
+and blanks it when the call returns or raises. A mark that is still there after the process
+died names the env that took it down; the worker's next incarnation reads the marks
+(:meth:`CallMarks.collect`) and the driver charges only that episode an attempt.
+
+:class:`CallWatchdog` enforces ``rollout.step_timeout_s``: a daemon thread of the worker process
+reads the marks every ``interval`` seconds; a call older than the limit is re-marked as a timeout
+and the process ends itself (after killing the sub-env processes of an async vector env). A call
+stuck in C code cannot be interrupted any other way; Ray then restarts the worker and the driver
+ends that episode with the timeout.
+
+The files live on the worker's machine (``tempfile.gettempdir()``), one directory per run and
+worker; each mark is one ``pwrite`` of 64 bytes, about a microsecond.
+
+Example:
+    >>> import tempfile
+    >>> marks = CallMarks(tempfile.mkdtemp(), num_envs=2)
+    >>> marks.start(1, "step")  # the process "dies" here, inside env 1's step
+    >>> [(c.env, c.phase, c.reason) for c in CallMarks(marks.root, num_envs=2).collect()]
+    [(1, 'step', 'died')]
+    >>> CallMarks(marks.root, num_envs=2).collect()  # collected once
+    ()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Literal, SupportsFloat
+
+import gymnasium as gym
+
+from agent_memory.protocol import CrashReport
+
+__all__ = ["CallMarks", "CallWatchdog", "MarkCalls"]
+
+_SIZE = 64
+_BLANK = b" " * _SIZE
+Phase = Literal["reset", "step"]
+
+
+def _encode(*fields: object) -> bytes:
+    return " ".join(str(f) for f in fields).encode().ljust(_SIZE)[:_SIZE]
+
+
+class CallMarks:
+    """The mark files of one worker's ``num_envs`` sub-envs, under ``root``.
+
+    A mark is ``"<phase> <start>"`` while a call runs, ``"timeout <phase> <start> <seconds>"``
+    once the watchdog gave up on it, and blank otherwise. Instances are cheap and picklable: each
+    process (the worker, or an async vector env's sub-env process) opens the files it writes.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], num_envs: int) -> None:
+        self.root = str(root)
+        self.num_envs = num_envs
+        self._fds: dict[int, int] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"root": self.root, "num_envs": self.num_envs, "_fds": {}}
+
+    def _fd(self, env: int) -> int:
+        fd = self._fds.get(env)
+        if fd is None:
+            Path(self.root).mkdir(parents=True, exist_ok=True)
+            fd = os.open(os.path.join(self.root, f"env-{env}"), os.O_RDWR | os.O_CREAT, 0o600)
+            self._fds[env] = fd
+        return fd
+
+    def start(self, env: int, phase: Phase) -> None:
+        """Env ``env`` enters ``phase``."""
+        os.pwrite(self._fd(env), _encode(phase, f"{time.time():.6f}"), 0)
+
+    def end(self, env: int) -> None:
+        """Env ``env``'s call returned (or raised)."""
+        os.pwrite(self._fd(env), _BLANK, 0)
+
+    def read(self, env: int) -> list[str]:
+        """The fields of env ``env``'s mark ([] when blank or absent)."""
+        path = os.path.join(self.root, f"env-{env}")
+        try:
+            with open(path, "rb") as f:
+                return f.read(_SIZE).decode(errors="replace").split()
+        except FileNotFoundError:
+            return []
+
+    def give_up(self, env: int, fields: list[str]) -> None:
+        """Re-mark env ``env``'s running call (``fields``, as read) as timed out."""
+        phase, start = fields[0], float(fields[1])
+        os.pwrite(self._fd(env), _encode("timeout", phase, start, f"{time.time() - start:.3f}"), 0)
+
+    def collect(self) -> tuple[CrashReport, ...]:
+        """The calls a dead process left unfinished (then blanks every mark)."""
+        reports = []
+        for env in range(self.num_envs):
+            fields = self.read(env)
+            with contextlib.suppress(ValueError, IndexError):
+                if fields and fields[0] == "timeout":
+                    reports.append(CrashReport(env, fields[1], "timeout", float(fields[3])))  # type: ignore[arg-type]
+                elif fields:
+                    seconds = time.time() - float(fields[1])
+                    reports.append(CrashReport(env, fields[0], "died", round(seconds, 3)))  # type: ignore[arg-type]
+            if fields:
+                self.end(env)
+        return tuple(reports)
+
+    def close(self, remove: bool = False) -> None:
+        """Close the open files; ``remove`` deletes the directory."""
+        for fd in self._fds.values():
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+        if remove:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+
+class MarkCalls(gym.Wrapper):
+    """Marks sub-env ``env``'s ``reset`` and ``step`` calls in ``marks`` (see the module)."""
+
+    def __init__(self, env: gym.Env, marks: CallMarks, index: int) -> None:
+        super().__init__(env)
+        self.marks = marks
+        self.index = index
+
+    @contextlib.contextmanager
+    def _marked(self, phase: Phase) -> Iterator[None]:
+        self.marks.start(self.index, phase)
+        try:
+            yield
+        finally:
+            self.marks.end(self.index)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        with self._marked("reset"):
+            return self.env.reset(**kwargs)
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        with self._marked("step"):
+            return self.env.step(action)
+
+
+class CallWatchdog:
+    """Ends the process when an env call has run longer than ``limit_s`` (see the module).
+
+    Args:
+        marks: the worker's marks.
+        limit_s: the longest an env's ``reset`` or ``step`` may run, in seconds.
+        before_exit: called before the process ends (e.g. kill the sub-env processes).
+        interval: seconds between checks (default: a quarter of the limit, at most 1 s).
+    """
+
+    def __init__(
+        self,
+        marks: CallMarks,
+        limit_s: float,
+        before_exit: Callable[[], None] | None = None,
+        interval: float | None = None,
+    ) -> None:
+        self.marks = marks
+        self.limit_s = float(limit_s)
+        self.before_exit = before_exit
+        self.interval = interval if interval is not None else min(1.0, self.limit_s / 4)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="agent-memory-watchdog", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            now = time.time()
+            for env in range(self.marks.num_envs):
+                fields = self.marks.read(env)
+                if len(fields) != 2:
+                    continue
+                try:
+                    late = now - float(fields[1]) > self.limit_s
+                except ValueError:
+                    continue
+                if late and self.marks.read(env) == fields:  # still the same call
+                    self.marks.give_up(env, fields)
+                    if self.before_exit is not None:
+                        with contextlib.suppress(Exception):
+                            self.before_exit()
+                    os._exit(70)  # EX_SOFTWARE: Ray restarts the worker
+
+    def stop(self) -> None:
+        """Stop checking (the worker is closing)."""
+        self._stop.set()
+
+
+def kill_processes(processes: list[Any]) -> None:
+    """SIGKILL ``multiprocessing`` processes (an async vector env's sub-envs) that still run."""
+    for p in processes:
+        with contextlib.suppress(Exception):
+            if p.is_alive() and p.pid is not None:
+                os.kill(p.pid, signal.SIGKILL)

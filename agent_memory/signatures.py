@@ -1,0 +1,140 @@
+"""Config params checked against the constructor they are passed to.
+
+A config's free-form dicts (``env.kwargs``, ``memory.params``, ``policy.params``, formatter
+settings) become keyword arguments of a class or function. :func:`bind_params` checks their
+names against its signature before anything is built (a typo gets the nearest valid name);
+:func:`build_or_blame` builds and turns a constructor's own error about a bad value into a
+:class:`~agent_memory.config.ConfigError` naming the config key to change.
+
+Example:
+    >>> def make_index(top_k=3, threshold=0.1):
+    ...     if top_k < 0:
+    ...         raise ValueError(f"top_k must be >= 0, got {top_k}")
+    >>> names = {"top_k": "memory.params.top_k", "threshold": "memory.params.threshold"}
+    >>> build_or_blame(lambda: make_index(top_k=-1), "the index", names)
+    Traceback (most recent call last):
+    ...
+    agent_memory.config.ConfigError: the index cannot be built: top_k must be >= 0, got -1: \
+change memory.params.top_k
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from agent_memory.config import ConfigError
+from agent_memory.suggest import did_you_mean
+
+__all__ = ["BUILD_ERRORS", "bind_params", "blame", "build_or_blame"]
+
+#: Errors a constructor raises for a bad setting (anything else is a bug: it keeps its traceback).
+BUILD_ERRORS = (ValueError, TypeError, ImportError, OSError, LookupError)
+
+
+def bind_params(
+    factory: Callable[..., Any],
+    given: Mapping[str, Any],
+    *,
+    key: str,
+    what: str,
+    reserved: Mapping[str, str] | None = None,
+    elsewhere: Callable[[str], str] | None = None,
+) -> None:
+    """Refuse keys of ``given`` that ``factory`` does not take (naming the nearest valid ones),
+    keys set by another config key (``reserved``: name -> that key), and required parameters
+    ``given`` lacks.
+
+    Args:
+        factory: the class or function the params are passed to as keyword arguments.
+        given: the params (e.g. ``memory.params``).
+        key: the config key they come from, for messages (``"memory.params"``).
+        what: what is built, for messages (``"strategy 'retrieval'"``).
+        reserved: parameters the caller passes itself.
+        elsewhere: ``name -> hint`` when a name is unknown and nothing close exists (e.g.
+            "top_k is a parameter of strategy retrieval").
+
+    Example:
+        >>> def make(top_k=3, header="x"):
+        ...     pass
+        >>> bind_params(make, {"top_kk": 3}, key="memory.params", what="strategy 'demo'")
+        Traceback (most recent call last):
+        ...
+        agent_memory.config.ConfigError: memory.params has no parameter 'top_kk' for strategy \
+'demo': did you mean memory.params.top_k? Valid: ['top_k', 'header']
+    """
+    reserved = reserved or {}
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):  # no signature to read (a builtin): nothing to check
+        return
+    params = sig.parameters
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    valid = [n for n, p in params.items() if p.kind in keyword and n not in reserved]
+    open_ended = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for name in given:
+        if name in reserved:
+            raise ConfigError(
+                f"{key}.{name} is set by {reserved[name]}, not by {key}: remove {key}.{name}",
+                key=f"{key}.{name}",
+            )
+        if name not in valid and not open_ended:
+            hint = did_you_mean(name, valid, prefix=f"{key}.")
+            if not hint:
+                other = elsewhere(name) if elsewhere is not None else ""
+                hint = f"remove {key}.{name}" + (f" ({other})." if other else ".")
+            raise ConfigError(
+                f"{key} has no parameter {name!r} for {what}: {hint} Valid: {valid}",
+                key=f"{key}.{name}",
+            )
+    for name, p in params.items():
+        if (
+            p.kind in keyword
+            and p.default is inspect.Parameter.empty
+            and name not in given
+            and name not in reserved
+        ):
+            raise ConfigError(
+                f"{what} needs the parameter {name!r}, which {key} does not set: "
+                f"pass +{key}.{name}=<value>",
+                key=f"{key}.{name}",
+            )
+
+
+def build_or_blame(make: Callable[[], Any], what: str, names: Mapping[str, str]) -> Any:
+    """``make()``, with a settings error (:data:`BUILD_ERRORS`) turned into a
+    :class:`ConfigError` naming the keys to change (see :func:`blame`)."""
+    try:
+        return make()
+    except ConfigError:
+        raise
+    except BUILD_ERRORS as e:
+        raise blame(e, what, names) from e
+
+
+def blame(error: BaseException, what: str, names: Mapping[str, str]) -> ConfigError:
+    """A :class:`ConfigError` for a constructor's ``error``: its message, then the config keys
+    to change — those of ``names`` (constructor argument -> config key) the message mentions, in
+    the order it mentions them.
+
+    Example:
+        >>> e = ValueError("retention must be one of ['single_run'], got 'forever'")
+        >>> print(blame(e, "memory.strategy='episodic'", {"retention": "memory.params.retention"}))
+        memory.strategy='episodic' cannot be built: retention must be one of ['single_run'], got \
+'forever': change memory.params.retention
+    """
+    message = str(error).rstrip(".") or type(error).__name__
+    if not isinstance(error, ValueError):
+        message = f"{type(error).__name__}: {message}"
+    hits = []
+    for name, key in names.items():
+        m = re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", message)
+        if m is not None and key:
+            hits.append((m.start(), key))
+    keys = list(dict.fromkeys(k for _, k in sorted(hits)))  # in the order the message names them
+    fix = (
+        f"change {' or '.join(keys)}" if keys else f"check {', '.join(sorted(set(names.values())))}"
+    )
+    return ConfigError(f"{what} cannot be built: {message}: {fix}", key=keys[0] if keys else None)

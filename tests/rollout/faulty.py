@@ -1,0 +1,91 @@
+"""A text env that fails on purpose, in every way an env can (registered as Faulty-v0).
+
+Five steps of ``go`` to win. ``fault`` chooses what goes wrong, for episodes whose reset seed is
+``bad_seed``, at step ``at_step``:
+
+* ``"exit"``: ``os._exit(3)`` — the process ends, nothing can catch it;
+* ``"segv"``: the process kills itself with SIGSEGV (as a crashing C extension would);
+* ``"sysexit"``: ``sys.exit(4)`` (a ``SystemExit``);
+* ``"hang"``: the step sleeps for an hour;
+* ``"nan"``: the step's reward is NaN;
+* ``"reset"``: ``reset`` raises (with any seed, for the first reset in each process only);
+* ``"init"``: the constructor raises;
+* ``"lock"``: the observation after the step carries ``[lock]``, on which the ``locked_db``
+  memory strategy (registered here too) raises SQLite's "database is locked" when it stores it.
+
+``log`` (a file path) gets one line per constructor call, so tests can count restarts.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import string
+import sys
+import time
+
+import gymnasium as gym
+from gymnasium import spaces
+from gymnasium.envs.registration import register, registry
+
+from agent_memory.memory import HistoryMemory, available_memories, register_memory
+
+_RESETS_IN_PROCESS = [0]
+
+
+class FaultyEnv(gym.Env):
+    def __init__(
+        self, fault: str = "none", bad_seed: int = 1, at_step: int = 2, log: str | None = None
+    ) -> None:
+        self.observation_space = spaces.Text(64, min_length=0, charset=string.printable)
+        self.action_space = spaces.Text(64, min_length=0, charset=string.printable)
+        self.fault, self.bad_seed, self.at_step = fault, bad_seed, at_step
+        if log is not None:
+            with open(log, "a") as f:
+                f.write(f"{os.getpid()}\n")
+        if fault == "init":
+            raise ValueError(f"FaultyEnv cannot start: fault={fault!r} is set")
+        self.t, self.bad = 0, False
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        _RESETS_IN_PROCESS[0] += 1
+        if self.fault == "reset" and _RESETS_IN_PROCESS[0] == 1:
+            raise RuntimeError("the simulator failed to load its level")
+        self.t, self.bad = 0, seed == self.bad_seed
+        return "t0", {"admissible_actions": ["go"], "won": False, "state_key": "s0"}
+
+    def step(self, action):
+        self.t += 1
+        reward = 0.0
+        if self.bad and self.t == self.at_step:
+            if self.fault == "exit":
+                os._exit(3)
+            if self.fault == "segv":
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if self.fault == "sysexit":
+                sys.exit(4)
+            if self.fault == "hang":
+                time.sleep(3600)
+            if self.fault == "nan":
+                reward = float("nan")
+        done = self.t >= 5
+        info = {"admissible_actions": ["go"], "won": done, "state_key": f"s{self.t}"}
+        lock = " [lock]" if self.bad and self.t == self.at_step and self.fault == "lock" else ""
+        return f"t{self.t}{lock}", reward + float(done), done, False, info
+
+
+class LockedDB(HistoryMemory):
+    """The window memory, with a store that fails as a database held locked past its retries."""
+
+    def store(self, record, env_ids=None):
+        if any("[lock]" in str(o) for o in record.get("observation", [])):
+            raise sqlite3.OperationalError("database is locked")
+        super().store(record, env_ids)
+
+
+if "Faulty-v0" not in registry:
+    register("Faulty-v0", entry_point=FaultyEnv, max_episode_steps=20)
+if "locked_db" not in available_memories():
+    register_memory("locked_db")(LockedDB)

@@ -1,0 +1,204 @@
+"""No run loses what it finished: failures end their own episode, never the outputs.
+
+Each test injects one failure (``tests/rollout/faulty.py``, or a policy that fails) into a real
+rollout on real Ray workers, and checks what the user gets: readable errors, every finished
+episode in ``trajectories.jsonl``, and a ``summary.json`` that says what happened.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import ClassVar
+
+import pytest
+
+from agent_memory.policies.simple import RandomPolicy
+from agent_memory.rollout import run_rollout
+from agent_memory.rollout.collector import RolloutFailed, WorkerSetupError
+from tests.rollout.conftest import make_job
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+FAULTY = "tests.rollout.faulty:Faulty-v0"
+
+
+def faulty_job(fault: str, *, groups: int = 3, size: int = 2, workers: int = 1, envs: int = 2,
+               **kwargs):  # fmt: skip
+    job = make_job(FAULTY, policy="random", groups=groups, size=size, workers=workers, envs=envs,
+                   fault=fault, **kwargs)  # fmt: skip
+    job.env.parser.tag = None  # Faulty takes bare actions
+    return job
+
+
+def read_rows(path):
+    return [json.loads(line) for line in (path / "trajectories.jsonl").read_text().splitlines()]
+
+
+def read_summary(path):
+    return json.loads((path / "summary.json").read_text())
+
+
+@pytest.mark.parametrize("fault", ["exit", "segv"])
+def test_an_env_that_kills_its_process_is_retried_then_recorded_as_an_error(tmp_path, fault):
+    job = faulty_job(fault, bad_seed=1)  # group 1 (seed 1): both members crash at step 2
+    job.rollout.max_restarts = 5
+    summary = run_rollout(job, tmp_path)
+    assert summary["status"] == "ok" and summary["episodes"] == 6
+    errors = {e["traj_uid"]: e for e in summary["episode_errors"]}
+    assert sorted(errors) == ["g1-t0", "g1-t1"]
+    assert all(
+        "ended its worker process" in e["error"]
+        and "of rollout.max_episode_attempts=2 attempts" in e["error"]
+        for e in errors.values()
+    )
+    rows = read_rows(tmp_path)
+    healthy = [r for r in rows if r["error"] is None]
+    assert {r["traj_uid"] for r in healthy} == {"g0-t0", "g0-t1", "g2-t0", "g2-t1"}
+    assert len(healthy) == 4 * 5 and all(r["won"] for r in healthy)  # each once, complete
+    crashed = [r for r in rows if r["error"] is not None]  # the steps before the crash
+    assert sorted((r["traj_uid"], r["step"]) for r in crashed) == [("g1-t0", 1), ("g1-t1", 1)]
+    # Each culprit crashed its worker twice; when one crashed, the other (on the same worker)
+    # re-ran without being charged, so it may have started more often.
+    assert summary["worker_restarts"] == 4 and all(r["attempts"] >= 2 for r in crashed)
+
+
+def test_sys_exit_in_an_env_ends_only_its_episode(tmp_path):
+    summary = run_rollout(faulty_job("sysexit", bad_seed=0), tmp_path)
+    assert summary["status"] == "ok" and summary["worker_restarts"] == 0
+    errors = summary["episode_errors"]
+    assert [e["traj_uid"] for e in errors] == ["g0-t0", "g0-t1"]
+    assert all(e["error"].startswith("SystemExit: 4") for e in errors)
+
+
+def test_when_the_last_worker_dies_the_documented_error_comes_after_the_outputs(tmp_path):
+    job = faulty_job("exit", bad_seed=2, envs=1)  # one env: groups 0 and 1 finish first
+    job.rollout.max_restarts = 0
+    with pytest.raises(RolloutFailed, match="every rollout worker died and none can be restarted"):
+        run_rollout(job, tmp_path)
+    summary = read_summary(tmp_path)
+    assert summary["status"] == "failed"
+    assert "RolloutFailed: every rollout worker died" in summary["error"]
+    assert summary["episodes"] == 4 and summary["episodes_planned"] == 6
+    assert {r["traj_uid"] for r in read_rows(tmp_path)} == {"g0-t0", "g0-t1", "g1-t0", "g1-t1"}
+
+
+def test_a_constructor_error_is_readable_and_not_restarted(tmp_path):
+    log = tmp_path / "constructed.txt"
+    job = faulty_job("init", workers=2, log=str(log))
+    job.rollout.max_restarts = 3
+    with pytest.raises(WorkerSetupError) as info:
+        run_rollout(job, tmp_path / "out")
+    message = str(info.value)
+    assert message.startswith("rollout worker 0 could not start (2 of 2 workers failed):\n")
+    assert "ValueError: FaultyEnv cannot start: fault='init' is set" in message
+    assert re.search(r'File ".*faulty\.py", line \d+, in __init__', message)
+    assert "\x1b" not in message and "^^^" not in message  # no ANSI codes, no marker lines
+    assert len(log.read_text().splitlines()) == 2  # once per worker: never restarted
+    assert read_summary(tmp_path / "out")["status"] == "failed"
+
+
+def test_an_env_whose_first_reset_raises_does_not_poison_its_slot(tmp_path):
+    # One env: the first reset fails, then Gymnasium's env checker used to break every step.
+    summary = run_rollout(faulty_job("reset", groups=5, size=1, envs=1), tmp_path)
+    errors = summary["episode_errors"]
+    assert [e["traj_uid"] for e in errors] == ["g0-t0"] and errors[0]["steps"] == 0
+    assert "RuntimeError: the simulator failed to load its level" in errors[0]["error"]
+    assert summary["success_rate"] == 0.8  # the 4 later episodes on that slot all win
+
+
+def test_a_hanging_step_ends_its_episode_after_the_timeout(tmp_path):
+    job = faulty_job("hang", bad_seed=1, groups=2, size=1, envs=2)
+    job.rollout.step_timeout_s = 1.5
+    summary = run_rollout(job, tmp_path)
+    assert summary["status"] == "ok" and summary["step_timeouts"] == 1
+    (error,) = summary["episode_errors"]
+    assert error["traj_uid"] == "g1-t0" and error["steps"] == 1
+    assert re.fullmatch(
+        r"the env's step ran \d+\.\d+ s, longer than rollout\.step_timeout_s=1\.5: "
+        r"the worker was restarted",
+        error["error"],
+    )
+    assert summary["success_rate"] == 0.5  # the other episode re-ran and won
+
+
+def test_a_memory_failure_ends_only_the_episodes_of_that_call(tmp_path):
+    import tests.rollout.faulty  # noqa: F401  (registers locked_db in the driver, too)
+
+    job = faulty_job("lock", bad_seed=1, groups=3, size=1, workers=3, envs=1)
+    job.memory.strategy = "locked_db"
+    summary = run_rollout(job, tmp_path)
+    assert summary["status"] == "ok" and summary["worker_restarts"] == 0
+    (error,) = summary["episode_errors"]
+    # Step 3 stores the observation of step 2 (the one with [lock]): that call fails.
+    assert error["traj_uid"] == "g1-t0" and error["steps"] == 3
+    assert error["error"].startswith("sqlite3.OperationalError: database is locked")
+    assert summary["success_rate"] == pytest.approx(2 / 3)  # the other workers' episodes
+
+
+class FailingAfter(RandomPolicy):
+    """The random policy, raising ``exc`` on its ``n``-th call."""
+
+    def __init__(self, n: int, exc: BaseException, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.n, self.exc, self.calls = n, exc, 0
+
+    def act(self, prompts, meta=None):
+        self.calls += 1
+        if self.calls == self.n:
+            raise self.exc
+        return super().act(prompts, meta)
+
+
+@pytest.mark.parametrize(
+    ("exc", "status"),
+    [(RuntimeError("the model server went away"), "failed"), (KeyboardInterrupt(), "interrupted")],
+)
+def test_a_run_that_stops_keeps_every_finished_episode(tmp_path, exc, status):
+    job = make_job("agent_memory/Recall-v0", policy="random", groups=4, size=2, workers=1, envs=2,
+                   num_distractors=2)  # fmt: skip
+    policy = FailingAfter(9, exc, parser=job.env.parser.build(), seed=0)
+    with pytest.raises(type(exc)):
+        run_rollout(job, tmp_path, policy=policy)
+    summary = read_summary(tmp_path)
+    assert summary["status"] == status
+    assert summary["episodes"] >= 4  # 4 steps per episode, 2 envs: groups 0 and 1 are done
+    rows = read_rows(tmp_path)
+    assert {r["traj_uid"] for r in rows} == {f"g{g}-t{m}" for g in range(2) for m in range(2)}
+    assert all(r["advantage"] is not None for r in rows)  # complete groups: advantages written
+    if status == "failed":
+        assert summary["error"].startswith("RuntimeError: the model server went away")
+    assert (tmp_path / "trajectories.parquet").exists()
+
+
+class Hostile(RandomPolicy):
+    """Answers with what a broken model server might send."""
+
+    ANSWERS: ClassVar[list] = [
+        "<think>\ud83d</think>go",
+        b"go",
+        7,
+        {"action": "go"},
+        "go" + "x" * 5_000_000,
+    ]
+
+    def act(self, prompts, meta=None):
+        return [self.ANSWERS[i % len(self.ANSWERS)] for i in range(len(prompts))]
+
+
+def test_hostile_responses_and_nan_rewards_are_written_safely(tmp_path):
+    job = faulty_job("nan", bad_seed=0, groups=2, size=5, envs=5)
+    job.rollout.max_response_chars = 1000
+    summary = run_rollout(job, tmp_path, policy=Hostile(parser=job.env.parser.build()))
+    assert summary["status"] == "ok"
+    rows = read_rows(tmp_path)  # every line is valid JSON
+    assert len(rows) == summary["env_steps"] > 0
+    by_kind = {r["response_chars"]: r["response"] for r in rows}
+    assert by_kind[5_000_002] == "go" + "x" * 998  # capped, full length kept
+    assert "<think>\ufffd</think>go" in by_kind.values()  # lone surrogate replaced
+    assert {"b'go'", "7", "{'action': 'go'}"} <= set(by_kind.values())  # non-strings as repr
+    assert summary["nonfinite_rewards"] == 5  # group 0 (seed 0): every member's step 2
+    assert [r["reward"] for r in rows if r["reward"] is None]  # NaN written as null
+    advantages = [r["advantage"] for r in rows]
+    assert all(a is None or math.isfinite(a) for a in advantages)

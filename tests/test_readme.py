@@ -1,0 +1,142 @@
+"""Every code block of README.md runs as written, or says why not.
+
+Conventions (HTML comments on the lines right above a block's opening fence; a reader never sees
+them):
+
+* A ```python block runs on its own: a fresh interpreter in an empty temporary directory, as a
+  reader who copies that one block would run it (no block relies on names from another).
+* A ```bash block runs with ``bash -euo pipefail`` in a temporary directory in which ``scripts/``
+  and ``configs/`` link to the repository's, so commands such as ``python scripts/rollout.py``
+  run as written and their outputs (``outputs/``, ``multirun/``) land in that directory.
+  ``<!-- writes: GLOB ... -->`` lists files the block must have written there (what the README
+  promises).
+* ``<!-- not run: REASON -->`` skips a block (any language) with that reason, shown as the test's
+  skip reason: skipping is explicit, never silent. Blocks of any other language must say so.
+
+The blocks import this checkout (``PYTHONPATH``), and TextWorld games go to a temporary cache.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+README = REPO / "README.md"
+RUNNABLE = ("python", "bash")
+_COMMENT = re.compile(r"^<!--\s*(.*?)\s*-->$")
+_FENCE = re.compile(r"^```(\S*)\s*$")
+
+
+@dataclass
+class Block:
+    """One fenced block: its language, code, first line number and the markers above it."""
+
+    lang: str
+    code: str
+    line: int
+    markers: list[str] = field(default_factory=list)
+
+    def marker(self, name: str) -> str | None:
+        """The text after ``name`` in a marker (``not run: why`` -> ``why``), or None."""
+        for m in self.markers:
+            if m == name or m.startswith(f"{name}:"):
+                return m[len(name) :].lstrip(":").strip()
+        return None
+
+
+def parse_blocks(text: str) -> list[Block]:
+    """The fenced blocks of a markdown text, with the HTML comment lines right above each.
+
+    Example:
+        >>> [(b.lang, b.code, b.markers) for b in parse_blocks(
+        ...     "<!-- not run: slow -->\\n```bash\\nsleep 9\\n```\\n\\n```python\\nx = 1\\n```\\n")]
+        [('bash', 'sleep 9\\n', ['not run: slow']), ('python', 'x = 1\\n', [])]
+    """
+    lines = text.splitlines()
+    blocks: list[Block] = []
+    i = 0
+    while i < len(lines):
+        opening = _FENCE.match(lines[i])
+        if not opening:
+            i += 1
+            continue
+        markers = []
+        j = i - 1
+        while j >= 0 and (m := _COMMENT.match(lines[j].strip())):
+            markers.insert(0, m.group(1))
+            j -= 1
+        end = i + 1
+        while end < len(lines) and lines[end].strip() != "```":
+            end += 1
+        if end == len(lines):
+            raise ValueError(f"README.md:{i + 1}: the block is never closed")
+        code = "".join(f"{line}\n" for line in lines[i + 1 : end])
+        blocks.append(Block(opening.group(1), code, i + 1, markers))
+        i = end + 1
+    return blocks
+
+
+BLOCKS = parse_blocks(README.read_text(encoding="utf-8"))
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)
+    return {
+        **os.environ,
+        # `python` in a bash block is the interpreter running the tests (the project's venv).
+        "PATH": os.pathsep.join((str(Path(sys.executable).parent), os.environ.get("PATH", ""))),
+        "PYTHONPATH": path,
+        "AGENT_MEMORY_CACHE": str(tmp_path / "cache"),
+        "MPLBACKEND": "Agg",
+    }
+
+
+def _run(args: list[str], cwd: Path, block: Block, timeout: int = 300) -> None:
+    proc = subprocess.run(
+        args, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=timeout
+    )
+    assert proc.returncode == 0, (
+        f"README.md:{block.line} ({block.lang}) failed with exit code {proc.returncode}:\n"
+        f"{block.code}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
+    )
+
+
+def test_every_block_is_runnable_or_says_why_not() -> None:
+    assert sum(b.lang == "python" for b in BLOCKS) >= 3  # the parser found the blocks
+    for block in BLOCKS:
+        reason = block.marker("not run")
+        where = f"README.md:{block.line}"
+        if reason is not None:
+            assert reason, f"{where}: write why it is not run: <!-- not run: REASON -->"
+        else:
+            assert block.lang in RUNNABLE, (
+                f"{where}: a ```{block.lang} block cannot be run: mark it <!-- not run: REASON -->"
+            )
+
+
+@pytest.mark.parametrize("block", BLOCKS, ids=[f"L{b.line}-{b.lang or 'text'}" for b in BLOCKS])
+def test_readme_block_runs_as_written(block: Block, tmp_path: Path) -> None:
+    reason = block.marker("not run")
+    if reason is not None:
+        pytest.skip(f"README.md:{block.line} says: not run: {reason}")
+    if block.lang not in RUNNABLE:
+        pytest.fail(f"README.md:{block.line}: ```{block.lang} without <!-- not run: REASON -->")
+    if block.lang == "python":
+        script = tmp_path / "block.py"
+        script.write_text(block.code, encoding="utf-8")
+        _run([sys.executable, str(script)], tmp_path, block)
+    else:
+        for name in ("scripts", "configs"):
+            (tmp_path / name).symlink_to(REPO / name, target_is_directory=True)
+        _run(["bash", "-euo", "pipefail", "-c", block.code], tmp_path, block)
+    for pattern in (block.marker("writes") or "").split():
+        assert list(tmp_path.glob(pattern)), (
+            f"README.md:{block.line} promises {pattern}; found none under {tmp_path}"
+        )
