@@ -155,7 +155,7 @@ INVALID = [
     pytest.param(
         ["memory.token_counter=estimat"],
         "memory.token_counter='estimat' cannot be built (ValueError: unknown token counter "
-        "'estimat': expected 'estimate', ",
+        "'estimat': expected one of ['chars', 'default', 'estimate', 'hf', 'qwen']",
         id="unknown-token-counter",
     ),
     pytest.param(
