@@ -475,7 +475,10 @@ class CompactionMemory(Offloading, HistoryMemory):
         po, pa, pt = pos.get(self._obs_key), pos.get(self._action_key), pos.get("thought")
         start = self._start[i]
         offl = self._offloaded[i]
-        texts = self._formatter.texts_of(self._rendered[i][:k])
+        if self.summarizer.reads_text or po is None:
+            texts = self._formatter.texts_of(self._rendered[i][:k])
+        else:
+            texts = [""] * k
         out = []
         for j, (row, text) in enumerate(zip(self._rows[i][:k], texts, strict=True)):
             step = start + j + 1

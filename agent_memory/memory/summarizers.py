@@ -54,7 +54,8 @@ class FoldedStep:
 
     Attributes:
         step: absolute step number in the episode.
-        text: the step as it was rendered into the prompt (large observations as previews).
+        text: the step as it was rendered into the prompt (large observations as previews);
+            ``""`` for a summarizer that does not read it (:attr:`Summarizer.reads_text`).
         observation: the full observation (None when the records have no observation key).
         action: the action (None when the records have no action key).
         thought: the thought stored with the step, if any.
@@ -84,6 +85,9 @@ class Summarizer(ABC):
     #: Whether a call can block (model calls): the memory then runs it in a worker thread with
     #: a timeout. Pure-Python summarizers set it False and run inline.
     may_block: ClassVar[bool] = True
+    #: Whether it reads :attr:`FoldedStep.text` of steps that have an observation (False: the
+    #: memory leaves it "" there, and skips building a copy of each folded step).
+    reads_text: ClassVar[bool] = True
 
     @abstractmethod
     def summarize(
@@ -308,6 +312,7 @@ class ExtractiveSummarizer(Summarizer):
     registry_name = "extractive"
 
     may_block: ClassVar[bool] = False
+    reads_text: ClassVar[bool] = False
 
     def __init__(self, max_line_chars: int = 160) -> None:
         if not isinstance(max_line_chars, int) or isinstance(max_line_chars, bool):

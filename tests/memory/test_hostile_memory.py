@@ -10,6 +10,7 @@ import pytest
 from agent_memory.memory import HistoryMemory
 from agent_memory.memory.blackboard import BlackboardMemory
 from agent_memory.memory.blackboard import episode_digest as board_digest
+from agent_memory.memory.compaction import CompactionMemory
 from agent_memory.memory.episodic import EpisodicMemory
 from agent_memory.memory.episodic_text import episode_digest, task_key_of
 from agent_memory.memory.retrieval import RetrievalMemory
@@ -79,3 +80,23 @@ def test_length_counters_count_stored_steps_without_building_their_text():
             mem.store({"observation": ["o" * 1001], "action": ["act \ud83d"]})
             texts = mem.formatter.texts_of(mem._rendered[0])
             assert mem.step_tokens(0) == counter.count_many(texts), (spec, fmt)
+
+
+def test_compaction_builds_step_texts_only_for_summarizers_that_read_them():
+    seen: list[list[str]] = []
+
+    class Recorder(ExtractiveSummarizer):
+        reads_text = True
+
+        def summarize(self, previous_summary, steps, max_tokens, counter=None):
+            seen.append([s.text for s in steps])
+            return super().summarize(previous_summary, steps, max_tokens, counter)
+
+    class Quiet(Recorder):
+        reads_text = False
+
+    for summarizer, want in ((Recorder(), "[Observation 1: 'o1', Action 1: 'a']\n"), (Quiet(), "")):
+        mem = CompactionMemory(1, trigger_steps=2, keep_last=1, summarizer=summarizer)
+        for t in range(1, 4):
+            mem.store({"observation": [f"o{t}"], "action": ["a"]})
+        assert seen[-1][0] == want and mem.summary(0).startswith("1: o1 -> a")
