@@ -36,9 +36,9 @@ What it does, layer by layer (:attr:`Sandbox.layers` reports each as ``"on (...)
 * ``network`` — new network and IPC namespaces (only a loopback that is down; no host SysV IPC).
 * ``landlock`` — reads only beneath the paths above, writes only beneath the working dir, no
   TCP bind/connect, no signals or abstract sockets outside the sandbox (by kernel ABI).
-* ``cgroup`` — total limits for all the sandbox's processes and threads: ``memory_mb`` and
-  ``processes`` (cgroup v2 ``memory.max``/``pids.max``, or the v1 equivalents), made by the env
-  process beneath its own cgroup; :mod:`envs.code_exec.cgroup` says where this works.
+* ``cgroup`` — total limits for all the sandbox's processes and threads: ``memory_mb`` + 64 MiB
+  and ``processes`` (cgroup v2 ``memory.max``/``pids.max``, or the v1 equivalents), made by the
+  env process beneath its own cgroup; :mod:`envs.code_exec.cgroup` says where this works.
 * ``rlimits`` — per process: ``RLIMIT_CPU``, ``RLIMIT_AS`` (``MemoryError``), ``RLIMIT_FSIZE``
   (``EFBIG``), ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, and ``RLIMIT_NPROC = processes`` when the
   uid is the sandbox's own. Plus a wall-clock timeout per run enforced by the env process.
@@ -115,6 +115,8 @@ _MAX_FRAME = 16 * 2**20
 _BOOT_TIMEOUT_S = 30.0  # generous: a loaded CI machine may start Python slowly
 #: The sandbox's uid is this plus the supervisor's pid (pids are below 2**22).
 DEFAULT_UID_BASE = 1_900_000_000
+#: The cgroup's memory total is ``memory_mb`` plus this (the supervisor, kernel memory).
+CGROUP_HEADROOM_MB = 64
 
 Status = Literal["ok", "error", "timeout", "died"]
 
@@ -127,7 +129,9 @@ class SandboxLimits:
         timeout_s: wall-clock seconds per :meth:`Sandbox.run`; over it the process is killed and
             restarted.
         cpu_s: ``RLIMIT_CPU`` seconds, cumulative over the process's life (a backstop).
-        memory_mb: MiB: ``RLIMIT_AS`` of each process and the cgroup's total for the sandbox.
+        memory_mb: ``RLIMIT_AS`` of each process in MiB; the cgroup holds the whole sandbox to
+            ``memory_mb + CGROUP_HEADROOM_MB`` (the supervisor's share), so one process meets
+            its own limit (a clean ``MemoryError``) before the total.
         file_size_mb: ``RLIMIT_FSIZE`` in MiB (largest file the code may write).
         output_chars: characters of output kept at the head and at the tail of each run.
         open_files: ``RLIMIT_NOFILE``.
@@ -316,9 +320,8 @@ class Sandbox:
         self._state: dict[str, Any] = {"workdir": self._workdir, "owner": os.getpid()}
         self._finalizer = weakref.finalize(self, _cleanup, self._state)
         if cgroup:
-            group, self._cgroup_layer = cgroups.create(
-                self.limits.memory_mb * 2**20, self.limits.processes
-            )
+            total = (self.limits.memory_mb + CGROUP_HEADROOM_MB) * 2**20
+            group, self._cgroup_layer = cgroups.create(total, self.limits.processes)
             self._state["cgroup"] = group
         else:
             self._cgroup_layer = "off (disabled)"

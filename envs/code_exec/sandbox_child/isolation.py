@@ -79,7 +79,7 @@ def enter_namespaces(flags: int, in_user_namespace: bool) -> tuple[str, bool]:
     if os.geteuid() == 0 or in_user_namespace:
         try:
             sysapi.unshare(flags)
-            return "", False
+            return "", in_user_namespace
         except OSError as exc:
             if in_user_namespace:
                 return exc.strerror or str(exc), True
