@@ -68,15 +68,28 @@ def host_read_paths() -> list[str]:
     return [p for p in dict.fromkeys(candidates) if os.path.exists(p)]
 
 
-def enter_namespaces(flags: int, in_user_namespace: bool) -> tuple[str, bool]:
+CAP_SETGID, CAP_SETUID, CAP_SYS_ADMIN = 6, 7, 21
+
+
+def effective_capabilities() -> int:
+    """This process's effective capability set as a bit mask (0 where unreadable)."""
+    text = sysapi.status_fields("CapEff")["CapEff"]
+    return int(text, 16) if text else 0
+
+
+def enter_namespaces(flags: int, in_user_namespace: bool, map_id: int | None) -> tuple[str, bool]:
     """Unshare the namespaces in ``flags`` (``CLONE_NEW*``).
 
-    Returns ``(error, in_user_namespace)``: ``error`` is "" on success. Not root (or root without
-    ``CAP_SYS_ADMIN``) and not yet in one: a new user namespace maps our uid and gid onto
-    themselves (which gives this process every capability inside it, none outside).
+    Returns ``(error, in_user_namespace)``: ``error`` is "" on success. Without ``CAP_SYS_ADMIN``
+    and not yet in one, a new user namespace comes first (it gives this process every capability
+    inside it, none outside); it maps uid and gid ``map_id`` onto themselves (root without
+    ``CAP_SYS_ADMIN``: the sandbox's uid, which the runner drops to inside), or else our own.
+
+    Raises:
+        OSError: ``map_id`` could not be mapped (the sandbox would have no usable uid).
     """
     first = ""
-    if os.geteuid() == 0 or in_user_namespace:
+    if effective_capabilities() & (1 << CAP_SYS_ADMIN) or in_user_namespace:
         try:
             sysapi.unshare(flags)
             return "", in_user_namespace
@@ -84,21 +97,55 @@ def enter_namespaces(flags: int, in_user_namespace: bool) -> tuple[str, bool]:
             if in_user_namespace:
                 return exc.strerror or str(exc), True
             first = f"{exc.strerror}; "
+    if map_id is not None:  # root: mapping another uid takes a process left outside
+        return _unshare_mapped(flags, map_id, first)
     uid, gid = os.geteuid(), os.getegid()
     try:
         sysapi.unshare(sysapi.CLONE_NEWUSER | flags)
     except OSError as exc:
         return f"{first}with a user namespace: {exc.strerror}", False
-    for path, text in (
-        ("/proc/self/setgroups", "deny"),
-        ("/proc/self/uid_map", f"{uid} {uid} 1"),
-        ("/proc/self/gid_map", f"{gid} {gid} 1"),
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
     ):
         try:
-            with open(path, "w") as f:
+            with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
         except OSError:
             pass  # unmapped ids only change what stat() shows inside
+    return "", True
+
+
+def _unshare_mapped(flags: int, map_id: int, first: str) -> tuple[str, bool]:
+    """A user namespace mapping uids and gids 0 and ``map_id`` onto themselves, written by a helper
+    process that stays in the parent namespace (only a process with ``CAP_SETUID`` *there* may
+    map other uids). The supervisor builds the view as 0, then everything drops to ``map_id``."""
+    ready_r, ready_w = os.pipe()
+    helper = os.fork()
+    if helper == 0:  # pragma: no cover - the helper's own exit status is what is checked
+        try:
+            os.close(ready_w)
+            if os.read(ready_r, 1) == b"u":  # the supervisor is in its new namespace
+                target = os.getppid()
+                for name in ("uid_map", "gid_map"):  # 0 too: the view's files are made as 0
+                    with open(f"/proc/{target}/{name}", "w") as f:
+                        f.write(f"0 0 1\n{map_id} {map_id} 1\n")
+                os._exit(0)
+        except BaseException:
+            pass
+        os._exit(1)
+    os.close(ready_r)
+    try:
+        sysapi.unshare(sysapi.CLONE_NEWUSER | flags)
+    except OSError as exc:
+        os.close(ready_w)
+        os.waitpid(helper, 0)
+        return f"{first}with a user namespace: {exc.strerror}", False
+    os.write(ready_w, b"u")
+    os.close(ready_w)
+    if os.waitstatus_to_exitcode(os.waitpid(helper, 0)[1]) != 0:
+        raise OSError(f"mapping uid {map_id} into the user namespace failed")
     return "", True
 
 
@@ -269,8 +316,13 @@ def drop_privileges(uid: int | None, dumpable: bool, kept_why: str = "") -> str:
         sysapi.prctl(sysapi.PR_CAP_AMBIENT, sysapi.PR_CAP_AMBIENT_CLEAR_ALL)
         sysapi.prctl(sysapi.PR_SET_DUMPABLE, 1 if dumpable else 0)
         sysapi.prctl(sysapi.PR_SET_NO_NEW_PRIVS, 1)
-    except OSError as exc:
-        return f"off ({exc.strerror or exc})"
+    except OSError as exc:  # fail closed: whatever else failed, no capability is kept
+        try:
+            _clear_capabilities()
+            sysapi.prctl(sysapi.PR_SET_NO_NEW_PRIVS, 1)
+            return f"off ({exc.strerror or exc}; every capability dropped instead)"
+        except OSError as again:
+            return f"off ({exc.strerror or exc}; dropping capabilities: {again.strerror})"
     caps = sysapi.status_fields("CapEff", "CapPrm", "CapAmb", "CapBnd")
     held = {k: v for k, v in caps.items() if v and int(v, 16) and (k != "CapBnd" or bounding)}
     if held:

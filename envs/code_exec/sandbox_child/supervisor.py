@@ -161,12 +161,40 @@ def _layers_from(msg: dict | None) -> dict[str, str] | None:
     return {str(k): v for k, v in layers.items()}
 
 
+def _stdlib() -> str:
+    return os.path.dirname(os.__file__)
+
+
+def _readable_by_others(workdir: str) -> bool:
+    """Whether another uid reaches the standard library and the working dir on the host."""
+    return isolation.others_can_read(_stdlib()) and isolation.others_can_read(
+        os.path.dirname(workdir)
+    )
+
+
+def _plan_uid(init: dict) -> tuple[int | None, str, int | None]:
+    """``(uid to drop to, why uid 0 is kept, uid to map into a user namespace)``."""
+    if not init["drop_privileges"] or os.geteuid() != 0:
+        return None, "", None  # not root: a user namespace and no capabilities instead
+    caps = isolation.effective_capabilities()
+    if not (caps & (1 << isolation.CAP_SETUID) and caps & (1 << isolation.CAP_SETGID)):
+        return None, "no CAP_SETUID and CAP_SETGID", None
+    uid = init["uid_base"] + os.getpid()  # unique among live sandboxes: pids are
+    if caps & (1 << isolation.CAP_SYS_ADMIN):
+        return uid, "", None  # decided once the view is built (_isolate)
+    # the namespaces will need a user namespace, in which root's files are out of reach: the
+    # working dir changes hands now and the sandbox's uid is mapped into it
+    os.chown(init["workdir"], uid, uid)
+    return uid, "", uid
+
+
 def _isolate(init: dict) -> tuple[dict[str, str], dict, bool]:
     """Namespaces, the view and the uid: ``(layers, what the runner keeps, user namespace?)``."""
     workdir, layers, userns = init["workdir"], {}, False
+    uid, kept_why, map_id = _plan_uid(init)
     if init["isolate_network"]:
         flags = sysapi.CLONE_NEWNET | sysapi.CLONE_NEWIPC
-        err, userns = isolation.enter_namespaces(flags, userns)
+        err, userns = isolation.enter_namespaces(flags, userns, map_id)
         how = "network and IPC namespaces" + (" in a user namespace" if userns else "")
         on = f"on ({how}: no interface but a loopback that is down)"
         layers["network"] = f"off (unshare failed: {err})" if err else on
@@ -174,7 +202,7 @@ def _isolate(init: dict) -> tuple[dict[str, str], dict, bool]:
         layers["network"] = "off (disabled)"
     view_reads = None
     if init["private_fs"]:
-        err, userns = isolation.enter_namespaces(sysapi.CLONE_NEWNS, userns)
+        err, userns = isolation.enter_namespaces(sysapi.CLONE_NEWNS, userns, map_id)
         if err:
             layers["filesystem"] = f"off (unshare(CLONE_NEWNS) failed: {err})"
         else:
@@ -184,15 +212,14 @@ def _isolate(init: dict) -> tuple[dict[str, str], dict, bool]:
                 layers["filesystem"] = f"off (building the view failed: {exc})"
     else:
         layers["filesystem"] = "off (disabled)"
-    uid, kept_why = None, ""
-    if init["drop_privileges"] and os.geteuid() == 0 and not userns:
-        uid = init["uid_base"] + os.getpid()  # unique among live sandboxes: pids are
-        stdlib = os.path.dirname(os.__file__)
-        if view_reads is None and not (
-            isolation.others_can_read(stdlib)
-            and isolation.others_can_read(os.path.dirname(workdir))
-        ):
-            uid, kept_why = None, f"{stdlib} is not readable by other users and there is no view"
+    readable = view_reads is not None or _readable_by_others(workdir)
+    if uid is not None and not readable:  # no view (unavailable here): the uid could not import
+        if map_id is not None:
+            os.chown(workdir, 0, 0)  # back to root (uid 0 is mapped in our user namespace too)
+        uid, kept_why = None, f"{_stdlib()} is not readable by other users and there is no view"
+    elif uid is not None and map_id is None:
+        if userns:  # root's own uid 0 is mapped: the sandbox's uid is not (unexpected)
+            uid, kept_why = None, "in a user namespace that maps only uid 0"
         else:
             os.chown(workdir, uid, uid)
     keep = {"uid": uid, "kept_why": kept_why, "view_reads": view_reads, "supervisor": os.getpid()}
@@ -210,7 +237,11 @@ def main(cmd_fd: int, resp_fd: int) -> None:
     if os.getppid() != parent_pid:  # the env is already gone
         _exit(1)
     namespace, hidden = _preload(init)
-    layers, keep, userns = _isolate(init)
+    try:
+        layers, keep, userns = _isolate(init)
+    except OSError as exc:  # fail closed: no sandbox rather than a half-built one
+        protocol.send(resp_fd, {"op": "failed", "why": f"isolating the sandbox: {exc}"})
+        _exit(1)
     init = {**init, "user_namespace": userns}
     runner_cmd, cmd_w = os.pipe()
     out_r, runner_out = os.pipe()
