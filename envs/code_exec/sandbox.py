@@ -25,8 +25,11 @@ What it does, layer by layer (:attr:`Sandbox.layers` reports each as ``"on (...)
   ``userfaultfd``, ``setsid``; refusals are ``EPERM``. x86_64 and aarch64.
 * ``privileges`` — as root: an unprivileged uid/gid of its own (``uid_base`` + the supervisor's
   pid: unique among live sandboxes, so ``RLIMIT_NPROC`` and signals are per sandbox), no groups,
-  empty capability sets (bounding set too), ``no_new_privs``; the working dir is chowned to it.
-  Not root: a user namespace, with every capability dropped in it.
+  empty capability sets (bounding set too), ``no_new_privs``; the working dir is chowned to it
+  (root without ``CAP_SYS_ADMIN``: the same uid, mapped into the user namespace the other layers
+  then need). Not root: a user namespace, with every capability dropped in it. Where that uid
+  could not read the Python installation (no view here), uid 0 is kept without capabilities,
+  and the layer says so.
 * ``filesystem`` — a mount namespace whose root is a new read-only ``tmpfs`` (``pivot_root``)
   holding only the Python installation, ``/usr``, ``/lib*``, a few ``/etc`` files, ``/dev/null``
   and friends, a fresh ``/proc`` (other users' processes hidden) and the working dir at its usual
