@@ -99,6 +99,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -233,18 +234,26 @@ def _kill_group(proc: subprocess.Popen | None, group: cgroups.Cgroup | None) -> 
 
 
 def _remove_tree(path: str) -> None:
+    """Remove the working dir, never following a link the sandbox may have planted."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        with contextlib.suppress(OSError):  # replaced by the code (see Sandbox._check_workdir)
+            os.unlink(path)
+        return
+
     def retry(func: Any, p: str, _exc: Any) -> None:
-        # code may chmod its files read-only: restore permissions and retry once
+        # code may chmod its files read-only: restore permissions (of real directories and
+        # files only: os.chmod follows links) and retry once
         with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
+            for target in (os.path.dirname(p), p):
+                if not os.path.islink(target):
+                    os.chmod(target, 0o700)
             func(p)
 
     if sys.version_info >= (3, 12):
         shutil.rmtree(path, onexc=retry)
     else:  # pragma: no cover - Python 3.11
         shutil.rmtree(path, onerror=retry)
-    if os.path.exists(path):  # pragma: no cover - only if something outside recreated it
+    if os.path.isdir(path) and not os.path.islink(path):  # pragma: no cover - recreated outside
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -320,6 +329,7 @@ class Sandbox:
         self._uid_base = uid_base
         self._require = tuple(require)
         self._workdir = tempfile.mkdtemp(prefix="code_env_")
+        self._workdir_id = _identity(self._workdir)
         self._state: dict[str, Any] = {"workdir": self._workdir, "owner": os.getpid()}
         self._finalizer = weakref.finalize(self, _cleanup, self._state)
         if cgroup:
@@ -361,7 +371,20 @@ class Sandbox:
         self._wait_ready()
         return dict(self._layers)
 
+    def _check_workdir(self) -> None:
+        """Make sure the working dir is still the directory we made (before root hands it over).
+
+        Where neither the private view nor Landlock holds, code running as the sandbox's uid
+        owns the dir and could rename it and leave a link to, say, ``/etc`` at its path for the
+        next supervisor (root) to chown. Then the sandbox gets a fresh dir; the old one is lost.
+        """
+        if _identity(self._workdir) != self._workdir_id:
+            self._workdir = tempfile.mkdtemp(prefix="code_env_")
+            self._workdir_id = _identity(self._workdir)
+            self._state["workdir"] = self._workdir
+
     def _spawn(self) -> None:
+        self._check_workdir()
         cmd_r, cmd_w = os.pipe()
         resp_r, resp_w = os.pipe()
         workdir = self.workdir
@@ -395,6 +418,7 @@ class Sandbox:
         init = {
             "op": "init",
             "workdir": workdir,
+            "workdir_id": list(self._workdir_id),
             "parent_pid": os.getpid(),
             **self._switches,
             "uid_base": self._uid_base,
@@ -585,6 +609,16 @@ class Sandbox:
         if isinstance(code, int) and not isinstance(code, bool):
             return _describe_exit(code, self.limits)
         return "it died"
+
+
+def _identity(path: str) -> tuple[int, int]:
+    """``(device, inode)`` of ``path`` itself (a link is not followed); (-1, -1) if it is gone
+    or not a directory."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return -1, -1
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else (-1, -1)
 
 
 def _peek_exited(pid: int, wait_s: float) -> bool:

@@ -642,3 +642,32 @@ def test_unprivileged_parent_gets_a_user_namespace(tmp_path: Path) -> None:
     assert out["seccomp"].startswith("on"), out
     for name, outcome in json.loads(out["answers"]).items():
         assert not outcome.startswith("read"), (name, out["answers"])
+
+
+def test_a_working_dir_swapped_for_a_link_is_never_handed_over(tmp_path: Path) -> None:
+    """Code that could rename its working dir (no view, no Landlock) and leave a link to a host
+    dir at its path: the next supervisor (root) must not chown, use or remove the link's target."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "keep.txt").write_text("keep")
+    before = victim.stat()
+    box = Sandbox(SandboxLimits(timeout_s=20.0))
+    try:
+        box.layers  # noqa: B018  (started)
+        old = box.workdir
+        os.rename(old, str(tmp_path / "moved"))
+        os.symlink(victim, old)
+        box.restart()
+        assert box.run("import os; os.getcwd()").status == "ok"
+        assert box.workdir != old and Path(box.workdir).is_dir()
+    finally:
+        box.close()
+    after = victim.stat()
+    assert (after.st_uid, after.st_gid, after.st_mode) == (
+        before.st_uid,
+        before.st_gid,
+        before.st_mode,
+    )
+    assert (victim / "keep.txt").read_text() == "keep"
+    assert os.path.islink(old)  # left as it was: the env never follows it
+    os.unlink(old)

@@ -172,6 +172,21 @@ def _readable_by_others(workdir: str) -> bool:
     )
 
 
+def _check_workdir(init: dict) -> None:
+    """The working dir must be the directory the env made (not a link planted at its path).
+
+    Raises:
+        OSError: it is not.
+    """
+    fd = os.open(init["workdir"], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if [st.st_dev, st.st_ino] != init["workdir_id"]:
+        raise OSError(f"{init['workdir']} is not the working dir the env made")
+
+
 def _plan_uid(init: dict) -> tuple[int | None, str, int | None]:
     """``(uid to drop to, why uid 0 is kept, uid to map into a user namespace)``."""
     if not init["drop_privileges"] or os.geteuid() != 0:
@@ -191,6 +206,7 @@ def _plan_uid(init: dict) -> tuple[int | None, str, int | None]:
 def _isolate(init: dict) -> tuple[dict[str, str], dict, bool]:
     """Namespaces, the view and the uid: ``(layers, what the runner keeps, user namespace?)``."""
     workdir, layers, userns = init["workdir"], {}, False
+    _check_workdir(init)  # before root does anything with it
     uid, kept_why, map_id = _plan_uid(init)
     if init["isolate_network"]:
         flags = sysapi.CLONE_NEWNET | sysapi.CLONE_NEWIPC
