@@ -201,6 +201,11 @@ out["unshare(CLONE_NEWUSER)"] = call("unshare", 0x10000000)
 out["ptrace(PTRACE_ATTACH, parent)"] = call("ptrace", 16, os.getppid(), None, None)
 out["mount tmpfs"] = call("mount", b"none", b".", b"tmpfs", 0, None)
 out["setuid(0)"] = call("setuid", 0)
+out["prctl(PR_SET_PDEATHSIG, 0)"] = call("prctl", 1, 0, 0, 0, 0)  # outliving the supervisor
+sig = ctypes.c_int(-1)
+libc.prctl(2, ctypes.byref(sig), 0, 0, 0)
+out["pdeathsig"] = sig.value
+out["setsid"] = call("setsid")  # leaving the process group
 status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines())
 for key in ("Uid", "CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Seccomp"):
     out[key] = status[key].split()
@@ -216,6 +221,8 @@ def test_disabled_audit_hook_leaves_no_processes_and_no_privileges(box: Sandbox)
     for name in ("unshare(CLONE_NEWUSER)", "ptrace(PTRACE_ATTACH, parent)", "mount tmpfs"):
         assert out[name] == "refused: Operation not permitted", (name, out)
     assert out["setuid(0)"].startswith("refused"), out
+    assert out["pdeathsig"] == 9, out  # SIGKILL when the supervisor dies (set after the uid drop)
+    assert out["prctl(PR_SET_PDEATHSIG, 0)"] == out["setsid"] == "refused: Operation not permitted"
     assert int(out["CapEff"][0], 16) == int(out["CapPrm"][0], 16) == 0, out
     assert int(out["CapBnd"][0], 16) == 0, out
     assert out["NoNewPrivs"] == ["1"] and out["Seccomp"][0] == "2", out

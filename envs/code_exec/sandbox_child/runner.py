@@ -152,16 +152,25 @@ def run(code: str, namespace: dict, step: int, cap: int, hidden: set[int]) -> di
     }
 
 
-def harden(init: dict, uid: int | None, kept_why: str, view_reads: list[str] | None) -> dict:
-    """Lock this process down before any user code runs; returns the layers' states."""
-    workdir = init["workdir"]
+def harden(init: dict, keep: dict) -> dict:
+    """Lock this process down before any user code runs; returns the layers' states.
+
+    ``keep``: ``uid`` (to drop to, or None), ``kept_why``, ``view_reads`` (the view's paths, or
+    None without a view) and ``supervisor`` (its pid).
+    """
+    workdir, uid, view_reads = init["workdir"], keep["uid"], keep["view_reads"]
     layers: dict[str, str] = {}
     own_uid = uid is not None or init["user_namespace"]  # RLIMIT_NPROC counts per uid
     layers["rlimits"] = isolation.set_limits(init["limits"], nproc=own_uid)
     if init["drop_privileges"]:
-        layers["privileges"] = isolation.drop_privileges(uid, dumpable=True, kept_why=kept_why)
+        layers["privileges"] = isolation.drop_privileges(uid, True, keep["kept_why"])
     else:
         layers["privileges"] = "off (disabled)"
+    # a change of uid or gid clears the parent-death signal: set it again (seccomp then forbids
+    # changing it), and make sure the supervisor did not die in between
+    sysapi.prctl(sysapi.PR_SET_PDEATHSIG, 9)
+    if os.getppid() != keep["supervisor"]:
+        _exit(1)
     if init["landlock"]:
         reads = view_reads if view_reads is not None else isolation.host_read_paths()
         layers["landlock"] = landlock.restrict(workdir, [*reads, "/proc/self"])
@@ -195,7 +204,7 @@ def main(init: dict, fds: tuple[int, int], keep: dict, namespace: dict, hidden: 
     os.closerange(max(cmd_fd, out_fd) + 1, 1 << 16)
     sys.argv = [""]
     try:
-        layers = harden(init, keep["uid"], keep["kept_why"], keep["view_reads"])
+        layers = harden(init, keep)
     except BaseException as exc:  # report, do not run code half-hardened
         protocol.send(out_fd, {"op": "failed", "why": f"{type(exc).__name__}: {exc}"})
         _exit(1)
