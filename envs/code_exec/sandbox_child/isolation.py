@@ -1,7 +1,7 @@
 """Namespaces, the private file-system view, privileges and rlimits.
 
-* :func:`enter_namespaces`: new mount, network and IPC namespaces (``unshare``; with a user
-  namespace when not root).
+* :func:`enter_namespaces`: new mount, network and IPC namespaces (``unshare``; inside a user
+  namespace first without ``CAP_SYS_ADMIN``).
 * :func:`build_view`: a new, read-only root (``tmpfs`` + ``pivot_root``) holding only what Python
   needs — the Python installation, ``/usr``, ``/lib*``, a few ``/etc`` files and devices, a fresh
   ``/proc`` — plus the working dir at its usual path, the only writable place. ``/tmp`` (Ray's

@@ -73,7 +73,10 @@ def restrict(workdir: str, read_paths: list[str]) -> str:
     rules += [(p, reads) for p in read_paths if os.path.exists(p)]
     try:
         for path, allowed in rules:
-            fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue  # not reachable by this uid: not readable either way
             try:
                 if not os.path.isdir(path):
                     allowed &= file_rights  # directory rights on a file are EINVAL
