@@ -108,3 +108,10 @@ def test_benchmark_scripts_run_with_tiny_budgets():
     assert "| wrapped |" in out
     out = run(["scripts/bench_rollout.py", "--quick"])
     assert "| rollout pipeline (1 Ray worker) |" in out and "| set-up time |" in out
+
+
+def test_sandbox_and_parse_benchmarks_run_with_tiny_budgets():
+    out = run(["scripts/bench_sandbox.py", "--rounds", "1", "--runs", "3"])
+    assert "| hardened |" in out and "| pre-change layers |" in out and "- seccomp:" in out
+    out = run(["scripts/bench_parse.py", "--size", "20000", "--repeats", "1"])
+    assert "| many fences |" in out and "budget" in out and "| 20,000 |" in out
