@@ -1,7 +1,13 @@
-"""The typed messages between the rollout driver and its Ray workers.
+"""The names and types that cross a boundary: env -> wrapper (info keys), wrapper -> memory and
+user (the handed-over :class:`Episode`), and driver <-> Ray workers (the messages below).
 
-Everything that crosses the process boundary of a rollout is one of these frozen dataclasses (no
-plain dicts): the driver tells a worker which episode each sub-env plays
+**Info keys** an env puts in ``info`` (see ``envs/base.py`` for the text-env contract):
+:data:`ADMISSIBLE_ACTIONS`, :data:`WON`, :data:`STATE_KEY`, :data:`TASK` on reset and every step,
+:data:`IS_ACTION_VALID` and :data:`INVALID_REASON` on steps; the wrappers add
+:data:`EPISODE_HISTORY` (a finished :class:`Episode`, with its ``_episode_history`` mask).
+
+**Messages**: everything that crosses the process boundary of a rollout is one of these frozen
+dataclasses (no plain dicts): the driver tells a worker which episode each sub-env plays
 (:class:`EpisodeAssignment`), the worker answers with what the policy must see next
 (:class:`PromptView`), the outcome of each step (:class:`StepResult`), the first prompt of each
 episode or why it could not start (:class:`ResetResult`), and its own health
@@ -18,10 +24,18 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal, TypedDict
 
 __all__ = [
+    "ADMISSIBLE_ACTIONS",
+    "EPISODE_HISTORY",
+    "INVALID_REASON",
+    "IS_ACTION_VALID",
+    "STATE_KEY",
+    "TASK",
+    "WON",
     "CrashReport",
+    "Episode",
     "EpisodeAssignment",
     "PromptView",
     "ResetResult",
@@ -31,6 +45,45 @@ __all__ = [
 
 #: A prompt: text, or a chat message list (the ``chat`` formatter).
 Prompt = str | list[dict[str, str]]
+
+#: ``list[str]``: the actions valid now (absent where not finite).
+ADMISSIBLE_ACTIONS: Final = "admissible_actions"
+#: ``bool``: the task is solved.
+WON: Final = "won"
+#: ``str``: a stable hash of the true state (GiGPO groups steps by it).
+STATE_KEY: Final = "state_key"
+#: ``str``: the episode's task description.
+TASK: Final = "task"
+#: ``bool``: the step's action was valid (the parser's and the env's verdict).
+IS_ACTION_VALID: Final = "is_action_valid"
+#: ``str``: why it was not.
+INVALID_REASON: Final = "invalid_reason"
+#: :class:`Episode`: an episode the wrapper handed over before clearing its history.
+EPISODE_HISTORY: Final = "episode_history"
+
+
+#: A finished episode as the wrappers hand it over (``info["episode_history"][i]``, and the
+#: memories' ``end_episodes`` hook): a plain dict, typed. ``records``: the stored steps (dicts
+#: with at least ``observation`` and ``action``); ``final_observation``: what the env showed after
+#: the last step; ``num_steps``: steps taken (more than ``len(records)`` when storage was bounded);
+#: ``first_step``: the absolute step number of ``records[0]``; ``terminated``: the env ended it;
+#: ``truncated``: it was cut (time limit) or abandoned (reset before its end); ``task``: its task
+#: description; ``return``: the sum of its rewards (penalties included); ``won``: the env's
+#: ``won`` at the end. (The functional form: ``return`` is a keyword.)
+Episode = TypedDict(
+    "Episode",
+    {
+        "records": list[dict[str, Any]],
+        "final_observation": str,
+        "num_steps": int,
+        "first_step": int,
+        "terminated": bool,
+        "truncated": bool,
+        "task": "str | None",
+        "return": float,
+        "won": bool,
+    },
+)
 
 
 @dataclass(frozen=True)
