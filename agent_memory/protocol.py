@@ -37,8 +37,10 @@ __all__ = [
     "CrashReport",
     "Episode",
     "EpisodeAssignment",
+    "Generation",
     "PromptView",
     "ResetResult",
+    "SamplingParams",
     "StepResult",
     "WorkerStatus",
 ]
@@ -199,3 +201,71 @@ class WorkerStatus:
     pid: int
     init_error: str | None = None
     crashes: tuple[CrashReport, ...] = ()
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a response was sampled (recorded with it; None: the backend's default).
+
+    Attributes:
+        temperature: 0 for greedy.
+        top_p: nucleus mass.
+        top_k: 0 or None for off.
+        max_tokens: the most tokens the response could have.
+        seed: the request's sampling seed.
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Policy -> rollout: one response, exactly as the model saw and produced it.
+
+    Token fields are None for policies that sample no tokens (``random``, ``scripted``,
+    ``prompt_oracle``) or servers that do not return them; when set they are what the model was
+    conditioned on and what it sampled — never a re-tokenisation of text.
+
+    Attributes:
+        text: the response (what the env's parser reads).
+        prompt_ids: the prompt's token ids after the chat template (what the model saw).
+        response_ids: the sampled token ids, up to and including the stop token when there is
+            one.
+        response_logprobs: the log-probability of each sampled token under the distribution it
+            was sampled from (temperature, top-k and top-p applied), one per ``response_ids``.
+        finish_reason: ``"stop"`` (EOS or a stop string), ``"length"`` (``max_tokens``),
+            ``"error"`` (the request failed; ``text`` is ``""``), or None when unknown.
+        policy_version: the weights' version that answered (incremented at each update).
+        sampling: how it was sampled.
+
+    Example:
+        >>> g = Generation("<action>up</action>", prompt_ids=[5, 6], response_ids=[7, 3],
+        ...                response_logprobs=[-0.5, -0.1], finish_reason="stop")
+        >>> g.has_tokens, Generation("up").has_tokens
+        (True, False)
+    """
+
+    text: Any
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    policy_version: int | None = None
+    sampling: SamplingParams | None = None
+
+    def __post_init__(self) -> None:
+        ids, lps = self.response_ids, self.response_logprobs
+        if lps is not None and (ids is None or len(lps) != len(ids)):
+            raise ValueError(
+                f"response_logprobs must have one value per response token: expected "
+                f"{None if ids is None else len(ids)}, got {len(lps)}"
+            )
+
+    @property
+    def has_tokens(self) -> bool:
+        """The prompt and response token ids are known."""
+        return self.prompt_ids is not None and self.response_ids is not None
