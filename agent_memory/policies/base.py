@@ -88,7 +88,7 @@ class Policy:
         fields unless the policy samples tokens)."""
         return [Generation(text, policy_version=self.version) for text in self.act(prompts, meta)]
 
-    def close(self) -> None:  # noqa: B027  (optional hook: most policies hold nothing)
+    def close(self) -> None:
         """Release clients, models or processes (no-op by default)."""
 
     def __enter__(self) -> Policy:
