@@ -112,6 +112,7 @@ class PromptView:
         context_chars: the prompt's characters.
         history_steps: past steps shown in the prompt.
         meta: the fields the policy lists in ``Policy.needs`` (admissible actions, oracle...).
+        observation: the env's current observation as text, without history or template.
     """
 
     prompt: Prompt
@@ -119,6 +120,7 @@ class PromptView:
     context_chars: int
     history_steps: int
     meta: dict[str, Any] = field(default_factory=dict)
+    observation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,7 @@ class StepResult:
         is_action_valid: the response parsed to an admissible action the env accepted.
         invalid_reason: why it did not, else None.
         parsed_action: the env action the response parsed to (None when invalid).
+        thought: the thought the parser found in the response (None when none).
         state_key: the env's key of the state the action was taken in (GiGPO's step groups).
         won: the env's ``info["won"]``.
         error: the traceback's last lines when the env (or its memory) failed this step; the
@@ -148,6 +151,7 @@ class StepResult:
     next: PromptView
     invalid_reason: str | None = None
     parsed_action: Any = None
+    thought: str | None = None
     state_key: str | None = None
     won: bool = False
     error: str | None = None

@@ -61,6 +61,7 @@ from agent_memory.checks import check_int, is_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt
 from agent_memory.policies.local_model import resolve_model
+from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
 from agent_memory.protocol import Generation, SamplingParams
 
 if TYPE_CHECKING:
@@ -167,12 +168,9 @@ class HFPolicy(Policy):
             raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
         if not is_number(top_p) or not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        check_use_chat_template(use_chat_template)
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
-        if not (isinstance(use_chat_template, bool) or use_chat_template == "auto"):
-            raise ValueError(
-                f"use_chat_template must be True, False or 'auto', got {use_chat_template!r}"
-            )
         if stop is not None:
             stop = [stop] if isinstance(stop, str) else list(stop)
             if not stop or not all(isinstance(s, str) and s for s in stop):
@@ -202,14 +200,8 @@ class HFPolicy(Policy):
             torch.set_num_threads(num_threads)
         self._load(model_dir, device, dtype)
 
-        has_template = bool(getattr(self.tokenizer, "chat_template", None))
-        if use_chat_template is True and not has_template:
-            raise ValueError(
-                f"use_chat_template=True but the tokenizer in {str(model_dir)!r} has no "
-                "chat_template (set one in tokenizer_config.json, or use_chat_template='auto')"
-            )
+        self.renderer = PromptRenderer(self.tokenizer, use_chat_template, str(model_dir))
         self.use_chat_template = use_chat_template
-        self._templated = has_template and use_chat_template in (True, "auto")
         self._context = _context_length(self.model.config)
         if self._context is not None and self._context <= max_new_tokens:
             raise ValueError(
@@ -253,34 +245,7 @@ class HFPolicy(Policy):
         Raises:
             ValueError: a message list without a chat template to render it.
         """
-        if isinstance(prompt, str):
-            if not self._templated:
-                return prompt
-            messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-        elif (
-            isinstance(prompt, Sequence)
-            and prompt
-            and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in prompt)
-        ):
-            if not self._templated:
-                why = (
-                    "use_chat_template=False"
-                    if self.use_chat_template is False
-                    else f"the tokenizer in {str(self.path)!r} has no chat_template"
-                )
-                raise ValueError(
-                    f"prompt {index} is a chat message list but {why}: use a text formatter, or "
-                    "a model whose tokenizer has a chat template"
-                )
-            messages = [dict(m) for m in prompt]
-        else:
-            raise ValueError(
-                f"prompt {index} must be a string or a non-empty list of chat messages "
-                f"(dicts with 'role' and 'content'), got {prompt!r}"[:300]
-            )
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
+        return self.renderer.text(prompt, index)
 
     def generate(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
@@ -339,18 +304,7 @@ class HFPolicy(Policy):
     # ------------------------------------------------------------------ generation
 
     def _encode(self, prompt: Prompt, index: int) -> list[int]:
-        text = self.render_prompt(prompt, index)
-        # A chat template writes its own special tokens (BOS); raw text gets the tokenizer's.
-        ids = list(self.tokenizer(text, add_special_tokens=not self._templated)["input_ids"])
-        if not ids:
-            bos = self.tokenizer.bos_token_id
-            if bos is None:
-                raise ValueError(
-                    f"prompt {index} is empty after tokenization and the tokenizer has no BOS "
-                    "token to start from"
-                )
-            ids = [bos]
-        return ids
+        return self.renderer.ids(prompt, index)
 
     def _generate_all(
         self, ids: list[list[int]], order: list[int], out: list[Generation | None],
