@@ -509,7 +509,10 @@ def test_stats_add_up():
             "base_url must be an http(s) URL like 'http://localhost:8000/v1', got 'localhost:8000'",
         ),
         ({"model": ""}, "model must be a non-empty model name, got ''"),
-        ({"mode": "chat_completion"}, "mode must be one of ['chat', 'completion'], got 'chat_completion'"),
+        (
+            {"mode": "chat_completion"},
+            "mode must be one of ['chat', 'completion'], got 'chat_completion'",
+        ),
         ({"concurrency": 0}, "concurrency must be an int >= 1, got 0"),
         ({"max_retries": -1}, "max_retries must be an int >= 0, got -1"),
         ({"timeout": 0}, "timeout must be a number of seconds > 0, got 0"),
