@@ -1,7 +1,13 @@
-"""The typed messages between the rollout driver and its Ray workers.
+"""The names and types that cross a boundary: env -> wrapper (info keys), wrapper -> memory and
+user (the handed-over :class:`Episode`), and driver <-> Ray workers (the messages below).
 
-Everything that crosses the process boundary of a rollout is one of these frozen dataclasses (no
-plain dicts): the driver tells a worker which episode each sub-env plays
+**Info keys** an env puts in ``info`` (see ``envs/base.py`` for the text-env contract):
+:data:`ADMISSIBLE_ACTIONS`, :data:`WON`, :data:`STATE_KEY`, :data:`TASK` on reset and every step,
+:data:`IS_ACTION_VALID` and :data:`INVALID_REASON` on steps; the wrappers add
+:data:`EPISODE_HISTORY` (a finished :class:`Episode`, with its ``_episode_history`` mask).
+
+**Messages**: everything that crosses the process boundary of a rollout is one of these frozen
+dataclasses (no plain dicts): the driver tells a worker which episode each sub-env plays
 (:class:`EpisodeAssignment`), the worker answers with what the policy must see next
 (:class:`PromptView`), the outcome of each step (:class:`StepResult`), the first prompt of each
 episode or why it could not start (:class:`ResetResult`), and its own health
@@ -18,19 +24,68 @@ Example:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal, TypedDict
 
 __all__ = [
+    "ADMISSIBLE_ACTIONS",
+    "EPISODE_HISTORY",
+    "INVALID_REASON",
+    "IS_ACTION_VALID",
+    "STATE_KEY",
+    "TASK",
+    "WON",
     "CrashReport",
+    "Episode",
     "EpisodeAssignment",
+    "Generation",
     "PromptView",
     "ResetResult",
+    "SamplingParams",
     "StepResult",
     "WorkerStatus",
 ]
 
 #: A prompt: text, or a chat message list (the ``chat`` formatter).
 Prompt = str | list[dict[str, str]]
+
+#: ``list[str]``: the actions valid now (absent where not finite).
+ADMISSIBLE_ACTIONS: Final = "admissible_actions"
+#: ``bool``: the task is solved.
+WON: Final = "won"
+#: ``str``: a stable hash of the true state (GiGPO groups steps by it).
+STATE_KEY: Final = "state_key"
+#: ``str``: the episode's task description.
+TASK: Final = "task"
+#: ``bool``: the step's action was valid (the parser's and the env's verdict).
+IS_ACTION_VALID: Final = "is_action_valid"
+#: ``str``: why it was not.
+INVALID_REASON: Final = "invalid_reason"
+#: :class:`Episode`: an episode the wrapper handed over before clearing its history.
+EPISODE_HISTORY: Final = "episode_history"
+
+
+#: A finished episode as the wrappers hand it over (``info["episode_history"][i]``, and the
+#: memories' ``end_episodes`` hook): a plain dict, typed. ``records``: the stored steps (dicts
+#: with at least ``observation`` and ``action``); ``final_observation``: what the env showed after
+#: the last step; ``num_steps``: steps taken (more than ``len(records)`` when storage was bounded);
+#: ``first_step``: the absolute step number of ``records[0]``; ``terminated``: the env ended it;
+#: ``truncated``: it was cut (time limit) or abandoned (reset before its end); ``task``: its task
+#: description; ``return``: the sum of its rewards (penalties included); ``won``: the env's
+#: ``won`` at the end. (The functional form: ``return`` is a keyword.)
+Episode = TypedDict(
+    "Episode",
+    {
+        "records": list[dict[str, Any]],
+        "final_observation": str,
+        "num_steps": int,
+        "first_step": int,
+        "terminated": bool,
+        "truncated": bool,
+        "task": "str | None",
+        "return": float,
+        "won": bool,
+    },
+)
 
 
 @dataclass(frozen=True)
@@ -57,6 +112,7 @@ class PromptView:
         context_chars: the prompt's characters.
         history_steps: past steps shown in the prompt.
         meta: the fields the policy lists in ``Policy.needs`` (admissible actions, oracle...).
+        observation: the env's current observation as text, without history or template.
     """
 
     prompt: Prompt
@@ -64,6 +120,7 @@ class PromptView:
     context_chars: int
     history_steps: int
     meta: dict[str, Any] = field(default_factory=dict)
+    observation: str | None = None
 
 
 @dataclass(frozen=True)
@@ -78,6 +135,7 @@ class StepResult:
         is_action_valid: the response parsed to an admissible action the env accepted.
         invalid_reason: why it did not, else None.
         parsed_action: the env action the response parsed to (None when invalid).
+        thought: the thought the parser found in the response (None when none).
         state_key: the env's key of the state the action was taken in (GiGPO's step groups).
         won: the env's ``info["won"]``.
         error: the traceback's last lines when the env (or its memory) failed this step; the
@@ -93,6 +151,7 @@ class StepResult:
     next: PromptView
     invalid_reason: str | None = None
     parsed_action: Any = None
+    thought: str | None = None
     state_key: str | None = None
     won: bool = False
     error: str | None = None
@@ -146,3 +205,71 @@ class WorkerStatus:
     pid: int
     init_error: str | None = None
     crashes: tuple[CrashReport, ...] = ()
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How a response was sampled (recorded with it; None: the backend's default).
+
+    Attributes:
+        temperature: 0 for greedy.
+        top_p: nucleus mass.
+        top_k: 0 or None for off.
+        max_tokens: the most tokens the response could have.
+        seed: the request's sampling seed.
+    """
+
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    max_tokens: int | None = None
+    seed: int | None = None
+
+
+@dataclass(frozen=True)
+class Generation:
+    """Policy -> rollout: one response, exactly as the model saw and produced it.
+
+    Token fields are None for policies that sample no tokens (``random``, ``scripted``,
+    ``prompt_oracle``) or servers that do not return them; when set they are what the model was
+    conditioned on and what it sampled — never a re-tokenisation of text.
+
+    Attributes:
+        text: the response (what the env's parser reads).
+        prompt_ids: the prompt's token ids after the chat template (what the model saw).
+        response_ids: the sampled token ids, up to and including the stop token when there is
+            one.
+        response_logprobs: the log-probability of each sampled token under the distribution it
+            was sampled from (temperature, top-k and top-p applied), one per ``response_ids``.
+        finish_reason: ``"stop"`` (EOS or a stop string), ``"length"`` (``max_tokens``),
+            ``"error"`` (the request failed; ``text`` is ``""``), or None when unknown.
+        policy_version: the weights' version that answered (incremented at each update).
+        sampling: how it was sampled.
+
+    Example:
+        >>> g = Generation("<action>up</action>", prompt_ids=[5, 6], response_ids=[7, 3],
+        ...                response_logprobs=[-0.5, -0.1], finish_reason="stop")
+        >>> g.has_tokens, Generation("up").has_tokens
+        (True, False)
+    """
+
+    text: Any
+    prompt_ids: list[int] | None = None
+    response_ids: list[int] | None = None
+    response_logprobs: list[float] | None = None
+    finish_reason: str | None = None
+    policy_version: int | None = None
+    sampling: SamplingParams | None = None
+
+    def __post_init__(self) -> None:
+        ids, lps = self.response_ids, self.response_logprobs
+        if lps is not None and (ids is None or len(lps) != len(ids)):
+            raise ValueError(
+                f"response_logprobs must have one value per response token: expected "
+                f"{None if ids is None else len(ids)}, got {len(lps)}"
+            )
+
+    @property
+    def has_tokens(self) -> bool:
+        """The prompt and response token ids are known."""
+        return self.prompt_ids is not None and self.response_ids is not None

@@ -1,6 +1,6 @@
 """What every bundled text environment shares: Text spaces, the ``info`` contract, stable hashes.
 
-The contract (DESIGN.md, "Env text interface"):
+The contract (the info keys are named in :mod:`agent_memory.protocol`, re-exported here):
 
 * observation: ``str``; action: ``str`` (the clean action, e.g. ``"up"`` — the LLM's raw output is
   parsed by :mod:`agent_memory.parsing` in the wrappers before it reaches the env);
@@ -26,17 +26,32 @@ from typing import Any, Final
 
 from gymnasium import spaces
 
+from agent_memory.protocol import (
+    ADMISSIBLE_ACTIONS,
+    INVALID_REASON,
+    IS_ACTION_VALID,
+    STATE_KEY,
+    TASK,
+    WON,
+)
+
 #: Characters an observation or action may hold: printable ASCII plus the few non-ASCII symbols the
 #: bundled envs print (Sokoban's box-on-target, typographic quotes and dashes in generated text).
 CHARSET: Final[str] = string.printable + "√…‘’“”–—•·°×é"
 _CHARSET_SET: Final[frozenset[str]] = frozenset(CHARSET)
 
-ADMISSIBLE_ACTIONS: Final = "admissible_actions"
-WON: Final = "won"
-STATE_KEY: Final = "state_key"
-TASK: Final = "task"
-IS_ACTION_VALID: Final = "is_action_valid"
-INVALID_REASON: Final = "invalid_reason"
+__all__ = [
+    "ADMISSIBLE_ACTIONS",
+    "CHARSET",
+    "INVALID_REASON",
+    "IS_ACTION_VALID",
+    "STATE_KEY",
+    "TASK",
+    "WON",
+    "sanitize",
+    "stable_hash",
+    "text_space",
+]
 
 
 def text_space(max_length: int) -> spaces.Text:

@@ -121,3 +121,10 @@ def test_hostile_benchmark_runs_with_a_tiny_budget():
         assert f"| {path} |" in out
     assert "| store+prompt: window simple | surrogates |" in out  # --detail rows
     assert re.search(r"\d+ of 5 paths within 20 ms at 5,000 chars", out)
+
+
+def test_sandbox_and_parse_benchmarks_run_with_tiny_budgets():
+    out = run(["scripts/bench_sandbox.py", "--rounds", "1", "--runs", "3"])
+    assert "| hardened |" in out and "| pre-change layers |" in out and "- seccomp:" in out
+    out = run(["scripts/bench_parse.py", "--size", "20000", "--repeats", "1"])
+    assert "| many fences |" in out and "budget" in out and "| 20,000 |" in out

@@ -13,6 +13,8 @@ from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
+from agent_memory.checks import check_history_length, check_int, check_number
+
 __all__ = [
     "UNSET",
     "BaseMemory",
@@ -87,88 +89,6 @@ def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> list[int]:
         dup = sorted({i for i in ids if ids.count(i) > 1})
         raise ValueError(f"env_ids must not repeat, got {dup} more than once")
     return ids
-
-
-def check_history_length(history_length: int) -> int:
-    """``history_length``: 0 = no history, -1 = the whole episode, k > 0 = the last k steps.
-
-    Example:
-        >>> check_history_length(-2)
-        Traceback (most recent call last):
-        ...
-        ValueError: history_length must be -1 (whole episode), 0 (none) or k > 0 (last k steps), ...
-    """
-    if (
-        not isinstance(history_length, (int, np.integer))
-        or isinstance(history_length, bool)
-        or history_length < -1
-    ):
-        raise ValueError(
-            "history_length must be -1 (whole episode), 0 (none) or k > 0 (last k steps), "
-            f"got {history_length!r}"
-        )
-    return int(history_length)
-
-
-# ---------------------------------------------------------------------- shared argument checks
-# Every strategy validates its shared constructor arguments, budgets, env indexes, saved states
-# and records with these, so the same mistake gets the same message whichever memory is used.
-
-
-def check_int(name: str, value: Any, low: int, *, allow_none: bool = False) -> Any:
-    """``value`` as an int >= ``low`` (bools refused), or None when ``allow_none``.
-
-    Example:
-        >>> check_int("top_k", 3, 0), check_int("capacity", None, 1, allow_none=True)
-        (3, None)
-        >>> check_int("top_k", -1, 0)
-        Traceback (most recent call last):
-        ...
-        ValueError: top_k must be an int >= 0, got -1
-    """
-    if value is None and allow_none:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        none = "None or " if allow_none else ""
-        raise ValueError(f"{name} must be {none}an int >= {low}, got {value!r}")
-    return value
-
-
-def check_number(
-    name: str,
-    value: Any,
-    *,
-    low: float,
-    high: float | None = None,
-    low_open: bool = False,
-    allow_none: bool = False,
-) -> float | None:
-    """``value`` as a float in ``[low, high]`` (``(low, ...`` when ``low_open``; no upper bound
-    when ``high`` is None; bools and NaN refused), or None when ``allow_none``.
-
-    Example:
-        >>> check_number("rerank_weight", 1, low=0, high=1)
-        1.0
-        >>> check_number("trigger_ratio", 0, low=0, high=1, low_open=True, allow_none=True)
-        Traceback (most recent call last):
-        ...
-        ValueError: trigger_ratio must be None or a number in (0, 1], got 0
-    """
-    if value is None and allow_none:
-        return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not (value > low if low_open else value >= low)
-        or (high is not None and not value <= high)
-    ):
-        if high is None:
-            bound = f"> {low}" if low_open else f">= {low}"
-        else:
-            bound = f"in {'(' if low_open else '['}{low}, {high}]"
-        none = "None or " if allow_none else ""
-        raise ValueError(f"{name} must be {none}a number {bound}, got {value!r}")
-    return float(value)
 
 
 def check_num_envs(num_envs: Any) -> int:

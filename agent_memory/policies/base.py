@@ -1,9 +1,19 @@
 """The policy interface and the registry of policies by name (``policy=random`` in configs).
 
-A policy answers a batch of prompts with one response per prompt: ``act(prompts, meta)``. The
-rollout calls it once per step with the prompts of live envs only. ``meta`` holds one dict per
-prompt with what the env knows beyond the prompt, filled only with the fields the policy lists
-in :attr:`Policy.needs` (computing an oracle action costs env time, so it is opt-in):
+A policy answers a batch of prompts with one response per prompt. Two ways, one contract:
+
+* :meth:`Policy.generate` returns a :class:`~agent_memory.protocol.Generation` per prompt: the
+  text and, for policies that sample tokens (``hf``, ``openai``), the prompt and response token
+  ids with the sampling log-probs. The rollout calls this.
+* :meth:`Policy.act` returns the texts only.
+
+A policy implements one of them; the other follows. Text-only policies (``random``,
+``scripted``, ``prompt_oracle``) implement ``act`` and their generations carry no tokens.
+
+The rollout calls the policy with the prompts of live envs only. ``meta`` holds one dict per
+prompt: always ``traj_uid`` and ``step`` (the episode and its step number, e.g. for a per-request
+seed), plus the fields the policy lists in :attr:`Policy.needs` (computing an oracle action costs
+env time, so it is opt-in):
 
 =====================  ===============================================================
 ``admissible_actions`` the env's admissible actions (None where not finite)
@@ -21,11 +31,11 @@ Example:
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
 from agent_memory.parsing import ActionParser
+from agent_memory.protocol import Generation
 from agent_memory.registry import Registry
 
 __all__ = [
@@ -41,12 +51,16 @@ __all__ = [
 Prompt = str | list[dict[str, str]]
 
 
-class Policy(ABC):
-    """Answers batches of prompts. Subclasses implement :meth:`act`.
+class Policy:
+    """Answers batches of prompts. Subclasses implement :meth:`act` or :meth:`generate`.
 
     Args:
         parser: the env's action parser; policies that write actions themselves (random,
             scripted) use :meth:`ActionParser.format` so their responses parse.
+
+    Attributes:
+        version: the version of the weights that answer (0 for policies without weights; a
+            trainer increments it with each update it sends).
     """
 
     #: Fields of ``meta`` this policy needs (see the module docstring).
@@ -54,14 +68,27 @@ class Policy(ABC):
 
     def __init__(self, parser: ActionParser | None = None) -> None:
         self.parser = parser or ActionParser()
+        self.version = 0
 
-    @abstractmethod
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.act is Policy.act and cls.generate is Policy.generate:
+            raise TypeError(f"{cls.__name__} must implement act() or generate()")
+
     def act(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
     ) -> list[str]:
-        """One response per prompt, in order."""
+        """One response text per prompt, in order."""
+        return [g.text for g in self.generate(prompts, meta)]
 
-    def close(self) -> None:  # noqa: B027  (optional hook: most policies hold nothing)
+    def generate(
+        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[Generation]:
+        """One :class:`~agent_memory.protocol.Generation` per prompt, in order (no token
+        fields unless the policy samples tokens)."""
+        return [Generation(text, policy_version=self.version) for text in self.act(prompts, meta)]
+
+    def close(self) -> None:
         """Release clients, models or processes (no-op by default)."""
 
     def __enter__(self) -> Policy:

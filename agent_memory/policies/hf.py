@@ -1,10 +1,20 @@
 """``hf``: a local Hugging Face causal LM (``transformers`` + ``torch``, extra ``llm``).
 
-The model and tokenizer load from a local directory (``save_pretrained`` output) with
-``local_files_only=True``: nothing is ever downloaded. Prompts are generated in batches of
+The model and tokenizer load from a local directory (``save_pretrained`` output) or by hub id
+from the local Hugging Face cache, always with ``local_files_only=True``: nothing is ever
+downloaded (``HF_HUB_OFFLINE`` is honoured trivially). Prompts are generated in batches of
 ``batch_size`` with left padding (the pad token defaults to EOS when the tokenizer has none),
 sorted by length so a batch pads little; the responses come back in prompt order and hold only
 the newly generated text, cut at the first EOS and at the first ``stop`` string.
+
+What :meth:`HFPolicy.generate` records, per response, comes from the same forward passes that
+sampled it: the prompt ids the model was conditioned on (after the chat template and any
+truncation), the sampled ids (up to and including EOS, or the token that completed a stop
+string), and each sampled token's log-probability under the distribution it was drawn from —
+the model's logits after the generation config's processors, temperature, top-k and top-p
+(``transformers``' ``output_scores``), log-softmaxed. Greedy decoding (``temperature=0``) records
+the log-softmax of the processed logits without temperature. Left padding does not change them:
+positions follow the attention mask.
 
 Prompts and the chat template (``use_chat_template``):
 
@@ -31,8 +41,9 @@ Example:
     >>> make_policy("hf", path="/no/such/model")
     Traceback (most recent call last):
     ...
-    FileNotFoundError: model path '/no/such/model' does not exist: expected a local directory
-    written by save_pretrained (config.json, weights, tokenizer files); nothing is downloaded
+    FileNotFoundError: model '/no/such/model' is neither a local directory (written by
+    save_pretrained: config.json, weights, tokenizer files) nor a hub id in the local Hugging Face
+    cache; nothing is downloaded
 """
 
 from __future__ import annotations
@@ -46,8 +57,12 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from agent_memory.checks import check_int, is_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt
+from agent_memory.policies.local_model import resolve_model
+from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
+from agent_memory.protocol import Generation, SamplingParams
 
 if TYPE_CHECKING:
     import os
@@ -97,7 +112,8 @@ class HFPolicy(Policy):
     """Answers prompts with a local Hugging Face causal LM (see the module docstring).
 
     Args:
-        path: a local directory holding the model and its tokenizer (``save_pretrained``).
+        path: a local directory holding the model and its tokenizer (``save_pretrained``), or
+            a hub id (``"org/name"``) already in the local Hugging Face cache.
         max_new_tokens: the most tokens generated per response.
         temperature: 0 for greedy decoding, else the sampling temperature.
         top_p: nucleus sampling mass (1.0 = off).
@@ -115,7 +131,7 @@ class HFPolicy(Policy):
         parser: the env's action parser (unused for generation; kept for the interface).
 
     Raises:
-        FileNotFoundError: ``path`` is not a local model directory.
+        FileNotFoundError: ``path`` is neither a local model directory nor a cached hub id.
         ImportError: torch or transformers is missing.
         ValueError: a setting out of range, naming the expected and the given value.
 
@@ -143,38 +159,22 @@ class HFPolicy(Policy):
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
-        _check_int("max_new_tokens", max_new_tokens, 1)
-        _check_int("batch_size", batch_size, 1)
-        _check_int("top_k", top_k, 0)
-        if seed is not None:
-            _check_int("seed", seed, 0)
-        if num_threads is not None:
-            _check_int("num_threads", num_threads, 1)
-        if not _is_number(temperature) or not temperature >= 0:
+        check_int("max_new_tokens", max_new_tokens, 1)
+        check_int("batch_size", batch_size, 1)
+        check_int("top_k", top_k, 0)
+        check_int("seed", seed, 0, allow_none=True)
+        check_int("num_threads", num_threads, 1, allow_none=True)
+        if not is_number(temperature) or not temperature >= 0:
             raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-        if not _is_number(top_p) or not 0 < top_p <= 1:
+        if not is_number(top_p) or not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        check_use_chat_template(use_chat_template)
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
-        if not (isinstance(use_chat_template, bool) or use_chat_template == "auto"):
-            raise ValueError(
-                f"use_chat_template must be True, False or 'auto', got {use_chat_template!r}"
-            )
         if stop is not None:
             stop = [stop] if isinstance(stop, str) else list(stop)
             if not stop or not all(isinstance(s, str) and s for s in stop):
                 raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
-        model_dir = Path(path).expanduser()
-        if not model_dir.is_dir():
-            raise FileNotFoundError(
-                f"model path {str(path)!r} does not exist: expected a local directory written by "
-                "save_pretrained (config.json, weights, tokenizer files); nothing is downloaded"
-            )
-        if not (model_dir / "config.json").is_file():
-            raise FileNotFoundError(
-                f"no config.json in {str(model_dir)!r}: expected a local directory written by "
-                "save_pretrained (config.json, weights, tokenizer files); nothing is downloaded"
-            )
         for module in ("torch", "transformers"):
             if importlib.util.find_spec(module) is None:
                 raise ImportError(
@@ -182,6 +182,7 @@ class HFPolicy(Policy):
                     'pip install "agent-memory[llm]"'
                 )
 
+        model_dir = resolve_model(path)
         self.path = model_dir
         self.max_new_tokens = max_new_tokens
         self.temperature = float(temperature)
@@ -199,14 +200,8 @@ class HFPolicy(Policy):
             torch.set_num_threads(num_threads)
         self._load(model_dir, device, dtype)
 
-        has_template = bool(getattr(self.tokenizer, "chat_template", None))
-        if use_chat_template is True and not has_template:
-            raise ValueError(
-                f"use_chat_template=True but the tokenizer in {str(model_dir)!r} has no "
-                "chat_template (set one in tokenizer_config.json, or use_chat_template='auto')"
-            )
+        self.renderer = PromptRenderer(self.tokenizer, use_chat_template, str(model_dir))
         self.use_chat_template = use_chat_template
-        self._templated = has_template and use_chat_template in (True, "auto")
         self._context = _context_length(self.model.config)
         if self._context is not None and self._context <= max_new_tokens:
             raise ValueError(
@@ -250,39 +245,13 @@ class HFPolicy(Policy):
         Raises:
             ValueError: a message list without a chat template to render it.
         """
-        if isinstance(prompt, str):
-            if not self._templated:
-                return prompt
-            messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-        elif (
-            isinstance(prompt, Sequence)
-            and prompt
-            and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in prompt)
-        ):
-            if not self._templated:
-                why = (
-                    "use_chat_template=False"
-                    if self.use_chat_template is False
-                    else f"the tokenizer in {str(self.path)!r} has no chat_template"
-                )
-                raise ValueError(
-                    f"prompt {index} is a chat message list but {why}: use a text formatter, or "
-                    "a model whose tokenizer has a chat template"
-                )
-            messages = [dict(m) for m in prompt]
-        else:
-            raise ValueError(
-                f"prompt {index} must be a string or a non-empty list of chat messages "
-                f"(dicts with 'role' and 'content'), got {prompt!r}"[:300]
-            )
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
-        )
+        return self.renderer.text(prompt, index)
 
-    def act(
+    def generate(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
-    ) -> list[str]:
-        """One response per prompt, in prompt order (only the generated text).
+    ) -> list[Generation]:
+        """One :class:`~agent_memory.protocol.Generation` per prompt, in prompt order: the text
+        (only the generated part) with the prompt ids, the sampled ids and their log-probs.
 
         Raises:
             ValueError: a prompt that cannot be rendered (see :meth:`render_prompt`).
@@ -290,7 +259,7 @@ class HFPolicy(Policy):
         """
         if isinstance(prompts, (str, Mapping)):
             raise TypeError(
-                f"act takes a sequence of prompts, got a single {type(prompts).__name__}: "
+                f"generate takes a sequence of prompts, got a single {type(prompts).__name__}: "
                 "wrap it in a list"
             )
         if getattr(self, "model", None) is None:
@@ -301,7 +270,7 @@ class HFPolicy(Policy):
         import torch
 
         call = GenerationStats(calls=1, prompts=len(ids))
-        out: list[str] = [""] * len(ids)
+        out: list[Generation | None] = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
         if self.seed is not None:
             devices = [self.device] if self.device.type == "cuda" else []
@@ -313,7 +282,7 @@ class HFPolicy(Policy):
         self._calls += 1
         self.stats.add(call)
         self.last_stats = call
-        return out
+        return [g for g in out if g is not None]
 
     def close(self) -> None:
         """Drop the model and tokenizer (and free the GPU cache). Idempotent."""
@@ -335,36 +304,24 @@ class HFPolicy(Policy):
     # ------------------------------------------------------------------ generation
 
     def _encode(self, prompt: Prompt, index: int) -> list[int]:
-        text = self.render_prompt(prompt, index)
-        # A chat template writes its own special tokens (BOS); raw text gets the tokenizer's.
-        ids = list(self.tokenizer(text, add_special_tokens=not self._templated)["input_ids"])
-        if not ids:
-            bos = self.tokenizer.bos_token_id
-            if bos is None:
-                raise ValueError(
-                    f"prompt {index} is empty after tokenization and the tokenizer has no BOS "
-                    "token to start from"
-                )
-            ids = [bos]
-        return ids
+        return self.renderer.ids(prompt, index)
 
     def _generate_all(
-        self, ids: list[list[int]], order: list[int], out: list[str], call: GenerationStats
-    ) -> None:
+        self, ids: list[list[int]], order: list[int], out: list[Generation | None],
+        call: GenerationStats,
+    ) -> None:  # fmt: skip
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
-            texts, prompt_tokens, new_tokens, truncated, seconds = self._generate(
-                [ids[i] for i in chunk]
-            )
-            for i, text in zip(chunk, texts, strict=True):
-                out[i] = text
+            generations, truncated, seconds = self._generate([ids[i] for i in chunk])
+            for i, g in zip(chunk, generations, strict=True):
+                out[i] = g
+                call.prompt_tokens += len(g.prompt_ids or ())
+                call.completion_tokens += len(g.response_ids or ())
             call.batches += 1
-            call.prompt_tokens += prompt_tokens
-            call.completion_tokens += new_tokens
             call.truncated_prompts += truncated
             call.generate_s += seconds
 
-    def _generate(self, batch: list[list[int]]) -> tuple[list[str], int, int, int, float]:
+    def _generate(self, batch: list[list[int]]) -> tuple[list[Generation], int, float]:
         import torch
 
         truncated = 0
@@ -394,16 +351,47 @@ class HFPolicy(Policy):
                 generation_config=self._generation_config(),
                 stopping_criteria=None if stopper is None else [stopper],
             )
+            # The logits each token was sampled from (after every processor), log-softmaxed.
+            scores = torch.stack(generated.scores, dim=1).float().log_softmax(-1)
+            new = generated.sequences[:, width:]
+            chosen = scores.gather(-1, new.unsqueeze(-1)).squeeze(-1)
         elapsed = time.perf_counter() - t0
-        texts, total = [], 0
-        for row, tokens in enumerate(generated[:, width:].tolist()):
-            end = next((j for j, t in enumerate(tokens) if t in self._eos), len(tokens))
-            if stopper is not None and stopper.stopped_at[row] is not None:
-                end = min(end, stopper.stopped_at[row])
-            total += end
-            text = self.tokenizer.decode(tokens[:end], skip_special_tokens=True)
-            texts.append(_cut(text, self.stop))
-        return texts, sum(len(x) for x in batch), total, truncated, elapsed
+        sampling = self.sampling_params()
+        out = []
+        for row, (tokens, logps) in enumerate(zip(new.tolist(), chosen.tolist(), strict=True)):
+            end = next((j + 1 for j, t in enumerate(tokens) if t in self._eos), None)
+            finish = "stop" if end is not None else "length"
+            stop_at = None if stopper is None else stopper.stopped_at[row]
+            if stop_at is not None and (end is None or stop_at < end):
+                end, finish = stop_at, "stop"
+            end = len(tokens) if end is None else end
+            body = tokens[:end]
+            text = self.tokenizer.decode(
+                [t for t in body if t not in self._eos], skip_special_tokens=True
+            )
+            out.append(
+                Generation(
+                    text=_cut(text, self.stop),
+                    prompt_ids=list(batch[row]),
+                    response_ids=body,
+                    response_logprobs=logps[:end],
+                    finish_reason=finish,
+                    policy_version=self.version,
+                    sampling=sampling,
+                )
+            )
+        return out, truncated, elapsed
+
+    def sampling_params(self) -> SamplingParams:
+        """How this policy samples (recorded with each response)."""
+        greedy = self.temperature == 0
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=None if greedy else self.top_p,
+            top_k=None if greedy else self.top_k,
+            max_tokens=self.max_new_tokens,
+            seed=self.seed,
+        )
 
     def _generation_config(self) -> Any:
         import copy
@@ -421,6 +409,8 @@ class HFPolicy(Policy):
             top_k=self.top_k if sampling else 50,
             pad_token_id=self.tokenizer.pad_token_id,
             eos_token_id=self._eos or None,
+            output_scores=True,
+            return_dict_in_generate=True,
         )
         return config
 
@@ -483,12 +473,3 @@ def _context_length(config: Any) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _check_int(name: str, value: Any, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")

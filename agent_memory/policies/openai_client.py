@@ -33,9 +33,21 @@ against a server that is down fails in seconds instead of finishing with only in
 that drip-feeds its answer byte by byte cannot keep a request alive past it), see
 :mod:`agent_memory.policies.deadline`.
 
-Seeds: with ``seed`` set, the k-th prompt the policy sends (counting from 0 over its life, in prompt
-order) carries ``seed + k``, so identical prompts (a GRPO group) still get different samples, and
-the same rollout run again sends the same seeds. Retries of a prompt keep its seed.
+Token ids (``return_tokens=True``): each request asks the server for the prompt's and the
+response's token ids and the sampled tokens' log-probs (vLLM's and SGLang's own field names, see
+:mod:`agent_memory.policies.openai_protocol`), and :meth:`OpenAIPolicy.generate` records them as
+the server reports them — never a re-tokenisation. A server that answers without them stops the
+run with :class:`TokenIdsMissing` (nothing would be trainable). Token-in (``token_in=True``, with
+a local ``tokenizer``): the prompt is rendered here with the model's chat template and sent as
+token ids to ``/v1/completions``, so what is recorded is exactly what the server saw. With a local
+``tokenizer``, every prompt the server reports is compared with the local rendering and the
+differences are counted (``stats.prompt_id_mismatches``).
+
+Seeds: with ``seed`` set, a prompt of episode ``traj_uid`` at step ``step`` (the rollout passes
+both in ``meta``) carries a seed derived from ``(seed, traj_uid, step)`` — the same whatever order
+the requests go out in, so an asynchronous rollout samples what a lockstep one does; without that
+meta, the k-th prompt the policy sends (counting from 0 over its life) carries ``seed + k``.
+Identical prompts (a GRPO group) still get different samples. Retries of a prompt keep its seed.
 
 Example:
     >>> policy = OpenAIPolicy("http://127.0.0.1:8000/v1", "Qwen2.5-7B-Instruct", max_tokens=256)
@@ -48,79 +60,53 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import email.utils
+import hashlib
 import importlib.util
 import json
 import logging
-import math
 import os
 import random
 import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
+from agent_memory.checks import check_choice, check_int, is_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt
+from agent_memory.policies.local_model import resolve_model
+from agent_memory.policies.openai_protocol import (
+    messages_of,
+    token_fields,
+)
+from agent_memory.policies.openai_runtime import (
+    THREAD_PREFIX,
+    Call,
+    ClientStats,
+    Request,
+    Runtime,
+    Sender,
+    TokenIdsMissing,
+)
+from agent_memory.policies.rendering import PromptRenderer
+from agent_memory.protocol import Generation, SamplingParams
 
-if TYPE_CHECKING:
-    import httpx
-
-__all__ = ["ClientStats", "OpenAIPolicy", "ServerUnavailable"]
+__all__ = [
+    "THREAD_PREFIX",
+    "ClientStats",
+    "OpenAIPolicy",
+    "ServerUnavailable",
+    "TokenIdsMissing",
+    "request_seed",
+]
 
 log = logging.getLogger(__name__)
-
-#: Characters of a server's error body kept in an error message.
-_MAX_ERROR_CHARS = 500
-#: Names of the request threads (``<prefix>_0``, ...).
-THREAD_PREFIX = "agent-memory-openai-policy"
-_JSON = {"Content-Type": "application/json"}
 
 
 class ServerUnavailable(RuntimeError):
     """The server never answered: every request of the first ``dead_calls`` calls was refused,
     reset or timed out."""
-
-
-@dataclass
-class ClientStats:
-    """Counters of an :class:`OpenAIPolicy` (cumulative in ``stats``, one call in ``last_stats``).
-
-    Attributes:
-        calls: ``act`` calls.
-        prompts: prompts answered (successfully or with ``""``).
-        requests: HTTP requests sent, retries included.
-        retries: requests that were retries.
-        failures: prompts answered ``""`` because every attempt failed.
-        truncated: responses the server cut at ``max_tokens`` (``finish_reason == "length"``).
-        total_latency_s: seconds spent waiting on requests, summed over requests.
-        wall_s: seconds spent in ``act``, summed over calls.
-        prompt_tokens: the servers' ``usage.prompt_tokens``, summed.
-        completion_tokens: the servers' ``usage.completion_tokens``, summed.
-    """
-
-    calls: int = 0
-    prompts: int = 0
-    requests: int = 0
-    retries: int = 0
-    failures: int = 0
-    truncated: int = 0
-    total_latency_s: float = 0.0
-    wall_s: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    def add(self, other: ClientStats) -> None:
-        """Add ``other``'s counters to these."""
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-    def as_dict(self) -> dict[str, Any]:
-        """The counters as a plain dict (for logs and ``summary.json``)."""
-        return asdict(self)
 
 
 class OpenAIPolicy(Policy):
@@ -150,6 +136,12 @@ class OpenAIPolicy(Policy):
         headers: more HTTP headers for every request.
         dead_calls: calls in a row with no HTTP answer at all, before the server has ever
             answered, after which :class:`ServerUnavailable` is raised (0: never).
+        return_tokens: ask for and record token ids and log-probs (see the module docstring).
+        server: ``"vllm"`` or ``"sglang"``: whose field names ask for token ids.
+        token_in: send prompts as token ids rendered with ``tokenizer`` (``/v1/completions``).
+        tokenizer: a local tokenizer directory or a cached hub id (the served model's): renders
+            token-in prompts and checks the server's prompt ids.
+        use_chat_template: for local rendering, as the ``hf`` policy takes it.
         parser: the env's action parser (unused for generation; kept for the interface).
 
     Raises:
@@ -183,6 +175,11 @@ class OpenAIPolicy(Policy):
         max_retry_after: float = 60.0,
         headers: Mapping[str, str] | None = None,
         dead_calls: int = 2,
+        return_tokens: bool = False,
+        server: Literal["vllm", "sglang"] = "vllm",
+        token_in: bool = False,
+        tokenizer: str | None = None,
+        use_chat_template: bool | Literal["auto"] = "auto",
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
@@ -194,27 +191,35 @@ class OpenAIPolicy(Policy):
             )
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty model name, got {model!r}")
-        if mode not in ("chat", "completion"):
-            raise ValueError(f"mode must be 'chat' or 'completion', got {mode!r}")
-        _check_int("concurrency", concurrency, 1)
-        _check_int("max_retries", max_retries, 0)
-        _check_int("dead_calls", dead_calls, 0)
-        if max_tokens is not None:
-            _check_int("max_tokens", max_tokens, 1)
-        if seed is not None:
-            _check_int("seed", seed, 0)
-        if not _is_number(timeout) or timeout <= 0:
+        check_choice("mode", mode, ("chat", "completion"))
+        check_choice("server", server, ("vllm", "sglang"))
+        check_int("concurrency", concurrency, 1)
+        check_int("max_retries", max_retries, 0)
+        check_int("dead_calls", dead_calls, 0)
+        check_int("max_tokens", max_tokens, 1, allow_none=True)
+        check_int("seed", seed, 0, allow_none=True)
+        if not is_number(timeout) or timeout <= 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        if temperature is not None and (not _is_number(temperature) or temperature < 0):
+        if temperature is not None and (not is_number(temperature) or temperature < 0):
             raise ValueError(f"temperature must be a number >= 0 or None, got {temperature!r}")
-        if top_p is not None and (not _is_number(top_p) or not 0 < top_p <= 1):
+        if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
         backoff = tuple(backoff) if isinstance(backoff, Sequence) else (backoff,)
-        if len(backoff) != 2 or not all(_is_number(b) for b in backoff):
+        if len(backoff) != 2 or not all(is_number(b) for b in backoff):
             raise ValueError(f"backoff must be two numbers (base, max) in seconds, got {backoff!r}")
         if not 0 <= backoff[0] <= backoff[1]:
             raise ValueError(f"backoff must satisfy 0 <= base <= max, got {backoff!r}")
-        if not _is_number(max_retry_after) or max_retry_after < 0:
+        if token_in and tokenizer is None:
+            raise ValueError(
+                "token_in=True renders prompts locally: pass tokenizer=<the served model's local "
+                "tokenizer directory or cached hub id>"
+            )
+        if token_in and mode != "completion":
+            raise ValueError(
+                "token_in=True sends token ids, which only /v1/completions takes: pass "
+                "mode='completion' (the chat template is applied locally)"
+            )
+        if not is_number(max_retry_after) or max_retry_after < 0:
             raise ValueError(f"max_retry_after must be a number >= 0, got {max_retry_after!r}")
         if stop is not None:
             stop_list = [stop] if isinstance(stop, str) else list(stop)
@@ -241,6 +246,16 @@ class OpenAIPolicy(Policy):
         self.backoff = (float(backoff[0]), float(backoff[1]))
         self.max_retry_after = float(max_retry_after)
         self.dead_calls = dead_calls
+        self.return_tokens = return_tokens or token_in
+        self.server = server
+        self.token_in = token_in
+        self.tokenizer_path = tokenizer
+        self.use_chat_template = use_chat_template
+        self.renderer = None if tokenizer is None else _renderer(tokenizer, use_chat_template)
+        self._sender = Sender(
+            self.url, mode, server, self.timeout, max_retries, self.backoff,
+            self.max_retry_after, self.return_tokens, random.Random(seed),
+        )  # fmt: skip
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
         self._headers = dict(headers or {})
         if self._api_key:
@@ -252,31 +267,33 @@ class OpenAIPolicy(Policy):
         self._init_runtime_state()
 
     def _init_runtime_state(self) -> None:
-        self._runtime: _Runtime | None = None
+        self._runtime: Runtime | None = None
         self._finalizer: weakref.finalize | None = None
         self._lock = threading.Lock()
         self._closed = False
         self._sent = 0  # prompts sent over the policy's life (seed offsets)
         self._answered = False  # the server has answered at least once (any HTTP status)
         self._dead_in_a_row = 0
-        self._jitter = random.Random(self.seed)
 
     # ------------------------------------------------------------------ public API
 
-    def act(
+    def generate(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
-    ) -> list[str]:
-        """One response per prompt, in prompt order; ``""`` for a prompt whose requests failed.
+    ) -> list[Generation]:
+        """One generation per prompt, in prompt order; a prompt whose requests failed gets
+        text ``""`` and ``finish_reason="error"`` (the invalid-action path).
 
         Raises:
             ValueError: a prompt this mode cannot send (a message list in completion mode, a
                 malformed message list), before any request is made.
+            ServerUnavailable: the server never answered (see ``dead_calls``).
+            TokenIdsMissing: ``return_tokens`` and the server sent no token ids.
             RuntimeError: the policy was closed.
         """
-        bodies = self._bodies(prompts)
-        if not bodies:
+        requests = self._requests(prompts, meta)
+        if not requests:
             return []
-        call = self._submit(bodies)
+        call = self._submit(requests)
         try:
             out = [f.result() for f in call.futures]
         except BaseException:
@@ -285,16 +302,23 @@ class OpenAIPolicy(Policy):
             raise
         return self._finish(call, out)
 
+    async def agenerate(
+        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[Generation]:
+        """:meth:`generate` for async callers (e.g. async Ray actors): awaits without
+        blocking."""
+        requests = self._requests(prompts, meta)
+        if not requests:
+            return []
+        call = self._submit(requests)
+        out = await asyncio.gather(*(asyncio.wrap_future(f) for f in call.futures))
+        return self._finish(call, list(out))
+
     async def aact(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
     ) -> list[str]:
-        """:meth:`act` for async callers (e.g. async Ray actors): awaits without blocking."""
-        bodies = self._bodies(prompts)
-        if not bodies:
-            return []
-        call = self._submit(bodies)
-        out = await asyncio.gather(*(asyncio.wrap_future(f) for f in call.futures))
-        return self._finish(call, list(out))
+        """:meth:`act` for async callers: the texts of :meth:`agenerate`."""
+        return [g.text for g in await self.agenerate(prompts, meta)]
 
     def reset_stats(self) -> None:
         """Zero :attr:`stats` (e.g. between evaluation phases)."""
@@ -305,7 +329,7 @@ class OpenAIPolicy(Policy):
         with self._lock:
             self._closed = True
             if self._finalizer is not None:
-                self._finalizer()  # runs _Runtime.shutdown once
+                self._finalizer()  # runs Runtime.shutdown once
             self._runtime = None
             self._finalizer = None
 
@@ -322,7 +346,7 @@ class OpenAIPolicy(Policy):
     # A policy may be shipped to a Ray actor: the copy starts its own threads and client there.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_runtime", "_finalizer", "_lock", "_closed", "_jitter"):
+        for name in ("_runtime", "_finalizer", "_lock", "_closed"):
             state.pop(name, None)
         return state
 
@@ -334,65 +358,98 @@ class OpenAIPolicy(Policy):
 
     # ------------------------------------------------------------------ requests
 
-    def _bodies(self, prompts: Sequence[Prompt]) -> list[bytes]:
-        """The JSON request bodies, built (and checked) before anything is sent."""
+    def _requests(
+        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None
+    ) -> list[Request]:
+        """The requests, built (and checked) before anything is sent."""
         if isinstance(prompts, (str, Mapping)):
             raise TypeError(
-                f"act takes a sequence of prompts, got a single {type(prompts).__name__}: "
+                f"generate takes a sequence of prompts, got a single {type(prompts).__name__}: "
                 "wrap it in a list"
             )
-        sampling: dict[str, Any] = {"model": self.model}
+        if meta is not None and len(meta) != len(prompts):
+            raise ValueError(f"expected one meta per prompt ({len(prompts)}), got {len(meta)}")
+        fields: dict[str, Any] = {"model": self.model}
         for name in ("temperature", "top_p", "max_tokens", "stop"):
             value = getattr(self, name)
             if value is not None:
-                sampling[name] = value
-        bodies = []
+                fields[name] = value
+        if self.return_tokens:
+            fields.update(token_fields(self.mode, self.server))
+        seeds = self._seeds(len(prompts), meta)
+        out = []
         for i, prompt in enumerate(prompts):
-            body = dict(sampling)
-            if self.mode == "chat":
-                body["messages"] = _messages(prompt, i)
+            body = dict(fields)
+            local = None
+            if self.renderer is not None:
+                local = self.renderer.ids(prompt, i)
+            if self.token_in:
+                body["prompt"] = local
+            elif self.mode == "chat":
+                body["messages"] = messages_of(prompt, i)
             elif isinstance(prompt, str):
                 body["prompt"] = prompt
             else:
                 raise ValueError(
                     f"prompt {i} is a {type(prompt).__name__} but mode='completion' sends text "
                     "prompts only: use mode='chat' so the server applies the model's chat "
-                    "template to message lists, or a text formatter"
+                    "template to message lists, token_in=True to apply it here, or a text "
+                    "formatter"
                 )
+            if seeds[i] is not None:
+                body["seed"] = seeds[i]
             body.update(self.extra_body)
-            bodies.append(body)
-        if self.seed is not None:
-            with self._lock:  # concurrent callers get disjoint seed ranges
-                first, self._sent = self._sent, self._sent + len(bodies)
-            for i, body in enumerate(bodies):
-                body.setdefault("seed", self.seed + first + i)
-        out = []
-        for i, body in enumerate(bodies):
             try:
-                out.append(json.dumps(body).encode())
+                data = json.dumps(body).encode()
             except (TypeError, ValueError) as e:
                 raise ValueError(f"prompt {i}: the request body is not JSON: {e}") from None
+            out.append(Request(data, local, self._sampling(body.get("seed"))))
         return out
 
-    def _ensure_runtime(self) -> _Runtime:
+    def _seeds(self, n: int, meta: Sequence[Mapping[str, Any]] | None) -> list[int | None]:
+        """Each request's seed (see the module docstring)."""
+        if self.seed is None:
+            return [None] * n
+        with self._lock:  # concurrent callers get disjoint ranges of sequential seeds
+            first, self._sent = self._sent, self._sent + n
+        seeds = []
+        for i in range(n):
+            m = meta[i] if meta is not None else {}
+            if "traj_uid" in m and "step" in m:
+                seeds.append(request_seed(self.seed, m["traj_uid"], m["step"]))
+            else:
+                seeds.append(self.seed + first + i)
+        return seeds
+
+    def _sampling(self, seed: int | None) -> SamplingParams:
+        top_k = self.extra_body.get("top_k")
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            top_k=top_k if isinstance(top_k, int) else None,
+            max_tokens=self.max_tokens,
+            seed=seed,
+        )
+
+    def _ensure_runtime(self) -> Runtime:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{self!r} is closed")
             if self._runtime is None:
-                self._runtime = _Runtime(self.concurrency, self.timeout, self._headers)
+                self._runtime = Runtime(self.concurrency, self.timeout, self._headers)
                 self._finalizer = weakref.finalize(self, self._runtime.shutdown)
             return self._runtime
 
-    def _submit(self, bodies: list[bytes]) -> _Call:
+    def _submit(self, requests: list[Request]) -> Call:
         runtime = self._ensure_runtime()
-        call = _Call(ClientStats(calls=1, prompts=len(bodies)))
+        call = Call(ClientStats(calls=1, prompts=len(requests)))
         call.futures = [
-            runtime.pool.submit(self._one, runtime.client, i, body, call)
-            for i, body in enumerate(bodies)
+            runtime.pool.submit(self._sender.send, runtime.client, i, request, call, self.version)
+            for i, request in enumerate(requests)
         ]
         return call
 
-    def _finish(self, call: _Call, out: list[str]) -> list[str]:
+    def _finish(self, call: Call, out: list[Generation]) -> list[Generation]:
         stats = call.stats
         stats.wall_s = time.perf_counter() - call.start
         with self._lock:
@@ -422,142 +479,6 @@ class OpenAIPolicy(Policy):
             )
         return out
 
-    def _one(self, client: httpx.Client, index: int, body: bytes, call: _Call) -> str:
-        """One prompt: its requests and retries (runs on a pool thread)."""
-        import httpx
-
-        from agent_memory.policies.deadline import deadline
-
-        attempt = 0
-        while True:
-            retry_after: float | None = None
-            t0 = time.perf_counter()
-            try:
-                with deadline(self.timeout):
-                    response = client.post(self.url, content=body, headers=_JSON)
-            except httpx.TimeoutException:
-                error, retryable = f"timed out after {self.timeout:g} s", True
-            except httpx.TransportError as e:
-                error, retryable = f"{type(e).__name__}: {e}", True
-            except RuntimeError as e:  # the client was closed under this request
-                error, retryable = f"{type(e).__name__}: {e}", False
-            else:
-                call.answered = True
-                status = response.status_code
-                if status == 200:
-                    text, error, usage = self._parse(response)
-                    if error is None:
-                        call.count(t0, usage=usage)
-                        return text
-                    retryable = False
-                else:
-                    error = f"HTTP {status}: {_server_message(response)}"
-                    retryable = status in (408, 429) or status >= 500
-                    if status in (429, 503):
-                        retry_after = _retry_after(response.headers.get("retry-after"))
-            if not retryable or attempt >= self.max_retries:
-                call.count(t0, error=(index, error, attempt))
-                return ""
-            call.count(t0, retry=True)
-            delay = self._delay(attempt, retry_after)
-            log.debug("openai policy: prompt %d: %s; retry in %.2f s", index, error, delay)
-            attempt += 1
-            # The prompt keeps its thread (its slot) while it waits: an overloaded server gets
-            # fewer requests, not the same number later.
-            time.sleep(delay)
-
-    def _parse(self, response: httpx.Response) -> tuple[str, str | None, tuple[int, int, bool]]:
-        """(text, error, (prompt tokens, completion tokens, cut at max_tokens))."""
-        try:
-            data = response.json()
-            choice = data["choices"][0]
-            text = choice["message"].get("content") if self.mode == "chat" else choice["text"]
-        except (ValueError, KeyError, IndexError, TypeError, AttributeError):
-            shown = response.text[:_MAX_ERROR_CHARS]
-            error = f"malformed response (no choices[0] {self.mode} text): {shown!r}"
-            return "", error, (0, 0, False)
-        usage = data.get("usage")
-        if not isinstance(usage, Mapping):
-            usage = {}
-        counts = (
-            _int(usage.get("prompt_tokens")),
-            _int(usage.get("completion_tokens")),
-            choice.get("finish_reason") == "length",
-        )
-        # A null content (e.g. a reasoning-only or tool-call answer) is an empty response.
-        return ("" if text is None else str(text)), None, counts
-
-    def _delay(self, attempt: int, retry_after: float | None) -> float:
-        base, cap = self.backoff
-        ceiling = min(cap, base * 2.0**attempt)
-        delay = ceiling / 2 + self._jitter.uniform(0, ceiling / 2)
-        if retry_after is not None:
-            delay = max(delay, min(retry_after, self.max_retry_after))
-        return delay
-
-
-@dataclass
-class _Call:
-    """One ``act`` call in progress: its futures and counters (updated from pool threads)."""
-
-    stats: ClientStats
-    futures: list[Future[str]] = field(default_factory=list)
-    errors: dict[int, str] = field(default_factory=dict)
-    start: float = field(default_factory=time.perf_counter)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    #: Some request of the call got an HTTP response (whatever its status).
-    answered: bool = False
-
-    def count(
-        self,
-        t0: float,
-        *,
-        usage: tuple[int, int, bool] | None = None,
-        error: tuple[int, str, int] | None = None,
-        retry: bool = False,
-    ) -> None:
-        """Record one finished request: its usage, a retry to come, or a prompt given up on."""
-        latency = time.perf_counter() - t0
-        with self.lock:
-            s = self.stats
-            s.requests += 1
-            s.retries += retry
-            s.total_latency_s += latency
-            if usage is not None:
-                s.prompt_tokens += usage[0]
-                s.completion_tokens += usage[1]
-                s.truncated += usage[2]
-            if error is not None:
-                index, message, retries = error
-                s.failures += 1
-                self.errors[index] = f"{message} (after {retries} retries)" if retries else message
-
-
-class _Runtime:
-    """The request threads and the HTTP client of one policy."""
-
-    def __init__(self, concurrency: int, timeout: float, headers: Mapping[str, str]) -> None:
-        import httpx
-
-        from agent_memory.policies.deadline import DeadlineTransport
-
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-        self.client = httpx.Client(
-            headers=dict(headers),
-            timeout=httpx.Timeout(timeout),
-            transport=DeadlineTransport(limits),
-        )
-        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix=THREAD_PREFIX)
-        self.closed = False
-
-    def shutdown(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        # Closing the client first ends requests in flight (their threads see a closed pool).
-        self.client.close()
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
 
 def _plain(value: Any) -> Any:
     if isinstance(value, Mapping):
@@ -567,70 +488,22 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _int(value: Any) -> int:
-    try:
-        return max(0, int(value or 0))
-    except (TypeError, ValueError):
-        return 0
+def request_seed(seed: int, traj_uid: str, step: int) -> int:
+    """The sampling seed of episode ``traj_uid``'s step ``step`` under base ``seed``: stable
+    across processes and runs, and independent of the order requests go out in.
+
+    Example:
+        >>> seed = request_seed(0, "g0-t1", 3)
+        >>> seed == request_seed(0, "g0-t1", 3) != request_seed(0, "g0-t1", 4)
+        True
+    """
+    digest = hashlib.blake2b(f"{seed}|{traj_uid}|{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 2**31
 
 
-def _check_int(name: str, value: Any, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+def _renderer(tokenizer: str, use_chat_template: bool | Literal["auto"]) -> PromptRenderer:
+    from transformers import AutoTokenizer
 
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _messages(prompt: Prompt, index: int) -> list[dict[str, Any]]:
-    if isinstance(prompt, str):
-        return [{"role": "user", "content": prompt}]
-    if isinstance(prompt, Sequence) and prompt:
-        out = []
-        for j, m in enumerate(prompt):
-            if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
-                raise ValueError(
-                    f"prompt {index}, message {j}: expected a dict with 'role' and 'content', "
-                    f"got {m!r}"[:300]
-                )
-            out.append(dict(m))
-        return out
-    raise ValueError(
-        f"prompt {index} must be a string or a non-empty list of chat messages, got {prompt!r}"[
-            :300
-        ]
-    )
-
-
-def _server_message(response: httpx.Response) -> str:
-    """The error message of an OpenAI-style (or vLLM / FastAPI) error body, else the raw text."""
-    try:
-        data = response.json()
-    except ValueError:
-        data = None
-    message: Any = None
-    if isinstance(data, Mapping):
-        error = data.get("error")
-        if isinstance(error, Mapping):
-            message = error.get("message")
-        elif isinstance(error, str):
-            message = error
-        message = message or data.get("message") or data.get("detail")
-    text = str(message) if message else response.text.strip() or response.reason_phrase
-    return text[:_MAX_ERROR_CHARS]
-
-
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header: delay-seconds or an HTTP date."""
-    if not value:
-        return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError):
-            return None
-        seconds = when.timestamp() - time.time()
-    return max(0.0, seconds) if math.isfinite(seconds) else None
+    path = resolve_model(tokenizer, need="tokenizer")
+    loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    return PromptRenderer(loaded, use_chat_template, str(path))

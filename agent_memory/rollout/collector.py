@@ -36,7 +36,13 @@ from typing import Any
 from agent_memory.config import JobConfig
 from agent_memory.failures import clean_text, first_line
 from agent_memory.policies import Policy, make_policy
-from agent_memory.protocol import CrashReport, EpisodeAssignment, StepResult, WorkerStatus
+from agent_memory.protocol import (
+    CrashReport,
+    EpisodeAssignment,
+    Generation,
+    StepResult,
+    WorkerStatus,
+)
 from agent_memory.rollout.book import EpisodeBook, RunningEpisode, Slot
 from agent_memory.rollout.cluster import init_ray
 from agent_memory.rollout.jsonsafe import capped_text
@@ -191,20 +197,22 @@ class Collector:
 
     def _iteration(self, book: EpisodeBook) -> None:
         live = sorted(book.running)
-        views = [book.running[s].view for s in live]
-        assert all(v is not None for v in views)
-        responses = self.policy.act([v.prompt for v in views], [v.meta for v in views])  # type: ignore[union-attr]
+        runs = [book.running[s] for s in live]
+        generations = self.policy.generate(*policy_inputs(runs))
         self.stats.policy_calls += 1
-        if len(responses) != len(live):
+        if len(generations) != len(live):
             raise RuntimeError(
-                f"policy {type(self.policy).__name__} returned {len(responses)} responses for "
+                f"policy {type(self.policy).__name__} returned {len(generations)} responses for "
                 f"{len(live)} prompts: expected one response per prompt"
             )
-        by_worker: dict[int, dict[int, Any]] = {}
-        for (w, i), resp in zip(live, responses, strict=True):
-            by_worker.setdefault(w, {})[i] = resp
+        by_worker: dict[int, dict[int, Generation]] = {}
+        for (w, i), gen in zip(live, generations, strict=True):
+            by_worker.setdefault(w, {})[i] = gen
         results, failed = self._gather(
-            {w: self.workers[w].step.remote(acts) for w, acts in by_worker.items()}
+            {
+                w: self.workers[w].step.remote({i: g.text for i, g in gens.items()})
+                for w, gens in by_worker.items()
+            }
         )
         freed: list[Slot] = []
         for w, error in failed.items():
@@ -220,28 +228,8 @@ class Collector:
                     book.running[slot].view = res.next
         self._fill(freed)
 
-    def _record(self, run: RunningEpisode, response: Any, res: StepResult) -> None:
-        view = run.view
-        assert view is not None
-        text, chars = capped_text(response, self.job.rollout.max_response_chars)
-        run.steps.append(
-            StepRecord(
-                step=len(run.steps) + 1,
-                prompt=view.prompt,
-                response=text,
-                response_chars=chars,
-                parsed_action=res.parsed_action,
-                valid=res.is_action_valid,
-                invalid_reason=res.invalid_reason,
-                reward=res.reward,
-                terminated=res.terminated,
-                truncated=res.truncated,
-                context_tokens=view.context_tokens,
-                context_chars=view.context_chars,
-                history_steps=view.history_steps,
-                state_key=res.state_key,
-            )
-        )
+    def _record(self, run: RunningEpisode, gen: Generation, res: StepResult) -> None:
+        run.steps.append(step_record(run, gen, res, self.job.rollout.max_response_chars))
         self.stats.env_steps += 1
 
     # ------------------------------------------------------------------ workers
@@ -419,6 +407,48 @@ class Collector:
                         slots.append(slot)
                     else:
                         book.running[slot].view = res.view
+
+
+def policy_inputs(runs: Sequence[RunningEpisode]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The prompts of running episodes and each one's meta for the policy: the fields it asked
+    for, plus the episode's ``traj_uid`` and the ``step`` it is about to take."""
+    prompts, metas = [], []
+    for run in runs:
+        view = run.view
+        assert view is not None  # a running episode has shown a prompt
+        prompts.append(view.prompt)
+        metas.append({**view.meta, "traj_uid": run.spec.traj_uid, "step": len(run.steps) + 1})
+    return prompts, metas
+
+
+def step_record(
+    run: RunningEpisode, gen: Generation, res: StepResult, max_response_chars: int
+) -> StepRecord:
+    """The record of ``run``'s next step: its prompt view, the policy's generation, the env's
+    outcome. The context length is the real prompt's token count when the policy reports ids."""
+    view = run.view
+    assert view is not None
+    text, chars = capped_text(gen.text, max_response_chars)
+    tokens = len(gen.prompt_ids) if gen.prompt_ids is not None else view.context_tokens
+    return StepRecord(
+        step=len(run.steps) + 1,
+        prompt=view.prompt,
+        response=text,
+        response_chars=chars,
+        parsed_action=res.parsed_action,
+        valid=res.is_action_valid,
+        invalid_reason=res.invalid_reason,
+        reward=res.reward,
+        terminated=res.terminated,
+        truncated=res.truncated,
+        context_tokens=tokens,
+        context_chars=view.context_chars,
+        history_steps=view.history_steps,
+        state_key=res.state_key,
+        observation=view.observation,
+        thought=res.thought,
+        generation=gen,
+    )
 
 
 def _crash_reason(crash: CrashReport | None, w: int) -> str:

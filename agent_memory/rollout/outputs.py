@@ -61,11 +61,7 @@ def compute_advantages(trajs: Sequence[Trajectory], algo: AlgoConfig) -> None:
         advs = grpo(rewards, groups, normalize_std=algo.normalize_std, eps=algo.epsilon)
         rets = [np.full(len(r), r.sum()) for r in rewards]
     elif algo.name == "gigpo":
-        # A step without a state key is its own step group (no false sharing).
-        keys = [
-            [s.state_key if s.state_key is not None else (t.spec.traj_uid, s.step) for s in t.steps]
-            for t in trajs
-        ]
+        keys = [[anchor(t, s) for s in t.steps] for t in trajs]
         advs = gigpo(
             rewards, groups, keys, gamma=algo.gamma, step_weight=algo.step_weight,
             normalize_std=algo.normalize_std, eps=algo.epsilon,
@@ -103,11 +99,24 @@ def compute_advantages(trajs: Sequence[Trajectory], algo: AlgoConfig) -> None:
             s.ret = float(rv)
 
 
+def anchor(t: Trajectory, s: Any) -> Any:
+    """GiGPO's step-group key of step ``s``: the env's ``state_key``; for envs without one, the
+    raw observation the action was taken on (verl-agent's anchor); else the step alone."""
+    if s.state_key is not None:
+        return ("state", s.state_key)
+    if s.observation is not None:
+        return ("observation", s.observation)
+    return ("step", t.spec.traj_uid, s.step)
+
+
 def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
-    """One dict per step (the JSONL/Parquet rows)."""
+    """One dict per step (the JSONL/Parquet rows; see :data:`ROW_SCHEMA`)."""
     rows = []
     for t in trajs:
         for s in t.steps:
+            g = s.generation
+            ids = None if g is None else g.response_ids
+            sampling = None if g is None else g.sampling
             rows.append(
                 {
                     "group_uid": t.spec.group_uid,
@@ -132,6 +141,17 @@ def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
                     "won": t.won,
                     "error": t.error,
                     "attempts": t.attempts,
+                    "thought": s.thought,
+                    "prompt_ids": None if g is None else g.prompt_ids,
+                    "response_ids": ids,
+                    "response_logprobs": None if g is None else g.response_logprobs,
+                    "response_mask": None if ids is None else [1] * len(ids),
+                    "finish_reason": None if g is None else g.finish_reason,
+                    "policy_version": None if g is None else g.policy_version,
+                    "temperature": None if sampling is None else sampling.temperature,
+                    "top_p": None if sampling is None else sampling.top_p,
+                    "top_k": None if sampling is None else sampling.top_k,
+                    "sampling_seed": None if sampling is None else sampling.seed,
                 }
             )
     return rows

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_memory.protocol import Generation
+
 __all__ = ["EpisodeSpec", "StepRecord", "Trajectory"]
 
 
@@ -21,7 +23,8 @@ class EpisodeSpec:
 
 @dataclass
 class StepRecord:
-    """One step of a trajectory: the prompt the policy saw and what came of its response."""
+    """One step of a trajectory: the prompt the policy saw, what it produced (its text and, for
+    policies that sample tokens, the token ids and log-probs), and what came of it."""
 
     step: int
     prompt: Any
@@ -39,6 +42,14 @@ class StepRecord:
     state_key: str | None
     #: The raw response's full length in characters (before the cap).
     response_chars: int = 0
+    #: The observation the action was taken on, without history or template (GiGPO groups steps
+    #: of envs that give no ``state_key`` by it, as verl-agent groups by its anchor).
+    observation: str | None = None
+    #: The thought the parser found (``<think>...</think>``), else None.
+    thought: str | None = None
+    #: The policy's :class:`~agent_memory.protocol.Generation` (token ids, log-probs, finish
+    #: reason, version, sampling), or None for steps recorded without one.
+    generation: Generation | None = None
     #: None until the advantages of the episode's group are computed.
     advantage: float | None = None
     ret: float | None = None

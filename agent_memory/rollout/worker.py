@@ -267,6 +267,7 @@ class RolloutWorker:
                 is_action_valid=bool(_at(info, "is_action_valid", i, True)),
                 invalid_reason=_at(info, "invalid_reason", i),
                 parsed_action=_at(info, "parsed_action", i),
+                thought=_at(info, "thought", i) or None,
                 state_key=self.state_keys[i],
                 won=bool(_at(info, "won", i, False)),
                 error=error,
@@ -336,6 +337,7 @@ class RolloutWorker:
                 context_chars=int(info["context_chars"][i]),
                 history_steps=int(info["history_steps"][i]),
                 meta=meta,
+                observation=core.last_obs[i],
             )
         return views
 

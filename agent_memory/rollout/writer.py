@@ -4,8 +4,9 @@
   finishes: GRPO and GiGPO normalise within a group, so that is when its advantages exist. When
   the run stops early (a failure, Ctrl-C), :meth:`RolloutWriter.close` appends the finished
   members of incomplete groups with ``advantage``/``return`` null.
-* ``trajectories.parquet`` — the same rows, written at close (chat prompts and parsed actions as
-  JSON text).
+* ``trajectories.parquet`` — the same rows, written at close with the explicit
+  :func:`row_schema` (the same column types in every run, all-null columns included; chat
+  prompts and parsed actions as JSON text).
 * ``summary.json`` — at close, written to a temp file and renamed into place: ``"status"`` is
   ``"ok"``, ``"failed"`` (with ``"error"``) or ``"interrupted"``; floats are rounded for reading.
 
@@ -26,7 +27,63 @@ from agent_memory.rollout.jsonsafe import jsonable
 from agent_memory.rollout.outputs import compute_advantages, step_rows
 from agent_memory.rollout.types import Trajectory
 
-__all__ = ["RolloutWriter", "readable"]
+__all__ = ["ROW_COLUMNS", "RolloutWriter", "readable", "row_schema"]
+
+#: The columns of a step row, their Arrow types (as ``pyarrow`` type factory names, with list
+#: item types after ``list:``) and what they hold.
+ROW_COLUMNS: dict[str, tuple[str, str]] = {
+    "group_uid": ("string", "the episode's group (members share a start state)"),
+    "traj_uid": ("string", "the episode"),
+    "seed": ("int64", "the episode's reset seed"),
+    "step": ("int64", "the step number, from 1"),
+    "prompt": ("string", "what the policy answered (chat prompts as JSON message lists)"),
+    "response": ("string", "the raw response, capped at rollout.max_response_chars"),
+    "response_chars": ("int64", "the raw response's full length"),
+    "parsed_action": ("string", "the env action it parsed to (JSON), null when invalid"),
+    "is_action_valid": ("bool_", "it parsed to an admissible action the env accepted"),
+    "invalid_reason": ("string", "why not"),
+    "reward": ("float64", "the step's reward (null when not finite)"),
+    "terminated": ("bool_", "the env ended the episode"),
+    "truncated": ("bool_", "the episode was cut (time limit or error); false when terminated"),
+    "context_tokens": ("int64", "the prompt's tokens: len(prompt_ids) when known, else counted"),
+    "context_chars": ("int64", "the prompt's characters"),
+    "history_steps": ("int64", "past steps in the prompt"),
+    "state_key": ("string", "the env's state hash (GiGPO)"),
+    "advantage": ("float64", "GRPO/GiGPO/GAE advantage (null until its group completed)"),
+    "return": ("float64", "episode return (GRPO), G_t (GiGPO) or A + V (PPO)"),
+    "won": ("bool_", "the episode was won"),
+    "error": ("string", "what ended the episode early, if anything did"),
+    "attempts": ("int64", "times the episode was started"),
+    "thought": ("string", "the <think> part of the response"),
+    "prompt_ids": ("list:int64", "the prompt token ids the model was conditioned on"),
+    "response_ids": ("list:int64", "the sampled token ids"),
+    "response_logprobs": ("list:float64", "each sampled token's sampling log-prob"),
+    "response_mask": ("list:int8", "1 for each sampled token (step layout: all of them)"),
+    "finish_reason": ("string", "stop, length or error"),
+    "policy_version": ("int64", "the weights' version that answered"),
+    "temperature": ("float64", "sampling temperature"),
+    "top_p": ("float64", "sampling top-p"),
+    "top_k": ("int64", "sampling top-k"),
+    "sampling_seed": ("int64", "the request's sampling seed"),
+}
+
+
+def row_schema() -> Any:
+    """The ``pyarrow.Schema`` of ``trajectories.parquet`` (see :data:`ROW_COLUMNS`).
+
+    Example:
+        >>> schema = row_schema()
+        >>> str(schema.field("response_logprobs").type), str(schema.field("reward").type)
+        ('list<item: double>', 'double')
+    """
+    import pyarrow as pa
+
+    def arrow(kind: str) -> Any:
+        if kind.startswith("list:"):
+            return pa.list_(arrow(kind[5:]))
+        return getattr(pa, kind)()
+
+    return pa.schema([pa.field(name, arrow(kind)) for name, (kind, _) in ROW_COLUMNS.items()])
 
 
 def readable(value: Any) -> Any:
@@ -112,7 +169,9 @@ class RolloutWriter:
             {**r, "prompt": _text(r["prompt"]), "parsed_action": _text(r["parsed_action"])}
             for r in self._rows
         ]
-        pq.write_table(pa.Table.from_pylist(flat), self.paths["parquet"])
+        schema = row_schema()
+        table = pa.Table.from_pylist(flat, schema=schema)
+        pq.write_table(table, self.paths["parquet"])
 
 
 def _text(value: Any) -> str | None:

@@ -5,10 +5,12 @@ The agent answers questions about a fictitious shop by writing Python that calls
 
 * :mod:`envs.code_exec.env` — :class:`CodeEnv`, the Gymnasium env (action format, observation,
   reward, ``state_key``, oracle).
-* :mod:`envs.code_exec.sandbox` — one hardened Python process per episode (rlimits, Landlock,
-  network namespace, audit hook, scrubbed environment, temp working dir); what it does and does
-  not protect against is documented there.
-* :mod:`envs.code_exec.sandbox_child` — the code that runs inside that process.
+* :mod:`envs.code_exec.sandbox` — one sandbox per episode: a supervisor process that owns the
+  env's pipes and a runner process for the code, behind seccomp, an unprivileged uid, a private
+  read-only root, network namespace, Landlock, a cgroup, rlimits and an audit hook; what each
+  layer does and does not protect against is documented there.
+* :mod:`envs.code_exec.sandbox_child` — the code of those two processes (standard library only).
+* :mod:`envs.code_exec.cgroup` — the per-sandbox cgroup (total memory and task limits).
 * :mod:`envs.code_exec.api` — the shop data (deterministic) and its API.
 * :mod:`envs.code_exec.tasks` — 45 questions with exact answers and scripted solutions.
 

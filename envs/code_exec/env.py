@@ -13,8 +13,11 @@ Actions (the env parses the tagged form itself; text around the tag, e.g. a thou
   (:func:`~envs.code_exec.tasks.is_correct`), else 0.0. Submitting is a tag, not a function in
   the sandbox, so the reward never depends on anything the sandboxed code can tamper with.
 
-Anything else (no tag, both kinds of tags, several blocks, an empty block) is invalid: no process
-work, the state is unchanged, ``is_action_valid=False`` and ``invalid_reason`` says why.
+Anything else (no tag, both kinds of tags, several blocks, an empty block, a ``<code>`` block of
+more than :data:`MAX_CODE_LINES` lines, an ``<answer>`` over :data:`MAX_ANSWER_CHARS` characters)
+is invalid: no process work, the state is unchanged, ``is_action_valid=False`` and
+``invalid_reason`` says why. Parsing is linear in the action's length, without backtracking
+regexes (``scripts/bench_parse.py`` times 1 MB of hostile text).
 
 The sandbox (:mod:`envs.code_exec.sandbox`) starts at ``reset`` (a new process and temp dir per
 episode; the previous one is killed and removed) and is killed at ``close``. A step over
@@ -36,7 +39,6 @@ variables exist in the sandbox, then the compute step (it prints ``result``), th
 from __future__ import annotations
 
 import re
-import textwrap
 from typing import Any, ClassVar, Literal, SupportsFloat, cast
 
 import gymnasium as gym
@@ -57,16 +59,101 @@ from envs.code_exec.tasks import TASKS, Task, is_correct
 
 __all__ = ["CodeEnv", "parse_action"]
 
-_TAG = re.compile(r"<(code|answer)>", re.IGNORECASE)
-_FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL)
+ActionKind = Literal["code", "answer"]
+#: Each tag as a case-insensitive literal: searching for one is a linear scan in C.
+_TAGS: dict[ActionKind, tuple[re.Pattern[str], re.Pattern[str]]] = {
+    kind: (re.compile(f"<{kind}>", re.IGNORECASE), re.compile(f"</{kind}>", re.IGNORECASE))
+    for kind in ("code", "answer")
+}
+#: ``<code>`` blocks of more lines are invalid: no honest step is that long, and the bound keeps
+#: the dedent below (the only per-line work) fast.
+MAX_CODE_LINES = 10_000
+#: Longer ``<answer>`` blocks are invalid (answers are a number or a name; this bounds the
+#: normalisation before comparing).
+MAX_ANSWER_CHARS = 1000
+_MAX_COUNTED_BLOCKS = 99
+_BLANKS = re.compile(r"[ \t]*")
 _ECHO_CHARS = 40
 _MARKER = "\n[... {n} characters omitted ...]\n"
 
-ActionKind = Literal["code", "answer"]
+
+def _count_blocks(action: str, opening: re.Pattern[str], closing: re.Pattern[str]) -> int:
+    """Blocks in ``action`` (each from an opening tag to the next closing tag or the end; tags
+    inside a block are its text), counted up to ``_MAX_COUNTED_BLOCKS + 1``."""
+    count, pos = 0, 0
+    while count <= _MAX_COUNTED_BLOCKS:
+        start = opening.search(action, pos)
+        if start is None:
+            break
+        count += 1
+        end = closing.search(action, start.end())
+        if end is None:
+            break
+        pos = end.end()
+    return count
+
+
+def _is_fence_info(line: str) -> bool:
+    r"""Whether ``line`` (after an opening fence) is ``[\w+-]*[ \t]*``: an optional language."""
+    lang = line.rstrip(" \t")
+    word = lang.replace("_", "").replace("+", "").replace("-", "")
+    return not word or word.isalnum()  # isalnum() is exactly what \w adds to "_"
+
+
+def _unfence(body: str) -> str | None:
+    r"""The content of ``body`` if it is exactly one Markdown fence (language tag optional).
+
+    What ``^\s*```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```\s*$`` (DOTALL) matched, in linear time with
+    string methods: the closing fence is the last non-space text.
+    """
+    start = len(body) - len(body.lstrip())
+    if not body.startswith("```", start):
+        return None
+    newline = body.find("\n", start + 3)
+    if newline < 0 or not _is_fence_info(body[start + 3 : newline]):
+        return None
+    content_start, end = newline + 1, len(body.rstrip())
+    if end - 3 < content_start or not body.endswith("```", 0, end):
+        return None
+    content = body[content_start : end - 3].rstrip(" \t")
+    return content[:-1] if content.endswith("\n") else content
+
+
+def _common_prefix(a: str, b: str) -> str:
+    """The longest common prefix of ``a`` and ``b`` (binary search over C comparisons)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a.startswith(b[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    return a[:lo]
+
+
+def _dedent(code: str) -> str:
+    """Exactly ``textwrap.dedent(code)``, in linear time: per-line work is C string methods
+    (``parse_action`` bounds the lines), nothing at all when no line starts with a blank."""
+    if not (code.startswith((" ", "\t")) or "\n " in code or "\n\t" in code):
+        return code  # no indented and no whitespace-only line: dedent returns it unchanged
+    lines, indents = code.split("\n"), []
+    for i, line in enumerate(lines):
+        blanks = _BLANKS.match(line).end()  # type: ignore[union-attr]  # always matches
+        if blanks == len(line):
+            lines[i] = ""  # whitespace-only lines become empty, as textwrap does
+        else:
+            indents.append(line[:blanks])
+    # the common prefix of all indents is the common prefix of the smallest and the largest
+    margin = _common_prefix(min(indents), max(indents)) if indents else ""
+    if margin:
+        lines = [line[len(margin) :] if line.startswith(margin) else line for line in lines]
+    return "\n".join(lines)
 
 
 def parse_action(action: str) -> tuple[ActionKind | None, str, str]:
     """Split an action into ``(kind, body, invalid_reason)``; ``kind`` is None when invalid.
+
+    Linear in the action's length (literal searches and string methods, no backtracking).
 
     Example:
         >>> parse_action("I will look. <code>print(1)</code>")
@@ -80,32 +167,33 @@ def parse_action(action: str) -> tuple[ActionKind | None, str, str]:
     """
     if not isinstance(action, str):
         return None, "", f"the action must be a string, got {type(action).__name__}"
-    opened = list(_TAG.finditer(action))
-    if not opened:
+    found = {kind: tags[0].search(action) for kind, tags in _TAGS.items()}
+    present = {kind: m for kind, m in found.items() if m is not None}
+    if not present:
         echo = action[:_ECHO_CHARS] + ("..." if len(action) > _ECHO_CHARS else "")
         return None, "", f"no <code>...</code> or <answer>...</answer> block in {echo!r}"
-    kinds = {m.group(1).lower() for m in opened}
-    if len(kinds) > 1:
+    if len(present) > 1:
         return None, "", "found both <code> and <answer>; send one per step"
-    kind = kinds.pop()
-    closing = re.compile(rf"</{kind}>", re.IGNORECASE)
-    blocks, pos = [], 0
-    for m in opened:
-        if m.start() < pos:  # a tag inside an earlier block's body (e.g. in a string)
-            continue
-        end = closing.search(action, m.end())
-        body_end = end.start() if end else len(action)
-        blocks.append(action[m.end() : body_end])
-        pos = end.end() if end else len(action)
-    if len(blocks) > 1:
-        return None, "", f"found {len(blocks)} <{kind}> blocks; send one per step"
-    body = blocks[0]
+    kind, first = present.popitem()
+    opening, closing = _TAGS[kind]
+    end = closing.search(action, first.end())
+    body = action[first.end() :] if end is None else action[first.end() : end.start()]
+    if end is not None and opening.search(action, end.end()):  # a second block
+        count = _count_blocks(action, opening, closing)
+        many = f"more than {_MAX_COUNTED_BLOCKS}" if count > _MAX_COUNTED_BLOCKS else str(count)
+        return None, "", f"found {many} <{kind}> blocks; send one per step"
     if kind == "code":
-        fenced = _FENCE.match(body)
-        body = textwrap.dedent(fenced.group(1) if fenced else body).strip("\n")
+        if body.count("\n") >= MAX_CODE_LINES:
+            lines = body.count("\n") + 1
+            return None, "", f"the <code> block has {lines} lines (at most {MAX_CODE_LINES})"
+        fenced = _unfence(body)
+        body = _dedent(fenced if fenced is not None else body).strip("\n")
         body = body if body.strip() else ""
     else:
         body = body.strip()
+        if len(body) > MAX_ANSWER_CHARS:
+            why = f"the <answer> block has {len(body)} characters (at most {MAX_ANSWER_CHARS})"
+            return None, "", why
     if not body:
         return None, "", f"the <{kind}> block is empty"
     return cast(ActionKind, kind), body, ""
@@ -228,7 +316,9 @@ class CodeEnv(gym.Env[str, str]):
         )
 
     def _observe(self, text: str) -> str:
-        self._last_obs = sanitize(text, self._obs_max)
+        # Cut first: sanitize() escapes character by character, and escapes only lengthen the
+        # text, so this is sanitize(text, cap) without touching the rest of a huge action.
+        self._last_obs = sanitize(text[: self._obs_max + 1], self._obs_max)
         return self._last_obs
 
     def _format_result(self, result: RunResult) -> str:

@@ -1,76 +1,91 @@
-"""A persistent, resource-limited Python process per episode (parent side).
+"""A persistent, resource-limited Python process per episode, behind kernel-enforced layers.
 
-:class:`Sandbox` starts ``python -I -S envs/code_exec/sandbox_child.py`` in a fresh temporary
-directory and talks to it over two private pipes with length-prefixed JSON frames (4-byte
-big-endian length + UTF-8 JSON). Variables and imports persist across :meth:`Sandbox.run` calls,
-like a Jupyter kernel. The child keeps only the head and tail of what code prints, so frames stay
-small and a chatty program can never deadlock the pipes; the parent reads with ``poll`` and a
-deadline, and a dead child shows up as EOF (reported in the result, never raised).
+:class:`Sandbox` starts ``python -I -S envs/code_exec/sandbox_child/boot.py`` (the *supervisor*)
+in a fresh temporary working dir and talks to it over two private pipes with length-prefixed JSON
+frames. The supervisor builds the sandbox, forks the *runner* that executes the code and relays
+checked answers (:mod:`envs.code_exec.sandbox_child` documents the processes and the protocol).
+Variables and imports persist across :meth:`Sandbox.run` calls, like a Jupyter kernel; output is
+kept as head and tail, so frames stay small; the parent reads with ``poll`` and a deadline, and a
+dead process shows up as EOF or a "died" frame (reported in the result, never raised).
 
-What the sandbox does (each layer is set up by the child before any user code runs):
+What it does, layer by layer (:attr:`Sandbox.layers` reports each as ``"on (...)"`` or
+``"off (<reason>)"``; every kernel layer is set up before any user code runs):
 
-* **Process**: its own session and process group (SIGKILLed as a group on timeout, restart,
-  :meth:`~Sandbox.close` and garbage collection, then reaped: no zombies); if the env process
-  dies (even by SIGKILL), the child notices (a watchdog thread polling ``getppid`` every 0.5 s,
-  or the broken pipe), empties its working dir and exits — only the empty dir is left behind
-  (``PR_SET_PDEATHSIG`` is not used: it fires when the spawning *thread* exits);
-  ``python -I -S`` (no ``PYTHON*`` variables, no user site, no script dir on ``sys.path``, no
-  site-packages: **the standard library only**); stdin/stdout/stderr on
-  ``/dev/null`` (``print`` goes to the capture; ``input()`` gets EOF); no ``.pyc`` writes.
-* **Environment**: scrubbed — only ``PATH``, ``HOME``, ``TMPDIR`` (both the working dir) and
-  ``LANG``; nothing inherited (no API keys, no cloud credentials), and reading another process's
-  ``/proc/<pid>`` (e.g. the parent's ``environ``) is refused (Landlock and the audit hook).
-* **Files**: the working dir is a new ``tempfile.mkdtemp()`` directory, removed on close.
-  **Landlock** (kernel-enforced) allows writes (create, write, truncate, remove, rename, link,
-  mkdir, mknod) only beneath the working dir (plus ``/dev/null``) and reads only beneath the
-  working dir, the Python installation, ``/usr``, ``/lib*``, ``/bin``, the ``api`` module's dir,
-  the process's own ``/proc/self`` and a few ``/etc`` files (``ld.so.cache``, ``localtime``,
-  ``passwd``, ...) — not ``/root``, ``/home``, the rest of the project or ``/etc/shadow``.
-  An **audit hook** (``sys.addaudithook``) independently refuses ``open`` for writing,
-  ``os.remove``, ``os.rename``, ``os.mkdir``, ``os.chmod``, ``shutil.*``, ``sqlite3.connect``
-  etc. on paths whose real path is outside the working dir.
-* **Limits** (rlimits in the child): ``RLIMIT_CPU`` (cumulative per process: SIGXCPU kills it),
-  ``RLIMIT_AS`` (``MemoryError`` in the child; the parent is untouched), ``RLIMIT_FSIZE`` (oversize
-  writes fail with ``EFBIG``), ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``; plus a per-run wall-clock
-  timeout enforced by the parent, which kills the process group and starts a new process.
-* **Network**: a new network namespace (``unshare(CLONE_NEWNET)``, with a user namespace when not
-  root: only a down loopback exists), Landlock's TCP bind/connect denial (ABI >= 4), and the audit
-  hook refusing ``socket.connect``/``bind``/``sendto``/``getaddrinfo``.
-* **Other processes**: the audit hook refuses starting processes (``subprocess``, ``os.system``,
-  ``os.fork``, ``os.exec*``, ``posix_spawn``) and signalling other processes; Landlock scopes
-  ``ptrace`` (ABI >= 1), signals and abstract unix sockets (ABI >= 6) to the sandbox. ``ctypes``
-  is disabled by the hook.
+* ``protocol`` — **frames user code cannot forge.** Only the supervisor holds the env's pipes;
+  it never runs user code and is not dumpable (its memory and descriptors are out of reach). The
+  runner talks to the supervisor only: what user code writes there is accepted at most as the
+  answer of the run it is part of (which it controls anyway by printing), checked against that
+  run's sequence number and rebuilt field by field (bounded, typed); stale or ill-typed frames are
+  dropped, bytes that are not a frame end the run as ``"died"``. Later observations can never
+  shift, and nothing the code does makes :meth:`run` raise.
+* ``seccomp`` — a BPF filter (``no_new_privs`` first): no process creation (``clone`` only with
+  ``CLONE_THREAD``: threads work), no ``execve``, no sockets of any family (``AF_UNIX`` stream
+  pairs excepted: ``asyncio``), no ``ptrace``/``process_vm_*``, ``mount``, ``setns``/``unshare``,
+  ``bpf``, ``keyctl``, ``kexec``, modules, ``personality``, ``perf_event_open``, ``io_uring``,
+  ``userfaultfd``, ``setsid``; refusals are ``EPERM``. x86_64 and aarch64.
+* ``privileges`` — as root: an unprivileged uid/gid of its own (``uid_base`` + the supervisor's
+  pid: unique among live sandboxes, so ``RLIMIT_NPROC`` and signals are per sandbox), no groups,
+  empty capability sets (bounding set too), ``no_new_privs``; the working dir is chowned to it
+  (root without ``CAP_SYS_ADMIN``: the same uid, mapped into the user namespace the other layers
+  then need). Not root: a user namespace, with every capability dropped in it. Where that uid
+  could not read the Python installation (no view here), uid 0 is kept without capabilities,
+  and the layer says so.
+* ``filesystem`` — a mount namespace whose root is a new read-only ``tmpfs`` (``pivot_root``)
+  holding only the Python installation, ``/usr``, ``/lib*``, a few ``/etc`` files, ``/dev/null``
+  and friends, a fresh ``/proc`` (other users' processes hidden) and the working dir at its usual
+  path (writable, ``noexec``). ``/tmp`` (Ray's sockets under ``/tmp/ray``), ``/root``, ``/home``,
+  ``/run`` and the project — ``tasks.py``, whose answers are computed in the env process only —
+  do not exist inside. The preloaded ``api`` is read before the view is built.
+* ``network`` — new network and IPC namespaces (only a loopback that is down; no host SysV IPC).
+* ``landlock`` — reads only beneath the paths above, writes only beneath the working dir, no
+  TCP bind/connect, no signals or abstract sockets outside the sandbox (by kernel ABI).
+* ``cgroup`` — total limits for all the sandbox's processes and threads: ``memory_mb`` + 64 MiB
+  and ``processes`` (cgroup v2 ``memory.max``/``pids.max``, or the v1 equivalents), made by the
+  env process beneath its own cgroup; :mod:`envs.code_exec.cgroup` says where this works.
+* ``rlimits`` — per process: ``RLIMIT_CPU``, ``RLIMIT_AS`` (``MemoryError``), ``RLIMIT_FSIZE``
+  (``EFBIG``), ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, and ``RLIMIT_NPROC = processes`` when the
+  uid is the sandbox's own. Plus a wall-clock timeout per run enforced by the env process.
+* ``audit_hook`` — friendly ``PermissionError`` messages for writes outside the working dir,
+  processes, network, ``ctypes``, signals. **Not a boundary** (pure Python can switch it off; the
+  tests do exactly that before every attack).
+* Always: ``python -I -S`` (standard library only), a scrubbed environment (``PATH``, ``HOME``,
+  ``TMPDIR``, ``LANG``), stdin/stdout/stderr on ``/dev/null``, its own session (killed as a group,
+  with the cgroup, on timeout, restart, :meth:`~Sandbox.close` and garbage collection), and an
+  orphan watchdog: if the env process dies, the supervisor kills the runner, empties the working
+  dir and exits.
 
 After a timeout, a crash or a limit kill, **the process's state is lost**: a new process starts
 with an empty namespace (the preloaded ``api`` is there again); files in the working dir are kept.
 The result says so (``restarted=True`` and a ``note``).
 
-What it does NOT protect against:
+When a layer is unavailable: without seccomp (another architecture, an old kernel) processes can
+be created, bounded only by the cgroup or ``RLIMIT_NPROC``, and host Unix sockets are reachable
+unless the private view hides them; without the mount namespace (no ``CAP_SYS_ADMIN`` and no user
+namespaces, e.g. under Docker's default seccomp profile) Landlock is the only read confinement;
+without Landlock as well, everything the uid may read is readable, the answers in ``tasks.py``
+included if it is world-readable, and the code's uid owns its working dir (the env checks that the
+dir is still the one it made before root touches it again). Without a cgroup the totals fall back
+to ``RLIMIT_NPROC`` (process count, only with a uid of its own) x ``RLIMIT_AS`` (memory per
+process). :class:`Sandbox` takes ``require=(...)`` to refuse to start rather than run with a layer
+off.
 
-* Audit hooks are not a security boundary (CPython's docs say so): C code bypasses them — e.g.
-  calling ``_posixsubprocess.fork_exec`` directly skips the ``subprocess.Popen`` event (verified
-  here: the spawned shell could write outside the working dir when Landlock was off, and could
-  not with Landlock on). **Without Landlock and namespaces the sandbox only stops mistakes and
-  casual misuse, not a determined attacker.**
-* With Landlock, the allowed reads above stay readable (the Python installation, ``/usr``);
-  ``stat`` and path existence are not restricted anywhere; without Landlock, every file the user
-  may read is readable (only other processes' ``/proc`` is guarded, by the hook).
-* Landlock does not cover UDP (the network namespace and the hook do).
-* Disk use inside the working dir is bounded per file (``RLIMIT_FSIZE``), not in total;
-  ``RLIMIT_AS`` is virtual memory (libraries reserving large arenas may fail); ``RLIMIT_NPROC``
-  is not set (it is per user, and root ignores it). A process that escapes the hook and calls
-  ``setsid`` survives the group kill.
-* Kernel bugs and side channels (timing, ``/proc`` listings of other pids).
+What it does NOT protect against, even with every layer on:
 
-On the development machine (Linux 6.18, Landlock ABI 7, running as root) every layer is active:
-network namespace, Landlock (reads, writes, TCP, signal and abstract-socket scoping), rlimits and
-the audit hook. :attr:`Sandbox.layers` reports what is active wherever it runs: Landlock and the
-namespace degrade to ``"off (<reason>)"`` on kernels or containers without them, leaving the
-rlimits, the scrubbed environment and the audit hook.
+* Kernel bugs (the seccomp filter shrinks the surface; it does not remove it) and side channels
+  (timing, CPU caches, ``/proc`` and ``/sys`` files that stay readable such as CPU topology).
+* Reads of what the view keeps: the Python installation, ``/usr``, ``/lib*``, ``/etc/passwd``.
+  ``stat`` and path existence are not restricted beyond what the view contains.
+* Resource use within the limits: CPU time up to ``cpu_s`` per process, disk inside the working
+  dir (bounded per file by ``RLIMIT_FSIZE``, not in total), memory up to ``memory_mb``.
+* Whatever user code does to its own sandbox: it can print anything, forge its own run's answer,
+  crash or hang its process, kill its supervisor where Landlock cannot scope signals (the env
+  restarts both), or delete files in its working dir.
 
-Measured start-up (spawn to "ready": interpreter, ``api`` data generation, hardening): about
-0.06 s on an idle core here, 0.1-0.25 s with both cores busy. ``reset`` does not wait for it: the
-process boots while the agent thinks; the first code step waits if needed.
+On the development machine (Linux 6.18 x86_64, Landlock ABI 7, cgroup v1 memory and pids, root)
+every layer is on. Start-up (spawn to "ready") and the cost per run are measured by
+``scripts/bench_sandbox.py`` (see the README); the two processes hold about 12 MiB (PSS) per
+sandbox, against 8 MiB for the former single process. ``reset`` does not wait for start-up: the
+processes boot while the agent thinks; the first code step waits if needed.
 
 Example:
     >>> with Sandbox(SandboxLimits(timeout_s=10.0)) as box:
@@ -88,35 +103,48 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
 import time
 import weakref
+from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
-CHILD_SCRIPT = str(Path(__file__).with_name("sandbox_child.py"))
+from envs.code_exec import cgroup as cgroups
+from envs.code_exec.sandbox_child import protocol
+
+CHILD_SCRIPT = str(Path(__file__).parent / "sandbox_child" / "boot.py")
 _API_MODULE = str(Path(__file__).with_name("api.py"))
 _HEADER = 4
 _MAX_FRAME = 16 * 2**20
 _BOOT_TIMEOUT_S = 30.0  # generous: a loaded CI machine may start Python slowly
+#: The sandbox's uid is this plus the supervisor's pid (pids are below 2**22).
+DEFAULT_UID_BASE = 1_900_000_000
+#: The cgroup's memory total is ``memory_mb`` plus this (the supervisor, kernel memory).
+CGROUP_HEADROOM_MB = 64
 
 Status = Literal["ok", "error", "timeout", "died"]
 
 
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits of one sandbox process.
+    """Resource limits of one sandbox.
 
     Attributes:
         timeout_s: wall-clock seconds per :meth:`Sandbox.run`; over it the process is killed and
             restarted.
         cpu_s: ``RLIMIT_CPU`` seconds, cumulative over the process's life (a backstop).
-        memory_mb: ``RLIMIT_AS`` in MiB.
+        memory_mb: ``RLIMIT_AS`` of each process in MiB; the cgroup holds the whole sandbox to
+            ``memory_mb + CGROUP_HEADROOM_MB`` (the supervisor's share), so one process meets
+            its own limit (a clean ``MemoryError``) before the total.
         file_size_mb: ``RLIMIT_FSIZE`` in MiB (largest file the code may write).
         output_chars: characters of output kept at the head and at the tail of each run.
         open_files: ``RLIMIT_NOFILE``.
+        processes: tasks (processes and threads, the supervisor's included) alive at once in the
+            whole sandbox: the cgroup's ``pids.max`` and ``RLIMIT_NPROC`` of the sandbox's uid.
     """
 
     timeout_s: float = 10.0
@@ -125,6 +153,7 @@ class SandboxLimits:
     file_size_mb: int = 16
     output_chars: int = 4000
     open_files: int = 256
+    processes: int = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,7 +162,7 @@ class RunResult:
 
     Attributes:
         status: ``"ok"``, ``"error"`` (an exception, traceback in the text), ``"timeout"`` or
-            ``"died"`` (the process ended: a limit, a crash, ``os._exit``).
+            ``"died"`` (the process ended: a limit, a crash, ``os._exit``, a broken frame).
         head: the first characters of the output (stdout and stderr interleaved, then the repr of
             a trailing expression or the traceback).
         tail: the last characters of the output.
@@ -159,6 +188,31 @@ class RunResult:
         return f"{self.head}\n[... {self.omitted} characters omitted ...]\n{self.tail}"
 
 
+def parse_result(msg: dict, seq: int, cap: int) -> RunResult | None:
+    """The :class:`RunResult` in a result frame for run ``seq``; None if the frame is not one.
+
+    Never raises, whatever ``msg`` holds (the supervisor already checks the runner's frames; the
+    env checks again).
+
+    Example:
+        >>> parse_result({"op": "result", "seq": 1, "status": "ok", "head": "hi\\n", "tail": "",
+        ...               "omitted": 0, "names": [["x", "int"]]}, seq=1, cap=100).names
+        (('x', 'int'),)
+        >>> parse_result({"op": "result", "seq": 1, "omitted": "many"}, seq=1, cap=100) is None
+        True
+    """
+    clean = protocol.clean_result(msg, seq, cap)
+    if clean is None:
+        return None
+    return RunResult(
+        status=clean["status"],
+        head=clean["head"],
+        tail=clean["tail"],
+        omitted=clean["omitted"],
+        names=tuple((name, kind) for name, kind in clean["names"]),
+    )
+
+
 class _Timeout(Exception):
     pass
 
@@ -167,13 +221,16 @@ class _Dead(Exception):
     pass
 
 
-def _kill_group(proc: subprocess.Popen | None) -> int | None:
-    """SIGKILL the process group (before reaping the leader, so the id cannot be reused), reap."""
+def _kill_group(proc: subprocess.Popen | None, group: cgroups.Cgroup | None) -> int | None:
+    """SIGKILL the process group (before reaping the leader, so the id cannot be reused) and
+    everything in the cgroup; reap the leader."""
     if proc is None:
         return None
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
+    if group is not None:
+        group.kill()
     try:
         return proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not take this long
@@ -181,18 +238,26 @@ def _kill_group(proc: subprocess.Popen | None) -> int | None:
 
 
 def _remove_tree(path: str) -> None:
+    """Remove the working dir, never following a link the sandbox may have planted."""
+    if os.path.islink(path) or not os.path.isdir(path):
+        with contextlib.suppress(OSError):  # replaced by the code (see Sandbox._check_workdir)
+            os.unlink(path)
+        return
+
     def retry(func: Any, p: str, _exc: Any) -> None:
-        # code may chmod its files read-only: restore permissions and retry once
+        # code may chmod its files read-only: restore permissions (of real directories and
+        # files only: os.chmod follows links) and retry once
         with contextlib.suppress(OSError):
-            os.chmod(os.path.dirname(p), 0o700)
-            os.chmod(p, 0o700)
+            for target in (os.path.dirname(p), p):
+                if not os.path.islink(target):
+                    os.chmod(target, 0o700)
             func(p)
 
     if sys.version_info >= (3, 12):
         shutil.rmtree(path, onexc=retry)
     else:  # pragma: no cover - Python 3.11
         shutil.rmtree(path, onerror=retry)
-    if os.path.exists(path):  # pragma: no cover - only if something outside recreated it
+    if os.path.isdir(path) and not os.path.islink(path):  # pragma: no cover - recreated outside
         shutil.rmtree(path, ignore_errors=True)
 
 
@@ -200,7 +265,10 @@ def _cleanup(state: dict) -> None:
     """Finalizer shared by close() and garbage collection: kill, close fds, remove the dir."""
     if state.get("owner") != os.getpid():
         return  # a forked copy (e.g. a vector-env worker) must not kill its parent's sandbox
-    _kill_group(state.pop("proc", None))
+    group = state.pop("cgroup", None)
+    _kill_group(state.pop("proc", None), group)
+    if group is not None:
+        group.remove()
     for key in ("cmd_fd", "resp_fd"):
         fd = state.pop(key, None)
         if fd is not None:
@@ -217,12 +285,21 @@ class Sandbox:
     Args:
         limits: resource limits (see :class:`SandboxLimits`).
         landlock: apply Landlock when the kernel supports it.
-        isolate_network: enter a new network namespace when allowed.
-        preload: module name -> source file loaded in the child before hardening and bound in
-            its namespace (default: the shop ``api``).
+        isolate_network: enter new network and IPC namespaces when allowed.
+        seccomp: install the seccomp filter (x86_64, aarch64).
+        drop_privileges: as root, run as an unprivileged uid of the sandbox's own; otherwise
+            drop every capability.
+        cgroup: limit the sandbox's total memory and tasks with a cgroup where one can be made.
+        private_fs: give the sandbox its own read-only root (mount namespace) where allowed.
+        preload: module name -> source file loaded in the sandbox before it is locked down and
+            bound in its namespace (default: the shop ``api``).
+        uid_base: the sandbox's uid is ``uid_base`` + the supervisor's pid (root only).
+        require: layer names (keys of :attr:`layers`) that must be on: otherwise the first
+            :meth:`run` (or :attr:`layers`) raises ``RuntimeError`` naming them.
 
     The process starts in the constructor (start-up continues in the background; the first
-    :meth:`run` waits for it). ``close()`` kills it and removes the working dir.
+    :meth:`run` waits for it). ``close()`` kills it and removes the working dir and the cgroup.
+    The switches exist to measure and test each layer; leave them on.
 
     Attributes:
         boot_seconds: spawn-to-ready time of the current process (set once it is ready).
@@ -236,17 +313,39 @@ class Sandbox:
         *,
         landlock: bool = True,
         isolate_network: bool = True,
+        seccomp: bool = True,
+        drop_privileges: bool = True,
+        cgroup: bool = True,
+        private_fs: bool = True,
         preload: dict[str, str] | None = None,
+        uid_base: int = DEFAULT_UID_BASE,
+        require: Collection[str] = (),
     ) -> None:
         self.limits = limits or SandboxLimits()
-        self._landlock = landlock
-        self._isolate_network = isolate_network
+        self._switches = {
+            "landlock": landlock,
+            "isolate_network": isolate_network,
+            "seccomp": seccomp,
+            "drop_privileges": drop_privileges,
+            "private_fs": private_fs,
+        }
         self._preload = {"api": _API_MODULE} if preload is None else dict(preload)
+        self._uid_base = uid_base
+        self._require = tuple(require)
         self._workdir = tempfile.mkdtemp(prefix="code_env_")
+        self._workdir_id = _identity(self._workdir)
         self._state: dict[str, Any] = {"workdir": self._workdir, "owner": os.getpid()}
         self._finalizer = weakref.finalize(self, _cleanup, self._state)
+        if cgroup:
+            total = (self.limits.memory_mb + CGROUP_HEADROOM_MB) * 2**20
+            group, self._cgroup_layer = cgroups.create(total, self.limits.processes)
+            self._state["cgroup"] = group
+        else:
+            self._cgroup_layer = "off (disabled)"
         self._ready = False
         self._layers: dict[str, str] = {}
+        self._seq = 0
+        self.runner_pid: int | None = None  # the process running the code, once ready
         self.boot_seconds = 0.0
         self.restarts = 0
         self.runs = 0
@@ -261,7 +360,7 @@ class Sandbox:
 
     @property
     def pid(self) -> int | None:
-        """The current process id (None after close)."""
+        """The supervisor's process id (None after close)."""
         proc = self._state.get("proc")
         return None if proc is None else proc.pid
 
@@ -271,11 +370,25 @@ class Sandbox:
 
     @property
     def layers(self) -> dict[str, str]:
-        """Which protection layers are active in the current process (waits for start-up)."""
+        """Each protection layer's state, ``"on (...)"`` or ``"off (<reason>)"`` (waits for
+        start-up)."""
         self._wait_ready()
         return dict(self._layers)
 
+    def _check_workdir(self) -> None:
+        """Make sure the working dir is still the directory we made (before root hands it over).
+
+        Where neither the private view nor Landlock holds, code running as the sandbox's uid
+        owns the dir and could rename it and leave a link to, say, ``/etc`` at its path for the
+        next supervisor (root) to chown. Then the sandbox gets a fresh dir; the old one is lost.
+        """
+        if _identity(self._workdir) != self._workdir_id:
+            self._workdir = tempfile.mkdtemp(prefix="code_env_")
+            self._workdir_id = _identity(self._workdir)
+            self._state["workdir"] = self._workdir
+
     def _spawn(self) -> None:
+        self._check_workdir()
         cmd_r, cmd_w = os.pipe()
         resp_r, resp_w = os.pipe()
         workdir = self.workdir
@@ -298,15 +411,22 @@ class Sandbox:
             os.close(resp_w)
         self._state.update(proc=proc, cmd_fd=cmd_w, resp_fd=resp_r)
         self._ready = False
+        self._seq = 0
+        group = self._state.get("cgroup")
+        if group is not None:  # before it gets its init frame: nothing has started yet
+            try:
+                group.add(proc.pid)
+            except OSError as exc:
+                self._cgroup_layer = f"off (joining {group.dirs}: {exc.strerror or exc})"
         limits = dataclasses.asdict(self.limits)
         init = {
             "op": "init",
             "workdir": workdir,
+            "workdir_id": list(self._workdir_id),
             "parent_pid": os.getpid(),
-            "landlock": self._landlock,
-            "isolate_network": self._isolate_network,
+            **self._switches,
+            "uid_base": self._uid_base,
             "preload": self._preload,
-            "read_paths": sorted({str(Path(p).parent) for p in self._preload.values()}),
             "cap": limits.pop("output_chars"),
             "limits": limits,
         }
@@ -314,7 +434,7 @@ class Sandbox:
             self._send(init, time.monotonic() + _BOOT_TIMEOUT_S)
 
     def _kill(self) -> int | None:
-        code = _kill_group(self._state.pop("proc", None))
+        code = _kill_group(self._state.pop("proc", None), self._state.get("cgroup"))
         for key in ("cmd_fd", "resp_fd"):
             fd = self._state.pop(key, None)
             if fd is not None:
@@ -333,7 +453,7 @@ class Sandbox:
         self._spawn()
 
     def close(self) -> None:
-        """Kill the process (and its group), reap it and remove the working dir. Idempotent."""
+        """Kill the processes, reap them, remove the working dir and the cgroup. Idempotent."""
         self._finalizer()
 
     def __enter__(self) -> Sandbox:
@@ -415,30 +535,50 @@ class Sandbox:
             raise RuntimeError(
                 f"the sandbox process failed to start (exit code {code}): {exc or 'no answer'}"
             ) from None
-        if msg.get("op") != "ready":
+        layers = msg.get("layers")
+        if msg.get("op") != "ready" or not isinstance(layers, dict):
             self._kill()
-            raise RuntimeError(f"the sandbox process sent {msg.get('op')!r} instead of 'ready'")
-        self._layers = dict(msg["layers"])
+            why = msg.get("why", "") if msg.get("op") == "failed" else ""
+            raise RuntimeError(
+                f"the sandbox process sent {msg.get('op')!r} instead of 'ready'"
+                + (f": {why}" if why else "")
+            )
+        self._layers = {str(k): str(v) for k, v in layers.items()}
+        self._layers["cgroup"] = self._cgroup_layer
+        runner = msg.get("runner_pid")
+        self.runner_pid = runner if isinstance(runner, int) else None
         self.boot_seconds = time.monotonic() - self._t_spawn
         self._ready = True
+        off = {k: self._layers.get(k, "missing") for k in self._require}
+        off = {k: v for k, v in off.items() if not v.startswith("on")}
+        if off:
+            self.close()
+            raise RuntimeError(f"required sandbox layers are not on here: {off}")
 
     # --- running code ----------------------------------------------------------------------------
 
     def run(self, code: str) -> RunResult:
         """Run ``code`` in the persistent namespace; never raises for anything the code does.
 
-        A timeout or the death of the process (memory, CPU limit, crash, ``os._exit``) is
-        reported in the result; the process is restarted at once so the next run works.
+        A timeout or the death of the process (memory, CPU limit, crash, ``os._exit``, a broken
+        frame) is reported in the result; the process is restarted at once so the next run works.
         """
         self._check_open()
         self._wait_ready()
         self.runs += 1
+        self._seq += 1
         deadline = time.monotonic() + self.limits.timeout_s
         try:
-            self._send({"op": "exec", "code": code}, deadline)
-            msg = self._recv(deadline)
-            if msg.get("op") != "result":
-                raise _Dead("an unexpected frame came from the sandbox")
+            self._send({"op": "exec", "seq": self._seq, "code": code}, deadline)
+            while True:
+                msg = self._recv(deadline)
+                if msg.get("op") == "died":
+                    raise _Dead(self._death_reason(msg))
+                result = parse_result(msg, self._seq, self.limits.output_chars)
+                if result is not None:
+                    return result
+                if msg.get("op") != "result":
+                    raise _Dead("an unexpected frame came from the sandbox")
         except _Timeout:
             self.restart()
             note = (
@@ -464,13 +604,25 @@ class Sandbox:
                 "are lost (files in the working directory are kept; `api` is loaded again)."
             )
             return RunResult(status="died", restarted=True, note=note)
-        return RunResult(
-            status="ok" if msg.get("status") == "ok" else "error",
-            head=str(msg.get("head", "")),
-            tail=str(msg.get("tail", "")),
-            omitted=int(msg.get("omitted", 0)),
-            names=tuple((str(n), str(t)) for n, t in msg.get("names", ())),
-        )
+
+    def _death_reason(self, msg: dict) -> str:
+        """Why the runner died, from the supervisor's "died" frame."""
+        code, why = msg.get("code"), msg.get("why")
+        if isinstance(why, str) and why:
+            return why[:500]
+        if isinstance(code, int) and not isinstance(code, bool):
+            return _describe_exit(code, self.limits)
+        return "it died"
+
+
+def _identity(path: str) -> tuple[int, int]:
+    """``(device, inode)`` of ``path`` itself (a link is not followed); (-1, -1) if it is gone
+    or not a directory."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return -1, -1
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else (-1, -1)
 
 
 def _peek_exited(pid: int, wait_s: float) -> bool:
@@ -498,4 +650,6 @@ def _describe_exit(code: int | None, limits: SandboxLimits) -> str:
     name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
     if sig == signal.SIGKILL:
         return f"it was killed ({name}; possibly out of memory)"
+    if sig == signal.SIGSYS:
+        return f"it was killed by signal {name} (a refused system call)"
     return f"it was killed by signal {name}"

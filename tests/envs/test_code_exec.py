@@ -507,9 +507,9 @@ def test_landlock_enforces_writes_in_the_kernel(tmp_path: Path) -> None:
     allowed.mkdir()
     script = (
         "import sys, errno\n"
-        f"sys.path.insert(0, {str(Path(CHILD_SCRIPT).parent)!r})\n"
-        "import sandbox_child\n"
-        f"print(sandbox_child._landlock({str(allowed)!r}, sandbox_child._read_paths([])))\n"
+        f"sys.path.insert(0, {str(Path(CHILD_SCRIPT).parents[1])!r})\n"
+        "from sandbox_child import isolation, landlock\n"
+        f"print(landlock.restrict({str(allowed)!r}, isolation.host_read_paths()))\n"
         f"open({str(allowed / 'ok.txt')!r}, 'w').write('ok')\n"
         "try:\n"
         f"    open({str(outside)!r}, 'w')\n"
@@ -526,8 +526,14 @@ def test_landlock_enforces_writes_in_the_kernel(tmp_path: Path) -> None:
 def test_sandbox_reports_its_layers(env: CodeEnv) -> None:
     env.reset(seed=0)
     layers = env.sandbox.layers
-    assert set(layers) == {"network", "landlock", "rlimits", "audit_hook"}
-    assert layers["rlimits"].startswith("on") and layers["audit_hook"].startswith("on")
+    assert set(layers) == {
+        "protocol", "seccomp", "privileges", "filesystem", "network", "landlock", "cgroup",
+        "rlimits", "audit_hook",
+    }  # fmt: skip
+    for name, state in layers.items():
+        assert state.startswith(("on (", "off (")) and state.endswith(")"), (name, state)
+    for always in ("protocol", "rlimits", "audit_hook"):
+        assert layers[always].startswith("on"), layers
     assert env.sandbox.boot_seconds > 0
 
 
@@ -573,8 +579,16 @@ def test_child_death_is_reported_not_raised(env: CodeEnv) -> None:
 
 
 def test_forged_protocol_frames_are_handled(env: CodeEnv) -> None:
+    """The code's process holds none of the env's pipes; garbage on its own channel to the
+    supervisor ends the run as "died" (tests/envs/test_code_sandbox.py has the full attacks)."""
     env.reset(seed=0)
-    obs, info = _run(env, "import os, sys; os.write(int(sys.argv[2]), b'garbage, not a frame')")
+    assert _run(env, "import sys; sys.argv")[0] == "['']\n"  # no pipe numbers to aim at
+    code = (
+        "import os\nfor fd in range(3, 64):\n"
+        "    try:\n        os.write(fd, b'garbage, not a frame')\n"
+        "    except OSError:\n        pass"
+    )
+    obs, info = _run(env, code)
     assert info["sandbox_status"] == "died" and "malformed frame" in obs
     assert _run(env, "'still fine'")[0] == "'still fine'\n"
 

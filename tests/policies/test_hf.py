@@ -331,11 +331,14 @@ def test_missing_paths_are_clear_errors(tmp_path):
     with pytest.raises(
         FileNotFoundError,
         match=re.escape(
-            "model path '/no/such/model' does not exist: expected a local directory written by "
-            "save_pretrained (config.json, weights, tokenizer files); nothing is downloaded"
+            "model '/no/such/model' is neither a local directory (written by save_pretrained: "
+            "config.json, weights, tokenizer files) nor a hub id in the local Hugging Face cache; "
+            "nothing is downloaded"
         ),
     ):
         HFPolicy("/no/such/model")
+    with pytest.raises(FileNotFoundError, match=re.escape("model 'no-org/not-cached' is neither")):
+        HFPolicy("no-org/not-cached")
     with pytest.raises(FileNotFoundError, match=re.escape(f"no config.json in {str(tmp_path)!r}")):
         HFPolicy(tmp_path)
 
@@ -356,7 +359,7 @@ def test_missing_paths_are_clear_errors(tmp_path):
             "use_chat_template must be True, False or 'auto', got 'yes'",
         ),
         ({"stop": ""}, "stop must be a non-empty string or a list of them, got ['']"),
-        ({"num_threads": 0}, "num_threads must be an int >= 1, got 0"),
+        ({"num_threads": 0}, "num_threads must be None or an int >= 1, got 0"),
     ],
 )
 def test_bad_settings_are_refused(kwargs, message, tmp_path):
@@ -390,3 +393,83 @@ def test_importing_the_policies_imports_no_optional_dependency():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------- token truth
+
+
+def _teacher_forced_logprobs(policy, generation) -> list[float]:
+    """Each response token's log-prob recomputed by one forward pass over prompt + response,
+    through the same warpers (temperature, top-k, top-p) transformers samples with."""
+    import torch
+    from transformers import (
+        LogitsProcessorList,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+        TopPLogitsWarper,
+    )
+
+    ids = torch.tensor([generation.prompt_ids + generation.response_ids])
+    with torch.no_grad():
+        logits = policy.model(ids).logits[0].float()
+    warpers = LogitsProcessorList()
+    if policy.temperature > 0:
+        warpers.append(TemperatureLogitsWarper(policy.temperature))
+        if policy.top_k:
+            warpers.append(TopKLogitsWarper(policy.top_k))
+        if policy.top_p < 1:
+            warpers.append(TopPLogitsWarper(policy.top_p))
+    n = len(generation.prompt_ids)
+    out = []
+    for j, token in enumerate(generation.response_ids):
+        prefix = ids[:, : n + j]
+        scores = warpers(prefix, logits[n + j - 1].unsqueeze(0))
+        out.append(scores.log_softmax(-1)[0, token].item())
+    return out
+
+
+@pytest.mark.parametrize(
+    "sampling",
+    [{"temperature": 0}, {"temperature": 0.7}, {"temperature": 1.3, "top_k": 5, "top_p": 0.8}],
+    ids=["greedy", "temperature", "top-k-top-p"],
+)
+@pytest.mark.parametrize("name", ["gpt2", "llama_chat"])
+def test_recorded_logprobs_match_teacher_forcing(models, name, sampling):
+    # Tolerance 1e-4 (float32): the recorded values come from generate's incremental (KV-cache)
+    # passes over a left-padded batch, the reference from one unpadded forward pass.
+    policy = _policy(models[name], seed=3, batch_size=5, max_new_tokens=8, **sampling)
+    generations = policy.generate(PROMPTS)
+    assert len(generations) == len(PROMPTS)
+    for prompt, g in zip(PROMPTS, generations, strict=True):
+        assert g.prompt_ids == policy._encode(prompt, 0)  # what the model was conditioned on
+        assert len(g.response_ids) == len(g.response_logprobs) > 0
+        assert g.finish_reason in ("stop", "length")
+        if g.finish_reason == "stop":
+            assert g.response_ids[-1] == 3  # up to and including EOS
+        assert g.text == policy.tokenizer.decode(g.response_ids, skip_special_tokens=True)
+        want = _teacher_forced_logprobs(policy, g)
+        assert g.response_logprobs == pytest.approx(want, abs=1e-4)
+        assert g.sampling.temperature == sampling["temperature"]
+        assert g.policy_version == 0
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama_chat"])
+def test_logprobs_do_not_depend_on_padding(models, name):
+    alone = _policy(models[name], batch_size=1).generate(PROMPTS[1:2])[0]  # the shortest prompt
+    padded = _policy(models[name], batch_size=5).generate(PROMPTS)[1]  # left-padded in a batch
+    assert padded.prompt_ids == alone.prompt_ids and padded.response_ids == alone.response_ids
+    assert padded.response_logprobs == pytest.approx(alone.response_logprobs, abs=1e-5)
+
+
+def test_a_hub_id_in_the_local_cache_loads_offline(models, tmp_path, monkeypatch):
+    import shutil
+
+    snapshot = tmp_path / "hub" / "models--tiny-org--tiny-llama" / "snapshots" / "abc123"
+    shutil.copytree(models["llama_chat"], snapshot)
+    (snapshot.parents[1] / "refs").mkdir()
+    (snapshot.parents[1] / "refs" / "main").write_text("abc123")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    policy = _policy("tiny-org/tiny-llama", max_new_tokens=3)
+    assert policy.path == snapshot
+    assert len(policy.generate(["go up"])[0].response_ids) >= 1

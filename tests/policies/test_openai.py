@@ -257,7 +257,7 @@ def test_completion_mode_posts_prompts_and_refuses_message_lists(server):
             match=re.escape(
                 "prompt 1 is a list but mode='completion' sends text prompts only: use "
                 "mode='chat' so the server applies the model's chat template to message lists, "
-                "or a text formatter"
+                "token_in=True to apply it here, or a text formatter"
             ),
         ):
             policy.act(["fine", [{"role": "user", "content": "x"}]])
@@ -391,7 +391,7 @@ def test_malformed_200_is_a_failure_not_retried(server):
     with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
         assert policy.act(["x"]) == [""]
     assert policy.stats.requests == 1
-    assert policy.last_errors[0].startswith("malformed response (no choices[0] chat text)")
+    assert policy.last_errors[0] == "malformed response (not JSON): '<html>proxy error</html>'"
 
 
 def test_a_server_that_never_answers_fails_after_dead_calls():
@@ -509,7 +509,10 @@ def test_stats_add_up():
             "base_url must be an http(s) URL like 'http://localhost:8000/v1', got 'localhost:8000'",
         ),
         ({"model": ""}, "model must be a non-empty model name, got ''"),
-        ({"mode": "chat_completion"}, "mode must be 'chat' or 'completion', got 'chat_completion'"),
+        (
+            {"mode": "chat_completion"},
+            "mode must be one of ['chat', 'completion'], got 'chat_completion'",
+        ),
         ({"concurrency": 0}, "concurrency must be an int >= 1, got 0"),
         ({"max_retries": -1}, "max_retries must be an int >= 0, got -1"),
         ({"timeout": 0}, "timeout must be a number of seconds > 0, got 0"),
@@ -552,7 +555,7 @@ def test_bad_prompts_are_refused_before_sending(server):
         ):
             policy.act([[{"content": "no role"}]])
         with pytest.raises(
-            TypeError, match=re.escape("act takes a sequence of prompts, got a single str")
+            TypeError, match=re.escape("generate takes a sequence of prompts, got a single str")
         ):
             policy.act("not a list")
     assert server.requests == []

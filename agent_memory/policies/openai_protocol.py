@@ -1,0 +1,252 @@
+"""The OpenAI-compatible wire format, as vLLM and SGLang speak it: what to ask for to get token
+ids and log-probs back, and how to read an answer into text, ids, log-probs and a finish reason.
+
+Field names are the servers' own (read in their protocol code):
+
+* **vLLM** (>= 0.10.2): ``return_token_ids: true`` puts ``token_ids`` (and, on
+  ``/v1/completions``, ``prompt_token_ids``) on each choice; on ``/v1/chat/completions``
+  ``prompt_token_ids`` sits at the top level of the response. Log-probs come from ``logprobs``
+  (an int on completions: ``0`` = the sampled token only; a bool plus ``top_logprobs`` on chat) as
+  ``choices[i].logprobs.token_logprobs`` (completions) or ``choices[i].logprobs.content[j].logprob``
+  (chat). Servers started with ``--return-tokens-as-token-ids`` (or asked with
+  ``return_tokens_as_token_ids``) spell tokens ``"token_id:<id>"``: ids are read from those when
+  ``token_ids`` is missing. vLLM's log-probs are the raw model's unless the server runs with
+  ``--logprobs-mode processed_logprobs`` (the distribution actually sampled from).
+* **SGLang**: ``return_token_ids`` on completions (``token_ids`` / ``prompt_token_ids`` per
+  choice); on chat ``return_prompt_token_ids`` and ``return_meta_info``, whose
+  ``meta_info.output_token_logprobs`` lists ``[logprob, token_id, text]`` per sampled token.
+* A token-id prompt (token-in) is a ``prompt`` that is a list of ints, on ``/v1/completions``.
+
+Example:
+    >>> answer = {"choices": [{"text": "up", "finish_reason": "stop", "token_ids": [454, 2],
+    ...           "prompt_token_ids": [7, 8], "logprobs": {"token_logprobs": [-0.5, -0.1],
+    ...           "tokens": ["up", "</s>"]}}], "usage": {"prompt_tokens": 2}}
+    >>> read_answer(answer, "completion")
+    Answer(text='up', finish_reason='stop', prompt_ids=[7, 8], response_ids=[454, 2], \
+logprobs=[-0.5, -0.1], prompt_tokens=2, completion_tokens=0)
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+from agent_memory.protocol import Prompt
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = [
+    "MAX_ERROR_CHARS",
+    "Answer",
+    "MalformedAnswer",
+    "messages_of",
+    "read_answer",
+    "retry_after",
+    "server_message",
+    "token_fields",
+]
+
+Mode = Literal["chat", "completion"]
+Server = Literal["vllm", "sglang"]
+
+_TOKEN_ID_PREFIX = "token_id:"
+#: Characters of a server's error body kept in an error message.
+MAX_ERROR_CHARS = 500
+
+
+class MalformedAnswer(ValueError):
+    """A 200 answer without the fields the request asked for."""
+
+
+@dataclass(frozen=True)
+class Answer:
+    """One choice of a completion, read off the wire.
+
+    Attributes:
+        text: the response text ("" for a null content, e.g. a tool-call-only answer).
+        finish_reason: the server's, e.g. ``"stop"`` or ``"length"``.
+        prompt_ids: the prompt's token ids as the server saw them (None if not returned).
+        response_ids: the sampled ids (None if not returned).
+        logprobs: one log-prob per sampled token (None if not returned).
+        prompt_tokens, completion_tokens: the server's ``usage`` counts (0 when absent).
+    """
+
+    text: str
+    finish_reason: str | None
+    prompt_ids: list[int] | None
+    response_ids: list[int] | None
+    logprobs: list[float] | None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+
+def token_fields(mode: Mode, server: Server) -> dict[str, Any]:
+    """The request fields that make ``server`` return token ids and sampled-token log-probs.
+
+    Example:
+        >>> token_fields("chat", "vllm")
+        {'logprobs': True, 'top_logprobs': 0, 'return_token_ids': True}
+    """
+    if mode == "completion":
+        return {"logprobs": 0, "return_token_ids": True}
+    if server == "sglang":
+        return {
+            "logprobs": True,
+            "top_logprobs": 0,
+            "return_token_ids": True,
+            "return_prompt_token_ids": True,
+            "return_meta_info": True,
+        }
+    return {"logprobs": True, "top_logprobs": 0, "return_token_ids": True}
+
+
+def read_answer(data: Any, mode: Mode) -> Answer:
+    """The first choice of ``data`` (a parsed JSON answer).
+
+    Raises:
+        MalformedAnswer: no ``choices[0]`` text, or token fields of the wrong shape.
+    """
+    try:
+        choice = data["choices"][0]
+        text = choice["message"].get("content") if mode == "chat" else choice["text"]
+    except (KeyError, IndexError, TypeError, AttributeError):
+        raise MalformedAnswer(f"no choices[0] {mode} text") from None
+    usage = data.get("usage") if isinstance(data, Mapping) else None
+    usage = usage if isinstance(usage, Mapping) else {}
+    response_ids, logprobs = _sampled(choice)
+    prompt_ids = choice.get("prompt_token_ids")
+    if prompt_ids is None and isinstance(data, Mapping):
+        prompt_ids = data.get("prompt_token_ids")  # vLLM chat: at the top level
+    return Answer(
+        text="" if text is None else str(text),
+        finish_reason=choice.get("finish_reason"),
+        prompt_ids=_ints(prompt_ids, "prompt_token_ids"),
+        response_ids=response_ids,
+        logprobs=logprobs,
+        prompt_tokens=_count(usage.get("prompt_tokens")),
+        completion_tokens=_count(usage.get("completion_tokens")),
+    )
+
+
+def _sampled(choice: Mapping[str, Any]) -> tuple[list[int] | None, list[float] | None]:
+    """The sampled ids and their log-probs, from whichever fields the server filled."""
+    ids = _ints(choice.get("token_ids"), "token_ids")
+    tokens: list[Any] | None = None
+    logprobs: list[float] | None = None
+    lp = choice.get("logprobs")
+    if isinstance(lp, Mapping):
+        if lp.get("token_logprobs") is not None:  # completions
+            logprobs = _floats(lp["token_logprobs"], "logprobs.token_logprobs")
+            tokens = lp.get("tokens")
+        elif lp.get("content") is not None:  # chat
+            content = lp["content"]
+            if not isinstance(content, Sequence) or not all(
+                isinstance(c, Mapping) for c in content
+            ):
+                raise MalformedAnswer("logprobs.content must be a list of objects")
+            logprobs = _floats([c.get("logprob") for c in content], "logprobs.content[].logprob")
+            tokens = [c.get("token") for c in content]
+    meta = choice.get("meta_info")
+    if isinstance(meta, Mapping) and meta.get("output_token_logprobs") is not None:  # SGLang
+        triples = meta["output_token_logprobs"]
+        if not isinstance(triples, Sequence) or not all(
+            isinstance(t, Sequence) and len(t) >= 2 for t in triples
+        ):
+            raise MalformedAnswer(
+                "meta_info.output_token_logprobs must be [logprob, token id, text] lists"
+            )
+        logprobs = _floats([t[0] for t in triples], "meta_info.output_token_logprobs")
+        ids = ids if ids is not None else _ints([t[1] for t in triples], "output_token_logprobs")
+    if (
+        ids is None
+        and tokens
+        and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens)
+    ):
+        ids = _ints([t[len(_TOKEN_ID_PREFIX) :] for t in tokens], "token_id:<id> tokens")
+    if ids is not None and logprobs is not None and len(ids) != len(logprobs):
+        raise MalformedAnswer(
+            f"{len(ids)} token ids but {len(logprobs)} log-probs: expected one log-prob per token"
+        )
+    return ids, logprobs
+
+
+def _ints(values: Any, name: str) -> list[int] | None:
+    if values is None:
+        return None
+    try:
+        out = [int(v) for v in values]
+    except (TypeError, ValueError):
+        raise MalformedAnswer(f"{name} must be a list of token ids, got {values!r}"[:200]) from None
+    return out
+
+
+def _floats(values: Any, name: str) -> list[float]:
+    try:
+        return [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise MalformedAnswer(f"{name} must be a list of numbers, got {values!r}"[:200]) from None
+
+
+def _count(value: Any) -> int:
+    try:
+        return max(0, int(value or 0))
+    except (TypeError, ValueError):
+        return 0
+
+
+def messages_of(prompt: Prompt, index: int) -> list[dict[str, Any]]:
+    if isinstance(prompt, str):
+        return [{"role": "user", "content": prompt}]
+    if isinstance(prompt, Sequence) and prompt:
+        out = []
+        for j, m in enumerate(prompt):
+            if not isinstance(m, Mapping) or "role" not in m or "content" not in m:
+                raise ValueError(
+                    f"prompt {index}, message {j}: expected a dict with 'role' and 'content', "
+                    f"got {m!r}"[:300]
+                )
+            out.append(dict(m))
+        return out
+    raise ValueError(
+        f"prompt {index} must be a string or a non-empty list of chat messages, got {prompt!r}"[
+            :300
+        ]
+    )
+
+
+def server_message(response: httpx.Response) -> str:
+    """The error message of an OpenAI-style (or vLLM / FastAPI) error body, else the raw text."""
+    try:
+        data = response.json()
+    except ValueError:
+        data = None
+    message: Any = None
+    if isinstance(data, Mapping):
+        error = data.get("error")
+        if isinstance(error, Mapping):
+            message = error.get("message")
+        elif isinstance(error, str):
+            message = error
+        message = message or data.get("message") or data.get("detail")
+    text = str(message) if message else response.text.strip() or response.reason_phrase
+    return text[:MAX_ERROR_CHARS]
+
+
+def retry_after(value: str | None) -> float | None:
+    """Seconds from a ``Retry-After`` header: delay-seconds or an HTTP date."""
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = when.timestamp() - time.time()
+    return max(0.0, seconds) if math.isfinite(seconds) else None

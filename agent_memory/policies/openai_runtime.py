@@ -1,0 +1,302 @@
+"""The machinery under :class:`~agent_memory.policies.openai_client.OpenAIPolicy`: the request
+threads and keep-alive HTTP client of one policy, one ``generate`` call's futures and counters,
+and the counters themselves.
+
+Example:
+    >>> a, b = ClientStats(requests=2, retries=1), ClientStats(requests=3)
+    >>> a.add(b)
+    >>> a.requests, a.retries
+    (5, 1)
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Literal
+
+from agent_memory.policies.openai_protocol import (
+    MAX_ERROR_CHARS,
+    MalformedAnswer,
+    read_answer,
+    retry_after,
+    server_message,
+)
+from agent_memory.protocol import Generation, SamplingParams
+
+if TYPE_CHECKING:
+    import httpx
+
+    pass
+
+__all__ = ["THREAD_PREFIX", "ClientStats", "Sender", "TokenIdsMissing"]
+
+log = logging.getLogger("agent_memory.policies.openai_client")
+JSON_HEADERS = {"Content-Type": "application/json"}
+
+#: Names of the request threads (``<prefix>_0``, ...).
+THREAD_PREFIX = "agent-memory-openai-policy"
+
+
+@dataclass
+class ClientStats:
+    """Counters of an :class:`OpenAIPolicy` (cumulative in ``stats``, one call in ``last_stats``).
+
+    Attributes:
+        calls: ``act`` calls.
+        prompts: prompts answered (successfully or with ``""``).
+        requests: HTTP requests sent, retries included.
+        retries: requests that were retries.
+        failures: prompts answered ``""`` because every attempt failed.
+        truncated: responses the server cut at ``max_tokens`` (``finish_reason == "length"``).
+        total_latency_s: seconds spent waiting on requests, summed over requests.
+        wall_s: seconds spent in ``act``, summed over calls.
+        prompt_tokens: the servers' ``usage.prompt_tokens``, summed.
+        completion_tokens: the servers' ``usage.completion_tokens``, summed.
+        prompt_id_mismatches: prompts whose token ids as the server reported them differ from
+            the local tokenizer's rendering (only counted with a local ``tokenizer``).
+    """
+
+    calls: int = 0
+    prompts: int = 0
+    requests: int = 0
+    retries: int = 0
+    failures: int = 0
+    truncated: int = 0
+    total_latency_s: float = 0.0
+    wall_s: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    prompt_id_mismatches: int = 0
+
+    def add(self, other: ClientStats) -> None:
+        """Add ``other``'s counters to these."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counters as a plain dict (for logs and ``summary.json``)."""
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Request:
+    """One prompt's request: the JSON body, the token ids sent (token-in) or rendered locally
+    (with a ``tokenizer``), and how it samples."""
+
+    body: bytes
+    prompt_ids: list[int] | None
+    sampling: SamplingParams
+
+
+@dataclass
+class Call:
+    """One ``generate`` call in progress: its futures and counters (updated from pool
+    threads)."""
+
+    stats: ClientStats
+    futures: list[Future[Generation]] = field(default_factory=list)
+    errors: dict[int, str] = field(default_factory=dict)
+    start: float = field(default_factory=time.perf_counter)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Some request of the call got an HTTP response (whatever its status).
+    answered: bool = False
+
+    def count(
+        self,
+        t0: float,
+        *,
+        usage: tuple[int, int, bool] | None = None,
+        error: tuple[int, str, int] | None = None,
+        retry: bool = False,
+        mismatch: bool = False,
+    ) -> None:
+        """Record one finished request: its usage, a retry to come, or a prompt given up on."""
+        latency = time.perf_counter() - t0
+        with self.lock:
+            s = self.stats
+            s.requests += 1
+            s.retries += retry
+            s.prompt_id_mismatches += mismatch
+            s.total_latency_s += latency
+            if usage is not None:
+                s.prompt_tokens += usage[0]
+                s.completion_tokens += usage[1]
+                s.truncated += usage[2]
+            if error is not None:
+                index, message, retries = error
+                s.failures += 1
+                self.errors[index] = f"{message} (after {retries} retries)" if retries else message
+
+
+class Runtime:
+    """The request threads and the HTTP client of one policy."""
+
+    def __init__(self, concurrency: int, timeout: float, headers: Mapping[str, str]) -> None:
+        import httpx
+
+        from agent_memory.policies.deadline import DeadlineTransport
+
+        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        self.client = httpx.Client(
+            headers=dict(headers),
+            timeout=httpx.Timeout(timeout),
+            transport=DeadlineTransport(limits),
+        )
+        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix=THREAD_PREFIX)
+        self.closed = False
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        # Closing the client first ends requests in flight (their threads see a closed pool).
+        self.client.close()
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+class TokenIdsMissing(RuntimeError):
+    """``return_tokens=True`` but the server's answer holds no token ids or log-probs."""
+
+
+@dataclass
+class Sender:
+    """How one prompt's requests go out: the endpoint, the total deadline per request, retries
+    with backoff (and ``Retry-After``), and what an answer must hold.
+
+    Attributes:
+        url: the endpoint.
+        mode: ``"chat"`` or ``"completion"``.
+        server: whose token field names were asked for (for error messages).
+        timeout: seconds per request, in total.
+        max_retries: retries after the first attempt.
+        backoff: ``(base, max)`` seconds.
+        max_retry_after: the longest ``Retry-After`` honoured.
+        return_tokens: token ids and log-probs are required in every answer.
+        jitter: the backoff's random source.
+    """
+
+    url: str
+    mode: Literal["chat", "completion"]
+    server: str
+    timeout: float
+    max_retries: int
+    backoff: tuple[float, float]
+    max_retry_after: float
+    return_tokens: bool
+    jitter: random.Random = field(default_factory=random.Random)
+
+    def send(
+        self, client: httpx.Client, index: int, request: Request, call: Call, version: int
+    ) -> Generation:
+        """One prompt: its requests and retries (runs on a pool thread)."""
+        import httpx
+
+        from agent_memory.policies.deadline import deadline
+
+        attempt = 0
+        while True:
+            wait: float | None = None
+            t0 = time.perf_counter()
+            try:
+                with deadline(self.timeout):
+                    response = client.post(self.url, content=request.body, headers=JSON_HEADERS)
+            except httpx.TimeoutException:
+                error, retryable = f"timed out after {self.timeout:g} s", True
+            except httpx.TransportError as e:
+                error, retryable = f"{type(e).__name__}: {e}", True
+            except RuntimeError as e:  # the client was closed under this request
+                error, retryable = f"{type(e).__name__}: {e}", False
+            else:
+                call.answered = True
+                status = response.status_code
+                if status == 200:
+                    generation, error = self._read(response, request, call, t0, version)
+                    if generation is not None:
+                        return generation
+                    retryable = False
+                else:
+                    error = f"HTTP {status}: {server_message(response)}"
+                    retryable = status in (408, 429) or status >= 500
+                    if status in (429, 503):
+                        wait = retry_after(response.headers.get("retry-after"))
+            if not retryable or attempt >= self.max_retries:
+                call.count(t0, error=(index, error, attempt))
+                return Generation(
+                    "", finish_reason="error", policy_version=version, sampling=request.sampling
+                )
+            call.count(t0, retry=True)
+            delay = self._delay(attempt, wait)
+            log.debug("openai policy: prompt %d: %s; retry in %.2f s", index, error, delay)
+            attempt += 1
+            # The prompt keeps its thread (its slot) while it waits: an overloaded server gets
+            # fewer requests, not the same number later.
+            time.sleep(delay)
+
+    def _read(
+        self, response: httpx.Response, request: Request, call: Call, t0: float, version: int
+    ) -> tuple[Generation | None, str]:
+        """The generation in a 200 answer, or why there is none (a malformed answer).
+
+        Raises:
+            TokenIdsMissing: ``return_tokens`` and the answer holds no ids or log-probs.
+        """
+        shown = response.text[:MAX_ERROR_CHARS]
+        try:
+            data = response.json()
+        except ValueError:
+            return None, f"malformed response (not JSON): {shown!r}"
+        try:
+            answer = read_answer(data, self.mode)
+        except MalformedAnswer as e:
+            return None, f"malformed response ({e}): {shown!r}"
+        prompt_ids = answer.prompt_ids if answer.prompt_ids is not None else request.prompt_ids
+        response_ids, logprobs = answer.response_ids, answer.logprobs
+        if self.return_tokens and (prompt_ids is None or response_ids is None or logprobs is None):
+            missing = [
+                n
+                for n, v in (("prompt ids", prompt_ids), ("response ids", response_ids),
+                             ("log-probs", logprobs))
+                if v is None
+            ]  # fmt: skip
+            raise TokenIdsMissing(
+                f"the server at {self.url} answered without {', '.join(missing)} although "
+                f"return_tokens=True asked for them ({self.server} field names): vLLM needs "
+                ">= 0.10.2 (return_token_ids); for SGLang pass policy.params.server=sglang; "
+                "or pass policy.params.return_tokens=false to record text only"
+            )
+        mismatch = (
+            request.prompt_ids is not None
+            and answer.prompt_ids is not None
+            and answer.prompt_ids != request.prompt_ids
+        )
+        call.count(
+            t0, usage=(answer.prompt_tokens, answer.completion_tokens,
+                       answer.finish_reason == "length"),
+            mismatch=mismatch,
+        )  # fmt: skip
+        return (
+            Generation(
+                text=answer.text,
+                prompt_ids=prompt_ids if self.return_tokens else None,
+                response_ids=response_ids if self.return_tokens else None,
+                response_logprobs=logprobs if self.return_tokens else None,
+                finish_reason=answer.finish_reason,
+                policy_version=version,
+                sampling=request.sampling,
+            ),
+            "",
+        )
+
+    def _delay(self, attempt: int, wait: float | None) -> float:
+        base, cap = self.backoff
+        ceiling = min(cap, base * 2.0**attempt)
+        delay = ceiling / 2 + self.jitter.uniform(0, ceiling / 2)
+        if wait is not None:
+            delay = max(delay, min(wait, self.max_retry_after))
+        return delay

@@ -1,0 +1,246 @@
+"""A cgroup per sandbox (parent side): a total memory and task limit for all its processes.
+
+:func:`create` makes a leaf cgroup beneath this process's own cgroup (so the sandbox stays
+inside whatever limits the env itself runs under), in whichever hierarchy holds each controller:
+
+* **cgroup v2** (the unified hierarchy has ``memory`` and ``pids``): one directory with
+  ``memory.max``, ``memory.swap.max = 0``, ``memory.oom.group = 1`` and ``pids.max``. The kernel
+  only lets a cgroup hand controllers to children if no process lives in it (except at the
+  root), so this works when the env runs in the root cgroup or in a delegated, empty one;
+* **cgroup v1** (``memory`` and ``pids`` mounted as separate hierarchies, as on this project's
+  development machine): a directory in each, with ``memory.limit_in_bytes`` (and
+  ``memory.memsw.limit_in_bytes`` where swap accounting exists) and ``pids.max``.
+
+The supervisor is moved in before it receives its init frame, so every process and thread of the
+sandbox is counted from the start. :meth:`Cgroup.kill` kills whatever is in it (``cgroup.kill`` or
+a loop over ``cgroup.procs``); :meth:`Cgroup.remove` removes the directories. Cgroups left behind
+by an env that was SIGKILLed (empty by then: their sandbox exits with its parent) are removed by
+the next :func:`create` (in any process).
+
+Where no cgroup can be created (not root, no delegation, a container's non-empty cgroup), the
+layer reports ``"off (<reason>)"`` and the fallback bounds hold: ``RLIMIT_NPROC`` for the
+sandbox's own uid (process count) and ``RLIMIT_AS`` per process (memory per process x process
+count; with seccomp only the runner process runs code).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import signal
+import time
+
+_PREFIX = "agent_memory_sandbox"
+_counter = itertools.count()
+
+
+def _mounts() -> list[tuple[str, str, str, set[str]]]:
+    """``(fstype, mount root, mount point, super options)`` of every cgroup mount."""
+    found = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            fields = line.split()
+            sep = fields.index("-")
+            fstype, options = fields[sep + 1], set(fields[sep + 3].split(","))
+            if fstype in ("cgroup", "cgroup2"):
+                found.append((fstype, fields[3], fields[4], options))
+    return found
+
+
+def _own_paths() -> dict[str, str]:
+    """Controller (``""`` for v2) -> this process's cgroup path, from ``/proc/self/cgroup``."""
+    paths = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, controllers, path = line.rstrip("\n").split(":", 2)
+            for controller in controllers.split(",") if controllers else [""]:
+                paths[controller] = path
+    return paths
+
+
+def _join(mount_point: str, mount_root: str, path: str) -> str | None:
+    if path != mount_root and not path.startswith(mount_root.rstrip("/") + "/"):
+        return None  # our cgroup is outside what this mount shows
+    return os.path.join(mount_point, path[len(mount_root) :].lstrip("/"))
+
+
+def _write(path: str, value: str) -> None:
+    with open(path, "w") as f:
+        f.write(value)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        return f.read()
+
+
+def _sweep(parent: str) -> None:
+    """Remove leftover sandbox cgroups in ``parent`` whose creating process is gone."""
+    with contextlib.suppress(OSError):
+        for name in os.listdir(parent):
+            if not name.startswith(_PREFIX + "."):
+                continue
+            try:
+                os.kill(int(name.split(".")[1]), 0)
+                continue  # its env is alive
+            except (ValueError, IndexError):
+                continue
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(parent, name))
+
+
+class Cgroup:
+    """The sandbox's leaf cgroup(s): one directory (v2) or one per controller hierarchy (v1).
+
+    Attributes:
+        dirs: the directories (a process is added to each).
+        description: what is limited, for ``Sandbox.layers``.
+    """
+
+    def __init__(self, dirs: list[str], description: str, version: int) -> None:
+        self.dirs = dirs
+        self.description = description
+        self.version = version
+
+    def add(self, pid: int) -> None:
+        """Move ``pid``, a *single-threaded* process, into the cgroup (in every hierarchy).
+
+        On v1 this writes the thread's id to ``tasks``: moving one thread skips the
+        ``cgroup.procs`` path's RCU grace period (about 15 ms here); a single-threaded process
+        moves whole either way.
+        """
+        name = "tasks" if self.version == 1 else "cgroup.procs"
+        for d in self.dirs:
+            _write(os.path.join(d, name), str(pid))
+
+    def pids(self) -> set[int]:
+        found: set[int] = set()
+        for d in self.dirs:
+            with contextlib.suppress(OSError):
+                found.update(int(p) for p in _read(os.path.join(d, "cgroup.procs")).split())
+        return found
+
+    def kill(self, wait_s: float = 2.0) -> None:
+        """SIGKILL every process in the cgroup and wait (up to ``wait_s``) until it is empty."""
+        deadline = time.monotonic() + wait_s
+        for d in self.dirs:
+            with contextlib.suppress(OSError):
+                _write(os.path.join(d, "cgroup.kill"), "1")  # v2, Linux >= 5.14
+        while True:
+            left = self.pids()
+            if not left or time.monotonic() > deadline:
+                return
+            for pid in left:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.002)
+
+    def remove(self) -> None:
+        """Kill what is left, then remove the directories (best effort: retried briefly)."""
+        self.kill()
+        for d in self.dirs:
+            for _ in range(50):
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    time.sleep(0.002)
+
+
+def _make(parent: str, settings: list[tuple[str, str, bool]]) -> str:
+    """Create a leaf in ``parent`` and write ``(file, value, required)`` settings into it."""
+    _sweep(parent)
+    path = os.path.join(parent, f"{_PREFIX}.{os.getpid()}.{next(_counter)}")
+    os.mkdir(path)
+    try:
+        for name, value, required in settings:
+            try:
+                _write(os.path.join(path, name), value)
+            except OSError:
+                if required:
+                    raise
+    except BaseException:
+        os.rmdir(path)
+        raise
+    return path
+
+
+def create(memory_bytes: int, tasks: int) -> tuple[Cgroup | None, str]:
+    """A cgroup limiting its processes to ``memory_bytes`` and ``tasks`` in total.
+
+    Returns ``(cgroup or None, layer state)``; never raises.
+    """
+    try:
+        mounts, own = _mounts(), _own_paths()
+    except (OSError, ValueError) as exc:
+        return None, f"off (cannot read the cgroup mounts: {exc})"
+    try:
+        group = _create_v2(mounts, own, memory_bytes, tasks)
+        return group, group.description
+    except OSError as exc:
+        v2_error = f"v2: {exc.strerror or exc}"
+    try:
+        group = _create_v1(mounts, own, memory_bytes, tasks)
+        return group, group.description
+    except OSError as exc:
+        return None, f"off ({v2_error}; v1: {exc.strerror or exc})"
+
+
+def _create_v2(mounts: list, own: dict, memory_bytes: int, tasks: int) -> Cgroup:
+    for fstype, root, point, _ in mounts:
+        if fstype != "cgroup2" or "" not in own:
+            continue
+        base = _join(point, root, own[""])
+        if base is None:
+            continue
+        available = _read(os.path.join(base, "cgroup.controllers")).split()
+        if not {"memory", "pids"} <= set(available):
+            raise OSError(f"the unified hierarchy has no memory and pids controllers here "
+                          f"(only {' '.join(available) or 'none'})")  # fmt: skip
+        enabled = _read(os.path.join(base, "cgroup.subtree_control")).split()
+        if not {"memory", "pids"} <= set(enabled):
+            _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids")
+        path = _make(base, [
+            ("memory.max", str(memory_bytes), True), ("memory.swap.max", "0", False),
+            ("memory.oom.group", "1", False), ("pids.max", str(tasks), True),
+        ])  # fmt: skip
+        mib = memory_bytes // 2**20
+        desc = f"on (cgroup v2 {path}: memory {mib} MiB, {tasks} tasks in total)"
+        return Cgroup([path], desc, version=2)
+    raise OSError("no cgroup2 mount holds this process's cgroup")
+
+
+def _create_v1(mounts: list, own: dict, memory_bytes: int, tasks: int) -> Cgroup:
+    dirs: list[str] = []
+    try:
+        for controller, settings in (
+            ("memory", [("memory.limit_in_bytes", str(memory_bytes), True),
+                        ("memory.memsw.limit_in_bytes", str(memory_bytes), False)]),
+            ("pids", [("pids.max", str(tasks), True)]),
+        ):  # fmt: skip
+            base = next(
+                (
+                    _join(point, root, own[controller])
+                    for fstype, root, point, options in mounts
+                    if fstype == "cgroup" and controller in options and controller in own
+                ),
+                None,
+            )
+            if base is None:
+                raise OSError(f"no v1 hierarchy holds the {controller} controller")
+            dirs.append(_make(base, settings))
+    except BaseException:
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+        raise
+    mib = memory_bytes // 2**20
+    where = ", ".join(dirs)
+    return Cgroup(dirs, f"on (cgroup v1 {where}: memory {mib} MiB, {tasks} tasks in total)", 1)

@@ -1,0 +1,335 @@
+"""The supervisor: owns the env's pipes, builds the sandbox, forks the runner, relays answers.
+
+Started by :mod:`.boot` (``python -I -S``, its own session). Protocol with the env:
+
+1. The env sends ``{"op": "init", ...}`` (working dir, limits, layer switches, modules to preload).
+2. The supervisor preloads the modules (``api``: read and run *now*, before the view hides their
+   files), enters the network/IPC and mount namespaces, builds the private view (as root, or
+   inside a user namespace), hands the working dir to the sandbox's uid, forks the runner (which
+   hardens itself), then drops its own privileges (same uid, no capabilities, not dumpable) and
+   installs the same seccomp filter. It answers ``{"op": "ready", "layers": {...}}``, or
+   ``{"op": "failed", "why"}``.
+3. For each ``{"op": "exec", "seq", "code"}`` it forwards the cell to the runner and waits for a
+   result frame of that ``seq``; frames of another ``seq`` or of the wrong shape (forged by user
+   code) are dropped; the one accepted is rebuilt (:func:`.protocol.clean_result`) and sent on. If
+   the runner dies, or writes bytes that are not a frame (the stream cannot be trusted after
+   that), the answer is ``{"op": "died", "code" | "why"}`` and the supervisor exits; the env starts
+   a new sandbox process.
+
+If the env process dies (checked every 0.5 s, or seen as EOF), the supervisor kills the runner,
+empties the working dir (nobody else will) and exits.
+"""
+
+from __future__ import annotations
+
+import _thread
+import builtins
+import contextlib
+import linecache
+import os
+import sys
+import types
+
+from . import isolation, protocol, runner, seccomp, sysapi
+
+_exit = os._exit
+_abandoning = _thread.allocate_lock()
+_PROTOCOL = (
+    "on (a supervisor process owns the env's pipes; the code runs in its child, which holds none "
+    "of them; answers are checked against the run's sequence number and rebuilt)"
+)
+
+
+def _preload(init: dict) -> tuple[dict, set[int]]:
+    """The user namespace with the preloaded modules (run here, inherited by the runner)."""
+    import _sitebuiltins  # what `site` (skipped by -S for a faster start) would have added
+
+    builtins.help = _sitebuiltins._Helper()
+    builtins.exit = _sitebuiltins.Quitter("exit", "Ctrl-D (i.e. EOF)")
+    builtins.quit = _sitebuiltins.Quitter("quit", "Ctrl-D (i.e. EOF)")
+    namespace: dict[str, object] = {"__name__": "__main__", "__builtins__": builtins}
+    for name, path in init["preload"].items():
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        module = types.ModuleType(name)
+        module.__file__ = path
+        sys.modules[name] = module  # registered first, as the import system does
+        # the file is not visible from inside: tracebacks and inspect read the source from here
+        linecache.cache[path] = (len(source), None, source.splitlines(True), path)
+        exec(compile(source, path, "exec"), module.__dict__)
+        namespace[name] = module
+    return namespace, {id(namespace[name]) for name in init["preload"]}
+
+
+def _abandon(workdir: str, child: int | None) -> None:
+    """The env is gone: kill the runner, empty the working dir (nobody else will) and exit.
+
+    Both the watchdog thread and the main thread may get here: the first one does the work, the
+    other waits on the lock until the process exits. Removing the dir itself is up to the env.
+    """
+    _abandoning.acquire()
+    if child:
+        with contextlib.suppress(OSError):  # already dead
+            os.kill(child, 9)
+        with contextlib.suppress(OSError):  # already reaped by the other thread
+            os.waitpid(child, 0)
+    try:
+        import shutil
+
+        for entry in os.scandir(workdir):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+    except BaseException:
+        pass  # best effort: exiting matters more
+    _exit(1)
+
+
+def _disconnected(parent_pid: int, workdir: str, child: int | None) -> None:
+    """The env's pipe broke: if the env died, abandon; if it is alive it is killing us anyway."""
+    import time
+
+    deadline = time.monotonic() + 1.0  # a dying parent closes its fds before we are reparented
+    while os.getppid() == parent_pid and time.monotonic() < deadline:
+        time.sleep(0.02)
+    if os.getppid() != parent_pid:
+        _abandon(workdir, child)
+    _exit(1)
+
+
+def _start_orphan_watchdog(parent_pid: int, workdir: str, child: int) -> None:
+    """Abandon ship if the env dies (checked every 0.5 s, even while user code runs).
+
+    Not PR_SET_PDEATHSIG: that fires when the parent *thread* that spawned us exits, which
+    would kill live sandboxes of envs created in short-lived worker threads.
+    """
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(0.5)
+        _abandon(workdir, child)
+
+    threading.Thread(target=watch, name="orphan-watchdog", daemon=True).start()
+
+
+def _reap(child: int) -> int | None:
+    """The runner's exit code (negative: killed by that signal), waiting up to 1 s; None if it
+    is still alive (it closed its pipe itself)."""
+    import time
+
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            pid, status = os.waitpid(child, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if pid:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.005)
+
+
+def _await_result(fd: int, seq: int, cap: int, child: int) -> dict:
+    """The runner's answer to run ``seq``; forged or stale frames are dropped."""
+    max_size = protocol.max_result_size(cap)
+    while True:
+        try:
+            msg = protocol.recv(fd, max_size)
+        except protocol.Malformed as exc:
+            why = f"it wrote a malformed frame ({exc}) to the sandbox's result channel"
+            return {"op": "died", "why": why}
+        except OSError:
+            msg = None
+        if msg is None:
+            code = _reap(child)
+            if code is None:
+                return {"op": "died", "why": "it closed its connection to the supervisor"}
+            return {"op": "died", "code": code}
+        clean = protocol.clean_result(msg, seq, cap)
+        if clean is not None:
+            return clean
+
+
+def _layers_from(msg: dict | None) -> dict[str, str] | None:
+    layers = msg.get("layers") if msg is not None and msg.get("op") == "ready" else None
+    if type(layers) is not dict or not all(type(v) is str for v in layers.values()):
+        return None
+    return {str(k): v for k, v in layers.items()}
+
+
+def _stdlib() -> str:
+    return os.path.dirname(os.__file__)
+
+
+def _readable_by_others(workdir: str) -> bool:
+    """Whether another uid reaches the standard library and the working dir on the host."""
+    return isolation.others_can_read(_stdlib()) and isolation.others_can_read(
+        os.path.dirname(workdir)
+    )
+
+
+def _check_workdir(init: dict) -> None:
+    """The working dir must be the directory the env made (not a link planted at its path).
+
+    Raises:
+        OSError: it is not.
+    """
+    fd = os.open(init["workdir"], os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        st = os.fstat(fd)
+    finally:
+        os.close(fd)
+    if [st.st_dev, st.st_ino] != init["workdir_id"]:
+        raise OSError(f"{init['workdir']} is not the working dir the env made")
+
+
+def _plan_uid(init: dict) -> tuple[int | None, str, int | None]:
+    """``(uid to drop to, why uid 0 is kept, uid to map into a user namespace)``."""
+    if not init["drop_privileges"] or os.geteuid() != 0:
+        return None, "", None  # not root: a user namespace and no capabilities instead
+    caps = isolation.effective_capabilities()
+    if not (caps & (1 << isolation.CAP_SETUID) and caps & (1 << isolation.CAP_SETGID)):
+        return None, "no CAP_SETUID and CAP_SETGID", None
+    uid = init["uid_base"] + os.getpid()  # unique among live sandboxes: pids are
+    if caps & (1 << isolation.CAP_SYS_ADMIN):
+        return uid, "", None  # decided once the view is built (_isolate)
+    # the namespaces will need a user namespace, in which root's files are out of reach: the
+    # working dir changes hands now and the sandbox's uid is mapped into it
+    os.chown(init["workdir"], uid, uid)
+    return uid, "", uid
+
+
+def _isolate(init: dict) -> tuple[dict[str, str], dict, bool]:
+    """Namespaces, the view and the uid: ``(layers, what the runner keeps, user namespace?)``."""
+    workdir, layers, userns = init["workdir"], {}, False
+    _check_workdir(init)  # before root does anything with it
+    uid, kept_why, map_id = _plan_uid(init)
+    if init["isolate_network"]:
+        flags = sysapi.CLONE_NEWNET | sysapi.CLONE_NEWIPC
+        err, userns = isolation.enter_namespaces(flags, userns, map_id)
+        how = "network and IPC namespaces" + (" in a user namespace" if userns else "")
+        on = f"on ({how}: no interface but a loopback that is down)"
+        layers["network"] = f"off (unshare failed: {err})" if err else on
+    else:
+        layers["network"] = "off (disabled)"
+    view_reads = None
+    if init["private_fs"]:
+        err, userns = isolation.enter_namespaces(sysapi.CLONE_NEWNS, userns, map_id)
+        if err:
+            layers["filesystem"] = f"off (unshare(CLONE_NEWNS) failed: {err})"
+        else:
+            try:
+                layers["filesystem"], view_reads = isolation.build_view(workdir, userns)
+            except OSError as exc:
+                layers["filesystem"] = f"off (building the view failed: {exc})"
+    else:
+        layers["filesystem"] = "off (disabled)"
+    readable = view_reads is not None or _readable_by_others(workdir)
+    if uid is not None and not readable:  # no view (unavailable here): the uid could not import
+        if map_id is not None:
+            os.chown(workdir, 0, 0)  # back to root (uid 0 is mapped in our user namespace too)
+        uid, kept_why = None, f"{_stdlib()} is not readable by other users and there is no view"
+    elif uid is not None and map_id is None:
+        if userns:  # root's own uid 0 is mapped: the sandbox's uid is not (unexpected)
+            uid, kept_why = None, "in a user namespace that maps only uid 0"
+        else:
+            os.chown(workdir, uid, uid)
+    keep = {"uid": uid, "kept_why": kept_why, "view_reads": view_reads, "supervisor": os.getpid()}
+    return layers, keep, userns
+
+
+def main(cmd_fd: int, resp_fd: int) -> None:
+    try:
+        init = protocol.recv(cmd_fd)
+    except (OSError, protocol.Malformed):
+        init = None
+    if init is None or init.get("op") != "init":
+        _exit(2)
+    parent_pid, workdir = init["parent_pid"], init["workdir"]
+    if os.getppid() != parent_pid:  # the env is already gone
+        _exit(1)
+    namespace, hidden = _preload(init)
+    try:
+        layers, keep, userns = _isolate(init)
+    except OSError as exc:  # fail closed: no sandbox rather than a half-built one
+        protocol.send(resp_fd, {"op": "failed", "why": f"isolating the sandbox: {exc}"})
+        _exit(1)
+    init = {**init, "user_namespace": userns}
+    runner_cmd, cmd_w = os.pipe()
+    out_r, runner_out = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.close(cmd_w)
+            os.close(out_r)
+            runner.main(init, (runner_cmd, runner_out), keep, namespace, hidden)
+        finally:
+            _exit(1)
+    os.close(runner_cmd)
+    os.close(runner_out)
+    own = _harden_self(init, keep)
+    _start_orphan_watchdog(parent_pid, workdir, child)  # after seccomp: a thread is allowed
+    try:
+        msg = protocol.recv(out_r, 1 << 20)
+    except (OSError, protocol.Malformed):
+        msg = None
+    runner_layers = _layers_from(msg)
+    if runner_layers is None:
+        why = msg.get("why") if msg and msg.get("op") == "failed" else None
+        why = why or f"the runner exited during its start-up (code {_reap(child)})"
+        protocol.send(resp_fd, {"op": "failed", "why": str(why)})
+        _exit(1)
+    layers.update(runner_layers)
+    if own.startswith("off") and layers.get("privileges", "").startswith("on"):
+        layers["privileges"] += f"; the supervisor's own drop: {own}"
+    layers["protocol"] = _PROTOCOL
+    try:
+        protocol.send(resp_fd, {"op": "ready", "layers": layers, "runner_pid": child})
+    except OSError:
+        _disconnected(parent_pid, workdir, child)
+    _serve((cmd_fd, resp_fd), (cmd_w, out_r), child, init)
+
+
+def _harden_self(init: dict, keep: dict) -> str:
+    """The supervisor's own lock-down once the runner is forked: same uid, no capabilities, not
+    dumpable (the runner cannot read its memory or descriptors), the same seccomp filter."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    own = "off (disabled)"
+    if init["drop_privileges"]:
+        own = isolation.drop_privileges(keep["uid"], dumpable=False, kept_why=keep["kept_why"])
+    else:
+        sysapi.prctl(sysapi.PR_SET_DUMPABLE, 0)
+    if init["seccomp"]:
+        seccomp.install()
+    return own
+
+
+def _serve(env: tuple[int, int], child_fds: tuple[int, int], child: int, init: dict) -> None:
+    """Relay cells to the runner and checked answers back, until the env or the runner goes."""
+    cmd_fd, resp_fd = env
+    to_child, from_child = child_fds
+    parent_pid, workdir, cap = init["parent_pid"], init["workdir"], init["cap"]
+    while True:
+        try:
+            msg = protocol.recv(cmd_fd)
+        except (OSError, protocol.Malformed):
+            msg = None
+        if msg is None or msg.get("op") != "exec" or type(msg.get("seq")) is not int:
+            _disconnected(parent_pid, workdir, child)
+            return
+        seq = msg["seq"]
+        with contextlib.suppress(OSError):  # the runner is gone: reading its pipe says how
+            protocol.send(to_child, {"op": "exec", "seq": seq, "code": str(msg.get("code", ""))})
+        answer = _await_result(from_child, seq, cap, child)
+        try:
+            protocol.send(resp_fd, answer)
+        except OSError:
+            _disconnected(parent_pid, workdir, child)
+        if answer["op"] == "died":
+            _exit(0)  # the runner dies with us (PR_SET_PDEATHSIG); the env starts a new sandbox
