@@ -143,7 +143,7 @@ INVALID = [
     pytest.param(
         ["env.formatter=simpel"],
         "env.formatter='simpel' is not a registered formatter: did you mean env.formatter=simple? "
-        "Registered: ['chat', 'code', 'jinja', 'search', 'simple']",
+        "Registered: ['chat', 'code', 'jinja', 'search', 'simple'",
         id="unknown-formatter",
     ),
     pytest.param(
@@ -242,8 +242,8 @@ INVALID = [
     ),
     pytest.param(
         ["policy=hf", "policy.params.path=/no/such/model"],
-        "policy=hf cannot be built: FileNotFoundError: model path '/no/such/model' does not "
-        "exist: expected a local directory written by save_pretrained",
+        "policy=hf cannot be built: FileNotFoundError: model '/no/such/model' is neither a "
+        "local directory (written by save_pretrained",
         id="hf-missing-model",
     ),
     pytest.param(
