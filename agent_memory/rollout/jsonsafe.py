@@ -2,12 +2,12 @@
 
 A response may be 50 MB of text, a string with a lone surrogate (which UTF-8 cannot encode), bytes,
 an int or a dict; a reward may be NaN. None of that may cost the run its outputs: text is capped
-(the original length kept beside it), lone surrogates become U+FFFD, non-strings are written as
+(the original length kept beside it), lone surrogates become ``?`` (:func:`~agent_memory.text.utf8_safe`), non-strings are written as
 their ``repr``, and non-finite floats as ``null`` (counted).
 
 Example:
     >>> capped_text("<think>\\ud83d</think>", max_chars=100)
-    ('<think>\\ufffd</think>', 16)
+    ('<think>?</think>', 16)
     >>> capped_text(b"up", max_chars=100), capped_text("x" * 10, max_chars=4)
     (("b'up'", 5), ('xxxx', 10))
     >>> counts = {}
@@ -23,23 +23,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["capped_text", "jsonable", "valid_text"]
+from agent_memory.text import utf8_safe
 
-
-def valid_text(text: str) -> str:
-    """``text`` with lone surrogates replaced by U+FFFD (pairs are joined, as UTF-16 would)."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
-    return text
+__all__ = ["capped_text", "jsonable"]
 
 
 def capped_text(value: Any, max_chars: int) -> tuple[str, int]:
     """``value`` as valid text of at most ``max_chars`` characters, and its full length (the
     ``repr`` of a non-string: bytes, numbers, dicts, None)."""
     text = value if isinstance(value, str) else repr(value)
-    return valid_text(text[:max_chars]), len(text)
+    return utf8_safe(text[:max_chars]), len(text)
 
 
 def jsonable(value: Any, counts: dict[str, int] | None = None) -> Any:
@@ -49,7 +42,7 @@ def jsonable(value: Any, counts: dict[str, int] | None = None) -> Any:
     if value is None or isinstance(value, (bool, int)):
         return value
     if isinstance(value, str):
-        return valid_text(value)
+        return utf8_safe(value)
     if isinstance(value, float):
         if math.isfinite(value):
             return value
@@ -59,7 +52,7 @@ def jsonable(value: Any, counts: dict[str, int] | None = None) -> Any:
     if isinstance(value, np.generic):
         return jsonable(value.item(), counts)
     if isinstance(value, Mapping):
-        return {valid_text(str(k)): jsonable(v, counts) for k, v in value.items()}
+        return {utf8_safe(str(k)): jsonable(v, counts) for k, v in value.items()}
     if isinstance(value, (list, tuple, np.ndarray)):
         return [jsonable(v, counts) for v in value]
-    return valid_text(repr(value))
+    return utf8_safe(repr(value))
