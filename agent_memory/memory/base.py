@@ -1,15 +1,16 @@
-"""The batched memory contract every strategy implements (DESIGN.md, "Contracts").
+"""The batched memory contract every strategy implements.
 
 One independent history per environment. ``reset`` clears all envs or only the given ones,
 ``store`` appends one step for each given env, ``fetch`` returns each env's formatted context and
-how many steps it holds. A config switch swaps strategies because they all share this interface.
+how many of the episode's most recent steps it shows. A config switch swaps strategies because
+they all share this interface.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, NamedTuple
+from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
@@ -43,9 +44,12 @@ UNSET: Any = object()
 class Fetched(NamedTuple):
     """What :meth:`BaseMemory.fetch` returns: unpacks like verl-agent's ``(contexts, lengths)``."""
 
-    #: One context per requested env: ``str``, or a list of chat messages for ``chat``.
+    #: One context per requested env: ``str``, or a list of chat messages (``output ==
+    #: "messages"``).
     contexts: list[Any]
-    #: How many steps each context holds.
+    #: How many of the episode's most recent steps each context shows as its window — what a
+    #: prompt announces as "the most recent N steps". Whatever else a strategy adds (retrieved
+    #: older steps, a summary, notes, past episodes) is in the context but not counted here.
     lengths: list[int]
 
 
@@ -275,14 +279,22 @@ class BaseMemory(ABC):
 
     Attributes:
         num_envs: number of environments (``len(memory)``).
-        formatter: (optional) the :class:`~agent_memory.formatting.Formatter` contexts are
-            written with; the wrappers read ``formatter.output`` to build chat prompts.
-        max_tokens: (optional) the default token budget of ``fetch``.
+        max_tokens: the default token budget of ``fetch`` (None: none).
+        output: what a context is: ``"text"``, or ``"messages"`` (a chat message list); the
+            wrappers build chat prompts for ``"messages"``.
     """
 
     num_envs: int
+    max_tokens: int | None = None
     accepts_queries: ClassVar[bool] = False
     fetch_when_empty: ClassVar[bool] = False
+
+    @property
+    def output(self) -> Literal["text", "messages"]:
+        """``"messages"`` when contexts are chat message lists, else ``"text"`` (by default,
+        the ``formatter``'s ``output``)."""
+        formatter = getattr(self, "formatter", None)
+        return "messages" if getattr(formatter, "output", "text") == "messages" else "text"
 
     @abstractmethod
     def reset(self, env_ids: EnvIds = None) -> None:

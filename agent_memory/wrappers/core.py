@@ -113,7 +113,7 @@ class HistoryCore:
                 f"memory holds {len(memory)} envs, expected {num_envs} (one per sub-env)"
             )
         self.memory = memory
-        self.chat = getattr(getattr(memory, "formatter", None), "output", "text") == "messages"
+        self.chat = memory.output == "messages"
         self.template = PromptTemplate.from_config(template)
         self.parser = parser
         if max_prompt_tokens is not None and (
@@ -418,7 +418,7 @@ class HistoryCore:
             _prompt_text(self._render(i, [] if self.chat else "", 1, steps[i]))
             for i in range(self.num_envs)
         ]
-        default = getattr(self.memory, "max_tokens", None)
+        default = self.memory.max_tokens
         out: list[int | None] = []
         for used in self.counter.count_many(frames):
             left = max(0, self.max_prompt_tokens - used)
