@@ -128,6 +128,9 @@ class HFPolicy(Policy):
         stop: strings that end a response; the text is cut before the first one found.
         num_threads: when set, ``torch.set_num_threads(num_threads)`` (process-wide). On a
             small shared CPU, 1 thread ran a tiny model ~7x faster than 2 here.
+        incremental: within an episode (``meta["traj_uid"]``), render a growing chat
+            incrementally: the model conditions on the ids it saw and sampled before (see
+            :mod:`agent_memory.policies.rendering`; needed for ``rollout.layout=episode``).
         parser: the env's action parser (unused for generation; kept for the interface).
 
     Raises:
@@ -156,6 +159,7 @@ class HFPolicy(Policy):
         use_chat_template: bool | Literal["auto"] = "auto",
         stop: str | Sequence[str] | None = None,
         num_threads: int | None = None,
+        incremental: bool = False,
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
@@ -200,7 +204,9 @@ class HFPolicy(Policy):
             torch.set_num_threads(num_threads)
         self._load(model_dir, device, dtype)
 
-        self.renderer = PromptRenderer(self.tokenizer, use_chat_template, str(model_dir))
+        self.renderer = PromptRenderer(
+            self.tokenizer, use_chat_template, str(model_dir), incremental=incremental
+        )
         self.use_chat_template = use_chat_template
         self._context = _context_length(self.model.config)
         if self._context is not None and self._context <= max_new_tokens:
@@ -264,7 +270,11 @@ class HFPolicy(Policy):
             )
         if getattr(self, "model", None) is None:
             raise RuntimeError(f"the hf policy for {str(self.path)!r} is closed")
-        ids = [self._encode(p, i) for i, p in enumerate(prompts)]
+        episodes = [None] * len(prompts) if meta is None else [m.get("traj_uid") for m in meta]
+        ids = [
+            self.renderer.episode_ids(p, e, i)
+            for i, (p, e) in enumerate(zip(prompts, episodes, strict=True))
+        ]
         if not ids:
             return []
         import torch
@@ -282,7 +292,11 @@ class HFPolicy(Policy):
         self._calls += 1
         self.stats.add(call)
         self.last_stats = call
-        return [g for g in out if g is not None]
+        done = [g for g in out if g is not None]
+        for prompt, episode, g in zip(prompts, episodes, done, strict=True):
+            if episode is not None:
+                self.renderer.remember(episode, prompt, g.prompt_ids or [], g.response_ids or [])
+        return done
 
     def close(self) -> None:
         """Drop the model and tokenizer (and free the GPU cache). Idempotent."""
