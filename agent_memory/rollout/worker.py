@@ -49,7 +49,7 @@ from agent_memory.protocol import (
 )
 from agent_memory.rollout.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter
-from agent_memory.wrappers import VectorHistoryWrapper
+from agent_memory.wrappers import Holdable, VectorHistoryWrapper
 from agent_memory.wrappers.errors import CatchErrors
 
 __all__ = ["RolloutWorker", "build_env", "marks_dir"]
@@ -58,29 +58,6 @@ __all__ = ["RolloutWorker", "build_env", "marks_dir"]
 def marks_dir(run_id: str, worker: int) -> str:
     """Where worker ``worker`` of run ``run_id`` keeps its call marks (on its own machine)."""
     return os.path.join(tempfile.gettempdir(), f"agent_memory-{run_id}", f"worker-{worker}")
-
-
-class _Parkable(gym.Wrapper):
-    """While ``parked``, reset and step return the last observation without calling the env."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.parked = False
-        self._last_obs: Any = ""
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        if self.parked:
-            return self._last_obs, {}
-        obs, info = self.env.reset(**kwargs)
-        self._last_obs = obs
-        return obs, info
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        if self.parked:
-            return self._last_obs, 0.0, False, False, {}
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self._last_obs = obs
-        return obs, reward, terminated, truncated, info
 
 
 def _make_env(
@@ -99,7 +76,8 @@ def _make_sub_env(
     index: int = 0,
 ) -> gym.Env:  # fmt: skip
     make = partial(_make_env, env_id, max_steps, kwargs, marks, index)
-    return _Parkable(CatchErrors(make(), make=make))
+    # Holdable outermost: a parked (held) env touches neither the env nor its call marks.
+    return Holdable(CatchErrors(make(), make=make))
 
 
 def build_env(
@@ -174,7 +152,7 @@ class RolloutWorker:
         self.views: list[PromptView | None] = [None] * num_envs
         try:
             self.env = build_env(job, num_envs, self.marks)
-            self.env.unwrapped.set_attr("parked", self.parked.tolist())
+            self.env.unwrapped.set_attr("hold", self.parked.tolist())
             self.env.reset()  # parked: no env work until an episode is assigned
         except Exception as e:  # reported by status(): a set-up error is not worth a restart
             self.init_error = describe_exception(e)
@@ -217,7 +195,7 @@ class RolloutWorker:
         try:
             if assignments:
                 self.env.memory.set_groups(started, [a.group_uid for a in assignments])
-            self.env.unwrapped.set_attr("parked", self.parked.tolist())
+            self.env.unwrapped.set_attr("hold", self.parked.tolist())
             prompts, info = self.env.reset(seed=seeds, options={"reset_mask": mask})
             views = self._views(started, prompts, info, acting=started)
         except Exception as e:
@@ -318,17 +296,18 @@ class RolloutWorker:
     ) -> dict[int, PromptView]:
         """The prompts of ``ids`` with their figures and the policy's meta fields (the oracle's
         action for the envs in ``acting`` when the policy needs it, computed once per batch)."""
-        core = self.env._core
         oracles = self._oracles(acting) if "oracle_action" in self.meta_fields else {}
         views = {}
         for i in ids:
+            now = self.env.current(i)
             meta: dict[str, Any] = {}
             if "admissible_actions" in self.meta_fields:
-                meta["admissible_actions"] = core.admissible[i]
+                actions = now.admissible_actions
+                meta["admissible_actions"] = None if actions is None else list(actions)
             if "task" in self.meta_fields:
-                meta["task"] = core.tasks[i]
+                meta["task"] = now.task  # as the prompt shows it
             if "raw_obs" in self.meta_fields:
-                meta["raw_obs"] = core.last_obs[i]
+                meta["raw_obs"] = now.observation
             if i in oracles:
                 meta["oracle_action"] = oracles[i]
             views[i] = PromptView(
@@ -337,7 +316,7 @@ class RolloutWorker:
                 context_chars=int(info["context_chars"][i]),
                 history_steps=int(info["history_steps"][i]),
                 meta=meta,
-                observation=core.last_obs[i],
+                observation=now.observation,
             )
         return views
 

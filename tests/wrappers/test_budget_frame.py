@@ -32,7 +32,7 @@ def test_a_budget_below_the_frame_is_refused():
     env = VectorHistoryWrapper(
         venv, template=template, parser=ActionParser(), max_prompt_tokens=frame + 200
     )
-    assert env._core.frame_tokens == frame
+    assert env.frame_tokens == frame
     _, info = env.reset(seed=0)
     assert (info["context_tokens"] > frame).all()  # the observation comes on top of the frame
     env.close()
