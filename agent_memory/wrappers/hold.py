@@ -97,12 +97,13 @@ def make_vec_holdable(
 class SubEnvHolds:
     """The ``hold`` flags of a vector env's :class:`Holdable` sub-envs, as last set here.
 
-    Flags are sent (one ``set_attr``) only when they change. Whether the sub-envs can be held is
-    checked once, the first time one is held.
+    Flags are sent (one ``set_attr`` of the base vector env: vector wrappers do not forward it)
+    only when they change. Whether the sub-envs can be held is checked once, the first time one
+    is held.
     """
 
     def __init__(self, env: VectorEnv) -> None:
-        self.env = env
+        self.env = env.unwrapped
         self.flags = np.zeros(env.num_envs, dtype=bool)
         self._checked = False
 
@@ -110,8 +111,8 @@ class SubEnvHolds:
         """Hold exactly the envs in ``hold``; returns those of them that were in ``finished``.
 
         A finished sub-env (its last step ended the episode, no reset since) that is held gets
-        a reset its :class:`Holdable` answers without touching it: a vector env with autoreset
-        DISABLED refuses to step a finished sub-env (SyncVectorEnv asserts), held or not.
+        a reset of the base vector env that its :class:`Holdable` answers without touching it:
+        with autoreset DISABLED, SyncVectorEnv refuses to step a finished sub-env, held or not.
         """
         if hold.any() and not self._checked:
             self._check()

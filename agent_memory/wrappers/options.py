@@ -8,7 +8,7 @@ is added in one place and every caller gets the same error for the same mistake.
 Example:
     >>> from agent_memory.wrappers import HistoryOptions
     >>> opts = HistoryOptions(history_length=2, bounded=True)
-    >>> opts.history_length, opts.capacity, opts.template.task
+    >>> opts.history_length, opts.capacity, opts.prompt_template.task
     (2, 2, '')
     >>> HistoryOptions.merge(opts, {"history_length": 5}).capacity
     5
@@ -44,9 +44,8 @@ class HistoryOptions:
     """The settings of :class:`~agent_memory.wrappers.VectorHistoryWrapper` and
     :class:`~agent_memory.wrappers.HistoryWrapper` (the one list of them).
 
-    ``template`` and ``token_counter`` are built here (a config value becomes a
-    :class:`~agent_memory.prompts.PromptTemplate` and a counter), so a bad value fails when the
-    options are made, with the same message from either wrapper.
+    ``template`` and ``token_counter`` are built here (:attr:`prompt_template`, :attr:`counter`),
+    so a bad value fails when the options are made, with the same message from either wrapper.
 
     Attributes:
         history_length: steps of history in each prompt: 0 none, -1 the whole episode, k the
@@ -128,8 +127,9 @@ class HistoryOptions:
                 "bounded=True keeps only history_length steps per env, but history_length=-1 "
                 "asks for whole episodes: set bounded=False or a window (history_length=k)"
             )
-        fix(self, "template", PromptTemplate.from_config(self.template))
-        fix(self, "token_counter", make_token_counter(self.token_counter))
+        # Built once (the fields keep the values as given, so equal settings compare equal).
+        fix(self, "_template", PromptTemplate.from_config(self.template))
+        fix(self, "_counter", make_token_counter(self.token_counter))
 
     @property
     def capacity(self) -> int | None:
@@ -139,15 +139,13 @@ class HistoryOptions:
 
     @property
     def counter(self) -> TokenCounter:
-        """The built token counter (``token_counter`` after validation)."""
-        assert isinstance(self.token_counter, TokenCounter)
-        return self.token_counter
+        """The token counter ``token_counter`` names (built once)."""
+        return self._counter  # type: ignore[attr-defined]
 
     @property
     def prompt_template(self) -> PromptTemplate:
-        """The built prompt template (``template`` after validation)."""
-        assert isinstance(self.template, PromptTemplate)
-        return self.template
+        """The prompt template ``template`` describes (built once)."""
+        return self._template  # type: ignore[attr-defined]
 
     @classmethod
     def merge(cls, options: HistoryOptions | None, settings: Mapping[str, Any]) -> HistoryOptions:
