@@ -89,6 +89,8 @@ class HttpServer:
                     length = int(headers.get("content-length", "0"))
                     if not 0 <= length <= _MAX_BODY:
                         raise _HttpError(413 if length > 0 else 400)
+                    if length and headers.get("expect", "").lower() == "100-continue":
+                        writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # curl waits for it
                     body = await reader.readexactly(length) if length else b""
                 except _HttpError as e:
                     writer.write(_response(e.status, {"detail": HTTPStatus(e.status).phrase}))

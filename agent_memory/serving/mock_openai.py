@@ -47,6 +47,7 @@ import json
 import sys
 import threading
 import time
+import uuid
 from typing import Any
 
 from agent_memory.serving.backends import Backend, Generation, GenerationRequest, HashBackend
@@ -387,7 +388,7 @@ class MockOpenAIServer:
             meta = sglang_meta_info(
                 gen,
                 prompt_ids,
-                rid=f"chat-{id(req):x}",
+                rid=uuid.uuid4().hex,
                 token_text=self.backend.token_text,
                 return_logprob=req.logprobs,
                 top_logprobs_num=req.top_logprobs,

@@ -2,7 +2,7 @@
 
 Per step: logits (float32) -> divide by ``temperature`` -> keep the ``top_k`` largest -> keep the
 smallest most-likely set with mass >= ``top_p`` -> renormalise -> sample (seeded
-``torch.Generator``). Greedy when ``temperature == 0`` (top-k/top-p then play no part, as in
+``torch.Generator``). Greedy when ``temperature`` < 1e-5 (top-k/top-p then play no part, as in
 vLLM).
 
 Which log-probs are reported (``logprobs_mode``):
@@ -46,9 +46,12 @@ from agent_memory.serving.backends import (
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["LogprobsMode", "ModelBackend", "processed_logprobs"]
+__all__ = ["GREEDY_EPS", "LogprobsMode", "ModelBackend", "processed_logprobs"]
 
 LogprobsMode = Literal["processed_logprobs", "raw_logprobs"]
+
+#: Temperatures below this are greedy (vLLM's ``_SAMPLING_EPS``).
+GREEDY_EPS = 1e-5
 
 
 def processed_logprobs(
@@ -56,11 +59,11 @@ def processed_logprobs(
 ) -> torch.Tensor:
     """Log-probabilities of the distribution sampled from, over the last dimension.
 
-    ``temperature == 0`` (greedy): ``log_softmax(logits)``. Otherwise ``logits / temperature``,
-    then top-k (``top_k`` > 0: tokens below the k-th largest value get ``-inf``; ties at the k-th
-    value are kept), then top-p (``top_p`` < 1: a token is kept when the probability mass of the
-    tokens ranked above it is < ``top_p``, so the most likely token always stays), then
-    ``log_softmax``.
+    ``temperature < GREEDY_EPS`` (greedy): ``log_softmax(logits)``. Otherwise
+    ``logits / temperature``, then top-k (``top_k`` > 0: tokens below the k-th largest value get
+    ``-inf``; ties at the k-th value are kept), then top-p (``top_p`` < 1: a token is kept when
+    the probability mass of the tokens ranked above it is < ``top_p``, so the most likely token
+    always stays), then ``log_softmax``.
 
     Args:
         logits: ``[..., vocab]`` float tensor.
@@ -82,7 +85,7 @@ def processed_logprobs(
     import torch
 
     x = logits.float()
-    if temperature == 0:
+    if temperature < GREEDY_EPS:
         return torch.log_softmax(x, dim=-1)
     x = x / temperature
     if 0 < top_k < x.shape[-1]:
@@ -218,7 +221,7 @@ class ModelBackend:
                 past = out.past_key_values
                 logits = out.logits[0, -1].float().cpu()
                 processed = processed_logprobs(logits, p.temperature, p.top_k, p.top_p)
-                if p.temperature == 0:
+                if p.temperature < GREEDY_EPS:
                     token = int(torch.argmax(processed))
                 else:
                     token = int(torch.multinomial(processed.exp(), 1, generator=rng))

@@ -95,11 +95,12 @@ class SamplingOptions:
 
 @dataclass(frozen=True)
 class CompletionRequest:
-    """``POST /v1/completions``. ``prompt``: text, or token ids (token-in)."""
+    """``POST /v1/completions``. ``prompt``: text, or token ids (token-in); ``max_tokens``
+    None: up to the context length."""
 
     model: str | None
     prompt: str | tuple[int, ...]
-    max_tokens: int
+    max_tokens: int | None
     options: SamplingOptions
     logprobs: int | None
     return_token_ids: bool
@@ -278,10 +279,12 @@ def parse_completion(body: Any, dialect: Dialect = "vllm") -> CompletionRequest:
             param="prompt",
         )
     logprobs = _int(body, "logprobs", None, low=0, high=MAX_LOGPROBS)
+    # Absent: 16 (vLLM's and SGLang's default); an explicit null: up to the context length.
+    max_tokens = None if body.get("max_tokens", 16) is None else _int(body, "max_tokens", 16, 1)
     return CompletionRequest(
         model=_model(body),
         prompt=ids if ids is not None else prompt,
-        max_tokens=_int(body, "max_tokens", 16, low=1),
+        max_tokens=max_tokens,
         options=_options(body, dialect),
         logprobs=logprobs,
         return_token_ids=_bool(body, "return_token_ids"),

@@ -30,7 +30,8 @@ class ServerStats:
     Attributes:
         since: Window start.
         until: Window end.
-        requests: Requests finished in the window (errors included).
+        requests: Generation requests (completions, chat, generate) finished in the window,
+            refused ones included; GET /v1/models and /health are not counted.
         errors: Of those, answered with an HTTP error status.
         max_in_flight: The capacity (most requests processed at once).
         peak_in_flight: Most requests in flight at any moment of the window.

@@ -189,3 +189,25 @@ def test_cli_main_with_a_model(tiny_lm, capsys):
     assert main(["--model", str(tiny_lm), "--port", "0", "--max-lifetime", "0.3"]) == 0
     out = capsys.readouterr().out
     assert "serving 'tiny' at http://127.0.0.1:" in out and "0 requests (0 errors)" in out
+
+
+def test_http_details_expect_continue_and_null_max_tokens():
+    backend = HashBackend(lambda p, s: " ".join(["go"] * 30), context_length=12)
+    with MockOpenAIServer(backend) as server:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        body = json.dumps({"prompt": "a b", "max_tokens": None})
+        # curl sends "Expect: 100-continue" for larger bodies and waits for the 100 first.
+        conn.request("POST", "/v1/completions", body=body, headers={"Expect": "100-continue"})
+        response = conn.getresponse()
+        out = json.loads(response.read())
+        assert response.status == 200 and response.getheader("content-type") == "application/json"
+        # An explicit null max_tokens means "up to the context": 12 - 2 prompt tokens.
+        assert out["usage"]["completion_tokens"] == 10
+        assert out["choices"][0]["finish_reason"] == "length"
+        # Absent, it is 16: too many for this context (on the same kept-alive connection).
+        conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "a b"}))
+        response = conn.getresponse()
+        error = json.loads(response.read())["error"]
+        assert response.status == 400 and error["param"] == "max_tokens"
+        assert error["message"].startswith("max_tokens=16 is too large")
+        conn.close()
