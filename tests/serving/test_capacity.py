@@ -8,6 +8,7 @@ import http.client
 import json
 import math
 import re
+import signal
 import socket
 import statistics
 import subprocess
@@ -17,7 +18,13 @@ import time
 
 import pytest
 
-from agent_memory.serving import FixedLatency, HashBackend, LogNormalLatency, MockOpenAIServer
+from agent_memory.serving import (
+    FixedLatency,
+    HashBackend,
+    LogNormalLatency,
+    MockOpenAIServer,
+    digest_answer,
+)
 from agent_memory.serving.latency import Z99
 from tests.serving.helpers import call
 
@@ -155,7 +162,7 @@ def test_bad_arguments_and_busy_port():
         assert first.base_url == f"http://127.0.0.1:{first.port}/v1"
 
 
-def test_cli_serves_until_its_lifetime():
+def test_cli_serves_until_interrupted():
     cmd = [
         sys.executable,
         "-m",
@@ -164,7 +171,7 @@ def test_cli_serves_until_its_lifetime():
         "--port",
         "0",
         "--max-lifetime",
-        "3",
+        "60",
         "--latency-median",
         "0.01",
         "--latency-p99",
@@ -175,7 +182,8 @@ def test_cli_serves_until_its_lifetime():
         line = proc.stdout.readline()
         url = re.search(r"http://127\.0\.0\.1:\d+/v1", line).group()
         status, out = call(url + "/completions", {"prompt": "go up", "seed": 1})
-        assert status == 200 and out["choices"][0]["text"]
+        assert status == 200 and out["choices"][0]["text"] == digest_answer("go up", 1)
+        proc.send_signal(signal.SIGINT)  # Ctrl-C: stop, print the stats, exit 0
         stdout, stderr = proc.communicate(timeout=30)
     finally:
         proc.kill()
