@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from agent_memory.serving.backends import (
     Backend,
+    BackendAnswer,
     ChatMessage,
-    Generation,
     GenerationRequest,
     HashBackend,
-    SamplingParams,
+    RequestSampling,
     digest_answer,
 )
 from agent_memory.serving.latency import FixedLatency, Latency, LogNormalLatency
@@ -36,9 +36,9 @@ def __getattr__(name: str) -> object:
 
 __all__ = [
     "Backend",
+    "BackendAnswer",
     "ChatMessage",
     "FixedLatency",
-    "Generation",
     "GenerationRequest",
     "HashBackend",
     "Latency",
@@ -46,7 +46,7 @@ __all__ = [
     "MockOpenAIServer",
     "ModelBackend",
     "RequestError",
-    "SamplingParams",
+    "RequestSampling",
     "ServerStats",
     "digest_answer",
     "processed_logprobs",

@@ -1,7 +1,7 @@
 """What the mock server asks a backend for, what it gets back, and the hash backend.
 
 The server turns HTTP JSON into a :class:`GenerationRequest` (prompt token ids + typed sampling
-parameters), a backend answers with a :class:`Generation` (sampled token ids, the log-prob of
+parameters), a backend answers with a :class:`BackendAnswer` (sampled token ids, the log-prob of
 each, optional ranked alternatives, text, finish reason), and the server renders that in vLLM's or
 SGLang's JSON. So the server is independent of how answers are made:
 
@@ -14,7 +14,7 @@ Example:
     >>> backend = HashBackend()
     >>> request = GenerationRequest(
     ...     prompt_ids=tuple(backend.encode("go up")), prompt_text="go up",
-    ...     params=SamplingParams(max_tokens=16, seed=7))
+    ...     params=RequestSampling(max_tokens=16, seed=7))
     >>> out = backend.generate(request)
     >>> out.text == digest_answer("go up", 7), out.finish_reason, out.token_ids[-1] == EOS_ID
     (True, 'stop', True)
@@ -36,11 +36,11 @@ from agent_memory.models.tiny import DEFAULT_TEMPLATE, SPECIAL_TOKENS
 __all__ = [
     "EOS_ID",
     "Backend",
+    "BackendAnswer",
     "ChatMessage",
-    "Generation",
     "GenerationRequest",
     "HashBackend",
-    "SamplingParams",
+    "RequestSampling",
     "digest_answer",
     "find_stop",
     "render_template",
@@ -61,7 +61,7 @@ class ChatMessage:
 
 
 @dataclass(frozen=True)
-class SamplingParams:
+class RequestSampling:
     """How to sample one answer.
 
     Attributes:
@@ -94,11 +94,11 @@ class GenerationRequest:
 
     prompt_ids: tuple[int, ...]
     prompt_text: str
-    params: SamplingParams
+    params: RequestSampling
 
 
 @dataclass(frozen=True)
-class Generation:
+class BackendAnswer:
     """A backend's answer.
 
     Attributes:
@@ -154,7 +154,7 @@ class Backend(Protocol):
         """The chat-templated prompt text, generation prompt included."""
         ...
 
-    def generate(self, request: GenerationRequest) -> Generation:
+    def generate(self, request: GenerationRequest) -> BackendAnswer:
         """Sample one answer."""
         ...
 
@@ -237,7 +237,7 @@ class HashBackend:
 
     Example:
         >>> b = HashBackend(lambda prompt, seed: "<action>up</action>")
-        >>> g = b.generate(GenerationRequest((5,), "x", SamplingParams(max_tokens=4)))
+        >>> g = b.generate(GenerationRequest((5,), "x", RequestSampling(max_tokens=4)))
         >>> g.text, g.finish_reason, len(g.token_ids), g.logprobs
         ('<action>up', 'length', 4, (-0.1, -0.1, -0.1, -0.1))
         >>> b.decode(g.token_ids)
@@ -330,7 +330,7 @@ class HashBackend:
             )
         return render_template(self._template, messages)
 
-    def generate(self, request: GenerationRequest) -> Generation:
+    def generate(self, request: GenerationRequest) -> BackendAnswer:
         """The answer's tokens, then EOS; cut at ``max_tokens`` or the first stop string."""
         params = request.params
         text = self.answer(request.prompt_text, params.seed)
@@ -354,7 +354,7 @@ class HashBackend:
             end = token_end
         n = len(ids)
         tops = tuple(((i, self.logprob),) for i in ids) if params.top_logprobs else ((),) * n
-        return Generation(
+        return BackendAnswer(
             token_ids=tuple(ids),
             logprobs=(self.logprob,) * n,
             top_logprobs=tops,

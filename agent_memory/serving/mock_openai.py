@@ -50,7 +50,7 @@ import time
 import uuid
 from typing import Any
 
-from agent_memory.serving.backends import Backend, Generation, GenerationRequest, HashBackend
+from agent_memory.serving.backends import Backend, BackendAnswer, GenerationRequest, HashBackend
 from agent_memory.serving.http11 import HOST, HttpServer
 from agent_memory.serving.latency import Latency, LogNormalLatency
 from agent_memory.serving.requests import (
@@ -319,7 +319,7 @@ class MockOpenAIServer:
             )
         return max_tokens
 
-    async def _run_backend(self, request: GenerationRequest) -> Generation:
+    async def _run_backend(self, request: GenerationRequest) -> BackendAnswer:
         """Wait for a slot (FIFO), sleep the latency draw, generate; in flight while slotted."""
         recorder = self._recorder
         arrived = recorder.arrive()

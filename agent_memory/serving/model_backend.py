@@ -19,11 +19,11 @@ teacher-forced forward pass over ``prompt + response`` can recompute every repor
 Example:
     >>> import tempfile
     >>> from agent_memory.models import build_tiny_lm
-    >>> from agent_memory.serving.backends import SamplingParams
+    >>> from agent_memory.serving.backends import RequestSampling
     >>> path = build_tiny_lm(tempfile.mkdtemp(), ["go", "up", "down"])
     >>> backend = ModelBackend(path)
     >>> ids = tuple(backend.encode("go up"))
-    >>> request = GenerationRequest(ids, "go up", SamplingParams(max_tokens=5, seed=3))
+    >>> request = GenerationRequest(ids, "go up", RequestSampling(max_tokens=5, seed=3))
     >>> out = backend.generate(request)
     >>> len(out.token_ids) == len(out.logprobs) <= 5, backend.generate(request) == out
     (True, True)
@@ -37,8 +37,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from agent_memory.serving.backends import (
+    BackendAnswer,
     ChatMessage,
-    Generation,
     GenerationRequest,
     find_stop,
 )
@@ -200,7 +200,7 @@ class ModelBackend:
             add_generation_prompt=True,
         )
 
-    def generate(self, request: GenerationRequest) -> Generation:
+    def generate(self, request: GenerationRequest) -> BackendAnswer:
         """Sample up to ``max_tokens`` tokens; see the module docstring for the semantics."""
         import torch
 
@@ -247,7 +247,7 @@ class ModelBackend:
                         text, finish, stop_reason = decoded[: found[0]], "stop", found[1]
                         break
                 step_input = torch.tensor([[token]], device=self.device)
-        return Generation(
+        return BackendAnswer(
             token_ids=tuple(ids),
             logprobs=tuple(logprobs),
             top_logprobs=tuple(tops),

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_memory.checks import is_int, is_number
-from agent_memory.serving.backends import ChatMessage, SamplingParams
+from agent_memory.serving.backends import ChatMessage, RequestSampling
 
 __all__ = [
     "MAX_LOGPROBS",
@@ -79,9 +79,9 @@ class SamplingOptions:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
 
-    def params(self, max_tokens: int, top_logprobs: int) -> SamplingParams:
+    def params(self, max_tokens: int, top_logprobs: int) -> RequestSampling:
         """These options with the resolved token limit and number of alternatives."""
-        return SamplingParams(
+        return RequestSampling(
             max_tokens=max_tokens,
             temperature=self.temperature,
             top_p=self.top_p,

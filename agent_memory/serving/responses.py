@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agent_memory.serving.backends import Generation
+from agent_memory.serving.backends import BackendAnswer
 from agent_memory.serving.requests import (
     ChatRequest,
     CompletionRequest,
@@ -116,7 +116,7 @@ def _lp(value: float) -> float:
     return max(value, LOGPROB_FLOOR)
 
 
-def _sampled_first(gen: Generation, i: int) -> list[tuple[int, float]]:
+def _sampled_first(gen: BackendAnswer, i: int) -> list[tuple[int, float]]:
     """vLLM's per-position log-prob dict: the sampled token, then the ranked alternatives."""
     sampled = gen.token_ids[i]
     return [(sampled, gen.logprobs[i])] + [(t, v) for t, v in gen.top_logprobs[i] if t != sampled]
@@ -134,7 +134,7 @@ def _usage(prompt: int, completion: int, dialect: Dialect) -> dict[str, Any]:
     return usage
 
 
-def _matched_stop(gen: Generation) -> int | str | None:
+def _matched_stop(gen: BackendAnswer) -> int | str | None:
     if gen.finish_reason == "length":
         return None
     return gen.stop_reason if gen.stop_reason is not None else gen.token_ids[-1]
@@ -142,7 +142,7 @@ def _matched_stop(gen: Generation) -> int | str | None:
 
 def completion_response(
     req: CompletionRequest,
-    gen: Generation,
+    gen: BackendAnswer,
     prompt_ids: list[int],
     *,
     model: str,
@@ -230,7 +230,7 @@ def _entry(token: str, logprob: float, text: str | None = None) -> dict[str, Any
 
 def chat_response(
     req: ChatRequest,
-    gen: Generation,
+    gen: BackendAnswer,
     prompt_ids: list[int],
     *,
     model: str,
@@ -329,7 +329,7 @@ def chat_response(
 
 
 def sglang_meta_info(
-    gen: Generation,
+    gen: BackendAnswer,
     prompt_ids: list[int],
     *,
     rid: str,
@@ -373,7 +373,7 @@ def sglang_meta_info(
 
 def generate_response(
     req: GenerateRequest,
-    gen: Generation,
+    gen: BackendAnswer,
     prompt_ids: list[int],
     *,
     token_text: TokenText,

@@ -30,7 +30,7 @@ class ServerStats:
     Attributes:
         since: Window start.
         until: Window end.
-        requests: Generation requests (completions, chat, generate) finished in the window,
+        requests: BackendAnswer requests (completions, chat, generate) finished in the window,
             refused ones included; GET /v1/models and /health are not counted.
         errors: Of those, answered with an HTTP error status.
         max_in_flight: The capacity (most requests processed at once).

@@ -16,7 +16,7 @@ from agent_memory.serving import (
     HashBackend,
     LogNormalLatency,
     MockOpenAIServer,
-    SamplingParams,
+    RequestSampling,
     digest_answer,
 )
 from agent_memory.serving.backends import EOS_ID, find_stop
@@ -25,7 +25,7 @@ from tests.serving.helpers import call
 
 def _gen(backend, text, **params):
     params.setdefault("max_tokens", 64)
-    request = GenerationRequest(tuple(backend.encode(text)), text, SamplingParams(**params))
+    request = GenerationRequest(tuple(backend.encode(text)), text, RequestSampling(**params))
     return backend.generate(request)
 
 
