@@ -2,8 +2,9 @@
 prompts, and teacher forcing: a forward pass of the same tiny model over prompt + response
 recomputes every returned log-prob.
 
-The reference shapes are the research doc's examples (helpers/research_tokens.md section 3.4, built
-from vLLM's pydantic response models) and SGLang's ``protocol.py`` / ``io_struct.py`` fields.
+The reference shapes are built from vLLM's pydantic response models (``CompletionResponse``,
+``ChatCompletionResponse`` with ``return_token_ids``) and SGLang's ``protocol.py`` / ``io_struct.py``
+fields.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ transformers = pytest.importorskip("transformers", reason="the 'llm' extra is no
 
 from agent_memory.serving import MockOpenAIServer, ModelBackend  # noqa: E402
 
-# research_tokens.md 3.4, completions (values are the doc's; only names, nesting and types count).
+# vLLM /v1/completions with return_token_ids (only names, nesting and types count).
 DOC_COMPLETION = {
     "id": "cmpl-1234",
     "object": "text_completion",
@@ -54,7 +55,7 @@ DOC_COMPLETION = {
     },
     "kv_transfer_params": None,
 }
-# research_tokens.md 3.4, chat.
+# vLLM /v1/chat/completions with return_token_ids and logprobs.
 DOC_CHAT = {
     "id": "chatcmpl-1234",
     "object": "chat.completion",
