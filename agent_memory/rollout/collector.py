@@ -110,7 +110,8 @@ class Collector:
         progress: Callable[[Trajectory], None] | None = None,
         on_episode: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:
-        """Run every episode; returns the trajectories in episode order.
+        """Run the job's episodes (``rollout.num_groups x group_size`` from ``rollout.seed``)
+        on workers started for them; returns the trajectories in episode order.
 
         Args:
             progress: called with each finished trajectory (e.g. a progress bar).
@@ -123,6 +124,38 @@ class Collector:
         """
         r = self.job.rollout
         specs = episode_specs(r.num_groups, r.group_size, r.seed)
+        t0 = time.perf_counter()
+        try:
+            self.start(len(specs))
+            self.stats.setup_time = time.perf_counter() - t0
+            return self.collect(specs, progress=progress, on_episode=on_episode)
+        finally:
+            self.stats.wall_time = time.perf_counter() - t0
+            self.close()
+
+    def start(self, num_episodes: int | None = None) -> None:
+        """Start the workers (sized for ``num_episodes`` at a time: default the job's). They
+        stay up across :meth:`collect` calls until :meth:`close`.
+
+        Raises:
+            WorkerSetupError: a worker's constructor raised.
+        """
+        r = self.job.rollout
+        self.pool.start(num_episodes or r.num_episodes)
+        self.parked = set(self.pool.slots())
+
+    def collect(
+        self,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[Trajectory], None] | None = None,
+        on_episode: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        """Run ``specs`` on the started workers (a trainer calls this once per iteration, with
+        the weights of that iteration); returns their trajectories in order.
+
+        Raises:
+            RolloutFailed: no worker is left while episodes remain.
+        """
 
         def finished(traj: Trajectory) -> None:
             if on_episode is not None:
@@ -130,13 +163,12 @@ class Collector:
             if progress is not None:
                 progress(traj)
 
+        r = self.job.rollout
         self.book = book = EpisodeBook(specs, r.max_episode_attempts, on_finish=finished)
-        t0 = t_loop = time.perf_counter()
+        steps0 = self.stats.env_steps
+        t_loop = time.perf_counter()
         try:
-            self.pool.start(len(specs))
-            self._fill(self.pool.slots())
-            t_loop = time.perf_counter()
-            self.stats.setup_time = t_loop - t0
+            self._fill([])  # parked slots take the first episodes
             while book.running:
                 self._iteration(book)
                 if self.on_step is not None:
@@ -149,12 +181,14 @@ class Collector:
                     f"{self.stats.failures[-1] if self.stats.failures else '?'}"
                 )
         finally:
-            end = time.perf_counter()
-            self.stats.loop_time = end - t_loop
-            self.stats.wall_time = end - t0
-            self.stats.episodes_rerun = book.reruns
-            self.pool.shutdown()
+            self.stats.loop_time += time.perf_counter() - t_loop
+            self.stats.episodes_rerun += book.reruns
+            self.last_env_steps = self.stats.env_steps - steps0
         return book.trajectories()
+
+    def close(self) -> None:
+        """Close the workers' envs and memories and end them."""
+        self.pool.shutdown()
 
     def worker_pid(self, w: int) -> int:
         """Process id of worker ``w``."""
