@@ -100,6 +100,7 @@ class Collector:
         self.stats = RolloutStats()
         self.pool = WorkerPool(job, self.run_id, self.stats, sorted(self.policy.needs))
         self.book: EpisodeBook | None = None
+        self._answering: Policy = self.policy
         #: Slots with nothing to play; they take re-runs when a worker dies.
         self.parked: set[Slot] = set()
 
@@ -149,13 +150,26 @@ class Collector:
         specs: Sequence[EpisodeSpec],
         progress: Callable[[Trajectory], None] | None = None,
         on_episode: Callable[[Trajectory], None] | None = None,
+        policy: Policy | None = None,
     ) -> list[Trajectory]:
         """Run ``specs`` on the started workers (a trainer calls this once per iteration, with
         the weights of that iteration); returns their trajectories in order.
 
+        Args:
+            specs: the episodes.
+            progress, on_episode: as :meth:`run`.
+            policy: answers these episodes instead of the collector's policy (e.g. a greedy
+                one for evaluation); it must need no more meta fields than the workers give.
+
         Raises:
             RolloutFailed: no worker is left while episodes remain.
         """
+        if policy is not None and not set(policy.needs) <= set(self.policy.needs):
+            raise ValueError(
+                f"policy {type(policy).__name__} needs {sorted(policy.needs)} but the workers "
+                f"were started for {sorted(self.policy.needs)}"
+            )
+        answering, self._answering = self._answering, policy or self.policy
 
         def finished(traj: Trajectory) -> None:
             if on_episode is not None:
@@ -181,6 +195,7 @@ class Collector:
                     f"{self.stats.failures[-1] if self.stats.failures else '?'}"
                 )
         finally:
+            self._answering = answering
             self.stats.loop_time += time.perf_counter() - t_loop
             self.stats.episodes_rerun += book.reruns
             self.last_env_steps = self.stats.env_steps - steps0
@@ -199,11 +214,11 @@ class Collector:
     def _iteration(self, book: EpisodeBook) -> None:
         live = sorted(book.running)
         runs = [book.running[s] for s in live]
-        generations = self.policy.generate(*policy_inputs(runs))
+        generations = self._answering.generate(*policy_inputs(runs))
         self.stats.policy_calls += 1
         if len(generations) != len(live):
             raise RuntimeError(
-                f"policy {type(self.policy).__name__} returned {len(generations)} responses for "
+                f"policy {type(self._answering).__name__} returned {len(generations)} responses for "
                 f"{len(live)} prompts: expected one response per prompt"
             )
         by_worker: dict[int, dict[int, Generation]] = {}
