@@ -218,8 +218,8 @@ class Collector:
         self.stats.policy_calls += 1
         if len(generations) != len(live):
             raise RuntimeError(
-                f"policy {type(self._answering).__name__} returned {len(generations)} responses for "
-                f"{len(live)} prompts: expected one response per prompt"
+                f"policy {type(self._answering).__name__} returned {len(generations)} responses "
+                f"for {len(live)} prompts: expected one response per prompt"
             )
         by_worker: dict[int, dict[int, Generation]] = {}
         for (w, i), gen in zip(live, generations, strict=True):
