@@ -142,6 +142,8 @@ class OpenAIPolicy(Policy):
         tokenizer: a local tokenizer directory or a cached hub id (the served model's): renders
             token-in prompts and checks the server's prompt ids.
         use_chat_template: for local rendering, as the ``hf`` policy takes it.
+        incremental: with ``token_in``, render an episode's growing chat incrementally (see
+            :mod:`agent_memory.policies.rendering`; needed for ``rollout.layout=episode``).
         parser: the env's action parser (unused for generation; kept for the interface).
 
     Raises:
@@ -180,6 +182,7 @@ class OpenAIPolicy(Policy):
         token_in: bool = False,
         tokenizer: str | None = None,
         use_chat_template: bool | Literal["auto"] = "auto",
+        incremental: bool = False,
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
@@ -213,6 +216,10 @@ class OpenAIPolicy(Policy):
             raise ValueError(
                 "token_in=True renders prompts locally: pass tokenizer=<the served model's local "
                 "tokenizer directory or cached hub id>"
+            )
+        if incremental and not token_in:
+            raise ValueError(
+                "incremental=True renders token-id prompts: pass token_in=True (and a tokenizer)"
             )
         if token_in and mode != "completion":
             raise ValueError(
@@ -251,7 +258,9 @@ class OpenAIPolicy(Policy):
         self.token_in = token_in
         self.tokenizer_path = tokenizer
         self.use_chat_template = use_chat_template
-        self.renderer = None if tokenizer is None else _renderer(tokenizer, use_chat_template)
+        self.renderer = (
+            None if tokenizer is None else _renderer(tokenizer, use_chat_template, incremental)
+        )
         self._sender = Sender(
             self.url, mode, server, self.timeout, max_retries, self.backoff,
             self.max_retry_after, self.return_tokens, random.Random(seed),
@@ -300,7 +309,7 @@ class OpenAIPolicy(Policy):
             for f in call.futures:  # an interrupted caller leaves no queued requests behind
                 f.cancel()
             raise
-        return self._finish(call, out)
+        return self._remember(prompts, meta, self._finish(call, out))
 
     async def agenerate(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
@@ -312,7 +321,7 @@ class OpenAIPolicy(Policy):
             return []
         call = self._submit(requests)
         out = await asyncio.gather(*(asyncio.wrap_future(f) for f in call.futures))
-        return self._finish(call, list(out))
+        return self._remember(prompts, meta, self._finish(call, list(out)))
 
     async def aact(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
@@ -382,7 +391,8 @@ class OpenAIPolicy(Policy):
             body = dict(fields)
             local = None
             if self.renderer is not None:
-                local = self.renderer.ids(prompt, i)
+                episode = None if meta is None else meta[i].get("traj_uid")
+                local = self.renderer.episode_ids(prompt, episode, i)
             if self.token_in:
                 body["prompt"] = local
             elif self.mode == "chat":
@@ -404,6 +414,17 @@ class OpenAIPolicy(Policy):
             except (TypeError, ValueError) as e:
                 raise ValueError(f"prompt {i}: the request body is not JSON: {e}") from None
             out.append(Request(data, local, self._sampling(body.get("seed"))))
+        return out
+
+    def _remember(
+        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None,
+        out: list[Generation],
+    ) -> list[Generation]:  # fmt: skip
+        """Tell an incremental renderer what each episode's model saw and sampled."""
+        if self.renderer is not None and self.renderer.incremental and meta is not None:
+            for prompt, m, g in zip(prompts, meta, out, strict=True):
+                if m.get("traj_uid") is not None and g.has_tokens:
+                    self.renderer.remember(m["traj_uid"], prompt, g.prompt_ids, g.response_ids)
         return out
 
     def _seeds(self, n: int, meta: Sequence[Mapping[str, Any]] | None) -> list[int | None]:
@@ -501,9 +522,11 @@ def request_seed(seed: int, traj_uid: str, step: int) -> int:
     return int.from_bytes(digest, "big") % 2**31
 
 
-def _renderer(tokenizer: str, use_chat_template: bool | Literal["auto"]) -> PromptRenderer:
+def _renderer(
+    tokenizer: str, use_chat_template: bool | Literal["auto"], incremental: bool
+) -> PromptRenderer:
     from transformers import AutoTokenizer
 
     path = resolve_model(tokenizer, need="tokenizer")
     loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    return PromptRenderer(loaded, use_chat_template, str(path))
+    return PromptRenderer(loaded, use_chat_template, str(path), incremental=incremental)

@@ -192,4 +192,3 @@ class PromptRenderer:
         eos = self.tokenizer.eos_token
         end = closed.rfind(eos) + len(eos) if eos and eos in closed else len(closed)
         return list(self.tokenizer(full[end:], add_special_tokens=False)["input_ids"])
-

@@ -128,6 +128,8 @@ class RolloutWorker:
             (``admissible_actions``, ``oracle_action``, ``task``, ``raw_obs``).
         marks_root: directory of this worker's call marks (see
             :mod:`~agent_memory.rollout.watchdog`); None: no marks, no step time limit.
+        policy: what the worker answers with itself in the asynchronous engine (None: the
+            driver calls the policy, lockstep).
     """
 
     def __init__(
@@ -137,8 +139,11 @@ class RolloutWorker:
         num_envs: int,
         meta_fields: Sequence[str] | None = None,
         marks_root: str | None = None,
+        policy: Any = None,
     ) -> None:
         self.index = index
+        self.job = job
+        self.policy = policy
         self.num_envs = num_envs
         self.meta_fields = set(meta_fields or [])
         self.marks = None if marks_root is None else CallMarks(marks_root, num_envs)
