@@ -213,7 +213,7 @@ def _core(
 
         def call(x: Any) -> None:
             step(x)
-            parts.prompts.build([0])
+            parts.builder.build([0])
 
         return Bench(call, prepare=prepare, close=mem.close)
 

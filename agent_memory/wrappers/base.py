@@ -44,7 +44,7 @@ class WrapperParts(NamedTuple):
 
     options: HistoryOptions
     recorder: EpisodeRecorder
-    prompts: PromptBuilder
+    builder: PromptBuilder
     flow: StepFlow
 
     @classmethod
@@ -56,12 +56,12 @@ class WrapperParts(NamedTuple):
                 template's frame.
         """
         recorder = EpisodeRecorder(num_envs, options)
-        prompts = PromptBuilder(
+        builder = PromptBuilder(
             recorder.memory, recorder.state, template=options.prompt_template,
             counter=options.counter, history_length=options.history_length,
             max_prompt_tokens=options.max_prompt_tokens,
         )  # fmt: skip
-        return cls(options, recorder, prompts, StepFlow(recorder, options.parser))
+        return cls(options, recorder, builder, StepFlow(recorder, options.parser))
 
 
 class OwnsHistory:
@@ -108,7 +108,7 @@ class OwnsHistory:
     @property
     def frame_tokens(self) -> int:
         """Tokens of the smallest prompt the template makes (empty observation, no history)."""
-        return self._parts.prompts.frame_tokens
+        return self._parts.builder.frame_tokens
 
     # ------------------------------------------------------------------ reading
 
@@ -152,7 +152,7 @@ class OwnsHistory:
     def _build(self, ids: Sequence[int]) -> None:
         """Rebuild the prompts and figures of ``ids`` (the others keep theirs)."""
         ids = list(ids)
-        built = self._parts.prompts.build(ids)
+        built = self._parts.builder.build(ids)
         for i, p in zip(ids, built.prompts, strict=True):
             self._prompts[i] = p
         for key in FIGURES:

@@ -31,4 +31,4 @@ class HistoryCore:
     @property
     def frame_tokens(self) -> int:
         """Tokens of the smallest prompt the template makes (empty observation, no history)."""
-        return self.parts.prompts.frame_tokens
+        return self.parts.builder.frame_tokens
