@@ -60,7 +60,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib.util
 import json
 import logging
@@ -74,7 +73,7 @@ from typing import Any, Literal
 
 from agent_memory.checks import check_choice, check_int, is_number
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt
+from agent_memory.policies.base import Policy, Prompt, episode_seed
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.openai_protocol import (
     messages_of,
@@ -98,7 +97,6 @@ __all__ = [
     "OpenAIPolicy",
     "ServerUnavailable",
     "TokenIdsMissing",
-    "request_seed",
 ]
 
 log = logging.getLogger(__name__)
@@ -437,7 +435,7 @@ class OpenAIPolicy(Policy):
         for i in range(n):
             m = meta[i] if meta is not None else {}
             if "traj_uid" in m and "step" in m:
-                seeds.append(request_seed(self.seed, m["traj_uid"], m["step"]))
+                seeds.append(episode_seed(self.seed, m["traj_uid"], m["step"]))
             else:
                 seeds.append(self.seed + first + i)
         return seeds
@@ -507,19 +505,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         return [_plain(v) for v in value]
     return value
-
-
-def request_seed(seed: int, traj_uid: str, step: int) -> int:
-    """The sampling seed of episode ``traj_uid``'s step ``step`` under base ``seed``: stable
-    across processes and runs, and independent of the order requests go out in.
-
-    Example:
-        >>> seed = request_seed(0, "g0-t1", 3)
-        >>> seed == request_seed(0, "g0-t1", 3) != request_seed(0, "g0-t1", 4)
-        True
-    """
-    digest = hashlib.blake2b(f"{seed}|{traj_uid}|{step}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % 2**31
 
 
 def _renderer(

@@ -152,13 +152,12 @@ class RolloutWorker:
         self.watchdog: CallWatchdog | None = None
         self.init_error: str | None = None
         self.live = np.zeros(num_envs, dtype=bool)
-        self.parked = np.ones(num_envs, dtype=bool)
         self.state_keys: list[str | None] = [None] * num_envs
         self.views: list[PromptView | None] = [None] * num_envs
         try:
+            # No env is reset until it gets an episode, and only envs with a response step:
+            # an env with nothing to play does no work (no game loaded, no sandbox).
             self.env = build_env(job, num_envs, self.marks)
-            self.env.unwrapped.set_attr("hold", self.parked.tolist())
-            self.env.reset()  # parked: no env work until an episode is assigned
         except Exception as e:  # reported by status(): a set-up error is not worth a restart
             self.init_error = describe_exception(e)
             return
@@ -180,27 +179,25 @@ class RolloutWorker:
     def reset_envs(
         self, assignments: Sequence[EpisodeAssignment], park: Sequence[int] = ()
     ) -> list[ResetResult]:
-        """Start the assigned episodes and park the envs in ``park``.
+        """Start the assigned episodes; the envs in ``park`` have nothing to play (they are not
+        reset, and no step touches them until they get an episode).
 
         Returns each assigned env's first prompt, or the error its reset raised. If the reset
         call itself fails (e.g. the memory cannot start the episodes), every assignment of the
         call gets that error.
         """
         self._check_ready()
-        if not assignments and not park:
+        self.live[list(park)] = False
+        if not assignments:
             return []
         mask = np.zeros(self.num_envs, dtype=bool)
         seeds: list[int | None] = [None] * self.num_envs
         for a in assignments:
-            mask[a.env], seeds[a.env], self.parked[a.env] = True, a.seed, False
-        for i in park:
-            mask[i], self.parked[i], self.live[i] = True, True, False
+            mask[a.env], seeds[a.env] = True, a.seed
         started = [a.env for a in assignments]
         self.live[started] = False
         try:
-            if assignments:
-                self.env.memory.set_groups(started, [a.group_uid for a in assignments])
-            self.env.unwrapped.set_attr("hold", self.parked.tolist())
+            self.env.memory.set_groups(started, [a.group_uid for a in assignments])
             prompts, info = self.env.reset(seed=seeds, options={"reset_mask": mask})
             views = self._views(started, prompts, info, acting=started)
         except Exception as e:
@@ -220,17 +217,19 @@ class RolloutWorker:
         return out
 
     def step(self, responses: Mapping[int, Any]) -> list[StepResult]:
-        """Apply the responses of live envs (parked envs idle) and report, per env, the step's
-        outcome and the next prompt. A finished env must get ``reset_envs`` (a new episode, or
-        parked) before its next step."""
+        """Apply the responses of the envs in ``responses`` (live ones); every other env is held
+        (not stepped, nothing stored). Reports, per stepped env, the step's outcome and the next
+        prompt. A finished env needs ``reset_envs`` (a new episode) before its next step."""
         self._check_ready()
         unknown = [i for i in responses if not (0 <= i < self.num_envs and self.live[i])]
         if unknown:
             raise ValueError(f"worker {self.index}: env(s) {unknown} have no running episode")
         stepped = sorted(responses)
         actions = [responses.get(i) for i in range(self.num_envs)]
+        acting = np.zeros(self.num_envs, dtype=bool)
+        acting[stepped] = True
         try:
-            prompts, rewards, terminated, truncated, info = self.env.step(actions)
+            prompts, rewards, terminated, truncated, info = self.env.step(actions, mask=acting)
             done = np.logical_or(terminated, truncated)
             # The oracle only for envs that act again: a finished env's next prompt is never
             # answered.
