@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from agent_memory.parsing import ActionParser
 from agent_memory.protocol import Generation
@@ -81,6 +81,11 @@ class Policy:
 
     #: Fields of ``meta`` this policy needs (see the module docstring).
     needs: ClassVar[frozenset[str]] = frozenset()
+    #: Where the asynchronous rollout runs it: ``"worker"`` — a copy inside each rollout worker,
+    #: beside its envs (cheap policies, and clients of a server: no round trip to the driver);
+    #: ``"service"`` — one instance in a policy service that batches the workers' concurrent
+    #: requests (a local model).
+    runs_in: ClassVar[Literal["worker", "service"]] = "service"
 
     def __init__(self, parser: ActionParser | None = None) -> None:
         self.parser = parser or ActionParser()
@@ -103,6 +108,12 @@ class Policy:
         """One :class:`~agent_memory.protocol.Generation` per prompt, in order (no token
         fields unless the policy samples tokens)."""
         return [Generation(text, policy_version=self.version) for text in self.act(prompts, meta)]
+
+    def for_workers(self, num_workers: int) -> Policy:
+        """The copy each of ``num_workers`` rollout workers runs (``runs_in == "worker"``):
+        this policy by default (it is pickled to each worker); a client of a server shares its
+        request budget among the workers."""
+        return self
 
     def close(self) -> None:
         """Release clients, models or processes (no-op by default)."""

@@ -69,7 +69,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from agent_memory.checks import check_choice, check_int, is_number
 from agent_memory.parsing import ActionParser
@@ -109,6 +109,9 @@ class ServerUnavailable(RuntimeError):
 
 class OpenAIPolicy(Policy):
     """Answers prompts with an OpenAI-compatible server (see the module docstring).
+
+    In an asynchronous rollout each worker runs a copy (:meth:`for_workers`) and every env's
+    request goes out on its own as soon as its step is done.
 
     Args:
         base_url: the API root, e.g. ``"http://localhost:8000/v1"`` (vLLM, SGLang),
@@ -153,6 +156,8 @@ class OpenAIPolicy(Policy):
         last_errors: ``{index in the last call's prompts: error message}`` for prompts answered
             ``""`` in the last call.
     """
+
+    runs_in: ClassVar = "worker"
 
     def __init__(
         self,
@@ -326,6 +331,16 @@ class OpenAIPolicy(Policy):
     ) -> list[str]:
         """:meth:`act` for async callers: the texts of :meth:`agenerate`."""
         return [g.text for g in await self.agenerate(prompts, meta)]
+
+    def for_workers(self, num_workers: int) -> OpenAIPolicy:
+        """A copy with ``concurrency / num_workers`` requests in flight (at least 1), so the
+        workers together keep about ``concurrency`` in flight; it opens its own connections."""
+        import copy
+
+        clone = copy.copy(self)
+        clone.__setstate__(self.__getstate__())
+        clone.concurrency = max(1, -(-self.concurrency // num_workers))
+        return clone
 
     def reset_stats(self) -> None:
         """Zero :attr:`stats` (e.g. between evaluation phases)."""

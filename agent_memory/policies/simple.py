@@ -34,6 +34,7 @@ class RandomPolicy(Policy):
     """
 
     needs: ClassVar[frozenset[str]] = frozenset({"admissible_actions"})
+    runs_in: ClassVar = "worker"
 
     def __init__(
         self,
@@ -83,6 +84,7 @@ class ScriptedPolicy(Policy):
     """
 
     needs: ClassVar[frozenset[str]] = frozenset({"oracle_action"})
+    runs_in: ClassVar = "worker"
 
     def act(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
@@ -139,6 +141,7 @@ class PromptOraclePolicy(Policy):
     """
 
     needs: ClassVar[frozenset[str]] = frozenset({"admissible_actions", "oracle_action"})
+    runs_in: ClassVar = "worker"
 
     def __init__(self, parser: ActionParser | None = None, env_id: str | None = None) -> None:
         super().__init__(parser)
