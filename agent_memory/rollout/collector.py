@@ -215,6 +215,7 @@ class Collector:
         runs = [book.running[s] for s in live]
         generations = self._answering.generate(*policy_inputs(runs))
         self.stats.policy_calls += 1
+        self.stats.policy_requests += len(runs)
         if len(generations) != len(live):
             raise RuntimeError(
                 f"policy {type(self._answering).__name__} returned {len(generations)} responses "

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -47,6 +47,8 @@ from agent_memory.protocol import (
     StepResult,
     WorkerStatus,
 )
+from agent_memory.rollout.episode_loop import EpisodeLoop
+from agent_memory.rollout.types import FinishedEpisode
 from agent_memory.rollout.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import Holdable, VectorHistoryWrapper
@@ -152,6 +154,7 @@ class RolloutWorker:
         self.watchdog: CallWatchdog | None = None
         self.init_error: str | None = None
         self.live = np.zeros(num_envs, dtype=bool)
+        self.loop: EpisodeLoop | None = None
         self.state_keys: list[str | None] = [None] * num_envs
         self.views: list[PromptView | None] = [None] * num_envs
         try:
@@ -261,6 +264,33 @@ class RolloutWorker:
                 self.live[i] = False
             out.append(result)
         return out
+
+    # ------------------------------------------------------------------ asynchronous engine
+
+    async def run(self, assignments: Sequence[EpisodeAssignment]) -> AsyncIterator[FinishedEpisode]:
+        """Play ``assignments`` (and what :meth:`assign` adds) on their own, with the worker's
+        policy, yielding each episode as it ends (a Ray streaming call; see
+        :mod:`agent_memory.rollout.episode_loop`). Ends after :meth:`finish`, once its episodes
+        have."""
+        self._check_ready()
+        r = self.job.rollout
+        self.loop = EpisodeLoop(self, self.policy, r.max_policy_lag, r.max_response_chars)
+        async for done in self.loop.run(assignments):
+            yield done
+
+    async def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
+        """More episodes for the running :meth:`run`."""
+        assert self.loop is not None
+        self.loop.assign(assignments)
+
+    async def finish(self) -> None:
+        """No more episodes: :meth:`run` ends once its episodes have."""
+        assert self.loop is not None
+        self.loop.finish()
+
+    def abandon(self, envs: Sequence[int]) -> None:
+        """The episodes on ``envs`` are given up (the driver runs them again elsewhere)."""
+        self.live[list(envs)] = False
 
     def close(self) -> None:
         """Close the envs and the memory; remove the call marks."""

@@ -19,7 +19,7 @@ from agent_memory.rollout import run_rollout
 from agent_memory.rollout.collector import RolloutFailed, WorkerSetupError
 from tests.rollout.conftest import make_job
 
-pytestmark = pytest.mark.usefixtures("ray_session")
+pytestmark = pytest.mark.usefixtures("ray_session", "engine")
 
 FAULTY = "tests.rollout.faulty:Faulty-v0"
 
