@@ -1,4 +1,5 @@
-"""``HistoryMemory``: the sliding window / token budget / whole-episode strategy.
+"""``HistoryMemory``: the window memory (the ``window`` strategy: sliding window, token budget or
+whole episode), and the per-env step store every "block + window" strategy builds on.
 
 Each step is rendered by the formatter and its tokens counted once, when it is stored; ``fetch``
 only slices and joins cached renderings, and a token budget is met with a binary search over
@@ -8,6 +9,11 @@ the episode has run. With ``capacity`` set, storage is bounded too: an env keeps
 
 Steps are kept as value tuples with one key tuple per episode (dicts are built when a record is
 read), which keeps the store path free of per-env dicts and the garbage collector's work small.
+
+Other strategies read a window memory through its public read API only: per env, the steps it
+holds (``held``, ``first_step``), their cached renderings (``renderings``) and token counts
+(``tokens``, ``step_tokens``), and how many of the newest steps a fetch would show
+(``window_steps``); :meth:`HistoryMemory.keep_newest` drops the oldest held steps (compaction).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from agent_memory.memory.base import (
     check_capacity,
     check_env_index,
     check_history_length,
+    check_int,
     check_num_envs,
     check_record_keys,
     check_state,
@@ -198,11 +205,7 @@ class HistoryMemory(BaseMemory):
         lengths: list[int] = []
         for i, rendered, b in zip(ids, windows, budgets, strict=True):
             n = len(rendered)
-            lo = 0 if hl == -1 else max(0, n - hl)
-            if b is not None and lo < n:
-                cum = self._cum[i]
-                # First index s >= lo whose suffix sum cum[n] - cum[s] fits the budget.
-                lo = bisect_left(cum, cum[n] - b, lo, n)
+            lo = self._window_lo(i, n, hl, b)
             contexts.append(join(rendered[lo:]))
             lengths.append(n - lo)
         return Fetched(contexts, lengths)
@@ -221,10 +224,72 @@ class HistoryMemory(BaseMemory):
         """:meth:`num_steps` of every env."""
         return [s + len(r) for s, r in zip(self._start, self._rows, strict=True)]
 
+    # ------------------------------------------------------------------ read API
+    # Positions count the steps env i holds (what ``memory[i]`` returns), oldest first:
+    # 0 .. held(i) - 1; the step at position p is step number ``first_step(i) + p``.
+
+    def held(self, env_id: int) -> int:
+        """How many steps env ``env_id`` holds (``len(memory[i])``; fewer than
+        :meth:`num_steps` once bounded storage or :meth:`keep_newest` dropped some)."""
+        i = check_env_index(env_id, self.num_envs)
+        return len(self._rows[i]) - self._dropped(i)
+
+    def first_step(self, env_id: int) -> int:
+        """The absolute step number of env ``env_id``'s oldest held step (1 when nothing was
+        dropped; ``num_steps + 1`` when nothing is held)."""
+        i = check_env_index(env_id, self.num_envs)
+        return self._start[i] + self._dropped(i) + 1
+
+    def renderings(self, env_id: int, start: int = 0, stop: int | None = None) -> list[Any]:
+        """The formatter's renderings (made at store time) of held steps ``[start, stop)``."""
+        i = check_env_index(env_id, self.num_envs)
+        off = self._dropped(i)
+        n = len(self._rows[i])
+        return self._rendered[i][off + start : n if stop is None else off + stop]
+
+    def tokens(self, env_id: int, start: int = 0, stop: int | None = None) -> int:
+        """Token count (made at store time) of held steps ``[start, stop)``, each with its
+        separator: O(1), read off prefix sums.
+
+        Example:
+            >>> mem = HistoryMemory(1, token_counter="chars")
+            >>> mem.store({"observation": ["a"], "action": ["b"]})
+            >>> mem.tokens(0), mem.step_tokens(0), mem.renderings(0)
+            (36, [36], ["[Observation 1: 'a', Action 1: 'b']"])
+        """
+        i = check_env_index(env_id, self.num_envs)
+        off = self._dropped(i)
+        cum = self._cum[i]
+        return cum[len(cum) - 1 if stop is None else off + stop] - cum[off + start]
+
     def step_tokens(self, env_id: int) -> list[int]:
         """Token counts (made at store time) of the steps :meth:`__getitem__` returns."""
         cum = self._cum[check_env_index(env_id, self.num_envs)]
         return self._held([b - a for a, b in pairwise(cum)])
+
+    def window_steps(self, env_id: int, history_length: int, max_tokens: int | None = None) -> int:
+        """How many of env ``env_id``'s newest steps ``fetch(history_length, max_tokens=...)``
+        shows (``max_tokens``: this env's budget, None for none; the memory's default is not
+        applied here).
+
+        Example:
+            >>> mem = HistoryMemory(1, token_counter="chars")
+            >>> for t in range(3):
+            ...     mem.store({"observation": ["a"], "action": ["b"]})
+            >>> mem.window_steps(0, -1), mem.window_steps(0, 2), mem.window_steps(0, -1, 80)
+            (3, 2, 2)
+        """
+        hl = check_history_length(history_length)
+        i = check_env_index(env_id, self.num_envs)
+        check_window_fits(hl, self.capacity)
+        n = len(self._rendered[i])
+        return n - self._window_lo(i, n, hl, check_budget(max_tokens))
+
+    def keep_newest(self, env_id: int, steps: int) -> None:
+        """Drop all but env ``env_id``'s newest ``steps`` held steps (step numbers stay
+        absolute: the next store is still step ``num_steps + 1``)."""
+        i = check_env_index(env_id, self.num_envs)
+        self._trim(i, check_int("steps", steps, 0))
 
     # ------------------------------------------------------------------ formatter
 
@@ -289,6 +354,22 @@ class HistoryMemory(BaseMemory):
                 self._trim(i, self.capacity)
 
     # ------------------------------------------------------------------ internals
+
+    def _dropped(self, i: int) -> int:
+        """Steps at the front of env ``i``'s lists that bounded storage no longer holds
+        (trimming is lazy: they are deleted once an env holds twice its capacity)."""
+        cap = self.capacity
+        n = len(self._rows[i])
+        return n - cap if cap is not None and n > cap else 0
+
+    def _window_lo(self, i: int, n: int, hl: int, budget: int | None) -> int:
+        """Index (into env ``i``'s ``n`` listed steps) of the oldest step a fetch shows."""
+        lo = 0 if hl == -1 else max(0, n - hl)
+        if budget is not None and lo < n:
+            cum = self._cum[i]
+            # First index s >= lo whose suffix sum cum[n] - cum[s] fits the budget.
+            lo = bisect_left(cum, cum[n] - budget, lo, n)
+        return lo
 
     def _held(self, items: list[Any]) -> list[Any]:
         """The part of a per-env list that bounded storage still holds (trimming is lazy)."""

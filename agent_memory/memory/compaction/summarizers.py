@@ -1,4 +1,5 @@
-"""Summarizers: fold old steps into a running summary (used by :class:`CompactionMemory`).
+"""Summarizers: fold old steps into a running summary (used by
+:class:`~agent_memory.memory.compaction.CompactionMemory`).
 
 A summarizer gets the previous summary, the steps being folded and a token budget, and returns
 the new summary: ``summarize(previous_summary, steps, max_tokens, counter=...) -> str``.
@@ -248,12 +249,12 @@ S = TypeVar("S", bound=Callable[..., Summarizer])
 _REGISTRY: Registry[Summarizer] = Registry(
     "summarizer",
     hint=" (or a Summarizer instance; register yours with "
-    "agent_memory.memory.summarizers.register_summarizer)",
+    "agent_memory.memory.compaction.register_summarizer)",
     instance_of=Summarizer,
     name_attr="registry_name",  # read back by Summarizer.name
     builtins={
-        "extractive": "agent_memory.memory.summarizers:ExtractiveSummarizer",
-        "llm": "agent_memory.memory.summarizers:LLMSummarizer",
+        "extractive": "agent_memory.memory.compaction.summarizers:ExtractiveSummarizer",
+        "llm": "agent_memory.memory.compaction.summarizers:LLMSummarizer",
     },
 )
 SummarizerSpec = str | Summarizer | Mapping[str, Any]
