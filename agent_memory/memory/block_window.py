@@ -22,10 +22,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from agent_memory.formatting import Formatter, FormatterSpec
-from agent_memory.memory.base import BaseMemory, EnvIds, Fetched, check_state, normalize_env_ids
+from agent_memory.memory.base import (
+    BaseMemory,
+    EnvIds,
+    Fetched,
+    FetchRequest,
+    check_state,
+    fetch_request,
+    normalize_env_ids,
+)
 from agent_memory.memory.window import HistoryMemory
 from agent_memory.tokens import TokenCounter, TokenCounterSpec
 
@@ -42,18 +50,18 @@ def _lines(items: Sequence[Any]) -> str:
     return "\n".join(items)
 
 
-@dataclass(frozen=True)
-class Block:
-    """One env's block for one fetch.
+class Block(NamedTuple):
+    """One env's block for one fetch (a tuple: made per env and fetch, it must be cheap).
 
     Attributes:
         items: what the block may show, the one to keep first first (a budget keeps a prefix).
-        costs: each item's tokens, the separator after it included.
+        costs: each item's tokens, the separator after it included; a callable that gives them
+            when asked (only a budget needs them).
         body: the block's text (below the header) from the kept items; default: one per line.
     """
 
     items: Sequence[Any]
-    costs: Sequence[int]
+    costs: Sequence[int] | Callable[[], Sequence[int]]
     body: Callable[[Sequence[Any]], str] = _lines
 
 
@@ -142,13 +150,16 @@ class BlockLayout:
 
     def compose(self, body: str, window: Any, chat: bool) -> Any:
         """The context of a block (``body``, below the header) and a joined ``window``."""
-        text = f"{self.header}\n{body}" if self.header else body
+        return self._composer(chat)(body, window)
+
+    def _composer(self, chat: bool) -> Callable[[str, Any], Any]:
+        """:meth:`compose` for one kind of context, its fixed parts joined once."""
+        head = f"{self.header}\n" if self.header else ""
         if chat:
-            return [{"role": self.role, "content": text}, *window]
-        if not window:
-            return text
-        mid = f"{self.window_header}\n" if self.window_header else ""
-        return f"{text}{self.gap}{mid}{window}"
+            role = self.role
+            return lambda body, window: [{"role": role, "content": head + body}, *window]
+        mid = self.gap + (f"{self.window_header}\n" if self.window_header else "")
+        return lambda body, window: f"{head}{body}{mid}{window}" if window else head + body
 
     def fetch(
         self,
@@ -165,32 +176,32 @@ class BlockLayout:
         Returns:
             The contexts with the window's lengths, and per env how many block items were kept.
         """
-        kept: list[int] = []
+        kept = [0 if block is None else len(block.items) for block in blocks]
+        if not any(kept):  # no env has a block: the plain window
+            return memory.fetch(history_length, ids, max_tokens=budgets), kept
         inner = None if budgets is None else list(budgets)
-        for j, (i, block) in enumerate(zip(ids, blocks, strict=True)):
-            b = None if budgets is None else budgets[j]
-            if block is None or not block.items:
-                kept.append(0)
-            elif b is None:
-                kept.append(len(block.items))
-            else:
+        if inner is not None:
+            for j, (i, block, b) in enumerate(zip(ids, blocks, inner, strict=True)):
+                if b is None or not kept[j]:
+                    continue
+                assert block is not None
 
                 def window(budget: int | None, i: int = i) -> tuple[int, int]:
                     steps = memory.window_steps(i, history_length, budget)
-                    held = memory.held(i)
-                    return steps, memory.tokens(i, held - steps)
+                    return steps, memory.tokens(i, memory.held(i) - steps)
 
                 held = memory.held(i)
                 newest = memory.tokens(i, held - 1) if held else 0
-                k, rest = self.split(b, block.costs, overhead, window, newest)
-                kept.append(k)
-                inner[j] = rest  # type: ignore[index]
+                costs = block.costs() if callable(block.costs) else block.costs
+                kept[j], inner[j] = self.split(b, costs, overhead, window, newest)
         base = memory.fetch(history_length, ids, max_tokens=inner)
-        chat = memory.formatter.output == "messages"
-        contexts = [
-            self.compose(block.body(block.items[:k]), ctx, chat) if k else ctx  # type: ignore[union-attr]
-            for block, ctx, k in zip(blocks, base.contexts, kept, strict=True)
-        ]
+        compose = self._composer(memory.formatter.output == "messages")
+        contexts = base.contexts
+        for j, k in enumerate(kept):
+            if k:
+                items, _, body = blocks[j]  # type: ignore[misc]
+                text = items[0] if k == 1 and body is _lines else body(items[:k])
+                contexts[j] = compose(text, contexts[j])
         return Fetched(contexts, base.lengths), kept
 
 
@@ -241,7 +252,7 @@ class WindowedMemory(BaseMemory):
             capacity=capacity,
         )  # fmt: skip
         self.num_envs = num_envs
-        self._all_ids = list(range(num_envs))
+        self._all_ids = normalize_env_ids(None, num_envs)
 
     # ------------------------------------------------------------------ shared attributes
 
@@ -304,6 +315,13 @@ class WindowedMemory(BaseMemory):
         return self._window.step_tokens(env_id)
 
     # ------------------------------------------------------------------ helpers
+
+    def _request(self, history_length: int, env_ids: EnvIds, max_tokens: Any) -> FetchRequest:
+        """A fetch's arguments validated against the window (:func:`fetch_request`)."""
+        return fetch_request(
+            history_length, env_ids, max_tokens, num_envs=self.num_envs,
+            default=self.max_tokens, capacity=self.capacity,
+        )  # fmt: skip
 
     def _ids(self, env_ids: EnvIds) -> list[int]:
         """``env_ids`` validated (all envs when None)."""

@@ -39,9 +39,10 @@ from agent_memory.memory.base import (
     check_record_keys,
     check_state,
     check_window_fits,
+    every_env,
+    fetch_request,
     normalize_env_ids,
     record_columns,
-    resolve_budgets,
 )
 from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
@@ -93,7 +94,7 @@ class HistoryMemory(BaseMemory):
         self.max_tokens = check_budget(max_tokens)
         self._formatter = make_formatter(formatter)
         self._counter = make_token_counter(token_counter)
-        self._all_ids = list(range(num_envs))
+        self._all_ids = normalize_env_ids(None, num_envs)
         # Per env: value tuples, renderings, token prefix sums (len = steps held + 1), steps
         # dropped from the front by bounded storage, and the episode's key tuple (None before
         # its first store).
@@ -186,15 +187,15 @@ class HistoryMemory(BaseMemory):
         Returns:
             ``Fetched(contexts, lengths)``: per env, the joined context and its number of steps.
         """
-        hl = check_history_length(history_length)
-        ids = self._all_ids if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
-        check_window_fits(hl, self.capacity)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
+        hl, ids, budgets = fetch_request(
+            history_length, env_ids, max_tokens, num_envs=self.num_envs, default=self.max_tokens,
+            capacity=self.capacity,
+        )  # fmt: skip
         fmt = self._formatter
         # The default join is a plain str.join: call it directly (no Python frame per env).
         join = fmt.separator.join if type(fmt).join is Formatter.join else fmt.join
         rendered_l = self._rendered
-        windows = rendered_l if env_ids is None else [rendered_l[i] for i in ids]
+        windows = rendered_l if every_env(ids) else [rendered_l[i] for i in ids]
         if budgets is None:  # the common case: a plain window, no per-env arithmetic
             if hl == 0:
                 return Fetched([join([]) for _ in ids], [0] * len(ids))
@@ -234,6 +235,20 @@ class HistoryMemory(BaseMemory):
         i = check_env_index(env_id, self.num_envs)
         return len(self._rows[i]) - self._dropped(i)
 
+    @property
+    def held_counts(self) -> list[int]:
+        """:meth:`held` of every env."""
+        cap = self.capacity
+        if cap is None:
+            return [len(r) for r in self._rows]
+        return [min(len(r), cap) for r in self._rows]
+
+    @property
+    def first_steps(self) -> list[int]:
+        """:meth:`first_step` of every env."""
+        return [s + n - h + 1 for s, n, h in zip(self._start, map(len, self._rows),
+                                                 self.held_counts, strict=True)]  # fmt: skip
+
     def first_step(self, env_id: int) -> int:
         """The absolute step number of env ``env_id``'s oldest held step (1 when nothing was
         dropped; ``num_steps + 1`` when nothing is held)."""
@@ -246,6 +261,46 @@ class HistoryMemory(BaseMemory):
         off = self._dropped(i)
         n = len(self._rows[i])
         return self._rendered[i][off + start : n if stop is None else off + stop]
+
+    def column(
+        self, env_id: int, key: str, start: int = 0, stop: int | None = None
+    ) -> list[Any] | None:
+        """The values of ``key`` in env ``env_id``'s held steps ``[start, stop)`` (None when
+        the episode's records have no such key): a record field without building records.
+
+        Example:
+            >>> mem = HistoryMemory(1)
+            >>> for act in ("up", "down"):
+            ...     mem.store({"observation": ["o"], "action": [act]})
+            >>> mem.column(0, "action"), mem.column(0, "action", 1), mem.column(0, "thought")
+            (['up', 'down'], ['down'], None)
+        """
+        i = check_env_index(env_id, self.num_envs)
+        keys = self._keys[i]
+        if keys is None or key not in keys:
+            return None
+        p, off, rows = keys.index(key), self._dropped(i), self._rows[i]
+        return [row[p] for row in rows[off + start : len(rows) if stop is None else off + stop]]
+
+    def renderings_at(self, env_id: int, positions: Sequence[int]) -> list[Any]:
+        """The renderings of env ``env_id``'s held steps at ``positions`` (in that order)."""
+        i = check_env_index(env_id, self.num_envs)
+        off, rendered = self._dropped(i), self._rendered[i]
+        return [rendered[off + p] for p in positions]
+
+    def tokens_at(self, env_id: int, positions: Sequence[int]) -> list[int]:
+        """The token counts of env ``env_id``'s held steps at ``positions`` (in that order).
+
+        Example:
+            >>> mem = HistoryMemory(1, token_counter="chars")
+            >>> for obs in ("a", "bbb"):
+            ...     mem.store({"observation": [obs], "action": ["x"]})
+            >>> mem.tokens_at(0, [1, 0]), mem.renderings_at(0, [1])
+            ([38, 36], ["[Observation 2: 'bbb', Action 2: 'x']"])
+        """
+        i = check_env_index(env_id, self.num_envs)
+        off, cum = self._dropped(i), self._cum[i]
+        return [cum[off + p + 1] - cum[off + p] for p in positions]
 
     def tokens(self, env_id: int, start: int = 0, stop: int | None = None) -> int:
         """Token count (made at store time) of held steps ``[start, stop)``, each with its

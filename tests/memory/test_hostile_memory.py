@@ -80,7 +80,7 @@ def test_length_counters_count_stored_steps_without_building_their_text():
         for fmt in ("simple", "code", "chat", "jinja"):
             mem = HistoryMemory(1, fmt, token_counter=counter)
             mem.store({"observation": ["o" * 1001], "action": ["act \ud83d"]})
-            texts = mem.formatter.texts_of(mem._rendered[0])
+            texts = mem.formatter.texts_of(mem.renderings(0))
             assert mem.step_tokens(0) == counter.count_many(texts), (spec, fmt)
 
 

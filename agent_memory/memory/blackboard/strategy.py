@@ -48,9 +48,7 @@ from agent_memory.memory.base import (
     EnvIds,
     Fetched,
     check_env_index,
-    check_history_length,
     normalize_env_ids,
-    resolve_budgets,
 )
 from agent_memory.memory.blackboard.board import SQLiteBoard
 from agent_memory.memory.blackboard.settings import BlackboardSettings, Scope
@@ -229,9 +227,7 @@ class BlackboardMemory(SettingsAttributes, WindowedMemory):
         ``lengths`` count window steps (notes are not steps). Notes are read with one query per
         fetch, and not at all while the board is unchanged.
         """
-        hl = check_history_length(history_length)
-        ids = self._ids(env_ids)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         if not self.settings.top_n:
             return self._window.fetch(hl, ids, max_tokens=budgets)
         visible = self._visible(ids)

@@ -1,10 +1,11 @@
 """Offloading large observations (:class:`~agent_memory.memory.compaction.CompactionMemory`).
 
 An observation longer than a limit is shown in the prompt as a short preview with an id
-(``[obs#3 offloaded: 2,048 chars; preview: ...]``): the memory renders its steps through a
-:class:`PreviewFormatter`, so the records keep the full text and only the rendering (what a
-prompt shows and what tokens are counted on) has the preview. The full texts are also kept per
-env in an :class:`Offloads` store keyed by step number, and returned by id on request.
+(``[obs#3 offloaded: 2,048 chars; preview: ...]``): the memory renders its steps with a
+:func:`previewing` copy of its formatter, so the records keep the full text and only the
+rendering (what a prompt shows and what tokens are counted on) has the preview. The full texts
+are also kept per env in an :class:`Offloads` store keyed by step number, and returned by id on
+request.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from agent_memory.formatting import Formatter
 
-__all__ = ["Offloads", "PreviewFormatter", "offload_id", "offload_preview"]
+__all__ = ["Offloads", "offload_id", "offload_preview", "previewing"]
 
 
 def offload_id(step: int) -> str:
@@ -72,67 +73,87 @@ class Offloads(dict[int, str]):
         return self[step]
 
 
-class PreviewFormatter(Formatter):
-    """Renders like ``inner``, but an observation (``inner.obs_key``) longer than ``limit``
-    characters as its preview (:func:`offload_preview` of its first ``chars`` characters). All
-    else (joining, token texts, :meth:`spec`, settings such as ``obs_key``) is ``inner``'s, so a
-    saved state's renderings compare equal to those of the bare formatter.
+class _Previewing:
+    """Put before a formatter's own class by :func:`previewing`: renders an observation longer
+    than ``offload_limit`` characters as its preview."""
 
-    Example:
-        >>> from agent_memory.formatting import make_formatter
-        >>> fmt = PreviewFormatter(make_formatter("simple"), limit=10, chars=6)
-        >>> fmt.render({"observation": "a very long log line", "action": "read"}, 3)
-        "[Observation 3: '[obs#3 offloaded: 20 chars; preview: a very ...]', Action 3: 'read']"
-        >>> fmt.spec() == make_formatter("simple").spec(), fmt.obs_key
-        (True, 'observation')
-    """
-
-    def __init__(self, inner: Formatter, limit: int, chars: int) -> None:
-        super().__init__()
-        self.inner, self.limit, self.chars = inner, limit, min(chars, limit)
-        self.key = getattr(inner, "obs_key", "observation")
-        # Instance attributes: what the memory reads of a formatter is the inner one's.
-        self.output = inner.output  # type: ignore[misc]
-        self.separator = inner.separator
+    offload_key: str
+    offload_limit: int
+    offload_chars: int
+    #: The formatter's own ``render_batch`` is the default, which calls ``render`` per step.
+    _batch_calls_render: bool
 
     def _shown(self, text: Any, step: int) -> Any:
-        if isinstance(text, str) and len(text) > self.limit:
-            return offload_preview(step, text, self.chars)
+        # A preview is never previewed again (a render_batch may call render).
+        if (
+            isinstance(text, str)
+            and len(text) > self.offload_limit
+            and not text.startswith(f"[{offload_id(step)} offloaded: ")
+        ):
+            return offload_preview(step, text, self.offload_chars)
         return text
 
     def render(self, record: Mapping[str, Any], step: int) -> Any:
-        if self.key in record:
-            record = {**record, self.key: self._shown(record[self.key], step)}
-        return self.inner.render(record, step)
+        key = self.offload_key
+        if key in record:
+            record = {**record, key: self._shown(record[key], step)}
+        return super().render(record, step)  # type: ignore[misc]
 
     def render_batch(self, columns: Mapping[str, Sequence[Any]], steps: Sequence[int]) -> list[Any]:
-        column = columns.get(self.key)
-        limit = self.limit
-        if column is not None and any(isinstance(o, str) and len(o) > limit for o in column):
+        column = columns.get(self.offload_key)
+        limit = self.offload_limit
+        if (
+            not self._batch_calls_render
+            and column is not None
+            and any(isinstance(o, str) and len(o) > limit for o in column)
+        ):
             shown = [self._shown(o, s) for o, s in zip(column, steps, strict=True)]
-            columns = {**columns, self.key: shown}
-        return self.inner.render_batch(columns, steps)
+            columns = {**columns, self.offload_key: shown}
+        return super().render_batch(columns, steps)  # type: ignore[misc]
 
-    def join(self, rendered: Sequence[Any]) -> Any:
-        return self.inner.join(rendered)
+    def __reduce__(self) -> tuple[Any, ...]:
+        # The class is made at run time: pickle the formatter it wraps and the limits.
+        own = type(self).__mro__[2]
+        inner = object.__new__(own)
+        inner.__dict__.update(
+            {k: v for k, v in self.__dict__.items() if not k.startswith("offload_")}
+        )
+        return previewing, (inner, self.offload_limit, self.offload_chars)
 
-    def empty(self) -> Any:
-        return self.inner.empty()
 
-    def text_of(self, rendered: Any) -> str:
-        return self.inner.text_of(rendered)
+_CLASSES: dict[type, type] = {}
 
-    def texts_of(self, rendered: Sequence[Any]) -> list[str]:
-        return self.inner.texts_of(rendered)
 
-    def spec(self) -> dict[str, Any]:
-        return self.inner.spec()
+def previewing(formatter: Formatter, limit: int, chars: int) -> Formatter:
+    """A copy of ``formatter`` that renders an observation (its ``obs_key``) longer than
+    ``limit`` characters as its preview (:func:`offload_preview` of the first ``chars``).
 
-    def __getattr__(self, name: str) -> Any:
-        # Settings of the inner formatter (obs_key, action_key, required_keys, ...).
-        if name == "inner":  # not set yet (unpickling): never recurse
-            raise AttributeError(name)
-        return getattr(self.inner, name)
+    The copy is an instance of a subclass of the formatter's own class, so everything else is
+    unchanged: joining, token texts, :meth:`~agent_memory.formatting.Formatter.spec` (a saved
+    state's renderings compare equal), ``isinstance`` checks and the memory's fast paths.
 
-    def __repr__(self) -> str:
-        return f"PreviewFormatter({self.inner!r}, limit={self.limit}, chars={self.chars})"
+    Example:
+        >>> from agent_memory.formatting import make_formatter
+        >>> simple = make_formatter("simple")
+        >>> fmt = previewing(simple, limit=10, chars=6)
+        >>> fmt.render({"observation": "a very long log line", "action": "read"}, 3)
+        "[Observation 3: '[obs#3 offloaded: 20 chars; preview: a very ...]', Action 3: 'read']"
+        >>> fmt.spec() == simple.spec(), isinstance(fmt, type(simple)), fmt.obs_key
+        (True, True, 'observation')
+    """
+    own = type(formatter)
+    cls = _CLASSES.get(own)
+    if cls is None:
+        batch_calls_render = own.render_batch is Formatter.render_batch
+        cls = type(
+            f"Previewing{own.__name__}",
+            (_Previewing, own),
+            {"_batch_calls_render": batch_calls_render, "__module__": __name__},
+        )
+        _CLASSES[own] = cls
+    fmt = object.__new__(cls)
+    fmt.__dict__.update(formatter.__dict__)
+    fmt.offload_key = getattr(formatter, "obs_key", "observation")  # type: ignore[attr-defined]
+    fmt.offload_limit = limit  # type: ignore[attr-defined]
+    fmt.offload_chars = min(chars, limit)  # type: ignore[attr-defined]
+    return fmt

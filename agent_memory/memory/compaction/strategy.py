@@ -16,7 +16,7 @@ After AgentScope's ``AutoContextMemory`` and MARSYS's managed memory, done per e
   summarizer, fallback, duration).
 * **Offloading**: an observation longer than ``offload_chars`` is shown in the context as a
   preview with an id (``[obs#3 offloaded: 2,048 chars; preview: ...]``, rendered by a
-  :class:`~agent_memory.memory.compaction.offload.PreviewFormatter`); the full text stays in
+  :func:`~agent_memory.memory.compaction.offload.previewing` formatter); the full text stays in
   the memory (and its state) and :meth:`CompactionMemory.load_offloaded` returns it.
   ``memory[i]`` keeps the full observations.
 
@@ -53,11 +53,9 @@ from agent_memory.memory.base import (
     EnvIds,
     Fetched,
     check_env_index,
-    check_history_length,
-    resolve_budgets,
 )
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
-from agent_memory.memory.compaction.offload import Offloads, PreviewFormatter, offload_id
+from agent_memory.memory.compaction.offload import Offloads, offload_id, previewing
 from agent_memory.memory.compaction.runner import SummaryRunner, dropped_summary
 from agent_memory.memory.compaction.settings import CompactionSettings
 from agent_memory.memory.compaction.summarizers import (
@@ -174,12 +172,6 @@ class CompactionMemory(SettingsAttributes, WindowedMemory):
     # ------------------------------------------------------------------ public extras
 
     @property
-    def formatter(self) -> Formatter:
-        """The formatter steps are rendered with (offloaded observations shown as previews)."""
-        fmt = self._window.formatter
-        return fmt.inner if isinstance(fmt, PreviewFormatter) else fmt
-
-    @property
     def verbatim_capacity(self) -> int | None:
         """At most this many verbatim steps per env (the ``capacity`` argument)."""
         return self.settings.capacity
@@ -248,10 +240,11 @@ class CompactionMemory(SettingsAttributes, WindowedMemory):
         self._window.store(record, ids)  # validates; nothing is stored when it raises
         limit, key = self.settings.offload_chars, self._obs_key
         if limit is not None and key in record:
-            for i, text in zip(ids, record[key], strict=True):
-                if isinstance(text, str) and len(text) > limit:
-                    steps = self._window.num_steps(i)
-                    self._offloaded[i].add(steps, text, self.settings.offload_capacity)
+            column = record[key]
+            for j in [j for j, o in enumerate(column) if isinstance(o, str) and len(o) > limit]:
+                i = ids[j]
+                steps = self._window.num_steps(i)
+                self._offloaded[i].add(steps, column[j], self.settings.offload_capacity)
         self._maybe_compact(ids)
 
     def fetch(
@@ -273,9 +266,7 @@ class CompactionMemory(SettingsAttributes, WindowedMemory):
         Returns:
             ``Fetched(contexts, lengths)``; lengths count verbatim steps.
         """
-        hl = check_history_length(history_length)
-        ids = self._ids(env_ids)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         blocks = [self._block[i] for i in ids]
         if hl == 0 or not any(blocks):
             return self._window.fetch(hl, ids, max_tokens=budgets)
@@ -337,15 +328,20 @@ class CompactionMemory(SettingsAttributes, WindowedMemory):
         limit = None
         if s.trigger_ratio is not None and self.max_tokens is not None:
             limit = s.trigger_ratio * self.max_tokens
+        held_l = window.held_counts
         due: list[tuple[int, str]] = []
-        for i in ids:
-            held = window.held(i)
-            if held <= keep:
-                continue
-            if trig is not None and held > trig:
-                due.append((i, "steps"))
-            elif limit is not None and window.tokens(i) + self._block_tokens(i) > limit:
-                due.append((i, "tokens"))
+        if limit is None:  # the usual case: a step trigger only (the settings ensure one)
+            assert trig is not None
+            due = [(i, "steps") for i in ids if held_l[i] > trig]
+        else:
+            for i in ids:
+                held = held_l[i]
+                if held <= keep:
+                    continue
+                if trig is not None and held > trig:
+                    due.append((i, "steps"))
+                elif window.tokens(i) + self._block_tokens(i) > limit:
+                    due.append((i, "tokens"))
         if due:
             self._compact(due)
 
@@ -402,24 +398,23 @@ class CompactionMemory(SettingsAttributes, WindowedMemory):
     def _folded_steps(self, i: int, k: int) -> list[FoldedStep]:
         """Env ``i``'s oldest ``k`` held steps, as a summarizer gets them."""
         window = self._window
-        records = window[i][:k]
-        obs_key, action_key = self._obs_key, self._action_key
-        start = window.first_step(i)
-        offl = self._offloaded[i]
-        if self.summarizer.reads_text or (records and obs_key not in records[0]):
+        obs = window.column(i, self._obs_key, 0, k)
+        acts = window.column(i, self._action_key, 0, k)
+        thoughts = window.column(i, "thought", 0, k)
+        if self.summarizer.reads_text or obs is None:
             texts = self.formatter.texts_of(window.renderings(i, 0, k))
         else:
             texts = [""] * k
+        start, offl = window.first_step(i), self._offloaded[i]
         out = []
-        for j, (rec, text) in enumerate(zip(records, texts, strict=True)):
-            step = start + j
-            thought = rec.get("thought")
+        for j, text in enumerate(texts):
+            step, thought = start + j, None if thoughts is None else thoughts[j]
             out.append(
                 FoldedStep(
                     step=step,
                     text=text,
-                    observation=str(rec[obs_key]) if obs_key in rec else None,
-                    action=str(rec[action_key]) if action_key in rec else None,
+                    observation=None if obs is None else str(obs[j]),
+                    action=None if acts is None else str(acts[j]),
                     thought=None if thought is None else str(thought),
                     offload_id=offload_id(step) if step in offl else None,
                 )
@@ -435,7 +430,7 @@ class CompactionMemory(SettingsAttributes, WindowedMemory):
         limit = self.settings.offload_chars
         if limit is None:
             return fmt
-        return PreviewFormatter(fmt, limit, self.settings.offload_preview)
+        return previewing(fmt, limit, self.settings.offload_preview)
 
     def _formatter_changed(self) -> None:
         fmt = self.formatter

@@ -42,14 +42,12 @@ from agent_memory.memory.base import (
     check_budget,
     check_capacity,
     check_env_index,
-    check_history_length,
     check_num_envs,
     check_record_keys,
     check_state,
-    check_window_fits,
+    fetch_request,
     normalize_env_ids,
     record_columns,
-    resolve_budgets,
 )
 from agent_memory.memory.conversation.messages import (
     ROLES,
@@ -340,10 +338,10 @@ class ConversationMemory(SettingsAttributes, BaseMemory):
             ``Fetched(contexts, lengths)``: per env, a list of OpenAI-format message dicts and
             the number of steps it holds.
         """
-        hl = check_history_length(history_length)
-        ids = normalize_env_ids(env_ids, self.num_envs)  # None: all envs
-        check_window_fits(hl, self.capacity)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
+        hl, ids, budgets = fetch_request(
+            history_length, env_ids, max_tokens, num_envs=self.num_envs, default=self.max_tokens,
+            capacity=self.capacity,
+        )  # fmt: skip
         contexts: list[Any] = []
         lengths: list[int] = []
         for j, i in enumerate(ids):

@@ -31,7 +31,13 @@ from agent_memory.memory.digest import clip, episode_digest
 from agent_memory.memory.episodic.rendering import render_block, render_results
 from agent_memory.memory.episodic.settings import EpisodicSettings
 from agent_memory.memory.episodic.store import EpisodeStore, MemoryRow, Scope
-from agent_memory.memory.episodic.tasks import Similarity, TaskIndex, lexical_scores, task_key_of
+from agent_memory.memory.episodic.tasks import (
+    EmbeddingSimilarity,
+    Similarity,
+    TaskIndex,
+    lexical_scores,
+    task_key_of,
+)
 
 __all__ = ["EpisodeArchive", "EpisodeState"]
 
@@ -59,7 +65,8 @@ class EpisodeState:
 
 class EpisodeArchive:
     """Mixin of :class:`~agent_memory.memory.episodic.EpisodicMemory`: everything that goes
-    through its episode store. The host sets ``settings``, ``store_``, ``scope`` and the per-env
+    through its episode store. The host sets ``num_envs`` and ``settings`` and calls
+    :meth:`_open_archive`, which sets up the store, the scope and the per-env
     :class:`EpisodeState` lists ``_eps`` (current) and ``_pending`` (reset before it ended).
 
     Example:
@@ -85,6 +92,26 @@ class EpisodeArchive:
     _recorded: int
     _eps: list[EpisodeState]
     _pending: list[EpisodeState | None]
+
+    def _open_archive(self) -> None:
+        """Open the store and set up the archive's state (from ``settings``)."""
+        s = self.settings
+        self.scope = s.scope()
+        self._similarity = (
+            lexical_scores
+            if s.similarity == "lexical"
+            else EmbeddingSimilarity(s.similarity)
+            if isinstance(s.similarity, str)
+            else s.similarity
+        )
+        self.store_ = EpisodeStore(
+            s.path, busy_timeout_s=s.busy_timeout_s, max_wait_s=s.max_wait_s,
+            synchronous=s.synchronous,
+        )  # fmt: skip
+        self._eps = [EpisodeState() for _ in range(self.num_envs)]
+        self._pending = [None] * self.num_envs
+        self._recorded = 0
+        self._tasks = TaskIndex()  # task texts in scope, synced by row id
 
     @property
     def path(self) -> str:

@@ -85,18 +85,14 @@ from agent_memory.memory.base import (
     check_env_index,
     check_state,
     normalize_env_ids,
-    resolve_budgets,
 )
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.episodic.archive import EpisodeArchive, EpisodeState
 from agent_memory.memory.episodic.settings import Control, EpisodicSettings
-from agent_memory.memory.episodic.store import EpisodeStore, Retention, Scope
+from agent_memory.memory.episodic.store import Retention, Scope
 from agent_memory.memory.episodic.tasks import (
-    EmbeddingSimilarity,
     KeyBy,
     Similarity,
-    TaskIndex,
-    lexical_scores,
 )
 from agent_memory.memory.settings import SettingsAttributes
 from agent_memory.memory.sqlite import Synchronous
@@ -214,27 +210,13 @@ class EpisodicMemory(SettingsAttributes, EpisodeArchive, WindowedMemory):
             num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
             capacity=capacity,
         )  # fmt: skip
-        self.scope = s.scope()
-        self._similarity: Similarity = (
-            lexical_scores
-            if s.similarity == "lexical"
-            else EmbeddingSimilarity(s.similarity)
-            if isinstance(s.similarity, str)
-            else s.similarity
-        )
+        self._open_archive()
         # The block is written with its header (render_block); "\n\n" parts it from the window.
         self.layout = BlockLayout(gap="\n\n", role=s.block_role, priority="block")
-        self.store_ = EpisodeStore(
-            s.path, busy_timeout_s=s.busy_timeout_s, max_wait_s=s.max_wait_s,
-            synchronous=s.synchronous,
-        )  # fmt: skip
-        self._eps = [EpisodeState() for _ in range(num_envs)]
-        self._pending: list[EpisodeState | None] = [None] * num_envs  # reset before ended
         self._blocks = [""] * num_envs
-        self._block_tokens = [0] * num_envs
+        # Per env: its block as the layout takes it (None: no block), made when it changes.
+        self._layout_blocks: list[Block | None] = [None] * num_envs
         self._counter_uid = 0
-        self._recorded = 0
-        self._tasks = TaskIndex()  # task texts in scope, synced by row id
         self._closed = False
         for i in range(num_envs):
             self._set_block(i)
@@ -265,15 +247,11 @@ class EpisodicMemory(SettingsAttributes, EpisodeArchive, WindowedMemory):
         ``lengths`` count window steps only. A token budget covers block and window: the block
         is counted first and left out when it alone does not fit; the window gets the rest.
         """
-        ids = self._ids(env_ids)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         if not self.settings.in_fetch:
-            return self._window.fetch(history_length, ids, max_tokens=budgets)
-        blocks = [
-            Block([self._blocks[i]], [self._block_tokens[i]]) if self._blocks[i] else None
-            for i in ids
-        ]
-        return self.layout.fetch(self._window, history_length, ids, budgets, blocks, 0)[0]
+            return self._window.fetch(hl, ids, max_tokens=budgets)
+        blocks = [self._layout_blocks[i] for i in ids]
+        return self.layout.fetch(self._window, hl, ids, budgets, blocks, 0)[0]
 
     # ------------------------------------------------------------------ episodes
 
@@ -373,7 +351,8 @@ class EpisodicMemory(SettingsAttributes, EpisodeArchive, WindowedMemory):
         text = "\n".join(parts)
         self._blocks[i] = text
         # Counted once, here: fetch only subtracts it from budgets.
-        self._block_tokens[i] = self.token_counter(text + "\n\n") if text else 0
+        tokens = self.token_counter(text + "\n\n") if text else 0
+        self._layout_blocks[i] = Block([text], [tokens]) if text else None
 
     # ------------------------------------------------------------------ retention
 

@@ -65,7 +65,6 @@ class StepRanking:
     capacity: int | None
     window: HistoryMemory
     settings: RetrievalSettings
-    _all_ids: list[int]
 
     def _init_indexes(self, encoder: EncoderSpec, index: IndexName) -> None:
         """Build the encoder and an empty index per env (``index``: validated by the settings)."""
@@ -89,12 +88,13 @@ class StepRanking:
         # Per env, aligned with the newest held steps (exactly ``capacity`` at most, while the
         # window memory trims lazily): the index, each step's text, its word set (lexical
         # rerank) and the newest step's item (the default query).
-        self._index: list[VectorIndex] = [self._new_index() for _ in self._all_ids]
-        self._texts: list[list[str]] = [[] for _ in self._all_ids]
-        self._wordsets: list[list[frozenset[str]]] = [[] for _ in self._all_ids]
+        envs = range(self.num_envs)
+        self._index: list[VectorIndex] = [self._new_index() for _ in envs]
+        self._texts: list[list[str]] = [[] for _ in envs]
+        self._wordsets: list[list[frozenset[str]]] = [[] for _ in envs]
         self._last_item: list[Any] = [None] * self.num_envs
         # Per env: text -> absolute indices (0-based) of the steps with that text.
-        self._occ: list[dict[str, list[int]]] = [{} for _ in self._all_ids]
+        self._occ: list[dict[str, list[int]]] = [{} for _ in envs]
 
     def rank(self, env_id: int, query: str, history_length: int) -> list[tuple[int, float, float]]:
         """Inspect retrieval: ``(step, similarity, rerank score)`` of the steps env ``env_id``
@@ -235,11 +235,12 @@ class StepRanking:
         cand_l, valid_l = cand.tolist(), valid.tolist()
         sims_l, score_l = sims.tolist(), score.tolist()
         top_k, dedup = s.top_k, s.dedup
+        first_steps = self.window.first_steps
         for r, (k, stop, _m, off) in enumerate(rows):
             i = entries[k][0]
             texts = self._texts[i]
             seen: set[str] = set(texts[stop:]) if dedup else set()
-            base = self.window.first_step(i) - 1 + off  # absolute index of index position 0
+            base = first_steps[i] - 1 + off  # absolute index of index position 0
             picked = out[k]
             for o in order[r]:
                 if not valid_l[r][o]:

@@ -52,9 +52,6 @@ from agent_memory.memory.base import (
     UNSET,
     EnvIds,
     Fetched,
-    check_history_length,
-    check_window_fits,
-    resolve_budgets,
 )
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.retrieval.ranking import Entry, StepRanking, window_bounds
@@ -183,7 +180,8 @@ class RetrievalMemory(SettingsAttributes, StepRanking, WindowedMemory):
             "\n".join(str(c[j]) for c in cols) if len(cols) > 1 else str(cols[0][j])
             for j in range(len(ids))
         ]
-        self._append(ids, texts, [self._window.num_steps(i) - 1 for i in ids])
+        counts = self._window.step_counts
+        self._append(ids, texts, [counts[i] - 1 for i in ids])
 
     def fetch(
         self,
@@ -214,24 +212,22 @@ class RetrievalMemory(SettingsAttributes, StepRanking, WindowedMemory):
             ValueError: bad history_length / budgets / queries, or ``query_source="explicit"``
                 without ``queries``.
         """
-        hl = check_history_length(history_length)
-        ids = self._ids(env_ids)
-        check_window_fits(hl, self.capacity)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         self._check_queries(queries, len(ids))
         ranked = self._retrieve(hl, ids, queries)
-        blocks = [self._block(i, ranked.get(j, [])) for j, i in enumerate(ids)]
         chat = self.formatter.output == "messages"
+        label = self.token_counter(_CHAT_LABEL) if chat else 0
+        blocks = [self._block(i, ranked.get(j, []), label) for j, i in enumerate(ids)]
         # The per-step counts include one separator each, which covers the "\n" after the
         # block unless the formatter joins with "".
         overhead = self.layout.overhead(
             self.token_counter, chat, uncovered="" if self.formatter.separator else "\n"
         )
         fetched, kept = self.layout.fetch(self._window, hl, ids, budgets, blocks, overhead)
-        first = [self._window.first_step(i) for i in ids]
+        first = self._window.first_steps
         self.last_retrieved = [
-            sorted(f + p for p in block.items[:k]) if block is not None else []
-            for block, k, f in zip(blocks, kept, first, strict=True)
+            sorted(first[i] + p for p in block.items[:k]) if block is not None else []
+            for i, block, k in zip(ids, blocks, kept, strict=True)
         ]
         return fetched
 
@@ -308,8 +304,9 @@ class RetrievalMemory(SettingsAttributes, StepRanking, WindowedMemory):
         last_step = self.settings.query_source == "last_step"
         entries: list[Entry] = []
         slots: list[int] = []
+        held = self._window.held_counts
         for j, i in enumerate(ids):
-            n = self._window.held(i)
+            n = held[i]
             w_lo = window_bounds(n, hl)
             if w_lo == 0:
                 continue
@@ -324,21 +321,22 @@ class RetrievalMemory(SettingsAttributes, StepRanking, WindowedMemory):
                 entries.append((i, q, qtext, qwords, w_lo, n))
         return dict(zip(slots, self._rank(entries), strict=True))
 
-    def _block(self, i: int, picked: list[int]) -> Block | None:
-        """Env ``i``'s block of retrieved steps (held positions, best first)."""
+    def _block(self, i: int, picked: list[int], label: int) -> Block | None:
+        """Env ``i``'s block of retrieved steps (held positions, best first; ``label``: the
+        tokens of a chat block's step label)."""
         if not picked:
             return None
         window, fmt = self._window, self.formatter
-        chat = fmt.output == "messages"
-        label = self.token_counter(_CHAT_LABEL) if chat else 0
-        costs = [window.tokens(i, p, p + 1) + label for p in picked]
-        first = window.first_step(i)
+
+        def costs() -> list[int]:
+            return [t + label for t in window.tokens_at(i, picked)]
 
         def body(kept: Sequence[int]) -> str:
             order = sorted(kept)
-            shown = [window.renderings(i, p, p + 1)[0] for p in order]
-            if not chat:
+            shown = window.renderings_at(i, order)
+            if fmt.output != "messages":
                 return fmt.join(shown)
+            first = window.first_step(i)
             return "\n".join(
                 f"Step {first + p}:\n{fmt.text_of(r)}".rstrip("\n")
                 for p, r in zip(order, shown, strict=True)
