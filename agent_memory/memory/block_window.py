@@ -168,10 +168,11 @@ class BlockLayout:
         ids: list[int],
         budgets: Sequence[int | None] | None,
         blocks: Sequence[Block | None],
-        overhead: int,
+        overhead: int | None = None,
     ) -> tuple[Fetched, list[int]]:
         """Each env's block and window from ``memory`` (``ids``: validated env ids; ``budgets``:
-        one per env or None; ``blocks``: one per env, None for none).
+        one per env or None; ``blocks``: one per env, None for none; ``overhead``: as
+        :meth:`overhead` gives it, counted with the memory's counter when None).
 
         Returns:
             The contexts with the window's lengths, and per env how many block items were kept.
@@ -180,7 +181,10 @@ class BlockLayout:
         if not any(kept):  # no env has a block: the plain window
             return memory.fetch(history_length, ids, max_tokens=budgets), kept
         inner = None if budgets is None else list(budgets)
+        chat = memory.formatter.output == "messages"
         if inner is not None:
+            if overhead is None:
+                overhead = self.overhead(memory.token_counter, chat)
             for j, (i, block, b) in enumerate(zip(ids, blocks, inner, strict=True)):
                 if b is None or not kept[j]:
                     continue
@@ -195,7 +199,7 @@ class BlockLayout:
                 costs = block.costs() if callable(block.costs) else block.costs
                 kept[j], inner[j] = self.split(b, costs, overhead, window, newest)
         base = memory.fetch(history_length, ids, max_tokens=inner)
-        compose = self._composer(memory.formatter.output == "messages")
+        compose = self._composer(chat)
         contexts = base.contexts
         for j, k in enumerate(kept):
             if k:

@@ -11,8 +11,9 @@ Steps are kept as value tuples with one key tuple per episode (dicts are built w
 read), which keeps the store path free of per-env dicts and the garbage collector's work small.
 
 Other strategies read a window memory through its public read API only: per env, the steps it
-holds (``held``, ``first_step``), their cached renderings (``renderings``) and token counts
-(``tokens``, ``step_tokens``), and how many of the newest steps a fetch would show
+holds (``held``, ``first_step``; ``held_counts``, ``first_steps`` for all envs), their fields
+(``column``), cached renderings (``renderings``, ``renderings_at``) and token counts
+(``tokens``, ``tokens_at``, ``step_tokens``), and how many of the newest steps a fetch would show
 (``window_steps``); :meth:`HistoryMemory.keep_newest` drops the oldest held steps (compaction).
 """
 

@@ -232,8 +232,7 @@ class BlackboardMemory(SettingsAttributes, WindowedMemory):
             return self._window.fetch(hl, ids, max_tokens=budgets)
         visible = self._visible(ids)
         blocks = [visible[self._group_key(i)] for i in ids]
-        overhead = self.layout.overhead(self.token_counter, self.output == "messages")
-        return self.layout.fetch(self._window, hl, ids, budgets, blocks, overhead)[0]
+        return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
 
     # ------------------------------------------------------------------ state
 

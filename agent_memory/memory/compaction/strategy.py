@@ -270,7 +270,7 @@ class CompactionMemory(SettingsAttributes, WindowedMemory):
         blocks = [self._block[i] for i in ids]
         if hl == 0 or not any(blocks):
             return self._window.fetch(hl, ids, max_tokens=budgets)
-        return self.layout.fetch(self._window, hl, ids, budgets, blocks, 0)[0]
+        return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
 
     # ------------------------------------------------------------------ formatter
 

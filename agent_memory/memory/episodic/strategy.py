@@ -251,7 +251,7 @@ class EpisodicMemory(SettingsAttributes, EpisodeArchive, WindowedMemory):
         if not self.settings.in_fetch:
             return self._window.fetch(hl, ids, max_tokens=budgets)
         blocks = [self._layout_blocks[i] for i in ids]
-        return self.layout.fetch(self._window, hl, ids, budgets, blocks, 0)[0]
+        return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
 
     # ------------------------------------------------------------------ episodes
 
