@@ -200,6 +200,9 @@ class RolloutConfig:
     max_episode_attempts: int = 2
     step_timeout_s: Optional[float] = 300.0
     max_response_chars: int = 100_000
+    layout: str = "step"
+    mode: str = "lockstep"
+    max_policy_lag: int = 0
     progress: bool = True
     save_parquet: bool = True
     output_dir: Optional[str] = None
@@ -234,6 +237,18 @@ class RolloutConfig:
             or (isinstance(self.step_timeout_s, (int, float)) and self.step_timeout_s > 0),
             "rollout.step_timeout_s", "null (no limit) or a number of seconds > 0",
             self.step_timeout_s, 300,
+        )  # fmt: skip
+        _need(
+            self.mode in ("lockstep", "async"),
+            "rollout.mode", "'async' or 'lockstep'", self.mode, "async",
+        )  # fmt: skip
+        _need(
+            _is_int(self.max_policy_lag) and self.max_policy_lag >= 0,
+            "rollout.max_policy_lag", "an int >= 0", self.max_policy_lag, 0,
+        )  # fmt: skip
+        _need(
+            self.layout in ("step", "episode"),
+            "rollout.layout", "'step' or 'episode'", self.layout, "step",
         )  # fmt: skip
         _need(
             _is_int(self.max_response_chars) and self.max_response_chars >= 1,

@@ -116,14 +116,14 @@ def main() -> None:
     j = job("agent_memory/Sokoban-v0", "random", total, 2, total // 2)
     t0 = time.perf_counter()
     collector = Collector(j)
-    collector._start_workers(total)
+    collector.pool.start(total)
     import ray
 
     starts = [EpisodeAssignment(i, f"t{i}", f"g{i}", seed=i) for i in range(total // 2)]
-    ray.get([w.reset_envs.remote(starts) for w in collector.workers])
+    ray.get([w.reset_envs.remote(starts) for w in collector.pool.workers])
     setup = time.perf_counter() - t0
-    workers_mib = [vm_hwm_mib(collector.worker_pid(w)) for w in range(len(collector.workers))]
-    for w in collector.workers:
+    workers_mib = [vm_hwm_mib(collector.worker_pid(w)) for w in range(len(collector.pool.workers))]
+    for w in collector.pool.workers:
         ray.kill(w)
     print(
         f"3. set-up of {total} envs (2 workers x {total // 2}), until every env has its first "

@@ -113,7 +113,11 @@ class HFPolicy(Policy):
 
     Args:
         path: a local directory holding the model and its tokenizer (``save_pretrained``), or
-            a hub id (``"org/name"``) already in the local Hugging Face cache.
+            a hub id (``"org/name"``) already in the local Hugging Face cache; or None with
+            ``model`` and ``tokenizer``.
+        model, tokenizer: a loaded ``transformers`` model and its tokenizer to generate with
+            instead (e.g. a trainer's live model: generation runs in eval mode and restores the
+            model's mode after).
         max_new_tokens: the most tokens generated per response.
         temperature: 0 for greedy decoding, else the sampling temperature.
         top_p: nucleus sampling mass (1.0 = off).
@@ -128,6 +132,9 @@ class HFPolicy(Policy):
         stop: strings that end a response; the text is cut before the first one found.
         num_threads: when set, ``torch.set_num_threads(num_threads)`` (process-wide). On a
             small shared CPU, 1 thread ran a tiny model ~7x faster than 2 here.
+        incremental: within an episode (``meta["traj_uid"]``), render a growing chat
+            incrementally: the model conditions on the ids it saw and sampled before (see
+            :mod:`agent_memory.policies.rendering`; needed for ``rollout.layout=episode``).
         parser: the env's action parser (unused for generation; kept for the interface).
 
     Raises:
@@ -143,8 +150,10 @@ class HFPolicy(Policy):
 
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        path: str | os.PathLike[str] | None = None,
         *,
+        model: Any = None,
+        tokenizer: Any = None,
         max_new_tokens: int = 256,
         temperature: float = 1.0,
         top_p: float = 1.0,
@@ -156,6 +165,7 @@ class HFPolicy(Policy):
         use_chat_template: bool | Literal["auto"] = "auto",
         stop: str | Sequence[str] | None = None,
         num_threads: int | None = None,
+        incremental: bool = False,
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
@@ -182,7 +192,13 @@ class HFPolicy(Policy):
                     'pip install "agent-memory[llm]"'
                 )
 
-        model_dir = resolve_model(path)
+        if (path is None) == (model is None) or (model is None) != (tokenizer is None):
+            raise ValueError(
+                "pass either path (a local model directory or a cached hub id) or both model "
+                f"and tokenizer, got path={path!r}, model={type(model).__name__}, "
+                f"tokenizer={type(tokenizer).__name__}"
+            )
+        model_dir = None if path is None else resolve_model(path)
         self.path = model_dir
         self.max_new_tokens = max_new_tokens
         self.temperature = float(temperature)
@@ -198,9 +214,14 @@ class HFPolicy(Policy):
             import torch
 
             torch.set_num_threads(num_threads)
-        self._load(model_dir, device, dtype)
-
-        self.renderer = PromptRenderer(self.tokenizer, use_chat_template, str(model_dir))
+        if model_dir is not None:
+            self._load(model_dir, device, dtype)
+        else:
+            self._adopt(model, tokenizer)
+        self.renderer = PromptRenderer(
+            self.tokenizer, use_chat_template, str(model_dir or "the given tokenizer"),
+            incremental=incremental,
+        )  # fmt: skip
         self.use_chat_template = use_chat_template
         self._context = _context_length(self.model.config)
         if self._context is not None and self._context <= max_new_tokens:
@@ -215,15 +236,9 @@ class HFPolicy(Policy):
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.device = _device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-        self.tokenizer.padding_side = "left"
-        if self.tokenizer.pad_token_id is None:
-            if self.tokenizer.eos_token_id is None:
-                raise ValueError(
-                    f"the tokenizer in {str(model_dir)!r} has neither a pad nor an EOS token: "
-                    "set pad_token in its tokenizer_config.json (batches need padding)"
-                )
-            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self._set_tokenizer(
+            AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True), str(model_dir)
+        )
         # transformers >= 4.56 names the argument dtype; older ones torch_dtype.
         version = tuple(int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
         dtype_arg = "dtype" if version >= (4, 56) else "torch_dtype"
@@ -232,6 +247,29 @@ class HFPolicy(Policy):
             str(model_dir), local_files_only=True, **{dtype_arg: torch_dtype}
         )
         self.model.to(self.device).eval()
+        self._set_eos()
+
+    def _adopt(self, model: Any, tokenizer: Any) -> None:
+        """Generate with a loaded model (not moved, not copied) and a copy of its tokenizer."""
+        import copy
+
+        self.model = model
+        self.device = next(model.parameters()).device
+        self._set_tokenizer(copy.copy(tokenizer), "the given tokenizer")
+        self._set_eos()
+
+    def _set_tokenizer(self, tokenizer: Any, where: str) -> None:
+        tokenizer.padding_side = "left"
+        if tokenizer.pad_token_id is None:
+            if tokenizer.eos_token_id is None:
+                raise ValueError(
+                    f"the tokenizer in {where!r} has neither a pad nor an EOS token: "
+                    "set pad_token in its tokenizer_config.json (batches need padding)"
+                )
+            tokenizer.pad_token = tokenizer.eos_token
+        self.tokenizer = tokenizer
+
+    def _set_eos(self) -> None:
         eos = self.model.generation_config.eos_token_id
         if eos is None:
             eos = self.tokenizer.eos_token_id
@@ -264,7 +302,11 @@ class HFPolicy(Policy):
             )
         if getattr(self, "model", None) is None:
             raise RuntimeError(f"the hf policy for {str(self.path)!r} is closed")
-        ids = [self._encode(p, i) for i, p in enumerate(prompts)]
+        episodes = [None] * len(prompts) if meta is None else [m.get("traj_uid") for m in meta]
+        ids = [
+            self.renderer.episode_ids(p, e, i)
+            for i, (p, e) in enumerate(zip(prompts, episodes, strict=True))
+        ]
         if not ids:
             return []
         import torch
@@ -282,7 +324,11 @@ class HFPolicy(Policy):
         self._calls += 1
         self.stats.add(call)
         self.last_stats = call
-        return [g for g in out if g is not None]
+        done = [g for g in out if g is not None]
+        for prompt, episode, g in zip(prompts, episodes, done, strict=True):
+            if episode is not None:
+                self.renderer.remember(episode, prompt, g.prompt_ids or [], g.response_ids or [])
+        return done
 
     def close(self) -> None:
         """Drop the model and tokenizer (and free the GPU cache). Idempotent."""
@@ -344,6 +390,8 @@ class HFPolicy(Policy):
         attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
         stopper = _stop_criteria(self.tokenizer, self.stop, width, len(batch))
         t0 = time.perf_counter()
+        training = self.model.training
+        self.model.eval()
         with torch.inference_mode():
             generated = self.model.generate(
                 input_ids=input_ids.to(self.device),
@@ -355,6 +403,7 @@ class HFPolicy(Policy):
             scores = torch.stack(generated.scores, dim=1).float().log_softmax(-1)
             new = generated.sequences[:, width:]
             chosen = scores.gather(-1, new.unsqueeze(-1)).squeeze(-1)
+        self.model.train(training)
         elapsed = time.perf_counter() - t0
         sampling = self.sampling_params()
         out = []

@@ -60,7 +60,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib.util
 import json
 import logging
@@ -70,11 +69,11 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from agent_memory.checks import check_choice, check_int, is_number
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt
+from agent_memory.policies.base import Policy, Prompt, episode_seed
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.openai_protocol import (
     messages_of,
@@ -98,7 +97,6 @@ __all__ = [
     "OpenAIPolicy",
     "ServerUnavailable",
     "TokenIdsMissing",
-    "request_seed",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,6 +109,9 @@ class ServerUnavailable(RuntimeError):
 
 class OpenAIPolicy(Policy):
     """Answers prompts with an OpenAI-compatible server (see the module docstring).
+
+    In an asynchronous rollout each worker runs a copy (:meth:`for_workers`) and every env's
+    request goes out on its own as soon as its step is done.
 
     Args:
         base_url: the API root, e.g. ``"http://localhost:8000/v1"`` (vLLM, SGLang),
@@ -142,6 +143,8 @@ class OpenAIPolicy(Policy):
         tokenizer: a local tokenizer directory or a cached hub id (the served model's): renders
             token-in prompts and checks the server's prompt ids.
         use_chat_template: for local rendering, as the ``hf`` policy takes it.
+        incremental: with ``token_in``, render an episode's growing chat incrementally (see
+            :mod:`agent_memory.policies.rendering`; needed for ``rollout.layout=episode``).
         parser: the env's action parser (unused for generation; kept for the interface).
 
     Raises:
@@ -153,6 +156,8 @@ class OpenAIPolicy(Policy):
         last_errors: ``{index in the last call's prompts: error message}`` for prompts answered
             ``""`` in the last call.
     """
+
+    runs_in: ClassVar = "worker"
 
     def __init__(
         self,
@@ -180,6 +185,7 @@ class OpenAIPolicy(Policy):
         token_in: bool = False,
         tokenizer: str | None = None,
         use_chat_template: bool | Literal["auto"] = "auto",
+        incremental: bool = False,
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
@@ -213,6 +219,10 @@ class OpenAIPolicy(Policy):
             raise ValueError(
                 "token_in=True renders prompts locally: pass tokenizer=<the served model's local "
                 "tokenizer directory or cached hub id>"
+            )
+        if incremental and not token_in:
+            raise ValueError(
+                "incremental=True renders token-id prompts: pass token_in=True (and a tokenizer)"
             )
         if token_in and mode != "completion":
             raise ValueError(
@@ -251,7 +261,9 @@ class OpenAIPolicy(Policy):
         self.token_in = token_in
         self.tokenizer_path = tokenizer
         self.use_chat_template = use_chat_template
-        self.renderer = None if tokenizer is None else _renderer(tokenizer, use_chat_template)
+        self.renderer = (
+            None if tokenizer is None else _renderer(tokenizer, use_chat_template, incremental)
+        )
         self._sender = Sender(
             self.url, mode, server, self.timeout, max_retries, self.backoff,
             self.max_retry_after, self.return_tokens, random.Random(seed),
@@ -300,7 +312,7 @@ class OpenAIPolicy(Policy):
             for f in call.futures:  # an interrupted caller leaves no queued requests behind
                 f.cancel()
             raise
-        return self._finish(call, out)
+        return self._remember(prompts, meta, self._finish(call, out))
 
     async def agenerate(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
@@ -312,13 +324,23 @@ class OpenAIPolicy(Policy):
             return []
         call = self._submit(requests)
         out = await asyncio.gather(*(asyncio.wrap_future(f) for f in call.futures))
-        return self._finish(call, list(out))
+        return self._remember(prompts, meta, self._finish(call, list(out)))
 
     async def aact(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
     ) -> list[str]:
         """:meth:`act` for async callers: the texts of :meth:`agenerate`."""
         return [g.text for g in await self.agenerate(prompts, meta)]
+
+    def for_workers(self, num_workers: int) -> OpenAIPolicy:
+        """A copy with ``concurrency / num_workers`` requests in flight (at least 1), so the
+        workers together keep about ``concurrency`` in flight; it opens its own connections."""
+        import copy
+
+        clone = copy.copy(self)
+        clone.__setstate__(self.__getstate__())
+        clone.concurrency = max(1, -(-self.concurrency // num_workers))
+        return clone
 
     def reset_stats(self) -> None:
         """Zero :attr:`stats` (e.g. between evaluation phases)."""
@@ -382,7 +404,8 @@ class OpenAIPolicy(Policy):
             body = dict(fields)
             local = None
             if self.renderer is not None:
-                local = self.renderer.ids(prompt, i)
+                episode = None if meta is None else meta[i].get("traj_uid")
+                local = self.renderer.episode_ids(prompt, episode, i)
             if self.token_in:
                 body["prompt"] = local
             elif self.mode == "chat":
@@ -406,6 +429,17 @@ class OpenAIPolicy(Policy):
             out.append(Request(data, local, self._sampling(body.get("seed"))))
         return out
 
+    def _remember(
+        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None,
+        out: list[Generation],
+    ) -> list[Generation]:  # fmt: skip
+        """Tell an incremental renderer what each episode's model saw and sampled."""
+        if self.renderer is not None and self.renderer.incremental and meta is not None:
+            for prompt, m, g in zip(prompts, meta, out, strict=True):
+                if m.get("traj_uid") is not None and g.has_tokens:
+                    self.renderer.remember(m["traj_uid"], prompt, g.prompt_ids, g.response_ids)
+        return out
+
     def _seeds(self, n: int, meta: Sequence[Mapping[str, Any]] | None) -> list[int | None]:
         """Each request's seed (see the module docstring)."""
         if self.seed is None:
@@ -416,7 +450,7 @@ class OpenAIPolicy(Policy):
         for i in range(n):
             m = meta[i] if meta is not None else {}
             if "traj_uid" in m and "step" in m:
-                seeds.append(request_seed(self.seed, m["traj_uid"], m["step"]))
+                seeds.append(episode_seed(self.seed, m["traj_uid"], m["step"]))
             else:
                 seeds.append(self.seed + first + i)
         return seeds
@@ -488,22 +522,11 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def request_seed(seed: int, traj_uid: str, step: int) -> int:
-    """The sampling seed of episode ``traj_uid``'s step ``step`` under base ``seed``: stable
-    across processes and runs, and independent of the order requests go out in.
-
-    Example:
-        >>> seed = request_seed(0, "g0-t1", 3)
-        >>> seed == request_seed(0, "g0-t1", 3) != request_seed(0, "g0-t1", 4)
-        True
-    """
-    digest = hashlib.blake2b(f"{seed}|{traj_uid}|{step}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % 2**31
-
-
-def _renderer(tokenizer: str, use_chat_template: bool | Literal["auto"]) -> PromptRenderer:
+def _renderer(
+    tokenizer: str, use_chat_template: bool | Literal["auto"], incremental: bool
+) -> PromptRenderer:
     from transformers import AutoTokenizer
 
     path = resolve_model(tokenizer, need="tokenizer")
     loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    return PromptRenderer(loaded, use_chat_template, str(path))
+    return PromptRenderer(loaded, use_chat_template, str(path), incremental=incremental)

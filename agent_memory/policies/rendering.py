@@ -7,6 +7,15 @@ tokens, e.g. BOS), and a message list is refused: a made-up rendering would give
 format it was not trained on. Shared by the ``hf`` policy and the ``openai`` policy's token-in
 mode, so both condition the model on the same ids.
 
+**Incremental (token-in/token-out) rendering** (``incremental=True``): within an episode whose chat
+prompt only grows — turn k+1's messages are turn k's, then an assistant message, then new
+user/tool messages — turn k+1's ids are turn k's prompt ids, then the response ids the model
+actually sampled, then the new messages' tokens: the template's text after the assistant turn's end
+token (as TRL and verl render tool results), tokenized alone. What the model conditions on is then
+exactly what it saw and produced before, never a re-tokenisation of its own output (which BPE can
+split differently); the assistant message's text in the prompt is not used. A prompt that does not
+extend the episode's previous one is rendered whole, as without ``incremental``.
+
 Example:
     >>> from agent_memory.models import build_tiny_lm
     >>> import tempfile, transformers
@@ -18,7 +27,9 @@ Example:
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_memory.protocol import Prompt
@@ -33,6 +44,19 @@ def check_use_chat_template(value: Any) -> bool | Literal["auto"]:
     return value
 
 
+@dataclass(frozen=True)
+class _Turn:
+    """An episode's last rendered turn: its messages and the ids the model conditioned on plus
+    the ids it sampled."""
+
+    messages: tuple[tuple[str, str], ...]
+    context: tuple[int, ...]
+
+
+#: Episodes whose last turn an incremental renderer remembers (the oldest are forgotten).
+MAX_EPISODES = 4096
+
+
 class PromptRenderer:
     """Renders prompts for one tokenizer (see the module docstring).
 
@@ -40,14 +64,16 @@ class PromptRenderer:
         tokenizer: a ``transformers`` tokenizer.
         use_chat_template: ``"auto"``, ``True`` or ``False``.
         source: how to name the tokenizer in errors (e.g. its path).
+        incremental: render an episode's growing chat incrementally (see the module docstring).
 
     Raises:
         ValueError: ``use_chat_template=True`` for a tokenizer without a chat template.
     """
 
     def __init__(
-        self, tokenizer: Any, use_chat_template: bool | Literal["auto"] = "auto", source: str = ""
-    ) -> None:
+        self, tokenizer: Any, use_chat_template: bool | Literal["auto"] = "auto", source: str = "",
+        incremental: bool = False,
+    ) -> None:  # fmt: skip
         check_use_chat_template(use_chat_template)
         has_template = bool(getattr(tokenizer, "chat_template", None))
         where = f"the tokenizer in {source!r}" if source else "the tokenizer"
@@ -59,7 +85,9 @@ class PromptRenderer:
         self.tokenizer = tokenizer
         self.use_chat_template = use_chat_template
         self.templated = has_template and use_chat_template in (True, "auto")
+        self.incremental = incremental
         self._where = where
+        self._turns: OrderedDict[str, _Turn] = OrderedDict()
 
     def text(self, prompt: Prompt, index: int = 0) -> str:
         """The text the model gets for ``prompt`` (after the chat template, if one applies).
@@ -115,3 +143,52 @@ class PromptRenderer:
                 )
             ids = [bos]
         return ids
+
+    def episode_ids(self, prompt: Prompt, episode: str | None, index: int = 0) -> list[int]:
+        """:meth:`ids`, or — with ``incremental`` and a chat ``prompt`` that extends episode
+        ``episode``'s last turn (see :meth:`remember`) — that turn's ids and sampled ids, then
+        the new messages' tokens."""
+        turn = self._turns.get(episode) if self.incremental and episode is not None else None
+        if turn is not None and isinstance(prompt, Sequence) and not isinstance(prompt, str):
+            suffix = self._suffix(turn, prompt, index)
+            if suffix is not None:
+                return [*turn.context, *suffix]
+        return self.ids(prompt, index)
+
+    def remember(
+        self, episode: str, prompt: Prompt, prompt_ids: Sequence[int], response_ids: Sequence[int]
+    ) -> None:
+        """Episode ``episode``'s turn: the model got ``prompt`` as ``prompt_ids`` and sampled
+        ``response_ids`` (no-op unless ``incremental`` and ``prompt`` is a chat)."""
+        if not self.incremental or isinstance(prompt, str):
+            return
+        key = tuple((str(m["role"]), str(m["content"])) for m in prompt)
+        self._turns[episode] = _Turn(key, (*prompt_ids, *response_ids))
+        self._turns.move_to_end(episode)
+        while len(self._turns) > MAX_EPISODES:
+            self._turns.popitem(last=False)
+
+    def _suffix(self, turn: _Turn, prompt: Sequence[Any], index: int) -> list[int] | None:
+        """The tokens of ``prompt``'s messages after ``turn``'s messages and one assistant
+        message, or None when ``prompt`` does not extend ``turn`` that way."""
+        old = [{"role": r, "content": c} for r, c in turn.messages]
+        n = len(old)
+        new = [dict(m) for m in prompt]
+        if (
+            len(new) < n + 2
+            or [(str(m.get("role")), str(m.get("content"))) for m in new[:n]] != list(turn.messages)
+            or new[n].get("role") != "assistant"
+            or any(m.get("role") == "assistant" for m in new[n + 1 :])
+        ):
+            return None
+        template = self.tokenizer.apply_chat_template
+        reply = {"role": "assistant", "content": "x"}  # its text is never used: the ids are
+        closed = template([*old, reply], tokenize=False)
+        full = template([*old, reply, *new[n + 1 :]], tokenize=False, add_generation_prompt=True)
+        if not full.startswith(closed):
+            return None  # the template re-renders earlier turns: no incremental rendering
+        # The sampled ids end with the end token; the template's text after it (a separator,
+        # the new turns, the generation prompt) is what the model reads next.
+        eos = self.tokenizer.eos_token
+        end = closed.rfind(eos) + len(eos) if eos and eos in closed else len(closed)
+        return list(self.tokenizer(full[end:], add_special_tokens=False)["input_ids"])

@@ -26,28 +26,23 @@ Failures (see :mod:`agent_memory.rollout.worker` for what the workers do themsel
 from __future__ import annotations
 
 import logging
-import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 from agent_memory.config import JobConfig
-from agent_memory.failures import clean_text, first_line
 from agent_memory.policies import Policy, make_policy
 from agent_memory.protocol import (
-    CrashReport,
     EpisodeAssignment,
     Generation,
     StepResult,
-    WorkerStatus,
 )
 from agent_memory.rollout.book import EpisodeBook, RunningEpisode, Slot
 from agent_memory.rollout.cluster import init_ray
-from agent_memory.rollout.jsonsafe import capped_text
-from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
-from agent_memory.rollout.worker import RolloutWorker, marks_dir
+from agent_memory.rollout.pool import WorkerPool, WorkerSetupError
+from agent_memory.rollout.records import policy_inputs, step_record
+from agent_memory.rollout.stats import RolloutStats
+from agent_memory.rollout.types import EpisodeSpec, Trajectory
 
 __all__ = [
     "Collector",
@@ -66,10 +61,6 @@ class RolloutFailed(RuntimeError):
     """The run could not finish its episodes (e.g. every worker died for good)."""
 
 
-class WorkerSetupError(RuntimeError):
-    """A rollout worker's constructor raised: a deterministic set-up error, not restarted."""
-
-
 def episode_specs(num_groups: int, group_size: int, seed: int) -> list[EpisodeSpec]:
     """``num_groups x group_size`` episodes; a group's members share the seed ``seed + group``.
 
@@ -82,26 +73,6 @@ def episode_specs(num_groups: int, group_size: int, seed: int) -> list[EpisodeSp
         for g in range(num_groups)
         for m in range(group_size)
     ]
-
-
-@dataclass
-class RolloutStats:
-    """Counters the summary reports."""
-
-    env_steps: int = 0
-    policy_calls: int = 0
-    worker_restarts: int = 0
-    workers_lost: int = 0
-    episodes_rerun: int = 0
-    #: Episodes ended by ``rollout.step_timeout_s``.
-    step_timeouts: int = 0
-    #: Seconds to start the workers and hand out the first episodes.
-    setup_time: float = 0.0
-    #: Seconds of the stepping loop (env-steps/s divides by this).
-    loop_time: float = 0.0
-    #: Both.
-    wall_time: float = 0.0
-    failures: list[str] = field(default_factory=list)
 
 
 class Collector:
@@ -126,11 +97,9 @@ class Collector:
         self.on_step = on_step
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.stats = RolloutStats()
-        self.workers: list[Any] = []
-        self.alive: list[bool] = []
-        self.restarts: list[int] = []
-        self.envs_per_worker = 0
+        self.pool = WorkerPool(job, self.run_id, self.stats, sorted(self.policy.needs))
         self.book: EpisodeBook | None = None
+        self._answering: Policy = self.policy
         #: Slots with nothing to play; they take re-runs when a worker dies.
         self.parked: set[Slot] = set()
 
@@ -141,7 +110,8 @@ class Collector:
         progress: Callable[[Trajectory], None] | None = None,
         on_episode: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:
-        """Run every episode; returns the trajectories in episode order.
+        """Run the job's episodes (``rollout.num_groups x group_size`` from ``rollout.seed``)
+        on workers started for them; returns the trajectories in episode order.
 
         Args:
             progress: called with each finished trajectory (e.g. a progress bar).
@@ -154,6 +124,51 @@ class Collector:
         """
         r = self.job.rollout
         specs = episode_specs(r.num_groups, r.group_size, r.seed)
+        t0 = time.perf_counter()
+        try:
+            self.start(len(specs))
+            self.stats.setup_time = time.perf_counter() - t0
+            return self.collect(specs, progress=progress, on_episode=on_episode)
+        finally:
+            self.stats.wall_time = time.perf_counter() - t0
+            self.close()
+
+    def start(self, num_episodes: int | None = None) -> None:
+        """Start the workers (sized for ``num_episodes`` at a time: default the job's). They
+        stay up across :meth:`collect` calls until :meth:`close`.
+
+        Raises:
+            WorkerSetupError: a worker's constructor raised.
+        """
+        r = self.job.rollout
+        self.pool.start(num_episodes or r.num_episodes)
+        self.parked = set(self.pool.slots())
+
+    def collect(
+        self,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[Trajectory], None] | None = None,
+        on_episode: Callable[[Trajectory], None] | None = None,
+        policy: Policy | None = None,
+    ) -> list[Trajectory]:
+        """Run ``specs`` on the started workers (a trainer calls this once per iteration, with
+        the weights of that iteration); returns their trajectories in order.
+
+        Args:
+            specs: the episodes.
+            progress, on_episode: as :meth:`run`.
+            policy: answers these episodes instead of the collector's policy (e.g. a greedy
+                one for evaluation); it must need no more meta fields than the workers give.
+
+        Raises:
+            RolloutFailed: no worker is left while episodes remain.
+        """
+        if policy is not None and not set(policy.needs) <= set(self.policy.needs):
+            raise ValueError(
+                f"policy {type(policy).__name__} needs {sorted(policy.needs)} but the workers "
+                f"were started for {sorted(self.policy.needs)}"
+            )
+        answering, self._answering = self._answering, policy or self.policy
 
         def finished(traj: Trajectory) -> None:
             if on_episode is not None:
@@ -161,13 +176,12 @@ class Collector:
             if progress is not None:
                 progress(traj)
 
+        r = self.job.rollout
         self.book = book = EpisodeBook(specs, r.max_episode_attempts, on_finish=finished)
-        t0 = t_loop = time.perf_counter()
+        steps0 = self.stats.env_steps
+        t_loop = time.perf_counter()
         try:
-            self._start_workers(len(specs))
-            self._fill(self._all_slots())
-            t_loop = time.perf_counter()
-            self.stats.setup_time = t_loop - t0
+            self._fill([])  # parked slots take the first episodes
             while book.running:
                 self._iteration(book)
                 if self.on_step is not None:
@@ -180,37 +194,39 @@ class Collector:
                     f"{self.stats.failures[-1] if self.stats.failures else '?'}"
                 )
         finally:
-            end = time.perf_counter()
-            self.stats.loop_time = end - t_loop
-            self.stats.wall_time = end - t0
-            self.stats.episodes_rerun = book.reruns
-            self._shutdown_workers()
+            self._answering = answering
+            self.stats.loop_time += time.perf_counter() - t_loop
+            self.stats.episodes_rerun += book.reruns
+            self.last_env_steps = self.stats.env_steps - steps0
         return book.trajectories()
+
+    def close(self) -> None:
+        """Close the workers' envs and memories and end them."""
+        self.pool.shutdown()
 
     def worker_pid(self, w: int) -> int:
         """Process id of worker ``w``."""
-        import ray
-
-        return ray.get(self.workers[w].pid.remote())
+        return self.pool.pid(w)
 
     # ------------------------------------------------------------------ one step
 
     def _iteration(self, book: EpisodeBook) -> None:
         live = sorted(book.running)
         runs = [book.running[s] for s in live]
-        generations = self.policy.generate(*policy_inputs(runs))
+        generations = self._answering.generate(*policy_inputs(runs))
         self.stats.policy_calls += 1
         if len(generations) != len(live):
             raise RuntimeError(
-                f"policy {type(self.policy).__name__} returned {len(generations)} responses for "
-                f"{len(live)} prompts: expected one response per prompt"
+                f"policy {type(self._answering).__name__} returned {len(generations)} responses "
+                f"for {len(live)} prompts: expected one response per prompt"
             )
         by_worker: dict[int, dict[int, Generation]] = {}
         for (w, i), gen in zip(live, generations, strict=True):
             by_worker.setdefault(w, {})[i] = gen
-        results, failed = self._gather(
+        workers = self.pool.workers
+        results, failed = self.pool.gather(
             {
-                w: self.workers[w].step.remote({i: g.text for i, g in gens.items()})
+                w: workers[w].step.remote({i: g.text for i, g in gens.items()})
                 for w, gens in by_worker.items()
             }
         )
@@ -232,140 +248,11 @@ class Collector:
         run.steps.append(step_record(run, gen, res, self.job.rollout.max_response_chars))
         self.stats.env_steps += 1
 
-    # ------------------------------------------------------------------ workers
-
-    def _start_workers(self, num_episodes: int) -> None:
-        import ray
-
-        r = self.job.rollout
-        num_workers = min(r.num_workers, num_episodes)
-        envs_per_worker = min(r.envs_per_worker, math.ceil(num_episodes / num_workers))
-        need = num_workers * r.num_cpus_per_worker
-        have = ray.cluster_resources().get("CPU", 0)
-        if need > have:
-            raise ValueError(
-                f"rollout.num_workers={num_workers} x rollout.num_cpus_per_worker="
-                f"{r.num_cpus_per_worker} needs {need:g} CPUs but the Ray cluster has {have:g}: "
-                "lower rollout.num_cpus_per_worker (fractions are allowed, e.g. 0.5) or "
-                "rollout.num_workers"
-            )
-        actor = ray.remote(RolloutWorker).options(
-            num_cpus=r.num_cpus_per_worker, max_restarts=r.max_restarts, max_task_retries=0
-        )
-        needs = sorted(self.policy.needs)
-        self.workers = [
-            actor.remote(w, self.job, envs_per_worker, needs, marks_dir(self.run_id, w))
-            for w in range(num_workers)
-        ]
-        self.envs_per_worker = envs_per_worker
-        self.alive = [True] * num_workers
-        self.restarts = [0] * num_workers
-        statuses, failed = self._gather({w: a.status.remote() for w, a in enumerate(self.workers)})
-        errors = {w: s.init_error for w, s in statuses.items() if s.init_error is not None}
-        errors.update(failed)
-        if errors:
-            w = min(errors)
-            raise WorkerSetupError(
-                f"rollout worker {w} could not start ({len(errors)} of {num_workers} workers "
-                f"failed):\n{errors[w]}"
-            )
-        log.info(
-            "%d rollout workers x %d envs (%s vectorization)",
-            num_workers, envs_per_worker, r.vectorization,
-        )  # fmt: skip
-
-    def _shutdown_workers(self) -> None:
-        """Close every live worker's envs and memory (files, sandboxes), then end the actors."""
-        import ray
-
-        closing = [w.close.remote() for w, ok in zip(self.workers, self.alive, strict=True) if ok]
-        if closing:
-            ray.wait(closing, num_returns=len(closing), timeout=30)
-        for worker in self.workers:
-            ray.kill(worker)
-
-    def _all_slots(self) -> list[Slot]:
-        return [
-            (w, i)
-            for w in range(len(self.workers))
-            if self.alive[w]
-            for i in range(self.envs_per_worker)
-        ]
-
-    def _gather(self, futures: dict[int, Any]) -> tuple[dict[int, Any], dict[int, str]]:
-        """Results of one remote call per worker, taken as they complete; the workers whose
-        call failed, with a readable description of why."""
-        import ray
-        from ray.exceptions import RayActorError, RayTaskError
-
-        pending = {ref: w for w, ref in futures.items()}
-        results: dict[int, Any] = {}
-        failed: dict[int, str] = {}
-        while pending:
-            ready, _ = ray.wait(list(pending), num_returns=1)
-            for ref in ready:
-                w = pending.pop(ref)
-                try:
-                    results[w] = ray.get(ref)
-                except (RayActorError, RayTaskError) as e:
-                    failed[w] = f"{type(e).__name__}: {clean_text(str(e), max_lines=12)}"
-                    if isinstance(e, RayTaskError):  # the worker lives but its state is unknown
-                        ray.kill(self.workers[w], no_restart=False)
-        return results, failed
-
     def _recover(self, w: int, error: str) -> list[Slot]:
-        """Worker ``w`` died (or raised): settle its episodes, wait for its restart. Returns its
-        slots for new episodes (none if it cannot come back)."""
-        book = self.book
-        assert book is not None
-        self.stats.failures.append(f"worker {w}: {error}")
-        log.warning("rollout worker %d failed: %s", w, first_line(error))
-        self.restarts[w] += 1
-        self.stats.worker_restarts += 1
-        status = None
-        if self.restarts[w] <= self.job.rollout.max_restarts:
-            status = self._wait_until_back(w)
-        crashes = {} if status is None else {c.env: c for c in status.crashes}
-        for slot in book.on_worker(w):
-            crash = crashes.get(slot[1])
-            if crash is not None and crash.reason == "timeout":
-                limit = self.job.rollout.step_timeout_s
-                self.stats.step_timeouts += 1
-                book.finish(
-                    slot, error=f"the env's {crash.phase} ran {crash.seconds} s, longer than "
-                    f"rollout.step_timeout_s={limit}: the worker was restarted",
-                )  # fmt: skip
-            elif crash is not None or not crashes:
-                # This env took the process down, or nobody can tell which did: charge it.
-                book.interrupt(slot, charge=True, reason=_crash_reason(crash, w))
-            else:
-                book.interrupt(slot, charge=False, reason="")
-        self.parked -= {(w, i) for i in range(self.envs_per_worker)}
-        if status is None or status.init_error is not None:
-            if status is not None:
-                self.stats.failures.append(f"worker {w} could not restart: {status.init_error}")
-            self.alive[w] = False
-            self.stats.workers_lost += 1
-            log.warning("rollout worker %d is gone; %d workers left", w, sum(self.alive))
-            return []
-        return [(w, i) for i in range(self.envs_per_worker)]
-
-    def _wait_until_back(self, w: int, timeout: float = 120.0) -> WorkerStatus | None:
-        """Wait while Ray restarts worker ``w`` (calls fail as "unavailable" meanwhile); its
-        status, or None when it is dead for good or does not answer within ``timeout`` s."""
-        import ray
-        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
-
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                left = max(0.1, deadline - time.monotonic())
-                return ray.get(self.workers[w].status.remote(), timeout=left)
-            except ActorUnavailableError:
-                time.sleep(0.2)
-            except (RayActorError, GetTimeoutError):
-                return None
-        return None
+        """Worker ``w`` failed: the pool settles its episodes; its slots are no longer parked."""
+        assert self.book is not None
+        self.parked -= set(self.pool.slots(w)) | {(w, i) for i in range(self.pool.envs_per_worker)}
+        return self.pool.recover(w, error, self.book)
 
     def _fill(self, slots: Sequence[Slot]) -> None:
         """Give each free slot the next waiting episode, or park it: one call per worker.
@@ -382,7 +269,7 @@ class Collector:
             park: dict[int, list[int]] = {}
             for slot in dict.fromkeys(slots):
                 w, i = slot
-                if not self.alive[w]:
+                if not self.pool.alive[w]:
                     continue
                 run = book.start(slot)
                 if run is None:
@@ -392,10 +279,10 @@ class Collector:
                 s = run.spec
                 plan.setdefault(w, []).append(EpisodeAssignment(i, s.traj_uid, s.group_uid, s.seed))
             calls = {
-                w: self.workers[w].reset_envs.remote(plan.get(w, []), park.get(w, []))
+                w: self.pool.workers[w].reset_envs.remote(plan.get(w, []), park.get(w, []))
                 for w in sorted(set(plan) | set(park))
             }
-            results, failed = self._gather(calls)
+            results, failed = self.pool.gather(calls)
             slots = []
             for w, error in failed.items():
                 slots += self._recover(w, error)
@@ -407,54 +294,6 @@ class Collector:
                         slots.append(slot)
                     else:
                         book.running[slot].view = res.view
-
-
-def policy_inputs(runs: Sequence[RunningEpisode]) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The prompts of running episodes and each one's meta for the policy: the fields it asked
-    for, plus the episode's ``traj_uid`` and the ``step`` it is about to take."""
-    prompts, metas = [], []
-    for run in runs:
-        view = run.view
-        assert view is not None  # a running episode has shown a prompt
-        prompts.append(view.prompt)
-        metas.append({**view.meta, "traj_uid": run.spec.traj_uid, "step": len(run.steps) + 1})
-    return prompts, metas
-
-
-def step_record(
-    run: RunningEpisode, gen: Generation, res: StepResult, max_response_chars: int
-) -> StepRecord:
-    """The record of ``run``'s next step: its prompt view, the policy's generation, the env's
-    outcome. The context length is the real prompt's token count when the policy reports ids."""
-    view = run.view
-    assert view is not None
-    text, chars = capped_text(gen.text, max_response_chars)
-    tokens = len(gen.prompt_ids) if gen.prompt_ids is not None else view.context_tokens
-    return StepRecord(
-        step=len(run.steps) + 1,
-        prompt=view.prompt,
-        response=text,
-        response_chars=chars,
-        parsed_action=res.parsed_action,
-        valid=res.is_action_valid,
-        invalid_reason=res.invalid_reason,
-        reward=res.reward,
-        terminated=res.terminated,
-        truncated=res.truncated,
-        context_tokens=tokens,
-        context_chars=view.context_chars,
-        history_steps=view.history_steps,
-        state_key=res.state_key,
-        observation=view.observation,
-        thought=res.thought,
-        generation=gen,
-    )
-
-
-def _crash_reason(crash: CrashReport | None, w: int) -> str:
-    if crash is None:
-        return f"worker {w} died while this episode ran on it"
-    return f"the env's {crash.phase} ended its worker process ({w})"
 
 
 def build_policy(job: JobConfig) -> Policy:

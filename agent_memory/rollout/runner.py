@@ -162,7 +162,7 @@ def _summary(
     job: JobConfig, collector: Collector | None, labels: dict[str, Any] | None, status: str,
     error: str | None,
 ) -> dict[str, Any]:  # fmt: skip
-    from agent_memory.rollout.collector import RolloutStats
+    from agent_memory.rollout.stats import RolloutStats
 
     trajs = [] if collector is None or collector.book is None else collector.book.trajectories()
     stats = RolloutStats() if collector is None else collector.stats

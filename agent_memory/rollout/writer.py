@@ -7,6 +7,8 @@
 * ``trajectories.parquet`` — the same rows, written at close with the explicit
   :func:`row_schema` (the same column types in every run, all-null columns included; chat
   prompts and parsed actions as JSON text).
+* ``episodes.jsonl`` / ``episodes.parquet`` — with ``rollout.layout=episode``, one sample per
+  episode (:mod:`agent_memory.rollout.layouts`), written as its group completes, the same way.
 * ``summary.json`` — at close, written to a temp file and renamed into place: ``"status"`` is
   ``"ok"``, ``"failed"`` (with ``"error"``) or ``"interrupted"``; floats are rounded for reading.
 
@@ -24,10 +26,11 @@ from typing import Any
 
 from agent_memory.config import JobConfig
 from agent_memory.rollout.jsonsafe import jsonable
+from agent_memory.rollout.layouts import episode_sample
 from agent_memory.rollout.outputs import compute_advantages, step_rows
 from agent_memory.rollout.types import Trajectory
 
-__all__ = ["ROW_COLUMNS", "RolloutWriter", "readable", "row_schema"]
+__all__ = ["EPISODE_COLUMNS", "ROW_COLUMNS", "RolloutWriter", "readable", "row_schema"]
 
 #: The columns of a step row, their Arrow types (as ``pyarrow`` type factory names, with list
 #: item types after ``list:``) and what they hold.
@@ -68,8 +71,26 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
 }
 
 
-def row_schema() -> Any:
-    """The ``pyarrow.Schema`` of ``trajectories.parquet`` (see :data:`ROW_COLUMNS`).
+#: The columns of an episode sample (``rollout.layout=episode``), as :data:`ROW_COLUMNS`.
+EPISODE_COLUMNS: dict[str, tuple[str, str]] = {
+    "group_uid": ("string", "the episode's group"),
+    "traj_uid": ("string", "the episode"),
+    "prompt_ids": ("list:int64", "turn 1's prompt ids"),
+    "completion_ids": ("list:int64", "every later token the model saw or produced"),
+    "completion_mask": ("list:int8", "1 on the model's tokens, 0 on the env's and template's"),
+    "completion_logprobs": ("list:float64", "sampling log-probs of the model's tokens, else 0"),
+    "token_advantages": ("list:float64", "each model token's step advantage, else 0"),
+    "advantage": ("float64", "the episode's advantage"),
+    "episode_return": ("float64", "the sum of its rewards"),
+    "won": ("bool_", "the env's verdict"),
+    "turns": ("int64", "the model's turns"),
+    "policy_versions": ("list:int64", "the weights' version of each turn"),
+}
+
+
+def row_schema(columns: dict[str, tuple[str, str]] | None = None) -> Any:
+    """The ``pyarrow.Schema`` of ``trajectories.parquet`` (:data:`ROW_COLUMNS`), or of other
+    ``columns`` such as :data:`EPISODE_COLUMNS`.
 
     Example:
         >>> schema = row_schema()
@@ -83,7 +104,8 @@ def row_schema() -> Any:
             return pa.list_(arrow(kind[5:]))
         return getattr(pa, kind)()
 
-    return pa.schema([pa.field(name, arrow(kind)) for name, (kind, _) in ROW_COLUMNS.items()])
+    columns = ROW_COLUMNS if columns is None else columns
+    return pa.schema([pa.field(name, arrow(kind)) for name, (kind, _) in columns.items()])
 
 
 def readable(value: Any) -> Any:
@@ -121,9 +143,18 @@ class RolloutWriter:
         }
         if job.rollout.save_parquet:
             self.paths["parquet"] = self.out / "trajectories.parquet"
+        self.episodes = job.rollout.layout == "episode"
+        if self.episodes:
+            self.paths["episodes_jsonl"] = self.out / "episodes.jsonl"
+            if job.rollout.save_parquet:
+                self.paths["episodes_parquet"] = self.out / "episodes.parquet"
         self._jsonl = self.paths["jsonl"].open("w", encoding="utf-8")
+        self._episodes_jsonl = (
+            self.paths["episodes_jsonl"].open("w", encoding="utf-8") if self.episodes else None
+        )
         self._open: dict[str, list[Trajectory]] = {}
         self._rows: list[dict[str, Any]] = []
+        self._episode_rows: list[dict[str, Any]] = []
         self.counts: dict[str, int] = {}
 
     def add(self, traj: Trajectory) -> None:
@@ -144,8 +175,12 @@ class RolloutWriter:
             self._write(group)
         self._open.clear()
         self._jsonl.close()
+        if self._episodes_jsonl is not None:
+            self._episodes_jsonl.close()
         if "parquet" in self.paths:
-            self._write_parquet()
+            self._write_parquet(self._rows, ROW_COLUMNS, self.paths["parquet"])
+        if "episodes_parquet" in self.paths:
+            self._write_parquet(self._episode_rows, EPISODE_COLUMNS, self.paths["episodes_parquet"])
         summary["outputs"] = {k: str(v) for k, v in self.paths.items()}
         tmp = self.paths["summary"].with_name("summary.json.tmp")
         text = json.dumps(readable(jsonable(summary)), indent=2, ensure_ascii=False) + "\n"
@@ -160,18 +195,27 @@ class RolloutWriter:
             self._jsonl.write(json.dumps(safe, ensure_ascii=False) + "\n")
             self._rows.append(safe)
         self._jsonl.flush()
+        if self._episodes_jsonl is not None:
+            for t in ordered:
+                if t.error is not None and not t.steps:
+                    continue  # never started: nothing to train on (the summary lists it)
+                row = jsonable(episode_sample(t).row())
+                self._episodes_jsonl.write(json.dumps(row, ensure_ascii=False) + "\n")
+                self._episode_rows.append(row)
+            self._episodes_jsonl.flush()
 
-    def _write_parquet(self) -> None:
+    @staticmethod
+    def _write_parquet(
+        rows: list[dict[str, Any]], columns: dict[str, tuple[str, str]], path: Path
+    ) -> None:
         import pyarrow as pa
         import pyarrow.parquet as pq
 
         flat = [
-            {**r, "prompt": _text(r["prompt"]), "parsed_action": _text(r["parsed_action"])}
-            for r in self._rows
+            {k: _text(v) if k in ("prompt", "parsed_action") else v for k, v in r.items()}
+            for r in rows
         ]
-        schema = row_schema()
-        table = pa.Table.from_pylist(flat, schema=schema)
-        pq.write_table(table, self.paths["parquet"])
+        pq.write_table(pa.Table.from_pylist(flat, schema=row_schema(columns)), path)
 
 
 def _text(value: Any) -> str | None:

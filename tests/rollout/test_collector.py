@@ -160,3 +160,21 @@ def test_async_sub_envs_with_the_scripted_oracle():
     job.rollout.vectorization = "async"
     trajs = Collector(job).run()
     assert len(trajs) == 4 and all(t.won and len(t.steps) == 4 for t in trajs)
+
+
+def test_workers_stay_up_across_collect_calls():
+    from agent_memory.rollout.collector import episode_specs
+
+    job = make_job("agent_memory/Recall-v0", groups=2, size=2, workers=2, envs=2, num_distractors=1)
+    collector = Collector(job)
+    collector.start()
+    try:
+        pids = [collector.worker_pid(w) for w in range(2)]
+        first = collector.collect(episode_specs(2, 2, seed=0))
+        second = collector.collect(episode_specs(3, 2, seed=100))  # more episodes than slots
+        assert [collector.worker_pid(w) for w in range(2)] == pids  # the same processes
+    finally:
+        collector.close()
+    assert [t.spec.seed for t in first] == [0, 0, 1, 1]
+    assert [t.spec.seed for t in second] == [100, 100, 101, 101, 102, 102]
+    assert all(t.won and len(t.steps) == 3 for t in first + second)

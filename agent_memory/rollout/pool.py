@@ -1,0 +1,223 @@
+"""``WorkerPool``: a run's Ray rollout workers — started, watched, restarted, closed.
+
+Shared by both engines (lockstep and asynchronous): the engine decides what each worker does;
+the pool starts the actors (a constructor error stops the run at once, with the worker's own
+message), collects the results of calls as they arrive with readable failures, settles the
+episodes of a worker that died (see :meth:`WorkerPool.recover`: only the episode whose env took
+the process down is charged an attempt, when the worker's call marks name it) and waits for Ray
+to bring it back.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from typing import Any
+
+from agent_memory.config import JobConfig
+from agent_memory.failures import clean_text, first_line
+from agent_memory.protocol import CrashReport, WorkerStatus
+from agent_memory.rollout.book import EpisodeBook, Slot
+from agent_memory.rollout.stats import RolloutStats
+from agent_memory.rollout.worker import RolloutWorker, marks_dir
+
+__all__ = ["WorkerPool", "WorkerSetupError"]
+
+log = logging.getLogger("agent_memory.rollout.collector")
+
+
+class WorkerSetupError(RuntimeError):
+    """A rollout worker's constructor raised: a deterministic set-up error, not restarted."""
+
+
+class WorkerPool:
+    """The workers of one run (see the module docstring).
+
+    Args:
+        job: the validated job.
+        run_id: names the workers' call-mark directories.
+        stats: the run's counters (restarts, failures, timeouts are added here).
+        meta_fields: what the policy needs besides the prompt (``Policy.needs``).
+        policy: what the workers answer with themselves (asynchronous engine), or None.
+    """
+
+    def __init__(
+        self, job: JobConfig, run_id: str, stats: RolloutStats, meta_fields: list[str],
+        policy: Any = None,
+    ) -> None:  # fmt: skip
+        self.job = job
+        self.run_id = run_id
+        self.stats = stats
+        self.meta_fields = meta_fields
+        self.policy = policy
+        self.workers: list[Any] = []
+        self.alive: list[bool] = []
+        self.restarts: list[int] = []
+        self.envs_per_worker = 0
+
+    # ------------------------------------------------------------------ life cycle
+
+    def start(self, num_episodes: int) -> None:
+        """Start the workers for ``num_episodes`` episodes and check they are ready.
+
+        Raises:
+            ValueError: more CPUs asked than the cluster has.
+            WorkerSetupError: a worker's constructor raised.
+        """
+        import ray
+
+        r = self.job.rollout
+        num_workers = min(r.num_workers, num_episodes)
+        envs_per_worker = min(r.envs_per_worker, math.ceil(num_episodes / num_workers))
+        need = num_workers * r.num_cpus_per_worker
+        have = ray.cluster_resources().get("CPU", 0)
+        if need > have:
+            raise ValueError(
+                f"rollout.num_workers={num_workers} x rollout.num_cpus_per_worker="
+                f"{r.num_cpus_per_worker} needs {need:g} CPUs but the Ray cluster has {have:g}: "
+                "lower rollout.num_cpus_per_worker (fractions are allowed, e.g. 0.5) or "
+                "rollout.num_workers"
+            )
+        actor = ray.remote(RolloutWorker).options(
+            num_cpus=r.num_cpus_per_worker, max_restarts=r.max_restarts, max_task_retries=0
+        )
+        self.workers = [
+            actor.remote(
+                w,
+                self.job,
+                envs_per_worker,
+                self.meta_fields,
+                marks_dir(self.run_id, w),
+                self.policy,
+            )
+            for w in range(num_workers)
+        ]
+        self.envs_per_worker = envs_per_worker
+        self.alive = [True] * num_workers
+        self.restarts = [0] * num_workers
+        statuses, failed = self.gather({w: a.status.remote() for w, a in enumerate(self.workers)})
+        errors = {w: s.init_error for w, s in statuses.items() if s.init_error is not None}
+        errors.update(failed)
+        if errors:
+            w = min(errors)
+            raise WorkerSetupError(
+                f"rollout worker {w} could not start ({len(errors)} of {num_workers} workers "
+                f"failed):\n{errors[w]}"
+            )
+        log.info(
+            "%d rollout workers x %d envs (%s vectorization, %s engine)",
+            num_workers, envs_per_worker, r.vectorization, r.mode,
+        )  # fmt: skip
+
+    def shutdown(self) -> None:
+        """Close every live worker's envs and memory (files, sandboxes), then end the actors."""
+        import ray
+
+        closing = [w.close.remote() for w, ok in zip(self.workers, self.alive, strict=True) if ok]
+        if closing:
+            ray.wait(closing, num_returns=len(closing), timeout=30)
+        for worker in self.workers:
+            ray.kill(worker)
+
+    def slots(self, w: int | None = None) -> list[Slot]:
+        """The slots of worker ``w`` (of every live worker when None)."""
+        workers = range(len(self.workers)) if w is None else [w]
+        return [(v, i) for v in workers if self.alive[v] for i in range(self.envs_per_worker)]
+
+    def pid(self, w: int) -> int:
+        """Process id of worker ``w``."""
+        import ray
+
+        return ray.get(self.workers[w].pid.remote())
+
+    # ------------------------------------------------------------------ calls
+
+    def gather(self, futures: dict[int, Any]) -> tuple[dict[int, Any], dict[int, str]]:
+        """Results of one remote call per worker, taken as they complete; the workers whose
+        call failed, with a readable description of why."""
+        import ray
+
+        pending = {ref: w for w, ref in futures.items()}
+        results: dict[int, Any] = {}
+        failed: dict[int, str] = {}
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                w = pending.pop(ref)
+                try:
+                    results[w] = ray.get(ref)
+                except Exception as e:
+                    failed[w] = self.failure(w, e)
+        return results, failed
+
+    def failure(self, w: int, e: BaseException) -> str:
+        """A readable description of worker ``w``'s failed call ``e``; a worker that raised
+        (alive, but in an unknown state) is restarted. Other exceptions are raised again."""
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError
+
+        if not isinstance(e, (RayActorError, RayTaskError)):
+            raise e
+        if isinstance(e, RayTaskError):
+            ray.kill(self.workers[w], no_restart=False)
+        return f"{type(e).__name__}: {clean_text(str(e), max_lines=12)}"
+
+    # ------------------------------------------------------------------ failures
+
+    def recover(self, w: int, error: str, book: EpisodeBook) -> list[Slot]:
+        """Worker ``w`` died (or raised): settle its episodes in ``book``, wait for its restart.
+        Returns its slots for new episodes (none if it cannot come back)."""
+        self.stats.failures.append(f"worker {w}: {error}")
+        log.warning("rollout worker %d failed: %s", w, first_line(error))
+        self.restarts[w] += 1
+        self.stats.worker_restarts += 1
+        status = None
+        if self.restarts[w] <= self.job.rollout.max_restarts:
+            status = self._wait_until_back(w)
+        crashes = {} if status is None else {c.env: c for c in status.crashes}
+        for slot in book.on_worker(w):
+            crash = crashes.get(slot[1])
+            if crash is not None and crash.reason == "timeout":
+                limit = self.job.rollout.step_timeout_s
+                self.stats.step_timeouts += 1
+                book.finish(
+                    slot, error=f"the env's {crash.phase} ran {crash.seconds} s, longer than "
+                    f"rollout.step_timeout_s={limit}: the worker was restarted",
+                )  # fmt: skip
+            elif crash is not None or not crashes:
+                # This env took the process down, or nobody can tell which did: charge it.
+                book.interrupt(slot, charge=True, reason=_crash_reason(crash, w))
+            else:
+                book.interrupt(slot, charge=False, reason="")
+        if status is None or status.init_error is not None:
+            if status is not None:
+                self.stats.failures.append(f"worker {w} could not restart: {status.init_error}")
+            self.alive[w] = False
+            self.stats.workers_lost += 1
+            log.warning("rollout worker %d is gone; %d workers left", w, sum(self.alive))
+            return []
+        return self.slots(w)
+
+    def _wait_until_back(self, w: int, timeout: float = 120.0) -> WorkerStatus | None:
+        """Wait while Ray restarts worker ``w`` (calls fail as "unavailable" meanwhile); its
+        status, or None when it is dead for good or does not answer within ``timeout`` s."""
+        import ray
+        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                left = max(0.1, deadline - time.monotonic())
+                return ray.get(self.workers[w].status.remote(), timeout=left)
+            except ActorUnavailableError:
+                time.sleep(0.2)
+            except (RayActorError, GetTimeoutError):
+                return None
+        return None
+
+
+def _crash_reason(crash: CrashReport | None, w: int) -> str:
+    if crash is None:
+        return f"worker {w} died while this episode ran on it"
+    return f"the env's {crash.phase} ended its worker process ({w})"

@@ -1,0 +1,27 @@
+"""``RolloutStats``: the counters of one rollout run (the summary reports them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["RolloutStats"]
+
+
+@dataclass
+class RolloutStats:
+    """Counters the summary reports."""
+
+    env_steps: int = 0
+    policy_calls: int = 0
+    worker_restarts: int = 0
+    workers_lost: int = 0
+    episodes_rerun: int = 0
+    #: Episodes ended by ``rollout.step_timeout_s``.
+    step_timeouts: int = 0
+    #: Seconds to start the workers and hand out the first episodes.
+    setup_time: float = 0.0
+    #: Seconds of the stepping loop (env-steps/s divides by this).
+    loop_time: float = 0.0
+    #: Both.
+    wall_time: float = 0.0
+    failures: list[str] = field(default_factory=list)

@@ -1,0 +1,364 @@
+"""What the mock server asks a backend for, what it gets back, and the hash backend.
+
+The server turns HTTP JSON into a :class:`GenerationRequest` (prompt token ids + typed sampling
+parameters), a backend answers with a :class:`BackendAnswer` (sampled token ids, the log-prob of
+each, optional ranked alternatives, text, finish reason), and the server renders that in vLLM's or
+SGLang's JSON. So the server is independent of how answers are made:
+
+* :class:`HashBackend` (here): the answer is ``answer(prompt_text, seed)``, a pure function, so an
+  asynchronous and a lockstep rollout get identical answers whatever the arrival order. Log-probs
+  are a fixed synthetic value.
+* :class:`~agent_memory.serving.model_backend.ModelBackend`: a real (tiny) Hugging Face model.
+
+Example:
+    >>> backend = HashBackend()
+    >>> request = GenerationRequest(
+    ...     prompt_ids=tuple(backend.encode("go up")), prompt_text="go up",
+    ...     params=RequestSampling(max_tokens=16, seed=7))
+    >>> out = backend.generate(request)
+    >>> out.text == digest_answer("go up", 7), out.finish_reason, out.token_ids[-1] == EOS_ID
+    (True, 'stop', True)
+    >>> backend.generate(request) == out  # a pure function of (prompt, seed)
+    True
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from agent_memory.models.tiny import DEFAULT_TEMPLATE, SPECIAL_TOKENS
+
+__all__ = [
+    "EOS_ID",
+    "Backend",
+    "BackendAnswer",
+    "ChatMessage",
+    "GenerationRequest",
+    "HashBackend",
+    "RequestSampling",
+    "digest_answer",
+    "find_stop",
+    "render_template",
+]
+
+#: The hash vocabulary's specials use the tiny LM's ids: [PAD] 0, [UNK] 1, <s> 2, </s> 3.
+EOS_ID = SPECIAL_TOKENS.index("</s>")
+
+FinishReason = Literal["stop", "length"]
+
+
+@dataclass(frozen=True)
+class ChatMessage:
+    """One chat message, content flattened to text."""
+
+    role: str
+    content: str
+
+
+@dataclass(frozen=True)
+class RequestSampling:
+    """How to sample one answer.
+
+    Attributes:
+        max_tokens: Most tokens to generate (>= 1); reaching it gives ``finish_reason="length"``.
+        temperature: 0 = greedy; otherwise logits are divided by it.
+        top_p: Nucleus mass in (0, 1]; 1 = off.
+        top_k: Keep the k most likely tokens; 0 or -1 = off.
+        seed: Per-request seed: the same seed and prompt give the same answer. None: the
+            backend's own RNG (deterministic in request order only).
+        stop: Stop strings: generation ends once the text contains one; the text is cut before
+            it (the token ids keep the token that completed it, as vLLM does).
+        ignore_eos: Keep generating after EOS (to ``max_tokens``); the hash backend's answers
+            end at their EOS regardless.
+        top_logprobs: Ranked alternatives wanted per position (0 = none).
+    """
+
+    max_tokens: int
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    ignore_eos: bool = False
+    top_logprobs: int = 0
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """A prompt (ids, and the text they came from or decode to) and how to sample."""
+
+    prompt_ids: tuple[int, ...]
+    prompt_text: str
+    params: RequestSampling
+
+
+@dataclass(frozen=True)
+class BackendAnswer:
+    """A backend's answer.
+
+    Attributes:
+        token_ids: The sampled tokens, EOS included when the model stopped by itself.
+        logprobs: The log-probability of each sampled token (one per id).
+        top_logprobs: Per position, up to ``params.top_logprobs`` ``(token_id, logprob)`` pairs,
+            most likely first (empty tuples when none were asked for).
+        text: The answer text (special tokens skipped, cut before a matched stop string).
+        finish_reason: ``"stop"`` (EOS or stop string) or ``"length"`` (``max_tokens`` reached).
+        stop_reason: The matched stop string, else None.
+    """
+
+    token_ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    top_logprobs: tuple[tuple[tuple[int, float], ...], ...]
+    text: str
+    finish_reason: FinishReason
+    stop_reason: str | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What the server needs from a backend.
+
+    Attributes:
+        model_name: The served model name (``/v1/models``, the ``model`` field).
+        context_length: Most prompt + completion tokens.
+        vocab_size: Token ids must be below it; None when any id is accepted.
+        eos_token_id: The end-of-sequence id (SGLang reports it as ``matched_stop``).
+        blocking: True when :meth:`generate` is CPU-heavy: the server then runs it in a worker
+            thread instead of its event loop.
+    """
+
+    model_name: str
+    context_length: int
+    vocab_size: int | None
+    eos_token_id: int
+    blocking: bool
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of a completion prompt."""
+        ...
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Text of token ids."""
+        ...
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text (for log-prob entries)."""
+        ...
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        """The chat-templated prompt text, generation prompt included."""
+        ...
+
+    def generate(self, request: GenerationRequest) -> BackendAnswer:
+        """Sample one answer."""
+        ...
+
+
+def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
+    """The earliest occurrence of any stop string in ``text``: ``(position, stop)``, or None.
+
+    Example:
+        >>> find_stop("go up now", ["now", "up"])
+        (3, 'up')
+    """
+    best: tuple[int, str] | None = None
+    for stop in stops:
+        pos = text.find(stop)
+        if pos >= 0 and (best is None or pos < best[0]):
+            best = (pos, stop)
+    return best
+
+
+def render_template(template: str, messages: Sequence[ChatMessage]) -> str:
+    """Render a Jinja chat template as ``transformers`` does (sandboxed, ``trim_blocks``,
+    ``lstrip_blocks``), with ``add_generation_prompt=True``.
+
+    Example:
+        >>> render_template(DEFAULT_TEMPLATE, [ChatMessage("user", "hi")])
+        '<s> user : hi </s> <s> assistant :'
+    """
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template).render(
+        messages=[{"role": m.role, "content": m.content} for m in messages],
+        add_generation_prompt=True,
+    )
+
+
+_WORDS = ("go", "up", "down", "left", "right", "look", "take", "open", "the", "box", "key", "door")
+
+
+def digest_answer(prompt: str, seed: int | None) -> str:
+    """A deterministic answer of 1-6 words picked by SHA-256 of ``(seed, prompt)``: stable
+    across processes and Python versions (no ``hash()`` randomisation).
+
+    Example:
+        >>> digest_answer("go up", 1) == digest_answer("go up", 1) != digest_answer("go up", 2)
+        True
+    """
+    digest = hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()
+    n = 1 + digest[0] % 6
+    return " ".join(_WORDS[b % len(_WORDS)] for b in digest[1 : n + 1])
+
+
+# The Whitespace pre-tokenizer's pieces, with the special tokens matched first.
+_SPECIAL = re.compile("|".join(re.escape(s) for s in SPECIAL_TOKENS))
+_PIECE = re.compile(r"\w+|[^\w\s]+")
+
+
+class HashBackend:
+    """Answers ``answer(prompt_text, seed)``: deterministic, instant, no model.
+
+    ``prompt_text`` is the completion prompt as sent, the decoded ids of a token-id prompt, or the
+    rendered chat template for chat requests; ``seed`` is the request's ``seed`` (None if unset).
+    The answer is returned verbatim as the text (cut at ``max_tokens`` or a stop string).
+
+    Token ids: with ``tokenizer_path`` (e.g. from
+    :func:`~agent_memory.models.tiny.build_tiny_lm`), that tokenizer's (word level; unknown words
+    are ``[UNK]``); without, one id per pre-tokenizer piece (``\\w+|[^\\w\\s]+``) from a stable
+    hash (BLAKE2b, ids 4 .. 2**31-1; ids 0-3 are the special tokens). Every answer ends with EOS
+    (id 3) unless cut. Log-probs are SYNTHETIC: every token gets ``logprob``, and the only
+    "alternative" listed is the token itself.
+
+    Args:
+        answer: ``(prompt_text, seed) -> answer text``; must be a pure function.
+        tokenizer_path: A saved Hugging Face tokenizer directory, or None for hashed ids.
+        logprob: The log-prob reported for every token.
+        model_name: The served model name.
+        chat_template: Template for chat requests when there is no tokenizer (with one, the
+            tokenizer's own template is used).
+        context_length: Most prompt + completion tokens.
+
+    Example:
+        >>> b = HashBackend(lambda prompt, seed: "<action>up</action>")
+        >>> g = b.generate(GenerationRequest((5,), "x", RequestSampling(max_tokens=4)))
+        >>> g.text, g.finish_reason, len(g.token_ids), g.logprobs
+        ('<action>up', 'length', 4, (-0.1, -0.1, -0.1, -0.1))
+        >>> b.decode(g.token_ids)
+        '< action > up'
+    """
+
+    blocking = False
+
+    def __init__(
+        self,
+        answer: Callable[[str, int | None], str] = digest_answer,
+        tokenizer_path: str | Path | None = None,
+        *,
+        logprob: float = -0.1,
+        model_name: str = "hash",
+        chat_template: str = DEFAULT_TEMPLATE,
+        context_length: int = 1 << 20,
+    ) -> None:
+        self.answer = answer
+        self.logprob = float(logprob)
+        self.model_name = model_name
+        self.context_length = context_length
+        self.eos_token_id = EOS_ID
+        self._template = chat_template
+        self._tokenizer: Any = None
+        self._words: dict[int, str] = dict(enumerate(SPECIAL_TOKENS))
+        if tokenizer_path is not None:
+            from transformers import AutoTokenizer
+
+            tok = AutoTokenizer.from_pretrained(str(tokenizer_path), local_files_only=True)
+            self._tokenizer = tok
+            self.vocab_size: int | None = len(tok)
+            if tok.eos_token_id is not None:
+                self.eos_token_id = int(tok.eos_token_id)
+        else:
+            self.vocab_size = None
+
+    def __repr__(self) -> str:
+        return f"HashBackend(answer={getattr(self.answer, '__name__', self.answer)!r})"
+
+    def _pieces(self, text: str) -> list[tuple[int, int]]:
+        """``(token_id, end offset)`` per token of ``text``."""
+        if self._tokenizer is not None:
+            enc = self._tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            pairs = zip(enc["input_ids"], enc["offset_mapping"], strict=True)
+            return [(i, end) for i, (_, end) in pairs]
+        out: list[tuple[int, int]] = []
+        pos = 0
+        for special in [*_SPECIAL.finditer(text), None]:
+            stop = special.start() if special else len(text)
+            for m in _PIECE.finditer(text, pos, stop):
+                out.append((self._hash_id(m.group()), m.end()))
+            if special:
+                out.append((SPECIAL_TOKENS.index(special.group()), special.end()))
+                pos = special.end()
+        return out
+
+    def _hash_id(self, piece: str) -> int:
+        digest = hashlib.blake2b(piece.encode(), digest_size=8).digest()
+        token_id = 4 + int.from_bytes(digest, "big") % (2**31 - 4)
+        self._words.setdefault(token_id, piece)
+        return token_id
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` (no special tokens added)."""
+        return [i for i, _ in self._pieces(text)]
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
+        """Tokens joined by spaces; an id never seen decodes as ``<id:N>``."""
+        if self._tokenizer is not None:
+            return self._tokenizer.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        words = [
+            self._words.get(i, f"<id:{i}>")
+            for i in ids
+            if not (skip_special_tokens and 0 <= i < len(SPECIAL_TOKENS))
+        ]
+        return " ".join(words)
+
+    def token_text(self, token_id: int) -> str:
+        """One token as text."""
+        return self.decode([token_id], skip_special_tokens=False)
+
+    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
+        """The tokenizer's chat template if there is one, else ``chat_template``."""
+        if self._tokenizer is not None and self._tokenizer.chat_template:
+            return self._tokenizer.apply_chat_template(
+                [{"role": m.role, "content": m.content} for m in messages],
+                tokenize=False,
+                add_generation_prompt=True,
+            )
+        return render_template(self._template, messages)
+
+    def generate(self, request: GenerationRequest) -> BackendAnswer:
+        """The answer's tokens, then EOS; cut at ``max_tokens`` or the first stop string."""
+        params = request.params
+        text = self.answer(request.prompt_text, params.seed)
+        if not isinstance(text, str):
+            raise TypeError(f"answer() must return a str, got {type(text).__name__}")
+        found = find_stop(text, params.stop)
+        stream = [*self._pieces(text), (self.eos_token_id, len(text))]
+        ids: list[int] = []
+        cut, finish, stop_reason, end = len(text), "length", None, 0
+        for k, (token_id, token_end) in enumerate(stream):
+            if len(ids) == params.max_tokens:
+                cut = end
+                break
+            ids.append(token_id)
+            if found is not None and token_end >= found[0] + len(found[1]):
+                cut, finish, stop_reason = found[0], "stop", found[1]
+                break
+            if token_id == self.eos_token_id:  # the appended one, or "</s>" inside the answer
+                cut, finish = (len(text) if k == len(stream) - 1 else end), "stop"
+                break
+            end = token_end
+        n = len(ids)
+        tops = tuple(((i, self.logprob),) for i in ids) if params.top_logprobs else ((),) * n
+        return BackendAnswer(
+            token_ids=tuple(ids),
+            logprobs=(self.logprob,) * n,
+            top_logprobs=tops,
+            text=text[:cut],
+            finish_reason=finish,  # type: ignore[arg-type]
+            stop_reason=stop_reason,
+        )

@@ -1,0 +1,492 @@
+"""A real OpenAI-compatible HTTP server on 127.0.0.1 that speaks vLLM's (or SGLang's) exact JSON,
+for token-in/token-out tests and asynchronous-rollout benchmarks, without a GPU.
+
+* Endpoints: ``GET /v1/models``, ``GET /health``, ``POST /v1/completions`` (``prompt`` text or
+  token ids), ``POST /v1/chat/completions``; with ``dialect="sglang"`` also SGLang's native
+  ``POST /generate``. Shapes: :mod:`agent_memory.serving.responses`; fields and checks:
+  :mod:`agent_memory.serving.requests`.
+* Answers come from a backend: :class:`~agent_memory.serving.backends.HashBackend` (a pure
+  function of prompt and seed) or :class:`~agent_memory.serving.model_backend.ModelBackend` (a tiny
+  Hugging Face model, with per-token log-probs of the distribution actually sampled from).
+* Capacity and latency, like a real server's scheduler: at most ``max_in_flight`` requests are
+  processed at once; the rest wait in a FIFO queue (vLLM and SGLang queue, they do not refuse).
+  A request holding a slot sleeps one draw of ``latency`` then generates. Waiting is not "in
+  flight"; :meth:`MockOpenAIServer.stats` reports mean in flight, utilization and idle time.
+* One asyncio event loop in a background thread (HTTP/1.1 keep-alive, hundreds of open
+  connections cost no threads); a blocking backend runs in one worker thread. Bound to
+  127.0.0.1 only, and bounded in time: after ``max_lifetime_s`` it stops accepting and shuts
+  down.
+
+Example:
+    >>> import json, urllib.request
+    >>> from agent_memory.serving import HashBackend, MockOpenAIServer
+    >>> with MockOpenAIServer(HashBackend(lambda prompt, seed: "go up"), max_in_flight=4) as server:
+    ...     body = {"model": "hash", "prompt": [7, 8, 9], "logprobs": 0, "return_token_ids": True}
+    ...     request = urllib.request.Request(server.base_url + "/completions",
+    ...                                      data=json.dumps(body).encode(),
+    ...                                      headers={"Content-Type": "application/json"})
+    ...     choice = json.load(urllib.request.urlopen(request))["choices"][0]
+    ...     stats = server.stats()
+    >>> choice["text"], choice["prompt_token_ids"], choice["finish_reason"], stats.requests
+    ('go up', [7, 8, 9], 'stop', 1)
+
+CLI (try ``policy=openai`` locally)::
+
+    python -m agent_memory.serving.mock_openai --model /path/to/tiny_lm --port 8000 \\
+        [--latency-median 0.05 --latency-p99 1.0 --max-in-flight 32 --dialect vllm]
+    python -m agent_memory.serving.mock_openai --hash --port 8000
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import sys
+import threading
+import time
+import uuid
+from typing import Any
+
+from agent_memory.serving.backends import Backend, BackendAnswer, GenerationRequest, HashBackend
+from agent_memory.serving.http11 import HOST, HttpServer
+from agent_memory.serving.latency import Latency, LogNormalLatency
+from agent_memory.serving.requests import (
+    ChatRequest,
+    CompletionRequest,
+    Dialect,
+    GenerateRequest,
+    RequestError,
+    parse_chat,
+    parse_completion,
+    parse_generate,
+)
+from agent_memory.serving.responses import (
+    chat_response,
+    completion_response,
+    error_response,
+    generate_response,
+    models_response,
+    sglang_meta_info,
+)
+from agent_memory.serving.stats import InFlightRecorder, ServerStats
+
+__all__ = ["HOST", "MockOpenAIServer", "main"]
+
+
+class _BackendError(RequestError):
+    """The backend raised: a 500, already counted as a finished request."""
+
+
+class MockOpenAIServer:
+    """An OpenAI-compatible server on ``127.0.0.1`` in a background thread.
+
+    Args:
+        backend: Makes the answers (:class:`HashBackend`, :class:`ModelBackend`, or any
+            :class:`~agent_memory.serving.backends.Backend`).
+        latency: Per-request service time slept while holding a slot (e.g.
+            ``LogNormalLatency(median_s=0.05, p99_s=1.0)``); None for none.
+        max_in_flight: Requests processed at once; later ones queue (FIFO).
+        dialect: ``"vllm"`` or ``"sglang"`` JSON shapes.
+        port: TCP port; 0 picks a free one (see :attr:`port`).
+        max_lifetime_s: Shut down this long after :meth:`start`, whatever happens.
+        model_name: Served model name (default the backend's); in the vLLM dialect a request
+            naming another model gets vLLM's 404.
+
+    Raises:
+        ValueError: bad arguments.
+        OSError: the port could not be bound (raised by :meth:`start`).
+    """
+
+    def __init__(
+        self,
+        backend: Backend,
+        *,
+        latency: Latency | None = None,
+        max_in_flight: int = 32,
+        dialect: Dialect = "vllm",
+        port: int = 0,
+        max_lifetime_s: float = 3600.0,
+        model_name: str | None = None,
+    ) -> None:
+        if dialect not in ("vllm", "sglang"):
+            raise ValueError(f"dialect must be 'vllm' or 'sglang', got {dialect!r}")
+        if (
+            isinstance(max_in_flight, bool)
+            or not isinstance(max_in_flight, int)
+            or max_in_flight < 1
+        ):
+            raise ValueError(f"max_in_flight must be an int >= 1, got {max_in_flight!r}")
+        if not isinstance(max_lifetime_s, (int, float)) or not max_lifetime_s > 0:
+            raise ValueError(f"max_lifetime_s must be a number > 0, got {max_lifetime_s!r}")
+        if latency is not None and not isinstance(latency, Latency):
+            raise TypeError(f"latency must have a sample() method, got {latency!r}")
+        self.backend = backend
+        self.latency = latency
+        self.max_in_flight = max_in_flight
+        self.dialect: Dialect = dialect
+        self.max_lifetime_s = float(max_lifetime_s)
+        self.model_name = model_name or backend.model_name
+        self._requested_port = port
+        self._port: int | None = None
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._closed = threading.Event()
+        self._error: BaseException | None = None
+        self._recorder = InFlightRecorder(max_in_flight)
+        self._executor: concurrent.futures.ThreadPoolExecutor | None = None
+        self._stopped_at: float | None = None
+
+    # ---- lifecycle -------------------------------------------------------------------------
+
+    def start(self) -> MockOpenAIServer:
+        """Bind and serve in a background thread; returns once it accepts connections."""
+        if self._thread is not None:
+            raise RuntimeError("this server was already started; make a new MockOpenAIServer")
+        self._recorder = InFlightRecorder(self.max_in_flight)
+        self._thread = threading.Thread(target=self._run, name="mock-openai", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Stop accepting, drop open connections and join the thread (idempotent)."""
+        loop, stopping = self._loop, self._stopping
+        if loop is not None and stopping is not None and not self._closed.is_set():
+            with contextlib.suppress(RuntimeError):  # the loop already closed
+                loop.call_soon_threadsafe(stopping.set)
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until the server has shut down (``max_lifetime_s`` or :meth:`stop`)."""
+        return self._closed.wait(timeout)
+
+    def __enter__(self) -> MockOpenAIServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def running(self) -> bool:
+        """Accepting connections."""
+        return self._ready.is_set() and not self._closed.is_set() and self._error is None
+
+    @property
+    def port(self) -> int:
+        """The bound port."""
+        if self._port is None:
+            raise RuntimeError("the server is not started: call start() or use it in a with block")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:<port>`` (SGLang's native ``/generate`` lives here)."""
+        return f"http://{HOST}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``: what an OpenAI client takes as ``base_url``."""
+        return f"{self.url}/v1"
+
+    def stats(self, since: float | None = None, until: float | None = None) -> ServerStats:
+        """Activity in ``[since, until]`` (``time.monotonic()``; default: from the start to now,
+        or to the shutdown once stopped)."""
+        if until is None and self._stopped_at is not None:
+            until = self._stopped_at
+        return self._recorder.stats(since, until)
+
+    def __repr__(self) -> str:
+        where = self.base_url if self._port is not None else "not started"
+        return f"MockOpenAIServer({self.backend!r}, {self.dialect}, {where})"
+
+    # ---- event loop ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        try:
+            loop.run_until_complete(self._main())
+        except BaseException as e:  # bind errors reach start(); later ones end the thread
+            self._error = e
+        finally:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(loop.shutdown_asyncgens())
+            loop.close()
+            if self._executor is not None:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+            self._stopped_at = time.monotonic()
+            self._closed.set()
+            self._ready.set()
+
+    async def _main(self) -> None:
+        self._stopping = asyncio.Event()
+        self._slots = asyncio.Semaphore(self.max_in_flight)
+        if self.backend.blocking:
+            self._executor = concurrent.futures.ThreadPoolExecutor(1, "mock-openai-backend")
+        server = HttpServer(self._route)
+        self._port = await server.start(self._requested_port)
+        lifetime = asyncio.get_running_loop().call_later(self.max_lifetime_s, self._stopping.set)
+        self._ready.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            lifetime.cancel()
+            await server.close()
+
+    async def _route(self, method: str, path: str, body: bytes) -> tuple[int, Any]:
+        get = {"/v1/models", "/health"}
+        post = {"/v1/completions", "/v1/chat/completions"}
+        if self.dialect == "sglang":
+            post.add("/generate")
+        if path not in get | post:
+            return 404, {"detail": "Not Found"}
+        if (method == "GET") != (path in get) or method not in ("GET", "POST"):
+            return 405, {"detail": "Method Not Allowed"}
+        if path == "/health":
+            return 200, b""
+        if path == "/v1/models":
+            return 200, models_response(self.model_name, self.backend.context_length, self.dialect)
+        native = path == "/generate"
+        try:
+            try:
+                data = json.loads(body)
+            except ValueError as e:
+                raise RequestError(f"the request body is not valid JSON: {e}") from None
+            if path == "/v1/completions":
+                return 200, await self._complete(parse_completion(data, self.dialect))
+            if path == "/v1/chat/completions":
+                return 200, await self._chat(parse_chat(data, self.dialect))
+            return 200, await self._generate_native(parse_generate(data))
+        except RequestError as e:
+            if not isinstance(e, _BackendError):
+                self._recorder.refused()
+            return e.status, error_response(e, self.dialect, native)
+
+    # ---- endpoints -------------------------------------------------------------------------
+
+    def _check_model(self, model: str | None) -> None:
+        if self.dialect == "vllm" and model is not None and model != self.model_name:
+            raise RequestError(
+                f"The model `{model}` does not exist: this server serves `{self.model_name}` "
+                "(see GET /v1/models); send that name or omit `model`",
+                status=404,
+                kind="NotFoundError",
+                param="model",
+            )
+
+    def _prompt(self, ids: tuple[int, ...] | None, text: str | None) -> tuple[list[int], str]:
+        backend = self.backend
+        if ids is not None:
+            vocab = backend.vocab_size
+            bad = [i for i in ids if vocab is not None and i >= vocab]
+            if bad:
+                raise RequestError(
+                    f"token ids {bad[:5]} are out of the vocabulary (size {vocab}); send ids "
+                    f"in [0, {vocab})",
+                    param="prompt",
+                )
+            return list(ids), backend.decode(ids, skip_special_tokens=False)
+        assert text is not None
+        prompt_ids = backend.encode(text)
+        if not prompt_ids:
+            raise RequestError(f"the prompt {text!r} encodes to no tokens; send some text")
+        return prompt_ids, text
+
+    def _max_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
+        context = self.backend.context_length
+        if prompt_len >= context:
+            raise RequestError(
+                f"the prompt has {prompt_len} tokens but the model's context is {context} "
+                "tokens (prompt + completion); send a shorter prompt",
+                param="input_tokens",
+            )
+        if max_tokens is None:
+            return context - prompt_len
+        if prompt_len + max_tokens > context:
+            raise RequestError(
+                f"max_tokens={max_tokens} is too large: the prompt has {prompt_len} tokens and "
+                f"the context is {context} ({max_tokens} > {context} - {prompt_len}); send "
+                f"max_tokens <= {context - prompt_len}",
+                param="max_tokens",
+            )
+        return max_tokens
+
+    async def _run_backend(self, request: GenerationRequest) -> BackendAnswer:
+        """Wait for a slot (FIFO), sleep the latency draw, generate; in flight while slotted."""
+        recorder = self._recorder
+        arrived = recorder.arrive()
+        try:
+            await self._slots.acquire()
+        except BaseException:
+            recorder.cancel()
+            raise
+        started = recorder.begin()
+        error = True
+        try:
+            if self.latency is not None:
+                delay = self.latency.sample()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+            if self._executor is not None:
+                loop = asyncio.get_running_loop()
+                gen = await loop.run_in_executor(self._executor, self.backend.generate, request)
+            else:
+                gen = self.backend.generate(request)
+            error = False
+            return gen
+        except Exception as e:
+            raise _BackendError(
+                f"the backend failed: {type(e).__name__}: {e}",
+                status=500,
+                kind="InternalServerError",
+            ) from e
+        finally:
+            recorder.end(arrived, started, error)
+            self._slots.release()
+
+    async def _complete(self, req: CompletionRequest) -> dict[str, Any]:
+        self._check_model(req.model)
+        ids = req.prompt if isinstance(req.prompt, tuple) else None
+        prompt_ids, text = self._prompt(ids, None if ids is not None else str(req.prompt))
+        params = req.options.params(
+            self._max_tokens(len(prompt_ids), req.max_tokens), req.logprobs or 0
+        )
+        gen = await self._run_backend(GenerationRequest(tuple(prompt_ids), text, params))
+        return completion_response(
+            req,
+            gen,
+            prompt_ids,
+            model=self.model_name,
+            dialect=self.dialect,
+            token_text=self.backend.token_text,
+        )
+
+    async def _chat(self, req: ChatRequest) -> dict[str, Any]:
+        self._check_model(req.model)
+        if req.input_ids is not None:
+            prompt_ids, text = self._prompt(req.input_ids, None)
+        else:
+            try:
+                rendered = self.backend.render_chat(req.messages)
+            except Exception as e:  # a template error is the request's fault, as in vLLM
+                raise RequestError(f"the chat template failed: {e}") from e
+            prompt_ids, text = self._prompt(None, rendered)
+        max_tokens = self._max_tokens(len(prompt_ids), req.max_tokens)
+        params = req.options.params(max_tokens, req.top_logprobs if req.logprobs else 0)
+        t0 = time.monotonic()
+        gen = await self._run_backend(GenerationRequest(tuple(prompt_ids), text, params))
+        meta = None
+        if req.return_meta_info:
+            meta = sglang_meta_info(
+                gen,
+                prompt_ids,
+                rid=uuid.uuid4().hex,
+                token_text=self.backend.token_text,
+                return_logprob=req.logprobs,
+                top_logprobs_num=req.top_logprobs,
+                text_in_logprobs=True,
+                e2e_latency=time.monotonic() - t0,
+            )
+        return chat_response(
+            req,
+            gen,
+            prompt_ids,
+            model=self.model_name,
+            dialect=self.dialect,
+            token_text=self.backend.token_text,
+            meta_info=meta,
+        )
+
+    async def _generate_native(self, req: GenerateRequest) -> dict[str, Any]:
+        prompt_ids, text = self._prompt(req.input_ids, req.text)
+        max_tokens = self._max_tokens(len(prompt_ids), req.max_new_tokens)
+        params = req.options.params(max_tokens, req.top_logprobs_num)
+        t0 = time.monotonic()
+        gen = await self._run_backend(GenerationRequest(tuple(prompt_ids), text, params))
+        return generate_response(
+            req,
+            gen,
+            prompt_ids,
+            token_text=self.backend.token_text,
+            e2e_latency=time.monotonic() - t0,
+        )
+
+
+# ---- CLI -----------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m agent_memory.serving.mock_openai",
+        description="A vLLM/SGLang-compatible server on 127.0.0.1 backed by a tiny model.",
+    )
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--model", help="a save_pretrained directory (e.g. from build_tiny_lm)")
+    which.add_argument(
+        "--hash", action="store_true", help="answer from a hash of (prompt, seed); no model"
+    )
+    p.add_argument("--tokenizer", help="with --hash: a tokenizer directory for the token ids")
+    p.add_argument("--port", type=int, default=8000, help="0 picks a free port")
+    p.add_argument("--dialect", choices=["vllm", "sglang"], default="vllm")
+    p.add_argument("--served-model-name", default=None)
+    p.add_argument("--max-in-flight", type=int, default=32)
+    p.add_argument("--latency-median", type=float, default=0.0, help="seconds; 0 = no latency")
+    p.add_argument("--latency-p99", type=float, default=None, help="seconds (default = median)")
+    p.add_argument("--latency-seed", type=int, default=0)
+    p.add_argument("--max-lifetime", type=float, default=3600.0, help="seconds, then exit")
+    p.add_argument("--logprobs-mode", choices=["processed_logprobs", "raw_logprobs"], default=None)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the server until ``--max-lifetime`` or Ctrl-C; print its stats at exit."""
+    args = _parser().parse_args(argv)
+    backend: Backend
+    if args.hash:
+        backend = HashBackend(tokenizer_path=args.tokenizer)
+    else:
+        from agent_memory.serving.model_backend import ModelBackend
+
+        backend = ModelBackend(args.model, logprobs_mode=args.logprobs_mode or "processed_logprobs")
+    latency: Latency | None = None
+    if args.latency_median > 0:
+        p99 = args.latency_p99 if args.latency_p99 is not None else args.latency_median
+        latency = LogNormalLatency(args.latency_median, p99, seed=args.latency_seed)
+    elif args.latency_p99 is not None:
+        _parser().error("--latency-p99 needs --latency-median > 0")
+    server = MockOpenAIServer(
+        backend,
+        latency=latency,
+        max_in_flight=args.max_in_flight,
+        dialect=args.dialect,
+        port=args.port,
+        max_lifetime_s=args.max_lifetime,
+        model_name=args.served_model_name,
+    )
+    server.start()
+    print(f"serving {server.model_name!r} at {server.base_url} ({server!r})", flush=True)
+    try:
+        server.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    s = server.stats()
+    print(
+        f"{s.requests} requests ({s.errors} errors) in {s.duration_s:.1f} s; "
+        f"utilization {s.utilization:.1%}, idle {s.idle_s:.1f} s",
+        flush=True,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

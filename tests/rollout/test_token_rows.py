@@ -1,0 +1,146 @@
+"""Rows a trainer can learn from: what the model saw and sampled, exactly, in a stable schema.
+
+A tiny word-level causal LM (``agent_memory.models.build_tiny_lm``, random weights, built
+offline) plays Recall through the real rollout path (Ray workers, wrappers, memory); every
+recorded response token's log-prob is recomputed by teacher forcing with the same model.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from agent_memory.config import PolicyConfig
+from agent_memory.protocol import Generation
+from agent_memory.rollout import run_rollout
+from agent_memory.rollout.layouts import LayoutError, PrefixBroken, episode_sample
+from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
+from agent_memory.rollout.writer import EPISODE_COLUMNS, ROW_COLUMNS, row_schema
+from tests.rollout.conftest import make_job
+
+torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
+pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
+
+
+@pytest.fixture(scope="module")
+def tiny_lm(tmp_path_factory):
+    from agent_memory.models import build_tiny_lm, words_from_texts
+
+    texts = [
+        "Remember this : the balloon is RED BLUE GREEN BROWN . Answer with <action> </action>",
+        "What color was the balloon ? next red blue green brown admissible actions are",
+    ]
+    return build_tiny_lm(tmp_path_factory.mktemp("lm") / "tiny", words_from_texts(texts))
+
+
+def _hf_job(path, **rollout):
+    job = make_job("agent_memory/Recall-v0", policy="hf", groups=2, size=2, workers=1, envs=4,
+                   num_distractors=1)  # fmt: skip
+    job.policy = PolicyConfig(
+        name="hf", params={"path": str(path), "max_new_tokens": 6, "temperature": 1.0,
+                           "seed": 0, "num_threads": 1},
+    )  # fmt: skip
+    job.env.max_steps = 3
+    for key, value in rollout.items():
+        setattr(job.rollout, key, value)
+    return job
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_step_rows_hold_what_the_hf_policy_sampled(tiny_lm, tmp_path):
+    import pyarrow.parquet as pq
+    from transformers import AutoModelForCausalLM
+
+    summary = run_rollout(_hf_job(tiny_lm), tmp_path)
+    assert summary["status"] == "ok"
+    table = pq.read_table(tmp_path / "trajectories.parquet")
+    assert table.schema.equals(row_schema())
+    rows = table.to_pylist()
+    assert rows and len(rows) == summary["env_steps"]
+    model = AutoModelForCausalLM.from_pretrained(tiny_lm, local_files_only=True).eval()
+    for r in rows:
+        ids, lps = r["response_ids"], r["response_logprobs"]
+        assert r["prompt_ids"] and ids and len(ids) == len(lps) == len(r["response_mask"])
+        assert set(r["response_mask"]) == {1}
+        assert r["context_tokens"] == len(r["prompt_ids"])  # the real prompt length
+        assert r["finish_reason"] in ("stop", "length") and r["policy_version"] == 0
+        assert r["temperature"] == 1.0 and r["sampling_seed"] == 0
+        # Teacher forcing: one forward pass over prompt + response, at the sampling
+        # temperature (1.0, no top-k/top-p), reproduces every recorded log-prob (1e-4, fp32).
+        full = torch.tensor([r["prompt_ids"] + ids])
+        with torch.no_grad():
+            logits = model(full).logits[0].float().log_softmax(-1)
+        n = len(r["prompt_ids"])
+        want = [logits[n + j - 1, t].item() for j, t in enumerate(ids)]
+        assert lps == pytest.approx(want, abs=1e-4)
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_the_schema_is_the_same_when_the_token_columns_are_all_null(tmp_path):
+    import pyarrow.parquet as pq
+
+    job = make_job("agent_memory/Recall-v0", policy="random", groups=1, size=2, workers=1,
+                   envs=2, num_distractors=1)  # fmt: skip
+    run_rollout(job, tmp_path)
+    table = pq.read_table(tmp_path / "trajectories.parquet")
+    assert table.schema.equals(row_schema())  # list<int64> even with no value in the column
+    assert table.column("response_ids").null_count == table.num_rows
+    datasets = pytest.importorskip("datasets", reason="datasets is not installed")
+    loaded = datasets.load_dataset(
+        "parquet", data_files=str(tmp_path / "trajectories.parquet"), split="train"
+    )
+    assert loaded.num_rows == table.num_rows and "prompt_ids" in loaded.column_names
+    first = json.loads((tmp_path / "trajectories.jsonl").read_text().splitlines()[0])
+    assert set(first) == set(ROW_COLUMNS)  # every column documented, none left out
+
+
+def _steps(*turns):
+    steps = []
+    for k, (prompt, response) in enumerate(turns, start=1):
+        g = Generation("", prompt_ids=prompt, response_ids=response,
+                       response_logprobs=[-0.25] * len(response))  # fmt: skip
+        steps.append(StepRecord(k, "", "", None, True, None, 1.0, k == len(turns), False,
+                                len(prompt), 0, 0, None, generation=g, advantage=0.5))  # fmt: skip
+    return Trajectory(EpisodeSpec("g0", "g0-t0", 0, 0, 1), steps, won=True)
+
+
+def test_an_episode_sample_masks_the_env_tokens_and_keeps_the_prefix():
+    s = episode_sample(
+        _steps(([1, 2], [3, 9]), ([1, 2, 3, 9, 4, 4], [5, 9]), ([1, 2, 3, 9, 4, 4, 5, 9, 6], [7]))
+    )
+    assert s.prompt_ids == [1, 2]
+    assert s.completion_ids == [3, 9, 4, 4, 5, 9, 6, 7]
+    assert s.completion_mask == [1, 1, 0, 0, 1, 1, 0, 1]
+    assert s.completion_logprobs == [-0.25, -0.25, 0.0, 0.0, -0.25, -0.25, 0.0, -0.25]
+    assert s.token_advantages == [0.5, 0.5, 0.0, 0.0, 0.5, 0.5, 0.0, 0.5]
+    assert s.turns == 3 and s.episode_return == 3.0 and set(s.row()) == set(EPISODE_COLUMNS)
+    # Every turn's prompt is a prefix of prompt_ids + completion_ids (the property itself).
+    whole = s.prompt_ids + s.completion_ids
+    for prompt in ([1, 2], [1, 2, 3, 9, 4, 4], [1, 2, 3, 9, 4, 4, 5, 9, 6]):
+        assert whole[: len(prompt)] == prompt
+
+
+def test_a_rewritten_history_refuses_the_episode_layout():
+    with pytest.raises(
+        PrefixBroken,
+        match=re.escape(
+            "episode g0-t0: turn 2's prompt does not start with turn 1's prompt and response "
+            "(first difference at token 2: 3 in the context vs 8 in the prompt)"
+        ),
+    ):
+        episode_sample(_steps(([1, 2], [3, 9]), ([1, 2, 8, 9, 4], [5, 9])))
+
+
+def test_steps_without_token_ids_refuse_the_episode_layout():
+    t = _steps(([1, 2], [3, 9]))
+    t.steps[0].generation = Generation("up")
+    with pytest.raises(
+        LayoutError,
+        match=re.escape(
+            "rollout.layout=episode needs the token ids and log-probs of every turn, but step 1 "
+            "of episode g0-t0 has none: use a policy that samples tokens"
+        ),
+    ):
+        episode_sample(t)
