@@ -15,6 +15,9 @@ holds (``held``, ``first_step``; ``held_counts``, ``first_steps`` for all envs),
 (``column``), cached renderings (``renderings``, ``renderings_at``) and token counts
 (``tokens``, ``tokens_at``, ``step_tokens``), and how many of the newest steps a fetch would show
 (``window_steps``); :meth:`HistoryMemory.keep_newest` drops the oldest held steps (compaction).
+
+(About 500 lines: one data structure, its store, fetch, state and read API, which all work on
+the same private per-env lists; splitting it would expose them.)
 """
 
 from __future__ import annotations

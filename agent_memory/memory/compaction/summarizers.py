@@ -14,6 +14,9 @@ Built-ins, selectable by name (``summarizer=extractive`` in configs):
 * ``llm`` (:class:`LLMSummarizer`): asks any :class:`~agent_memory.policies.Policy` (an
   OpenAI-compatible server, a local model) to update the summary.
 
+(About 500 lines: the summarizer interface, its registry, the budget fitting both built-ins use
+and the two built-ins, which are read together when writing a summarizer.)
+
 Example:
     >>> s = make_summarizer("extractive")
     >>> steps = [FoldedStep(1, observation="Remember this: the key is RED.\\nSay 'next'.",
