@@ -48,7 +48,7 @@ import gymnasium as gym
 
 import envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.memory import make_memory
-from agent_memory.memory.summarizers import ExtractiveSummarizer, FoldedStep
+from agent_memory.memory.compaction import ExtractiveSummarizer, FoldedStep
 from agent_memory.parsing import ActionParser
 from agent_memory.prompts import PromptTemplate
 from agent_memory.tokens import make_token_counter

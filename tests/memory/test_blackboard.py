@@ -117,10 +117,14 @@ def test_episode_digest_and_post_actions():
     mem.on_episode_end(1, episode)
     digest = mem.notes(0)[0]
     assert digest["step"] == 4 and len(digest["text"]) <= 60
-    assert digest["text"] == "Episode was cut off after 4 steps; actions: next x3, blue..."
-    assert episode_digest(episode, 500).endswith("; final: Time is up.")
+    assert digest["text"] == "Episode was cut off after 4 steps. | Actions (4): next; n..."
+    assert episode_digest(episode, outcome=True, sep=" | ") == (
+        "Episode was cut off after 4 steps. | Actions (4): next; next; next; blue | "
+        "Last observation: Time is up.\nBye."
+    )
     assert (
-        episode_digest({"records": []}) == "Episode was left unfinished after 0 steps; actions: -"
+        episode_digest({"records": []}, outcome=True)
+        == "Episode was left unfinished after 0 steps.\nActions (0): "
     )
     long = BlackboardMemory(1, note_chars=10)
     long.post(0, "a  very\nlong note indeed")
@@ -299,11 +303,11 @@ def test_registered_for_make_memory(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"scope": "team"}, "scope must be 'group' or 'global', got 'team'"),
+        ({"scope": "team"}, "scope must be one of ['group', 'global'], got 'team'"),
         ({"top_n": -1}, "top_n must be an int >= 0, got -1"),
-        ({"max_notes": 0}, "max_notes must be None or an int > 0, got 0"),
+        ({"max_notes": 0}, "max_notes must be None or an int >= 1, got 0"),
         ({"max_age_seconds": -5}, "max_age_seconds must be None or a number > 0, got -5"),
-        ({"digest_chars": 0}, "digest_chars must be an int > 0, got 0"),
+        ({"digest_chars": 0}, "digest_chars must be an int >= 1, got 0"),
         ({"board": ""}, "board must be a non-empty str, got ''"),
         (
             {"note_format": "{who}: {text}"},

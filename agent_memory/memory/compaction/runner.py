@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Literal
 
-from agent_memory.memory.summarizers import Summarizer, SummaryRequest, fit_text
+from agent_memory.memory.compaction.summarizers import Summarizer, SummaryRequest, fit_text
 from agent_memory.tokens import TokenCounter
 
 __all__ = ["Fallback", "SummaryRunner", "dropped_summary"]
@@ -24,7 +24,7 @@ class SummaryRunner:
     timed-out call that still runs.
 
     Example:
-        >>> from agent_memory.memory.summarizers import FoldedStep, make_summarizer
+        >>> from agent_memory.memory.compaction.summarizers import FoldedStep, make_summarizer
         >>> from agent_memory.tokens import make_token_counter
         >>> step = FoldedStep(step=1, text="", observation="a door", action="open")
         >>> request = SummaryRequest("", [step], 64)

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from agent_memory.memory.episode_store import EpisodeStore, MemoryRow, Scope, StoreBusyError
+from agent_memory.memory.episodic.store import EpisodeStore, MemoryRow, Scope, StoreBusyError
 
 RUN = Scope("single_run", namespace="ns", run_id="run-1")
 
@@ -113,7 +113,7 @@ def test_set_outcome_expire_sessions_and_prune(tmp_path):
     assert store.expire_sessions("ns", ttl_s=60, now=now + 30) == 0
     store.add(s_new, [_row()])
     assert store.expire_sessions("other-ns", ttl_s=1, now=now + 3600) == 0
-    store._write(
+    store.db.write(
         lambda c: c.execute(
             "UPDATE memories SET created_at = ? WHERE session_id = 'old'", (now - 120,)
         )
@@ -143,9 +143,9 @@ def test_pickles_without_its_connection_and_reconnects(tmp_path):
     assert (
         clone.count() == 1
         and clone.busy_timeout_s == 0.5
-        and clone._conn_obj is not store._conn_obj
+        and clone.db.connection() is not store.db.connection()
     )
-    assert clone._read("PRAGMA journal_mode")[0][0] == "wal"
+    assert clone.db.read("PRAGMA journal_mode")[0][0] == "wal"
     store.close()
     clone.close()
 

@@ -1,4 +1,4 @@
-"""``EpisodeStore``: the SQLite (WAL) table behind the ``episodic`` memory strategy.
+"""``EpisodeStore``: the SQLite table behind the ``episodic`` memory strategy.
 
 One table of *memories*: digests of finished episodes (``kind="episode"``) and notes an agent wrote
 (``kind="note"``), each tagged with its task key, outcome, retention policy and the namespace /
@@ -15,14 +15,13 @@ retention       rows seen (and deleted by)
                 pruning by age and row count (:meth:`EpisodeStore.prune`)
 ==============  =================================================================================
 
-Concurrency: the database runs in WAL mode (readers never block the writer), every write is one
-``BEGIN IMMEDIATE`` transaction (the write lock is taken up front, so a transaction never fails
-half-way on an upgrade), SQLite's busy handler waits ``busy_timeout_s`` for the lock and a retry
-loop with jittered backoff covers the rest, up to ``max_wait_s``. Each process opens its own
-connection (one inherited across ``fork`` is never used); instances pickle without it. A writer
-killed with SIGKILL loses at most its open transaction: SQLite rolls it back on the next open, and
-committed rows stay (``synchronous=NORMAL`` is durable against process death; ``FULL`` also
-against power loss).
+Concurrency is :class:`~agent_memory.memory.sqlite.SQLiteDatabase`'s: WAL mode (readers never
+block the writer), every write one ``BEGIN IMMEDIATE`` transaction, SQLite's busy handler waits
+``busy_timeout_s`` for the lock and a retry loop with jittered backoff covers the rest, up to
+``max_wait_s``; one connection per process (one inherited across ``fork`` is never used), and
+instances pickle without it. A writer killed with SIGKILL loses at most its open transaction:
+SQLite rolls it back on the next open, and committed rows stay (``synchronous=NORMAL`` is durable
+against process death; ``FULL`` also against power loss).
 
 Example:
     >>> import os, tempfile
@@ -41,16 +40,14 @@ Example:
 from __future__ import annotations
 
 import os
-import random
 import socket
 import sqlite3
-import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
+from agent_memory.memory.sqlite import SQLiteDatabase, StoreBusyError, Synchronous
 from agent_memory.text import utf8_safe
 
 __all__ = ["RETENTIONS", "EpisodeStore", "MemoryRow", "Retention", "Scope", "StoreBusyError"]
@@ -58,7 +55,6 @@ __all__ = ["RETENTIONS", "EpisodeStore", "MemoryRow", "Retention", "Scope", "Sto
 Retention = Literal["single_run", "session", "persistent"]
 RETENTIONS: tuple[str, ...] = ("single_run", "session", "persistent")
 Kind = Literal["episode", "note"]
-T = TypeVar("T")
 
 _SCHEMA_VERSION = 1
 _SCHEMA = """
@@ -103,11 +99,6 @@ _PRUNE_TASK = (
     "DELETE FROM memories WHERE id IN (SELECT id FROM memories WHERE {where} AND task_key = ? "
     "AND kind = 'episode' ORDER BY " + _RANK + " LIMIT -1 OFFSET ?)"
 )
-_SYNCHRONOUS = ("OFF", "NORMAL", "FULL", "EXTRA")
-
-
-class StoreBusyError(sqlite3.OperationalError):
-    """The database stayed locked by other writers for longer than ``max_wait_s``."""
 
 
 @dataclass(frozen=True)
@@ -193,11 +184,6 @@ def _row(t: Sequence[Any]) -> MemoryRow:
     )  # fmt: skip
 
 
-def _is_busy(e: sqlite3.OperationalError) -> bool:
-    msg = str(e).lower()
-    return "locked" in msg or "busy" in msg
-
-
 class EpisodeStore:
     """A SQLite (WAL) store of episode digests and notes, safe for concurrent processes.
 
@@ -220,138 +206,43 @@ class EpisodeStore:
         *,
         busy_timeout_s: float = 5.0,
         max_wait_s: float = 60.0,
-        synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL",
+        synchronous: Synchronous = "NORMAL",
     ) -> None:
-        if not isinstance(busy_timeout_s, (int, float)) or busy_timeout_s < 0:
-            raise ValueError(f"busy_timeout_s must be a number >= 0, got {busy_timeout_s!r}")
-        if not isinstance(max_wait_s, (int, float)) or max_wait_s < 0:
-            raise ValueError(f"max_wait_s must be a number >= 0, got {max_wait_s!r}")
-        if str(synchronous).upper() not in _SYNCHRONOUS:
-            raise ValueError(
-                f"synchronous must be one of {list(_SYNCHRONOUS)}, got {synchronous!r}"
-            )
-        self.path = str(path)
-        self.busy_timeout_s = float(busy_timeout_s)
-        self.max_wait_s = float(max_wait_s)
-        self.synchronous = str(synchronous).upper()
-        #: Lock waits that went past SQLite's busy handler and were retried (this process).
-        self.retries = 0
-        self._writer = f"{socket.gethostname()}:{os.getpid()}"
-        self._lock = threading.RLock()
-        self._conn_obj: sqlite3.Connection | None = None
-        self._pid = -1
-        self._inherited: list[sqlite3.Connection] = []
-        self._connect()
+        self.db = SQLiteDatabase(
+            path, schema=_SCHEMA, schema_version=_SCHEMA_VERSION, busy_timeout_s=busy_timeout_s,
+            max_wait_s=max_wait_s, synchronous=synchronous,
+        )  # fmt: skip
 
-    # ------------------------------------------------------------------ connection
+    @property
+    def path(self) -> str:
+        """The database file (``":memory:"``: a private in-process database)."""
+        return self.db.path
 
-    def _connect(self) -> sqlite3.Connection:
-        if self._conn_obj is not None and self._pid == os.getpid():
-            return self._conn_obj
-        if self._conn_obj is not None:
-            # Opened before a fork: SQLite forbids using it in the child, and closing it here
-            # could disturb the parent's locks. Keep it referenced, never touch it.
-            self._inherited.append(self._conn_obj)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(
-            self.path, timeout=self.busy_timeout_s, isolation_level=None, check_same_thread=False
-        )
-        self._conn_obj, self._pid = conn, os.getpid()
-        self._writer = f"{socket.gethostname()}:{os.getpid()}"
+    @property
+    def busy_timeout_s(self) -> float:
+        return self.db.busy_timeout_s
 
-        def setup() -> None:
-            if self.path != ":memory:":
-                mode = conn.execute("PRAGMA journal_mode=WAL").fetchone()[0]
-                if str(mode).lower() != "wal":
-                    raise sqlite3.OperationalError(
-                        f"could not put {self.path} in WAL mode (journal_mode={mode!r}); is it "
-                        "on a network file system? WAL needs local shared memory"
-                    )
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
+    @property
+    def synchronous(self) -> str:
+        return self.db.synchronous
 
-        self._retry(setup)
-        version = self._retry(lambda: conn.execute("PRAGMA user_version").fetchone()[0])
-        if version > _SCHEMA_VERSION:
-            raise ValueError(
-                f"{self.path} holds schema version {version}, this code reads up to "
-                f"{_SCHEMA_VERSION}: upgrade agent_memory or use another path"
-            )
-        if version < _SCHEMA_VERSION:
+    @property
+    def retries(self) -> int:
+        """Lock waits that went past SQLite's busy handler and were retried (this process)."""
+        return self.db.retries
 
-            def create(c: sqlite3.Connection) -> None:
-                if c.execute("PRAGMA user_version").fetchone()[0] < _SCHEMA_VERSION:
-                    # Statement by statement: executescript() would COMMIT our transaction.
-                    for stmt in filter(None, (s.strip() for s in _SCHEMA.split(";"))):
-                        c.execute(stmt)
-                    c.execute(f"PRAGMA user_version={_SCHEMA_VERSION}")
-
-            self._write(create)
-        return conn
+    @property
+    def _writer(self) -> str:
+        # Who wrote a row (this process: it changes across a fork).
+        return f"{socket.gethostname()}:{os.getpid()}"
 
     def close(self) -> None:
         """Close this process's connection (the database stays on disk)."""
-        with self._lock:
-            if self._conn_obj is not None and self._pid == os.getpid():
-                self._conn_obj.close()
-            self._conn_obj = None
+        self.db.close()
 
     @property
     def closed(self) -> bool:
-        return self._conn_obj is None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.update(_conn_obj=None, _pid=-1, _inherited=[], _lock=None)
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._lock = threading.RLock()
-        self._connect()
-
-    # ------------------------------------------------------------------ retry core
-
-    def _retry(self, fn: Callable[[], T]) -> T:
-        deadline = time.monotonic() + self.max_wait_s
-        delay = 0.002
-        while True:
-            try:
-                return fn()
-            except sqlite3.OperationalError as e:
-                if not _is_busy(e):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise StoreBusyError(
-                        f"{self.path} stayed locked for more than max_wait_s={self.max_wait_s} s "
-                        f"({e}); raise max_wait_s or reduce concurrent writers"
-                    ) from e
-                self.retries += 1
-                time.sleep(delay * (0.5 + random.random()))
-                delay = min(delay * 2, 0.1)
-
-    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction, retrying while locked."""
-        with self._lock:
-            conn = self._connect()
-
-            def attempt() -> T:
-                conn.execute("BEGIN IMMEDIATE")
-                try:
-                    out = fn(conn)
-                    conn.execute("COMMIT")
-                except BaseException:
-                    if conn.in_transaction:
-                        conn.execute("ROLLBACK")
-                    raise
-                return out
-
-            return self._retry(attempt)
-
-    def _read(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            conn = self._connect()
-            return self._retry(lambda: conn.execute(sql, tuple(params)).fetchall())
+        return self.db.closed
 
     # ------------------------------------------------------------------ writes
 
@@ -367,6 +258,7 @@ class EpisodeStore:
         now = time.time()
         sid = scope.session_id
         where, params = scope.where()
+        writer = self._writer
 
         def insert(c: sqlite3.Connection) -> list[int]:
             ids = []
@@ -394,7 +286,7 @@ class EpisodeStore:
                         utf8_safe(r.text),  # SQLite takes UTF-8 only
                         r.started_at,
                         r.created_at or now,
-                        self._writer,
+                        writer,
                     ),
                 )
                 ids.append(int(cur.lastrowid))
@@ -403,7 +295,7 @@ class EpisodeStore:
                     c.execute(_PRUNE_TASK.format(where=where), (*params, key, keep_per_task))
             return ids
 
-        return self._write(insert)
+        return self.db.write(insert)
 
     def set_outcome(
         self, scope: Scope, episode_uid: str, *, won: bool | None, ret: float | None,
@@ -416,13 +308,13 @@ class EpisodeStore:
             "AND episode_uid = ?"
         )
         values = (None if won is None else int(won), ret, length, *params, episode_uid)
-        return self._write(lambda c: c.execute(sql, values).rowcount)
+        return self.db.write(lambda c: c.execute(sql, values).rowcount)
 
     def delete_scope(self, scope: Scope) -> int:
         """Delete every row of ``scope`` (a run's rows, or a session's); returns how many."""
         where, params = scope.where()
         sql = f"DELETE FROM memories WHERE {where}"
-        return self._write(lambda c: c.execute(sql, params).rowcount)
+        return self.db.write(lambda c: c.execute(sql, params).rowcount)
 
     def expire_sessions(self, namespace: str, ttl_s: float, now: float | None = None) -> int:
         """Delete the session rows of sessions idle (no new row) for more than ``ttl_s``."""
@@ -432,7 +324,7 @@ class EpisodeStore:
             "(SELECT session_id FROM memories WHERE retention = 'session' AND namespace = ? "
             "GROUP BY session_id HAVING MAX(created_at) < ?)"
         )
-        return self._write(lambda c: c.execute(sql, (namespace, namespace, cutoff)).rowcount)
+        return self.db.write(lambda c: c.execute(sql, (namespace, namespace, cutoff)).rowcount)
 
     def prune(
         self, retention: Retention, namespace: str, *, max_age_s: float | None = None,
@@ -457,12 +349,12 @@ class EpisodeStore:
                 ).rowcount
             return n
 
-        return self._write(run)
+        return self.db.write(run)
 
     def prune_task(self, scope: Scope, task_key: str, keep: int) -> int:
         """Keep only the best ``keep`` episodes of ``task_key`` in ``scope``; returns deletions."""
         where, params = scope.where()
-        return self._write(
+        return self.db.write(
             lambda c: c.execute(_PRUNE_TASK.format(where=where), (*params, task_key, keep)).rowcount
         )
 
@@ -478,7 +370,7 @@ class EpisodeStore:
         kind_sql = ", ".join("?" * len(kinds))
         won_sql = "" if include_failures else " AND won = 1"
         rank = _RANK if order == "best" else "id DESC"
-        rows = self._read(
+        rows = self.db.read(
             f"SELECT {_COLUMNS} FROM memories WHERE {where} AND task_key = ? AND kind IN "
             f"({kind_sql}){won_sql} ORDER BY {rank} LIMIT ?",
             (*params, task_key, *kinds, limit),
@@ -491,7 +383,7 @@ class EpisodeStore:
         """The newest ``limit`` rows of ``scope``."""
         where, params = scope.where()
         kind_sql = ", ".join("?" * len(kinds))
-        rows = self._read(
+        rows = self.db.read(
             f"SELECT {_COLUMNS} FROM memories WHERE {where} AND kind IN ({kind_sql}) "
             "ORDER BY id DESC LIMIT ?",
             (*params, *kinds, limit),
@@ -503,7 +395,7 @@ class EpisodeStore:
         where, params = scope.where()
         return [
             (int(i), k, t)
-            for i, k, t in self._read(
+            for i, k, t in self.db.read(
                 f"SELECT MAX(id), task_key, task FROM memories WHERE {where} AND id > ? "
                 "GROUP BY task_key",
                 (*params, after_id),
@@ -513,21 +405,21 @@ class EpisodeStore:
     def rows(self, scope: Scope | None = None) -> list[MemoryRow]:
         """Every row of ``scope`` (all rows when None), oldest first."""
         if scope is None:
-            return [_row(t) for t in self._read(f"SELECT {_COLUMNS} FROM memories ORDER BY id")]
+            return [_row(t) for t in self.db.read(f"SELECT {_COLUMNS} FROM memories ORDER BY id")]
         where, params = scope.where()
         sql = f"SELECT {_COLUMNS} FROM memories WHERE {where} ORDER BY id"
-        return [_row(t) for t in self._read(sql, params)]
+        return [_row(t) for t in self.db.read(sql, params)]
 
     def count(self, scope: Scope | None = None) -> int:
         """Rows in ``scope`` (all rows when None)."""
         if scope is None:
-            return int(self._read("SELECT COUNT(*) FROM memories")[0][0])
+            return int(self.db.read("SELECT COUNT(*) FROM memories")[0][0])
         where, params = scope.where()
-        return int(self._read(f"SELECT COUNT(*) FROM memories WHERE {where}", params)[0][0])
+        return int(self.db.read(f"SELECT COUNT(*) FROM memories WHERE {where}", params)[0][0])
 
     def integrity_check(self) -> str:
         """SQLite's ``PRAGMA integrity_check`` (``"ok"`` when sound)."""
-        return "\n".join(str(r[0]) for r in self._read("PRAGMA integrity_check"))
+        return self.db.integrity_check()
 
     def __repr__(self) -> str:
         return f"EpisodeStore({self.path!r}, synchronous={self.synchronous!r})"

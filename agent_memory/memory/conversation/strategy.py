@@ -31,7 +31,7 @@ import time
 import uuid
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Literal
 
 from agent_memory.formatting import ChatFormatter, Formatter, FormatterSpec, make_formatter
 from agent_memory.memory.base import (
@@ -42,16 +42,14 @@ from agent_memory.memory.base import (
     check_budget,
     check_capacity,
     check_env_index,
-    check_history_length,
     check_num_envs,
     check_record_keys,
     check_state,
-    check_window_fits,
+    fetch_request,
     normalize_env_ids,
     record_columns,
-    resolve_budgets,
 )
-from agent_memory.memory.messages import (
+from agent_memory.memory.conversation.messages import (
     ROLES,
     ConversationLog,
     Message,
@@ -61,16 +59,16 @@ from agent_memory.memory.messages import (
     message_text,
     select_messages,
 )
+from agent_memory.memory.conversation.settings import DEFAULT_THOUGHT_FORMAT, ConversationSettings
+from agent_memory.memory.settings import SettingsAttributes
 from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
-# Message, ROLES and select_messages live in ``messages``; re-exported here, where they started.
-__all__ = ["ROLES", "ConversationMemory", "Message", "select_messages"]
+__all__ = ["ConversationMemory"]
 
 _STATE_VERSION = 1
-DEFAULT_THOUGHT_FORMAT: Final = "<think>{thought}</think>\n<action>{action}</action>"
 
 
-class ConversationMemory(BaseMemory):
+class ConversationMemory(SettingsAttributes, BaseMemory):
     """Per-env chat messages with ids; a :class:`BaseMemory` whose contexts are message lists.
 
     Args:
@@ -123,6 +121,7 @@ class ConversationMemory(BaseMemory):
         thought_format: str | None = DEFAULT_THOUGHT_FORMAT,
         ids: Literal["uuid", "counter"] = "uuid",
     ) -> None:
+        self.settings = ConversationSettings.from_arguments(locals())
         self.num_envs = check_num_envs(num_envs)
         self.capacity = check_capacity(capacity)
         fmt = make_formatter(formatter)
@@ -131,24 +130,7 @@ class ConversationMemory(BaseMemory):
                 "the conversation memory stores chat messages: formatter must have output "
                 f"'messages' (e.g. 'chat'), got {fmt.spec()['name']!r} (output {fmt.output!r})"
             )
-        if ids not in ("uuid", "counter"):
-            raise ValueError(f"ids must be 'uuid' or 'counter', got {ids!r}")
-        if system_prompt is not None and not isinstance(system_prompt, str):
-            raise TypeError(
-                f"system_prompt must be a str or None, got {type(system_prompt).__name__}"
-            )
-        if thought_format is not None:
-            try:
-                thought_format.format(thought="t", action="a")
-            except (KeyError, IndexError, ValueError) as e:
-                raise ValueError(
-                    "thought_format may use only {thought} and {action}, "
-                    f"got {thought_format!r} ({e})"
-                ) from None
         self.max_tokens = check_budget(max_tokens)
-        self.system_prompt = system_prompt
-        self.thought_format = thought_format
-        self.ids = ids
         self._formatter: Formatter = fmt
         self._counter = make_token_counter(token_counter)
         self._envs = [ConversationLog() for _ in range(num_envs)]
@@ -276,7 +258,7 @@ class ConversationMemory(BaseMemory):
         fmt = self._formatter
         rendered = fmt.render_batch(columns, steps)
         thoughts = columns.get("thought")
-        tf = self.thought_format
+        tf = self.settings.thought_format
         replace_thought = (
             thoughts is not None
             and tf is not None
@@ -356,10 +338,10 @@ class ConversationMemory(BaseMemory):
             ``Fetched(contexts, lengths)``: per env, a list of OpenAI-format message dicts and
             the number of steps it holds.
         """
-        hl = check_history_length(history_length)
-        ids = normalize_env_ids(env_ids, self.num_envs)  # None: all envs
-        check_window_fits(hl, self.capacity)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
+        hl, ids, budgets = fetch_request(
+            history_length, env_ids, max_tokens, num_envs=self.num_envs, default=self.max_tokens,
+            capacity=self.capacity,
+        )  # fmt: skip
         contexts: list[Any] = []
         lengths: list[int] = []
         for j, i in enumerate(ids):
@@ -462,10 +444,11 @@ class ConversationMemory(BaseMemory):
         episode = c.episode + 1
         fresh = ConversationLog()
         fresh.episode = episode
-        fresh.uid = f"env{i}-ep{episode}" if self.ids == "counter" else uuid.uuid4().hex[:16]
+        counter = self.settings.ids == "counter"
+        fresh.uid = f"env{i}-ep{episode}" if counter else uuid.uuid4().hex[:16]
         self._envs[i] = fresh
-        if self.system_prompt is not None:
-            self.add_message(i, "system", self.system_prompt)
+        if self.settings.system_prompt is not None:
+            self.add_message(i, "system", self.settings.system_prompt)
 
     def _next_id(self, i: int) -> str:
         c = self._envs[i]
@@ -502,5 +485,5 @@ class ConversationMemory(BaseMemory):
         return (
             f"ConversationMemory(num_envs={self.num_envs}, formatter={self._formatter!r}, "
             f"max_tokens={self.max_tokens}, token_counter={self._counter.name!r}, "
-            f"capacity={self.capacity}, ids={self.ids!r})"
+            f"capacity={self.capacity}, ids={self.settings.ids!r})"
         )

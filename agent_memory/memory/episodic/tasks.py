@@ -1,6 +1,8 @@
-"""Task similarity for :class:`~agent_memory.memory.episodic.EpisodicMemory`: which past tasks
-are like the current one.
+"""Tasks of :class:`~agent_memory.memory.episodic.EpisodicMemory`: what identifies a task, and
+which past tasks are like the current one.
 
+* :func:`task_key_of`: the key episodes of one task share (env name, hash of the task text and,
+  by default, of the first observation).
 * :func:`lexical_scores`: cosine of the sets of content words (stop words left out); needs no
   corpus statistics, so a document's score never changes as the database grows.
 * :class:`TaskIndex`: an inverted index of task texts by content word, giving the lexical scores
@@ -12,16 +14,47 @@ are like the current one.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Callable, Sequence
+from typing import Literal
 
 import numpy as np
 
-__all__ = ["EmbeddingSimilarity", "Similarity", "TaskIndex", "content_words", "lexical_scores"]
+from agent_memory.memory.search import make_encoder
+
+__all__ = [
+    "EmbeddingSimilarity",
+    "KeyBy",
+    "Similarity",
+    "TaskIndex",
+    "content_words",
+    "lexical_scores",
+    "task_key_of",
+]
 
 #: ``(query, docs) -> scores`` in [0, 1].
 Similarity = Callable[[str, Sequence[str]], Sequence[float]]
+KeyBy = Literal["task", "task_and_observation"]
+
+
+def task_key_of(
+    task: str, observation: str | None = None, env_name: str | None = None, *,
+    key_by: KeyBy = "task_and_observation",
+) -> str:  # fmt: skip
+    """``"<env_name>|<hash>"``: the hash covers the task text and, with ``task_and_observation``,
+    the first observation (which tells apart levels that share a task sentence).
+
+    Example:
+        >>> task_key_of("Cross the lake.", "S . G", "lake")
+        'lake|57b9548680a08c55'
+    """
+    text = task if key_by == "task" else f"{task}\x00{observation or ''}"
+    # surrogatepass: a lone surrogate (hostile text) hashes instead of raising.
+    digest = hashlib.sha1(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
+    return f"{env_name or 'env'}|{digest}"
+
 
 _WORD = re.compile(r"[a-z0-9]+")
 #: Words too common to tell tasks apart.
@@ -161,7 +194,7 @@ class TaskIndex:
 
 class EmbeddingSimilarity:
     """``similarity="embedding:<encoder>"``: cosine of a dense encoder's unit vectors (clipped
-    to [0, 1]), from :mod:`agent_memory.memory.embeddings` (imported only when asked for).
+    to [0, 1]), from :mod:`agent_memory.memory.search`.
 
     Example:
         >>> sim = EmbeddingSimilarity("embedding:hashing")
@@ -171,10 +204,6 @@ class EmbeddingSimilarity:
     """
 
     def __init__(self, name: str) -> None:
-        try:
-            from agent_memory.memory.embeddings import make_encoder
-        except ImportError as e:  # pragma: no cover - the module ships with the package
-            raise ValueError(f"similarity={name!r} needs agent_memory.memory.embeddings") from e
         self.name = name
         self.encoder = make_encoder(name.split(":", 1)[1])
         if not hasattr(self.encoder, "embed"):

@@ -1,4 +1,5 @@
-"""``HistoryMemory``: the sliding window / token budget / whole-episode strategy.
+"""``HistoryMemory``: the window memory (the ``window`` strategy: sliding window, token budget or
+whole episode), and the per-env step store every "block + window" strategy builds on.
 
 Each step is rendered by the formatter and its tokens counted once, when it is stored; ``fetch``
 only slices and joins cached renderings, and a token budget is met with a binary search over
@@ -8,6 +9,15 @@ the episode has run. With ``capacity`` set, storage is bounded too: an env keeps
 
 Steps are kept as value tuples with one key tuple per episode (dicts are built when a record is
 read), which keeps the store path free of per-env dicts and the garbage collector's work small.
+
+Other strategies read a window memory through its public read API only: per env, the steps it
+holds (``held``, ``first_step``; ``held_counts``, ``first_steps`` for all envs), their fields
+(``column``), cached renderings (``renderings``, ``renderings_at``) and token counts
+(``tokens``, ``tokens_at``, ``step_tokens``), and how many of the newest steps a fetch would show
+(``window_steps``); :meth:`HistoryMemory.keep_newest` drops the oldest held steps (compaction).
+
+(About 500 lines: one data structure, its store, fetch, state and read API, which all work on
+the same private per-env lists; splitting it would expose them.)
 """
 
 from __future__ import annotations
@@ -28,13 +38,15 @@ from agent_memory.memory.base import (
     check_capacity,
     check_env_index,
     check_history_length,
+    check_int,
     check_num_envs,
     check_record_keys,
     check_state,
     check_window_fits,
+    every_env,
+    fetch_request,
     normalize_env_ids,
     record_columns,
-    resolve_budgets,
 )
 from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
@@ -86,7 +98,7 @@ class HistoryMemory(BaseMemory):
         self.max_tokens = check_budget(max_tokens)
         self._formatter = make_formatter(formatter)
         self._counter = make_token_counter(token_counter)
-        self._all_ids = list(range(num_envs))
+        self._all_ids = normalize_env_ids(None, num_envs)
         # Per env: value tuples, renderings, token prefix sums (len = steps held + 1), steps
         # dropped from the front by bounded storage, and the episode's key tuple (None before
         # its first store).
@@ -179,15 +191,15 @@ class HistoryMemory(BaseMemory):
         Returns:
             ``Fetched(contexts, lengths)``: per env, the joined context and its number of steps.
         """
-        hl = check_history_length(history_length)
-        ids = self._all_ids if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
-        check_window_fits(hl, self.capacity)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
+        hl, ids, budgets = fetch_request(
+            history_length, env_ids, max_tokens, num_envs=self.num_envs, default=self.max_tokens,
+            capacity=self.capacity,
+        )  # fmt: skip
         fmt = self._formatter
         # The default join is a plain str.join: call it directly (no Python frame per env).
         join = fmt.separator.join if type(fmt).join is Formatter.join else fmt.join
         rendered_l = self._rendered
-        windows = rendered_l if env_ids is None else [rendered_l[i] for i in ids]
+        windows = rendered_l if every_env(ids) else [rendered_l[i] for i in ids]
         if budgets is None:  # the common case: a plain window, no per-env arithmetic
             if hl == 0:
                 return Fetched([join([]) for _ in ids], [0] * len(ids))
@@ -198,11 +210,7 @@ class HistoryMemory(BaseMemory):
         lengths: list[int] = []
         for i, rendered, b in zip(ids, windows, budgets, strict=True):
             n = len(rendered)
-            lo = 0 if hl == -1 else max(0, n - hl)
-            if b is not None and lo < n:
-                cum = self._cum[i]
-                # First index s >= lo whose suffix sum cum[n] - cum[s] fits the budget.
-                lo = bisect_left(cum, cum[n] - b, lo, n)
+            lo = self._window_lo(i, n, hl, b)
             contexts.append(join(rendered[lo:]))
             lengths.append(n - lo)
         return Fetched(contexts, lengths)
@@ -221,10 +229,126 @@ class HistoryMemory(BaseMemory):
         """:meth:`num_steps` of every env."""
         return [s + len(r) for s, r in zip(self._start, self._rows, strict=True)]
 
+    # ------------------------------------------------------------------ read API
+    # Positions count the steps env i holds (what ``memory[i]`` returns), oldest first:
+    # 0 .. held(i) - 1; the step at position p is step number ``first_step(i) + p``.
+
+    def held(self, env_id: int) -> int:
+        """How many steps env ``env_id`` holds (``len(memory[i])``; fewer than
+        :meth:`num_steps` once bounded storage or :meth:`keep_newest` dropped some)."""
+        i = check_env_index(env_id, self.num_envs)
+        return len(self._rows[i]) - self._dropped(i)
+
+    @property
+    def held_counts(self) -> list[int]:
+        """:meth:`held` of every env."""
+        cap = self.capacity
+        if cap is None:
+            return [len(r) for r in self._rows]
+        return [min(len(r), cap) for r in self._rows]
+
+    @property
+    def first_steps(self) -> list[int]:
+        """:meth:`first_step` of every env."""
+        return [s + n - h + 1 for s, n, h in zip(self._start, map(len, self._rows),
+                                                 self.held_counts, strict=True)]  # fmt: skip
+
+    def first_step(self, env_id: int) -> int:
+        """The absolute step number of env ``env_id``'s oldest held step (1 when nothing was
+        dropped; ``num_steps + 1`` when nothing is held)."""
+        i = check_env_index(env_id, self.num_envs)
+        return self._start[i] + self._dropped(i) + 1
+
+    def renderings(self, env_id: int, start: int = 0, stop: int | None = None) -> list[Any]:
+        """The formatter's renderings (made at store time) of held steps ``[start, stop)``."""
+        i = check_env_index(env_id, self.num_envs)
+        off = self._dropped(i)
+        n = len(self._rows[i])
+        return self._rendered[i][off + start : n if stop is None else off + stop]
+
+    def column(
+        self, env_id: int, key: str, start: int = 0, stop: int | None = None
+    ) -> list[Any] | None:
+        """The values of ``key`` in env ``env_id``'s held steps ``[start, stop)`` (None when
+        the episode's records have no such key): a record field without building records.
+
+        Example:
+            >>> mem = HistoryMemory(1)
+            >>> for act in ("up", "down"):
+            ...     mem.store({"observation": ["o"], "action": [act]})
+            >>> mem.column(0, "action"), mem.column(0, "action", 1), mem.column(0, "thought")
+            (['up', 'down'], ['down'], None)
+        """
+        i = check_env_index(env_id, self.num_envs)
+        keys = self._keys[i]
+        if keys is None or key not in keys:
+            return None
+        p, off, rows = keys.index(key), self._dropped(i), self._rows[i]
+        return [row[p] for row in rows[off + start : len(rows) if stop is None else off + stop]]
+
+    def renderings_at(self, env_id: int, positions: Sequence[int]) -> list[Any]:
+        """The renderings of env ``env_id``'s held steps at ``positions`` (in that order)."""
+        i = check_env_index(env_id, self.num_envs)
+        off, rendered = self._dropped(i), self._rendered[i]
+        return [rendered[off + p] for p in positions]
+
+    def tokens_at(self, env_id: int, positions: Sequence[int]) -> list[int]:
+        """The token counts of env ``env_id``'s held steps at ``positions`` (in that order).
+
+        Example:
+            >>> mem = HistoryMemory(1, token_counter="chars")
+            >>> for obs in ("a", "bbb"):
+            ...     mem.store({"observation": [obs], "action": ["x"]})
+            >>> mem.tokens_at(0, [1, 0]), mem.renderings_at(0, [1])
+            ([38, 36], ["[Observation 2: 'bbb', Action 2: 'x']"])
+        """
+        i = check_env_index(env_id, self.num_envs)
+        off, cum = self._dropped(i), self._cum[i]
+        return [cum[off + p + 1] - cum[off + p] for p in positions]
+
+    def tokens(self, env_id: int, start: int = 0, stop: int | None = None) -> int:
+        """Token count (made at store time) of held steps ``[start, stop)``, each with its
+        separator: O(1), read off prefix sums.
+
+        Example:
+            >>> mem = HistoryMemory(1, token_counter="chars")
+            >>> mem.store({"observation": ["a"], "action": ["b"]})
+            >>> mem.tokens(0), mem.step_tokens(0), mem.renderings(0)
+            (36, [36], ["[Observation 1: 'a', Action 1: 'b']"])
+        """
+        i = check_env_index(env_id, self.num_envs)
+        off = self._dropped(i)
+        cum = self._cum[i]
+        return cum[len(cum) - 1 if stop is None else off + stop] - cum[off + start]
+
     def step_tokens(self, env_id: int) -> list[int]:
         """Token counts (made at store time) of the steps :meth:`__getitem__` returns."""
         cum = self._cum[check_env_index(env_id, self.num_envs)]
         return self._held([b - a for a, b in pairwise(cum)])
+
+    def window_steps(self, env_id: int, history_length: int, max_tokens: int | None = None) -> int:
+        """How many of env ``env_id``'s newest steps ``fetch(history_length, max_tokens=...)``
+        shows (``max_tokens``: this env's budget, None for none; the memory's default is not
+        applied here).
+
+        Example:
+            >>> mem = HistoryMemory(1, token_counter="chars")
+            >>> for t in range(3):
+            ...     mem.store({"observation": ["a"], "action": ["b"]})
+            >>> mem.window_steps(0, -1), mem.window_steps(0, 2), mem.window_steps(0, -1, 80)
+            (3, 2, 2)
+        """
+        hl = check_history_length(history_length)
+        i = check_env_index(env_id, self.num_envs)
+        check_window_fits(hl, self.capacity)
+        n = len(self._rendered[i])
+        return n - self._window_lo(i, n, hl, check_budget(max_tokens))
+
+    def keep_newest(self, env_id: int, steps: int) -> None:
+        """Drop all but env ``env_id``'s newest ``steps`` held steps (step numbers stay
+        absolute: the next store is still step ``num_steps + 1``)."""
+        i = check_env_index(env_id, self.num_envs)
+        self._trim(i, check_int("steps", steps, 0))
 
     # ------------------------------------------------------------------ formatter
 
@@ -289,6 +413,22 @@ class HistoryMemory(BaseMemory):
                 self._trim(i, self.capacity)
 
     # ------------------------------------------------------------------ internals
+
+    def _dropped(self, i: int) -> int:
+        """Steps at the front of env ``i``'s lists that bounded storage no longer holds
+        (trimming is lazy: they are deleted once an env holds twice its capacity)."""
+        cap = self.capacity
+        n = len(self._rows[i])
+        return n - cap if cap is not None and n > cap else 0
+
+    def _window_lo(self, i: int, n: int, hl: int, budget: int | None) -> int:
+        """Index (into env ``i``'s ``n`` listed steps) of the oldest step a fetch shows."""
+        lo = 0 if hl == -1 else max(0, n - hl)
+        if budget is not None and lo < n:
+            cum = self._cum[i]
+            # First index s >= lo whose suffix sum cum[n] - cum[s] fits the budget.
+            lo = bisect_left(cum, cum[n] - budget, lo, n)
+        return lo
 
     def _held(self, items: list[Any]) -> list[Any]:
         """The part of a per-env list that bounded storage still holds (trimming is lazy)."""

@@ -22,7 +22,9 @@ episode, after DevAll's simple memory store (threshold, rerank, dedup). Pipeline
 
 A token budget (``max_tokens``) covers the whole context: the lowest-ranked retrieved steps are
 dropped first (the block header with the last of them), then the oldest window steps; a step is
-never split. Step texts are encoded once, at store time, batched across envs; fetch only scores.
+never split (a :class:`~agent_memory.memory.block_window.BlockLayout` with window priority).
+``lengths`` count the window's steps only: the retrieved steps are in the context, not counted.
+Step texts are encoded once, at store time, batched across envs; fetch only scores.
 
 Example:
     >>> mem = RetrievalMemory(num_envs=1, top_k=1, similarity_threshold=0.1)
@@ -37,40 +39,39 @@ Example:
     [Observation 3: 'Sharks predate trees.', Action 3: 'next']
     [Observation 4: 'Snails sleep for years.', Action 4: 'next']
     >>> n, mem.last_retrieved
-    ([3], [[1]])
+    ([2], [[1]])
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from agent_memory.formatting import FormatterSpec
 from agent_memory.memory.base import (
     UNSET,
     EnvIds,
     Fetched,
-    check_history_length,
-    check_int,
-    check_number,
-    check_window_fits,
-    resolve_budgets,
 )
-from agent_memory.memory.embeddings import (
-    EncoderSpec,
+from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
+from agent_memory.memory.retrieval.ranking import Entry, StepRanking, window_bounds
+from agent_memory.memory.retrieval.settings import (
+    IndexName,
+    QuerySource,
+    Rerank,
+    RetrievalSettings,
 )
-from agent_memory.memory.retrieval_index import Entry, IndexName, Rerank, StepRanking, fit_window
-from agent_memory.memory.windowed import WindowedMemory, check_headers
+from agent_memory.memory.search import EncoderSpec
+from agent_memory.memory.settings import SettingsAttributes
 from agent_memory.tokens import TokenCounterSpec
 
 __all__ = ["RetrievalMemory"]
 
-QuerySource = Literal["last_step", "explicit"]
 #: Upper bound (estimate counter) of the "Step k:" label a chat block puts before a step.
 _CHAT_LABEL = "Step 1000000:\n"
 
 
-class RetrievalMemory(StepRanking, WindowedMemory):
+class RetrievalMemory(SettingsAttributes, StepRanking, WindowedMemory):
     """Recent window + top-k relevant older steps of the same episode (see the module docstring).
 
     Args:
@@ -84,9 +85,9 @@ class RetrievalMemory(StepRanking, WindowedMemory):
             ``-1`` disables the filter.
         encoder: ``"hashing"`` (default, numpy), ``"minilm"`` (sentence embeddings, extra
             ``embeddings``), ``"bm25"``, a ``{"name": ..., **kwargs}`` mapping or an instance
-            (see :mod:`agent_memory.memory.embeddings`).
+            (see :mod:`agent_memory.memory.search.embeddings`).
         index: ``"auto"`` (``numpy`` for dense encoders, ``bm25`` for bm25), ``"numpy"`` or
-            ``"faiss"`` (see :mod:`agent_memory.memory.vector_index`).
+            ``"faiss"`` (see :mod:`agent_memory.memory.search.vector_index`).
         embed_keys: record keys whose values (joined by newlines) are a step's text to encode;
             dedup compares these texts.
         query_source: ``"last_step"``: without explicit ``queries`` the query is the newest stored
@@ -137,44 +138,15 @@ class RetrievalMemory(StepRanking, WindowedMemory):
             num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
             capacity=capacity,
         )  # fmt: skip
-        self.top_k = check_int("top_k", top_k, 0)
-        self.similarity_threshold = check_number(
-            "similarity_threshold", similarity_threshold, low=-1, high=1
-        )
-        if isinstance(embed_keys, str):
-            embed_keys = (embed_keys,)
-        if not embed_keys or not all(isinstance(k, str) for k in embed_keys):
-            raise ValueError(f"embed_keys must be a non-empty list of str, got {embed_keys!r}")
-        self.embed_keys = tuple(embed_keys)
-        if query_source not in ("last_step", "explicit"):
-            raise ValueError(
-                f"query_source must be 'last_step' or 'explicit', got {query_source!r}"
-            )
-        self.query_source = query_source
-        if rerank not in ("lexical", "recency", "none"):
-            raise ValueError(f"rerank must be 'lexical', 'recency' or 'none', got {rerank!r}")
-        self.rerank = rerank
-        self.rerank_weight = check_number("rerank_weight", rerank_weight, low=0, high=1)
-        self.rerank_pool = check_int("rerank_pool", rerank_pool, 1)
-        self.recency_half_life = check_number(
-            "recency_half_life", recency_half_life, low=0, low_open=True
-        )
-        self.dedup = bool(dedup)
-        self.max_encode_chars = check_int("max_encode_chars", max_encode_chars, 1)
-        check_headers(header, window_header)
-        self.header = header
-        self.window_header = window_header
-
-        self._init_indexes(encoder, index)
-        self._set_overheads()
+        self.settings = RetrievalSettings.from_arguments(locals())
+        self.layout = BlockLayout(
+            header=self.settings.header, window_header=self.settings.window_header,
+            priority="window",
+        )  # fmt: skip
+        self._init_indexes(encoder, self.settings.index)
         #: Per env of the last :meth:`fetch` (in its ``env_ids`` order): absolute step numbers
         #: of the retrieved steps, chronological.
         self.last_retrieved: list[list[int]] = []
-
-    def set_formatter(self, formatter: FormatterSpec) -> None:
-        """Switch formatter: re-renders every stored step once."""
-        super().set_formatter(formatter)
-        self._set_overheads()
 
     # ------------------------------------------------------------------ contract
 
@@ -192,24 +164,24 @@ class RetrievalMemory(StepRanking, WindowedMemory):
             ValueError / TypeError: as :meth:`HistoryMemory.store`, or a record without one of
                 ``embed_keys``. Nothing is stored when it raises.
         """
-        missing = [k for k in self.embed_keys if isinstance(record, Mapping) and k not in record]
+        keys = self.settings.embed_keys
+        missing = [k for k in keys if isinstance(record, Mapping) and k not in record]
         if missing:
             raise ValueError(
-                f"record has no key(s) {missing} to embed (embed_keys={list(self.embed_keys)}); "
+                f"record has no key(s) {missing} to embed (embed_keys={list(keys)}); "
                 f"got keys {sorted(record)}"
             )
         ids = self._ids(env_ids)
         self._window.store(record, ids)  # validates everything first
         if not ids:
             return
-        cols = [record[k] for k in self.embed_keys]
+        cols = [record[k] for k in keys]
         texts = [
             "\n".join(str(c[j]) for c in cols) if len(cols) > 1 else str(cols[0][j])
             for j in range(len(ids))
         ]
-        steps = self._window._start
-        rendered = self._window._rendered
-        self._append(ids, texts, [steps[i] + len(rendered[i]) - 1 for i in ids])
+        counts = self._window.step_counts
+        self._append(ids, texts, [counts[i] - 1 for i in ids])
 
     def fetch(
         self,
@@ -232,129 +204,44 @@ class RetrievalMemory(StepRanking, WindowedMemory):
                 the newest step is then both the query and its own best match).
 
         Returns:
-            ``Fetched(contexts, lengths)``; ``lengths`` counts retrieved + window steps.
-            :attr:`last_retrieved` lists each env's retrieved step numbers.
+            ``Fetched(contexts, lengths)``; ``lengths`` count the window's steps (retrieved
+            steps are shown, not counted). :attr:`last_retrieved` lists each env's retrieved
+            step numbers.
 
         Raises:
             ValueError: bad history_length / budgets / queries, or ``query_source="explicit"``
                 without ``queries``.
         """
-        hl = check_history_length(history_length)
-        ids = self._ids(env_ids)
-        cap = self.capacity
-        check_window_fits(hl, cap)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
-        if queries is not None:
-            if isinstance(queries, (str, bytes)) or len(queries) != len(ids):
-                got = "a str" if isinstance(queries, (str, bytes)) else f"{len(queries)} values"
-                raise ValueError(
-                    f"queries must hold one str (or None) per env in env_ids ({len(ids)}), "
-                    f"got {got}"
-                )
-            for q in queries:
-                if q is not None and not isinstance(q, str):
-                    raise ValueError(f"queries must hold str or None, got {type(q).__name__}")
-        elif self.query_source == "explicit" and self.top_k:
-            raise ValueError(
-                "query_source='explicit' needs fetch(..., queries=[...]) with one query per env "
-                "(e.g. the current observations)"
-            )
-        qitems = self._encode_queries(queries)
-        fmt = self.formatter
-        chat = fmt.output == "messages"
-        join = fmt.join
-        rendered_l, cum_l = self._window._rendered, self._window._cum
-        contexts: list[Any] = []
-        lengths: list[int] = []
-        retrieved_all: list[list[int]] = []
-        # 1. Which envs retrieve, with which query (ranked together, in one batch).
-        bounds: list[tuple[int, int]] = []
-        entries: list[Entry] = []
-        slots: list[int] = []
-        for j, i in enumerate(ids):
-            n = len(rendered_l[i])
-            held_lo = 0 if cap is None else max(0, n - cap)
-            w_lo = held_lo if hl == -1 else max(held_lo, n - hl)
-            bounds.append((w_lo, n))
-            if self.top_k and w_lo > held_lo:
-                q = qitems[j] if qitems is not None else None
-                qtext = queries[j] if queries is not None else None
-                qwords = None
-                if q is None and self.query_source == "last_step":
-                    q = self._last_item[i]
-                    qwords = self._wordsets[i][-1] if self._wordsets[i] else None
-                if q is not None:
-                    slots.append(j)
-                    entries.append((i, q, qtext, qwords, w_lo, n))
-        ranked = dict(zip(slots, self._rank(entries), strict=True))
-        # 2. Budget and rendering, per env.
-        for j, i in enumerate(ids):
-            rendered, cum = rendered_l[i], cum_l[i]
-            w_lo, n = bounds[j]
-            picked = ranked.get(j, [])
-            b = budgets[j] if budgets is not None else None
-            lo = w_lo
-            if b is not None:
-                # Window first (newest steps that fit), then retrieved steps in rank order.
-                lo = fit_window(cum, w_lo, n, b)
-                left = b - (cum[n] - cum[lo])
-                if lo > w_lo or not picked:
-                    picked = []
-                else:
-                    label = self._label_tokens if chat else 0
-                    spend = self._overhead
-                    keep = 0
-                    for p in picked:
-                        spend += cum[p + 1] - cum[p] + label
-                        if spend > left:
-                            break
-                        keep += 1
-                    picked = picked[:keep]
-            window = rendered[lo:]
-            start = self._window._start[i]
-            if picked:
-                picked.sort()
-                steps = [start + p + 1 for p in picked]
-                if chat:
-                    block = "\n".join(
-                        f"Step {s}:\n{fmt.text_of(rendered[p])}".rstrip("\n")
-                        for s, p in zip(steps, picked, strict=True)
-                    )
-                    ctx = [{"role": "user", "content": f"{self.header}\n{block}"}, *join(window)]
-                else:
-                    ctx = f"{self.header}\n{join([rendered[p] for p in picked])}"
-                    if window:
-                        mid = f"\n{self.window_header}\n" if self.window_header else "\n"
-                        ctx = f"{ctx}{mid}{join(window)}"
-                retrieved_all.append(steps)
-            else:
-                ctx = join(window)
-                retrieved_all.append([])
-            contexts.append(ctx)
-            lengths.append(len(picked) + len(window))
-        self.last_retrieved = retrieved_all
-        return Fetched(contexts, lengths)
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        self._check_queries(queries, len(ids))
+        ranked = self._retrieve(hl, ids, queries)
+        chat = self.formatter.output == "messages"
+        label = self.token_counter(_CHAT_LABEL) if chat else 0
+        blocks = [self._block(i, ranked.get(j, []), label) for j, i in enumerate(ids)]
+        # The per-step counts include one separator each, which covers the "\n" after the
+        # block unless the formatter joins with "".
+        overhead = self.layout.overhead(
+            self.token_counter, chat, uncovered="" if self.formatter.separator else "\n"
+        )
+        fetched, kept = self.layout.fetch(self._window, hl, ids, budgets, blocks, overhead)
+        first = self._window.first_steps
+        self.last_retrieved = [
+            sorted(first[i] + p for p in block.items[:k]) if block is not None else []
+            for i, block, k in zip(ids, blocks, kept, strict=True)
+        ]
+        return fetched
 
     # ------------------------------------------------------------------ state
 
     def config(self) -> dict[str, Any]:
         """The retrieval settings (JSON-able), as in :meth:`state_dict`."""
-        return {
-            "top_k": self.top_k,
-            "similarity_threshold": self.similarity_threshold,
-            "encoder": self.encoder.spec(),
-            "index": self.index_name,
-            "embed_keys": list(self.embed_keys),
-            "query_source": self.query_source,
-            "rerank": self.rerank,
-            "rerank_weight": self.rerank_weight,
-            "rerank_pool": self.rerank_pool,
-            "recency_half_life": self.recency_half_life,
-            "dedup": self.dedup,
-            "header": self.header,
-            "window_header": self.window_header,
-            "max_encode_chars": self.max_encode_chars,
-        }
+        config = self.settings.to_dict()
+        config.update(
+            encoder=self.encoder.spec(),
+            index=self.index_name,
+            embed_keys=list(config["embed_keys"]),
+        )
+        return config
 
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore this memory (JSON-able if the records are).
@@ -379,34 +266,88 @@ class RetrievalMemory(StepRanking, WindowedMemory):
         self._window.load_state_dict(state["window"])
         for i in self._all_ids:
             self._clear(i)
+        keys = self.settings.embed_keys
         # Re-encode the held steps of all envs step by step (one batch per step position).
         per_env = {i: self._window[i] for i in self._all_ids}
         longest = max((len(r) for r in per_env.values()), default=0)
         for t in range(longest):
             ids = [i for i in self._all_ids if len(per_env[i]) > t]
-            texts = ["\n".join(str(per_env[i][t][k]) for k in self.embed_keys) for i in ids]
-            self._append(ids, texts, [self._window._start[i] + t for i in ids])
+            texts = ["\n".join(str(per_env[i][t][k]) for k in keys) for i in ids]
+            self._append(ids, texts, [self._window.first_step(i) - 1 + t for i in ids])
 
     # ------------------------------------------------------------------ internals
 
-    def _set_overheads(self) -> None:
-        counter = self.token_counter
-        fmt = self.formatter
-        if fmt.output == "messages":
-            self._overhead = counter(self.header + "\n")
-            self._label_tokens = counter(_CHAT_LABEL)
-        else:
-            # header + "\n" + join(R) + "\n" + window_header + "\n" + join(W): the per-step
-            # counts include one separator each, which covers the "\n" after join(R) unless the
-            # formatter joins with "".
-            extra = "" if fmt.separator else "\n"
-            mid = f"{self.window_header}\n" if self.window_header else ""
-            self._overhead = counter(f"{self.header}\n{extra}{mid}")
-            self._label_tokens = 0
+    def _check_queries(self, queries: Sequence[str | None] | None, n: int) -> None:
+        if queries is not None:
+            if isinstance(queries, (str, bytes)) or len(queries) != n:
+                got = "a str" if isinstance(queries, (str, bytes)) else f"{len(queries)} values"
+                raise ValueError(
+                    f"queries must hold one str (or None) per env in env_ids ({n}), got {got}"
+                )
+            for q in queries:
+                if q is not None and not isinstance(q, str):
+                    raise ValueError(f"queries must hold str or None, got {type(q).__name__}")
+        elif self.settings.query_source == "explicit" and self.settings.top_k:
+            raise ValueError(
+                "query_source='explicit' needs fetch(..., queries=[...]) with one query per env "
+                "(e.g. the current observations)"
+            )
+
+    def _retrieve(
+        self, hl: int, ids: list[int], queries: Sequence[str | None] | None
+    ) -> dict[int, list[int]]:
+        """Slot in ``ids`` -> held positions of the steps that env retrieves, best first (the
+        envs that retrieve are ranked together, in one batch)."""
+        if not self.settings.top_k:
+            return {}
+        qitems = self._encode_queries(queries)
+        last_step = self.settings.query_source == "last_step"
+        entries: list[Entry] = []
+        slots: list[int] = []
+        held = self._window.held_counts
+        for j, i in enumerate(ids):
+            n = held[i]
+            w_lo = window_bounds(n, hl)
+            if w_lo == 0:
+                continue
+            q = qitems[j] if qitems is not None else None
+            qtext = queries[j] if queries is not None else None
+            qwords = None
+            if q is None and last_step:
+                q = self._last_item[i]
+                qwords = self._wordsets[i][-1] if self._wordsets[i] else None
+            if q is not None:
+                slots.append(j)
+                entries.append((i, q, qtext, qwords, w_lo, n))
+        return dict(zip(slots, self._rank(entries), strict=True))
+
+    def _block(self, i: int, picked: list[int], label: int) -> Block | None:
+        """Env ``i``'s block of retrieved steps (held positions, best first; ``label``: the
+        tokens of a chat block's step label)."""
+        if not picked:
+            return None
+        window, fmt = self._window, self.formatter
+
+        def costs() -> list[int]:
+            return [t + label for t in window.tokens_at(i, picked)]
+
+        def body(kept: Sequence[int]) -> str:
+            order = sorted(kept)
+            shown = window.renderings_at(i, order)
+            if fmt.output != "messages":
+                return fmt.join(shown)
+            first = window.first_step(i)
+            return "\n".join(
+                f"Step {first + p}:\n{fmt.text_of(r)}".rstrip("\n")
+                for p, r in zip(order, shown, strict=True)
+            )
+
+        return Block(picked, costs, body)
 
     def __repr__(self) -> str:
+        s = self.settings
         return (
             f"RetrievalMemory(num_envs={self.num_envs}, formatter={self.formatter!r}, "
-            f"top_k={self.top_k}, encoder={self.encoder!r}, index={self.index_name!r}, "
-            f"rerank={self.rerank!r}, max_tokens={self.max_tokens}, capacity={self.capacity})"
+            f"top_k={s.top_k}, encoder={self.encoder!r}, index={self.index_name!r}, "
+            f"rerank={s.rerank!r}, max_tokens={self.max_tokens}, capacity={self.capacity})"
         )

@@ -310,3 +310,35 @@ def test_normalize_env_ids_errors():
         TypeError, match=re.escape("env_ids must be a sequence of ints or None, got int")
     ):
         normalize_env_ids(3, 3)
+
+
+def test_read_api_counts_held_steps_with_absolute_numbers_under_bounded_storage():
+    mem = HistoryMemory(2, token_counter="chars", capacity=3)
+    for t in range(1, 9):  # env 0: 8 steps, 3 held (trimming is lazy inside)
+        mem.store({"observation": [f"o{t}"], "action": ["a"]}, env_ids=[0])
+    mem.store({"observation": ["x"], "action": ["b"]}, env_ids=[1])
+    assert [mem.held(0), mem.first_step(0), mem.num_steps(0)] == [3, 6, 8]
+    assert [mem.held(1), mem.first_step(1)] == [1, 1]
+    shown = mem.renderings(0)
+    assert shown == [f"[Observation {t}: 'o{t}', Action {t}: 'a']" for t in (6, 7, 8)]
+    assert mem.renderings(0, 1, 2) == shown[1:2]
+    costs = [len(r) + 1 for r in shown]  # chars counter; each step with its separator
+    assert mem.step_tokens(0) == costs and mem.tokens(0) == sum(costs)
+    assert mem.tokens(0, 1) == sum(costs[1:]) and mem.tokens(0, 0, 1) == costs[0]
+    assert [mem.window_steps(0, hl) for hl in (0, 1, 3)] == [0, 1, 3]
+    assert mem.window_steps(0, 3, costs[-1] + costs[-2]) == 2
+    assert mem.fetch(3, max_tokens=costs[-1] + costs[-2]).lengths[0] == 2
+    with pytest.raises(ValueError, match=re.escape("history_length=-1 needs more steps")):
+        mem.window_steps(0, -1)
+    mem.keep_newest(0, 1)
+    assert [mem.held(0), mem.first_step(0), mem.num_steps(0)] == [1, 8, 8]
+    assert mem[0] == [{"observation": "o8", "action": "a"}]
+    mem.store({"observation": ["o9"], "action": ["a"]}, env_ids=[0])
+    assert mem.renderings(0)[-1].startswith("[Observation 9:")
+    empty = HistoryMemory(1)
+    assert [empty.held(0), empty.first_step(0), empty.tokens(0), empty.window_steps(0, 2)] == [
+        0,
+        1,
+        0,
+        0,
+    ]

@@ -17,7 +17,7 @@ Two kinds, both computed once per stored step (at store time, batched across env
 * **lexical** (:class:`BM25Encoder`, ``"bm25"``): ``encode(texts)`` -> each text's tokens, using
   ``bm25s``'s tokenizer rules (lower-cased words of 2+ characters, its English stop-word list).
   BM25 needs corpus statistics (document frequencies, mean length) that change as the episode
-  grows, so it is no fixed vector: :class:`~agent_memory.memory.vector_index.BM25Index` keeps
+  grows, so it is no fixed vector: :class:`~agent_memory.memory.search.vector_index.BM25Index` keeps
   them incrementally and scores at fetch time (Lucene BM25, the scores of ``bm25s.BM25()``).
 
 Dense embedders cache ``text -> vector`` (bounded), so a text met again (a repeated observation,
@@ -395,7 +395,7 @@ class SentenceTransformerEmbedder(Embedder):
 class BM25Encoder(Encoder):
     """Tokens for BM25 (lexical retrieval): ``bm25s``'s tokenizer rules and stop words.
 
-    Scoring lives in :class:`~agent_memory.memory.vector_index.BM25Index`, which keeps the
+    Scoring lives in :class:`~agent_memory.memory.search.vector_index.BM25Index`, which keeps the
     corpus statistics of one env's episode incrementally (``bm25s`` indexes a fixed corpus; an
     episode grows every step, and re-indexing per fetch would cost O(episode)).
 
@@ -426,13 +426,13 @@ class BM25Encoder(Encoder):
 EncoderSpec = str | Encoder | Mapping[str, Any]
 _REGISTRY: Registry[Encoder] = Registry(
     "encoder",
-    hint=" (register yours with agent_memory.memory.embeddings.register_encoder)",
+    hint=" (register yours with agent_memory.memory.search.register_encoder)",
     instance_of=Encoder,
     name_attr="registry_name",  # read back by Encoder.spec()
     builtins={
-        "hashing": "agent_memory.memory.embeddings:HashingEmbedder",
-        "minilm": "agent_memory.memory.embeddings:SentenceTransformerEmbedder",
-        "bm25": "agent_memory.memory.embeddings:BM25Encoder",
+        "hashing": "agent_memory.memory.search.embeddings:HashingEmbedder",
+        "minilm": "agent_memory.memory.search.embeddings:SentenceTransformerEmbedder",
+        "bm25": "agent_memory.memory.search.embeddings:BM25Encoder",
     },
 )
 

@@ -1,6 +1,7 @@
 """What :class:`~agent_memory.memory.episodic.EpisodicMemory` reads from and writes to its
-:class:`~agent_memory.memory.episode_store.EpisodeStore`: finished episodes are recorded as
-digests, past episodes retrieved and searched, agent notes recorded, and the retention applied.
+:class:`~agent_memory.memory.episodic.store.EpisodeStore`: finished episodes are recorded as
+digests (:func:`~agent_memory.memory.digest.episode_digest`), past episodes retrieved and
+searched, agent notes recorded, and the retention applied.
 
 Relevance: episodes of the same task key first (best first: won, higher return, fewer steps,
 newer), then episodes of other tasks whose task text is lexically similar (content-word cosine
@@ -26,16 +27,17 @@ from typing import Any
 import numpy as np
 
 from agent_memory.memory.base import check_env_index, normalize_env_ids
-from agent_memory.memory.episode_store import EpisodeStore, MemoryRow, Scope
-from agent_memory.memory.episodic_text import (
-    KeyBy,
-    clip,
-    episode_digest,
-    render_block,
-    render_results,
+from agent_memory.memory.digest import clip, episode_digest
+from agent_memory.memory.episodic.rendering import render_block, render_results
+from agent_memory.memory.episodic.settings import EpisodicSettings
+from agent_memory.memory.episodic.store import EpisodeStore, MemoryRow, Scope
+from agent_memory.memory.episodic.tasks import (
+    EmbeddingSimilarity,
+    Similarity,
+    TaskIndex,
+    lexical_scores,
     task_key_of,
 )
-from agent_memory.memory.task_index import Similarity, TaskIndex, lexical_scores
 
 __all__ = ["EpisodeArchive", "EpisodeState"]
 
@@ -63,9 +65,9 @@ class EpisodeState:
 
 class EpisodeArchive:
     """Mixin of :class:`~agent_memory.memory.episodic.EpisodicMemory`: everything that goes
-    through its episode store. The host sets the settings read here (see its arguments) and
-    the per-env :class:`EpisodeState` lists ``_eps`` (current) and ``_pending`` (reset before
-    it ended).
+    through its episode store. The host sets ``num_envs`` and ``settings`` and calls
+    :meth:`_open_archive`, which sets up the store, the scope and the per-env
+    :class:`EpisodeState` lists ``_eps`` (current) and ``_pending`` (reset before it ended).
 
     Example:
         >>> import os, tempfile
@@ -82,32 +84,34 @@ class EpisodeArchive:
     """
 
     num_envs: int
+    settings: EpisodicSettings
     store_: EpisodeStore
     scope: Scope
-    control: str
-    env_name: str | None
-    key_by: KeyBy
-    top_k: int
-    include_failures: bool
-    similar_tasks: bool
-    min_similarity: float
-    header: str
-    max_block_chars: int
-    digest_max_actions: int
-    digest_obs_chars: int
-    digest_max_chars: int
-    record_unfinished: bool
-    max_rows_per_task: int | None
-    max_rows: int | None
-    max_age_s: float | None
-    session_ttl_s: float | None
-    prune_every: int
-    note_max_chars: int
     _similarity: Similarity
     _tasks: TaskIndex
     _recorded: int
     _eps: list[EpisodeState]
     _pending: list[EpisodeState | None]
+
+    def _open_archive(self) -> None:
+        """Open the store and set up the archive's state (from ``settings``)."""
+        s = self.settings
+        self.scope = s.scope()
+        self._similarity = (
+            lexical_scores
+            if s.similarity == "lexical"
+            else EmbeddingSimilarity(s.similarity)
+            if isinstance(s.similarity, str)
+            else s.similarity
+        )
+        self.store_ = EpisodeStore(
+            s.path, busy_timeout_s=s.busy_timeout_s, max_wait_s=s.max_wait_s,
+            synchronous=s.synchronous,
+        )  # fmt: skip
+        self._eps = [EpisodeState() for _ in range(self.num_envs)]
+        self._pending = [None] * self.num_envs
+        self._recorded = 0
+        self._tasks = TaskIndex()  # task texts in scope, synced by row id
 
     @property
     def path(self) -> str:
@@ -123,7 +127,7 @@ class EpisodeArchive:
 
     def task_key(self, task: str, observation: str | None = None) -> str:
         """This memory's key for a task (see :func:`task_key_of`)."""
-        return task_key_of(task, observation, self.env_name, key_by=self.key_by)
+        return task_key_of(task, observation, self.settings.env_name, key_by=self.settings.key_by)
 
     # ------------------------------------------------------------------ recording
 
@@ -143,6 +147,7 @@ class EpisodeArchive:
     ) -> list[int | None]:
         """:meth:`on_episode_end` for several envs, in one database transaction."""
         ids = normalize_env_ids(list(env_ids), self.num_envs)
+        s = self.settings
         if len(episodes) != len(ids):
             raise ValueError(f"expected {len(ids)} episodes (one per env), got {len(episodes)}")
         rows: list[MemoryRow | None] = []
@@ -163,30 +168,30 @@ class EpisodeArchive:
             term, trunc = bool(episode.get("terminated")), bool(episode.get("truncated"))
             finished = term or trunc
             row = None
-            if self.control != "agent" and (finished or self.record_unfinished):
+            if s.control != "agent" and (finished or s.record_unfinished):
                 digest = episode_digest(
-                    episode, max_actions=self.digest_max_actions,
-                    obs_chars=self.digest_obs_chars, max_chars=self.digest_max_chars,
+                    episode, max_actions=s.digest_max_actions, obs_chars=s.digest_obs_chars,
+                    max_chars=s.digest_max_chars,
                 )  # fmt: skip
                 row = MemoryRow(
                     "episode", key, task, digest, won=won, ret=ret, length=length,
-                    terminated=term, truncated=trunc, episode_uid=ep.uid, env_name=self.env_name,
+                    terminated=term, truncated=trunc, episode_uid=ep.uid, env_name=s.env_name,
                     started_at=ep.started_at,
                 )  # fmt: skip
             rows.append(row)
-            if self.control != "static" and ep.uid is not None:
+            if s.control != "static" and ep.uid is not None:
                 outcomes.append((ep.uid, won, ret, length))
             ep.ended = True
         real = [r for r in rows if r is not None]
         ids_new = iter(
-            self.store_.add(self.scope, real, keep_per_task=self.max_rows_per_task) if real else []
+            self.store_.add(self.scope, real, keep_per_task=s.max_rows_per_task) if real else []
         )
         for uid, won, ret, length in outcomes:
             self.store_.set_outcome(self.scope, uid, won=won, ret=ret, length=length)
         out = [None if r is None else next(ids_new) for r in rows]
-        before = self._recorded // self.prune_every
+        before = self._recorded // s.prune_every
         self._recorded += len(real)
-        if self._recorded // self.prune_every != before:
+        if self._recorded // s.prune_every != before:
             self.maintain()
         return out
 
@@ -207,28 +212,25 @@ class EpisodeArchive:
     # ------------------------------------------------------------------ retrieval
 
     def _retrieve(self, key: str, task: str) -> tuple[str, list[int]]:
-        k = self.top_k
+        s = self.settings
+        k, failures = s.top_k, s.include_failures
         # Over-fetch: identical digests (the same winning path replayed) are shown once.
-        same = self.store_.best(
-            self.scope, key, limit=4 * k, include_failures=self.include_failures
-        )
+        same = self.store_.best(self.scope, key, limit=4 * k, include_failures=failures)
         entries: list[tuple[str, MemoryRow]] = []
         seen: set[str] = set()
         for row in same:
             if row.text not in seen and len(entries) < k:
                 seen.add(row.text)
                 entries.append(("this task", row))
-        if len(entries) < k and self.similar_tasks:
+        if len(entries) < k and s.similar_tasks:
             for other, sim in self._similar_keys(key, task):
-                for row in self.store_.best(
-                    self.scope, other, limit=2, include_failures=self.include_failures
-                ):
+                for row in self.store_.best(self.scope, other, limit=2, include_failures=failures):
                     if row.text not in seen and len(entries) < k:
                         seen.add(row.text)
                         entries.append((f"similar task ({sim:.2f}): {clip(row.task, 80)}", row))
                 if len(entries) >= k:
                     break
-        block = render_block(self.header, entries, self.max_block_chars)
+        block = render_block(s.header, entries, s.max_block_chars)
         return block, [r.id for _, r in entries if r.id is not None]
 
     def _similar_keys(self, key: str, task: str) -> list[tuple[str, float]]:
@@ -241,7 +243,8 @@ class EpisodeArchive:
             scores = index.scores(task)
         else:
             scores = np.asarray(self._similarity(task, index.texts), dtype=np.float64)
-        best = index.top(scores, self.top_k, max(self.min_similarity, 1e-12), exclude=key)
+        s = self.settings
+        best = index.top(scores, s.top_k, max(s.min_similarity, 1e-12), exclude=key)
         return [(index.keys[j], float(scores[j])) for j in best]
 
     def search(
@@ -250,7 +253,7 @@ class EpisodeArchive:
     ) -> list[tuple[float, MemoryRow]]:  # fmt: skip
         """Episodes and notes in scope that best match ``query`` (lexical score, plus a bonus
         for env ``env_id``'s task and for won episodes), best first."""
-        limit = self.top_k if limit is None else limit
+        limit = self.settings.top_k if limit is None else limit
         key = None if env_id is None else self._eps[check_env_index(env_id, self.num_envs)].task_key
         cands: dict[int, MemoryRow] = {}
         if key is not None:
@@ -274,14 +277,14 @@ class EpisodeArchive:
         if not note:
             return "Memory: nothing recorded (the note was empty)."
         ep = self._eps[i]
-        note = clip(note, self.note_max_chars)
+        note = clip(note, self.settings.note_max_chars)
         task = ep.task or ""
         key = ep.task_key or self.task_key(task)
-        (nid,) = self.store_.add(
-            self.scope,
-            [MemoryRow("note", key, task, note, episode_uid=ep.uid, env_name=self.env_name,
-                       started_at=ep.started_at)],
+        row = MemoryRow(
+            "note", key, task, note, episode_uid=ep.uid, env_name=self.settings.env_name,
+            started_at=ep.started_at,
         )  # fmt: skip
+        (nid,) = self.store_.add(self.scope, [row])
         return f"Memory: recorded note {nid}: {clip(note, 80)}"
 
     def _answer(self, i: int, query: str) -> str:
@@ -291,13 +294,13 @@ class EpisodeArchive:
 
     def maintain(self) -> int:
         """Apply the pruning this memory is configured for; returns the rows deleted."""
-        s, n = self.scope, 0
-        if self.session_ttl_s is not None:
-            n += self.store_.expire_sessions(s.namespace, self.session_ttl_s)
-        max_rows = self.max_rows if s.retention == "persistent" else None
-        if self.max_age_s is not None or max_rows is not None:
+        s, scope, n = self.settings, self.scope, 0
+        if s.session_ttl_s is not None:
+            n += self.store_.expire_sessions(scope.namespace, s.session_ttl_s)
+        max_rows = s.max_rows if scope.retention == "persistent" else None
+        if s.max_age_s is not None or max_rows is not None:
             n += self.store_.prune(
-                s.retention, s.namespace, max_age_s=self.max_age_s, max_rows=max_rows
+                scope.retention, scope.namespace, max_age_s=s.max_age_s, max_rows=max_rows
             )
         return n
 

@@ -12,13 +12,15 @@ import sys
 import numpy as np
 import pytest
 
-from agent_memory.memory.embeddings import (
+from agent_memory.memory.search import (
     BM25Encoder,
+    BM25Index,
     HashingEmbedder,
+    NumpyIndex,
     SentenceTransformerEmbedder,
     make_encoder,
+    make_index,
 )
-from agent_memory.memory.vector_index import BM25Index, NumpyIndex, make_index
 
 CORPUS = [
     "Remember this: the key is BLUE. Say 'next' to continue.",
@@ -46,7 +48,7 @@ def test_hashing_vectors_are_unit_float32_and_an_empty_text_is_zero():
 
 def test_hashing_is_the_same_in_every_process():
     code = (
-        "from agent_memory.memory.embeddings import HashingEmbedder;"
+        "from agent_memory.memory.search import HashingEmbedder;"
         "import sys; sys.stdout.write(HashingEmbedder(dim=64).embed(['the key is BLUE']).tobytes().hex())"
     )
     outs = {

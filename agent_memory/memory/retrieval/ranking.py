@@ -1,8 +1,8 @@
 """The per-env step indexes of :class:`~agent_memory.memory.retrieval.RetrievalMemory` and the
 batched ranking over them (steps 2-4 of its pipeline: score, rerank, dedup).
 
-Per env, aligned with the newest held steps: a :class:`~agent_memory.memory.vector_index.
-VectorIndex` of the step texts' encodings, the texts (dedup), their word sets (lexical rerank),
+Per env, aligned with the newest held steps: a :class:`~agent_memory.memory.search.VectorIndex`
+of the step texts' encodings, the texts (dedup), their word sets (lexical rerank),
 the newest step's item (the default query) and, per text, the steps that have it. Step texts are
 encoded once, at store time, batched across envs; ranking scores several envs' candidates in a
 few numpy calls on a padded score matrix.
@@ -12,39 +12,45 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 
 from agent_memory.memory.base import check_env_index, check_history_length
-from agent_memory.memory.embeddings import Embedder, EncoderSpec, make_encoder, stop_words, words
-from agent_memory.memory.history import HistoryMemory
-from agent_memory.memory.vector_index import VectorIndex, make_index
+from agent_memory.memory.retrieval.settings import IndexName, RetrievalSettings
+from agent_memory.memory.search import (
+    Embedder,
+    EncoderSpec,
+    VectorIndex,
+    make_encoder,
+    make_index,
+    stop_words,
+    words,
+)
+from agent_memory.memory.window import HistoryMemory
 
-__all__ = ["Entry", "IndexName", "Rerank", "StepRanking", "fit_window"]
+__all__ = ["Entry", "StepRanking", "window_bounds"]
 
-Rerank = Literal["lexical", "recency", "none"]
-IndexName = Literal["auto", "numpy", "faiss", "bm25"]
-#: One ranking request: (env, query item, query text, query words, w_lo, n).
+#: One ranking request: (env, query item, query text, query words, w_lo, n): the candidates are
+#: the env's held steps before position ``w_lo`` of its ``n`` held steps.
 Entry = tuple[int, Any, str | None, frozenset[str] | None, int, int]
 
 
-def fit_window(cum: list[int], w_lo: int, n: int, budget: int) -> int:
-    """First index ``s >= w_lo`` whose steps ``[s, n)`` fit ``budget`` tokens (``cum``: token
-    prefix sums).
+def window_bounds(held: int, history_length: int) -> int:
+    """Position (among ``held`` steps) of the oldest step in a window of ``history_length``: the
+    steps before it are retrieval candidates.
 
     Example:
-        >>> fit_window([0, 5, 9, 12], 0, 3, 7)  # steps 1-2 cost 4 + 3 tokens
-        1
+        >>> window_bounds(10, 3), window_bounds(10, -1), window_bounds(2, 3)
+        (7, 0, 0)
     """
-    return bisect_left(cum, cum[n] - budget, w_lo, n) if w_lo < n else n
+    return 0 if history_length == -1 else max(0, held - history_length)
 
 
 class StepRanking:
     """Mixin of :class:`~agent_memory.memory.retrieval.RetrievalMemory`: its step indexes and
-    ranking. The host sets the retrieval settings it reads (``num_envs``, ``capacity``,
-    ``window``, ``top_k``, ``similarity_threshold``, ``rerank``, ``rerank_weight``,
-    ``rerank_pool``, ``recency_half_life``, ``dedup``), then calls :meth:`_init_indexes`.
+    ranking. The host sets ``num_envs``, ``capacity``, ``window`` and ``settings``, then calls
+    :meth:`_init_indexes`.
 
     Example:
         >>> from agent_memory.memory.retrieval import RetrievalMemory
@@ -58,24 +64,14 @@ class StepRanking:
     num_envs: int
     capacity: int | None
     window: HistoryMemory
-    top_k: int
-    similarity_threshold: float
-    rerank: Rerank
-    rerank_weight: float
-    rerank_pool: int
-    recency_half_life: float
-    dedup: bool
-    max_encode_chars: int
-    _all_ids: list[int]
+    settings: RetrievalSettings
 
     def _init_indexes(self, encoder: EncoderSpec, index: IndexName) -> None:
-        """Build the encoder and an empty index per env (``index``: as in the host's args)."""
+        """Build the encoder and an empty index per env (``index``: validated by the settings)."""
         self.encoder = make_encoder(encoder)
         dense = self.encoder.kind == "dense"
         if index == "auto":
             index = "numpy" if dense else "bm25"
-        if index not in ("numpy", "faiss", "bm25"):
-            raise ValueError(f"index must be 'auto', 'numpy', 'faiss' or 'bm25', got {index!r}")
         if (index == "bm25") == dense:
             raise ValueError(
                 f"index {index!r} does not fit the {self.encoder.kind} encoder "
@@ -92,12 +88,13 @@ class StepRanking:
         # Per env, aligned with the newest held steps (exactly ``capacity`` at most, while the
         # window memory trims lazily): the index, each step's text, its word set (lexical
         # rerank) and the newest step's item (the default query).
-        self._index: list[VectorIndex] = [self._new_index() for _ in self._all_ids]
-        self._texts: list[list[str]] = [[] for _ in self._all_ids]
-        self._wordsets: list[list[frozenset[str]]] = [[] for _ in self._all_ids]
+        envs = range(self.num_envs)
+        self._index: list[VectorIndex] = [self._new_index() for _ in envs]
+        self._texts: list[list[str]] = [[] for _ in envs]
+        self._wordsets: list[list[frozenset[str]]] = [[] for _ in envs]
         self._last_item: list[Any] = [None] * self.num_envs
         # Per env: text -> absolute indices (0-based) of the steps with that text.
-        self._occ: list[dict[str, list[int]]] = [{} for _ in self._all_ids]
+        self._occ: list[dict[str, list[int]]] = [{} for _ in envs]
 
     def rank(self, env_id: int, query: str, history_length: int) -> list[tuple[int, float, float]]:
         """Inspect retrieval: ``(step, similarity, rerank score)`` of the steps env ``env_id``
@@ -105,10 +102,9 @@ class StepRanking:
         """
         hl = check_history_length(history_length)
         i = check_env_index(env_id, self.num_envs)
-        n = len(self.window._rendered[i])
-        held_lo = 0 if self.capacity is None else max(0, n - self.capacity)
-        w_lo = held_lo if hl == -1 else max(held_lo, n - hl)
-        if not self.top_k or w_lo <= held_lo:
+        n = self.window.held(i)
+        w_lo = window_bounds(n, hl)
+        if not self.settings.top_k or w_lo == 0:
             return []
         q = self._encode_queries([query])[0]  # type: ignore[index]
         out: list[tuple[int, float, float]] = []
@@ -126,7 +122,7 @@ class StepRanking:
         self._occ[i] = {}
 
     def _encode(self, texts: list[str]) -> Any:
-        cap = self.max_encode_chars
+        cap = self.settings.max_encode_chars
         texts = [t if len(t) <= cap else t[:cap] for t in texts]
         enc = self.encoder
         if isinstance(enc, Embedder):
@@ -137,7 +133,7 @@ class StepRanking:
         if queries is None:
             return None
         todo = [q for q in queries if q is not None]
-        if not todo or not self.top_k:
+        if not todo or not self.settings.top_k:
             return [None] * len(queries)
         items = iter(self._encode(todo))
         return [None if q is None else next(items) for q in queries]
@@ -145,7 +141,7 @@ class StepRanking:
     def _append(self, ids: list[int], texts: list[str], absolute: list[int]) -> None:
         """Encode and index one new step per env (``absolute``: its 0-based step index)."""
         items = self._encode(texts)
-        lexical = self.rerank == "lexical"
+        lexical = self.settings.rerank == "lexical"
         cap = self.capacity
         for j, i in enumerate(ids):
             item = items[j : j + 1] if isinstance(items, np.ndarray) else [items[j]]
@@ -170,7 +166,7 @@ class StepRanking:
         if ws is None:
             if len(self._word_cache) > 4 * self.num_envs + 1024:
                 self._word_cache.clear()
-            ws = frozenset(words(text[: self.max_encode_chars], self._stop))
+            ws = frozenset(words(text[: self.settings.max_encode_chars], self._stop))
             self._word_cache[text] = ws
         return ws
 
@@ -183,14 +179,15 @@ class StepRanking:
         on a padded score matrix; then dedup per env).
 
         Each entry is ``(env, query item, query text, query words, w_lo, n)``: candidates are
-        the env's indexed steps before position ``w_lo`` of its ``n`` listed steps. Returns per
-        entry the positions (in the window memory's per-env lists) to retrieve, best first.
+        the env's indexed steps before position ``w_lo`` of its ``n`` held steps. Returns per
+        entry the positions (among the env's held steps) to retrieve, best first.
         """
+        s = self.settings
         out: list[list[int]] = [[] for _ in entries]
         rows: list[tuple[int, int, int, int]] = []  # (entry, stop, steps indexed, offset)
         for k, (i, _q, _t, _w, w_lo, n) in enumerate(entries):
             m = len(self._index[i])
-            off = n - m  # steps the window memory still lists but this index dropped
+            off = n - m  # held steps this index does not have (none while both are in step)
             if w_lo - off > 0:
                 rows.append((k, w_lo - off, m, off))
         if not rows:
@@ -200,9 +197,9 @@ class StepRanking:
         for r, (k, stop, _m, _off) in enumerate(rows):
             e = entries[k]
             sims[r, :stop] = self._index[e[0]].scores(e[1], stop=stop)
-        if self.similarity_threshold > -1:
-            sims[sims < self.similarity_threshold] = -np.inf
-        pool = self.top_k * self.rerank_pool
+        if s.similarity_threshold > -1:
+            sims[sims < s.similarity_threshold] = -np.inf
+        pool = s.top_k * s.rerank_pool
         if width > pool:
             cand = np.argpartition(sims, width - pool, axis=1)[:, width - pool :]
             sims = np.take_along_axis(sims, cand, axis=1)
@@ -210,12 +207,12 @@ class StepRanking:
             cand = np.broadcast_to(np.arange(width), sims.shape)
         valid = sims > -np.inf
         score = sims.astype(np.float64)
-        w = self.rerank_weight
-        if self.rerank == "recency" and w:
+        w = s.rerank_weight
+        if s.rerank == "recency" and w:
             m_col = np.array([r[2] for r in rows], dtype=np.float64)[:, None]
             age = m_col - 1 - cand
-            score = (1 - w) * score + w * np.power(0.5, age / self.recency_half_life)
-        elif self.rerank == "lexical" and w:
+            score = (1 - w) * score + w * np.power(0.5, age / s.recency_half_life)
+        elif s.rerank == "lexical" and w:
             jac = np.zeros(score.shape)
             for r, (k, _stop, _m, _off) in enumerate(rows):
                 i, _q, qtext, qwords, _w_lo, _n = entries[k]
@@ -237,12 +234,13 @@ class StepRanking:
         order = np.lexsort((-cand, -score), axis=1).tolist()
         cand_l, valid_l = cand.tolist(), valid.tolist()
         sims_l, score_l = sims.tolist(), score.tolist()
-        top_k, dedup = self.top_k, self.dedup
+        top_k, dedup = s.top_k, s.dedup
+        first_steps = self.window.first_steps
         for r, (k, stop, _m, off) in enumerate(rows):
             i = entries[k][0]
             texts = self._texts[i]
             seen: set[str] = set(texts[stop:]) if dedup else set()
-            base = self.window._start[i] + off  # absolute index of index position 0
+            base = first_steps[i] - 1 + off  # absolute index of index position 0
             picked = out[k]
             for o in order[r]:
                 if not valid_l[r][o]:

@@ -1,4 +1,5 @@
-"""Summarizers: fold old steps into a running summary (used by :class:`CompactionMemory`).
+"""Summarizers: fold old steps into a running summary (used by
+:class:`~agent_memory.memory.compaction.CompactionMemory`).
 
 A summarizer gets the previous summary, the steps being folded and a token budget, and returns
 the new summary: ``summarize(previous_summary, steps, max_tokens, counter=...) -> str``.
@@ -12,6 +13,9 @@ Built-ins, selectable by name (``summarizer=extractive`` in configs):
   and the action) and fits the budget by dropping the middle.
 * ``llm`` (:class:`LLMSummarizer`): asks any :class:`~agent_memory.policies.Policy` (an
   OpenAI-compatible server, a local model) to update the summary.
+
+(About 500 lines: the summarizer interface, its registry, the budget fitting both built-ins use
+and the two built-ins, which are read together when writing a summarizer.)
 
 Example:
     >>> s = make_summarizer("extractive")
@@ -248,12 +252,12 @@ S = TypeVar("S", bound=Callable[..., Summarizer])
 _REGISTRY: Registry[Summarizer] = Registry(
     "summarizer",
     hint=" (or a Summarizer instance; register yours with "
-    "agent_memory.memory.summarizers.register_summarizer)",
+    "agent_memory.memory.compaction.register_summarizer)",
     instance_of=Summarizer,
     name_attr="registry_name",  # read back by Summarizer.name
     builtins={
-        "extractive": "agent_memory.memory.summarizers:ExtractiveSummarizer",
-        "llm": "agent_memory.memory.summarizers:LLMSummarizer",
+        "extractive": "agent_memory.memory.compaction.summarizers:ExtractiveSummarizer",
+        "llm": "agent_memory.memory.compaction.summarizers:LLMSummarizer",
     },
 )
 SummarizerSpec = str | Summarizer | Mapping[str, Any]

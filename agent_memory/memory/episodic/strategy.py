@@ -2,7 +2,7 @@
 
 Finished episodes are recorded as compact digests (the actions taken, the last observation) with
 their outcome, return, length, task key, timestamps and run / session ids in an
-:class:`~agent_memory.memory.episode_store.EpisodeStore` (SQLite in WAL mode, safe for concurrent
+:class:`~agent_memory.memory.episodic.store.EpisodeStore` (SQLite in WAL mode, safe for concurrent
 Ray workers). When an episode starts, the most relevant past episodes are retrieved into a marked
 block of its prompt::
 
@@ -12,7 +12,7 @@ block of its prompt::
        Last observation: ...
 
 Relevance (same task first, then similar tasks), task keys and retention (``single_run``,
-``session``, ``persistent``): see :mod:`~agent_memory.memory.episode_archive`, which records,
+``session``, ``persistent``): see :mod:`~agent_memory.memory.episodic.archive`, which records,
 retrieves and prunes.
 
 Control modes, after AgentScope's long-term memory:
@@ -28,10 +28,11 @@ Wiring (what a wrapper or rollout calls, per env ``i``; batched forms take lists
 1. ``on_episode_start(i, task, observation)`` / ``start_episodes`` once the env has reset (after
    ``reset([i])``), with ``info["task"]`` and the reset observation: clears the window,
    retrieves, returns the block (also :meth:`EpisodicMemory.block`).
-2. Prompts: ``fetch`` returns ``block + "\n\n" + window`` (chat: a block message first), so
-   every prompt with a history part shows the block; a prompt without one (an episode's first
-   step, ``history_length=0``) must show ``block(i)`` itself. Or ``in_fetch=False``: ``fetch``
-   is the plain window and the template shows ``block(i)`` in every prompt.
+2. Prompts: ``fetch`` returns ``block + "\n\n" + window`` (chat: a block message first; a
+   :class:`~agent_memory.memory.block_window.BlockLayout` with block priority: a budget counts
+   the block first and leaves it out when it alone does not fit), so every prompt shows the
+   block, from an episode's first step on. Or ``in_fetch=False``: ``fetch`` is the plain window
+   and the template shows ``block(i)`` in every prompt.
 3. ``intercept(i, response)`` on every model response, before parsing. ``None``: an ordinary
    response, parse it and step the env. A ``str``: it was a memory action, already executed;
    the reply is in the env's block from the next prompt on and is returned for logging. The
@@ -73,7 +74,6 @@ from __future__ import annotations
 import copy
 import os
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
@@ -85,34 +85,22 @@ from agent_memory.memory.base import (
     check_env_index,
     check_state,
     normalize_env_ids,
-    resolve_budgets,
 )
-from agent_memory.memory.episode_archive import EpisodeArchive, EpisodeState
-from agent_memory.memory.episode_store import EpisodeStore, Retention, Scope
-from agent_memory.memory.episodic_text import KeyBy, episode_digest, task_key_of
-from agent_memory.memory.task_index import (
-    EmbeddingSimilarity,
+from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
+from agent_memory.memory.episodic.archive import EpisodeArchive, EpisodeState
+from agent_memory.memory.episodic.settings import Control, EpisodicSettings
+from agent_memory.memory.episodic.store import Retention, Scope
+from agent_memory.memory.episodic.tasks import (
+    KeyBy,
     Similarity,
-    TaskIndex,
-    lexical_scores,
 )
-from agent_memory.memory.windowed import WindowedMemory
+from agent_memory.memory.settings import SettingsAttributes
+from agent_memory.memory.sqlite import Synchronous
 from agent_memory.text import find_tags, squash, utf8_safe
 from agent_memory.tokens import TokenCounterSpec
 
-# episode_digest, task_key_of (episodic_text) and lexical_scores (task_index) are re-exported here,
-# where they started.
-__all__ = [
-    "AGENT_INSTRUCTIONS",
-    "EpisodicMemory",
-    "episode_digest",
-    "lexical_scores",
-    "task_key_of",
-]
+__all__ = ["AGENT_INSTRUCTIONS", "EpisodicMemory"]
 
-_TaskIndex = TaskIndex  # its former private name here
-
-Control = Literal["static", "agent", "both"]
 #: Shown in agent mode (``agent_hint=True``); put it in the system prompt otherwise.
 AGENT_INSTRUCTIONS = (
     "Memory: you have a long-term memory shared across episodes. To save a lesson for later "
@@ -122,12 +110,7 @@ AGENT_INSTRUCTIONS = (
 )
 
 
-def _default_path() -> str:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "agent_memory", "episodic.sqlite")
-
-
-class EpisodicMemory(EpisodeArchive, WindowedMemory):
+class EpisodicMemory(SettingsAttributes, EpisodeArchive, WindowedMemory):
     """A per-env window (a :class:`HistoryMemory`) plus retrieval of past episodes of the task.
 
     (``fetch_when_empty``: the block of past episodes is shown from an episode's first prompt.)
@@ -148,7 +131,7 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
         similar_tasks: also retrieve episodes of other tasks with similar task text.
         min_similarity: lexical similarity threshold for ``similar_tasks``.
         similarity: ``"lexical"``, ``"embedding:<encoder>"`` (a dense encoder of
-            :mod:`agent_memory.memory.embeddings`: ``hashing``, ``minilm``) or a callable
+            :mod:`agent_memory.memory.search`: ``hashing``, ``minilm``) or a callable
             ``(query, docs) -> scores`` in [0, 1].
         header: first line of the block.
         block_role: chat formatters: the role of the block's message.
@@ -156,7 +139,7 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
             window alone and the prompt shows :meth:`block` wherever its template wants.
         max_block_chars: the block's length cap (whole entries are dropped first).
         digest_max_actions, digest_obs_chars, digest_max_chars: digest bounds (see
-            :func:`episode_digest`).
+            :func:`~agent_memory.memory.digest.episode_digest`).
         record_unfinished: also record episodes handed over without terminating or truncating.
         max_rows_per_task: keep only the best this many episodes per task key (None: all).
         max_rows: persistent retention: keep the newest this many rows of the namespace.
@@ -171,7 +154,7 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
         show_replies: agent mode: how many of the episode's latest memory replies the block shows.
         note_max_chars: agent mode: a note's length cap.
         busy_timeout_s, max_wait_s, synchronous: SQLite settings (see
-            :class:`~agent_memory.memory.episode_store.EpisodeStore`).
+            :class:`~agent_memory.memory.sqlite.SQLiteDatabase`).
 
     Raises:
         ValueError: a bad argument (the message names expected and actual values).
@@ -220,82 +203,20 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
         note_max_chars: int = 500,
         busy_timeout_s: float = 5.0,
         max_wait_s: float = 60.0,
-        synchronous: Literal["OFF", "NORMAL", "FULL", "EXTRA"] = "NORMAL",
+        synchronous: Synchronous = "NORMAL",
     ) -> None:
-        for name, value, allowed in (
-            ("control", control, ("static", "agent", "both")),
-            ("key_by", key_by, ("task", "task_and_observation")),
-            ("block_role", block_role, ("user", "system")),
-        ):
-            if value not in allowed:
-                raise ValueError(f"{name} must be one of {list(allowed)}, got {value!r}")
-        for name, value, low in (
-            ("top_k", top_k, 1), ("max_block_chars", max_block_chars, 1),
-            ("digest_max_actions", digest_max_actions, 2),
-            ("digest_obs_chars", digest_obs_chars, 0),
-            ("digest_max_chars", digest_max_chars, 16), ("prune_every", prune_every, 1),
-            ("max_memory_actions", max_memory_actions, 0), ("show_replies", show_replies, 0),
-            ("note_max_chars", note_max_chars, 1),
-        ):  # fmt: skip
-            if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-        for name, value in (("max_rows_per_task", max_rows_per_task), ("max_rows", max_rows)):
-            if value is not None and (not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name} must be None or an int >= 1, got {value!r}")
-        for name, value in (("max_age_s", max_age_s), ("session_ttl_s", session_ttl_s)):
-            if value is not None and (not isinstance(value, (int, float)) or value <= 0):
-                raise ValueError(f"{name} must be None or a number > 0, got {value!r}")
-        if not 0.0 <= min_similarity <= 1.0:
-            raise ValueError(f"min_similarity must be in [0, 1], got {min_similarity!r}")
-        if not (
-            similarity == "lexical"
-            or callable(similarity)
-            or (isinstance(similarity, str) and similarity.startswith("embedding:"))
-        ):
-            raise ValueError(
-                "similarity must be 'lexical', 'embedding:<encoder>' or a callable "
-                f"(query, docs) -> scores, got {similarity!r}"
-            )
+        self.settings = s = EpisodicSettings.from_arguments(locals())
         super().__init__(
             num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
             capacity=capacity,
         )  # fmt: skip
-        self.control: Control = control
-        self.scope = Scope(
-            retention, namespace=namespace, run_id=run_id or uuid.uuid4().hex,
-            session_id=session_id,
-        )  # fmt: skip
-        self.env_name, self.key_by = env_name, key_by
-        self.top_k, self.include_failures = top_k, include_failures
-        self.similar_tasks, self.min_similarity = similar_tasks, float(min_similarity)
-        self._similarity: Similarity = (
-            lexical_scores
-            if similarity == "lexical"
-            else EmbeddingSimilarity(similarity)
-            if isinstance(similarity, str)
-            else similarity
-        )
-        self.header, self.block_role, self.max_block_chars = header, block_role, max_block_chars
-        self.in_fetch = bool(in_fetch)
-        self.digest_max_actions, self.digest_obs_chars = digest_max_actions, digest_obs_chars
-        self.digest_max_chars, self.record_unfinished = digest_max_chars, record_unfinished
-        self.max_rows_per_task, self.max_rows = max_rows_per_task, max_rows
-        self.max_age_s = max_age_s
-        self.session_ttl_s, self.prune_every = session_ttl_s, prune_every
-        self.purge_on_close, self.agent_hint = purge_on_close, agent_hint
-        self.max_memory_actions, self.show_replies = max_memory_actions, show_replies
-        self.note_max_chars = note_max_chars
-        self.store_ = EpisodeStore(
-            _default_path() if path is None else path, busy_timeout_s=busy_timeout_s,
-            max_wait_s=max_wait_s, synchronous=synchronous,
-        )  # fmt: skip
-        self._eps = [EpisodeState() for _ in range(num_envs)]
-        self._pending: list[EpisodeState | None] = [None] * num_envs  # reset before ended
+        self._open_archive()
+        # The block is written with its header (render_block); "\n\n" parts it from the window.
+        self.layout = BlockLayout(gap="\n\n", role=s.block_role, priority="block")
         self._blocks = [""] * num_envs
-        self._block_tokens = [0] * num_envs
+        # Per env: its block as the layout takes it (None: no block), made when it changes.
+        self._layout_blocks: list[Block | None] = [None] * num_envs
         self._counter_uid = 0
-        self._recorded = 0
-        self._tasks = TaskIndex()  # task texts in scope, synced by row id
         self._closed = False
         for i in range(num_envs):
             self._set_block(i)
@@ -326,30 +247,11 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
         ``lengths`` count window steps only. A token budget covers block and window: the block
         is counted first and left out when it alone does not fit; the window gets the rest.
         """
-        kwargs = {} if max_tokens is UNSET else {"max_tokens": max_tokens}
-        ids = self._ids(env_ids)
-        blocks = self._blocks if env_ids is None else [self._blocks[i] for i in ids]
-        if not self.in_fetch or not any(blocks):
-            return self._window.fetch(history_length, env_ids, **kwargs)
-        budgets = resolve_budgets(max_tokens, len(ids), self.max_tokens)
-        if budgets is not None:
-            blocks = list(blocks)
-            for j, (i, b) in enumerate(zip(ids, budgets, strict=True)):
-                if blocks[j] and b is not None:
-                    if self._block_tokens[i] <= b:
-                        budgets[j] = b - self._block_tokens[i]
-                    else:
-                        blocks[j] = ""  # the block alone is over budget: leave it out
-            kwargs = {"max_tokens": budgets}
-        contexts, lengths = self._window.fetch(history_length, env_ids, **kwargs)
-        if self.formatter.output == "messages":
-            role = self.block_role
-            pairs = zip(blocks, contexts, strict=True)
-            out = [[{"role": role, "content": b}, *c] if b else c for b, c in pairs]
-        else:
-            pairs = zip(blocks, contexts, strict=True)
-            out = [(f"{b}\n\n{c}" if c else b) if b else c for b, c in pairs]
-        return Fetched(out, lengths)
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        if not self.settings.in_fetch:
+            return self._window.fetch(hl, ids, max_tokens=budgets)
+        blocks = [self._layout_blocks[i] for i in ids]
+        return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
 
     # ------------------------------------------------------------------ episodes
 
@@ -391,7 +293,7 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
             ep = EpisodeState(task=task, task_key=key, uid=f"{self.run_id}:{i}:{self._counter_uid}",
                           started_at=now)  # fmt: skip
             self._counter_uid += 1
-            if self.control != "agent":
+            if self.settings.control != "agent":
                 if key not in cache:
                     cache[key] = self._retrieve(key, task)
                 ep.retrieved, ep.retrieved_ids = cache[key][0], list(cache[key][1])
@@ -414,18 +316,19 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
         Hostile text costs linear time: tags are found by a linear scan, and of each tag's
         content only the first ``8 * note_max_chars`` characters (whitespace collapsed) are read.
         """
-        if self.control == "static" or not isinstance(response, str) or "</re" not in response:
+        s = self.settings
+        if s.control == "static" or not isinstance(response, str) or "</re" not in response:
             return None
         i = check_env_index(env_id, self.num_envs)
         ep = self._eps[i]
-        if ep.memory_actions >= self.max_memory_actions:
+        if ep.memory_actions >= s.max_memory_actions:
             return None
         matches = find_tags(response, ("record", "retrieve"), limit=self.MAX_TAGS_PER_RESPONSE)
         if not matches:
             return None
         ep.memory_actions += 1
         replies = []
-        cap = 8 * self.note_max_chars  # a note is cut to note_max_chars; a query needs no more
+        cap = 8 * s.note_max_chars  # a note is cut to note_max_chars; a query needs no more
         for tag, body in matches:
             body = utf8_safe(squash(body, cap))
             if tag == "record":
@@ -434,21 +337,22 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
                 replies.append(self._answer(i, body))
         reply = "\n".join(replies)
         ep.exchanges.append(reply)
-        del ep.exchanges[: max(0, len(ep.exchanges) - self.show_replies)]
+        del ep.exchanges[: max(0, len(ep.exchanges) - s.show_replies)]
         self._set_block(i)
         return reply
 
     def _set_block(self, i: int) -> None:
         ep = self._eps[i]
         parts = [ep.retrieved] if ep.retrieved else []
-        if self.control != "static":
-            if self.agent_hint:
+        if self.settings.control != "static":
+            if self.settings.agent_hint:
                 parts.append(AGENT_INSTRUCTIONS)
             parts.extend(ep.exchanges)
         text = "\n".join(parts)
         self._blocks[i] = text
         # Counted once, here: fetch only subtracts it from budgets.
-        self._block_tokens[i] = self.token_counter(text + "\n\n") if text else 0
+        tokens = self.token_counter(text + "\n\n") if text else 0
+        self._layout_blocks[i] = Block([text], [tokens]) if text else None
 
     # ------------------------------------------------------------------ retention
 
@@ -456,7 +360,7 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
         """Close the store; ``single_run`` (with ``purge_on_close``) deletes the run's rows."""
         if self._closed:
             return
-        if self.scope.retention == "single_run" and self.purge_on_close:
+        if self.scope.retention == "single_run" and self.settings.purge_on_close:
             self.store_.delete_scope(self.scope)
         self.store_.close()
         self._closed = True
@@ -485,7 +389,7 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
                 "namespace": self.scope.namespace,
                 "run_id": self.run_id,
                 "session_id": self.session_id,
-                "control": self.control,
+                "control": self.settings.control,
             },
         }
 
@@ -517,6 +421,6 @@ class EpisodicMemory(EpisodeArchive, WindowedMemory):
         s = self.scope
         return (
             f"EpisodicMemory(num_envs={self.num_envs}, path={self.path!r}, retention="
-            f"{s.retention!r}, control={self.control!r}, namespace={s.namespace!r}, "
+            f"{s.retention!r}, control={self.settings.control!r}, namespace={s.namespace!r}, "
             f"run_id={s.run_id!r}, session_id={s.session_id!r}, window={self._window!r})"
         )
