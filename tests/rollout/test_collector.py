@@ -80,7 +80,9 @@ def test_an_env_exception_ends_only_its_episode():
 def test_a_killed_worker_is_restarted_and_its_episodes_rerun(tmp_path):
     # Long episodes (32 steps): group 2 starts when the first episodes end, and worker 0 is
     # killed as soon as it runs one of group 2's, far from that episode's end in either engine.
-    job = make_job("agent_memory/Recall-v0", groups=3, size=2, workers=2, envs=2, num_distractors=30)
+    job = make_job(
+        "agent_memory/Recall-v0", groups=3, size=2, workers=2, envs=2, num_distractors=30
+    )
     killed = []
 
     def kill_worker_0(collector: Collector) -> None:
