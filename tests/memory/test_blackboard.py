@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -192,11 +191,12 @@ def test_two_memories_on_one_file_share_the_board(tmp_path):
 
 WRITER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from agent_memory.memory.blackboard import BlackboardMemory
-    path, worker, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    path, worker, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     mem = BlackboardMemory(4, path=path, author=worker, max_notes=None, scope="global")
-    while time.time() < go:
+    print("ready", flush=True)
+    while not os.path.exists(go):  # every writer starts at once, however slow its start-up
         time.sleep(0.001)
     for k in range(n):
         if k % 10 == 0:
@@ -212,7 +212,7 @@ def test_concurrent_writers_in_separate_processes_lose_no_notes(tmp_path):
     path = tmp_path / "shared.sqlite"
     BlackboardMemory(1, path=path)  # create the schema (the writers would race to, safely)
     workers, n = 4, 150
-    go = time.time() + 3.0  # all start writing at the same moment
+    go = tmp_path / "go"  # created once every writer is ready: all start at the same moment
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, str(path), f"w{w}", str(n), str(go)],
@@ -222,6 +222,9 @@ def test_concurrent_writers_in_separate_processes_lose_no_notes(tmp_path):
         )
         for w in range(workers)
     ]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    go.touch()
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and out.strip() == "ok", err
