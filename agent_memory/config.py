@@ -201,7 +201,7 @@ class RolloutConfig:
     step_timeout_s: Optional[float] = 300.0
     max_response_chars: int = 100_000
     layout: str = "step"
-    mode: str = "lockstep"
+    mode: str = "async"
     max_policy_lag: int = 0
     progress: bool = True
     save_parquet: bool = True

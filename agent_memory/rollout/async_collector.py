@@ -78,8 +78,10 @@ class AsyncCollector:
         self.max_batch_size = max_batch_size
         self.max_wait_ms = max_wait_ms
         self.parked: set[Slot] = set()
+        # Every open stream -> its worker; each worker's newest stream (a finishing stream may
+        # still be open when re-runs give its worker a new one); the workers told to finish.
         self._streams: dict[Any, int] = {}
-        self._streaming: set[int] = set()
+        self._current: dict[int, Any] = {}
         self._finishing: set[int] = set()
 
     # ------------------------------------------------------------------ public
@@ -154,8 +156,10 @@ class AsyncCollector:
                     self._ended(gen)
                     continue
                 except Exception as e:
+                    newest = self._current.get(w) is gen  # an older stream holds no episode
                     self._ended(gen)
-                    self._failed(w, e)
+                    if newest:
+                        self._failed(w, e)
                     continue
                 self._settle(w, msg)
                 if self.on_step is not None:
@@ -170,6 +174,7 @@ class AsyncCollector:
         finally:
             self.stats.loop_time += time.perf_counter() - t_loop
             self.stats.episodes_rerun += book.reruns
+            self._gather_policy_stats()
         return book.trajectories()
 
     def close(self) -> None:
@@ -182,7 +187,7 @@ class AsyncCollector:
             ray.kill(self.service)
             self.service = None
         self._streams.clear()
-        self._streaming.clear()
+        self._current.clear()
 
     def update_policy(self, state_dict: Any, version: int) -> None:
         """New weights for the policy service (a trainer calls this between collects), so every
@@ -192,6 +197,23 @@ class AsyncCollector:
         if self.service is not None:
             ray.get(self.service.set_weights.remote(state_dict, version))
         self.policy.version = version
+
+    def _gather_policy_stats(self) -> None:
+        """Add the counters of the policies the workers run (an openai client's requests,
+        retries, failures) to the driver's policy, where the summary reads them."""
+        import ray
+
+        total = getattr(self.policy, "stats", None)
+        if self.policy.runs_in != "worker" or not hasattr(total, "add"):
+            return
+        live = [w for w, ok in zip(self.pool.workers, self.pool.alive, strict=True) if ok]
+        for ref in [w.policy_stats.remote() for w in live]:
+            try:
+                stats = ray.get(ref, timeout=10)
+            except Exception:  # a worker that died took its counters with it
+                continue
+            if stats is not None:
+                total.add(stats)
 
     def worker_pid(self, w: int) -> int:
         """Process id of worker ``w``."""
@@ -218,12 +240,12 @@ class AsyncCollector:
             plan.setdefault(w, []).append(EpisodeAssignment(i, s.traj_uid, s.group_uid, s.seed))
         for w, assignments in plan.items():
             worker = self.pool.workers[w]
-            if w in self._streaming and w not in self._finishing:
+            if w in self._current and w not in self._finishing:
                 worker.assign.remote(assignments)
             else:
                 gen = worker.run.options(num_returns="streaming").remote(assignments)
                 self._streams[gen] = w
-                self._streaming.add(w)
+                self._current[w] = gen
                 self._finishing.discard(w)
 
     def _settle(self, w: int, msg: FinishedEpisode) -> None:
@@ -242,22 +264,24 @@ class AsyncCollector:
         self._feed([slot])
         if book.waiting and self.parked:  # re-runs of a dead worker's episodes
             self._feed(sorted(self.parked))
-        for v in list(self._streaming):
+        for v in list(self._current):
             if not book.waiting and not book.on_worker(v) and v not in self._finishing:
                 self.pool.workers[v].finish.remote()
                 self._finishing.add(v)
 
     def _ended(self, gen: Any) -> None:
         w = self._streams.pop(gen)
-        self._streaming.discard(w)
-        self._finishing.discard(w)
+        if self._current.get(w) is gen:  # not an older, finished stream of a restarted run
+            del self._current[w]
+            self._finishing.discard(w)
 
     def _failed(self, w: int, e: BaseException) -> None:
         """Worker ``w``'s stream failed: the policy's error fails the run; a dead worker's
         episodes are settled by the pool and run again."""
         cause = getattr(e, "cause", None)
-        if isinstance(cause, PolicyFailed):
-            raise PolicyFailed(str(cause)) from None
+        if isinstance(cause, PolicyFailed):  # the policy's own error, as the lockstep engine's
+            error = cause.error if isinstance(cause.error, Exception) else None
+            raise (error or PolicyFailed(str(cause))) from None
         book = self.book
         assert book is not None
         error = self.pool.failure(w, e)

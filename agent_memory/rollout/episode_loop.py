@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import pickle
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +44,27 @@ __all__ = ["EpisodeLoop", "PolicyFailed"]
 
 class PolicyFailed(RuntimeError):
     """The policy raised while answering (e.g. its server never answered): the run fails with
-    this message, as it does in the lockstep engine."""
+    this message, as it does in the lockstep engine.
+
+    Attributes:
+        error: the policy's own exception when it can cross processes (the driver raises it, so
+            a caller catches the same type in either engine), else None.
+    """
+
+    def __init__(self, message: str, error: BaseException | None = None) -> None:
+        super().__init__(message)
+        self.error = error if _picklable(error) else None
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PolicyFailed, (str(self), self.error))
+
+
+def _picklable(error: BaseException | None) -> bool:
+    try:
+        pickle.dumps(error)
+    except Exception:
+        return False
+    return True
 
 
 @dataclass
@@ -145,7 +166,7 @@ class EpisodeLoop:
             try:
                 gens = self.policy.generate(prompts, metas)
             except Exception as e:
-                raise PolicyFailed(describe_exception(e)) from e
+                raise PolicyFailed(describe_exception(e), e) from e
             for env, g in zip(waiting, gens, strict=True):
                 fut = loop.create_future()
                 fut.set_result(g)
@@ -189,7 +210,7 @@ class EpisodeLoop:
             try:
                 g = fut.result()
             except Exception as e:
-                raise PolicyFailed(describe_exception(e)) from e
+                raise PolicyFailed(describe_exception(e), e) from e
             v = g.policy_version
             if lv.version is None:
                 lv.version = v

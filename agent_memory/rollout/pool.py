@@ -54,6 +54,7 @@ class WorkerPool:
         self.workers: list[Any] = []
         self.alive: list[bool] = []
         self.restarts: list[int] = []
+        self.pids: dict[int, int] = {}
         self.envs_per_worker = 0
 
     # ------------------------------------------------------------------ life cycle
@@ -97,6 +98,7 @@ class WorkerPool:
         self.alive = [True] * num_workers
         self.restarts = [0] * num_workers
         statuses, failed = self.gather({w: a.status.remote() for w, a in enumerate(self.workers)})
+        self.pids = {w: s.pid for w, s in statuses.items()}
         errors = {w: s.init_error for w, s in statuses.items() if s.init_error is not None}
         errors.update(failed)
         if errors:
@@ -126,10 +128,9 @@ class WorkerPool:
         return [(v, i) for v in workers if self.alive[v] for i in range(self.envs_per_worker)]
 
     def pid(self, w: int) -> int:
-        """Process id of worker ``w``."""
-        import ray
-
-        return ray.get(self.workers[w].pid.remote())
+        """Process id of worker ``w`` (as it reported at its last start: asking again would
+        wait behind the work the worker has queued)."""
+        return self.pids[w]
 
     # ------------------------------------------------------------------ calls
 
@@ -209,7 +210,9 @@ class WorkerPool:
         while time.monotonic() < deadline:
             try:
                 left = max(0.1, deadline - time.monotonic())
-                return ray.get(self.workers[w].status.remote(), timeout=left)
+                status = ray.get(self.workers[w].status.remote(), timeout=left)
+                self.pids[w] = status.pid
+                return status
             except ActorUnavailableError:
                 time.sleep(0.2)
             except (RayActorError, GetTimeoutError):

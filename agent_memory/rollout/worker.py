@@ -288,6 +288,14 @@ class RolloutWorker:
         assert self.loop is not None
         self.loop.finish()
 
+    def policy_stats(self) -> Any:
+        """The counters of the policy this worker runs (e.g. the openai client's requests and
+        retries) since the last call, or None for a policy without counters."""
+        stats = getattr(self.policy, "stats", None)
+        if stats is not None and hasattr(self.policy, "reset_stats"):
+            self.policy.reset_stats()
+        return stats
+
     def abandon(self, envs: Sequence[int]) -> None:
         """The episodes on ``envs`` are given up (the driver runs them again elsewhere)."""
         self.live[list(envs)] = False

@@ -40,7 +40,7 @@ def ray_session():
 
 
 #: The engine make_job configures (the ``engine`` fixture switches it per test).
-ENGINE = {"mode": "lockstep"}
+ENGINE = {"mode": "async"}
 
 
 @pytest.fixture(params=["lockstep", "async"])
@@ -48,7 +48,7 @@ def engine(request):
     """Runs a test once per rollout engine: what one guarantees, the other must too."""
     ENGINE["mode"] = request.param
     yield request.param
-    ENGINE["mode"] = "lockstep"
+    ENGINE["mode"] = "async"
 
 
 def make_job(

@@ -147,21 +147,26 @@ def test_too_many_cpus_per_worker_is_a_clear_error():
 
 
 def test_a_worker_that_cannot_restart_leaves_its_episodes_to_the_others():
-    job = make_job("agent_memory/Recall-v0", groups=3, size=2, workers=2, envs=2, num_distractors=3)
+    # As above: the kill lands in a fresh 32-step group-2 episode, far from its end.
+    job = make_job(
+        "agent_memory/Recall-v0", groups=3, size=2, workers=2, envs=2, num_distractors=30
+    )
     job.rollout.max_restarts = 0
-    killed = []
+    killed: list[int] = []
 
-    def kill_worker_0(collector: Collector) -> None:
-        if not killed and collector.stats.env_steps >= 1 and collector.book.on_worker(0):
-            killed.append(collector.worker_pid(0))
-            os.kill(killed[-1], signal.SIGKILL)
+    def kill_late_worker(collector: Collector) -> None:
+        book = collector.book
+        late = [s[0] for s in book.running if book.running[s].spec.group_uid == "g2"]
+        if not killed and late:
+            killed.append(late[0])
+            os.kill(collector.worker_pid(late[0]), signal.SIGKILL)
 
-    collector = make_collector(job, on_step=kill_worker_0)
+    collector = make_collector(job, on_step=kill_late_worker)
     trajs = collector.run()
-    assert collector.stats.workers_lost == 1
+    assert killed and collector.stats.workers_lost == 1
     assert len(trajs) == 6 and all(t.won for t in trajs)
     rerun = [t for t in trajs if t.attempts == 2]
-    assert rerun and all(t.worker == 1 for t in rerun)
+    assert rerun and all(t.worker == 1 - killed[0] for t in rerun)
 
 
 def test_async_sub_envs_with_the_scripted_oracle():
