@@ -91,6 +91,7 @@ class TrainerConfig:
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     iterations: int = 100
     lr: float = 1e-3
+    anneal_lr: bool = False
     weight_decay: float = 0.0
     epochs: int = 2
     minibatch_size: int = 64

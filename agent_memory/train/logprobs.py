@@ -115,8 +115,10 @@ def _score_forward(model: Any, samples: Sequence[Sample], pad_id: int, hidden: b
     safe = logp_all.masked_fill(torch.isinf(scored.scores), 0.0)
     entropy = -(safe.exp() * safe).masked_fill(torch.isinf(scored.scores), 0.0).sum(-1, True)
     old = torch.tensor([s.old_logprobs for s in samples], dtype=torch.float32, device=device)
-    mask = torch.ones_like(logp)
-    return Forward(logp, old, mask, entropy, scored.prompt_hidden)
+    # A forced action (one candidate) has log-prob 0 whatever the weights: no policy term.
+    chose = [[float(len(s.candidates or ()) > 1)] for s in samples]
+    mask = torch.tensor(chose, dtype=logp.dtype, device=device)
+    return Forward(logp * mask, old * mask, mask, entropy * mask, scored.prompt_hidden)
 
 
 def prompt_hidden(model: Any, prompt_ids: Sequence[Sequence[int]], *, pad_id: int) -> Any:

@@ -125,7 +125,7 @@ def train(
         _set_calls(policy, state.policy_calls)
         pad_id = tokenizer.pad_token_id
 
-        init_ray(r.ray_address)
+        ray_started = init_ray(r.ray_address)  # False when Ray is up already (a sweep, tests)
         engine = RolloutEngine(cfg, policy, eval_policy)
         engine.update_policy(state.policy_version)
         logger = MetricsLogger(
@@ -146,6 +146,9 @@ def train(
 
             for it in range(state.iteration, t.iterations):
                 t_iter = time.perf_counter()
+                if t.anneal_lr:  # a function of the iteration: a resumed run continues it
+                    for group in optimizer.param_groups:
+                        group["lr"] = t.lr * (1.0 - it / t.iterations)
                 # 1. collect with the current weights
                 t0 = time.perf_counter()
                 trajs = engine.collect(train_specs(it, r.num_groups, r.group_size, r.seed))
@@ -227,6 +230,10 @@ def train(
                 bar.close()
             logger.close()
             engine.close()
+            if ray_started:
+                import ray
+
+                ray.shutdown()
             summary = {
                 "status": status,
                 **({"error": error} if error else {}),

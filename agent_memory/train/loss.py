@@ -20,7 +20,7 @@ Example:
     >>> new = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     >>> terms = policy_loss(new, torch.tensor([[-1.0, -2.0]]), torch.tensor([2.0]),
     ...                     torch.tensor([[1.0, 0.0]]), clip_ratio=0.2)
-    >>> float(terms.loss), float(terms.clip_fraction)
+    >>> float(terms.loss.detach()), float(terms.clip_fraction)
     (-2.0, 0.0)
 """
 
@@ -100,8 +100,8 @@ def policy_loss(
     if advantages.dim() == 1:
         advantages = advantages[:, None]
     advantages = advantages.to(new_logprobs.dtype)
-    log_ratio = new_logprobs - old_logprobs
-    ratio = torch.exp(log_ratio * mask)  # 1 on padding: no overflow from garbage there
+    log_ratio = (new_logprobs - old_logprobs) * mask  # 0 on padding: no overflow from garbage
+    ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
     clipped = -advantages * torch.clamp(ratio, 1.0 - clip_ratio, 1.0 + clip_ratio)
     pg = masked_mean(torch.maximum(unclipped, clipped), mask)

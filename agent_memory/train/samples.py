@@ -13,7 +13,7 @@ Two kinds, one per action mode:
   index, and ``old_logprobs`` is ``[log pi(action)]``, the chosen action's log-prob under the
   action distribution; the loss is per action. A step whose only admissible action was forced
   has ``log pi = 0`` whatever the weights: it carries no policy gradient and is left out unless
-  a value head needs it (``keep_forced``).
+  a value head needs it (``keep_forced``; the policy loss then masks it out).
 
 Example:
     >>> from agent_memory.protocol import ActionChoice, Generation

@@ -19,7 +19,7 @@ def small_job(**trainer) -> TrainConfig:
     defaults = dict(
         model="tiny",
         tiny=TinyModelConfig(hidden=16, layers=1, heads=2, context=256, vocab_episodes=8),
-        iterations=4, lr=1e-2, epochs=2, minibatch_size=2, eval_every=2, eval_episodes=4,
+        iterations=4, lr=1e-2, anneal_lr=True, epochs=2, minibatch_size=2, eval_every=2, eval_episodes=4,
         save_every=2, logger=["csv"], progress=False, device="cpu",
     )  # fmt: skip
     algo = trainer.pop("algo", "grpo")
@@ -108,7 +108,7 @@ def test_every_metric_is_logged_and_ppo_trains_a_value_head(ray_session, tmp_pat
 
 
 def test_generate_mode_trains_on_sampled_tokens(ray_session, tmp_path):
-    job = small_job(policy="hf", iterations=1, eval_every=1,
+    job = small_job(algo="gigpo", policy="hf", iterations=1, eval_every=1,
                     policy_params={"max_new_tokens": 4, "temperature": 1.0})  # fmt: skip
     job.env.parser = dataclasses.replace(job.env.parser, tag=None)
     summary = train(job, tmp_path)
