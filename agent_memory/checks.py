@@ -25,6 +25,7 @@ __all__ = [
     "check_history_length",
     "check_int",
     "check_number",
+    "check_str",
     "is_int",
     "is_number",
 ]
@@ -130,3 +131,19 @@ def check_number(
         none = "None or " if allow_none else ""
         raise ValueError(f"{name} must be {none}a number {bound}, got {value!r}")
     return float(value)
+
+
+def check_str(name: str, value: Any, *, empty: bool = False) -> str:
+    """``value`` if it is a str (a non-empty one unless ``empty``).
+
+    Example:
+        >>> check_str("window_header", "", empty=True)
+        ''
+        >>> check_str("header", "")
+        Traceback (most recent call last):
+        ...
+        ValueError: header must be a non-empty str, got ''
+    """
+    if not isinstance(value, str) or not (value or empty):
+        raise ValueError(f"{name} must be a{'' if empty else ' non-empty'} str, got {value!r}")
+    return value

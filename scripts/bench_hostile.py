@@ -48,12 +48,12 @@ import gymnasium as gym
 
 import envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.memory import make_memory
-from agent_memory.memory.summarizers import ExtractiveSummarizer, FoldedStep
+from agent_memory.memory.compaction import ExtractiveSummarizer, FoldedStep
 from agent_memory.parsing import ActionParser
 from agent_memory.prompts import PromptTemplate
 from agent_memory.tokens import make_token_counter
-from agent_memory.wrappers import HistoryWrapper, VectorHistoryWrapper
-from agent_memory.wrappers.core import HistoryCore
+from agent_memory.wrappers import HistoryOptions, HistoryWrapper, VectorHistoryWrapper
+from agent_memory.wrappers.base import WrapperParts
 
 # ------------------------------------------------------------------------------------ shapes
 
@@ -198,21 +198,22 @@ def _core(
         if memory == "episodic":
             kw["retention"] = "single_run"
         mem = make_memory(memory, num_envs=1, formatter=formatter, **kw)
-        core = HistoryCore(1, history_length=history_length, memory=mem)
+        parts = WrapperParts.build(1, HistoryOptions(history_length=history_length, memory=mem))
+        rec = parts.recorder
 
         def step(x: Any) -> None:
             x = _fresh(_text(x))  # a new text each step: no encoder cache hit hides its cost
-            core.observe([0], [x], [{}])
-            core.store([0], [x], [x], None)
+            rec.observe([0], [x], [{}])
+            rec.store([0], [x], [x], None, [x])
 
         def prepare(x: Any) -> None:
-            core.start([0], ["start"], [{"task": "Recall the colour."}])
+            rec.start([0], ["start"], [{"task": "Recall the colour."}])
             for _ in range(warm):
                 step(x)
 
         def call(x: Any) -> None:
             step(x)
-            core.prompts()
+            parts.builder.build([0])
 
         return Bench(call, prepare=prepare, close=mem.close)
 
@@ -223,16 +224,16 @@ def _episode_end_start(tmp: str) -> Bench:
     """An episode ends (digest of hostile actions and final observation, recorded) and the
     next starts from a hostile observation (task key, retrieval)."""
     mem = _episodic(tmp, control="both")
-    core = HistoryCore(1, history_length=3, memory=mem)
+    rec = WrapperParts.build(1, HistoryOptions(history_length=3, memory=mem)).recorder
 
     def prepare(x: Any) -> None:
-        core.start([0], ["start"], [{"task": "Recall the colour."}])
+        rec.start([0], ["start"], [{"task": "Recall the colour."}])
 
     def call(x: Any) -> None:
         x = _text(x)
-        core.store([0], [x], [x], None)
-        core.handover([0], [x], [True], [False], [False])
-        core.start([0], [x], [{"task": "Recall the colour."}])
+        rec.store([0], [x], [x], None, [x])
+        rec.handover([0], [x], [True], [False], [False])
+        rec.start([0], [x], [{"task": "Recall the colour."}])
 
     return Bench(call, prepare=prepare, close=mem.close)
 

@@ -18,18 +18,18 @@ from agent_memory.formatting import (
 from agent_memory.formatting import base as formatting_base
 from agent_memory.memory import HistoryMemory, available_memories, make_memory, register_memory
 from agent_memory.memory import registry as memory_registry
-from agent_memory.memory.embeddings import (
+from agent_memory.memory.compaction import (
+    ExtractiveSummarizer,
+    available_summarizers,
+    make_summarizer,
+    register_summarizer,
+)
+from agent_memory.memory.search import (
     BM25Encoder,
     HashingEmbedder,
     available_encoders,
     make_encoder,
     register_encoder,
-)
-from agent_memory.memory.summarizers import (
-    ExtractiveSummarizer,
-    available_summarizers,
-    make_summarizer,
-    register_summarizer,
 )
 from agent_memory.policies import available_policies, make_policy, register_policy
 from agent_memory.policies.simple import RandomPolicy
@@ -304,14 +304,14 @@ MESSAGES: dict[str, str | Callable[[], str]] = {
         "a memory strategy", "history", memory_registry._REGISTRY.get("history")
     ),
     "encoder-unknown": lambda: (
-        f"unknown encoder 'glove': expected one of {available_encoders()} (register yours with agent_memory.memory.embeddings.register_encoder)"
+        f"unknown encoder 'glove': expected one of {available_encoders()} (register yours with agent_memory.memory.search.register_encoder)"
     ),
     "encoder-taken": lambda: taken("an encoder", "bm25", BM25Encoder),
     "encoder-instance-kwargs": "encoder kwargs ['dim'] given with an Encoder instance",
     "encoder-mapping-no-name": "an encoder mapping needs a 'name' key, got keys ['dim']",
     "encoder-bad-type": "encoder must be a registered name, a mapping or an Encoder, got float",
     "summarizer-unknown": lambda: (
-        f"unknown summarizer 'abstractive': expected one of {available_summarizers()} (or a Summarizer instance; register yours with agent_memory.memory.summarizers.register_summarizer)"
+        f"unknown summarizer 'abstractive': expected one of {available_summarizers()} (or a Summarizer instance; register yours with agent_memory.memory.compaction.register_summarizer)"
     ),
     "summarizer-taken": lambda: taken("a summarizer", "extractive", ExtractiveSummarizer),
     "summarizer-instance-kwargs": "summarizer kwargs ['x'] given with a Summarizer instance",

@@ -1,7 +1,8 @@
 """Formatters: stored steps -> prompt context (text or chat messages), selectable by name.
 
 Built-ins: ``simple`` and ``search`` (verl-agent, byte-identical), ``code`` (AppWorld blocks with a
-character cap), ``chat`` (OpenAI-style messages) and ``jinja`` (a user template per step).
+character cap), ``chat`` (OpenAI-style messages), ``transcript`` (the policy's own conversation:
+what it was shown, what it wrote) and ``jinja`` (a user template per step).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from agent_memory.formatting.formatters import (
     JinjaFormatter,
     SearchFormatter,
     SimpleFormatter,
+    TranscriptFormatter,
 )
 
 __all__ = [
@@ -30,6 +32,7 @@ __all__ = [
     "JinjaFormatter",
     "SearchFormatter",
     "SimpleFormatter",
+    "TranscriptFormatter",
     "available_formatters",
     "formatter_factory",
     "make_formatter",

@@ -76,6 +76,12 @@ class Formatter(ABC):
             render(dict(zip(keys, row, strict=True)), s) for row, s in zip(rows, steps, strict=True)
         ]
 
+    @property
+    def keys(self) -> frozenset[str]:
+        """The record keys this formatter reads (empty: none declared). The wrappers store the
+        optional keys ``shown`` and ``response`` only for formatters that read them."""
+        return frozenset()
+
     def join(self, rendered: Sequence[Any]) -> Any:
         """Join a window of rendered steps (oldest first) into the context."""
         return self.separator.join(rendered)
@@ -118,6 +124,7 @@ _REGISTRY: Registry[Formatter] = Registry(
         "search": "agent_memory.formatting.formatters:SearchFormatter",
         "code": "agent_memory.formatting.formatters:CodeFormatter",
         "chat": "agent_memory.formatting.formatters:ChatFormatter",
+        "transcript": "agent_memory.formatting.formatters:TranscriptFormatter",
         "jinja": "agent_memory.formatting.formatters:JinjaFormatter",
     },
     hint="; add your own with agent_memory.formatting.register_formatter",
@@ -141,9 +148,9 @@ def available_formatters() -> list[str]:
     """Names :func:`make_formatter` accepts.
 
     Example:
-        >>> builtin = ("chat", "code", "jinja", "search", "simple")
+        >>> builtin = ("chat", "code", "jinja", "search", "simple", "transcript")
         >>> [n for n in available_formatters() if n in builtin]
-        ['chat', 'code', 'jinja', 'search', 'simple']
+        ['chat', 'code', 'jinja', 'search', 'simple', 'transcript']
     """
     return _REGISTRY.names()
 

@@ -1,8 +1,9 @@
-"""The built-in formatters: ``simple``, ``search``, ``code``, ``chat`` and ``jinja``.
+"""The built-in formatters: ``simple``, ``search``, ``code``, ``chat``, ``transcript``, ``jinja``.
 
 ``simple``, ``search`` and ``code`` reproduce verl-agent byte for byte (its ``SimpleMemory``,
-``SearchMemory`` and AppWorld history); ``chat`` yields OpenAI-style messages; ``jinja`` renders a
-user template per step, like the CodeAct agent's ``step.j2``.
+``SearchMemory`` and AppWorld history); ``chat`` yields OpenAI-style messages; ``transcript``
+yields the conversation exactly as the policy had it (what it was shown, what it wrote); ``jinja``
+renders a user template per step, like the CodeAct agent's ``step.j2``.
 
 Example:
     >>> from agent_memory.formatting import make_formatter
@@ -19,11 +20,13 @@ Example:
 from __future__ import annotations
 
 import os
+import string
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import jinja2
+import jinja2.meta
 import jinja2.sandbox
 
 from agent_memory.formatting.base import Formatter
@@ -34,6 +37,7 @@ __all__ = [
     "JinjaFormatter",
     "SearchFormatter",
     "SimpleFormatter",
+    "TranscriptFormatter",
 ]
 
 
@@ -49,6 +53,10 @@ class _KeyedFormatter(Formatter):
     def required_keys(self) -> frozenset[str]:
         """Record keys this formatter reads (the memory checks them at an episode's first store)."""
         return frozenset((self.obs_key, self.action_key))
+
+    @property
+    def keys(self) -> frozenset[str]:
+        return self.required_keys
 
 
 class SimpleFormatter(_KeyedFormatter):
@@ -164,12 +172,50 @@ class ChatFormatter(_KeyedFormatter):
             assistant = self.assistant_format.format_map({**record, "step": step})
         return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
 
+    @property
+    def keys(self) -> frozenset[str]:
+        used = set()
+        for fmt, key in (
+            (self.user_format, self.obs_key),
+            (self.assistant_format, self.action_key),
+        ):
+            if fmt is None:
+                used.add(key)
+            else:
+                used |= {f for _, f, _, _ in string.Formatter().parse(fmt) if f} - {"step"}
+        return frozenset(used)
+
     def join(self, rendered: Sequence[list[dict[str, str]]]) -> list[dict[str, str]]:
         return [dict(m) for msgs in rendered for m in msgs]
 
     def text_of(self, rendered: list[dict[str, str]]) -> str:
         # Content only: role markers depend on the model's chat template, which this cannot see.
         return "".join(m["content"] + "\n" for m in rendered)
+
+
+class TranscriptFormatter(ChatFormatter):
+    """Each step as the policy had it: a user turn with what it was shown (the record's
+    ``shown``: the last user message of its chat prompt) and an assistant turn with what it
+    wrote (``response``: the raw response, capped at the parser's ``max_chars``).
+
+    The wrappers store ``shown`` and ``response`` for formatters that read them, so with
+    ``history_length=-1`` (and no prompt budget) an episode's chat prompts are append-only: the
+    prompt of step k+1 is the prompt of step k, then the response to it, then the new user turn.
+
+    Example:
+        >>> fmt = TranscriptFormatter()
+        >>> fmt.render({"shown": "A door.", "response": "<action>open</action>"}, 1)
+        [{'role': 'user', 'content': 'A door.'},
+         {'role': 'assistant', 'content': '<action>open</action>'}]
+        >>> sorted(fmt.keys)
+        ['response', 'shown']
+    """
+
+    registry_name = "transcript"
+
+    def __init__(self) -> None:
+        super().__init__(obs_key="shown", action_key="response")
+        self.config = {}  # fixed keys: nothing to configure
 
 
 #: Default per-step template, after the CodeAct agent's ``step.j2``.
@@ -232,6 +278,13 @@ class JinjaFormatter(Formatter):
             raise ValueError(f"invalid jinja step template (line {e.lineno}): {e.message}") from e
         self.max_steps = max_steps
         self.separator = separator
+        # Names the template reads; record["key"] lookups are not seen.
+        names = jinja2.meta.find_undeclared_variables(env.parse(source))
+        self._keys = frozenset(names - {"step", "max_steps", "record"})
+
+    @property
+    def keys(self) -> frozenset[str]:
+        return self._keys
 
     def render(self, record: Mapping[str, Any], step: int) -> str:
         ctx = {k: None for k in self._OPTIONAL}

@@ -20,6 +20,7 @@ __all__ = [
     "UNSET",
     "BaseMemory",
     "EnvIds",
+    "FetchRequest",
     "Fetched",
     "check_budget",
     "check_capacity",
@@ -31,6 +32,8 @@ __all__ = [
     "check_record_keys",
     "check_state",
     "check_window_fits",
+    "every_env",
+    "fetch_request",
     "normalize_env_ids",
     "record_columns",
     "resolve_budgets",
@@ -53,8 +56,16 @@ class Fetched(NamedTuple):
     lengths: list[int]
 
 
+class _CheckedIds(list):  # type: ignore[type-arg]
+    """Env ids :func:`normalize_env_ids` has validated for ``num_envs`` envs: given to it again
+    (a strategy passing them on to its window), they are returned as they are, in O(1)."""
+
+    __slots__ = ("every", "num_envs")
+
+
 def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> list[int]:
-    """Validate ``env_ids`` (None = all) and return them as a list of ints.
+    """Validate ``env_ids`` (None = all) and return them as a list of ints (not to be changed:
+    a list this returned is trusted when passed again).
 
     Raises:
         TypeError: not a sequence of integers (a boolean mask is refused: pass its indices).
@@ -65,8 +76,10 @@ def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> list[int]:
         >>> normalize_env_ids(None, 3), normalize_env_ids(np.array([2, 0]), 3)
         ([0, 1, 2], [2, 0])
     """
+    if type(env_ids) is _CheckedIds and env_ids.num_envs == num_envs:
+        return env_ids
     if env_ids is None:
-        return list(range(num_envs))
+        return _checked(range(num_envs), num_envs, every=True)
     if isinstance(env_ids, np.ndarray):
         if env_ids.dtype == np.bool_:
             raise TypeError(
@@ -92,7 +105,19 @@ def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> list[int]:
     if len(set(ids)) != len(ids):
         dup = sorted({i for i in ids if ids.count(i) > 1})
         raise ValueError(f"env_ids must not repeat, got {dup} more than once")
-    return ids
+    return _checked(ids, num_envs)
+
+
+def _checked(ids: Any, num_envs: int, every: bool = False) -> list[int]:
+    out = _CheckedIds(ids)
+    out.num_envs, out.every = num_envs, every
+    return out
+
+
+def every_env(ids: Sequence[int]) -> bool:
+    """Whether ``ids`` came from ``normalize_env_ids(None, ...)``: every env, in order (a
+    memory then reads its per-env lists as they are)."""
+    return type(ids) is _CheckedIds and ids.every
 
 
 def check_num_envs(num_envs: Any) -> int:
@@ -156,6 +181,43 @@ def check_window_fits(history_length: int, capacity: int | None) -> None:
             f"{capacity}): expected history_length in [0, {capacity}]; build the memory with a "
             "larger capacity, or capacity=None for whole episodes"
         )
+
+
+class FetchRequest(NamedTuple):
+    """A ``fetch``'s arguments, validated (:func:`fetch_request`)."""
+
+    history_length: int
+    env_ids: list[int]
+    #: One budget per env in ``env_ids``, or None for no budget at all.
+    budgets: list[int | None] | None
+
+
+def fetch_request(
+    history_length: Any,
+    env_ids: EnvIds,
+    max_tokens: Any,
+    *,
+    num_envs: int,
+    default: int | None,
+    capacity: int | None = None,
+) -> FetchRequest:
+    """Validate a ``fetch``'s arguments the way every strategy does.
+
+    ``max_tokens`` is as :func:`resolve_budgets` takes it (``default``: the memory's own
+    budget); ``capacity`` (the steps a bounded memory keeps) refuses longer windows.
+
+    Example:
+        >>> fetch_request(2, None, UNSET, num_envs=2, default=100)
+        FetchRequest(history_length=2, env_ids=[0, 1], budgets=[100, 100])
+        >>> fetch_request(-1, [1], None, num_envs=2, default=None, capacity=3)
+        Traceback (most recent call last):
+        ...
+        ValueError: history_length=-1 needs more steps than this memory keeps (capacity=3): ...
+    """
+    hl = check_history_length(history_length)
+    ids = normalize_env_ids(env_ids, num_envs)
+    check_window_fits(hl, capacity)
+    return FetchRequest(hl, ids, resolve_budgets(max_tokens, len(ids), default))
 
 
 def check_env_index(env_id: Any, num_envs: int) -> int:

@@ -7,7 +7,7 @@ A strategy that has no use for a shared argument accepts and ignores it.
 
 Example:
     >>> from agent_memory.memory import make_memory
-    >>> mem = make_memory("history", num_envs=2, formatter="search")
+    >>> mem = make_memory("window", num_envs=2, formatter="search")
     >>> type(mem).__name__, len(mem)
     ('HistoryMemory', 2)
 """
@@ -31,12 +31,14 @@ _REGISTRY: Registry[BaseMemory] = Registry(
     # Imported when first named, so one strategy's optional dependencies never slow down or
     # break ``import agent_memory``.
     builtins={
-        "history": "agent_memory.memory.history:HistoryMemory",
-        "compaction": "agent_memory.memory.compaction:CompactionMemory",
-        "retrieval": "agent_memory.memory.retrieval:RetrievalMemory",
-        "episodic": "agent_memory.memory.episodic:EpisodicMemory",
-        "blackboard": "agent_memory.memory.blackboard:BlackboardMemory",
-        "conversation": "agent_memory.memory.conversation:ConversationMemory",
+        "window": "agent_memory.memory.window:HistoryMemory",
+        # The window strategy's former name: configs that say ``strategy: history`` keep working.
+        "history": "agent_memory.memory.window:HistoryMemory",
+        "compaction": "agent_memory.memory.compaction.strategy:CompactionMemory",
+        "retrieval": "agent_memory.memory.retrieval.strategy:RetrievalMemory",
+        "episodic": "agent_memory.memory.episodic.strategy:EpisodicMemory",
+        "blackboard": "agent_memory.memory.blackboard.strategy:BlackboardMemory",
+        "conversation": "agent_memory.memory.conversation.strategy:ConversationMemory",
     },
 )
 

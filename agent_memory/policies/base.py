@@ -31,8 +31,9 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, Literal, TypeVar
 
 from agent_memory.parsing import ActionParser
 from agent_memory.protocol import Generation
@@ -42,6 +43,7 @@ __all__ = [
     "Policy",
     "Prompt",
     "available_policies",
+    "episode_seed",
     "make_policy",
     "policy_factory",
     "register_policy",
@@ -49,6 +51,20 @@ __all__ = [
 
 #: A prompt: text, or a chat message list (``chat`` formatter).
 Prompt = str | list[dict[str, str]]
+
+
+def episode_seed(seed: int, traj_uid: str, step: int) -> int:
+    """The sampling seed of episode ``traj_uid``'s step ``step`` under base ``seed``: stable
+    across processes and runs, and independent of the order requests go out in (an asynchronous
+    rollout samples what a lockstep one does).
+
+    Example:
+        >>> s = episode_seed(0, "g0-t1", 3)
+        >>> s == episode_seed(0, "g0-t1", 3) != episode_seed(0, "g0-t1", 4), 0 <= s < 2**31
+        (True, True)
+    """
+    digest = hashlib.blake2b(f"{seed}|{traj_uid}|{step}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") % 2**31
 
 
 class Policy:
@@ -65,6 +81,11 @@ class Policy:
 
     #: Fields of ``meta`` this policy needs (see the module docstring).
     needs: ClassVar[frozenset[str]] = frozenset()
+    #: Where the asynchronous rollout runs it: ``"worker"`` — a copy inside each rollout worker,
+    #: beside its envs (cheap policies, and clients of a server: no round trip to the driver);
+    #: ``"service"`` — one instance in a policy service that batches the workers' concurrent
+    #: requests (a local model).
+    runs_in: ClassVar[Literal["worker", "service"]] = "service"
 
     def __init__(self, parser: ActionParser | None = None) -> None:
         self.parser = parser or ActionParser()
@@ -87,6 +108,12 @@ class Policy:
         """One :class:`~agent_memory.protocol.Generation` per prompt, in order (no token
         fields unless the policy samples tokens)."""
         return [Generation(text, policy_version=self.version) for text in self.act(prompts, meta)]
+
+    def for_workers(self, num_workers: int) -> Policy:
+        """The copy each of ``num_workers`` rollout workers runs (``runs_in == "worker"``):
+        this policy by default (it is pickled to each worker); a client of a server shares its
+        request budget among the workers."""
+        return self
 
     def close(self) -> None:
         """Release clients, models or processes (no-op by default)."""

@@ -60,7 +60,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import importlib.util
 import json
 import logging
@@ -70,11 +69,11 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from agent_memory.checks import check_choice, check_int, is_number
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt
+from agent_memory.policies.base import Policy, Prompt, episode_seed
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.openai_protocol import (
     messages_of,
@@ -98,7 +97,6 @@ __all__ = [
     "OpenAIPolicy",
     "ServerUnavailable",
     "TokenIdsMissing",
-    "request_seed",
 ]
 
 log = logging.getLogger(__name__)
@@ -111,6 +109,9 @@ class ServerUnavailable(RuntimeError):
 
 class OpenAIPolicy(Policy):
     """Answers prompts with an OpenAI-compatible server (see the module docstring).
+
+    In an asynchronous rollout each worker runs a copy (:meth:`for_workers`) and every env's
+    request goes out on its own as soon as its step is done.
 
     Args:
         base_url: the API root, e.g. ``"http://localhost:8000/v1"`` (vLLM, SGLang),
@@ -155,6 +156,8 @@ class OpenAIPolicy(Policy):
         last_errors: ``{index in the last call's prompts: error message}`` for prompts answered
             ``""`` in the last call.
     """
+
+    runs_in: ClassVar = "worker"
 
     def __init__(
         self,
@@ -329,6 +332,16 @@ class OpenAIPolicy(Policy):
         """:meth:`act` for async callers: the texts of :meth:`agenerate`."""
         return [g.text for g in await self.agenerate(prompts, meta)]
 
+    def for_workers(self, num_workers: int) -> OpenAIPolicy:
+        """A copy with ``concurrency / num_workers`` requests in flight (at least 1), so the
+        workers together keep about ``concurrency`` in flight; it opens its own connections."""
+        import copy
+
+        clone = copy.copy(self)
+        clone.__setstate__(self.__getstate__())
+        clone.concurrency = max(1, -(-self.concurrency // num_workers))
+        return clone
+
     def reset_stats(self) -> None:
         """Zero :attr:`stats` (e.g. between evaluation phases)."""
         self.stats = ClientStats()
@@ -437,7 +450,7 @@ class OpenAIPolicy(Policy):
         for i in range(n):
             m = meta[i] if meta is not None else {}
             if "traj_uid" in m and "step" in m:
-                seeds.append(request_seed(self.seed, m["traj_uid"], m["step"]))
+                seeds.append(episode_seed(self.seed, m["traj_uid"], m["step"]))
             else:
                 seeds.append(self.seed + first + i)
         return seeds
@@ -507,19 +520,6 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         return [_plain(v) for v in value]
     return value
-
-
-def request_seed(seed: int, traj_uid: str, step: int) -> int:
-    """The sampling seed of episode ``traj_uid``'s step ``step`` under base ``seed``: stable
-    across processes and runs, and independent of the order requests go out in.
-
-    Example:
-        >>> seed = request_seed(0, "g0-t1", 3)
-        >>> seed == request_seed(0, "g0-t1", 3) != request_seed(0, "g0-t1", 4)
-        True
-    """
-    digest = hashlib.blake2b(f"{seed}|{traj_uid}|{step}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") % 2**31
 
 
 def _renderer(

@@ -8,7 +8,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt
+from agent_memory.policies.base import Policy, Prompt, episode_seed
 
 __all__ = ["PromptOraclePolicy", "RandomPolicy", "ScriptedPolicy"]
 
@@ -18,7 +18,10 @@ class RandomPolicy(Policy):
 
     Args:
         parser: the env's action parser (responses are ``parser.format(action)``).
-        seed: seeds the policy's own RNG (rollouts are reproducible).
+        seed: seeds the policy: a prompt whose meta names its episode and step (the rollout
+            passes ``traj_uid`` and ``step``) draws from an RNG seeded by
+            :func:`~agent_memory.policies.base.episode_seed` (the same draw whatever order the
+            prompts come in); others draw from the policy's own RNG in turn.
         actions: what to draw from where the env has no finite admissible set (e.g.
             ``["<search>capital</search>", "<answer>yes</answer>"]``, already formatted);
             without them such envs get an empty response (the invalid-action path).
@@ -31,6 +34,7 @@ class RandomPolicy(Policy):
     """
 
     needs: ClassVar[frozenset[str]] = frozenset({"admissible_actions"})
+    runs_in: ClassVar = "worker"
 
     def __init__(
         self,
@@ -42,6 +46,7 @@ class RandomPolicy(Policy):
         if isinstance(actions, str):
             # list("<answer>42</answer>") would draw single characters.
             raise ValueError(f"actions must be a list of responses, got the string {actions!r}")
+        self.seed = seed
         self.rng = np.random.default_rng(seed)
         self.actions = [] if actions is None else [str(a) for a in actions]
 
@@ -56,12 +61,15 @@ class RandomPolicy(Policy):
             )
         out = []
         for m in meta:
+            rng = self.rng
+            if self.seed is not None and "traj_uid" in m and "step" in m:
+                rng = np.random.default_rng(episode_seed(self.seed, m["traj_uid"], m["step"]))
             options = m.get("admissible_actions")
             # len(), not truth: envs may hand admissible actions over as a numpy array.
             if options is not None and len(options) > 0:
-                out.append(self.parser.format(str(options[self.rng.integers(len(options))])))
+                out.append(self.parser.format(str(options[rng.integers(len(options))])))
             elif self.actions:
-                out.append(self.actions[self.rng.integers(len(self.actions))])
+                out.append(self.actions[rng.integers(len(self.actions))])
             else:
                 out.append("")
         return out
@@ -76,6 +84,7 @@ class ScriptedPolicy(Policy):
     """
 
     needs: ClassVar[frozenset[str]] = frozenset({"oracle_action"})
+    runs_in: ClassVar = "worker"
 
     def act(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
@@ -132,6 +141,7 @@ class PromptOraclePolicy(Policy):
     """
 
     needs: ClassVar[frozenset[str]] = frozenset({"admissible_actions", "oracle_action"})
+    runs_in: ClassVar = "worker"
 
     def __init__(self, parser: ActionParser | None = None, env_id: str | None = None) -> None:
         super().__init__(parser)

@@ -29,7 +29,6 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from agent_memory.config import JobConfig
 from agent_memory.policies import Policy, make_policy
@@ -40,10 +39,10 @@ from agent_memory.protocol import (
 )
 from agent_memory.rollout.book import EpisodeBook, RunningEpisode, Slot
 from agent_memory.rollout.cluster import init_ray
-from agent_memory.rollout.jsonsafe import capped_text
 from agent_memory.rollout.pool import WorkerPool, WorkerSetupError
+from agent_memory.rollout.records import policy_inputs, step_record
 from agent_memory.rollout.stats import RolloutStats
-from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
+from agent_memory.rollout.types import EpisodeSpec, Trajectory
 
 __all__ = [
     "Collector",
@@ -216,6 +215,7 @@ class Collector:
         runs = [book.running[s] for s in live]
         generations = self._answering.generate(*policy_inputs(runs))
         self.stats.policy_calls += 1
+        self.stats.policy_requests += len(runs)
         if len(generations) != len(live):
             raise RuntimeError(
                 f"policy {type(self._answering).__name__} returned {len(generations)} responses "
@@ -295,48 +295,6 @@ class Collector:
                         slots.append(slot)
                     else:
                         book.running[slot].view = res.view
-
-
-def policy_inputs(runs: Sequence[RunningEpisode]) -> tuple[list[Any], list[dict[str, Any]]]:
-    """The prompts of running episodes and each one's meta for the policy: the fields it asked
-    for, plus the episode's ``traj_uid`` and the ``step`` it is about to take."""
-    prompts, metas = [], []
-    for run in runs:
-        view = run.view
-        assert view is not None  # a running episode has shown a prompt
-        prompts.append(view.prompt)
-        metas.append({**view.meta, "traj_uid": run.spec.traj_uid, "step": len(run.steps) + 1})
-    return prompts, metas
-
-
-def step_record(
-    run: RunningEpisode, gen: Generation, res: StepResult, max_response_chars: int
-) -> StepRecord:
-    """The record of ``run``'s next step: its prompt view, the policy's generation, the env's
-    outcome. The context length is the real prompt's token count when the policy reports ids."""
-    view = run.view
-    assert view is not None
-    text, chars = capped_text(gen.text, max_response_chars)
-    tokens = len(gen.prompt_ids) if gen.prompt_ids is not None else view.context_tokens
-    return StepRecord(
-        step=len(run.steps) + 1,
-        prompt=view.prompt,
-        response=text,
-        response_chars=chars,
-        parsed_action=res.parsed_action,
-        valid=res.is_action_valid,
-        invalid_reason=res.invalid_reason,
-        reward=res.reward,
-        terminated=res.terminated,
-        truncated=res.truncated,
-        context_tokens=tokens,
-        context_chars=view.context_chars,
-        history_steps=view.history_steps,
-        state_key=res.state_key,
-        observation=view.observation,
-        thought=res.thought,
-        generation=gen,
-    )
 
 
 def build_policy(job: JobConfig) -> Policy:

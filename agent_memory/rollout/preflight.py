@@ -13,7 +13,7 @@ own message and the override that fixes it (a :class:`~agent_memory.config.Confi
 - **memory**: ``memory.params`` are bound to the strategy's constructor, then the memory is built
   for one env (a database file it opens goes to a temporary directory) and closed.
 - **prompt**: the formatter, template and parser are built, and the wrappers' own constructor
-  (:class:`~agent_memory.wrappers.core.HistoryCore`) refuses a ``memory.max_prompt_tokens``
+  (:class:`~agent_memory.wrappers.base.WrapperParts`) refuses a ``memory.max_prompt_tokens``
   below the prompt's frame.
 - **policy**: ``policy.params`` are bound to its constructor and the policy is built (it is the
   driver's policy: :attr:`Preflight.policy` is handed to the run); a policy that needs the env's
@@ -116,7 +116,8 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     env = resolve_env(job.env)
     if job.algo.name == "ppo":
         _check_value_fn(job.algo.value_fn)
-    from agent_memory.wrappers.core import HistoryCore
+    from agent_memory.wrappers import HistoryOptions
+    from agent_memory.wrappers.base import WrapperParts
 
     counter = _token_counter(job.memory.token_counter)
     _formatter(job.env.formatter)
@@ -129,17 +130,20 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
             "history_length": _history_key(job),
         }
 
-        def wrap() -> HistoryCore:  # what VectorHistoryWrapper builds around the memory
-            return HistoryCore(
-                1, history_length=job.history_length, memory=memory, template=template,
-                parser=parser, token_counter=counter,
-                max_prompt_tokens=job.memory.max_prompt_tokens,
+        def wrap() -> WrapperParts:  # what VectorHistoryWrapper builds around the memory
+            return WrapperParts.build(
+                1,
+                HistoryOptions(
+                    history_length=job.history_length, memory=memory, template=template,
+                    parser=parser, token_counter=counter,
+                    max_prompt_tokens=job.memory.max_prompt_tokens,
+                ),
             )  # fmt: skip
 
         core = build_or_blame(wrap, "the prompt", names)
     if policy is not None:
         _check_needs(type(policy).__name__, policy, env)
-        return Preflight(env, core.frame_tokens, policy)
+        return Preflight(env, core.builder.frame_tokens, policy)
     built = _policy(job, env)
     status = None
     try:
@@ -149,7 +153,7 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     except BaseException:
         built.close()
         raise
-    return Preflight(env, core.frame_tokens, built, status)
+    return Preflight(env, core.builder.frame_tokens, built, status)
 
 
 # ---------------------------------------------------------------------- env

@@ -20,6 +20,7 @@ from agent_memory.config import JobConfig
 from agent_memory.failures import describe_exception, first_line
 from agent_memory.policies import Policy
 from agent_memory.prepare import prepare_env
+from agent_memory.rollout.async_collector import AsyncCollector, make_collector
 from agent_memory.rollout.cluster import init_ray
 from agent_memory.rollout.collector import Collector
 from agent_memory.rollout.outputs import summarize
@@ -104,7 +105,7 @@ def run_rollout(
     out.mkdir(parents=True, exist_ok=True)
     with run_log(out / "rollout.log"):
         writer = RolloutWriter(out, job)
-        collector: Collector | None = None
+        collector: Collector | AsyncCollector | None = None
         started = False
         status, error, ray_seconds = "ok", None, 0.0
         bar = None
@@ -118,7 +119,7 @@ def run_rollout(
             prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
             started = init_ray(job.rollout.ray_address)
             ray_seconds = time.perf_counter() - t0
-            collector = Collector(job, policy=checked.policy, on_step=on_step, run_id=run_id)
+            collector = make_collector(job, policy=checked.policy, on_step=on_step, run_id=run_id)
             if job.rollout.progress:
                 from tqdm import tqdm
 
@@ -159,8 +160,8 @@ def run_rollout(
 
 
 def _summary(
-    job: JobConfig, collector: Collector | None, labels: dict[str, Any] | None, status: str,
-    error: str | None,
+    job: JobConfig, collector: Collector | AsyncCollector | None,
+    labels: dict[str, Any] | None, status: str, error: str | None,
 ) -> dict[str, Any]:  # fmt: skip
     from agent_memory.rollout.stats import RolloutStats
 

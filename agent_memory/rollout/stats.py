@@ -13,6 +13,8 @@ class RolloutStats:
 
     env_steps: int = 0
     policy_calls: int = 0
+    #: Prompts the policy answered (lockstep: summed over calls; async: the workers' requests).
+    policy_requests: int = 0
     worker_restarts: int = 0
     workers_lost: int = 0
     episodes_rerun: int = 0

@@ -7,7 +7,7 @@ from typing import Any
 
 from agent_memory.protocol import Generation
 
-__all__ = ["EpisodeSpec", "StepRecord", "Trajectory"]
+__all__ = ["EpisodeSpec", "FinishedEpisode", "StepRecord", "Trajectory"]
 
 
 @dataclass(frozen=True)
@@ -82,3 +82,29 @@ class Trajectory:
         truncated (the time limit struck on the final step) counts once, as terminated: GAE
         does not bootstrap it and summaries do not count it twice."""
         return bool(self.steps) and bool(self.steps[-1].truncated) and not self.terminated
+
+
+@dataclass
+class FinishedEpisode:
+    """Worker -> driver (asynchronous engine): an episode that ended on sub-env ``env``.
+
+    Attributes:
+        env: the sub-env it ran on.
+        traj_uid: the episode.
+        steps: its steps.
+        won: the env's verdict.
+        error: what ended it early (an env failure, or its reset's), if anything did.
+        final_prompt: the prompt after its last step.
+        stale: it was abandoned because an answer came from weights more than
+            ``rollout.max_policy_lag`` versions newer than its first: the driver runs it again.
+        requests: the policy requests sent for it (one per step: none after it ended).
+    """
+
+    env: int
+    traj_uid: str
+    steps: list[StepRecord] = field(default_factory=list)
+    won: bool = False
+    error: str | None = None
+    final_prompt: Any = None
+    stale: bool = False
+    requests: int = 0

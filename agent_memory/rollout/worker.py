@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -47,9 +47,11 @@ from agent_memory.protocol import (
     StepResult,
     WorkerStatus,
 )
+from agent_memory.rollout.episode_loop import EpisodeLoop
+from agent_memory.rollout.types import FinishedEpisode
 from agent_memory.rollout.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter
-from agent_memory.wrappers import VectorHistoryWrapper
+from agent_memory.wrappers import Holdable, VectorHistoryWrapper
 from agent_memory.wrappers.errors import CatchErrors
 
 __all__ = ["RolloutWorker", "build_env", "marks_dir"]
@@ -58,29 +60,6 @@ __all__ = ["RolloutWorker", "build_env", "marks_dir"]
 def marks_dir(run_id: str, worker: int) -> str:
     """Where worker ``worker`` of run ``run_id`` keeps its call marks (on its own machine)."""
     return os.path.join(tempfile.gettempdir(), f"agent_memory-{run_id}", f"worker-{worker}")
-
-
-class _Parkable(gym.Wrapper):
-    """While ``parked``, reset and step return the last observation without calling the env."""
-
-    def __init__(self, env: gym.Env) -> None:
-        super().__init__(env)
-        self.parked = False
-        self._last_obs: Any = ""
-
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        if self.parked:
-            return self._last_obs, {}
-        obs, info = self.env.reset(**kwargs)
-        self._last_obs = obs
-        return obs, info
-
-    def step(self, action: Any) -> tuple[Any, Any, bool, bool, dict[str, Any]]:
-        if self.parked:
-            return self._last_obs, 0.0, False, False, {}
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        self._last_obs = obs
-        return obs, reward, terminated, truncated, info
 
 
 def _make_env(
@@ -99,7 +78,8 @@ def _make_sub_env(
     index: int = 0,
 ) -> gym.Env:  # fmt: skip
     make = partial(_make_env, env_id, max_steps, kwargs, marks, index)
-    return _Parkable(CatchErrors(make(), make=make))
+    # Holdable outermost: a parked (held) env touches neither the env nor its call marks.
+    return Holdable(CatchErrors(make(), make=make))
 
 
 def build_env(
@@ -174,13 +154,13 @@ class RolloutWorker:
         self.watchdog: CallWatchdog | None = None
         self.init_error: str | None = None
         self.live = np.zeros(num_envs, dtype=bool)
-        self.parked = np.ones(num_envs, dtype=bool)
+        self.loop: EpisodeLoop | None = None
         self.state_keys: list[str | None] = [None] * num_envs
         self.views: list[PromptView | None] = [None] * num_envs
         try:
+            # No env is reset until it gets an episode, and only envs with a response step:
+            # an env with nothing to play does no work (no game loaded, no sandbox).
             self.env = build_env(job, num_envs, self.marks)
-            self.env.unwrapped.set_attr("parked", self.parked.tolist())
-            self.env.reset()  # parked: no env work until an episode is assigned
         except Exception as e:  # reported by status(): a set-up error is not worth a restart
             self.init_error = describe_exception(e)
             return
@@ -202,27 +182,25 @@ class RolloutWorker:
     def reset_envs(
         self, assignments: Sequence[EpisodeAssignment], park: Sequence[int] = ()
     ) -> list[ResetResult]:
-        """Start the assigned episodes and park the envs in ``park``.
+        """Start the assigned episodes; the envs in ``park`` have nothing to play (they are not
+        reset, and no step touches them until they get an episode).
 
         Returns each assigned env's first prompt, or the error its reset raised. If the reset
         call itself fails (e.g. the memory cannot start the episodes), every assignment of the
         call gets that error.
         """
         self._check_ready()
-        if not assignments and not park:
+        self.live[list(park)] = False
+        if not assignments:
             return []
         mask = np.zeros(self.num_envs, dtype=bool)
         seeds: list[int | None] = [None] * self.num_envs
         for a in assignments:
-            mask[a.env], seeds[a.env], self.parked[a.env] = True, a.seed, False
-        for i in park:
-            mask[i], self.parked[i], self.live[i] = True, True, False
+            mask[a.env], seeds[a.env] = True, a.seed
         started = [a.env for a in assignments]
         self.live[started] = False
         try:
-            if assignments:
-                self.env.memory.set_groups(started, [a.group_uid for a in assignments])
-            self.env.unwrapped.set_attr("parked", self.parked.tolist())
+            self.env.memory.set_groups(started, [a.group_uid for a in assignments])
             prompts, info = self.env.reset(seed=seeds, options={"reset_mask": mask})
             views = self._views(started, prompts, info, acting=started)
         except Exception as e:
@@ -242,17 +220,19 @@ class RolloutWorker:
         return out
 
     def step(self, responses: Mapping[int, Any]) -> list[StepResult]:
-        """Apply the responses of live envs (parked envs idle) and report, per env, the step's
-        outcome and the next prompt. A finished env must get ``reset_envs`` (a new episode, or
-        parked) before its next step."""
+        """Apply the responses of the envs in ``responses`` (live ones); every other env is held
+        (not stepped, nothing stored). Reports, per stepped env, the step's outcome and the next
+        prompt. A finished env needs ``reset_envs`` (a new episode) before its next step."""
         self._check_ready()
         unknown = [i for i in responses if not (0 <= i < self.num_envs and self.live[i])]
         if unknown:
             raise ValueError(f"worker {self.index}: env(s) {unknown} have no running episode")
         stepped = sorted(responses)
         actions = [responses.get(i) for i in range(self.num_envs)]
+        acting = np.zeros(self.num_envs, dtype=bool)
+        acting[stepped] = True
         try:
-            prompts, rewards, terminated, truncated, info = self.env.step(actions)
+            prompts, rewards, terminated, truncated, info = self.env.step(actions, mask=acting)
             done = np.logical_or(terminated, truncated)
             # The oracle only for envs that act again: a finished env's next prompt is never
             # answered.
@@ -284,6 +264,33 @@ class RolloutWorker:
                 self.live[i] = False
             out.append(result)
         return out
+
+    # ------------------------------------------------------------------ asynchronous engine
+
+    async def run(self, assignments: Sequence[EpisodeAssignment]) -> AsyncIterator[FinishedEpisode]:
+        """Play ``assignments`` (and what :meth:`assign` adds) on their own, with the worker's
+        policy, yielding each episode as it ends (a Ray streaming call; see
+        :mod:`agent_memory.rollout.episode_loop`). Ends after :meth:`finish`, once its episodes
+        have."""
+        self._check_ready()
+        r = self.job.rollout
+        self.loop = EpisodeLoop(self, self.policy, r.max_policy_lag, r.max_response_chars)
+        async for done in self.loop.run(assignments):
+            yield done
+
+    async def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
+        """More episodes for the running :meth:`run`."""
+        assert self.loop is not None
+        self.loop.assign(assignments)
+
+    async def finish(self) -> None:
+        """No more episodes: :meth:`run` ends once its episodes have."""
+        assert self.loop is not None
+        self.loop.finish()
+
+    def abandon(self, envs: Sequence[int]) -> None:
+        """The episodes on ``envs`` are given up (the driver runs them again elsewhere)."""
+        self.live[list(envs)] = False
 
     def close(self) -> None:
         """Close the envs and the memory; remove the call marks."""
@@ -323,17 +330,18 @@ class RolloutWorker:
     ) -> dict[int, PromptView]:
         """The prompts of ``ids`` with their figures and the policy's meta fields (the oracle's
         action for the envs in ``acting`` when the policy needs it, computed once per batch)."""
-        core = self.env._core
         oracles = self._oracles(acting) if "oracle_action" in self.meta_fields else {}
         views = {}
         for i in ids:
+            now = self.env.current(i)
             meta: dict[str, Any] = {}
             if "admissible_actions" in self.meta_fields:
-                meta["admissible_actions"] = core.admissible[i]
+                actions = now.admissible_actions
+                meta["admissible_actions"] = None if actions is None else list(actions)
             if "task" in self.meta_fields:
-                meta["task"] = core.tasks[i]
+                meta["task"] = now.task  # as the prompt shows it
             if "raw_obs" in self.meta_fields:
-                meta["raw_obs"] = core.last_obs[i]
+                meta["raw_obs"] = now.observation
             if i in oracles:
                 meta["oracle_action"] = oracles[i]
             views[i] = PromptView(
@@ -342,7 +350,7 @@ class RolloutWorker:
                 context_chars=int(info["context_chars"][i]),
                 history_steps=int(info["history_steps"][i]),
                 meta=meta,
-                observation=core.last_obs[i],
+                observation=now.observation,
             )
         return views
 

@@ -2,86 +2,29 @@
 
 from __future__ import annotations
 
-import ast
-import functools
-import inspect
-import textwrap
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 from gymnasium.logger import warn
-from gymnasium.vector import (
-    AsyncVectorEnv,
-    AutoresetMode,
-    VectorEnv,
-    VectorWrapper,
-    async_vector_env,
-)
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
-from agent_memory.formatting import FormatterSpec
-from agent_memory.memory import BaseMemory
-from agent_memory.parsing import ActionParser
-from agent_memory.prompts import PromptTemplate
-from agent_memory.tokens import TokenCounterSpec
-from agent_memory.wrappers.core import HistoryCore, OwnsHistory, PromptText, object_array
+from agent_memory.protocol import EPISODE_HISTORY, WON, Episode
+from agent_memory.wrappers.base import FIGURES, OwnsHistory
+from agent_memory.wrappers.flow import Verdicts, object_array
+from agent_memory.wrappers.hold import SubEnvHolds
+from agent_memory.wrappers.options import HistoryOptions
+from agent_memory.wrappers.prompt import PromptText
+from agent_memory.wrappers.vector_env import (
+    async_worker_keeps_autoreset,
+    autoreset_mode_of,
+    info_at,
+    refuse_text_on_shared_memory,
+)
 
 __all__ = ["VectorHistoryWrapper"]
-
-
-def _has_text(space: spaces.Space) -> bool:
-    if isinstance(space, spaces.Text):
-        return True
-    if isinstance(space, spaces.Dict):
-        return any(_has_text(s) for s in space.spaces.values())
-    if isinstance(space, spaces.Tuple):
-        return any(_has_text(s) for s in space.spaces)
-    return False
-
-
-@functools.cache
-def async_worker_keeps_autoreset() -> bool:
-    """Whether Gymnasium's AsyncVectorEnv worker keeps a pending autoreset across ``reset`` when
-    it has no shared memory (the Gymnasium 1.4 bug). Read from the worker's source, so a fixed
-    Gymnasium turns the workaround off by itself."""
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(async_vector_env._async_worker)))
-    except (OSError, TypeError, SyntaxError):
-        return True  # cannot tell: assume the behaviour of the pinned Gymnasium 1.4
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.If)
-            and isinstance(node.test, ast.Compare)
-            and any(
-                isinstance(c, ast.Constant) and c.value == "reset" for c in node.test.comparators
-            )
-        ):
-            # Fixed when the reset branch itself (not a nested `if shared_memory:`) clears it.
-            return not any(
-                isinstance(stmt, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id == "autoreset" for t in stmt.targets)
-                for stmt in node.body
-            )
-    return True
-
-
-#: The info keys the wrapper reads per env (the rest of the info passes through untouched).
-_WANTED = ("task", "admissible_actions", "is_action_valid", "invalid_reason", "won")
-
-
-def _info_at(info: Mapping[str, Any], i: int) -> dict[str, Any]:
-    """Env ``i``'s values of the keys the wrapper reads from a vector info dict (Gymnasium's
-    ``key`` / ``_key`` convention)."""
-    out = {}
-    for key in _WANTED:
-        value = info.get(key)
-        if value is not None:
-            mask = info.get(f"_{key}")
-            if mask is None or mask[i]:
-                out[key] = value[i]
-    return out
 
 
 class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
@@ -100,6 +43,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
       final observation) is handed over, and the history restarts from the reset observation.
     * ``DISABLED``: a finished env waits for ``reset(options={"reset_mask": mask})``; only the
       masked envs' histories are cleared (the mask is read before the inner env pops it).
+      ``step(actions, mask=mask)`` steps only the masked envs (see :meth:`step`).
 
     A finished episode is handed over in ``info["episode_history"]`` (``_episode_history``
     masks the envs) on the step it ends, before its history is ever cleared; a ``reset()`` hands
@@ -112,20 +56,13 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
     Args:
         env: any ``gymnasium.vector.VectorEnv`` (Sync, Async with ``shared_memory=False`` for
             text observations, ``make_vec`` with ``wrappers=...``, or your own).
-        history_length: steps of history in the prompt: 0 none, -1 whole episode, k last k.
-        memory: a memory strategy (:mod:`agent_memory.memory`); by default a
-            :class:`~agent_memory.memory.HistoryMemory` built from the arguments below.
-        formatter: how steps are written into the prompt (``simple``, ``search``, ``code``,
-            ``chat``, ``jinja`` or a registered name).
-        template: the task's :class:`~agent_memory.prompts.PromptTemplate` (or its config).
-        parser: turns model responses into env actions (None: responses go to the env as is).
-        token_counter: counts the figures' tokens and the budgets (see :mod:`agent_memory.tokens`).
-        max_tokens: token budget of the history part of each prompt.
-        max_prompt_tokens: token budget of each whole prompt: history gets what the rest of the
-            prompt leaves (the newest whole steps that fit).
-        bounded: keep only ``history_length`` steps per env (O(window) memory); handed-over
-            episodes then hold only the last steps (``first_step`` says where they start).
-        obs_to_text: turns an inner observation into text (default: ``str``).
+        options: the settings as one :class:`~agent_memory.wrappers.HistoryOptions`.
+        **settings: the same settings as keywords (``history_length``, ``memory``,
+            ``formatter``, ``template``, ``parser``, ``token_counter``, ``max_tokens``,
+            ``max_prompt_tokens``, ``bounded``, ``obs_to_text``: documented once, on
+            :class:`~agent_memory.wrappers.HistoryOptions`), put over ``options`` when both are
+            given. They are forwarded rather than restated so that both wrappers and the
+            options share one list and one validation.
 
     Example:
         >>> import gymnasium as gym
@@ -146,51 +83,32 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         ('next', 'ok', 'Remember this: the balloon is BROWN.')
         >>> env.memory[1][0]["action"]
         '[invalid: no <action>...</action> tag in the response]'
+        >>> env.current(1).task == info["task"][1]
+        True
         >>> env.close()
     """
 
     def __init__(
-        self,
-        env: VectorEnv,
-        *,
-        history_length: int = 3,
-        memory: BaseMemory | None = None,
-        formatter: FormatterSpec = "simple",
-        template: PromptTemplate | Mapping[str, Any] | str | None = None,
-        parser: ActionParser | None = None,
-        token_counter: TokenCounterSpec = "estimate",
-        max_tokens: int | None = None,
-        max_prompt_tokens: int | None = None,
-        bounded: bool = False,
-        obs_to_text: Callable[[Any], str] | None = None,
+        self, env: VectorEnv, *, options: HistoryOptions | None = None, **settings: Any
     ) -> None:
         super().__init__(env)
-        self._mode = self._autoreset_mode(env)
-        inner = env.unwrapped
-        self._async = isinstance(inner, AsyncVectorEnv)
-        text_on_shm = _has_text(env.single_observation_space)
-        if self._async and getattr(inner, "shared_memory", False) and text_on_shm:
-            raise ValueError(
-                "AsyncVectorEnv with shared_memory=True returns stale '000...' observations "
-                "for Text spaces (Gymnasium 1.4): build it with shared_memory=False, e.g. "
-                "gym.make_vec(id, n, vectorization_mode='async', "
-                "vector_kwargs={'shared_memory': False})"
-            )
-        self._core = HistoryCore(
-            self.num_envs, history_length=history_length, memory=memory, formatter=formatter,
-            template=template, parser=parser, token_counter=token_counter,
-            max_tokens=max_tokens, max_prompt_tokens=max_prompt_tokens, bounded=bounded,
-            obs_to_text=obs_to_text,
-        )  # fmt: skip
+        self._mode = autoreset_mode_of(env)
+        self._async = isinstance(env.unwrapped, AsyncVectorEnv)
+        refuse_text_on_shared_memory(env)
+        self._setup(self.num_envs, options, settings)
         self.single_observation_space = PromptText()
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
-        if parser is not None:
+        if self.parser is not None:
             self.single_action_space = PromptText()
             self.action_space = batch_space(self.single_action_space, self.num_envs)
-        # Envs whose next step is the inner env's autoreset (NEXT_STEP), and finished envs that
-        # wait for a masked reset (DISABLED).
-        self._pending_reset = np.zeros(self.num_envs, dtype=bool)
-        self._finished = np.zeros(self.num_envs, dtype=bool)
+        n = self.num_envs
+        # Envs whose next step is the inner env's autoreset (NEXT_STEP); finished envs that
+        # wait for a masked reset (DISABLED), and those of them whose sub-env has not been
+        # reset since (the inner env refuses to step them, even held).
+        self._pending_reset = np.zeros(n, dtype=bool)
+        self._finished = np.zeros(n, dtype=bool)
+        self._inner_done = np.zeros(n, dtype=bool)
+        self._holds = SubEnvHolds(env)
         self._warned_async = False
 
     # ------------------------------------------------------------------ public
@@ -208,39 +126,50 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         if options is not None:
             options = dict(options)  # the inner env pops reset_mask: keep the caller's dict intact
             if "reset_mask" in options:
-                mask = np.array(options["reset_mask"], copy=True)
-        ids = list(range(self.num_envs)) if mask is None else self._mask_ids(mask)
-        discarded = [
-            i for i in ids if not self._core.handed_over[i] and self.memory.num_steps(i) > 0
-        ]
-        handed = self._core.handover(
-            discarded, [self._core.last_obs[i] for i in discarded],
-            [False] * len(discarded), [False] * len(discarded),
-        )  # fmt: skip
+                mask = self._check_mask(options["reset_mask"], "options['reset_mask']")
+        ids = list(range(self.num_envs)) if mask is None else np.flatnonzero(mask).tolist()
+        recorder = self._parts.recorder
+        gone, handed = recorder.abandon(ids)
         again = self._reset_again_on_next_step(ids)
+        self._holds.release()
         obs, info = self.env.reset(seed=seed, options=options)
-        texts = [self._core.obs_to_text(obs[i]) for i in ids]
-        self._core.start(ids, texts, [_info_at(info, i) for i in ids])
+        texts = [recorder.obs_to_text(obs[i]) for i in ids]
+        recorder.start(ids, texts, [info_at(info, i) for i in ids])
         self._pending_reset[ids] = False
         self._pending_reset[again] = True
         self._finished[ids] = False
-        prompts, figures = self._core.prompts()
-        self._add_figures(info, figures)
-        info["raw_obs"] = object_array([self._core.last_obs[i] for i in range(self.num_envs)])
-        info["_raw_obs"] = np.ones(self.num_envs, dtype=bool)
-        self._add_handover(info, discarded, handed)
-        return tuple(prompts), info
+        self._inner_done[ids] = False
+        everyone = np.ones(self.num_envs, dtype=bool)
+        self._build(range(self.num_envs))
+        self._report(info, everyone, gone, handed)
+        return self.prompts, info
 
     def step(
-        self, actions: Sequence[Any], extras: Mapping[str, Sequence[Any]] | None = None
+        self,
+        actions: Sequence[Any],
+        extras: Mapping[str, Sequence[Any]] | None = None,
+        *,
+        mask: Sequence[bool] | np.ndarray | None = None,
     ) -> tuple[tuple[Any, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-        """Step every env with the model's responses (one per env) and return the new prompts.
+        """Step the envs with the model's responses (one per env) and return the new prompts.
 
         Args:
             actions: one response (or env action, without a parser) per env. Envs that are
-                finished or resetting may get any value (e.g. ``None``); it is ignored.
+                finished, resetting or held may get any value (e.g. ``None``); it is ignored.
             extras: more per-env values to store with this step (e.g. ``{"logprob": [...]}``);
                 one value per env, keys fixed per episode.
+            mask: which envs act (a bool array, one per env; None: all). The others are held:
+                their sub-envs are not stepped (each must be wrapped in
+                :class:`~agent_memory.wrappers.Holdable`), nothing is stored or handed over for
+                them, their reward is 0, neither terminated nor truncated, their prompts are
+                unchanged and the ``_key`` masks of ``info`` are False for them. Needs
+                ``autoreset_mode`` DISABLED (under NEXT_STEP and SAME_STEP the inner env steps
+                or autoresets every sub-env); a finished env may stay held until its reset.
+
+        Raises:
+            ValueError: ``actions``, ``extras`` or ``mask`` of the wrong length or type, a
+                partial mask without DISABLED, or sub-envs that cannot be held.
+            RuntimeError: a finished env acts before its reset (DISABLED).
         """
         n = self.num_envs
         if isinstance(actions, (str, bytes)) or len(actions) != n:
@@ -250,106 +179,92 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
             for key, values in extras.items():
                 if isinstance(values, (str, bytes)) or len(values) != n:
                     raise ValueError(f"extras[{key!r}] must hold {n} values (one per env)")
-        if self._mode == AutoresetMode.DISABLED and self._finished.any():
+        acting = np.ones(n, dtype=bool) if mask is None else self._step_mask(mask)
+        if self._mode == AutoresetMode.DISABLED and (self._finished & acting).any():
             raise RuntimeError(
-                f"env(s) {np.flatnonzero(self._finished).tolist()} finished their episode and "
-                "autoreset_mode is DISABLED: call reset(options={'reset_mask': mask}) for them "
-                "before stepping"
+                f"env(s) {np.flatnonzero(self._finished & acting).tolist()} finished their "
+                "episode and autoreset_mode is DISABLED: call reset(options={'reset_mask': "
+                "mask}) for them before stepping (or leave them out of step's mask)"
             )
-        resetting = self._pending_reset.copy()
-        live_ids = np.flatnonzero(~resetting).tolist()
-        core = self._core
-        parser = core.parser
-        env_actions = list(actions)
-        parsed = {}
-        replies: dict[int, str] = {}
-        if parser is not None:
-            # Memory actions (<record>, <retrieve>) go to the memory; their env gets a no-op.
-            replies = core.intercept(actions, live_ids)
-            parsed = core.parse(actions, [i for i in live_ids if i not in replies])
-            fallback = parser.fallback_action()
-            env_actions = [
-                p.action if (p := parsed.get(i)) is not None and p.valid else fallback
-                for i in range(n)
-            ]
+        resetting = self._pending_reset & acting
+        live_ids = np.flatnonzero(acting & ~resetting).tolist()
+        flow, recorder = self._parts.flow, self._parts.recorder
+        plan = flow.plan(actions, live_ids)
+        env_actions = [
+            plan.env_actions[i] if i in plan.env_actions else flow.idle_action(actions[i])
+            for i in range(n)
+        ]
+        if mask is not None or self._holds.flags.any():
+            self._inner_done[self._holds.set(~acting, self._inner_done)] = False
         obs, rewards, terminated, truncated, info = self.env.step(self._batch(env_actions))
-        # A copy: the penalty must not touch the env's own buffers.
-        rewards = np.array(rewards, dtype=np.float64)
-        done = np.logical_or(terminated, truncated)
-        texts = [core.obs_to_text(o) for o in obs]
+        # New arrays: the penalty must not touch the env's own buffers; held envs report nothing.
+        rewards = np.where(acting, np.asarray(rewards, dtype=np.float64), 0.0)
+        terminated = np.logical_and(terminated, acting)
+        truncated = np.logical_and(truncated, acting)
+        done = terminated | truncated
+        texts = [recorder.obs_to_text(o) if acting[i] else "" for i, o in enumerate(obs)]
 
-        # 1. Store the step of every env that really stepped (a memory action as written).
-        if parser is not None:
-            texts_of = [
-                parsed[i].text if i in parsed else core.memory_action_text(actions[i])
-                for i in live_ids
-            ]
-            thoughts = [parsed[i].thought if i in parsed else "" for i in live_ids]
-            core.store(live_ids, texts_of, thoughts if parser.think_tag else None, extras)
-        else:
-            core.store(live_ids, [actions[i] for i in live_ids], None, extras)
+        # Store, verdict and penalty for every env that really stepped (see flow.py).
+        step_infos = {i: self._step_info(info, i, done) for i in plan.parsed}
+        verdicts = flow.record(plan, step_infos, rewards, extras)
+        if verdicts is not None:
+            self._add_verdicts(info, verdicts, acting)
 
-        # 2. Validity and the invalid-action penalty (the env's own verdict counts too).
-        if parser is not None:
-            self._add_validity(info, parsed, replies, live_ids, done, rewards)
-        core.returns[live_ids] += rewards[live_ids]
-
-        # 3. Episode boundaries, per autoreset mode.
+        # Episode boundaries, per autoreset mode.
         ended = [i for i in live_ids if done[i]]
         going = [i for i in live_ids if not done[i]]
-        core.observe(going, [texts[i] for i in going], [_info_at(info, i) for i in going])
+        recorder.observe(going, [texts[i] for i in going], [info_at(info, i) for i in going])
         if self._mode == AutoresetMode.NEXT_STEP:
             restarted = np.flatnonzero(resetting).tolist()
-            core.start(
-                restarted, [texts[i] for i in restarted], [_info_at(info, i) for i in restarted]
+            recorder.start(
+                restarted, [texts[i] for i in restarted], [info_at(info, i) for i in restarted]
             )
             finals = [texts[i] for i in ended]
             self._pending_reset = done.copy()
         elif self._mode == AutoresetMode.SAME_STEP:
-            finals = [core.obs_to_text(info["final_obs"][i]) for i in ended]
+            finals = [recorder.obs_to_text(info["final_obs"][i]) for i in ended]
         else:  # DISABLED
             finals = [texts[i] for i in ended]
             self._finished[ended] = True
-        won = [bool(self._step_info(info, i, done).get("won", False)) for i in ended]
-        handed = core.handover(ended, finals, terminated[ended], truncated[ended], won)
+            self._inner_done[ended] = True
+        won = [bool(self._step_info(info, i, done).get(WON, False)) for i in ended]
+        handed = recorder.handover(ended, finals, terminated[ended], truncated[ended], won)
         if self._mode == AutoresetMode.SAME_STEP:
-            core.start(ended, [texts[i] for i in ended], [_info_at(info, i) for i in ended])
+            recorder.start(ended, [texts[i] for i in ended], [info_at(info, i) for i in ended])
         elif ended:  # the final observation is what the env shows until it resets
-            core.observe(ended, finals, [{} for _ in ended])
+            recorder.observe(ended, finals, [{} for _ in ended])
 
-        prompts, figures = core.prompts()
-        self._add_figures(info, figures)
-        info["raw_obs"] = object_array(texts)
-        info["_raw_obs"] = np.ones(n, dtype=bool)
-        self._add_handover(info, ended, handed)
-        return tuple(prompts), rewards, terminated, truncated, info
+        self._build(np.flatnonzero(acting).tolist())
+        self._report(info, acting, ended, handed)
+        return self.prompts, rewards, terminated, truncated, info
+
+    def close(self, **kwargs: Any) -> None:
+        """Close the memory (files, connections), then the inner env."""
+        self._close_memory()
+        super().close(**kwargs)
 
     # ------------------------------------------------------------------ internals
 
-    @staticmethod
-    def _autoreset_mode(env: VectorEnv) -> AutoresetMode:
-        mode = env.metadata.get("autoreset_mode")
-        if mode is None:
-            warn(
-                f"{env} has no 'autoreset_mode' in its metadata: VectorHistoryWrapper assumes "
-                "AutoresetMode.NEXT_STEP (Gymnasium's default)"
-            )
-            return AutoresetMode.NEXT_STEP
-        try:
-            return mode if isinstance(mode, AutoresetMode) else AutoresetMode(mode)
-        except ValueError:
+    def _check_mask(self, mask: Any, name: str) -> np.ndarray:
+        arr = np.array(mask, copy=True)
+        if arr.shape != (self.num_envs,) or arr.dtype != np.bool_:
             raise ValueError(
-                f"unknown autoreset_mode {mode!r} in env.metadata: expected one of "
-                f"{[m.value for m in AutoresetMode]}"
-            ) from None
+                f"{name} must be a bool array of shape ({self.num_envs},), "
+                f"got dtype {arr.dtype} shape {arr.shape}"
+            )
+        return arr
 
-    def _mask_ids(self, mask: np.ndarray) -> list[int]:
-        if mask.shape != (self.num_envs,) or mask.dtype != np.bool_:
+    def _step_mask(self, mask: Any) -> np.ndarray:
+        acting = self._check_mask(mask, "mask")
+        if not acting.all() and self._mode != AutoresetMode.DISABLED:
             raise ValueError(
-                f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
-                f"got dtype {mask.dtype} shape {mask.shape}"
+                f"step(mask=...) holds env(s) {np.flatnonzero(~acting).tolist()} back, but the "
+                f"inner env's autoreset_mode is {self._mode.name}: it steps (or autoresets) every "
+                "sub-env on every step, so a held env's episode would move on unseen; build the "
+                "vector env with autoreset_mode=AutoresetMode.DISABLED (e.g. "
+                "agent_memory.wrappers.make_vec_holdable(env_id, n)) to step some envs only"
             )
-        return np.flatnonzero(mask).tolist()
+        return acting
 
     def _reset_again_on_next_step(self, ids: list[int]) -> list[int]:
         """Envs of ``ids`` that Gymnasium's AsyncVectorEnv will reset again on the next step.
@@ -374,11 +289,6 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
             )
         return again
 
-    def close(self, **kwargs: Any) -> None:
-        """Close the memory (files, connections), then the inner env."""
-        self._core.memory.close()
-        super().close(**kwargs)
-
     def _batch(self, env_actions: list[Any]) -> Any:
         if isinstance(self.env.single_action_space, spaces.Text):
             return tuple("" if a is None else a for a in env_actions)
@@ -388,55 +298,34 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         """What env ``i``'s own step reported (under SAME_STEP a finished env's step info sits
         in ``final_info``; the top level then holds its reset info)."""
         if self._mode == AutoresetMode.SAME_STEP and done[i]:
-            return _info_at(info["final_info"], i)
-        return _info_at(info, i)
+            return info_at(info["final_info"], i)
+        return info_at(info, i)
 
-    def _add_validity(
-        self, info: dict[str, Any], parsed: dict[int, Any], replies: dict[int, str],
-        live_ids: list[int], done: np.ndarray, rewards: np.ndarray,
-    ) -> None:  # fmt: skip
-        n = self.num_envs
-        core_verdict = self._core.verdict
-        valid = np.ones(n, dtype=bool)
-        reasons: list[str | None] = [None] * n
-        actions: list[Any] = [None] * n
-        thoughts: list[str | None] = [None] * n
-        for i in live_ids:
-            if i in replies:  # a memory action: valid, no env action, no penalty
-                continue
-            p = parsed[i]
-            valid[i], reasons[i] = core_verdict(p, self._step_info(info, i, done))
-            actions[i] = p.action
-            thoughts[i] = p.thought
-        penalty = np.where(valid, 0.0, self._core.parser.invalid_penalty)
-        rewards += penalty
-        everyone = np.ones(n, dtype=bool)
-        for key, value in (
-            ("is_action_valid", valid),
-            ("invalid_reason", object_array(reasons)),
-            ("parsed_action", object_array(actions)),
-            ("thought", object_array(thoughts)),
-            ("invalid_penalty", penalty),
-        ):
-            info[key] = value
-            info[f"_{key}"] = everyone
+    def _add_verdicts(self, info: dict[str, Any], verdicts: Verdicts, acting: np.ndarray) -> None:
+        for key, values in verdicts.items():
+            info[key] = values
+            info[f"_{key}"] = acting.copy()
+        replies = verdicts.replies
         if replies:
+            n = self.num_envs
             info["memory_reply"] = object_array([replies.get(i) for i in range(n)])
             info["_memory_reply"] = np.array([i in replies for i in range(n)])
 
-    def _add_figures(self, info: dict[str, Any], figures: dict[str, np.ndarray]) -> None:
-        everyone = np.ones(self.num_envs, dtype=bool)
-        for key, value in figures.items():
-            info[key] = value
-            info[f"_{key}"] = everyone
-
-    def _add_handover(self, info: dict[str, Any], ids: list[int], episodes: list[Any]) -> None:
-        if not ids:
-            return
-        arr = np.empty(self.num_envs, dtype=object)
-        mask = np.zeros(self.num_envs, dtype=bool)
-        for i, ep in zip(ids, episodes, strict=True):
-            arr[i] = ep
-            mask[i] = True
-        info["episode_history"] = arr
-        info["_episode_history"] = mask
+    def _report(
+        self, info: dict[str, Any], acting: np.ndarray, ended: list[int], episodes: list[Episode]
+    ) -> None:
+        """Put the figures, the observation texts and the handed-over episodes in ``info``."""
+        for key in FIGURES:
+            info[key] = self._figures[key].copy()
+            info[f"_{key}"] = acting.copy()
+        state = self._parts.recorder.state
+        info["raw_obs"] = object_array([state.observation(i) for i in range(self.num_envs)])
+        info["_raw_obs"] = acting.copy()
+        if ended:
+            arr = np.empty(self.num_envs, dtype=object)
+            handed = np.zeros(self.num_envs, dtype=bool)
+            for i, ep in zip(ended, episodes, strict=True):
+                arr[i] = ep
+                handed[i] = True
+            info[EPISODE_HISTORY] = arr
+            info[f"_{EPISODE_HISTORY}"] = handed

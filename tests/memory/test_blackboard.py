@@ -10,7 +10,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -117,10 +116,14 @@ def test_episode_digest_and_post_actions():
     mem.on_episode_end(1, episode)
     digest = mem.notes(0)[0]
     assert digest["step"] == 4 and len(digest["text"]) <= 60
-    assert digest["text"] == "Episode was cut off after 4 steps; actions: next x3, blue..."
-    assert episode_digest(episode, 500).endswith("; final: Time is up.")
+    assert digest["text"] == "Episode was cut off after 4 steps. | Actions (4): next; n..."
+    assert episode_digest(episode, outcome=True, sep=" | ") == (
+        "Episode was cut off after 4 steps. | Actions (4): next; next; next; blue | "
+        "Last observation: Time is up.\nBye."
+    )
     assert (
-        episode_digest({"records": []}) == "Episode was left unfinished after 0 steps; actions: -"
+        episode_digest({"records": []}, outcome=True)
+        == "Episode was left unfinished after 0 steps.\nActions (0): "
     )
     long = BlackboardMemory(1, note_chars=10)
     long.post(0, "a  very\nlong note indeed")
@@ -188,11 +191,12 @@ def test_two_memories_on_one_file_share_the_board(tmp_path):
 
 WRITER = textwrap.dedent(
     """
-    import sys, time
+    import os, sys, time
     from agent_memory.memory.blackboard import BlackboardMemory
-    path, worker, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])
+    path, worker, n, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
     mem = BlackboardMemory(4, path=path, author=worker, max_notes=None, scope="global")
-    while time.time() < go:
+    print("ready", flush=True)
+    while not os.path.exists(go):  # every writer starts at once, however slow its start-up
         time.sleep(0.001)
     for k in range(n):
         if k % 10 == 0:
@@ -208,7 +212,7 @@ def test_concurrent_writers_in_separate_processes_lose_no_notes(tmp_path):
     path = tmp_path / "shared.sqlite"
     BlackboardMemory(1, path=path)  # create the schema (the writers would race to, safely)
     workers, n = 4, 150
-    go = time.time() + 3.0  # all start writing at the same moment
+    go = tmp_path / "go"  # created once every writer is ready: all start at the same moment
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, str(path), f"w{w}", str(n), str(go)],
@@ -218,6 +222,9 @@ def test_concurrent_writers_in_separate_processes_lose_no_notes(tmp_path):
         )
         for w in range(workers)
     ]
+    for p in procs:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+    go.touch()
     for p in procs:
         out, err = p.communicate(timeout=120)
         assert p.returncode == 0 and out.strip() == "ok", err
@@ -299,11 +306,11 @@ def test_registered_for_make_memory(tmp_path):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"scope": "team"}, "scope must be 'group' or 'global', got 'team'"),
+        ({"scope": "team"}, "scope must be one of ['group', 'global'], got 'team'"),
         ({"top_n": -1}, "top_n must be an int >= 0, got -1"),
-        ({"max_notes": 0}, "max_notes must be None or an int > 0, got 0"),
+        ({"max_notes": 0}, "max_notes must be None or an int >= 1, got 0"),
         ({"max_age_seconds": -5}, "max_age_seconds must be None or a number > 0, got -5"),
-        ({"digest_chars": 0}, "digest_chars must be an int > 0, got 0"),
+        ({"digest_chars": 0}, "digest_chars must be an int >= 1, got 0"),
         ({"board": ""}, "board must be a non-empty str, got ''"),
         (
             {"note_format": "{who}: {text}"},

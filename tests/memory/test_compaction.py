@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 import envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.memory import HistoryMemory, available_memories, make_memory
-from agent_memory.memory.compaction import CompactionMemory
-from agent_memory.memory.summarizers import (
+from agent_memory.memory.compaction import (
+    CompactionMemory,
     ExtractiveSummarizer,
     FoldedStep,
     LLMSummarizer,
@@ -462,9 +462,7 @@ def test_load_state_refuses_other_kinds():
     mem = CompactionMemory(1)
     with pytest.raises(
         ValueError,
-        match=re.escape(
-            "cannot load state: expected kind='CompactionMemory' with a 'compaction' section, got kind='HistoryMemory'"
-        ),
+        match=re.escape("cannot load state: expected kind='CompactionMemory', got 'HistoryMemory'"),
     ):
         mem.load_state_dict(hist.state_dict())
     with pytest.raises(
@@ -490,7 +488,7 @@ def test_load_state_refuses_other_kinds():
         ({"keep_last": 0}, "keep_last must be an int >= 1, got 0"),
         (
             {"summarizer": "abstractive"},
-            "unknown summarizer 'abstractive': expected one of ['extractive', 'llm'] (or a Summarizer instance; register yours with agent_memory.memory.summarizers.register_summarizer)",
+            "unknown summarizer 'abstractive': expected one of ['extractive', 'llm'] (or a Summarizer instance; register yours with agent_memory.memory.compaction.register_summarizer)",
         ),
         (
             {"trigger_steps": None},
@@ -503,7 +501,7 @@ def test_load_state_refuses_other_kinds():
             "summary_max_tokens must be < trigger_ratio * max_tokens (the summary alone would keep the token trigger firing), got summary_max_tokens=64, trigger_ratio * max_tokens = 50",
         ),
         ({"summary_timeout": 0}, "summary_timeout must be None or a number > 0, got 0"),
-        ({"summary_role": "tool"}, "summary_role must be 'user' or 'system', got 'tool'"),
+        ({"summary_role": "tool"}, "summary_role must be one of ['user', 'system'], got 'tool'"),
         ({"offload_preview": -1}, "offload_preview must be an int >= 0, got -1"),
         (
             {"summary_header": "{start}"},

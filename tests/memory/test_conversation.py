@@ -447,7 +447,7 @@ def test_state_round_trip_mid_episode_is_exact():
             {"formatter": "simple"},
             "the conversation memory stores chat messages: formatter must have output 'messages' (e.g. 'chat'), got 'simple' (output 'text')",
         ),
-        ({"ids": "nanoid"}, "ids must be 'uuid' or 'counter', got 'nanoid'"),
+        ({"ids": "nanoid"}, "ids must be one of ['uuid', 'counter'], got 'nanoid'"),
         (
             {"thought_format": "{why}"},
             "thought_format may use only {thought} and {action}, got '{why}'",

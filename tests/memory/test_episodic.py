@@ -184,7 +184,7 @@ def test_similarity_accepts_a_callable_backend(tmp_path):
 
 
 def test_similarity_from_the_embeddings_module(tmp_path):
-    pytest.importorskip("agent_memory.memory.embeddings")
+    pytest.importorskip("agent_memory.memory.search")
     mem = _mem(tmp_path, similarity="embedding:hashing", min_similarity=0.2)
     _play(mem, 0, ["right"], won=True, first_obs="level A")
     _play(mem, 0, ["left"], won=True, task="Sort the invoices by date.", first_obs="x")
@@ -220,7 +220,7 @@ def test_block_is_capped_dropping_least_relevant_entries(tmp_path):
 
 
 def test_task_index_scores_equal_lexical_scores_and_rank_ties_by_recency():
-    from agent_memory.memory.episodic import _TaskIndex
+    from agent_memory.memory.episodic.tasks import TaskIndex as _TaskIndex
 
     rng = np.random.default_rng(0)
     words = ["box", "lake", "goal", "hole", "the", "push", "walk", "key", "door", "red"]
@@ -386,7 +386,7 @@ def test_session_ttl_expires_idle_sessions(tmp_path):
     mem = _mem(tmp_path, retention="session", session_id="old")
     _play(mem, 0, ["right"], won=True)
     store = mem.store_
-    store._write(lambda c: c.execute("UPDATE memories SET created_at = created_at - 7200"))
+    store.db.write(lambda c: c.execute("UPDATE memories SET created_at = created_at - 7200"))
     fresh = _mem(tmp_path, retention="session", session_id="new")
     _play(fresh, 0, ["right"], won=True)
     _mem(tmp_path, retention="session", session_id="new", session_ttl_s=3600).close()
@@ -417,7 +417,7 @@ def test_persistent_rows_survive_processes_and_prune(tmp_path):
     for t in range(4):
         _play(capped, 0, ["up"] * (t + 1), won=False, first_obs=f"level {t}")
     assert [r.length for r in capped.store_.rows()] == [2, 3, 4]  # pruned to the newest 3
-    capped.store_._write(lambda c: c.execute("UPDATE memories SET created_at = 0 WHERE id < 5"))
+    capped.store_.db.write(lambda c: c.execute("UPDATE memories SET created_at = 0 WHERE id < 5"))
     assert capped.maintain() == 0
     aged = EpisodicMemory(1, path=path, max_age_s=60.0)
     assert [r.length for r in aged.store_.rows()] == [4]
@@ -516,7 +516,7 @@ def test_state_dict_round_trips_exactly(tmp_path):
             "retention='session' needs a session_id (shared by the runs of the session), got None",
         ),
         ({"top_k": 0}, "top_k must be an int >= 1, got 0"),
-        ({"min_similarity": 2.0}, "min_similarity must be in [0, 1], got 2.0"),
+        ({"min_similarity": 2.0}, "min_similarity must be a number in [0, 1], got 2.0"),
         (
             {"similarity": "bm25"},
             "similarity must be 'lexical', 'embedding:<encoder>' or a callable (query, docs) -> scores, got 'bm25'",

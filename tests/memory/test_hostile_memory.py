@@ -9,12 +9,10 @@ import pytest
 
 from agent_memory.memory import HistoryMemory
 from agent_memory.memory.blackboard import BlackboardMemory
-from agent_memory.memory.blackboard import episode_digest as board_digest
-from agent_memory.memory.compaction import CompactionMemory
-from agent_memory.memory.episodic import EpisodicMemory
-from agent_memory.memory.episodic_text import episode_digest, task_key_of
+from agent_memory.memory.compaction import CompactionMemory, ExtractiveSummarizer, FoldedStep
+from agent_memory.memory.digest import episode_digest
+from agent_memory.memory.episodic import EpisodicMemory, task_key_of
 from agent_memory.memory.retrieval import RetrievalMemory
-from agent_memory.memory.summarizers import ExtractiveSummarizer, FoldedStep
 from agent_memory.tokens import make_token_counter
 
 MB = 1_000_000
@@ -39,8 +37,12 @@ def test_blackboard_notes_and_digests_are_cut_before_whitespace_is_collapsed():
     assert mem.notes(0)[0]["text"] == "the key is ? blue " + "zq " * 6 + "z..."
     ep = {"records": [{"action": "a " * MB}, {"action": "a " * MB}], "num_steps": 2,
           "terminated": True, "final_observation": "\n" * MB + "end"}  # fmt: skip
-    digest = board_digest(ep, 60)
-    assert len(digest) == 60 and digest.startswith("Episode ended after 2 steps; actions: a a")
+    digest = episode_digest(ep, max_chars=60, outcome=True, sep=" | ")  # as the board posts it
+    assert len(digest) == 60 and digest.startswith(
+        "Episode ended after 2 steps. | Actions (2): a a"
+    )
+    mem.on_episode_end(0, ep)
+    assert mem.notes(0)[0]["text"] == "Episode ended after 2 steps. | Action..."
     mem.close()
 
 
@@ -78,7 +80,7 @@ def test_length_counters_count_stored_steps_without_building_their_text():
         for fmt in ("simple", "code", "chat", "jinja"):
             mem = HistoryMemory(1, fmt, token_counter=counter)
             mem.store({"observation": ["o" * 1001], "action": ["act \ud83d"]})
-            texts = mem.formatter.texts_of(mem._rendered[0])
+            texts = mem.formatter.texts_of(mem.renderings(0))
             assert mem.step_tokens(0) == counter.count_many(texts), (spec, fmt)
 
 

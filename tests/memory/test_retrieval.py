@@ -12,8 +12,8 @@ import pytest
 
 import envs  # noqa: F401  (registers the env ids)
 from agent_memory.memory import HistoryMemory, make_memory
-from agent_memory.memory.embeddings import HashingEmbedder
 from agent_memory.memory.retrieval import RetrievalMemory
+from agent_memory.memory.search import HashingEmbedder
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import VectorHistoryWrapper
 from envs.recall import RecallEnv
@@ -140,7 +140,7 @@ def test_retrieved_steps_are_chronological_with_absolute_step_numbers():
     for s, line in zip(got, lines, strict=True):
         assert line == f"[Observation {s}: '{texts[s - 1]}', Action {s}: 'next']"
     assert rest.splitlines()[0].startswith("[Observation 28: ")
-    assert mem.fetch(3).lengths == [6]
+    assert mem.fetch(3).lengths == [3]  # the window's steps; retrieved ones are not counted
 
 
 def test_chat_formatter_gets_one_user_message_block():
@@ -387,16 +387,19 @@ def test_registered_for_make_memory_with_the_shared_arguments():
             {"similarity_threshold": 1.5},
             "similarity_threshold must be a number in [-1, 1], got 1.5",
         ),
-        ({"rerank": "bm25"}, "rerank must be 'lexical', 'recency' or 'none', got 'bm25'"),
+        ({"rerank": "bm25"}, "rerank must be one of ['lexical', 'recency', 'none'], got 'bm25'"),
         ({"rerank_weight": -0.1}, "rerank_weight must be a number in [0, 1], got -0.1"),
         ({"rerank_pool": 0}, "rerank_pool must be an int >= 1, got 0"),
         ({"recency_half_life": 0}, "recency_half_life must be a number > 0, got 0"),
         (
             {"query_source": "current"},
-            "query_source must be 'last_step' or 'explicit', got 'current'",
+            "query_source must be one of ['last_step', 'explicit'], got 'current'",
         ),
         ({"embed_keys": []}, "embed_keys must be a non-empty list of str, got []"),
-        ({"index": "annoy"}, "index must be 'auto', 'numpy', 'faiss' or 'bm25', got 'annoy'"),
+        (
+            {"index": "annoy"},
+            "index must be one of ['auto', 'numpy', 'faiss', 'bm25'], got 'annoy'",
+        ),
         (
             {"index": "bm25"},
             "index 'bm25' does not fit the dense encoder 'hashing': use index='auto' (numpy/faiss "

@@ -39,6 +39,18 @@ def ray_session():
         ray.shutdown()
 
 
+#: The engine make_job configures (the ``engine`` fixture switches it per test).
+ENGINE = {"mode": "lockstep"}
+
+
+@pytest.fixture(params=["lockstep", "async"])
+def engine(request):
+    """Runs a test once per rollout engine: what one guarantees, the other must too."""
+    ENGINE["mode"] = request.param
+    yield request.param
+    ENGINE["mode"] = "lockstep"
+
+
 def make_job(
     env_id: str, *, policy: str = "scripted", groups: int = 2, size: int = 2, workers: int = 2,
     envs: int = 2, algo: str = "grpo", **env_kwargs,
@@ -55,6 +67,7 @@ def make_job(
             num_cpus_per_worker=0.5,
             progress=False,
             max_restarts=2,
+            mode=ENGINE["mode"],
         ),
         algo=AlgoConfig(name=algo),
     )

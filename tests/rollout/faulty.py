@@ -4,7 +4,7 @@ Five steps of ``go`` to win. ``fault`` chooses what goes wrong, for episodes who
 ``bad_seed``, at step ``at_step``:
 
 * ``"exit"``: ``os._exit(3)`` — the process ends, nothing can catch it;
-* ``"segv"``: the process kills itself with SIGSEGV (as a crashing C extension would);
+* ``"segv"``: a real segmentation fault (reading address 0, as a broken C extension would);
 * ``"sysexit"``: ``sys.exit(4)`` (a ``SystemExit``);
 * ``"hang"``: the step sleeps for an hour;
 * ``"nan"``: the step's reward is NaN;
@@ -18,8 +18,8 @@ Five steps of ``go`` to win. ``fault`` chooses what goes wrong, for episodes who
 
 from __future__ import annotations
 
+import ctypes
 import os
-import signal
 import sqlite3
 import string
 import sys
@@ -62,8 +62,8 @@ class FaultyEnv(gym.Env):
         if self.bad and self.t == self.at_step:
             if self.fault == "exit":
                 os._exit(3)
-            if self.fault == "segv":
-                os.kill(os.getpid(), signal.SIGSEGV)
+            if self.fault == "segv":  # a real one: read address 0, as a broken C extension does
+                ctypes.string_at(0)
             if self.fault == "sysexit":
                 sys.exit(4)
             if self.fault == "hang":

@@ -38,7 +38,7 @@ def test_a_first_run_is_quiet_and_self_describing(tmp_path):
     assert "rollout ok: 2 episodes" in log
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok"
-    assert summary["memory"] == "window" and summary["memory_strategy"] == "history"
+    assert summary["memory"] == "window" and summary["memory_strategy"] == "window"
     assert summary["wall_time_seconds"] >= summary["ray_init_seconds"] > 0
     assert summary == readable(summary)  # floats already rounded for reading
     assert any(isinstance(v, float) for v in summary.values())

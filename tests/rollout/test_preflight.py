@@ -99,7 +99,7 @@ INVALID = [
     ),
     pytest.param(
         ["+memory.params.top_kk=3"],
-        "memory.params has no parameter 'top_kk' for strategy 'history': remove "
+        "memory.params has no parameter 'top_kk' for strategy 'window': remove "
         "memory.params.top_kk (top_k is a parameter of strategy episodic, retrieval: "
         "e.g. memory=retrieval). Valid: []",
         id="memory-param-of-another-strategy",

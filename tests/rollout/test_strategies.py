@@ -22,7 +22,7 @@ def recall_job(strategy: str, history_length: int = 2, **params):
 
 
 def test_window_alone_cannot_solve_recall_but_retrieval_can(tmp_path):
-    window = run_rollout(recall_job("history"), tmp_path / "window")
+    window = run_rollout(recall_job("window"), tmp_path / "window")
     retrieval = run_rollout(
         recall_job("retrieval", query_source="explicit"), tmp_path / "retrieval"
     )

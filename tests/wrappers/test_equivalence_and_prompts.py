@@ -144,7 +144,7 @@ def test_max_prompt_tokens_is_never_exceeded(counter):
     for t in range(25):
         prompts, *_, info = env.step([RESPONSES[t % len(RESPONSES)]] * 2)
         assert (info["context_tokens"] <= budget).all()
-        assert (info["context_tokens"] == env._core.counter.count_many(list(prompts))).all()
+        assert (info["context_tokens"] == env.token_counter.count_many(list(prompts))).all()
         kept.append(info["history_steps"].max())
     assert max(kept) >= 2  # history is used...
     assert max(kept) < 25  # ...but the budget cuts it
@@ -234,7 +234,7 @@ def test_session_save_and_load_round_trips_the_whole_memory(tmp_path, strategy):
     path = env.save_session(tmp_path / "session.json")
     restored = wrapped()
     restored.load_session(path)
-    assert restored._core.prompts()[0] == env._core.prompts()[0]
+    assert restored.prompts == env.prompts
     assert [restored.memory[i] for i in range(3)] == [env.memory[i] for i in range(3)]
     with pytest.raises(ValueError, match="cannot load session: expected version 1 with num_envs=2"):
         VectorHistoryWrapper(

@@ -84,8 +84,9 @@ def test_hostile_response_takes_the_invalid_path_in_a_real_vector_step(tmp_path,
     step = env.memory[0][-1]
     assert step["action"] == f"[invalid: {info['invalid_reason'][0]}]"
     assert len(step["action"]) < 200 and step["thought"] == ""
-    assert max(len(p) for p in env._core.prompts()[0]) < 10_000
-    json.dumps(env._core.state_dict(), ensure_ascii=False).encode("utf-8")  # encodable as is
+    assert max(len(p) for p in env.prompts) < 10_000
+    saved = json.loads(env.save_session(tmp_path / "s.json").read_text(encoding="utf-8"))
+    json.dumps(saved, ensure_ascii=False).encode("utf-8")  # encodable as is: no surrogates
     env.close()
 
 

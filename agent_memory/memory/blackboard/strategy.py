@@ -1,0 +1,319 @@
+"""``BlackboardMemory``: each env's recent window plus notes shared across envs and processes.
+
+After DevAll's blackboard store and MARSYS's shared-memory sketch, built for rollouts: an
+append-only log of notes (author, env id, group id, step, timestamp, text) in SQLite, WAL mode,
+at a configurable path, so every rollout worker (a separate process, e.g. a Ray actor on the same
+machine) that opens the same path reads and writes the same board. Writers never lose notes:
+each post is one ``BEGIN IMMEDIATE`` transaction, retried while another writer holds the lock
+(:class:`~agent_memory.memory.sqlite.SQLiteDatabase`). WAL needs the processes on one host (not a
+network file system).
+
+* **who sees what**: ``scope="group"``: an env sees the notes of its group (set per env with
+  :meth:`BlackboardMemory.set_groups`, e.g. the GRPO group of envs that share a task; every env
+  starts in group ``"default"``); ``scope="global"``: every note on the board.
+* **retrieval**: recency only (no embeddings): the newest ``top_n`` visible notes go, newest
+  first, under ``header`` before the recent window. Without notes the context is byte-identical
+  to :class:`~agent_memory.memory.HistoryMemory`'s.
+* **trimming**: at each post, the board keeps its newest ``max_notes`` notes and drops those older
+  than ``max_age_seconds`` (reads skip expired notes too).
+* **what is posted**: :meth:`~BlackboardMemory.post` (any text), :meth:`~BlackboardMemory.
+  on_episode_end` (the digest of a finished episode, :func:`~agent_memory.memory.digest.
+  episode_digest` with its outcome, on one line), and with ``post_actions=True`` every stored
+  step's action.
+* **budget**: ``max_tokens`` covers the whole context: the window first (the oldest window steps
+  go first), then the newest notes that fit in what it leaves; nothing is split.
+
+Example:
+    >>> mem = BlackboardMemory(num_envs=2, top_n=2)  # path=None: a private in-memory board
+    >>> mem.set_groups([0, 1], ["task-7", "task-7"])
+    >>> mem.post(1, "the key is under the mat", step=4)
+    >>> mem.store({"observation": ["a locked door"], "action": ["look"]}, env_ids=[0])
+    >>> print(mem.fetch(3, env_ids=[0]).contexts[0])
+    Shared notes (newest first):
+    - [env 1, step 4] the key is under the mat
+    Recent steps:
+    [Observation 1: 'a locked door', Action 1: 'look']
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, ClassVar
+
+from agent_memory.formatting import FormatterSpec
+from agent_memory.memory.base import (
+    UNSET,
+    EnvIds,
+    Fetched,
+    check_env_index,
+    normalize_env_ids,
+)
+from agent_memory.memory.blackboard.board import SQLiteBoard
+from agent_memory.memory.blackboard.settings import BlackboardSettings, Scope
+from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
+from agent_memory.memory.digest import episode_digest
+from agent_memory.memory.settings import SettingsAttributes
+from agent_memory.text import squash, utf8_safe
+from agent_memory.tokens import TokenCounterSpec
+
+__all__ = ["BlackboardMemory"]
+
+
+class BlackboardMemory(SettingsAttributes, WindowedMemory):
+    """Per-env recent window + the newest notes of a board shared across envs and processes.
+
+    Args:
+        num_envs: number of environments.
+        formatter: how window steps are rendered (as for HistoryMemory).
+        max_tokens: default token budget of the whole context (notes + window).
+        token_counter: how tokens are counted.
+        capacity: steps kept per env (as for HistoryMemory).
+        path: the SQLite file every worker opens (created if missing); None = a private
+            in-memory board (this process only).
+        board: name of the board in the file (several boards can share one file).
+        scope: ``"group"`` (an env sees its group's notes) or ``"global"`` (all notes).
+        top_n: notes shown per prompt, newest first (0 = none).
+        max_notes: notes the board keeps (the oldest go first); None = no limit.
+        max_age_seconds: notes older than this are dropped and not shown; None = no limit.
+        post_actions: also post every stored step's action as a note.
+        digest_chars: maximum length of an episode digest (:meth:`on_episode_end`).
+        note_chars: longer notes are cut to this many characters when posted.
+        note_format: how a note is written in the prompt; fields ``text``, ``env_id``,
+            ``step``, ``group``, ``author``.
+        header: the line that opens the notes block.
+        window_header: the line between notes and window (when notes are shown); ``""``: none.
+        author: who posts (stored with each note); default ``"pid<process id>"``.
+        timeout: seconds a writer waits in all for the database lock.
+        clock: the time source of note timestamps and ages (default ``time.time``).
+
+    Raises:
+        ValueError: a bad setting (the message names the expected and the given value).
+    """
+
+    #: The context can be non-empty with no step stored (notes): wrappers should fetch at an
+    #: episode's first step too, and show a non-empty context even when ``lengths`` is 0.
+    fetch_when_empty: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        num_envs: int,
+        formatter: FormatterSpec = "simple",
+        *,
+        max_tokens: int | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        capacity: int | None = None,
+        path: str | os.PathLike[str] | None = None,
+        board: str = "default",
+        scope: Scope = "group",
+        top_n: int = 5,
+        max_notes: int | None = 1000,
+        max_age_seconds: float | None = None,
+        post_actions: bool = False,
+        digest_chars: int = 300,
+        note_chars: int = 500,
+        note_format: str = "- [env {env_id}, step {step}] {text}",
+        header: str = "Shared notes (newest first):",
+        window_header: str = "Recent steps:",
+        author: str | None = None,
+        timeout: float = 30.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        super().__init__(
+            num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
+            capacity=capacity,
+        )  # fmt: skip
+        self.settings = s = BlackboardSettings.from_arguments(locals())
+        self.layout = BlockLayout(header=s.header, window_header=s.window_header)
+        self.board = SQLiteBoard(s.path, timeout=s.timeout)
+        self.groups: list[str] = ["default"] * num_envs
+        # Per group (None: the whole board): the block of its newest notes, until the board
+        # changes (``_cache_key``) or the oldest cached note expires (``_cache_until``).
+        self._cache: dict[str | None, Block | None] = {}
+        self._cache_key: tuple[int, int, int] | None = None
+        self._cache_until = float("inf")
+
+    @property
+    def path(self) -> str | None:
+        """The board's SQLite file (None: a private in-memory board)."""
+        return self.settings.path
+
+    @property
+    def board_name(self) -> str:
+        """The board's name in the file."""
+        return self.settings.board
+
+    # ------------------------------------------------------------------ board
+
+    def set_groups(self, env_ids: EnvIds, group_ids: Sequence[Any]) -> None:
+        """Put each env of ``env_ids`` in the group of the same position in ``group_ids``.
+
+        Group ids are compared as strings across processes (use ids that mean the same in every
+        worker, e.g. the rollout's task/group uid).
+        """
+        ids = self._ids(env_ids)
+        if isinstance(group_ids, (str, bytes)) or len(group_ids) != len(ids):
+            got = "a str" if isinstance(group_ids, (str, bytes)) else f"{len(group_ids)} values"
+            raise ValueError(f"group_ids must hold one id per env ({len(ids)}), got {got}")
+        for i, g in zip(ids, group_ids, strict=True):
+            self.groups[i] = str(g)
+
+    def post(self, env_id: int, text: str, step: int | None = None) -> None:
+        """Post one note by env ``env_id`` to its group (``step`` defaults to its current one)."""
+        self.post_many([env_id], [text], None if step is None else [step])
+
+    def post_many(
+        self,
+        env_ids: Sequence[int],
+        texts: Sequence[str],
+        steps: Sequence[int | None] | None = None,
+    ) -> None:
+        """Post one note per env of ``env_ids`` in one transaction."""
+        ids = normalize_env_ids(env_ids, self.num_envs)
+        if isinstance(texts, (str, bytes)) or len(texts) != len(ids):
+            raise ValueError(f"texts must hold one note per env ({len(ids)}), got {texts!r:.60}")
+        if steps is None:
+            steps = [self._window.num_steps(i) for i in ids]
+        s = self.settings
+        now = float(s.clock())
+        cap = s.note_chars
+        rows = [
+            (
+                self.groups[i], s.author, i, None if step is None else int(step), now,
+                t if len(t := utf8_safe(squash(str(x), cap + 1))) <= cap else t[: cap - 3] + "...",
+            )
+            for i, x, step in zip(ids, texts, steps, strict=True)
+        ]  # fmt: skip
+        self.board.post(s.board, rows, max_notes=s.max_notes, max_age=s.max_age_seconds, now=now)
+
+    def on_episode_end(self, env_id: int, episode: Mapping[str, Any]) -> None:
+        """Post the digest of env ``env_id``'s finished episode (its outcome, actions and last
+        observation on one line, at most ``digest_chars``; see
+        :func:`~agent_memory.memory.digest.episode_digest`)."""
+        digest = episode_digest(
+            episode, max_chars=self.settings.digest_chars, outcome=True, sep=" | "
+        )
+        self.post(env_id, digest, step=episode.get("num_steps"))
+
+    def notes(self, env_id: int) -> list[dict[str, Any]]:
+        """The notes env ``env_id`` would see (newest first, at most ``top_n``)."""
+        i = check_env_index(env_id, self.num_envs)
+        key = self._group_key(i)
+        s = self.settings
+        groups = None if key is None else [key]
+        return self.board.recent(s.board, groups, s.top_n, self._min_ts())[key]
+
+    # ------------------------------------------------------------------ contract
+
+    def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
+        """Append one step per env (as HistoryMemory); with ``post_actions`` post the actions."""
+        ids = self._ids(env_ids)
+        self._window.store(record, ids)
+        if self.settings.post_actions and ids:
+            acts = record.get("action")
+            if acts is not None:
+                self.post_many(ids, [str(a) for a in acts])
+
+    def fetch(
+        self,
+        history_length: int,
+        env_ids: EnvIds = None,
+        *,
+        max_tokens: int | Sequence[int | None] | None = UNSET,
+    ) -> Fetched:
+        """Each env's context: its group's (or the board's) newest notes, then its window.
+
+        ``lengths`` count window steps (notes are not steps). Notes are read with one query per
+        fetch, and not at all while the board is unchanged.
+        """
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        if not self.settings.top_n:
+            return self._window.fetch(hl, ids, max_tokens=budgets)
+        visible = self._visible(ids)
+        blocks = [visible[self._group_key(i)] for i in ids]
+        return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
+
+    # ------------------------------------------------------------------ state
+
+    def config(self) -> dict[str, Any]:
+        """The blackboard settings (JSON-able), as in :meth:`state_dict`."""
+        config = self.settings.to_dict()
+        del config["clock"], config["timeout"]
+        return config
+
+    def state_dict(self) -> dict[str, Any]:
+        """Windows, groups and settings; the notes too when the board is private (path=None).
+
+        A file-backed board is shared and persistent: its notes stay in the file.
+        """
+        return {
+            **self._state_header(),
+            "config": self.config(),
+            "groups": list(self.groups),
+            "window": self._window.state_dict(),
+            "notes": self.board.dump(self.board_name) if self.path is None else None,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (a private board gets the saved notes back).
+
+        Raises:
+            ValueError: a state of another kind, version or number of envs.
+        """
+        self._check_state(state)
+        self._window.load_state_dict(state["window"])
+        self.groups = [str(g) for g in state["groups"]]
+        if self.path is None and state.get("notes") is not None:
+            self.board.replace(self.board_name, state["notes"])
+        self._cache_key = None
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self.board.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _group_key(self, i: int) -> str | None:
+        """Whose notes env ``i`` sees: its group's, or the whole board's (None)."""
+        return None if self.settings.scope == "global" else self.groups[i]
+
+    def _min_ts(self) -> float | None:
+        age = self.settings.max_age_seconds
+        return None if age is None else float(self.settings.clock()) - age
+
+    def _visible(self, ids: list[int]) -> dict[str | None, Block | None]:
+        """The block of newest notes per group of ``ids`` (None: global), cached until the board
+        changes or the oldest cached note expires."""
+        s = self.settings
+        key = self.board.version()
+        now = float(s.clock())
+        if key != self._cache_key or now >= self._cache_until:
+            self._cache, self._cache_key, self._cache_until = {}, key, float("inf")
+        todo = [g for g in dict.fromkeys(self._group_key(i) for i in ids) if g not in self._cache]
+        if todo:
+            groups = None if s.scope == "global" else todo
+            found = self.board.recent(s.board, groups, s.top_n, self._min_ts())
+            counter = self.token_counter
+            for g, notes in found.items():
+                lines = [
+                    s.note_format.format(
+                        text=n["text"], env_id=n["env_id"], step=n["step"], group=n["group_id"],
+                        author=n["author"],
+                    )
+                    for n in notes
+                ]  # fmt: skip
+                costs = counter.count_many([line + "\n" for line in lines])
+                self._cache[g] = Block(lines, costs) if lines else None
+                if s.max_age_seconds is not None and notes:
+                    oldest = min(n["ts"] for n in notes)
+                    self._cache_until = min(self._cache_until, oldest + s.max_age_seconds)
+        return self._cache
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (
+            f"BlackboardMemory(num_envs={self.num_envs}, path={s.path!r}, board={s.board!r}, "
+            f"scope={s.scope!r}, top_n={s.top_n}, max_notes={s.max_notes}, "
+            f"max_age_seconds={s.max_age_seconds})"
+        )

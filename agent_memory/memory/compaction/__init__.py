@@ -1,0 +1,35 @@
+"""The ``compaction`` strategy: a window of recent steps plus a running summary of the older
+ones (:class:`CompactionMemory`), with its settings, its summarizers (selected by name, or
+yours via :func:`register_summarizer`), the runner that calls them safely and the offloading of
+large observations.
+"""
+
+from __future__ import annotations
+
+from agent_memory.memory.compaction.settings import CompactionSettings
+from agent_memory.memory.compaction.strategy import CompactionMemory
+from agent_memory.memory.compaction.summarizers import (
+    ExtractiveSummarizer,
+    FoldedStep,
+    LLMSummarizer,
+    Summarizer,
+    SummaryRequest,
+    available_summarizers,
+    fit_text,
+    make_summarizer,
+    register_summarizer,
+)
+
+__all__ = [
+    "CompactionMemory",
+    "CompactionSettings",
+    "ExtractiveSummarizer",
+    "FoldedStep",
+    "LLMSummarizer",
+    "Summarizer",
+    "SummaryRequest",
+    "available_summarizers",
+    "fit_text",
+    "make_summarizer",
+    "register_summarizer",
+]

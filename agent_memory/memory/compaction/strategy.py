@@ -1,0 +1,467 @@
+"""``CompactionMemory``: a window of recent steps plus a running summary of the older ones.
+
+After AgentScope's ``AutoContextMemory`` and MARSYS's managed memory, done per env and batched:
+
+* **When**: at store time (amortised, never inside ``fetch``), for each env that holds more than
+  ``trigger_steps`` verbatim steps, or whose verbatim steps plus summary exceed
+  ``trigger_ratio * max_tokens`` tokens (or more than ``capacity`` steps, a hard cap).
+* **What**: the newest ``keep_last`` steps stay verbatim; the older ones are folded into the env's
+  running summary by a pluggable
+  :class:`~agent_memory.memory.compaction.summarizers.Summarizer` (one batched call for all envs
+  due at that store). The summary is kept within ``summary_max_tokens``.
+* **Never blocks forever**: a summarizer that may block (a model call) runs in a worker thread
+  with ``summary_timeout``; on timeout or error the folded steps are dropped and the summary
+  gets a ``"[k earlier steps dropped (steps a-b)]"`` marker instead. Every compaction is
+  recorded in :attr:`CompactionMemory.events` (env, step, tokens before/after, steps folded,
+  summarizer, fallback, duration).
+* **Offloading**: an observation longer than ``offload_chars`` is shown in the context as a
+  preview with an id (``[obs#3 offloaded: 2,048 chars; preview: ...]``, rendered by a
+  :func:`~agent_memory.memory.compaction.offload.previewing` formatter); the full text stays in
+  the memory (and its state) and :meth:`CompactionMemory.load_offloaded` returns it.
+  ``memory[i]`` keeps the full observations.
+
+``fetch`` returns the summary block (``"Summary of steps 1-20:\\n..."``; with a chat formatter
+a leading user or system message) followed by the verbatim window: ``history_length`` limits the
+verbatim part, step numbers stay absolute, and a token budget covers the whole context, summary
+included, whole steps only. The budget goes to the newest step, then the summary, then older
+steps: a summary is left out when it does not fit next to the newest step (a
+:class:`~agent_memory.memory.block_window.BlockLayout` with ``newest_step`` priority). Lengths
+count verbatim steps. An env holds between ``keep_last`` and
+``trigger_steps`` verbatim steps; with a window shorter than that, the held steps between the
+summary and the window are not shown (step numbers make the gap visible): choose
+``trigger_steps`` close to ``history_length`` when the gap matters, at the price of more
+frequent (smaller) compactions.
+
+Event fields: ``env_id``, ``step`` (the env's step count), ``trigger`` (``steps`` or ``tokens``),
+``first_step`` / ``last_step`` / ``steps_folded``, ``tokens_before`` / ``tokens_after`` (verbatim
+steps plus summary block), ``summary_tokens``, ``summarizer`` (its name), ``fallback`` (None,
+``"timeout"``, ``"error"`` or ``"busy"``: a timed-out call still running), ``error`` (the reason)
+and ``duration_s`` (the batched summarizer call that served this event).
+"""
+
+from __future__ import annotations
+
+import collections
+import copy
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from agent_memory.formatting import Formatter, FormatterSpec, make_formatter
+from agent_memory.memory.base import (
+    UNSET,
+    EnvIds,
+    Fetched,
+    check_env_index,
+)
+from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
+from agent_memory.memory.compaction.offload import Offloads, offload_id, previewing
+from agent_memory.memory.compaction.runner import SummaryRunner, dropped_summary
+from agent_memory.memory.compaction.settings import CompactionSettings
+from agent_memory.memory.compaction.summarizers import (
+    FoldedStep,
+    Summarizer,
+    SummarizerSpec,
+    SummaryRequest,
+    fit_text,
+    make_summarizer,
+)
+from agent_memory.memory.settings import SettingsAttributes
+from agent_memory.tokens import TokenCounterSpec
+
+__all__ = ["CompactionMemory"]
+
+
+class CompactionMemory(SettingsAttributes, WindowedMemory):
+    """Recent steps verbatim, older steps folded into a per-env summary (see the module docs).
+
+    Args:
+        num_envs, formatter, max_tokens, token_counter: as for
+            :class:`~agent_memory.memory.HistoryMemory` (``max_tokens`` is also what
+            ``trigger_ratio`` is a fraction of).
+        capacity: at most this many verbatim steps per env: a hard compaction trigger
+            (``None``: only the triggers below).
+        trigger_steps: compact an env once it holds more than this many verbatim steps
+            (``None``: no step trigger).
+        trigger_ratio: compact an env once its verbatim steps plus summary exceed this fraction
+            of ``max_tokens`` (ignored when ``max_tokens`` is None).
+        keep_last: verbatim steps kept at each compaction (the rest is folded).
+        summarizer: ``"extractive"`` (default, no model), ``"llm"`` (with a ``policy``), a
+            ``{"name": ..., **params}`` mapping or a :class:`Summarizer`.
+        summary_max_tokens: token budget of each env's summary text.
+        summary_timeout: seconds a blocking summarizer may take per compaction (``None``: no
+            limit, run inline).
+        summary_role: chat formatters only: the role of the summary message.
+        summary_header: first line of the summary block (``{first}``/``{last}`` = step range).
+        offload_chars: observations longer than this are offloaded (``None``: never).
+        offload_preview: characters of an offloaded observation shown in the context (at most
+            ``offload_chars``).
+        offload_capacity: offloaded texts kept per env (oldest evicted; ``None``: all of the
+            episode).
+        max_events: compaction events kept in :attr:`events` (oldest dropped).
+
+    Raises:
+        ValueError: bad configuration, e.g. ``keep_last >= trigger_steps`` or no trigger.
+
+    Example:
+        >>> mem = CompactionMemory(num_envs=1, trigger_steps=4, keep_last=2)
+        >>> mem.store({"observation": ["Remember this: the key is RED."], "action": ["next"]})
+        >>> for t in range(2, 6):
+        ...     mem.store({"observation": [f"Fact {t}."], "action": ["next"]})
+        >>> print(mem.fetch(history_length=2).contexts[0])
+        Summary of steps 1-3:
+        1: Remember this: the key is RED. -> next
+        2: Fact 2. -> next
+        3: Fact 3. -> next
+        [Observation 4: 'Fact 4.', Action 4: 'next']
+        [Observation 5: 'Fact 5.', Action 5: 'next']
+        >>> e = mem.events[0]
+        >>> e["steps_folded"], e["summarizer"], e["fallback"], mem.num_steps(0), len(mem[0])
+        (3, 'extractive', None, 5, 2)
+        >>> mem = CompactionMemory(num_envs=1, trigger_steps=4, keep_last=2, offload_chars=20,
+        ...                        offload_preview=8)
+        >>> mem.store({"observation": ["a log line " * 5], "action": ["read"]})
+        >>> print(mem.fetch(1).contexts[0])
+        [Observation 1: '[obs#1 offloaded: 55 chars; preview: a log li ...]', Action 1: 'read']
+        >>> mem.offloaded_ids(0), mem.load_offloaded(0, "obs#1") == mem[0][0]["observation"]
+        (['obs#1'], True)
+    """
+
+    #: 2: the window's state and the compaction's side by side (1 was one merged dict).
+    state_version: ClassVar[int] = 2
+
+    def __init__(
+        self,
+        num_envs: int,
+        formatter: FormatterSpec = "simple",
+        *,
+        max_tokens: int | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        capacity: int | None = None,
+        trigger_steps: int | None = 20,
+        trigger_ratio: float | None = 0.8,
+        keep_last: int = 5,
+        summarizer: SummarizerSpec = "extractive",
+        summary_max_tokens: int = 256,
+        summary_timeout: float | None = 30.0,
+        summary_role: Literal["user", "system"] = "user",
+        summary_header: str = "Summary of steps {first}-{last}:",
+        offload_chars: int | None = 4000,
+        offload_preview: int = 200,
+        offload_capacity: int | None = None,
+        max_events: int = 1000,
+    ) -> None:
+        self.settings = CompactionSettings.from_arguments(locals())
+        # Bounded storage is compaction's job here: the window keeps every step it is given.
+        super().__init__(
+            num_envs, self._previewing(formatter), max_tokens=max_tokens,
+            token_counter=token_counter, capacity=None,
+        )  # fmt: skip
+        self.summarizer: Summarizer = make_summarizer(summarizer)
+        self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_events)
+        self._totals = {"compactions": 0, "fallbacks": 0, "steps_folded": 0}
+        # Per env: summary text, last step it covers (0 = none), its block (None: no summary),
+        # offloaded observations (step -> text, oldest first).
+        self._summary: list[str] = [""] * num_envs
+        self._summary_upto: list[int] = [0] * num_envs
+        self._block: list[Block | None] = [None] * num_envs
+        self._offloaded = [Offloads() for _ in range(num_envs)]
+        self._runner = SummaryRunner()
+        self._formatter_changed()
+
+    # ------------------------------------------------------------------ public extras
+
+    @property
+    def verbatim_capacity(self) -> int | None:
+        """At most this many verbatim steps per env (the ``capacity`` argument)."""
+        return self.settings.capacity
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        """Recorded compaction events, oldest first (at most ``max_events``)."""
+        return list(self._events)
+
+    def pop_events(self) -> list[dict[str, Any]]:
+        """The recorded events, clearing them (for reporters that read each event once)."""
+        out = list(self._events)
+        self._events.clear()
+        return out
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """Counts since construction: ``compactions``, ``fallbacks``, ``steps_folded``."""
+        return dict(self._totals)
+
+    def wait_summarizer(self, timeout: float | None = None) -> bool:
+        """Wait for a timed-out summarizer call that still runs; True when none runs (any more).
+
+        While one runs, compactions fall back to truncation (``"busy"``) rather than start
+        another call behind it.
+        """
+        return self._runner.wait(timeout)
+
+    def summary(self, env_id: int) -> str:
+        """Env ``env_id``'s summary text ("" before its first compaction)."""
+        return self._summary[check_env_index(env_id, self.num_envs)]
+
+    def summary_range(self, env_id: int) -> tuple[int, int]:
+        """The steps the summary covers, ``(1, last)``; ``(0, 0)`` when there is none."""
+        last = self._summary_upto[check_env_index(env_id, self.num_envs)]
+        return (1, last) if last else (0, 0)
+
+    def offloaded_ids(self, env_id: int) -> list[str]:
+        """Ids of env ``env_id``'s offloaded observations still held, oldest first."""
+        return self._offloaded[check_env_index(env_id, self.num_envs)].ids()
+
+    def load_offloaded(self, env_id: int, obs_id: str | int) -> str:
+        """The full text of an offloaded observation, by id (``"obs#3"``) or step number.
+
+        Raises:
+            KeyError: no such offloaded observation in the env's current episode.
+        """
+        i = check_env_index(env_id, self.num_envs)
+        return self._offloaded[i].load(obs_id, i)
+
+    # ------------------------------------------------------------------ contract
+
+    def reset(self, env_ids: EnvIds = None) -> None:
+        ids = self._ids(env_ids)
+        self._window.reset(ids)
+        for i in ids:
+            self._summary[i] = ""
+            self._summary_upto[i] = 0
+            self._block[i] = None
+            self._offloaded[i] = Offloads()
+
+    def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
+        """Store one step per env (as :meth:`HistoryMemory.store`; large observations are
+        rendered as previews and kept in full), then compact the envs whose triggers fire."""
+        ids = self._ids(env_ids)
+        self._window.store(record, ids)  # validates; nothing is stored when it raises
+        limit, key = self.settings.offload_chars, self._obs_key
+        if limit is not None and key in record:
+            column = record[key]
+            for j in [j for j, o in enumerate(column) if isinstance(o, str) and len(o) > limit]:
+                i = ids[j]
+                steps = self._window.num_steps(i)
+                self._offloaded[i].add(steps, column[j], self.settings.offload_capacity)
+        self._maybe_compact(ids)
+
+    def fetch(
+        self,
+        history_length: int,
+        env_ids: EnvIds = None,
+        *,
+        max_tokens: int | Sequence[int | None] | None = UNSET,
+    ) -> Fetched:
+        """Summary block + the newest verbatim steps the window and the budget allow.
+
+        Args:
+            history_length: verbatim steps: -1 all held, 0 none (and no summary), k the last k.
+            env_ids: which envs (all when None).
+            max_tokens: token budget of the whole context, summary included (overrides the
+                memory's default; ``None`` = no budget; a sequence = one per env). It goes to
+                the newest step, then the summary, then older steps (whole steps only).
+
+        Returns:
+            ``Fetched(contexts, lengths)``; lengths count verbatim steps.
+        """
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        blocks = [self._block[i] for i in ids]
+        if hl == 0 or not any(blocks):
+            return self._window.fetch(hl, ids, max_tokens=budgets)
+        return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
+
+    # ------------------------------------------------------------------ formatter
+
+    def set_formatter(self, formatter: FormatterSpec) -> None:
+        """Switch formatter: re-renders every held step (previews kept) and the summaries."""
+        self._window.set_formatter(self._previewing(formatter))
+        self._formatter_changed()
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything :meth:`load_state_dict` needs (JSON-able if the records are): the held
+        steps, summaries, offloaded observations, events and totals."""
+        return {
+            **self._state_header(),
+            "window": self._window.state_dict(),
+            "envs": [
+                {
+                    "summary": self._summary[i],
+                    "summary_upto": self._summary_upto[i],
+                    # JSON object keys are strings.
+                    "offloaded": {str(s): t for s, t in self._offloaded[i].items()},
+                }
+                for i in self._all_ids
+            ],
+            "events": copy.deepcopy(list(self._events)),
+            "totals": dict(self._totals),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (of a ``CompactionMemory`` with as many envs).
+
+        Raises:
+            ValueError: a state of another kind, version or number of envs.
+        """
+        self._check_state(state)
+        self._window.load_state_dict(state["window"])
+        for i, env in enumerate(state["envs"]):
+            self._offloaded[i] = Offloads({int(s): str(t) for s, t in env["offloaded"].items()})
+            self._summary[i] = str(env["summary"])
+            self._summary_upto[i] = int(env["summary_upto"])
+            self._render_block(i)
+        self._events = collections.deque(
+            copy.deepcopy(list(state["events"])), maxlen=self.settings.max_events
+        )
+        self._totals = {k: int(v) for k, v in state["totals"].items()}
+
+    # ------------------------------------------------------------------ compaction
+
+    def _maybe_compact(self, ids: Sequence[int]) -> None:
+        s, window = self.settings, self._window
+        keep, trig, cap = s.keep_last, s.trigger_steps, s.capacity
+        if cap is not None:
+            trig = cap if trig is None else min(trig, cap)
+        limit = None
+        if s.trigger_ratio is not None and self.max_tokens is not None:
+            limit = s.trigger_ratio * self.max_tokens
+        held_l = window.held_counts
+        due: list[tuple[int, str]] = []
+        if limit is None:  # the usual case: a step trigger only (the settings ensure one)
+            assert trig is not None
+            due = [(i, "steps") for i in ids if held_l[i] > trig]
+        else:
+            for i in ids:
+                held = held_l[i]
+                if held <= keep:
+                    continue
+                if trig is not None and held > trig:
+                    due.append((i, "steps"))
+                elif window.tokens(i) + self._block_tokens(i) > limit:
+                    due.append((i, "tokens"))
+        if due:
+            self._compact(due)
+
+    def _block_tokens(self, i: int) -> int:
+        block = self._block[i]
+        return 0 if block is None else block.costs[0]
+
+    def _compact(self, due: list[tuple[int, str]]) -> None:
+        s, window, counter = self.settings, self._window, self.token_counter
+        requests = []
+        for i, _ in due:
+            folded = self._folded_steps(i, window.held(i) - s.keep_last)
+            requests.append(SummaryRequest(self._summary[i], folded, s.summary_max_tokens))
+        t0 = time.perf_counter()
+        summaries, fallback, error = self._runner.run(
+            self.summarizer, requests, counter, s.summary_timeout
+        )
+        duration = time.perf_counter() - t0
+        for k, (i, trigger) in enumerate(due):
+            steps = requests[k].steps
+            first, last = steps[0].step, steps[-1].step
+            before = window.tokens(i) + self._block_tokens(i)
+            if summaries is not None:
+                text = fit_text(str(summaries[k]), s.summary_max_tokens, counter)
+            else:
+                text = dropped_summary(self._summary[i], first, last, s.summary_max_tokens, counter)
+            window.keep_newest(i, s.keep_last)
+            self._summary[i] = text
+            self._summary_upto[i] = last
+            self._render_block(i)
+            after = window.tokens(i) + self._block_tokens(i)
+            self._totals["compactions"] += 1
+            self._totals["steps_folded"] += len(steps)
+            self._totals["fallbacks"] += fallback is not None
+            if s.max_events:
+                self._events.append(
+                    {
+                        "env_id": i,
+                        "step": self.num_steps(i),
+                        "trigger": trigger,
+                        "first_step": first,
+                        "last_step": last,
+                        "steps_folded": len(steps),
+                        "tokens_before": before,
+                        "tokens_after": after,
+                        "summary_tokens": counter(text) if text else 0,
+                        "summarizer": self.summarizer.name,
+                        "fallback": fallback,
+                        "error": error,
+                        "duration_s": duration,
+                    }
+                )
+
+    def _folded_steps(self, i: int, k: int) -> list[FoldedStep]:
+        """Env ``i``'s oldest ``k`` held steps, as a summarizer gets them."""
+        window = self._window
+        obs = window.column(i, self._obs_key, 0, k)
+        acts = window.column(i, self._action_key, 0, k)
+        thoughts = window.column(i, "thought", 0, k)
+        if self.summarizer.reads_text or obs is None:
+            texts = self.formatter.texts_of(window.renderings(i, 0, k))
+        else:
+            texts = [""] * k
+        start, offl = window.first_step(i), self._offloaded[i]
+        out = []
+        for j, text in enumerate(texts):
+            step, thought = start + j, None if thoughts is None else thoughts[j]
+            out.append(
+                FoldedStep(
+                    step=step,
+                    text=text,
+                    observation=None if obs is None else str(obs[j]),
+                    action=None if acts is None else str(acts[j]),
+                    thought=None if thought is None else str(thought),
+                    offload_id=offload_id(step) if step in offl else None,
+                )
+            )
+        return out
+
+    # ------------------------------------------------------------------ rendering
+
+    def _previewing(self, formatter: FormatterSpec) -> Formatter:
+        """The formatter steps are rendered with: ``formatter``, showing observations longer
+        than ``offload_chars`` as previews."""
+        fmt = make_formatter(formatter)
+        limit = self.settings.offload_chars
+        if limit is None:
+            return fmt
+        return previewing(fmt, limit, self.settings.offload_preview)
+
+    def _formatter_changed(self) -> None:
+        fmt = self.formatter
+        self._chat = fmt.output == "messages"
+        self._block_sep = fmt.separator or "\n"
+        self._obs_key = getattr(fmt, "obs_key", "observation")
+        self._action_key = getattr(fmt, "action_key", "action")
+        # The block is written with its header; the formatter's separator parts it from the
+        # window.
+        self.layout = BlockLayout(
+            gap=self._block_sep, role=self.settings.summary_role, priority="newest_step"
+        )
+        for i in self._all_ids:
+            self._render_block(i)
+
+    def _render_block(self, i: int) -> None:
+        upto = self._summary_upto[i]
+        if not upto:
+            self._block[i] = None
+            return
+        text = self.settings.summary_header.format(first=1, last=upto)
+        if self._summary[i]:
+            text += "\n" + self._summary[i]
+        tokens = self.token_counter(text + ("\n" if self._chat else self._block_sep))
+        self._block[i] = Block([text], [tokens])
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (
+            f"CompactionMemory(num_envs={self.num_envs}, formatter={self.formatter!r}, "
+            f"max_tokens={self.max_tokens}, trigger_steps={s.trigger_steps}, "
+            f"trigger_ratio={s.trigger_ratio}, keep_last={s.keep_last}, "
+            f"summarizer={self.summarizer!r}, summary_max_tokens={s.summary_max_tokens})"
+        )

@@ -1,0 +1,508 @@
+"""Summarizers: fold old steps into a running summary (used by
+:class:`~agent_memory.memory.compaction.CompactionMemory`).
+
+A summarizer gets the previous summary, the steps being folded and a token budget, and returns
+the new summary: ``summarize(previous_summary, steps, max_tokens, counter=...) -> str``.
+:meth:`Summarizer.summarize_batch` answers several envs at once (the memory folds every env due
+at a store in one call, so a model-backed summarizer makes one batched request).
+
+Built-ins, selectable by name (``summarizer=extractive`` in configs):
+
+* ``extractive`` (:class:`ExtractiveSummarizer`, the default): deterministic, needs no model. It
+  keeps one line per folded step (the first line of the observation not already in the summary
+  and the action) and fits the budget by dropping the middle.
+* ``llm`` (:class:`LLMSummarizer`): asks any :class:`~agent_memory.policies.Policy` (an
+  OpenAI-compatible server, a local model) to update the summary.
+
+(About 500 lines: the summarizer interface, its registry, the budget fitting both built-ins use
+and the two built-ins, which are read together when writing a summarizer.)
+
+Example:
+    >>> s = make_summarizer("extractive")
+    >>> steps = [FoldedStep(1, observation="Remember this: the key is RED.\\nSay 'next'.",
+    ...                     action="next"),
+    ...          FoldedStep(2, observation="A fact.\\nSay 'next'.", action="next")]
+    >>> print(s.summarize("", steps, max_tokens=64))
+    1: Remember this: the key is RED. -> next
+    2: A fact. -> next
+"""
+
+from __future__ import annotations
+
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from agent_memory.registry import Registry
+from agent_memory.tokens import TokenCounter, make_token_counter
+
+__all__ = [
+    "ExtractiveSummarizer",
+    "FoldedStep",
+    "LLMSummarizer",
+    "Summarizer",
+    "SummarizerSpec",
+    "SummaryRequest",
+    "available_summarizers",
+    "fit_text",
+    "make_summarizer",
+    "register_summarizer",
+]
+
+
+@dataclass(slots=True)
+class FoldedStep:
+    """One step being folded into the summary.
+
+    Attributes:
+        step: absolute step number in the episode.
+        text: the step as it was rendered into the prompt (large observations as previews);
+            ``""`` for a summarizer that does not read it (:attr:`Summarizer.reads_text`).
+        observation: the full observation (None when the records have no observation key).
+        action: the action (None when the records have no action key).
+        thought: the thought stored with the step, if any.
+        offload_id: the id the full observation can be reloaded by (``"obs#3"``), if offloaded.
+    """
+
+    step: int
+    text: str = ""
+    observation: str | None = None
+    action: str | None = None
+    thought: str | None = None
+    offload_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """One env's summarization job: its previous summary, the steps to fold, the budget."""
+
+    previous: str
+    steps: Sequence[FoldedStep]
+    max_tokens: int
+
+
+class Summarizer(ABC):
+    """Turns (previous summary, folded steps) into a new summary within ``max_tokens``."""
+
+    #: Whether a call can block (model calls): the memory then runs it in a worker thread with
+    #: a timeout. Pure-Python summarizers set it False and run inline.
+    may_block: ClassVar[bool] = True
+    #: Whether it reads :attr:`FoldedStep.text` of steps that have an observation (False: the
+    #: memory leaves it "" there, and skips building a copy of each folded step).
+    reads_text: ClassVar[bool] = True
+
+    @abstractmethod
+    def summarize(
+        self,
+        previous_summary: str,
+        steps: Sequence[FoldedStep],
+        max_tokens: int,
+        counter: TokenCounter | None = None,
+    ) -> str:
+        """The new summary. ``counter`` counts tokens (default: the ``estimate`` counter)."""
+
+    def summarize_batch(
+        self, requests: Sequence[SummaryRequest], counter: TokenCounter | None = None
+    ) -> list[str]:
+        """One summary per request (override to batch model calls)."""
+        return [self.summarize(r.previous, r.steps, r.max_tokens, counter) for r in requests]
+
+    @property
+    def name(self) -> str:
+        """The name events report (the registry name, else the class name)."""
+        return getattr(self, "registry_name", type(self).__name__)
+
+
+# ---------------------------------------------------------------------------------- helpers
+
+_ELLIPSIS = " ..."
+
+
+def fit_text(text: str, max_tokens: int, counter: TokenCounter | None = None) -> str:
+    """``text`` cut at the end (marked with ``" ..."``) so that it counts at most ``max_tokens``.
+
+    Only the first ``256 * (max_tokens + 1)`` characters are considered: a real tokenizer's
+    tokens are far shorter (Qwen's longest: 128 bytes), and a runaway model summary of megabytes
+    is then cut, not counted whole about 20 times by the search for the cut.
+
+    Example:
+        >>> fit_text("one two three four five six", 2, make_token_counter("chars"))
+        ''
+        >>> fit_text("one two three four five six", 12, make_token_counter("chars"))
+        'one two ...'
+    """
+    count = counter or make_token_counter("estimate")
+    limit = 256 * (max_tokens + 1)
+    if len(text) > limit:
+        text = text[:limit]
+    elif count(text) <= max_tokens:
+        return text
+    if count(_ELLIPSIS.strip()) > max_tokens:
+        return ""
+    lo, hi = 0, len(text)  # the longest prefix whose cut version fits (counts grow with length)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if count(text[:mid].rstrip() + _ELLIPSIS) <= max_tokens:
+            lo = mid
+        else:
+            hi = mid - 1
+    prefix = text[:lo].rstrip()
+    if 0 < lo < len(text) and not text[lo].isspace() and not text[lo - 1].isspace():
+        # The cut falls inside a word: end at the previous word boundary when one is near.
+        cut = prefix.rfind(" ")
+        if cut >= max(1, len(prefix) - 20):
+            prefix = prefix[:cut].rstrip()
+    out = (prefix + _ELLIPSIS) if prefix else _ELLIPSIS.strip()
+    return out if count(out) <= max_tokens else ""
+
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+
+
+def _clip_line(line: str, max_chars: int) -> str:
+    """One line, whitespace-normalised; a long one is cut to its first sentence, then capped."""
+    line = " ".join(line.split())
+    if len(line) <= max_chars:
+        return line
+    m = _SENTENCE_END.search(line)
+    if m is not None and m.start() <= max_chars:
+        return line[: m.start()]
+    return line[: max(1, max_chars - 3)].rstrip() + "..."
+
+
+def _shown_lines(lines: list[str]) -> set[str]:
+    """The observation lines a summary's step lines show (``"k: <line> [obs#k] -> <action>"``)."""
+    out = set()
+    for ln in lines:
+        head, sep, rest = ln.partition(": ")
+        if not sep or not head.replace("-", "", 1).isdigit() or rest.startswith("-> "):
+            continue
+        shown = rest.split(" -> ", 1)[0]
+        if shown.endswith("]") and " [obs#" in shown:
+            shown = shown[: shown.rindex(" [obs#")]
+        if shown:
+            out.add(shown)
+    return out
+
+
+_OMITTED = re.compile(r"^\[\.\.\. (\d+) lines? omitted \.\.\.\]$")
+_RUN = re.compile(r"^(\d+)(?:-(\d+))?: -> (.*)$")
+
+
+def _omitted_marker(n: int) -> str:
+    return f"[... {n} line{'s' if n != 1 else ''} omitted ...]"
+
+
+def _fit_lines(lines: list[str], max_tokens: int, count: TokenCounter) -> str:
+    """Join ``lines``, dropping the middle ones (counted in one marker line) to fit the budget.
+
+    The head (the earliest lines, at most half the budget, fixed once a marker exists) and the
+    newest lines are kept: early cues and recent events matter most, the middle least.
+    """
+    text = "\n".join(lines)
+    if count(text) <= max_tokens:
+        return text
+    n = len(lines)
+    marker_at = next(
+        (k for k in range(n - 1, -1, -1) if lines[k][:5] == "[... " and _OMITTED.match(lines[k])),
+        None,
+    )
+    costs = count.count_many([ln + "\n" for ln in lines])
+    if marker_at is None:
+        omitted, head_end, used = 0, 0, 0
+        while head_end < n and used + costs[head_end] <= max_tokens // 2:
+            used += costs[head_end]
+            head_end += 1
+        tail_start = head_end
+    else:
+        m = _OMITTED.match(lines[marker_at])
+        assert m is not None
+        omitted, head_end, tail_start = int(m.group(1)), marker_at, marker_at + 1
+    # Lines kept: [0, head_end) and [tail_start, n); the marker cost is bounded with the most
+    # lines that could be omitted, so one pass of drops suffices (verified below).
+    marker_cost = count(_omitted_marker(omitted + n) + "\n")
+    cost = sum(costs[:head_end]) + sum(costs[tail_start:])
+    dropped = 1  # the text does not fit: at least one line goes
+    while True:
+        while dropped or (cost + marker_cost > max_tokens and (head_end or tail_start < n)):
+            if tail_start < n:
+                cost -= costs[tail_start]
+                tail_start += 1
+            elif head_end:
+                head_end -= 1
+                cost -= costs[head_end]
+            else:
+                break
+            omitted += 1
+            dropped = 0
+        marker = _omitted_marker(omitted)
+        out = "\n".join([*lines[:head_end], marker, *lines[tail_start:]])
+        if count(out) <= max_tokens:
+            return out
+        if not head_end and tail_start >= n:  # not even the marker fits
+            return fit_text(out, max_tokens, count)
+        dropped = 1  # a real tokenizer's counts are not exactly additive: one more, retry
+
+
+# ---------------------------------------------------------------------------------- registry
+
+S = TypeVar("S", bound=Callable[..., Summarizer])
+_REGISTRY: Registry[Summarizer] = Registry(
+    "summarizer",
+    hint=" (or a Summarizer instance; register yours with "
+    "agent_memory.memory.compaction.register_summarizer)",
+    instance_of=Summarizer,
+    name_attr="registry_name",  # read back by Summarizer.name
+    builtins={
+        "extractive": "agent_memory.memory.compaction.summarizers:ExtractiveSummarizer",
+        "llm": "agent_memory.memory.compaction.summarizers:LLMSummarizer",
+    },
+)
+SummarizerSpec = str | Summarizer | Mapping[str, Any]
+
+
+def register_summarizer(name: str, *, overwrite: bool = False) -> Callable[[S], S]:
+    """Class decorator: make a summarizer available to :func:`make_summarizer` as ``name``."""
+    return _REGISTRY.register(name, overwrite=overwrite)
+
+
+def available_summarizers() -> list[str]:
+    """Names :func:`make_summarizer` accepts."""
+    return _REGISTRY.names()
+
+
+def make_summarizer(spec: SummarizerSpec = "extractive", **kwargs: Any) -> Summarizer:
+    """A summarizer from a registered name, a ``{"name": ..., **kwargs}`` mapping or an instance.
+
+    Raises:
+        ValueError: unknown name (the message lists the registered ones).
+        TypeError: a spec of another type.
+
+    Example:
+        >>> make_summarizer("abstractive")
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown summarizer 'abstractive': expected one of ['extractive', 'llm'] ...
+    """
+    return _REGISTRY.build(spec, **kwargs)
+
+
+# ---------------------------------------------------------------------------------- built-ins
+
+
+class ExtractiveSummarizer(Summarizer):
+    """A deterministic summary that needs no model: one line per folded step.
+
+    What it keeps, per step ``k``: ``"k: <line> -> <action>"`` where ``<line>`` is the first
+    line of the observation that no line of the summary shows yet (whitespace-normalised; a
+    line longer than ``max_line_chars`` is cut to its first sentence, then capped) and ``<action>``
+    the action's first line. Repeated lines are thus written once: a step that shows nothing new
+    becomes ``"k: -> <action>"``, and runs of such steps with the same action merge into
+    ``"k1-k2: -> <action>"``. An offloaded observation gets its reload id (``[obs#k]``).
+    Thoughts are left out. Without an observation/action key in the records, the rendered step
+    text is used instead. Only the first ``64 * max_line_chars`` characters of an observation or
+    action are read (a step's cost is bounded whatever its size).
+
+    When the summary exceeds its budget, the earliest lines (up to half the budget, then fixed)
+    and the newest lines stay; lines in between are dropped and counted in a
+    ``"[... n lines omitted ...]"`` marker, so an early cue survives a long episode.
+
+    Args:
+        max_line_chars: cap on each kept observation/action line.
+    """
+
+    registry_name = "extractive"
+
+    may_block: ClassVar[bool] = False
+    reads_text: ClassVar[bool] = False
+
+    def __init__(self, max_line_chars: int = 160) -> None:
+        if not isinstance(max_line_chars, int) or isinstance(max_line_chars, bool):
+            raise ValueError(f"max_line_chars must be an int >= 8, got {max_line_chars!r}")
+        if max_line_chars < 8:
+            raise ValueError(f"max_line_chars must be an int >= 8, got {max_line_chars!r}")
+        self.max_line_chars = max_line_chars
+
+    def summarize(
+        self,
+        previous_summary: str,
+        steps: Sequence[FoldedStep],
+        max_tokens: int,
+        counter: TokenCounter | None = None,
+    ) -> str:
+        count = counter or make_token_counter("estimate")
+        lines = previous_summary.splitlines() if previous_summary else []
+        cap = self.max_line_chars
+        scan = 64 * cap
+        # Lines already in the summary: those its step lines show, plus those met in this call.
+        seen = _shown_lines(lines)
+        for s in steps:
+            source = str(s.observation if s.observation is not None else s.text)
+            if len(source) > scan:  # whole lines of the part read (one cut line if none ends)
+                head = source[:scan]
+                cut = max(head.rfind("\n"), head.rfind("\r"))
+                source = head[:cut] if cut > 0 else head
+            new = ""
+            for raw in source.splitlines():
+                if raw in seen:  # the common case for observations that repeat line by line
+                    continue
+                seen.add(raw)
+                line = raw.strip()
+                if not line:
+                    continue
+                if len(line) > cap or "  " in line or "\t" in line:
+                    line = _clip_line(line, cap)
+                if line != raw:
+                    if line in seen:
+                        continue
+                    seen.add(line)
+                new = line
+                break
+            act = s.action
+            if act is not None:
+                act = str(act).strip()[:scan]
+                if len(act) > cap or "\n" in act or "  " in act or "\t" in act:
+                    first = next((a for a in act.splitlines() if a.strip()), "")
+                    act = _clip_line(first, cap)
+            if new:
+                ref = f" [{s.offload_id}]" if s.offload_id else ""
+                line = f"{s.step}: {new}{ref}" + ("" if act is None else f" -> {act}")
+            elif act is not None:
+                m = _RUN.match(lines[-1]) if lines else None
+                last = None if m is None else int(m.group(2) or m.group(1))
+                if m is not None and m.group(3) == act and last == s.step - 1:
+                    lines[-1] = f"{m.group(1)}-{s.step}: -> {act}"
+                    continue
+                line = f"{s.step}: -> {act}"
+            else:
+                continue
+            lines.append(line)
+        return _fit_lines(lines, max_tokens, count)
+
+    def __repr__(self) -> str:
+        return f"ExtractiveSummarizer(max_line_chars={self.max_line_chars})"
+
+
+DEFAULT_SUMMARY_PROMPT = (
+    "You keep a running summary of an agent's interaction with an environment. Update the "
+    "summary with the new steps below. Keep every fact that may matter later (instructions, "
+    "cues to remember, goals, places, items, what each action achieved); drop repetition. "
+    "Answer with the updated summary only, in at most {max_words} words.\n\n"
+    "Summary so far (steps before {first_step}):\n{previous}\n\n"
+    "New steps {first_step}-{last_step}:\n{steps}\n\nUpdated summary:"
+)
+
+
+class LLMSummarizer(Summarizer):
+    """Asks a :class:`~agent_memory.policies.Policy` to update the summary (one batched call).
+
+    The prompt (``prompt``, a ``str.format`` template) gets ``previous`` (``"(none)"`` when
+    empty), ``steps`` (the folded steps as rendered, each capped to ``max_step_chars``),
+    ``first_step``, ``last_step``, ``max_tokens`` and ``max_words`` (about 3/4 of the tokens).
+    The answer is stripped; an empty answer is an error (the memory then falls back to
+    truncation). The memory cuts an over-long answer to the budget.
+
+    Args:
+        policy: a Policy instance, or a registered policy name / ``{"name": ..., **kwargs}``
+            mapping (built with :func:`~agent_memory.policies.make_policy`).
+        prompt: the summarization prompt template.
+        max_step_chars: cap on each step's text in the prompt.
+    """
+
+    registry_name = "llm"
+
+    _FIELDS = frozenset({"previous", "steps", "first_step", "last_step", "max_tokens", "max_words"})
+
+    def __init__(
+        self,
+        policy: Any,
+        prompt: str = DEFAULT_SUMMARY_PROMPT,
+        max_step_chars: int = 2000,
+    ) -> None:
+        from agent_memory.policies import Policy, make_policy
+
+        if isinstance(policy, str):
+            policy = make_policy(policy)
+        elif isinstance(policy, Mapping):
+            params = dict(policy)
+            name = params.pop("name", None)
+            if name is None:
+                raise ValueError(
+                    f"the llm summarizer's policy mapping needs a 'name' key, got {sorted(params)}"
+                )
+            policy = make_policy(name, **params)
+        if not isinstance(policy, Policy):
+            raise TypeError(
+                "the llm summarizer needs a Policy (or a policy name / config mapping), "
+                f"got {type(policy).__name__}"
+            )
+        import string
+
+        try:
+            used = {f for _, f, _, _ in string.Formatter().parse(prompt) if f is not None}
+        except ValueError as e:
+            raise ValueError(f"summary prompt is not a valid format string: {e}") from e
+        unknown = used - self._FIELDS
+        if unknown:
+            raise ValueError(
+                f"summary prompt uses unknown field(s) {sorted(unknown)}: expected some of "
+                f"{sorted(self._FIELDS)}"
+            )
+        if not isinstance(max_step_chars, int) or max_step_chars < 1:
+            raise ValueError(f"max_step_chars must be an int >= 1, got {max_step_chars!r}")
+        self.policy = policy
+        self.prompt = prompt
+        self.max_step_chars = max_step_chars
+
+    def build_prompt(self, request: SummaryRequest) -> str:
+        """The prompt sent to the policy for one env."""
+        cap = self.max_step_chars
+        texts = []
+        for s in request.steps:
+            t = s.text.strip() if s.text else f"Observation: {s.observation}\nAction: {s.action}"
+            texts.append(t if len(t) <= cap else t[:cap] + " ...")
+        first = request.steps[0].step if request.steps else 0
+        last = request.steps[-1].step if request.steps else 0
+        return self.prompt.format(
+            previous=request.previous or "(none)",
+            steps="\n".join(texts),
+            first_step=first,
+            last_step=last,
+            max_tokens=request.max_tokens,
+            max_words=max(1, request.max_tokens * 3 // 4),
+        )
+
+    def summarize(
+        self,
+        previous_summary: str,
+        steps: Sequence[FoldedStep],
+        max_tokens: int,
+        counter: TokenCounter | None = None,
+    ) -> str:
+        request = SummaryRequest(previous_summary, steps, max_tokens)
+        return self.summarize_batch([request], counter)[0]
+
+    def summarize_batch(
+        self, requests: Sequence[SummaryRequest], counter: TokenCounter | None = None
+    ) -> list[str]:
+        if not requests:
+            return []
+        prompts = [self.build_prompt(r) for r in requests]
+        answers = self.policy.act(prompts)
+        if len(answers) != len(prompts):
+            raise ValueError(
+                f"the summarizer policy returned {len(answers)} answers for {len(prompts)} prompts"
+            )
+        out = []
+        count = counter or make_token_counter("estimate")
+        for a, r in zip(answers, requests, strict=True):
+            text = str(a).strip()
+            if not text:
+                raise ValueError("the summarizer policy returned an empty summary")
+            out.append(fit_text(text, r.max_tokens, count))
+        return out
+
+    def __repr__(self) -> str:
+        return f"LLMSummarizer(policy={type(self.policy).__name__})"

@@ -1,0 +1,47 @@
+"""The settings of :class:`~agent_memory.memory.conversation.ConversationMemory`, validated once."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final, Literal
+
+from agent_memory.checks import check_choice
+from agent_memory.memory.settings import Settings
+
+__all__ = ["DEFAULT_THOUGHT_FORMAT", "ConversationSettings"]
+
+DEFAULT_THOUGHT_FORMAT: Final = "<think>{thought}</think>\n<action>{action}</action>"
+
+
+@dataclass(frozen=True)
+class ConversationSettings(Settings):
+    """How :class:`~agent_memory.memory.conversation.ConversationMemory` writes its messages
+    (its arguments of the same names).
+
+    Example:
+        >>> ConversationSettings(ids="counter").thought_format == DEFAULT_THOUGHT_FORMAT
+        True
+        >>> ConversationSettings(thought_format="{why}")
+        Traceback (most recent call last):
+        ...
+        ValueError: thought_format may use only {thought} and {action}, got '{why}' ('why')
+    """
+
+    system_prompt: str | None = None
+    thought_format: str | None = DEFAULT_THOUGHT_FORMAT
+    ids: Literal["uuid", "counter"] = "uuid"
+
+    def __post_init__(self) -> None:
+        check_choice("ids", self.ids, ("uuid", "counter"))
+        if self.system_prompt is not None and not isinstance(self.system_prompt, str):
+            raise TypeError(
+                f"system_prompt must be a str or None, got {type(self.system_prompt).__name__}"
+            )
+        if self.thought_format is not None:
+            try:
+                self.thought_format.format(thought="t", action="a")
+            except (KeyError, IndexError, ValueError, AttributeError) as e:
+                raise ValueError(
+                    "thought_format may use only {thought} and {action}, "
+                    f"got {self.thought_format!r} ({e})"
+                ) from None

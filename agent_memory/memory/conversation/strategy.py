@@ -1,0 +1,489 @@
+"""``ConversationMemory``: per-env chat message records with ids, tool calls and safe trimming.
+
+After the CodeAct agent's ``ConversationManager`` (messages plus an id index) and MARSYS's
+``ConversationMemory`` (message records with tool calls, ``to_llm_format``), batched over envs and
+usable as a :class:`~agent_memory.memory.BaseMemory` inside the wrappers:
+
+* :class:`Message` records: ``role`` (system / user / assistant / tool), ``content``,
+  ``tool_calls``, ``tool_call_id``, ``name``, ``metadata``, ``timestamp``, a unique ``id`` and
+  the ``step`` it belongs to. Lookup by id is a dict access; by role, a per-role list.
+* :meth:`ConversationMemory.to_llm_format` gives OpenAI-format messages and, when trimming to a
+  token budget, never separates a tool call from its results: an assistant message with
+  ``tool_calls`` and the tool messages answering it are kept or dropped together, and a call
+  whose results are not all there yet (or a result whose call is gone) is left out. A leading
+  system message is always kept; the rest is the newest messages that fit.
+* As a memory: ``store(record)`` with the wrapper's keys appends, per env, a user message (the
+  observation) and an assistant message (the action; with a non-empty ``thought`` it reads
+  ``"<think>{thought}</think>\\n<action>{action}</action>"``, see ``thought_format``). A step is
+  those messages plus whatever :meth:`~ConversationMemory.add_message` adds until the next
+  store. ``fetch`` returns message lists over the last ``history_length`` steps within the token
+  budget, cut only at step starts (never inside a step or a tool exchange); ``memory[i]`` is the
+  step records.
+
+Token counts are made once per message (its content plus a newline, and its tool calls as JSON,
+as the ``chat`` formatter counts), so a budget costs a binary search over prefix sums.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+import uuid
+from bisect import bisect_left
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from agent_memory.formatting import ChatFormatter, Formatter, FormatterSpec, make_formatter
+from agent_memory.memory.base import (
+    UNSET,
+    BaseMemory,
+    EnvIds,
+    Fetched,
+    check_budget,
+    check_capacity,
+    check_env_index,
+    check_num_envs,
+    check_record_keys,
+    check_state,
+    fetch_request,
+    normalize_env_ids,
+    record_columns,
+)
+from agent_memory.memory.conversation.messages import (
+    ROLES,
+    ConversationLog,
+    Message,
+    Role,
+    TokenCounts,
+    check_message,
+    message_text,
+    select_messages,
+)
+from agent_memory.memory.conversation.settings import DEFAULT_THOUGHT_FORMAT, ConversationSettings
+from agent_memory.memory.settings import SettingsAttributes
+from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
+
+__all__ = ["ConversationMemory"]
+
+_STATE_VERSION = 1
+
+
+class ConversationMemory(SettingsAttributes, BaseMemory):
+    """Per-env chat messages with ids; a :class:`BaseMemory` whose contexts are message lists.
+
+    Args:
+        num_envs: number of environments.
+        formatter: how a stored step becomes messages: a formatter with ``output ==
+            "messages"`` (default ``"chat"``: the observation as a user message, the action as
+            an assistant message; its ``user_format`` / ``assistant_format`` apply).
+        max_tokens: default token budget of :meth:`fetch` and :meth:`to_llm_format`.
+        token_counter: how tokens are counted (see :mod:`agent_memory.tokens`).
+        capacity: keep only the newest ``capacity`` steps' messages per env (a leading system
+            message stays); ``None`` = the whole episode.
+        system_prompt: a system message every episode starts with (``None``: none). With the
+            wrappers, put the system prompt either here or in the prompt template, not both.
+        thought_format: the assistant message of a step whose record has a non-empty
+            ``thought`` (``str.format`` with ``thought`` and ``action``); ``None`` leaves
+            thoughts out. Ignored when the chat formatter has its own ``assistant_format``.
+        ids: ``"uuid"``: a random per-episode prefix plus the message number (unique across
+            memories and processes); ``"counter"``: deterministic ``env{i}-ep{k}-{n}``.
+
+    Example:
+        >>> mem = ConversationMemory(num_envs=2, system_prompt="Be brief.", ids="counter")
+        >>> mem.store({"observation": ["A door.", "A key."], "action": ["open door", "take key"],
+        ...            "thought": ["it is closed", ""]})
+        >>> for m in mem.fetch(history_length=1).contexts[0]:
+        ...     print(m["role"], "|", m["content"])
+        system | Be brief.
+        user | A door.
+        assistant | <think>it is closed</think>
+        <action>open door</action>
+        >>> call = {"id": "c1", "type": "function", "function": {"name": "look", "arguments": "{}"}}
+        >>> m = mem.add_message(1, "assistant", None, tool_calls=[call])
+        >>> mem.to_llm_format(1)[-1]["role"]  # the call has no result yet: left out
+        'assistant'
+        >>> r = mem.add_message(1, "tool", "a shiny key", tool_call_id="c1", name="look")
+        >>> [x["role"] for x in mem.to_llm_format(1)]
+        ['system', 'user', 'assistant', 'assistant', 'tool']
+        >>> mem.get_message(1, r.id).content, r.id, mem[1][0]["action"], mem.num_steps(1)
+        ('a shiny key', 'env1-ep1-5', 'take key', 1)
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        formatter: FormatterSpec = "chat",
+        *,
+        max_tokens: int | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        capacity: int | None = None,
+        system_prompt: str | None = None,
+        thought_format: str | None = DEFAULT_THOUGHT_FORMAT,
+        ids: Literal["uuid", "counter"] = "uuid",
+    ) -> None:
+        self.settings = ConversationSettings.from_arguments(locals())
+        self.num_envs = check_num_envs(num_envs)
+        self.capacity = check_capacity(capacity)
+        fmt = make_formatter(formatter)
+        if fmt.output != "messages":
+            raise ValueError(
+                "the conversation memory stores chat messages: formatter must have output "
+                f"'messages' (e.g. 'chat'), got {fmt.spec()['name']!r} (output {fmt.output!r})"
+            )
+        self.max_tokens = check_budget(max_tokens)
+        self._formatter: Formatter = fmt
+        self._counter = make_token_counter(token_counter)
+        self._envs = [ConversationLog() for _ in range(num_envs)]
+        for i in range(num_envs):
+            self._new_episode(i)
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def formatter(self) -> Formatter:
+        """The (messages) formatter steps are rendered with."""
+        return self._formatter
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """The token counter used for message counts and budgets."""
+        return self._counter
+
+    # ------------------------------------------------------------------ messages API
+
+    def add_message(
+        self,
+        env_id: int,
+        role: Role,
+        content: str | None = "",
+        *,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        name: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        message_id: str | None = None,
+    ) -> Message:
+        """Append a message to env ``env_id``'s conversation (part of its current step).
+
+        Raises:
+            ValueError: an unknown role, tool calls on a non-assistant message, a call without
+                an ``id``, a tool message without ``tool_call_id``, or a ``message_id`` in use.
+            TypeError: content that is not a string (or None).
+        """
+        i = check_env_index(env_id, self.num_envs)
+        c = self._envs[i]
+        calls = check_message(role, content, tool_calls, tool_call_id)
+        if message_id is not None:
+            if not isinstance(message_id, str) or not message_id:
+                raise ValueError(f"message_id must be a non-empty str, got {message_id!r}")
+            if message_id in c.by_id:
+                raise ValueError(f"message id {message_id!r} is already used in env {i}")
+        m = Message(
+            id=message_id or self._next_id(i),
+            role=role,
+            content=content,
+            tool_calls=calls,
+            tool_call_id=tool_call_id,
+            name=name,
+            metadata=copy.deepcopy(dict(metadata or {})),
+            timestamp=time.time(),
+            step=c.start + len(c.rows),
+        )
+        c.append(m, self._counter(message_text(m)))
+        return m
+
+    def get_message(self, env_id: int, message_id: str) -> Message:
+        """The message with id ``message_id`` in env ``env_id`` (O(1)).
+
+        Raises:
+            KeyError: no such message in the env's current episode (the message says so).
+        """
+        i = check_env_index(env_id, self.num_envs)
+        try:
+            return self._envs[i].by_id[message_id]
+        except KeyError:
+            raise KeyError(
+                f"env {i} has no message with id {message_id!r} in its current episode"
+            ) from None
+
+    def messages(self, env_id: int, role: Role | None = None) -> list[Message]:
+        """Env ``env_id``'s messages (all, or those of ``role``), oldest first."""
+        c = self._envs[check_env_index(env_id, self.num_envs)]
+        if role is None:
+            return list(c.messages)
+        if role not in ROLES:
+            raise ValueError(f"role must be one of {sorted(ROLES)}, got {role!r}")
+        return list(c.by_role[role])
+
+    def to_llm_format(self, env_id: int, max_tokens: int | None = UNSET) -> list[dict[str, Any]]:
+        """OpenAI-format messages of env ``env_id``: a leading system message (always kept),
+        then the newest messages within ``max_tokens`` (default: the memory's; ``None``: all),
+        tool exchanges whole (see :func:`select_messages`)."""
+        i = check_env_index(env_id, self.num_envs)
+        budget = check_budget(self.max_tokens if max_tokens is UNSET else max_tokens)
+        c = self._envs[i]
+        body = c.body()
+        head = [c.messages[0].to_llm()] if body else []
+        sys_cost = c.cum[body]
+        if budget is not None and sys_cost > budget:
+            return head
+        kept, _ = select_messages(
+            c.messages, TokenCounts(c.cum), None if budget is None else budget - sys_cost, lo=body
+        )
+        return head + [c.messages[k].to_llm() for k in kept]
+
+    # ------------------------------------------------------------------ memory contract
+
+    def reset(self, env_ids: EnvIds = None) -> None:
+        """Start new episodes (new ids, the system prompt again) in ``env_ids`` (all when None)."""
+        ids = range(self.num_envs) if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
+        for i in ids:
+            self._new_episode(i)
+
+    def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
+        """One step per env: a user message (observation) and an assistant message (action).
+
+        Raises:
+            TypeError / ValueError: as :meth:`HistoryMemory.store` (a record that is not a
+                mapping of per-env values, wrong lengths, keys that differ from the episode's).
+        """
+        ids = normalize_env_ids(env_ids, self.num_envs)  # None: all envs
+        columns = record_columns(record, len(ids))
+        keys = tuple(columns)
+        self._check_keys(keys, ids)
+        if not ids:
+            return
+        envs = self._envs
+        steps = [envs[i].start + len(envs[i].rows) + 1 for i in ids]
+        fmt = self._formatter
+        rendered = fmt.render_batch(columns, steps)
+        thoughts = columns.get("thought")
+        tf = self.settings.thought_format
+        replace_thought = (
+            thoughts is not None
+            and tf is not None
+            and isinstance(fmt, ChatFormatter)
+            and fmt.assistant_format is None
+        )
+        actions = columns.get(getattr(fmt, "action_key", "action"))
+        now = time.time()
+        new: list[Message] = []
+        owners: list[ConversationLog] = []
+        seqs: list[int] = []
+        for j, (i, msgs) in enumerate(zip(ids, rendered, strict=True)):
+            c, step = envs[i], steps[j]
+            uid, seq = c.uid, c.seq
+            thought = thoughts[j] if replace_thought else None  # type: ignore[index]
+            for d in msgs:
+                role = d.get("role")
+                if role not in ROLES:
+                    raise ValueError(
+                        f"the formatter rendered a message with role {role!r}: expected one of "
+                        f"{sorted(ROLES)}"
+                    )
+                content = d.get("content")
+                if thought and role == "assistant" and actions is not None:
+                    content = tf.format(thought=thought, action=actions[j])  # type: ignore
+                seq += 1
+                calls, call_id, nm = d.get("tool_calls"), d.get("tool_call_id"), d.get("name")
+                new.append(
+                    Message(f"{uid}-{seq}", role, content, calls, call_id, nm, {}, now, step)
+                )
+                owners.append(c)
+            seqs.append(seq)
+        counts = self._counter.count_many([message_text(m) for m in new])
+        # Nothing has changed so far: commit.
+        for i, seq in zip(ids, seqs, strict=True):
+            c = envs[i]
+            c.seq = seq
+            c.step_starts.append(len(c.messages))
+        for c, m, n in zip(owners, new, counts, strict=True):
+            c.messages.append(m)
+            cum = c.cum
+            cum.append(cum[-1] + n)
+            c.by_id[m.id] = m
+            c.by_role[m.role].append(m)
+            if m.tool_calls or m.tool_call_id is not None or m.name is not None:
+                c.llm.append(m.to_llm())
+                c.has_tools = c.has_tools or bool(m.tool_calls) or m.role == "tool"
+            else:
+                c.llm.append({"role": m.role, "content": m.content})
+        rows = list(zip(*columns.values(), strict=True))
+        for i, row in zip(ids, rows, strict=True):
+            c = envs[i]
+            if c.keys != keys:  # the episode listed its keys in another order
+                assert c.keys is not None
+                row = tuple(row[keys.index(k)] for k in c.keys)
+            c.rows.append(row)
+            if self.capacity is not None and len(c.rows) > 2 * self.capacity:
+                self._trim(i, self.capacity)  # amortised O(1): once per capacity steps
+
+    def fetch(
+        self,
+        history_length: int,
+        env_ids: EnvIds = None,
+        *,
+        max_tokens: int | Sequence[int | None] | None = UNSET,
+    ) -> Fetched:
+        """Each env's messages over the last ``history_length`` steps within the token budget.
+
+        Args:
+            history_length: -1 = the whole episode, 0 = none, k > 0 = the last k steps.
+            env_ids: which envs (all when None).
+            max_tokens: token budget, a leading system message included (overrides the
+                memory's default; ``None``: no budget; a sequence: one per env). Cuts fall on
+                step starts only; a system message larger than the budget is sent alone.
+
+        Returns:
+            ``Fetched(contexts, lengths)``: per env, a list of OpenAI-format message dicts and
+            the number of steps it holds.
+        """
+        hl, ids, budgets = fetch_request(
+            history_length, env_ids, max_tokens, num_envs=self.num_envs, default=self.max_tokens,
+            capacity=self.capacity,
+        )  # fmt: skip
+        contexts: list[Any] = []
+        lengths: list[int] = []
+        for j, i in enumerate(ids):
+            if hl == 0:
+                contexts.append([])
+                lengths.append(0)
+                continue
+            ctx, n = self._fetch_one(self._envs[i], hl, None if budgets is None else budgets[j])
+            contexts.append(ctx)
+            lengths.append(n)
+        return Fetched(contexts, lengths)
+
+    def __getitem__(self, env_id: int) -> list[dict[str, Any]]:
+        c = self._envs[check_env_index(env_id, self.num_envs)]
+        keys = c.keys
+        return [dict(zip(keys, row, strict=True)) for row in c.rows]  # type: ignore[arg-type]
+
+    def num_steps(self, env_id: int) -> int:
+        c = self._envs[check_env_index(env_id, self.num_envs)]
+        return c.start + len(c.rows)
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """A copy of everything needed to restore this memory (JSON-able if records and
+        metadata are)."""
+        envs = []
+        for i, c in enumerate(self._envs):
+            envs.append(
+                {
+                    "episode": c.episode,
+                    "uid": c.uid,
+                    "seq": c.seq,
+                    "start": c.start,
+                    "keys": None if c.keys is None else list(c.keys),
+                    "records": copy.deepcopy(self[i]),
+                    "messages": [m.to_dict() for m in c.messages],
+                    "step_starts": list(c.step_starts),
+                }
+            )
+        return {
+            "version": _STATE_VERSION,
+            "kind": type(self).__name__,
+            "num_envs": self.num_envs,
+            "capacity": self.capacity,
+            "formatter": self._formatter.spec(),
+            "token_counter": self._counter.name,
+            "envs": envs,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (token counts are recomputed with this memory's
+        counter).
+
+        Raises:
+            ValueError: a state of another kind, version or number of envs.
+        """
+        check_state(state, kind=type(self).__name__, version=_STATE_VERSION, num_envs=self.num_envs)
+        envs = []
+        for env in state["envs"]:
+            c = ConversationLog()
+            c.episode, c.uid, c.seq = int(env["episode"]), str(env["uid"]), int(env["seq"])
+            c.start = int(env["start"])
+            c.keys = None if env["keys"] is None else tuple(env["keys"])
+            if c.keys is not None:
+                c.rows = [tuple(copy.deepcopy(r[k]) for k in c.keys) for r in env["records"]]
+            msgs = [Message.from_dict(d) for d in env["messages"]]
+            self._fill(c, msgs, [int(s) for s in env["step_starts"]])
+            envs.append(c)
+        self._envs = envs
+
+    # ------------------------------------------------------------------ internals
+
+    def _fetch_one(self, c: ConversationLog, hl: int, budget: int | None) -> tuple[list[Any], int]:
+        msgs, cum, starts = c.messages, c.cum, c.step_starts
+        n, ns = len(msgs), len(starts)
+        body = 1 if msgs and msgs[0].role == "system" else 0
+        head = [dict(c.llm[0])] if body else []
+        first = 0 if hl == -1 or hl >= ns else ns - hl
+        lo = body if first == 0 else starts[first]
+        if budget is not None and cum[body] > budget:
+            return head, 0
+        if c.has_tools:
+            cuts = [lo, *starts[first + 1 :]]
+            counts = TokenCounts(cum)
+            kept, cut = select_messages(
+                msgs, counts, None if budget is None else budget - cum[body], lo=lo, cuts=cuts
+            )
+            return head + [msgs[k].to_llm() for k in kept], ns - bisect_left(starts, cut)
+        if budget is None or cum[n] - cum[lo] <= budget - cum[body]:
+            cut, length = lo, ns - first
+        else:
+            target = cum[n] - (budget - cum[body])  # the cut's prefix sum must reach this
+            k = bisect_left(starts, target, first + 1, ns, key=cum.__getitem__)
+            cut, length = (starts[k], ns - k) if k < ns else (n, 0)
+        return head + list(map(dict, c.llm[cut:])), length
+
+    def _new_episode(self, i: int) -> None:
+        c = self._envs[i]
+        episode = c.episode + 1
+        fresh = ConversationLog()
+        fresh.episode = episode
+        counter = self.settings.ids == "counter"
+        fresh.uid = f"env{i}-ep{episode}" if counter else uuid.uuid4().hex[:16]
+        self._envs[i] = fresh
+        if self.settings.system_prompt is not None:
+            self.add_message(i, "system", self.settings.system_prompt)
+
+    def _next_id(self, i: int) -> str:
+        c = self._envs[i]
+        c.seq += 1
+        return f"{c.uid}-{c.seq}"
+
+    def _fill(self, c: ConversationLog, msgs: Sequence[Message], step_starts: list[int]) -> None:
+        """(Re)build ``c``'s message indexes and token sums from ``msgs``."""
+        c.refill(msgs, self._counter.count_many([message_text(m) for m in msgs]), step_starts)
+
+    def _trim(self, i: int, keep: int) -> None:
+        c = self._envs[i]
+        drop = len(c.rows) - keep
+        if drop <= 0:
+            return
+        cut = c.step_starts[drop]
+        body = c.body()
+        msgs = c.messages[:body] + c.messages[cut:]
+        starts = [s - cut + body for s in c.step_starts[drop:]]
+        del c.rows[:drop]
+        c.start += drop
+        self._fill(c, msgs, starts)
+
+    def _check_keys(self, keys: tuple[str, ...], ids: list[int]) -> None:
+        """Check ``keys`` against the envs' episode keys; fix them for envs starting one."""
+        envs = self._envs
+        if check_record_keys(keys, [c.keys for c in envs], ids, self._formatter) == {keys}:
+            return
+        for i in ids:
+            if envs[i].keys is None:
+                envs[i].keys = keys
+
+    def __repr__(self) -> str:
+        return (
+            f"ConversationMemory(num_envs={self.num_envs}, formatter={self._formatter!r}, "
+            f"max_tokens={self.max_tokens}, token_counter={self._counter.name!r}, "
+            f"capacity={self.capacity}, ids={self.settings.ids!r})"
+        )

@@ -1,0 +1,31 @@
+"""The ``episodic`` strategy: each env's window plus a memory of past episodes, across episodes
+and runs (:class:`EpisodicMemory`). Its parts:
+
+* :mod:`~agent_memory.memory.episodic.strategy`: the memory (window, block, agent actions);
+* :mod:`~agent_memory.memory.episodic.settings`: its validated settings;
+* :mod:`~agent_memory.memory.episodic.archive`: recording, retrieval, search and retention
+  through the store;
+* :mod:`~agent_memory.memory.episodic.store`: the SQLite table of episode digests and notes;
+* :mod:`~agent_memory.memory.episodic.tasks`: task keys and task similarity;
+* :mod:`~agent_memory.memory.episodic.rendering`: the block and the replies as prompt text.
+"""
+
+from __future__ import annotations
+
+from agent_memory.memory.digest import episode_digest
+from agent_memory.memory.episodic.settings import EpisodicSettings
+from agent_memory.memory.episodic.store import EpisodeStore, MemoryRow, Scope
+from agent_memory.memory.episodic.strategy import AGENT_INSTRUCTIONS, EpisodicMemory
+from agent_memory.memory.episodic.tasks import lexical_scores, task_key_of
+
+__all__ = [
+    "AGENT_INSTRUCTIONS",
+    "EpisodeStore",
+    "EpisodicMemory",
+    "EpisodicSettings",
+    "MemoryRow",
+    "Scope",
+    "episode_digest",
+    "lexical_scores",
+    "task_key_of",
+]

@@ -1,0 +1,426 @@
+"""``EpisodicMemory``: the per-env window plus a memory of past episodes, across episodes and runs.
+
+Finished episodes are recorded as compact digests (the actions taken, the last observation) with
+their outcome, return, length, task key, timestamps and run / session ids in an
+:class:`~agent_memory.memory.episodic.store.EpisodeStore` (SQLite in WAL mode, safe for concurrent
+Ray workers). When an episode starts, the most relevant past episodes are retrieved into a marked
+block of its prompt::
+
+    Past episodes of this task:
+    1. [this task] won in 6 steps (return 1.00)
+       Actions (6): right; right; down; down; right; down
+       Last observation: ...
+
+Relevance (same task first, then similar tasks), task keys and retention (``single_run``,
+``session``, ``persistent``): see :mod:`~agent_memory.memory.episodic.archive`, which records,
+retrieves and prunes.
+
+Control modes, after AgentScope's long-term memory:
+
+* ``static``: the framework records at episode end and retrieves at episode start.
+* ``agent``: the model manages memory itself by writing ``<record>note</record>`` or
+  ``<retrieve>query</retrieve>`` instead of an env action; :meth:`EpisodicMemory.intercept`
+  answers it and the reply is shown in the env's next prompt.
+* ``both``: both at once.
+
+Wiring (what a wrapper or rollout calls, per env ``i``; batched forms take lists of envs):
+
+1. ``on_episode_start(i, task, observation)`` / ``start_episodes`` once the env has reset (after
+   ``reset([i])``), with ``info["task"]`` and the reset observation: clears the window,
+   retrieves, returns the block (also :meth:`EpisodicMemory.block`).
+2. Prompts: ``fetch`` returns ``block + "\n\n" + window`` (chat: a block message first; a
+   :class:`~agent_memory.memory.block_window.BlockLayout` with block priority: a budget counts
+   the block first and leaves it out when it alone does not fit), so every prompt shows the
+   block, from an episode's first step on. Or ``in_fetch=False``: ``fetch`` is the plain window
+   and the template shows ``block(i)`` in every prompt.
+3. ``intercept(i, response)`` on every model response, before parsing. ``None``: an ordinary
+   response, parse it and step the env. A ``str``: it was a memory action, already executed;
+   the reply is in the env's block from the next prompt on and is returned for logging. The
+   env must not get the response: give it the parser's no-op fallback (the step counts toward
+   the time limit, which bounds a model that only talks to memory) with no invalid penalty.
+   At most ``max_memory_actions`` per episode; later ones return None and reach the parser.
+4. ``on_episode_end(i, episode)`` / ``end_episodes`` with the wrapper's handed-over episode dict
+   plus ``return`` (sum of the episode's rewards) and ``won`` (``info["won"]`` of its last
+   step), before the env's next episode starts, so that it is already retrievable then.
+5. ``close()`` at the end of the run (``single_run`` deletes the run's rows); ``end_session()``
+   when a session ends.
+
+``state_dict`` holds the window (exactly, see :class:`~agent_memory.memory.HistoryMemory`) and each
+env's episode state (task, key, block, replies); the store lives on disk, the state records its
+path, namespace, run and session ids, and :meth:`EpisodicMemory.load_state_dict` adopts those ids.
+
+Example:
+    >>> import os, tempfile
+    >>> path = os.path.join(tempfile.mkdtemp(), "episodes.sqlite")
+    >>> mem = EpisodicMemory(num_envs=1, path=path, env_name="lake")
+    >>> _ = mem.on_episode_start(0, "Cross the lake.", "S . G")
+    >>> mem.store({"observation": ["S . G"], "action": ["right"]})
+    >>> mem.store({"observation": [". S G"], "action": ["right"]})
+    >>> episode = {"records": mem[0], "final_observation": ". . @", "num_steps": 2,
+    ...            "terminated": True, "truncated": False, "task": "Cross the lake.",
+    ...            "return": 1.0, "won": True}
+    >>> mem.on_episode_end(0, episode) > 0
+    True
+    >>> print(mem.on_episode_start(0, "Cross the lake.", "S . G"))
+    Past episodes of this task:
+    1. [this task] won in 2 steps (return 1.00)
+       Actions (2): right; right
+       Last observation: . . @
+    >>> mem.close()
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, Literal
+
+from agent_memory.formatting import FormatterSpec
+from agent_memory.memory.base import (
+    UNSET,
+    EnvIds,
+    Fetched,
+    check_env_index,
+    check_state,
+    normalize_env_ids,
+)
+from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
+from agent_memory.memory.episodic.archive import EpisodeArchive, EpisodeState
+from agent_memory.memory.episodic.settings import Control, EpisodicSettings
+from agent_memory.memory.episodic.store import Retention, Scope
+from agent_memory.memory.episodic.tasks import (
+    KeyBy,
+    Similarity,
+)
+from agent_memory.memory.settings import SettingsAttributes
+from agent_memory.memory.sqlite import Synchronous
+from agent_memory.text import find_tags, squash, utf8_safe
+from agent_memory.tokens import TokenCounterSpec
+
+__all__ = ["AGENT_INSTRUCTIONS", "EpisodicMemory"]
+
+#: Shown in agent mode (``agent_hint=True``); put it in the system prompt otherwise.
+AGENT_INSTRUCTIONS = (
+    "Memory: you have a long-term memory shared across episodes. To save a lesson for later "
+    "episodes, answer with <record>your note</record>; to search it, answer with "
+    "<retrieve>your query</retrieve>. A memory action takes the place of your action for that "
+    "turn; its reply appears in your next prompt."
+)
+
+
+class EpisodicMemory(SettingsAttributes, EpisodeArchive, WindowedMemory):
+    """A per-env window (a :class:`HistoryMemory`) plus retrieval of past episodes of the task.
+
+    (``fetch_when_empty``: the block of past episodes is shown from an episode's first prompt.)
+
+    Args:
+        num_envs, formatter, token_counter, max_tokens, capacity: the shared memory arguments,
+            passed to the window (see :class:`~agent_memory.memory.HistoryMemory`).
+        path: the SQLite database (default ``$XDG_CACHE_HOME/agent_memory/episodic.sqlite``).
+        retention: ``single_run``, ``session`` or ``persistent`` (module docstring).
+        control: ``static``, ``agent`` or ``both`` (module docstring).
+        namespace: separates experiments sharing one database.
+        run_id: this run's id (default: a fresh one). Give every worker of a run the same id.
+        session_id: the session's id (``retention="session"`` needs one).
+        env_name: prefix of task keys (e.g. the Gymnasium id).
+        key_by: what identifies a task: ``task`` text, or ``task_and_observation``.
+        top_k: past episodes shown at episode start.
+        include_failures: show failed episodes (with their outcome) when successes run short.
+        similar_tasks: also retrieve episodes of other tasks with similar task text.
+        min_similarity: lexical similarity threshold for ``similar_tasks``.
+        similarity: ``"lexical"``, ``"embedding:<encoder>"`` (a dense encoder of
+            :mod:`agent_memory.memory.search`: ``hashing``, ``minilm``) or a callable
+            ``(query, docs) -> scores`` in [0, 1].
+        header: first line of the block.
+        block_role: chat formatters: the role of the block's message.
+        in_fetch: put the block at the head of :meth:`fetch` contexts. False: ``fetch`` is the
+            window alone and the prompt shows :meth:`block` wherever its template wants.
+        max_block_chars: the block's length cap (whole entries are dropped first).
+        digest_max_actions, digest_obs_chars, digest_max_chars: digest bounds (see
+            :func:`~agent_memory.memory.digest.episode_digest`).
+        record_unfinished: also record episodes handed over without terminating or truncating.
+        max_rows_per_task: keep only the best this many episodes per task key (None: all).
+        max_rows: persistent retention: keep the newest this many rows of the namespace.
+        max_age_s: delete rows of this retention older than this (for ``single_run``: rows
+            orphaned by crashed runs).
+        session_ttl_s: ``session`` retention: delete sessions idle longer than this.
+        prune_every: run the pruning above every this many recorded episodes (and at start).
+        purge_on_close: ``single_run``: delete the run's rows on :meth:`close` (set False on
+            workers when a driver owns the run and closes it).
+        agent_hint: agent mode: put :data:`AGENT_INSTRUCTIONS` in the block.
+        max_memory_actions: agent mode: memory actions per episode; later ones go to the env.
+        show_replies: agent mode: how many of the episode's latest memory replies the block shows.
+        note_max_chars: agent mode: a note's length cap.
+        busy_timeout_s, max_wait_s, synchronous: SQLite settings (see
+            :class:`~agent_memory.memory.sqlite.SQLiteDatabase`).
+
+    Raises:
+        ValueError: a bad argument (the message names expected and actual values).
+    """
+
+    fetch_when_empty: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        num_envs: int,
+        formatter: FormatterSpec = "simple",
+        *,
+        max_tokens: int | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        capacity: int | None = None,
+        path: str | os.PathLike[str] | None = None,
+        retention: Retention = "persistent",
+        control: Control = "static",
+        namespace: str = "default",
+        run_id: str | None = None,
+        session_id: str | None = None,
+        env_name: str | None = None,
+        key_by: KeyBy = "task_and_observation",
+        top_k: int = 3,
+        include_failures: bool = True,
+        similar_tasks: bool = True,
+        min_similarity: float = 0.3,
+        similarity: str | Similarity = "lexical",
+        header: str = "Past episodes of this task:",
+        block_role: Literal["user", "system"] = "user",
+        in_fetch: bool = True,
+        max_block_chars: int = 2000,
+        digest_max_actions: int = 60,
+        digest_obs_chars: int = 300,
+        digest_max_chars: int = 1200,
+        record_unfinished: bool = False,
+        max_rows_per_task: int | None = 50,
+        max_rows: int | None = None,
+        max_age_s: float | None = None,
+        session_ttl_s: float | None = None,
+        prune_every: int = 100,
+        purge_on_close: bool = True,
+        agent_hint: bool = True,
+        max_memory_actions: int = 3,
+        show_replies: int = 2,
+        note_max_chars: int = 500,
+        busy_timeout_s: float = 5.0,
+        max_wait_s: float = 60.0,
+        synchronous: Synchronous = "NORMAL",
+    ) -> None:
+        self.settings = s = EpisodicSettings.from_arguments(locals())
+        super().__init__(
+            num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
+            capacity=capacity,
+        )  # fmt: skip
+        self._open_archive()
+        # The block is written with its header (render_block); "\n\n" parts it from the window.
+        self.layout = BlockLayout(gap="\n\n", role=s.block_role, priority="block")
+        self._blocks = [""] * num_envs
+        # Per env: its block as the layout takes it (None: no block), made when it changes.
+        self._layout_blocks: list[Block | None] = [None] * num_envs
+        self._counter_uid = 0
+        self._closed = False
+        for i in range(num_envs):
+            self._set_block(i)
+        self.maintain()
+
+    # ------------------------------------------------------------------ BaseMemory contract
+
+    def reset(self, env_ids: EnvIds = None) -> None:
+        """Clear the windows and episode states of ``env_ids`` (all when None)."""
+        ids = range(self.num_envs) if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
+        self._window.reset(None if env_ids is None else list(ids))
+        for i in ids:
+            ep = self._eps[i]
+            if ep.uid is not None and not ep.ended:
+                self._pending[i] = ep  # SAME_STEP: the wrapper resets before on_episode_end
+            self._eps[i] = EpisodeState()
+            self._set_block(i)
+
+    def fetch(
+        self,
+        history_length: int,
+        env_ids: EnvIds = None,
+        *,
+        max_tokens: int | Sequence[int | None] | None = UNSET,
+    ) -> Fetched:
+        """Each env's block (when it has one) followed by its window.
+
+        ``lengths`` count window steps only. A token budget covers block and window: the block
+        is counted first and left out when it alone does not fit; the window gets the rest.
+        """
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        if not self.settings.in_fetch:
+            return self._window.fetch(hl, ids, max_tokens=budgets)
+        blocks = [self._layout_blocks[i] for i in ids]
+        return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
+
+    # ------------------------------------------------------------------ episodes
+
+    def block(self, env_id: int) -> str:
+        """Env ``env_id``'s block for the current episode (``""`` when it has none)."""
+        return self._blocks[check_env_index(env_id, self.num_envs)]
+
+    def on_episode_start(
+        self, env_id: int, task: str | None, observation: str | None = None, *,
+        task_key: str | None = None,
+    ) -> str:  # fmt: skip
+        """Start env ``env_id``'s episode: clear its window, retrieve past episodes (static and
+        both modes) and return its block. ``observation`` is the reset observation (part of the
+        task key with ``key_by="task_and_observation"``)."""
+        return self.start_episodes([env_id], [task], [observation], task_keys=[task_key])[0]
+
+    def start_episodes(
+        self, env_ids: Sequence[int], tasks: Sequence[str | None],
+        observations: Sequence[str | None] | None = None, *,
+        task_keys: Sequence[str | None] | None = None,
+    ) -> list[str]:  # fmt: skip
+        """:meth:`on_episode_start` for several envs; envs with the same task key share one
+        retrieval."""
+        ids = normalize_env_ids(list(env_ids), self.num_envs)
+        n = len(ids)
+        observations = [None] * n if observations is None else list(observations)
+        task_keys = [None] * n if task_keys is None else list(task_keys)
+        if not len(tasks) == len(observations) == len(task_keys) == n:
+            raise ValueError(
+                f"expected one task, observation and task key per env ({n}), got "
+                f"{len(tasks)}, {len(observations)}, {len(task_keys)}"
+            )
+        self.reset([i for i in ids if self._eps[i].uid is not None or self.num_steps(i)])
+        cache: dict[str, tuple[str, list[int]]] = {}
+        now = time.time()
+        for i, task, obs, key in zip(ids, tasks, observations, task_keys, strict=True):
+            task = "" if task is None else str(task)
+            key = key or self.task_key(task, obs)
+            ep = EpisodeState(task=task, task_key=key, uid=f"{self.run_id}:{i}:{self._counter_uid}",
+                          started_at=now)  # fmt: skip
+            self._counter_uid += 1
+            if self.settings.control != "agent":
+                if key not in cache:
+                    cache[key] = self._retrieve(key, task)
+                ep.retrieved, ep.retrieved_ids = cache[key][0], list(cache[key][1])
+            self._eps[i] = ep
+            self._set_block(i)
+        return [self._blocks[i] for i in ids]
+
+    # ------------------------------------------------------------------ agent control
+
+    #: Memory actions (tags) of one response that are answered; later tags are ignored.
+    MAX_TAGS_PER_RESPONSE: ClassVar[int] = 8
+
+    def intercept(self, env_id: int, response: Any) -> str | None:
+        """Answer a memory action. Returns the reply text when ``response`` holds
+        ``<record>...</record>`` and/or ``<retrieve>...</retrieve>`` (agent and both modes, at
+        most ``max_memory_actions`` per episode, the first :attr:`MAX_TAGS_PER_RESPONSE` tags of
+        a response), else None: the response is an env action.
+
+        A reply also appears in the env's block from now on (the latest ``show_replies``).
+        Hostile text costs linear time: tags are found by a linear scan, and of each tag's
+        content only the first ``8 * note_max_chars`` characters (whitespace collapsed) are read.
+        """
+        s = self.settings
+        if s.control == "static" or not isinstance(response, str) or "</re" not in response:
+            return None
+        i = check_env_index(env_id, self.num_envs)
+        ep = self._eps[i]
+        if ep.memory_actions >= s.max_memory_actions:
+            return None
+        matches = find_tags(response, ("record", "retrieve"), limit=self.MAX_TAGS_PER_RESPONSE)
+        if not matches:
+            return None
+        ep.memory_actions += 1
+        replies = []
+        cap = 8 * s.note_max_chars  # a note is cut to note_max_chars; a query needs no more
+        for tag, body in matches:
+            body = utf8_safe(squash(body, cap))
+            if tag == "record":
+                replies.append(self._record_note(i, body))
+            else:
+                replies.append(self._answer(i, body))
+        reply = "\n".join(replies)
+        ep.exchanges.append(reply)
+        del ep.exchanges[: max(0, len(ep.exchanges) - s.show_replies)]
+        self._set_block(i)
+        return reply
+
+    def _set_block(self, i: int) -> None:
+        ep = self._eps[i]
+        parts = [ep.retrieved] if ep.retrieved else []
+        if self.settings.control != "static":
+            if self.settings.agent_hint:
+                parts.append(AGENT_INSTRUCTIONS)
+            parts.extend(ep.exchanges)
+        text = "\n".join(parts)
+        self._blocks[i] = text
+        # Counted once, here: fetch only subtracts it from budgets.
+        tokens = self.token_counter(text + "\n\n") if text else 0
+        self._layout_blocks[i] = Block([text], [tokens]) if text else None
+
+    # ------------------------------------------------------------------ retention
+
+    def close(self) -> None:
+        """Close the store; ``single_run`` (with ``purge_on_close``) deletes the run's rows."""
+        if self._closed:
+            return
+        if self.scope.retention == "single_run" and self.settings.purge_on_close:
+            self.store_.delete_scope(self.scope)
+        self.store_.close()
+        self._closed = True
+
+    def __enter__(self) -> EpisodicMemory:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ state
+
+    def state_dict(self) -> dict[str, Any]:
+        """The window's state, each env's episode state and the store's identity (JSON-able
+        when the records are). The database itself stays on disk."""
+        return {
+            **self._state_header(),
+            "window": self._window.state_dict(),
+            "episodes": [copy.deepcopy(vars(ep)) for ep in self._eps],
+            "pending": [None if p is None else copy.deepcopy(vars(p)) for p in self._pending],
+            "uid_counter": self._counter_uid,
+            "recorded": self._recorded,
+            "store": {
+                "path": self.path,
+                "retention": self.scope.retention,
+                "namespace": self.scope.namespace,
+                "run_id": self.run_id,
+                "session_id": self.session_id,
+                "control": self.settings.control,
+            },
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict`; adopts its run and session ids (a resumed run keeps
+        seeing its rows). The database is not touched: it is wherever this memory's ``path`` is.
+
+        Raises:
+            ValueError: a state of another kind, version, number of envs or retention.
+        """
+        self._check_state(state)
+        saved = state["store"]
+        check_state(saved, retention=self.scope.retention)
+        self._window.load_state_dict(state["window"])
+        self._eps = [EpisodeState(**copy.deepcopy(dict(e))) for e in state["episodes"]]
+        self._pending = [
+            None if p is None else EpisodeState(**copy.deepcopy(dict(p))) for p in state["pending"]
+        ]
+        self._counter_uid = int(state["uid_counter"])
+        self._recorded = int(state["recorded"])
+        self.scope = Scope(
+            self.scope.retention, namespace=saved["namespace"], run_id=saved["run_id"],
+            session_id=saved["session_id"],
+        )  # fmt: skip
+        for i in range(self.num_envs):
+            self._set_block(i)
+
+    def __repr__(self) -> str:
+        s = self.scope
+        return (
+            f"EpisodicMemory(num_envs={self.num_envs}, path={self.path!r}, retention="
+            f"{s.retention!r}, control={self.settings.control!r}, namespace={s.namespace!r}, "
+            f"run_id={s.run_id!r}, session_id={s.session_id!r}, window={self._window!r})"
+        )

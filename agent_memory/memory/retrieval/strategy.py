@@ -1,0 +1,353 @@
+"""``RetrievalMemory``: the recent window plus the most relevant older steps of the same episode.
+
+The prompt gets, per env, the last ``history_length`` steps verbatim (exactly what
+:class:`~agent_memory.memory.HistoryMemory` gives) and, before them under a marked block, up to
+``top_k`` OLDER steps of the same episode that are most similar to a query -- RAG within an
+episode, after DevAll's simple memory store (threshold, rerank, dedup). Pipeline per env:
+
+1. **query**: the text passed in ``fetch(..., queries=[...])`` (the wrappers pass the CURRENT
+   observation), else the most recent stored step's text (``query_source="last_step"``).
+2. **score**: cosine similarity (dense encoders) or normalised BM25 (``bm25``) of the query with
+   every held step older than the window; those below ``similarity_threshold`` are dropped
+   (``-1`` keeps all).
+3. **rerank**: the best ``top_k * rerank_pool`` are rescored as
+   ``(1 - rerank_weight) * similarity + rerank_weight * f`` with ``f`` the word overlap (Jaccard)
+   of query and step (``rerank="lexical"``, DevAll's semantic rerank) or the step's recency
+   ``0.5 ** (age / recency_half_life)`` (``"recency"``); ``"none"`` keeps the similarity order.
+4. **dedup**: in rank order, a step whose text equals an already chosen step's, or a step's in the
+   recent window, is skipped (an identical observation is shown once).
+5. **render**: the ``top_k`` best, in chronological order with their ABSOLUTE step numbers (the
+   formatter's cached renderings), under ``header``; then ``window_header`` and the window. When
+   nothing is retrieved the context is byte-identical to HistoryMemory's.
+
+A token budget (``max_tokens``) covers the whole context: the lowest-ranked retrieved steps are
+dropped first (the block header with the last of them), then the oldest window steps; a step is
+never split (a :class:`~agent_memory.memory.block_window.BlockLayout` with window priority).
+``lengths`` count the window's steps only: the retrieved steps are in the context, not counted.
+Step texts are encoded once, at store time, batched across envs; fetch only scores.
+
+Example:
+    >>> mem = RetrievalMemory(num_envs=1, top_k=1, similarity_threshold=0.1)
+    >>> for obs in ["Remember this: the key is BLUE.", "Owls form parliaments.",
+    ...             "Sharks predate trees.", "Snails sleep for years."]:
+    ...     mem.store({"observation": [obs], "action": ["next"]})
+    >>> ctx, n = mem.fetch(2, queries=["Question: which colour was the key?"])
+    >>> print(ctx[0])
+    Relevant earlier steps:
+    [Observation 1: 'Remember this: the key is BLUE.', Action 1: 'next']
+    Recent steps:
+    [Observation 3: 'Sharks predate trees.', Action 3: 'next']
+    [Observation 4: 'Snails sleep for years.', Action 4: 'next']
+    >>> n, mem.last_retrieved
+    ([2], [[1]])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from agent_memory.formatting import FormatterSpec
+from agent_memory.memory.base import (
+    UNSET,
+    EnvIds,
+    Fetched,
+)
+from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
+from agent_memory.memory.retrieval.ranking import Entry, StepRanking, window_bounds
+from agent_memory.memory.retrieval.settings import (
+    IndexName,
+    QuerySource,
+    Rerank,
+    RetrievalSettings,
+)
+from agent_memory.memory.search import EncoderSpec
+from agent_memory.memory.settings import SettingsAttributes
+from agent_memory.tokens import TokenCounterSpec
+
+__all__ = ["RetrievalMemory"]
+
+#: Upper bound (estimate counter) of the "Step k:" label a chat block puts before a step.
+_CHAT_LABEL = "Step 1000000:\n"
+
+
+class RetrievalMemory(SettingsAttributes, StepRanking, WindowedMemory):
+    """Recent window + top-k relevant older steps of the same episode (see the module docstring).
+
+    Args:
+        num_envs: number of environments.
+        formatter: how steps are rendered (as for :class:`~agent_memory.memory.HistoryMemory`).
+        max_tokens: default token budget of the whole context (retrieved block + window).
+        token_counter: how tokens are counted (``"estimate"`` by default).
+        capacity: steps kept per env (retrievable + window); ``None`` = the whole episode.
+        top_k: older steps retrieved per fetch at most (0 = none: a plain window memory).
+        similarity_threshold: minimum similarity in ``[-1, 1]`` for a step to be retrieved;
+            ``-1`` disables the filter.
+        encoder: ``"hashing"`` (default, numpy), ``"minilm"`` (sentence embeddings, extra
+            ``embeddings``), ``"bm25"``, a ``{"name": ..., **kwargs}`` mapping or an instance
+            (see :mod:`agent_memory.memory.search.embeddings`).
+        index: ``"auto"`` (``numpy`` for dense encoders, ``bm25`` for bm25), ``"numpy"`` or
+            ``"faiss"`` (see :mod:`agent_memory.memory.search.vector_index`).
+        embed_keys: record keys whose values (joined by newlines) are a step's text to encode;
+            dedup compares these texts.
+        query_source: ``"last_step"``: without explicit ``queries`` the query is the newest stored
+            step's text; ``"explicit"``: ``fetch`` must be given ``queries``.
+        rerank: ``"lexical"`` (word Jaccard), ``"recency"`` or ``"none"`` (step 3 above).
+        rerank_weight: weight of the rerank term, in ``[0, 1]``.
+        rerank_pool: candidates reranked = ``top_k * rerank_pool``.
+        recency_half_life: steps after which the recency term halves (``rerank="recency"``).
+        dedup: skip retrieved steps whose text repeats a chosen or a window step's text.
+        header: the line that opens the retrieved block.
+        window_header: the line between the retrieved block and the window (when the block is
+            shown); ``""`` for none.
+        max_encode_chars: a step or query text is encoded (and its words compared) by its first
+            this many characters, so a megabyte observation costs what a page does.
+
+    Raises:
+        ValueError: a bad setting (the message names the expected and the given value).
+    """
+
+    #: ``fetch`` takes ``queries=[...]`` (one text per env): wrappers pass the current
+    #: observations when a memory says so.
+    accepts_queries: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        num_envs: int,
+        formatter: FormatterSpec = "simple",
+        *,
+        max_tokens: int | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        capacity: int | None = None,
+        top_k: int = 3,
+        similarity_threshold: float = 0.1,
+        encoder: EncoderSpec = "hashing",
+        index: IndexName = "auto",
+        embed_keys: Sequence[str] | str = ("observation",),
+        query_source: QuerySource = "last_step",
+        rerank: Rerank = "lexical",
+        rerank_weight: float = 0.3,
+        rerank_pool: int = 4,
+        recency_half_life: float = 20.0,
+        dedup: bool = True,
+        header: str = "Relevant earlier steps:",
+        window_header: str = "Recent steps:",
+        max_encode_chars: int = 8192,
+    ) -> None:
+        super().__init__(
+            num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
+            capacity=capacity,
+        )  # fmt: skip
+        self.settings = RetrievalSettings.from_arguments(locals())
+        self.layout = BlockLayout(
+            header=self.settings.header, window_header=self.settings.window_header,
+            priority="window",
+        )  # fmt: skip
+        self._init_indexes(encoder, self.settings.index)
+        #: Per env of the last :meth:`fetch` (in its ``env_ids`` order): absolute step numbers
+        #: of the retrieved steps, chronological.
+        self.last_retrieved: list[list[int]] = []
+
+    # ------------------------------------------------------------------ contract
+
+    def reset(self, env_ids: EnvIds = None) -> None:
+        """Clear the episodes of ``env_ids`` (all when None)."""
+        ids = self._ids(env_ids)
+        self._window.reset(ids)
+        for i in ids:
+            self._clear(i)
+
+    def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
+        """Append one step per env in ``env_ids`` and encode its text (one batch for all envs).
+
+        Raises:
+            ValueError / TypeError: as :meth:`HistoryMemory.store`, or a record without one of
+                ``embed_keys``. Nothing is stored when it raises.
+        """
+        keys = self.settings.embed_keys
+        missing = [k for k in keys if isinstance(record, Mapping) and k not in record]
+        if missing:
+            raise ValueError(
+                f"record has no key(s) {missing} to embed (embed_keys={list(keys)}); "
+                f"got keys {sorted(record)}"
+            )
+        ids = self._ids(env_ids)
+        self._window.store(record, ids)  # validates everything first
+        if not ids:
+            return
+        cols = [record[k] for k in keys]
+        texts = [
+            "\n".join(str(c[j]) for c in cols) if len(cols) > 1 else str(cols[0][j])
+            for j in range(len(ids))
+        ]
+        counts = self._window.step_counts
+        self._append(ids, texts, [counts[i] - 1 for i in ids])
+
+    def fetch(
+        self,
+        history_length: int,
+        env_ids: EnvIds = None,
+        *,
+        max_tokens: int | Sequence[int | None] | None = UNSET,
+        queries: Sequence[str | None] | None = None,
+    ) -> Fetched:
+        """Each env's context: retrieved older steps (marked block), then the recent window.
+
+        Args:
+            history_length: the recent window: -1 whole episode (nothing older to retrieve),
+                0 none (every step is a retrieval candidate), k > 0 the last k steps.
+            env_ids: which envs (all when None), in the order of the returned lists.
+            max_tokens: token budget of the whole context (int, one per env, or None; omitted =
+                the memory's default).
+            queries: one query text per env in ``env_ids`` (e.g. each env's current
+                observation); a None entry uses ``query_source`` (with ``history_length=0``
+                the newest step is then both the query and its own best match).
+
+        Returns:
+            ``Fetched(contexts, lengths)``; ``lengths`` count the window's steps (retrieved
+            steps are shown, not counted). :attr:`last_retrieved` lists each env's retrieved
+            step numbers.
+
+        Raises:
+            ValueError: bad history_length / budgets / queries, or ``query_source="explicit"``
+                without ``queries``.
+        """
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        self._check_queries(queries, len(ids))
+        ranked = self._retrieve(hl, ids, queries)
+        chat = self.formatter.output == "messages"
+        label = self.token_counter(_CHAT_LABEL) if chat else 0
+        blocks = [self._block(i, ranked.get(j, []), label) for j, i in enumerate(ids)]
+        # The per-step counts include one separator each, which covers the "\n" after the
+        # block unless the formatter joins with "".
+        overhead = self.layout.overhead(
+            self.token_counter, chat, uncovered="" if self.formatter.separator else "\n"
+        )
+        fetched, kept = self.layout.fetch(self._window, hl, ids, budgets, blocks, overhead)
+        first = self._window.first_steps
+        self.last_retrieved = [
+            sorted(first[i] + p for p in block.items[:k]) if block is not None else []
+            for i, block, k in zip(ids, blocks, kept, strict=True)
+        ]
+        return fetched
+
+    # ------------------------------------------------------------------ state
+
+    def config(self) -> dict[str, Any]:
+        """The retrieval settings (JSON-able), as in :meth:`state_dict`."""
+        config = self.settings.to_dict()
+        config.update(
+            encoder=self.encoder.spec(),
+            index=self.index_name,
+            embed_keys=list(config["embed_keys"]),
+        )
+        return config
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to restore this memory (JSON-able if the records are).
+
+        Holds the steps (the window memory's state) and the settings, not the vectors: step
+        texts are re-encoded on load (deterministic for ``hashing`` and ``bm25``; encoded once
+        per distinct text).
+        """
+        return {
+            **self._state_header(),
+            "config": self.config(),
+            "window": self._window.state_dict(),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict` (the settings may differ: retrieval uses this memory's).
+
+        Raises:
+            ValueError: a state of another kind, version or number of envs.
+        """
+        self._check_state(state)
+        self._window.load_state_dict(state["window"])
+        for i in self._all_ids:
+            self._clear(i)
+        keys = self.settings.embed_keys
+        # Re-encode the held steps of all envs step by step (one batch per step position).
+        per_env = {i: self._window[i] for i in self._all_ids}
+        longest = max((len(r) for r in per_env.values()), default=0)
+        for t in range(longest):
+            ids = [i for i in self._all_ids if len(per_env[i]) > t]
+            texts = ["\n".join(str(per_env[i][t][k]) for k in keys) for i in ids]
+            self._append(ids, texts, [self._window.first_step(i) - 1 + t for i in ids])
+
+    # ------------------------------------------------------------------ internals
+
+    def _check_queries(self, queries: Sequence[str | None] | None, n: int) -> None:
+        if queries is not None:
+            if isinstance(queries, (str, bytes)) or len(queries) != n:
+                got = "a str" if isinstance(queries, (str, bytes)) else f"{len(queries)} values"
+                raise ValueError(
+                    f"queries must hold one str (or None) per env in env_ids ({n}), got {got}"
+                )
+            for q in queries:
+                if q is not None and not isinstance(q, str):
+                    raise ValueError(f"queries must hold str or None, got {type(q).__name__}")
+        elif self.settings.query_source == "explicit" and self.settings.top_k:
+            raise ValueError(
+                "query_source='explicit' needs fetch(..., queries=[...]) with one query per env "
+                "(e.g. the current observations)"
+            )
+
+    def _retrieve(
+        self, hl: int, ids: list[int], queries: Sequence[str | None] | None
+    ) -> dict[int, list[int]]:
+        """Slot in ``ids`` -> held positions of the steps that env retrieves, best first (the
+        envs that retrieve are ranked together, in one batch)."""
+        if not self.settings.top_k:
+            return {}
+        qitems = self._encode_queries(queries)
+        last_step = self.settings.query_source == "last_step"
+        entries: list[Entry] = []
+        slots: list[int] = []
+        held = self._window.held_counts
+        for j, i in enumerate(ids):
+            n = held[i]
+            w_lo = window_bounds(n, hl)
+            if w_lo == 0:
+                continue
+            q = qitems[j] if qitems is not None else None
+            qtext = queries[j] if queries is not None else None
+            qwords = None
+            if q is None and last_step:
+                q = self._last_item[i]
+                qwords = self._wordsets[i][-1] if self._wordsets[i] else None
+            if q is not None:
+                slots.append(j)
+                entries.append((i, q, qtext, qwords, w_lo, n))
+        return dict(zip(slots, self._rank(entries), strict=True))
+
+    def _block(self, i: int, picked: list[int], label: int) -> Block | None:
+        """Env ``i``'s block of retrieved steps (held positions, best first; ``label``: the
+        tokens of a chat block's step label)."""
+        if not picked:
+            return None
+        window, fmt = self._window, self.formatter
+
+        def costs() -> list[int]:
+            return [t + label for t in window.tokens_at(i, picked)]
+
+        def body(kept: Sequence[int]) -> str:
+            order = sorted(kept)
+            shown = window.renderings_at(i, order)
+            if fmt.output != "messages":
+                return fmt.join(shown)
+            first = window.first_step(i)
+            return "\n".join(
+                f"Step {first + p}:\n{fmt.text_of(r)}".rstrip("\n")
+                for p, r in zip(order, shown, strict=True)
+            )
+
+        return Block(picked, costs, body)
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (
+            f"RetrievalMemory(num_envs={self.num_envs}, formatter={self.formatter!r}, "
+            f"top_k={s.top_k}, encoder={self.encoder!r}, index={self.index_name!r}, "
+            f"rerank={s.rerank!r}, max_tokens={self.max_tokens}, capacity={self.capacity})"
+        )

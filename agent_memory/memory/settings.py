@@ -1,0 +1,72 @@
+"""Frozen settings of memory strategies: a strategy's own parameters, validated in one place.
+
+A strategy with many parameters keeps its keyword constructor (configs bind ``memory.params`` to
+its signature) and hands them to a frozen dataclass of :class:`Settings`, whose
+``__post_init__`` validates and normalises them (with :mod:`agent_memory.checks`); the strategy
+then reads ``self.settings``. :class:`SettingsAttributes` lets ``memory.top_k`` read
+``memory.settings.top_k``.
+
+Example:
+    >>> from dataclasses import dataclass
+    >>> from agent_memory.checks import check_int
+    >>> @dataclass(frozen=True)
+    ... class DemoSettings(Settings):
+    ...     top_k: int = 3
+    ...     def __post_init__(self):
+    ...         self._normalize(top_k=check_int("top_k", self.top_k, 0))
+    >>> def build(top_k=3, other="ignored"):
+    ...     return DemoSettings.from_arguments(locals())
+    >>> build(top_k=5)
+    DemoSettings(top_k=5)
+    >>> build(top_k=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: top_k must be an int >= 0, got -1
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
+
+__all__ = ["Settings", "SettingsAttributes"]
+
+S = TypeVar("S", bound="Settings")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Base of the strategies' frozen settings dataclasses (see the module docstring)."""
+
+    @classmethod
+    def field_names(cls) -> tuple[str, ...]:
+        """The settings' names, in declaration order."""
+        return tuple(f.name for f in fields(cls))
+
+    @classmethod
+    def from_arguments(cls: type[S], arguments: Mapping[str, Any]) -> S:
+        """Build from a constructor's arguments (e.g. its ``locals()``), picked by field name."""
+        return cls(**{name: arguments[name] for name in cls.field_names()})
+
+    def _normalize(self, **values: Any) -> None:
+        """Replace fields by their validated forms (``__post_init__`` of a frozen dataclass)."""
+        for name, value in values.items():
+            object.__setattr__(self, name, value)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings by name (shallow)."""
+        return {name: getattr(self, name) for name in self.field_names()}
+
+
+class SettingsAttributes:
+    """Mixin: the fields of ``self.settings`` read as attributes (``memory.top_k``)."""
+
+    settings: Settings
+
+    def __getattr__(self, name: str) -> Any:
+        # Only called when normal lookup fails: the settings answer what the instance lacks.
+        settings = self.__dict__.get("settings")
+        if settings is not None and name in settings.field_names():
+            return getattr(settings, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

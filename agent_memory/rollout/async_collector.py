@@ -1,0 +1,280 @@
+"""``AsyncCollector``: the asynchronous engine — no env waits for another env's generation.
+
+The driver only hands out episodes and takes finished ones: each Ray worker plays its envs on its
+own (:mod:`agent_memory.rollout.episode_loop`), stepping each env as soon as its own answer is
+back and streaming every finished episode to the driver, which gives the freed env the next
+waiting episode at once. The policy runs beside the envs in each worker (cheap policies, clients
+of a server) or in one :class:`~agent_memory.rollout.service.PolicyService` that batches every
+worker's concurrent requests (a local model).
+
+It keeps everything the lockstep engine (:class:`~agent_memory.rollout.collector.Collector`, the
+reference) guarantees, through the same :class:`~agent_memory.rollout.book.EpisodeBook` and
+:class:`~agent_memory.rollout.pool.WorkerPool`: groups start from one seed, finished envs cost no
+generation, an env's exception ends only its episode, a dead worker's episodes run again (only
+the culprit is charged), no episode is lost or finished twice. With per-request seeds derived
+from ``(traj_uid, step)`` and a deterministic policy, both engines produce the same
+trajectories whatever the arrival order. Same API: :meth:`run`, or :meth:`start` /
+:meth:`collect` / :meth:`close` for a trainer.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agent_memory.config import JobConfig
+from agent_memory.policies import Policy
+from agent_memory.protocol import EpisodeAssignment
+from agent_memory.rollout.book import EpisodeBook, Slot
+from agent_memory.rollout.collector import (
+    Collector,
+    RolloutFailed,
+    build_policy,
+    episode_specs,
+)
+from agent_memory.rollout.episode_loop import PolicyFailed
+from agent_memory.rollout.pool import WorkerPool
+from agent_memory.rollout.service import PolicyService
+from agent_memory.rollout.stats import RolloutStats
+from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode, Trajectory
+
+__all__ = ["AsyncCollector", "make_collector"]
+
+log = logging.getLogger("agent_memory.rollout.collector")
+
+
+class AsyncCollector:
+    """Runs a job's episodes on Ray workers that play them on their own (see the module).
+
+    Args:
+        job: the validated job config.
+        policy: a policy instance (default: built from ``job.policy``).
+        on_step: called after every finished episode with the collector (tests use it to kill
+            workers).
+        run_id: names this run's call-mark directories (default: a fresh id).
+        max_batch_size, max_wait_ms: the policy service's batching (local models).
+    """
+
+    def __init__(
+        self,
+        job: JobConfig,
+        policy: Policy | None = None,
+        on_step: Callable[[AsyncCollector], None] | None = None,
+        run_id: str | None = None,
+        max_batch_size: int = 32,
+        max_wait_ms: float = 5.0,
+    ) -> None:
+        self.job = job
+        self.policy = policy or build_policy(job)
+        self.on_step = on_step
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.stats = RolloutStats()
+        self.pool = WorkerPool(job, self.run_id, self.stats, sorted(self.policy.needs))
+        self.book: EpisodeBook | None = None
+        self.service: Any = None
+        self.max_batch_size = max_batch_size
+        self.max_wait_ms = max_wait_ms
+        self.parked: set[Slot] = set()
+        self._streams: dict[Any, int] = {}
+        self._streaming: set[int] = set()
+        self._finishing: set[int] = set()
+
+    # ------------------------------------------------------------------ public
+
+    def run(
+        self,
+        progress: Callable[[Trajectory], None] | None = None,
+        on_episode: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        """Run the job's episodes on workers started for them (as the lockstep
+        :meth:`~agent_memory.rollout.collector.Collector.run`)."""
+        r = self.job.rollout
+        specs = episode_specs(r.num_groups, r.group_size, r.seed)
+        t0 = time.perf_counter()
+        try:
+            self.start(len(specs))
+            self.stats.setup_time = time.perf_counter() - t0
+            return self.collect(specs, progress=progress, on_episode=on_episode)
+        finally:
+            self.stats.wall_time = time.perf_counter() - t0
+            self.close()
+
+    def start(self, num_episodes: int | None = None) -> None:
+        """Start the policy service (a local model) and the workers; they stay up across
+        :meth:`collect` calls until :meth:`close`."""
+        import ray
+
+        r = self.job.rollout
+        n = num_episodes or r.num_episodes
+        workers = min(r.num_workers, n)
+        if self.policy.runs_in == "worker":
+            self.pool.policy = self.policy.for_workers(workers)
+        else:
+            actor = ray.remote(PolicyService).options(num_cpus=0, max_concurrency=4096)
+            self.service = actor.remote(self.policy, self.max_batch_size, self.max_wait_ms)
+            self.pool.policy = self.service
+        self.pool.start(n)
+        self.parked = set(self.pool.slots())
+
+    def collect(
+        self,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[Trajectory], None] | None = None,
+        on_episode: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        """Run ``specs`` on the started workers; returns their trajectories in order.
+
+        Raises:
+            RolloutFailed: no worker is left while episodes remain.
+            PolicyFailed: the policy raised (e.g. its server never answered).
+        """
+        import ray
+
+        def finished(traj: Trajectory) -> None:
+            if on_episode is not None:
+                on_episode(traj)
+            if progress is not None:
+                progress(traj)
+
+        r = self.job.rollout
+        self.book = book = EpisodeBook(specs, r.max_episode_attempts, on_finish=finished)
+        t_loop = time.perf_counter()
+        try:
+            self._feed(sorted(self.parked))
+            while self._streams:
+                ready, _ = ray.wait(list(self._streams), num_returns=1)
+                gen = ready[0]
+                w = self._streams[gen]
+                try:
+                    msg = ray.get(next(gen))
+                except StopIteration:
+                    self._ended(gen)
+                    continue
+                except Exception as e:
+                    self._ended(gen)
+                    self._failed(w, e)
+                    continue
+                self._settle(w, msg)
+                if self.on_step is not None:
+                    self.on_step(self)
+            if not book.done:  # episodes wait but no worker is left to run them
+                raise RolloutFailed(
+                    "every rollout worker died and none can be restarted "
+                    f"(rollout.max_restarts={r.max_restarts}); {len(book.finished)} of "
+                    f"{len(specs)} episodes finished. Last failure: "
+                    f"{self.stats.failures[-1] if self.stats.failures else '?'}"
+                )
+        finally:
+            self.stats.loop_time += time.perf_counter() - t_loop
+            self.stats.episodes_rerun += book.reruns
+        return book.trajectories()
+
+    def close(self) -> None:
+        """End the workers and the policy service."""
+        import ray
+
+        self.pool.shutdown()
+        if self.service is not None:
+            ray.get(self.service.close.remote())
+            ray.kill(self.service)
+            self.service = None
+        self._streams.clear()
+        self._streaming.clear()
+
+    def update_policy(self, state_dict: Any, version: int) -> None:
+        """New weights for the policy service (a trainer calls this between collects), so every
+        episode of the next collect is answered by ``version``."""
+        import ray
+
+        if self.service is not None:
+            ray.get(self.service.set_weights.remote(state_dict, version))
+        self.policy.version = version
+
+    def worker_pid(self, w: int) -> int:
+        """Process id of worker ``w``."""
+        return self.pool.pid(w)
+
+    # ------------------------------------------------------------------ internals
+
+    def _feed(self, slots: Sequence[Slot]) -> None:
+        """Give free slots the next waiting episodes (extending or starting their workers'
+        streams); a slot with nothing to play stays parked."""
+        book = self.book
+        assert book is not None
+        plan: dict[int, list[EpisodeAssignment]] = {}
+        for slot in slots:
+            w, i = slot
+            if not self.pool.alive[w]:
+                continue
+            run = book.start(slot)
+            if run is None:
+                self.parked.add(slot)
+                continue
+            self.parked.discard(slot)
+            s = run.spec
+            plan.setdefault(w, []).append(EpisodeAssignment(i, s.traj_uid, s.group_uid, s.seed))
+        for w, assignments in plan.items():
+            worker = self.pool.workers[w]
+            if w in self._streaming and w not in self._finishing:
+                worker.assign.remote(assignments)
+            else:
+                gen = worker.run.options(num_returns="streaming").remote(assignments)
+                self._streams[gen] = w
+                self._streaming.add(w)
+                self._finishing.discard(w)
+
+    def _settle(self, w: int, msg: FinishedEpisode) -> None:
+        """Worker ``w`` finished an episode: record it, give its env the next one."""
+        book = self.book
+        assert book is not None
+        slot = (w, msg.env)
+        self.stats.policy_requests += msg.requests
+        if msg.stale:
+            book.interrupt(slot, charge=False, reason="")
+        else:
+            book.running[slot].steps = msg.steps
+            self.stats.env_steps += len(msg.steps)
+            self.stats.policy_calls += len(msg.steps)
+            book.finish(slot, won=msg.won, error=msg.error, final_prompt=msg.final_prompt)
+        self._feed([slot])
+        if book.waiting and self.parked:  # re-runs of a dead worker's episodes
+            self._feed(sorted(self.parked))
+        for v in list(self._streaming):
+            if not book.waiting and not book.on_worker(v) and v not in self._finishing:
+                self.pool.workers[v].finish.remote()
+                self._finishing.add(v)
+
+    def _ended(self, gen: Any) -> None:
+        w = self._streams.pop(gen)
+        self._streaming.discard(w)
+        self._finishing.discard(w)
+
+    def _failed(self, w: int, e: BaseException) -> None:
+        """Worker ``w``'s stream failed: the policy's error fails the run; a dead worker's
+        episodes are settled by the pool and run again."""
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, PolicyFailed):
+            raise PolicyFailed(str(cause)) from None
+        book = self.book
+        assert book is not None
+        error = self.pool.failure(w, e)
+        slots = self.pool.recover(w, error, book)
+        self.parked -= {s for s in self.parked if s[0] == w}
+        self._feed(slots)
+        if book.waiting and self.parked:
+            self._feed(sorted(self.parked))
+
+
+def make_collector(
+    job: JobConfig,
+    policy: Policy | None = None,
+    on_step: Callable[[Any], None] | None = None,
+    run_id: str | None = None,
+) -> Collector | AsyncCollector:
+    """The engine ``rollout.mode`` names: :class:`AsyncCollector` (``async``) or the lockstep
+    :class:`~agent_memory.rollout.collector.Collector` (``lockstep``); same API."""
+    engine = AsyncCollector if job.rollout.mode == "async" else Collector
+    return engine(job, policy=policy, on_step=on_step, run_id=run_id)

@@ -1,0 +1,224 @@
+"""``EpisodeLoop``: a rollout worker playing its episodes on its own (the asynchronous engine).
+
+The lockstep engine steps every live env together, once per policy call. Here each env moves as
+soon as its own answer is back: the worker keeps one request in flight per live env, waits for
+the first answers to arrive, steps exactly those envs (one masked vector step: a micro-batch of
+whatever arrived), and sends each env's next request at once. A finished episode goes to the
+driver straight away (a streamed :class:`~agent_memory.rollout.types.FinishedEpisode`) and the env
+takes the next episode the driver assigns — no env waits for another env's generation, and the
+server never waits for a barrier.
+
+Who answers (:attr:`~agent_memory.policies.Policy.runs_in`):
+
+* a policy that runs beside the envs (``random``, ``scripted``, ``prompt_oracle``): called here,
+  in one batch for every env waiting — no round trip to the driver;
+* a client of a server (``openai``): each env's request goes out on its own, up to the client's
+  share of ``concurrency``;
+* a local model: a :class:`~agent_memory.rollout.service.PolicyService` actor, which batches the
+  concurrent requests of every worker.
+
+Every request carries the episode's ``traj_uid`` and ``step`` (per-request seeds make the
+answers independent of arrival order), and every answer its ``policy_version``: an answer newer
+than the episode's first by more than ``rollout.max_policy_lag`` abandons the episode, which the
+driver runs again from its start under the new weights. An answer for an episode that has ended
+(its env failed meanwhile) is dropped, never applied to another episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agent_memory.failures import describe_exception
+from agent_memory.protocol import EpisodeAssignment, Generation
+from agent_memory.rollout.book import RunningEpisode
+from agent_memory.rollout.records import policy_inputs, step_record
+from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode
+
+__all__ = ["EpisodeLoop", "PolicyFailed"]
+
+
+class PolicyFailed(RuntimeError):
+    """The policy raised while answering (e.g. its server never answered): the run fails with
+    this message, as it does in the lockstep engine."""
+
+
+@dataclass
+class _Live:
+    run: RunningEpisode
+    version: int | None = None  # the policy version of the episode's first answer
+    request: asyncio.Future[Generation] | None = None
+    requests: int = 0
+
+
+class EpisodeLoop:
+    """Plays the episodes assigned to ``worker`` (see the module docstring).
+
+    Args:
+        worker: the rollout worker (its ``reset_envs`` and ``step``).
+        policy: a :class:`~agent_memory.policies.Policy` that runs in the worker, or a Ray
+            handle of a policy service (an object with ``generate.remote``).
+        max_policy_lag: the newest answer an episode accepts is this many versions past its
+            first.
+        max_response_chars: the rows' cap on raw responses.
+    """
+
+    def __init__(
+        self, worker: Any, policy: Any, max_policy_lag: int, max_response_chars: int
+    ) -> None:
+        self.worker = worker
+        self.policy = policy
+        self.max_policy_lag = max_policy_lag
+        self.max_response_chars = max_response_chars
+        self.inbox: asyncio.Queue[list[EpisodeAssignment]] = asyncio.Queue()
+        self.live: dict[int, _Live] = {}
+        self.closing = False
+        self._remote = hasattr(getattr(policy, "generate", None), "remote")
+        self._inline = not self._remote and not hasattr(policy, "agenerate")
+
+    def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
+        """More episodes to play (each on the env it names, once that env is free)."""
+        self.inbox.put_nowait(list(assignments))
+
+    def finish(self) -> None:
+        """No more episodes are coming: :meth:`run` ends once its episodes have."""
+        self.closing = True
+        self.inbox.put_nowait([])
+
+    async def run(self, assignments: Sequence[EpisodeAssignment]) -> AsyncIterator[FinishedEpisode]:
+        """Play ``assignments`` and whatever :meth:`assign` adds; yield each episode as it ends.
+
+        Raises:
+            PolicyFailed: the policy raised.
+        """
+        self.assign(assignments)
+        while True:
+            for done in self._start(self._take_inbox()):
+                yield done
+            if not self.live:
+                if self.closing and self.inbox.empty():
+                    return
+                self.assign(await self.inbox.get())  # sleep until there is work
+                continue
+            self._ask()
+            await self._wait()
+            for done in self._step():
+                yield done
+            await asyncio.sleep(0)  # let assign/finish calls in between steps
+
+    # ------------------------------------------------------------------ internals
+
+    def _take_inbox(self) -> list[EpisodeAssignment]:
+        out: list[EpisodeAssignment] = []
+        while not self.inbox.empty():
+            out += self.inbox.get_nowait()
+        return out
+
+    def _start(self, assignments: list[EpisodeAssignment]) -> list[FinishedEpisode]:
+        """Reset the assigned envs; an env that cannot reset ends its episode right away."""
+        if not assignments:
+            return []
+        by_env = {a.env: a for a in assignments}
+        failed = []
+        for res in self.worker.reset_envs(assignments):
+            a = by_env[res.env]
+            spec = EpisodeSpec(a.group_uid, a.traj_uid, -1, -1, a.seed)
+            if res.error is not None:
+                failed.append(FinishedEpisode(res.env, a.traj_uid, [], error=res.error))
+            else:
+                self.live[res.env] = _Live(RunningEpisode(spec, 1, 0, view=res.view))
+        return failed
+
+    def _ask(self) -> None:
+        """Send a request for every live env that has none in flight."""
+        waiting = [env for env, lv in self.live.items() if lv.request is None]
+        if not waiting:
+            return
+        prompts, metas = policy_inputs([self.live[env].run for env in waiting])
+        for env in waiting:
+            self.live[env].requests += 1
+        loop = asyncio.get_running_loop()
+        if self._inline:  # one call for every waiting env, right here
+            try:
+                gens = self.policy.generate(prompts, metas)
+            except Exception as e:
+                raise PolicyFailed(describe_exception(e)) from e
+            for env, g in zip(waiting, gens, strict=True):
+                fut = loop.create_future()
+                fut.set_result(g)
+                self.live[env].request = fut
+            return
+        for env, prompt, meta in zip(waiting, prompts, metas, strict=True):
+            self.live[env].request = loop.create_task(self._one(prompt, meta))
+
+    async def _one(self, prompt: Any, meta: dict[str, Any]) -> Generation:
+        if self._remote:
+            out = await self.policy.generate.remote([prompt], [meta])
+        else:
+            out = self.policy.agenerate([prompt], [meta])
+            out = await out if inspect.isawaitable(out) else out
+        return out[0]
+
+    async def _wait(self) -> None:
+        """Until at least one request of a live env is answered (or work arrives)."""
+        futures = [lv.request for lv in self.live.values() if lv.request is not None]
+        if any(f.done() for f in futures):
+            return
+        inbox = asyncio.ensure_future(self._inbox_item())
+        try:
+            await asyncio.wait([*futures, inbox], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not inbox.done():
+                inbox.cancel()
+
+    async def _inbox_item(self) -> None:
+        self.assign(await self.inbox.get())
+
+    def _step(self) -> list[FinishedEpisode]:
+        """Step the envs whose answers are in (one masked step); return the ended episodes."""
+        ready: dict[int, Generation] = {}
+        out: list[FinishedEpisode] = []
+        for env, lv in list(self.live.items()):
+            fut = lv.request
+            if fut is None or not fut.done():
+                continue
+            lv.request = None
+            try:
+                g = fut.result()
+            except Exception as e:
+                raise PolicyFailed(describe_exception(e)) from e
+            v = g.policy_version
+            if lv.version is None:
+                lv.version = v
+            elif v is not None and v - lv.version > self.max_policy_lag:
+                del self.live[env]  # answered by weights too new for this episode: run it again
+                self.worker.abandon([env])
+                out.append(
+                    FinishedEpisode(env, lv.run.spec.traj_uid, [], stale=True, requests=lv.requests)
+                )
+                continue
+            ready[env] = g
+        if not ready:
+            return out
+        for res in self.worker.step({env: g.text for env, g in ready.items()}):
+            lv = self.live[res.env]
+            lv.run.steps.append(step_record(lv.run, ready[res.env], res, self.max_response_chars))
+            if res.done:
+                del self.live[res.env]
+                out.append(
+                    FinishedEpisode(
+                        res.env,
+                        lv.run.spec.traj_uid,
+                        lv.run.steps,
+                        won=res.won,
+                        error=res.error,
+                        final_prompt=res.next.prompt,
+                        requests=lv.requests,
+                    )
+                )
+            else:
+                lv.run.view = res.next
+        return out

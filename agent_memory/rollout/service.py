@@ -1,0 +1,57 @@
+"""``PolicyService``: one policy (a local model) serving every rollout worker, batched.
+
+In the asynchronous engine each env asks for its next response as soon as its own step is done;
+a local model (``hf``, a policy being trained) would get a stream of single prompts from many
+workers. The service is a Ray actor holding the one copy of the model: concurrent requests are
+batched dynamically (:class:`~agent_memory.policies.batching.BatchingPolicy`: up to
+``max_batch_size`` prompts, waiting at most ``max_wait_ms`` for a batch to fill), so the model
+still runs full batches. A trainer sends it new weights with :meth:`PolicyService.set_weights`;
+each answer carries the version that produced it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from agent_memory.policies.base import Policy
+from agent_memory.policies.batching import BatchingPolicy
+from agent_memory.protocol import Generation
+
+__all__ = ["PolicyService"]
+
+
+class PolicyService:
+    """A batching policy server for the rollout workers (used as a Ray actor).
+
+    Args:
+        policy: the policy (built in this process; e.g. the job's ``hf`` policy).
+        max_batch_size: the most prompts per model call.
+        max_wait_ms: how long a batch's first prompt waits for more.
+    """
+
+    def __init__(self, policy: Policy, max_batch_size: int = 32, max_wait_ms: float = 5.0) -> None:
+        self.policy = policy
+        self.batcher = BatchingPolicy(
+            policy, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms
+        )
+
+    async def generate(
+        self, prompts: Sequence[Any], meta: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[Generation]:
+        """The generations of ``prompts``, from a batch shared with other callers."""
+        return await self.batcher.agenerate(prompts, meta)
+
+    def set_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
+        """Load new weights (a model's ``state_dict``) and call them ``version``."""
+        self.policy.model.load_state_dict(state_dict)
+        self.policy.version = version
+        return version
+
+    def stats(self) -> dict[str, Any]:
+        """The batcher's counters (requests, batches, mean batch size, busy seconds)."""
+        return self.batcher.stats.as_dict()
+
+    def close(self) -> None:
+        """Release the policy."""
+        self.policy.close()

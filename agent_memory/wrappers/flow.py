@@ -1,0 +1,213 @@
+"""The step flow both wrappers share: one model response per acting env, in order
+
+1. **intercept**: a memory action (``<record>``, ``<retrieve>``) goes to the memory, whose reply
+   is reported in ``info["memory_reply"]``; the env gets the no-op;
+2. **parse**: the parser turns every other response into the env's action, or an invalid verdict;
+3. **fallback**: an invalid response's env gets the parser's fallback action
+   (:meth:`StepFlow.plan` ends here, and the wrapper steps the env);
+4. **store**: the observation acted on, the action as the history shows it (the parsed action,
+   ``[invalid: reason]``, or the memory action as written), the thought and the extras;
+5. **verdict**: the parser's, then the env's own (``info["is_action_valid"]``);
+6. **penalty**: ``invalid_penalty`` added to the reward of an invalid step, and the reward to
+   the episode's return (:meth:`StepFlow.record` ends here);
+7. **hand-over**: an ended episode goes to the memory's ``end_episodes`` hook and to
+   ``info["episode_history"]`` (:meth:`~agent_memory.wrappers.recorder.EpisodeRecorder.handover`;
+   *when* depends on the vector env's autoreset mode, so the wrappers call it).
+
+The single-env wrapper is the vector flow over one env, so both give the same prompts, infos,
+records and episodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from agent_memory.memory import BaseMemory
+from agent_memory.parsing import ActionParser, ParsedAction
+from agent_memory.protocol import INVALID_REASON, IS_ACTION_VALID
+from agent_memory.text import utf8_safe
+from agent_memory.wrappers.recorder import EpisodeRecorder
+
+__all__ = ["Plan", "StepFlow", "Verdicts", "object_array"]
+
+
+def object_array(values: Sequence[Any]) -> np.ndarray:
+    """A 1-D object array (``np.array`` would turn equal-length lists into a 2-D array)."""
+    arr = np.empty(len(values), dtype=object)
+    for j, v in enumerate(values):
+        arr[j] = v
+    return arr
+
+
+@dataclass
+class Plan:
+    """What the acting envs' responses turned into, before the env steps.
+
+    Attributes:
+        ids: the envs that act.
+        responses: env id -> the model's response.
+        env_actions: env id -> the action its env gets.
+        parsed: env id -> the parsed response (envs whose response was not a memory action,
+            with a parser).
+        replies: env id -> the memory's reply to a memory action.
+    """
+
+    ids: list[int]
+    responses: dict[int, Any]
+    env_actions: dict[int, Any]
+    parsed: dict[int, ParsedAction] = field(default_factory=dict)
+    replies: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class Verdicts:
+    """Per env (arrays over all envs; envs that did not act are valid, with no penalty): the
+    step's validity as the wrappers report it in ``info``."""
+
+    is_action_valid: np.ndarray
+    invalid_reason: np.ndarray
+    parsed_action: np.ndarray
+    thought: np.ndarray
+    invalid_penalty: np.ndarray
+    replies: dict[int, str]
+
+    def items(self) -> list[tuple[str, np.ndarray]]:
+        """The info keys and their per-env values (``memory_reply`` apart)."""
+        return [
+            (IS_ACTION_VALID, self.is_action_valid),
+            (INVALID_REASON, self.invalid_reason),
+            ("parsed_action", self.parsed_action),
+            ("thought", self.thought),
+            ("invalid_penalty", self.invalid_penalty),
+        ]
+
+    def info_at(self, i: int) -> dict[str, Any]:
+        """Env ``i``'s values as a single env's info (plain Python scalars)."""
+        out = {key: values[i].item() if values.dtype != object else values[i]
+               for key, values in self.items()}  # fmt: skip
+        if i in self.replies:
+            out["memory_reply"] = self.replies[i]
+        return out
+
+
+class StepFlow:
+    """Steps 1-6 of the module docstring, for any acting envs.
+
+    Args:
+        recorder: stores the steps and keeps the returns.
+        parser: turns responses into env actions (None: responses go to the env as is, and
+            no verdict is made).
+    """
+
+    def __init__(self, recorder: EpisodeRecorder, parser: ActionParser | None) -> None:
+        self.recorder = recorder
+        self.parser = parser
+        self.num_envs = recorder.num_envs
+        # A memory without memory actions needs no scan of the responses.
+        self._intercepts = type(recorder.memory).intercept is not BaseMemory.intercept
+
+    def idle_action(self, response: Any) -> Any:
+        """The action an env that does not act gets (ignored by it): the fallback, with a
+        parser, else what was given."""
+        return response if self.parser is None else self.parser.fallback_action()
+
+    def plan(self, responses: Sequence[Any], ids: Sequence[int]) -> Plan:
+        """Intercept, parse and fall back for the envs in ``ids`` (``responses`` indexed by env)."""
+        ids = list(ids)
+        given = {i: responses[i] for i in ids}
+        if self.parser is None:
+            return Plan(ids, given, dict(given))
+        replies = self._intercept(given)
+        admissible = self.recorder.state.admissible
+        parsed = {
+            i: self.parser.parse(r, admissible(i)) for i, r in given.items() if i not in replies
+        }
+        fallback = self.parser.fallback_action()
+        actions = {
+            i: p.action if (p := parsed.get(i)) is not None and p.valid else fallback for i in ids
+        }
+        return Plan(ids, given, actions, parsed, replies)
+
+    def record(
+        self,
+        plan: Plan,
+        step_infos: Mapping[int, Mapping[str, Any]],
+        rewards: np.ndarray,
+        extras: Mapping[str, Sequence[Any]] | None = None,
+    ) -> Verdicts | None:
+        """Store the step of each acting env, judge it and add the penalty to ``rewards``
+        (indexed by env; changed in place). ``step_infos``: env id -> what its env's own step
+        reported. Returns the verdicts (None without a parser)."""
+        ids, parser, recorder = plan.ids, self.parser, self.recorder
+        raw = [plan.responses[i] for i in ids]
+        if parser is None:
+            recorder.store(ids, raw, None, extras, raw)
+            recorder.add_rewards(ids, rewards[ids])
+            return None
+        parsed = plan.parsed
+        # A memory action is stored as written (lone surrogates replaced, as the parser does).
+        texts = [parsed[i].text if i in parsed else utf8_safe(plan.responses[i]) for i in ids]
+        thoughts = (
+            [parsed[i].thought if i in parsed else "" for i in ids] if parser.think_tag else None
+        )
+        recorder.store(ids, texts, thoughts, extras, raw)
+        verdicts = self._judge(plan, step_infos, parser.invalid_penalty)
+        rewards += verdicts.invalid_penalty
+        recorder.add_rewards(ids, rewards[ids])
+        return verdicts
+
+    # ------------------------------------------------------------------ internals
+
+    def _intercept(self, given: Mapping[int, Any]) -> dict[int, str]:
+        """Memory actions among the responses: env id -> the memory's reply.
+
+        Only a str within the parser's ``max_chars`` reaches the memory (lone surrogates
+        replaced, as the parser does): any other response goes to the parser, which rejects
+        it, before any memory scans it.
+        """
+        if not self._intercepts:
+            return {}
+        assert self.parser is not None
+        cap, memory = self.parser.max_chars, self.recorder.memory
+        replies = {}
+        for i, r in given.items():
+            if not isinstance(r, str) or len(r) > cap:
+                continue
+            reply = memory.intercept(i, utf8_safe(r))
+            if reply is not None:
+                replies[i] = reply
+        return replies
+
+    def _judge(
+        self, plan: Plan, step_infos: Mapping[int, Mapping[str, Any]], invalid_penalty: float
+    ) -> Verdicts:
+        n = self.num_envs
+        valid = np.ones(n, dtype=bool)
+        reasons: list[str | None] = [None] * n
+        actions: list[Any] = [None] * n
+        thoughts: list[str | None] = [None] * n
+        for i, p in plan.parsed.items():  # a memory action: valid, no env action, no penalty
+            valid[i], reasons[i] = _verdict(p, step_infos[i])
+            actions[i] = p.action
+            thoughts[i] = p.thought
+        return Verdicts(
+            is_action_valid=valid,
+            invalid_reason=object_array(reasons),
+            parsed_action=object_array(actions),
+            thought=object_array(thoughts),
+            invalid_penalty=np.where(valid, 0.0, invalid_penalty),
+            replies=plan.replies,
+        )
+
+
+def _verdict(parsed: ParsedAction, env_info: Mapping[str, Any]) -> tuple[bool, str | None]:
+    """A step's validity and reason: the parser's, then the env's own (``is_action_valid``)."""
+    if not parsed.valid:
+        return False, parsed.reason
+    if bool(env_info.get(IS_ACTION_VALID, True)):
+        return True, None
+    return False, env_info.get(INVALID_REASON, "the env rejected the action")

@@ -1,0 +1,146 @@
+"""Holding sub-envs back: a vector step in which only some envs act.
+
+A Gymnasium vector env steps every sub-env on every ``step``. :class:`Holdable` wraps one sub-env
+so that, while its ``hold`` flag is set, ``step`` and ``reset`` return its last observation
+without touching the env (reward 0, neither terminated nor truncated, an empty info): a held
+Code env runs no code, a held TextWorld env loads no game, and no counter in or below it moves.
+:class:`~agent_memory.wrappers.VectorHistoryWrapper` sets the flags through the vector env's
+``set_attr`` (Sync and Async alike) for ``step(actions, mask=...)``; the rollout worker sets them
+to park envs with nothing to play.
+
+``Holdable`` must be the outermost wrapper of each sub-env (a wrapper outside it would still run
+for a held env): :func:`make_vec_holdable` builds such a vector env.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+
+__all__ = ["Holdable", "SubEnvHolds", "make_vec_holdable"]
+
+#: What to tell a user whose sub-envs cannot be held.
+HOLD_FIX = (
+    "wrap each sub-env in agent_memory.wrappers.Holdable as its outermost wrapper (e.g. "
+    "gym.make_vec(env_id, n, wrappers=[Holdable], vector_kwargs={'autoreset_mode': "
+    "AutoresetMode.DISABLED})), or build the vector env with "
+    "agent_memory.wrappers.make_vec_holdable(env_id, n)"
+)
+
+
+class Holdable(gym.Wrapper):
+    """While ``hold`` is True, ``reset`` and ``step`` return the last observation without
+    calling the env (see the module docstring).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> import envs  # registers the bundled text envs
+        >>> env = Holdable(gym.make("agent_memory/Recall-v0"))
+        >>> obs, _ = env.reset(seed=0)
+        >>> env.hold = True
+        >>> env.step("next") == (obs, 0.0, False, False, {})
+        True
+    """
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.hold = False
+        self._last_obs: Any = "" if isinstance(env.observation_space, gym.spaces.Text) else None
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        if self.hold:
+            return self._last_obs, {}
+        obs, info = self.env.reset(**kwargs)
+        self._last_obs = obs
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self.hold:
+            return self._last_obs, 0.0, False, False, {}
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self._last_obs = obs
+        return obs, reward, terminated, truncated, info
+
+
+def make_vec_holdable(
+    env_id: str,
+    num_envs: int,
+    *,
+    vectorization_mode: Literal["sync", "async"] = "sync",
+    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    **kwargs: Any,
+) -> VectorEnv:
+    """A vector env of ``num_envs`` ``gym.make(env_id, **kwargs)`` sub-envs that can be held:
+    autoreset DISABLED, ``wrappers`` applied to each sub-env, then :class:`Holdable` outermost
+    (an async env gets ``shared_memory=False``: text observations need it).
+
+    Example:
+        >>> import envs  # registers the bundled text envs
+        >>> venv = make_vec_holdable("agent_memory/Recall-v0", 2)
+        >>> venv.metadata["autoreset_mode"], venv.get_attr("hold")
+        (<AutoresetMode.DISABLED: 'Disabled'>, (False, False))
+        >>> venv.close()
+    """
+    vector_kwargs: dict[str, Any] = {"autoreset_mode": AutoresetMode.DISABLED}
+    if vectorization_mode == "async":
+        vector_kwargs["shared_memory"] = False
+    return gym.make_vec(
+        env_id, num_envs, vectorization_mode=vectorization_mode, vector_kwargs=vector_kwargs,
+        wrappers=[*wrappers, Holdable], **kwargs,
+    )  # fmt: skip
+
+
+class SubEnvHolds:
+    """The ``hold`` flags of a vector env's :class:`Holdable` sub-envs, as last set here.
+
+    Flags are sent (one ``set_attr`` of the base vector env: vector wrappers do not forward it)
+    only when they change. Whether the sub-envs can be held is checked once, the first time one
+    is held.
+    """
+
+    def __init__(self, env: VectorEnv) -> None:
+        self.env = env.unwrapped
+        self.flags = np.zeros(env.num_envs, dtype=bool)
+        self._checked = False
+
+    def set(self, hold: np.ndarray, finished: np.ndarray) -> np.ndarray:
+        """Hold exactly the envs in ``hold``; returns those of them that were in ``finished``.
+
+        A finished sub-env (its last step ended the episode, no reset since) that is held gets
+        a reset of the base vector env that its :class:`Holdable` answers without touching it:
+        with autoreset DISABLED, SyncVectorEnv refuses to step a finished sub-env, held or not.
+        """
+        if hold.any() and not self._checked:
+            self._check()
+        if (hold != self.flags).any():
+            self.env.set_attr("hold", hold.tolist())
+            self.flags = hold.copy()
+        cleared = hold & finished
+        if cleared.any():
+            self.env.reset(options={"reset_mask": cleared.copy()})
+        return cleared
+
+    def release(self) -> None:
+        """Hold no env."""
+        if self.flags.any():
+            self.set(np.zeros_like(self.flags), self.flags & False)
+
+    def _check(self) -> None:
+        try:
+            able = list(self.env.call("has_wrapper_attr", "hold"))
+        except Exception as e:  # a vector env without call(): it cannot hold either
+            raise ValueError(
+                f"step(mask=...) holds sub-envs back, but {type(self.env).__name__} cannot say "
+                f"whether they can be held ({type(e).__name__}: {e}): {HOLD_FIX}"
+            ) from e
+        missing = [i for i, ok in enumerate(able) if not ok]
+        if missing:
+            raise ValueError(
+                f"step(mask=...) holds sub-envs back, but sub-env(s) {missing} cannot be held "
+                f"(no Holdable wrapper): {HOLD_FIX}"
+            )
+        self._checked = True

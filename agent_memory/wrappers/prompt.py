@@ -1,0 +1,236 @@
+"""``PromptBuilder``: each env's prompt from its state and its memory, budget included.
+
+A prompt is the template's rendering of the task, the step count, the history the memory fetches,
+the current observation and the admissible actions: one text, or with a chat-message memory
+(``output == "messages"``) a message list (an optional system message, the history turns, then
+the rendering as the last user turn).
+
+**The budget** (``max_prompt_tokens``) is decided in one pass per build:
+
+1. the *frame* of each env's prompt (everything but the history) is counted, and the history gets
+   what is left: one ``fetch`` for all envs, in which the memory keeps the newest whole steps
+   that fit (its per-step counts);
+2. the joined prompts are counted as the model will see them. A real tokenizer is not additive
+   over the joins, so a prompt may still be over by a few tokens; such a prompt drops whole
+   steps, oldest first, found by a binary search over the window (at most ``log2(window)``
+   fetches of that env alone), down to no memory context at all.
+
+So the history never pushes a prompt over the budget, also with tokenizers that are not additive
+(a prompt over it with no history at all is the observation's doing, and is left as it is), and a
+budget below the template's own frame is refused when the builder is made.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Sequence
+from typing import Any, NamedTuple
+
+from gymnasium import spaces
+
+from agent_memory.memory import BaseMemory
+from agent_memory.prompts import PromptTemplate
+from agent_memory.protocol import Prompt
+from agent_memory.tokens import TokenCounter
+from agent_memory.wrappers.state import EpisodeState
+
+__all__ = ["Built", "PromptBuilder", "PromptText", "prompt_text", "shown_text"]
+
+
+class PromptText(spaces.Text):
+    """A ``Text`` space holding any string up to ``max_length`` (prompts carry whatever text the
+    env and the model produced, so no fixed charset can bound them). Samples use printable ASCII.
+    """
+
+    def __init__(self, max_length: int = 10**7) -> None:
+        super().__init__(max_length, min_length=0, charset=string.printable)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"PromptText(max_length={self.max_length})"
+
+
+def prompt_text(prompt: Prompt) -> str:
+    """The text a prompt's tokens are counted on (a chat prompt: each content and a newline;
+    role markers depend on the model's chat template, which this cannot see)."""
+    if isinstance(prompt, str):
+        return prompt
+    return "".join(m["content"] + "\n" for m in prompt)
+
+
+def _prompt_len(prompt: Prompt) -> int:
+    """``len(prompt_text(prompt))`` without building the text."""
+    if isinstance(prompt, str):
+        return len(prompt)
+    return sum(len(m["content"]) + 1 for m in prompt)
+
+
+def shown_text(prompt: Prompt) -> str:
+    """What a prompt newly shows its policy: a chat prompt's last (user) message, or the whole
+    text prompt (what a ``transcript`` record stores as ``shown``).
+
+    Example:
+        >>> shown_text([{"role": "system", "content": "Play."}, {"role": "user", "content": "Hi."}])
+        'Hi.'
+    """
+    return prompt if isinstance(prompt, str) else prompt[-1]["content"]
+
+
+class Built(NamedTuple):
+    """Prompts of the requested envs (in their order) and their figures."""
+
+    prompts: list[Prompt]
+    #: Steps of the episode each prompt shows as its window (``Fetched.lengths``).
+    history_steps: list[int]
+    context_chars: list[int]
+    context_tokens: list[int]
+    #: Steps taken in each env's episode.
+    episode_step: list[int]
+
+
+class PromptBuilder:
+    """Builds prompts for any envs from the shared state and memory (see the module docstring).
+
+    Args:
+        memory: the memory the history comes from.
+        state: the envs' state (read only).
+        template: the prompt template.
+        counter: counts the figures' tokens and the budget.
+        history_length: 0 none, -1 the whole episode, k the last k steps.
+        max_prompt_tokens: the budget of each whole prompt (None: none).
+
+    Raises:
+        ValueError: ``max_prompt_tokens`` below the template's frame.
+    """
+
+    def __init__(
+        self, memory: BaseMemory, state: EpisodeState, *, template: PromptTemplate,
+        counter: TokenCounter, history_length: int, max_prompt_tokens: int | None,
+    ) -> None:  # fmt: skip
+        self.memory = memory
+        self.state = state
+        self.template = template
+        self.counter = counter
+        self.history_length = history_length
+        self.max_prompt_tokens = max_prompt_tokens
+        self.chat = memory.output == "messages"
+        #: Tokens of the smallest prompt the template makes: an empty observation, no history,
+        #: no admissible actions, only the template's own task.
+        self.frame_tokens = counter(prompt_text(self._render("", template.task, None, None, 0, 0)))
+        if max_prompt_tokens is not None and max_prompt_tokens < self.frame_tokens:
+            raise ValueError(
+                f"max_prompt_tokens={max_prompt_tokens} is below the prompt's frame: the template "
+                f"alone (empty observation, no history) takes {self.frame_tokens} tokens "
+                f"({counter.name}), so every prompt would exceed the budget: expected "
+                f"max_prompt_tokens >= {self.frame_tokens} plus room for observations and "
+                "history, or None (no budget)"
+            )
+
+    def build(self, ids: Sequence[int]) -> Built:
+        """The prompts of ``ids`` (in that order) with their figures."""
+        memory, hl, budget = self.memory, self.history_length, self.max_prompt_tokens
+        steps = [memory.num_steps(i) for i in ids]
+        # Memories with something to show before the first step (shared notes, past episodes)
+        # are fetched for every env.
+        always = memory.fetch_when_empty
+        hist = [i for i, s in zip(ids, steps, strict=True) if always or (hl != 0 and s > 0)]
+        contexts: dict[int, Any] = {}
+        lengths: dict[int, int] = {}
+        if hist:
+            kwargs: dict[str, Any] = {}
+            if budget is not None:
+                step_of = dict(zip(ids, steps, strict=True))
+                kwargs["max_tokens"] = self._history_budgets(hist, [step_of[i] for i in hist])
+            if memory.accepts_queries:  # retrieval: relevance to the current observation
+                kwargs["queries"] = [self.state.observation(i) for i in hist]
+            fetched = memory.fetch(hl, env_ids=hist, **kwargs)
+            contexts = dict(zip(hist, fetched.contexts, strict=True))
+            lengths = dict(zip(hist, fetched.lengths, strict=True))
+        prompts = [
+            self._render_env(i, contexts.get(i), lengths.get(i, 0), s)
+            for i, s in zip(ids, steps, strict=True)
+        ]
+        chars, tokens = self._measure(prompts)
+        if budget is not None:
+            for j, i in enumerate(ids):
+                if tokens[j] > budget and i in contexts:  # the joins were not additive
+                    prompts[j], chars[j], tokens[j], lengths[i] = self._fit(i, lengths[i], steps[j])
+        return Built(prompts, [lengths.get(i, 0) for i in ids], chars, tokens, steps)
+
+    # ------------------------------------------------------------------ internals
+
+    def _render(
+        self, observation: str, task: str | None, admissible: Sequence[Any] | None,
+        context: Any, length: int, step_count: int,
+    ) -> Prompt:  # fmt: skip
+        t = self.template
+        if self.chat:
+            user = t.render(
+                observation=observation, task=task, admissible=admissible, step_count=step_count
+            )
+            system = t.render_system(task=task)
+            head = [] if system is None else [{"role": "system", "content": system}]
+            return [*head, *(context or []), {"role": "user", "content": user}]
+        prompt = t.render(
+            observation=observation, task=task, admissible=admissible,
+            history=context if length > 0 else None, history_length=length, step_count=step_count,
+        )  # fmt: skip
+        if length == 0 and context:  # no steps yet, but the memory has notes: put them first
+            prompt = f"{context}\n\n{prompt}"
+        return prompt
+
+    def _render_env(self, i: int, context: Any, length: int, step_count: int) -> Prompt:
+        state = self.state
+        return self._render(
+            state.observation(i), state.task(i), state.admissible(i), context, length, step_count
+        )
+
+    def _measure(self, prompts: Sequence[Prompt]) -> tuple[list[int], list[int]]:
+        """Characters and tokens of each prompt's text. A counter that needs only the length
+        (the default estimate) gets it without the text being built: no copy of a long prompt."""
+        count_length = getattr(self.counter, "count_length", None)
+        if count_length is not None:
+            chars = [_prompt_len(p) for p in prompts]
+            return chars, [count_length(c) for c in chars]
+        texts = [prompt_text(p) for p in prompts]
+        return [len(t) for t in texts], self.counter.count_many(texts)
+
+    def _history_budgets(self, ids: Sequence[int], steps: Sequence[int]) -> list[int | None]:
+        """Tokens left for history in each env's prompt: the budget less its frame (the prompt
+        with an empty history), within the memory's own budget."""
+        assert self.max_prompt_tokens is not None
+        empty = [] if self.chat else ""
+        frames = [self._render_env(i, empty, 1, s) for i, s in zip(ids, steps, strict=True)]
+        default = self.memory.max_tokens
+        out: list[int | None] = []
+        for used in self._measure(frames)[1]:
+            left = max(0, self.max_prompt_tokens - used)
+            out.append(left if default is None else min(left, default))
+        return out
+
+    def _fit(self, i: int, length: int, step_count: int) -> tuple[Prompt, int, int, int]:
+        """Env ``i``'s prompt with the longest window below ``length`` steps that fits the budget
+        (binary search: the fit is checked on every candidate, so the result always fits),
+        or with no memory context at all. Returns the prompt, its chars, tokens and window."""
+        assert self.max_prompt_tokens is not None
+        queries = [self.state.observation(i)] if self.memory.accepts_queries else None
+        best: tuple[Prompt, int, int, int] | None = None
+        lo, hi = 1, length - 1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            kwargs: dict[str, Any] = {} if queries is None else {"queries": queries}
+            fetched = self.memory.fetch(mid, env_ids=[i], max_tokens=None, **kwargs)
+            got = fetched.lengths[0]
+            prompt = self._render_env(i, fetched.contexts[0], got, step_count)
+            (chars,), (tokens,) = self._measure([prompt])
+            if tokens <= self.max_prompt_tokens:
+                best, lo = (prompt, chars, tokens, got), mid + 1
+            else:
+                hi = mid - 1
+        if best is None:
+            prompt = self._render_env(i, None, 0, step_count)
+            (chars,), (tokens,) = self._measure([prompt])
+            best = (prompt, chars, tokens, 0)
+        return best

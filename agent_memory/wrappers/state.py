@@ -1,0 +1,160 @@
+"""Per-env episode state: one owner writes it, everyone else reads it.
+
+:class:`EpisodeState` holds, for each env, what its next prompt is built from and what its
+hand-over reports: the current observation text, the env's task, the admissible actions, the
+return so far, whether the running episode was already handed over, and the text its policy was
+last shown (for transcript records). Only
+:class:`~agent_memory.wrappers.recorder.EpisodeRecorder` writes it; the prompt builder, the step
+flow and the wrappers read it through its read methods, and users and the rollout worker through
+:class:`EnvView` (``env.current(i)``). Steps taken are not kept here: the memory counts them
+(``memory.num_steps(i)``), also when its storage is bounded.
+
+Example:
+    >>> state = EpisodeState(2, task="Find the key.")
+    >>> state.start([1], ["A hall."], [{"task": "generic", "admissible_actions": ("go", "look")}])
+    >>> state.observation(1), state.task(1), state.admissible(1)
+    ('A hall.', 'Find the key.', ['go', 'look'])
+    >>> EpisodeState(1).task(0) is None  # no configured task and no env task yet
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from agent_memory.protocol import ADMISSIBLE_ACTIONS, TASK
+from agent_memory.text import utf8_safe
+
+__all__ = ["EnvView", "EpisodeState"]
+
+
+@dataclass(frozen=True)
+class EnvView:
+    """What env ``i`` shows its policy now (a copy: changing the wrapper later changes nothing).
+
+    Attributes:
+        observation: the current observation as text (no history, no template).
+        task: the task as the prompt shows it: the template's configured task, else the env's
+            ``info["task"]``.
+        admissible_actions: the actions valid now (None where not finite or unknown).
+        episode_step: steps taken in the running episode.
+        episode_return: the sum of its rewards so far (penalties included).
+    """
+
+    observation: str
+    task: str | None
+    admissible_actions: tuple[Any, ...] | None
+    episode_step: int
+    episode_return: float
+
+
+def _listify(value: Any) -> list[Any] | None:
+    if value is None:
+        return None
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return list(value)
+
+
+class EpisodeState:
+    """The state of the running episode of each of ``num_envs`` envs (see the module).
+
+    Args:
+        num_envs: number of envs.
+        task: the template's configured task: when set, it is every env's task (it wins over
+            the env's generic ``info["task"]``).
+    """
+
+    def __init__(self, num_envs: int, task: str = "") -> None:
+        self.num_envs = num_envs
+        self.configured_task = task
+        self._obs: list[str] = [""] * num_envs
+        self._env_tasks: list[str | None] = [None] * num_envs
+        self._admissible: list[list[Any] | None] = [None] * num_envs
+        self._returns = np.zeros(num_envs, dtype=np.float64)
+        self._handed_over = np.zeros(num_envs, dtype=bool)
+        self._shown: list[str] = [""] * num_envs
+
+    # ------------------------------------------------------------------ reads
+
+    def observation(self, i: int) -> str:
+        """Env ``i``'s current observation text."""
+        return self._obs[i]
+
+    def task(self, i: int) -> str | None:
+        """Env ``i``'s task as its prompt shows it: the configured one, else the env's."""
+        return self.configured_task or self._env_tasks[i]
+
+    def admissible(self, i: int) -> list[Any] | None:
+        """Env ``i``'s admissible actions (None: unknown); do not change the list."""
+        return self._admissible[i]
+
+    def episode_return(self, i: int) -> float:
+        """Rewards env ``i`` collected in its running episode."""
+        return float(self._returns[i])
+
+    def handed_over(self, i: int) -> bool:
+        """Whether env ``i``'s running episode was already handed over (it ended)."""
+        return bool(self._handed_over[i])
+
+    def shown(self, i: int) -> str:
+        """The text env ``i``'s policy was last shown (kept only for transcript records)."""
+        return self._shown[i]
+
+    # ------------------------------------------------------------------ writes (the recorder)
+
+    def start(self, ids: Sequence[int], texts: Sequence[str], infos: Sequence[Mapping]) -> None:
+        """New episodes in ``ids``, from their first observations and reset infos."""
+        for i, text, info in zip(ids, texts, infos, strict=True):
+            self._obs[i] = text
+            task = info.get(TASK)
+            self._env_tasks[i] = utf8_safe(task) if isinstance(task, str) else task
+            self._admissible[i] = _listify(info.get(ADMISSIBLE_ACTIONS))
+            self._handed_over[i] = False
+            self._returns[i] = 0.0
+
+    def observe(self, ids: Sequence[int], texts: Sequence[str], infos: Sequence[Mapping]) -> None:
+        """The envs in ``ids`` moved on within their episodes."""
+        for i, text, info in zip(ids, texts, infos, strict=True):
+            self._obs[i] = text
+            if ADMISSIBLE_ACTIONS in info:
+                self._admissible[i] = _listify(info[ADMISSIBLE_ACTIONS])
+
+    def add_rewards(self, ids: Sequence[int], rewards: Sequence[float]) -> None:
+        """Add each env's step reward to its return."""
+        self._returns[list(ids)] += rewards
+
+    def mark_handed_over(self, ids: Sequence[int]) -> None:
+        """The running episodes of ``ids`` were handed over."""
+        self._handed_over[list(ids)] = True
+
+    def show(self, ids: Sequence[int], texts: Sequence[str]) -> None:
+        """What the policies of ``ids`` are shown now."""
+        for i, text in zip(ids, texts, strict=True):
+            self._shown[i] = text
+
+    # ------------------------------------------------------------------ sessions
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state as JSON-able values (the session file's keys)."""
+        return {
+            "last_obs": list(self._obs),
+            "tasks": list(self._env_tasks),
+            "admissible": [None if a is None else list(a) for a in self._admissible],
+            "handed_over": self._handed_over.tolist(),
+            "returns": self._returns.tolist(),
+            "shown": list(self._shown),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore :meth:`state_dict` (``shown`` may be absent: sessions saved before it)."""
+        self._obs = list(state["last_obs"])
+        self._env_tasks = list(state["tasks"])
+        self._admissible = [None if a is None else list(a) for a in state["admissible"]]
+        self._handed_over = np.array(state["handed_over"], dtype=bool)
+        self._returns = np.array(state["returns"], dtype=np.float64)
+        self._shown = list(state.get("shown", [""] * self.num_envs))

@@ -1,0 +1,125 @@
+"""What the vector wrapper relies on about Gymnasium's vector envs (1.4): their autoreset mode,
+their ``key`` / ``_key`` info convention, and two bugs it works around or refuses.
+
+Example:
+    >>> import numpy as np
+    >>> info = {"won": np.array([False, True]), "_won": np.array([False, True])}
+    >>> info_at(info, 0), info_at(info, 1)
+    ({}, {'won': np.True_})
+"""
+
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import textwrap
+from collections.abc import Mapping
+from typing import Any
+
+from gymnasium import spaces
+from gymnasium.logger import warn
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, async_vector_env
+
+from agent_memory.protocol import ADMISSIBLE_ACTIONS, INVALID_REASON, IS_ACTION_VALID, TASK, WON
+
+__all__ = [
+    "async_worker_keeps_autoreset",
+    "autoreset_mode_of",
+    "info_at",
+    "refuse_text_on_shared_memory",
+]
+
+#: The info keys the wrapper reads per env (the rest of the info passes through untouched).
+_WANTED = (TASK, ADMISSIBLE_ACTIONS, IS_ACTION_VALID, INVALID_REASON, WON)
+
+
+def info_at(info: Mapping[str, Any], i: int) -> dict[str, Any]:
+    """Env ``i``'s values of the keys the wrapper reads from a vector info dict (Gymnasium's
+    ``key`` / ``_key`` convention)."""
+    out = {}
+    for key in _WANTED:
+        value = info.get(key)
+        if value is not None:
+            mask = info.get(f"_{key}")
+            if mask is None or mask[i]:
+                out[key] = value[i]
+    return out
+
+
+def autoreset_mode_of(env: VectorEnv) -> AutoresetMode:
+    """The vector env's autoreset mode (NEXT_STEP, Gymnasium's default, when it declares none).
+
+    Raises:
+        ValueError: an unknown mode in ``env.metadata``.
+    """
+    mode = env.metadata.get("autoreset_mode")
+    if mode is None:
+        warn(
+            f"{env} has no 'autoreset_mode' in its metadata: VectorHistoryWrapper assumes "
+            "AutoresetMode.NEXT_STEP (Gymnasium's default)"
+        )
+        return AutoresetMode.NEXT_STEP
+    try:
+        return mode if isinstance(mode, AutoresetMode) else AutoresetMode(mode)
+    except ValueError:
+        raise ValueError(
+            f"unknown autoreset_mode {mode!r} in env.metadata: expected one of "
+            f"{[m.value for m in AutoresetMode]}"
+        ) from None
+
+
+def _has_text(space: spaces.Space) -> bool:
+    if isinstance(space, spaces.Text):
+        return True
+    if isinstance(space, spaces.Dict):
+        return any(_has_text(s) for s in space.spaces.values())
+    if isinstance(space, spaces.Tuple):
+        return any(_has_text(s) for s in space.spaces)
+    return False
+
+
+def refuse_text_on_shared_memory(env: VectorEnv) -> None:
+    """Refuse an AsyncVectorEnv that puts Text observations in shared memory.
+
+    Raises:
+        ValueError: it would return stale ``'000...'`` observations (Gymnasium 1.4).
+    """
+    inner = env.unwrapped
+    if (
+        isinstance(inner, AsyncVectorEnv)
+        and getattr(inner, "shared_memory", False)
+        and _has_text(env.single_observation_space)
+    ):
+        raise ValueError(
+            "AsyncVectorEnv with shared_memory=True returns stale '000...' observations "
+            "for Text spaces (Gymnasium 1.4): build it with shared_memory=False, e.g. "
+            "gym.make_vec(id, n, vectorization_mode='async', "
+            "vector_kwargs={'shared_memory': False})"
+        )
+
+
+@functools.cache
+def async_worker_keeps_autoreset() -> bool:
+    """Whether Gymnasium's AsyncVectorEnv worker keeps a pending autoreset across ``reset`` when
+    it has no shared memory (the Gymnasium 1.4 bug). Read from the worker's source, so a fixed
+    Gymnasium turns the workaround off by itself."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(async_vector_env._async_worker)))
+    except (OSError, TypeError, SyntaxError):
+        return True  # cannot tell: assume the behaviour of the pinned Gymnasium 1.4
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.If)
+            and isinstance(node.test, ast.Compare)
+            and any(
+                isinstance(c, ast.Constant) and c.value == "reset" for c in node.test.comparators
+            )
+        ):
+            # Fixed when the reset branch itself (not a nested `if shared_memory:`) clears it.
+            return not any(
+                isinstance(stmt, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "autoreset" for t in stmt.targets)
+                for stmt in node.body
+            )
+    return True

@@ -1,0 +1,63 @@
+"""env.current(i): what an env shows its policy, read through a frozen view (the rollout worker
+reads it too, and reports the task the prompt shows, not the env's generic one)."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+import gymnasium as gym
+import pytest
+
+import envs  # noqa: F401  (registers the bundled envs)
+from agent_memory.config import EnvConfig, JobConfig, TemplateConfig
+from agent_memory.parsing import ActionParser
+from agent_memory.prompts import PromptTemplate
+from agent_memory.protocol import EpisodeAssignment
+from agent_memory.rollout.worker import RolloutWorker
+from agent_memory.wrappers import EnvView, HistoryWrapper, VectorHistoryWrapper
+
+TASK = "Recall the colour you were shown first."
+
+
+def test_current_reports_the_task_the_prompt_shows():
+    venv = gym.make_vec("agent_memory/Recall-v0", num_envs=2, vectorization_mode="sync")
+    env = VectorHistoryWrapper(venv, parser=ActionParser(), template=PromptTemplate(task=TASK))
+    prompts, info = env.reset(seed=0)
+    view = env.current(1)
+    assert view.task == TASK != info["task"][1]  # the configured task wins over the env's
+    assert TASK in prompts[1] and info["task"][1] not in prompts[1]
+    assert view.observation == info["raw_obs"][1] and view.observation in prompts[1]
+    assert view.admissible_actions == tuple(info["admissible_actions"][1])
+    assert (view.episode_step, view.episode_return) == (0, 0.0)
+    env.step(["<action>next</action>", "nonsense"])
+    assert env.current(1).episode_step == 1 and view.episode_step == 0  # a copy, frozen
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.task = "x"  # type: ignore[misc]
+    with pytest.raises(IndexError, match=re.escape("env index must be an int in [0, 2), got 2")):
+        env.current(2)
+    # Without a configured task, the env's own.
+    plain = VectorHistoryWrapper(
+        gym.make_vec("agent_memory/Recall-v0", num_envs=1, vectorization_mode="sync")
+    )
+    _, info = plain.reset(seed=0)
+    assert plain.current(0).task == info["task"][0]
+    single = HistoryWrapper(gym.make("agent_memory/Recall-v0"), template={"task": TASK})
+    single.reset(seed=0)
+    assert isinstance(single.current(), EnvView) and single.current().task == TASK
+
+
+def test_the_rollout_worker_reports_the_configured_task():
+    job = JobConfig(env=EnvConfig(id="agent_memory/Recall-v0", template=TemplateConfig(task=TASK)))
+    worker = RolloutWorker(
+        0, job, num_envs=2, meta_fields=["task", "raw_obs", "admissible_actions"]
+    )
+    assert worker.init_error is None
+    (result,) = worker.reset_envs([EpisodeAssignment(env=1, traj_uid="t", group_uid="g", seed=3)])
+    meta = result.view.meta
+    assert meta["task"] == TASK and TASK in result.view.prompt
+    assert meta["raw_obs"] == result.view.observation and meta["raw_obs"] in result.view.prompt
+    assert meta["admissible_actions"] == ["next"]
+    (step,) = worker.step({1: "<action>next</action>"})
+    assert step.is_action_valid and step.next.meta["task"] == TASK
+    worker.close()
