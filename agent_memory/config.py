@@ -333,8 +333,11 @@ def register_configs() -> None:
     ConfigStore.instance().store(name="job_schema", node=JobConfig)
 
 
-def load_job(cfg: DictConfig | JobConfig) -> JobConfig:
+def load_job(cfg: DictConfig | JobConfig, schema: type[JobConfig] = JobConfig) -> JobConfig:
     """Validate a composed config: dataclasses are built, every ``__post_init__`` runs.
+
+    ``schema`` is the dataclass the config was composed onto (a subclass of :class:`JobConfig`
+    with more sections, e.g. the trainer's ``TrainConfig``).
 
     Keys the schema does not have (added with ``+``, which Hydra allows on typed nodes too) are
     refused rather than dropped; free-form dicts (``env.kwargs``, ``memory.params``,
@@ -345,7 +348,7 @@ def load_job(cfg: DictConfig | JobConfig) -> JobConfig:
     """
     if isinstance(cfg, JobConfig):
         return cfg
-    _check_keys(OmegaConf.to_container(cfg, resolve=False), JobConfig, "")
+    _check_keys(OmegaConf.to_container(cfg, resolve=False), schema, "")
     try:
         job = OmegaConf.to_object(cfg)
     except MissingMandatoryValue as e:
@@ -353,10 +356,10 @@ def load_job(cfg: DictConfig | JobConfig) -> JobConfig:
         raise ConfigError(
             f"{key} is required (its config says ???): pass {key}=<value>", key=key
         ) from None
-    if not isinstance(job, JobConfig):
+    if not isinstance(job, schema):
         raise TypeError(
-            f"expected a config composed onto job_schema, got {type(job).__name__}: "
-            "config.yaml must list job_schema first in its defaults"
+            f"expected a config composed onto the {schema.__name__} schema, got "
+            f"{type(job).__name__}: the config must list its schema first in its defaults"
         )
     return job
 

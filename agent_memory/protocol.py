@@ -34,6 +34,7 @@ __all__ = [
     "STATE_KEY",
     "TASK",
     "WON",
+    "ActionChoice",
     "CrashReport",
     "Episode",
     "EpisodeAssignment",
@@ -227,6 +228,40 @@ class SamplingParams:
 
 
 @dataclass(frozen=True)
+class ActionChoice:
+    """How a scoring policy chose its action among the admissible ones (GLAM-style).
+
+    The actions were scored by the model's log-likelihood of each candidate response, and one
+    was sampled from ``softmax(score / temperature)`` (``temperature=0``: the best).
+
+    Attributes:
+        candidate_ids: every admissible action's response token ids, in the env's order (the
+            chosen one is ``Generation.response_ids``).
+        index: the chosen candidate.
+        logprob: the chosen action's log-probability under the action distribution it was
+            sampled from (0 when it was the only admissible action).
+        temperature: of that distribution.
+
+    Example:
+        >>> c = ActionChoice(candidate_ids=((7, 3), (8, 3)), index=1, logprob=-0.3)
+        >>> c.candidate_ids[c.index]
+        (8, 3)
+    """
+
+    candidate_ids: tuple[tuple[int, ...], ...]
+    index: int
+    logprob: float
+    temperature: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.index < len(self.candidate_ids):
+            raise ValueError(
+                f"index must point at one of the {len(self.candidate_ids)} candidates, "
+                f"got {self.index}"
+            )
+
+
+@dataclass(frozen=True)
 class Generation:
     """Policy -> rollout: one response, exactly as the model saw and produced it.
 
@@ -245,6 +280,10 @@ class Generation:
             ``"error"`` (the request failed; ``text`` is ``""``), or None when unknown.
         policy_version: the weights' version that answered (incremented at each update).
         sampling: how it was sampled.
+        choice: for a policy that chose among the admissible actions by scoring them (the
+            ``score`` policy), every candidate and the choice; None for token-by-token
+            sampling. ``response_logprobs`` then holds the model's log-prob of each token of
+            the chosen action (the parts of its score), not a sampling distribution's.
 
     Example:
         >>> g = Generation("<action>up</action>", prompt_ids=[5, 6], response_ids=[7, 3],
@@ -260,6 +299,7 @@ class Generation:
     finish_reason: str | None = None
     policy_version: int | None = None
     sampling: SamplingParams | None = None
+    choice: ActionChoice | None = None
 
     def __post_init__(self) -> None:
         ids, lps = self.response_ids, self.response_logprobs

@@ -128,3 +128,40 @@ def test_sandbox_and_parse_benchmarks_run_with_tiny_budgets():
     assert "| hardened |" in out and "| pre-change layers |" in out and "- seccomp:" in out
     out = run(["scripts/bench_parse.py", "--size", "20000", "--repeats", "1"])
     assert "| many fences |" in out and "budget" in out and "| 20,000 |" in out
+
+
+def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
+    out = run([
+        "scripts/train.py", "trainer.iterations=2", "trainer.eval_every=1",
+        "trainer.eval_episodes=4", "trainer.tiny.vocab_episodes=4", "trainer.tiny.hidden=16",
+        "trainer.tiny.layers=1", "trainer.logger=[csv,tensorboard]", "trainer.progress=false",
+        "env.kwargs.num_distractors=1", *TINY, f"hydra.run.dir={tmp_path}",
+    ])  # fmt: skip
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["iterations"] == 2 and '"status": "ok"' in out
+    rows = (tmp_path / "metrics.csv").read_text().splitlines()
+    assert len(rows) == 1 + 3  # header, the evaluation before training, 2 iterations
+    assert (tmp_path / "checkpoints" / "iter_000002" / "model" / "model.safetensors").exists()
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_train_script_config_errors_are_one_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "scripts/train.py", "trainer.iteratons=5", f"hydra.run.dir={tmp_path}"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert "did you mean trainer.iterations=5?" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_bench_learning_quick(tmp_path):
+    out = run([
+        "scripts/bench_learning.py", "--quick", "--only", "window_reaches", "window_misses",
+        "--out", str(tmp_path),
+    ])  # fmt: skip
+    assert "| window 4 (reaches the cue) |" in out and "| window 3 (misses the cue) |" in out
+    assert (tmp_path / "learning.png").stat().st_size > 0
+    assert (
+        "Produced by: `python scripts/bench_learning.py --quick"
+        in (tmp_path / "learning.md").read_text()
+    )

@@ -123,6 +123,8 @@ def build_tiny_lm(
     chat_template: str | None = DEFAULT_TEMPLATE,
     seed: int = 0,
     init_range: float = 0.5,
+    tie_embeddings: bool = False,
+    lowercase: bool = False,
 ) -> Path:
     """Save a randomly initialised causal LM and its word-level tokenizer to ``path``.
 
@@ -146,6 +148,11 @@ def build_tiny_lm(
         init_range: Standard deviation of the initial weights. The default 0.5 (transformers
             uses 0.02) with untied embeddings makes a random model say varied things rather
             than one token forever.
+        tie_embeddings: Share the input embedding matrix with the output layer (the logit of a
+            token is then its embedding's dot product with the last hidden state, so copying a
+            token seen in the context is cheap to learn).
+        lowercase: Add a lower-casing normalizer (``BLUE`` and ``blue`` become one token; the
+            vocabulary is lower-cased too). Decoding then yields lower-case text.
 
     Returns:
         ``path`` as a :class:`~pathlib.Path`.
@@ -182,6 +189,8 @@ def build_tiny_lm(
     pre = pre_tokenizers.Whitespace()
     vocab: dict[str, int] = {}
     extra = template_words(chat_template) if chat_template else []
+    if lowercase:
+        words = [w.lower() for w in words]
     for word in [*SPECIAL_TOKENS, *words, *extra]:
         if word in vocab:
             continue
@@ -195,6 +204,10 @@ def build_tiny_lm(
 
     raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     raw.pre_tokenizer = pre
+    if lowercase:
+        from tokenizers import normalizers
+
+        raw.normalizer = normalizers.Lowercase()
     pad, unk, bos, eos = SPECIAL_TOKENS
     tokenizer = transformers.PreTrainedTokenizerFast(
         tokenizer_object=raw,
@@ -212,7 +225,7 @@ def build_tiny_lm(
     ids = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
     common = {
         "vocab_size": len(vocab),
-        "tie_word_embeddings": False,
+        "tie_word_embeddings": tie_embeddings,
         "initializer_range": init_range,
     }
     if arch == "gpt2":

@@ -137,6 +137,7 @@ _REGISTRY: Registry[Policy] = Registry(
         "prompt_oracle": "agent_memory.policies.simple:PromptOraclePolicy",
         "openai": "agent_memory.policies.openai_client:OpenAIPolicy",
         "hf": "agent_memory.policies.hf:HFPolicy",
+        "score": "agent_memory.policies.scoring:ScoringPolicy",
     },
 )
 

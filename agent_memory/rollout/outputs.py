@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from agent_memory.config import AlgoConfig, JobConfig
 from agent_memory.rollout.advantages import discounted_returns, gae, gigpo, grpo
 from agent_memory.rollout.types import Trajectory
 
-__all__ = ["compute_advantages", "load_value_fn", "step_rows", "summarize"]
+__all__ = ["TrajectoryValues", "compute_advantages", "load_value_fn", "step_rows", "summarize"]
 
 ValueFn = Callable[[Sequence[Any]], Sequence[float]]
 
@@ -50,8 +51,35 @@ def load_value_fn(spec: str) -> ValueFn:
     return fn
 
 
-def compute_advantages(trajs: Sequence[Trajectory], algo: AlgoConfig) -> None:
-    """Fill every step's ``advantage`` and ``ret`` for ``algo`` (in place)."""
+@dataclass(frozen=True)
+class TrajectoryValues:
+    """A critic's values for one trajectory (PPO's GAE), given to :func:`compute_advantages`.
+
+    Attributes:
+        steps: ``V(s_0) .. V(s_{T-1})``, one per step.
+        final: ``V(s_T)`` of the state after the last step (used only when the episode did not
+            terminate: GAE bootstraps a truncated episode).
+    """
+
+    steps: Sequence[float]
+    final: float = 0.0
+
+
+def compute_advantages(
+    trajs: Sequence[Trajectory], algo: AlgoConfig,
+    values: Mapping[str, TrajectoryValues] | None = None,
+) -> None:  # fmt: skip
+    """Fill every step's ``advantage`` and ``ret`` for ``algo`` (in place).
+
+    Args:
+        trajs: finished trajectories.
+        algo: the estimator and its parameters.
+        values: PPO only: the values per trajectory (by ``traj_uid``), e.g. from a trainer's
+            value head; without them ``algo.value_fn`` computes them from the prompts.
+
+    Raises:
+        ValueError: ``values`` misses a trajectory or has the wrong number of steps.
+    """
     trajs = [t for t in trajs if t.steps]
     if not trajs:
         return
@@ -67,6 +95,21 @@ def compute_advantages(trajs: Sequence[Trajectory], algo: AlgoConfig) -> None:
             normalize_std=algo.normalize_std, eps=algo.epsilon,
         )  # fmt: skip
         rets = [discounted_returns(r, algo.gamma) for r in rewards]
+    elif values is not None:
+        advs, rets = [], []
+        for t, r in zip(trajs, rewards, strict=True):
+            given = values.get(t.spec.traj_uid)
+            if given is None or len(given.steps) != len(r):
+                raise ValueError(
+                    f"values for trajectory {t.spec.traj_uid}: expected {len(r)} step values, "
+                    f"got {None if given is None else len(given.steps)}"
+                )
+            a, ret = gae(
+                r, np.asarray(given.steps, dtype=np.float64), terminated=t.terminated,
+                final_value=float(given.final), gamma=algo.gamma, lam=algo.lam,
+            )  # fmt: skip
+            advs.append(a)
+            rets.append(ret)
     else:
         value_fn = load_value_fn(algo.value_fn)
         prompts = [s.prompt for t in trajs for s in t.steps]
@@ -117,6 +160,7 @@ def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
             g = s.generation
             ids = None if g is None else g.response_ids
             sampling = None if g is None else g.sampling
+            choice = None if g is None else g.choice
             rows.append(
                 {
                     "group_uid": t.spec.group_uid,
@@ -152,6 +196,11 @@ def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
                     "top_p": None if sampling is None else sampling.top_p,
                     "top_k": None if sampling is None else sampling.top_k,
                     "sampling_seed": None if sampling is None else sampling.seed,
+                    "action_candidates": None
+                    if choice is None
+                    else [list(c) for c in choice.candidate_ids],
+                    "action_index": None if choice is None else choice.index,
+                    "action_logprob": None if choice is None else choice.logprob,
                 }
             )
     return rows

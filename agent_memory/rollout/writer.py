@@ -68,6 +68,12 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     "top_p": ("float64", "sampling top-p"),
     "top_k": ("int64", "sampling top-k"),
     "sampling_seed": ("int64", "the request's sampling seed"),
+    "action_candidates": (
+        "list:list:int64",
+        "score policy: every admissible action's response ids (response_ids is the chosen one)",
+    ),
+    "action_index": ("int64", "score policy: the chosen candidate"),
+    "action_logprob": ("float64", "score policy: the chosen action's log-prob (action softmax)"),
 }
 
 

@@ -1,0 +1,422 @@
+"""``score``: a local causal LM that chooses among the admissible actions by their likelihood.
+
+GLAM-style (Carta et al., 2023, "Grounding Large Language Models in Interactive Environments with
+Online Reinforcement Learning"): instead of writing its answer token by token, the model scores
+each admissible action ``a`` by the log-likelihood of the response that would take it,
+
+    score(a) = sum_j log p(y_j | prompt, y_<j),   y = tokens of parser.format(a), then EOS,
+
+and the policy samples from ``softmax(score / temperature)`` over the actions (``temperature=0``:
+the best-scoring action). The response ``y`` is exactly what the ``hf`` policy would have to
+generate to take ``a`` (the parser's format, then the end token), so a model trained in one action
+mode can act in the other. Every answer is admissible: the action distribution has no mass
+outside the env's list.
+
+What :meth:`ScoringPolicy.generate` records per prompt (a
+:class:`~agent_memory.protocol.Generation`):
+``prompt_ids`` (after the chat template), ``response_ids`` (the chosen action's tokens, EOS
+included), ``response_logprobs`` (the model's log-probability of each of those tokens, the parts
+of its score), and ``choice``, an :class:`~agent_memory.protocol.ActionChoice` holding every
+candidate's token ids, the chosen index and the chosen action's log-probability under the action
+distribution it was sampled from. A trainer recomputes that distribution from the same ids with
+:func:`score_candidates` (the function the policy itself scores with).
+
+An env step whose only admissible action is forced (one candidate) is answered without a forward
+pass unless ``score_forced=True``: the action's probability is 1 whatever the weights, so its
+action log-prob is 0 and ``response_logprobs`` is None.
+
+The prompt and candidates share one forward pass of the prompt: the candidates are run on the
+prompt's key/value cache, repeated per candidate. A prompt too long for the model's context
+loses its oldest tokens (logged), as in the ``hf`` policy.
+
+Example:
+    >>> import tempfile
+    >>> from agent_memory.models import build_tiny_lm
+    >>> path = build_tiny_lm(tempfile.mkdtemp(), ["go", "up", "down"])
+    >>> policy = ScoringPolicy(path, temperature=0.0)
+    >>> [g] = policy.generate(["go"], [{"admissible_actions": ["up", "down"]}])
+    >>> g.text in ("<action>up</action>", "<action>down</action>"), len(g.choice.candidate_ids)
+    (True, 2)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import zlib
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from agent_memory.checks import check_int, is_number
+from agent_memory.parsing import ActionParser
+from agent_memory.policies.base import Policy, Prompt
+from agent_memory.policies.hf import GenerationStats, HFPolicy, _context_length
+from agent_memory.protocol import ActionChoice, Generation, SamplingParams
+
+if TYPE_CHECKING:
+    import os
+
+    import torch
+
+__all__ = ["CandidateScores", "ScoringPolicy", "score_candidates"]
+
+log = logging.getLogger(__name__)
+
+
+class CandidateScores:
+    """What :func:`score_candidates` computes for a batch of prompts.
+
+    Attributes:
+        token_logprobs: ``(B, K, L)`` log-probability of each candidate token (0 on padding).
+        scores: ``(B, K)`` each candidate's summed log-probability; ``-inf`` where prompt ``b``
+            has fewer than ``K`` candidates.
+        prompt_hidden: ``(B, H)`` the last layer's hidden state at each prompt's last token
+            (a value head reads it), or None unless asked for.
+    """
+
+    def __init__(
+        self, token_logprobs: torch.Tensor, scores: torch.Tensor, prompt_hidden: Any = None
+    ) -> None:
+        self.token_logprobs = token_logprobs
+        self.scores = scores
+        self.prompt_hidden = prompt_hidden
+
+    def action_logprobs(self, temperature: float) -> torch.Tensor:
+        """``(B, K)`` log-softmax of ``scores / temperature`` (``-inf`` for absent candidates);
+        ``temperature=0`` gives the log-softmax of the raw scores (as greedy sampling records)."""
+        t = temperature if temperature > 0 else 1.0
+        return (self.scores / t).log_softmax(-1)
+
+
+def score_candidates(
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    candidate_ids: Sequence[Sequence[Sequence[int]]],
+    *,
+    pad_id: int,
+    with_hidden: bool = False,
+) -> CandidateScores:
+    """Each candidate response's token log-probabilities given its prompt (teacher forcing).
+
+    One forward pass over the prompts (left-padded, positions from the attention mask), then one
+    over every candidate on the prompts' key/value cache (each prompt's cache repeated for its
+    candidates). Gradients flow when called outside ``torch.no_grad``. Shared by
+    :class:`ScoringPolicy` (sampling) and the trainer (recomputing the same log-probs).
+
+    Args:
+        model: a ``transformers`` causal LM.
+        prompt_ids: per prompt, its token ids (non-empty).
+        candidate_ids: per prompt, its candidates' token ids (each non-empty; at least one).
+        pad_id: the id used for padding (masked out).
+        with_hidden: also return the last layer's hidden state at each prompt's last token.
+
+    Example:
+        >>> import tempfile, torch, transformers
+        >>> from agent_memory.models import build_tiny_lm
+        >>> path = build_tiny_lm(tempfile.mkdtemp(), ["a", "b"])
+        >>> lm = transformers.AutoModelForCausalLM.from_pretrained(path)
+        >>> out = score_candidates(lm, [[4, 5]], [[[4], [5, 3]]], pad_id=0)
+        >>> with torch.no_grad():
+        ...     full = lm(torch.tensor([[4, 5, 5, 3]])).logits.log_softmax(-1)
+        >>> expected = full[0, 1, 5] + full[0, 2, 3]
+        >>> bool(torch.isclose(out.scores[0, 1], expected, atol=1e-5))
+        True
+    """
+    import torch
+
+    if len(prompt_ids) != len(candidate_ids):
+        raise ValueError(f"got {len(prompt_ids)} prompts but {len(candidate_ids)} candidate lists")
+    if any(not p for p in prompt_ids) or any(not cs or not all(cs) for cs in candidate_ids):
+        raise ValueError("every prompt and every candidate needs at least one token")
+    device = next(model.parameters()).device
+    b = len(prompt_ids)
+    width = max(len(p) for p in prompt_ids)
+    inputs = torch.full((b, width), pad_id, dtype=torch.long)
+    mask = torch.zeros((b, width), dtype=torch.long)
+    for i, p in enumerate(prompt_ids):
+        inputs[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
+        mask[i, width - len(p) :] = 1
+    inputs, mask = inputs.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(
+        input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=True,
+        output_hidden_states=with_hidden,
+    )  # fmt: skip
+    first = out.logits[:, -1].float().log_softmax(-1)  # the first response token's distribution
+    hidden = out.hidden_states[-1][:, -1] if with_hidden else None
+
+    rows = [(i, k) for i, cs in enumerate(candidate_ids) for k in range(len(cs))]
+    k_max = max(len(cs) for cs in candidate_ids)
+    length = max(len(c) for cs in candidate_ids for c in cs)
+    cands = torch.full((len(rows), length), pad_id, dtype=torch.long)
+    cmask = torch.zeros((len(rows), length), dtype=torch.long)
+    for r, (i, k) in enumerate(rows):
+        c = candidate_ids[i][k]
+        cands[r, : len(c)] = torch.tensor(list(c), dtype=torch.long)
+        cmask[r, : len(c)] = 1
+    cands, cmask = cands.to(device), cmask.to(device)
+    owner = torch.tensor([i for i, _ in rows], dtype=torch.long, device=device)
+    logps = first[owner].gather(-1, cands[:, :1])  # (R, 1)
+    if length > 1:
+        # The later tokens of every candidate, on its prompt's cache.
+        cache = _select_cache(out.past_key_values, owner)
+        tail_mask = torch.cat([mask[owner], cmask[:, :-1]], dim=1)
+        tail_pos = positions[owner, -1:] + 1 + torch.arange(length - 1, device=device)
+        tail = model(
+            input_ids=cands[:, :-1], attention_mask=tail_mask, position_ids=tail_pos,
+            past_key_values=cache, use_cache=True,
+        )  # fmt: skip
+        later = tail.logits.float().log_softmax(-1).gather(-1, cands[:, 1:, None]).squeeze(-1)
+        logps = torch.cat([logps, later], dim=1)
+    logps = logps * cmask  # padding contributes nothing
+    token_logprobs = logps.new_zeros((b, k_max, length))
+    scores = logps.new_full((b, k_max), -math.inf)
+    idx_b = torch.tensor([i for i, _ in rows], device=device)
+    idx_k = torch.tensor([k for _, k in rows], device=device)
+    token_logprobs = token_logprobs.index_put((idx_b, idx_k), logps)
+    scores = scores.index_put((idx_b, idx_k), logps.sum(-1))
+    return CandidateScores(token_logprobs, scores, hidden)
+
+
+def _select_cache(cache: Any, index: torch.Tensor) -> Any:
+    """The key/value cache of rows ``index`` (a row may repeat): a new cache, the old one kept."""
+    import copy
+
+    if isinstance(cache, tuple):  # the legacy format: per layer (keys, values)
+        return tuple(tuple(t.index_select(0, index) for t in layer) for layer in cache)
+    selected = copy.copy(cache)
+    selected.layers = [copy.copy(layer) for layer in cache.layers]
+    selected.reorder_cache(index)
+    return selected
+
+
+class ScoringPolicy(Policy):
+    """Chooses among the admissible actions by the model's likelihood of each (module docstring).
+
+    Args:
+        path: a local model directory or a cached hub id; or None with ``model`` and
+            ``tokenizer`` (e.g. a trainer's live model).
+        model, tokenizer: a loaded ``transformers`` model and its tokenizer.
+        temperature: of the softmax over action scores; 0 takes the best-scoring action.
+        batch_size: prompts per forward pass (each with all its candidates).
+        device, dtype, use_chat_template, num_threads: as the ``hf`` policy's.
+        seed: makes sampling reproducible: the draw for step ``s`` of episode ``traj_uid``
+            (the rollout's meta) comes from ``numpy.random.default_rng([seed,
+            crc32(traj_uid), s])``, whatever the batch it arrives in; prompts without those
+            fields draw from call ``k``'s stream ``default_rng([seed, k])``.
+        append_eos: end each candidate with the tokenizer's end token (what a generating model
+            would emit after the action).
+        score_forced: also run the model on steps with a single admissible action.
+        parser: the env's action parser: the response text is ``parser.format(action)``.
+
+    Raises:
+        FileNotFoundError, ImportError, ValueError: as the ``hf`` policy.
+    """
+
+    needs = frozenset({"admissible_actions"})
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        temperature: float = 1.0,
+        batch_size: int = 32,
+        device: str = "cpu",
+        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
+        seed: int | None = None,
+        use_chat_template: bool | Literal["auto"] = "auto",
+        num_threads: int | None = None,
+        append_eos: bool = True,
+        score_forced: bool = False,
+        parser: ActionParser | None = None,
+    ) -> None:
+        super().__init__(parser)
+        if not is_number(temperature) or not temperature >= 0:
+            raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+        check_int("batch_size", batch_size, 1)
+        check_int("seed", seed, 0, allow_none=True)
+        # The hf policy loads the model, adopts a live one and renders prompts the same way.
+        self._lm = HFPolicy(
+            path, model=model, tokenizer=tokenizer, max_new_tokens=1, temperature=0.0,
+            device=device, dtype=dtype, use_chat_template=use_chat_template,
+            num_threads=num_threads, parser=parser,
+        )  # fmt: skip
+        self.temperature = float(temperature)
+        self.batch_size = batch_size
+        self.seed = seed
+        self.append_eos = append_eos
+        self.score_forced = score_forced
+        self.calls = 0
+        self.stats = GenerationStats()
+        self.last_stats = GenerationStats()
+        eos = self._lm._eos
+        if append_eos and not eos:
+            raise ValueError(
+                "append_eos=True needs an end token but the tokenizer has none: pass "
+                "append_eos=false"
+            )
+        self._eos = eos[0] if eos else None
+        self._context = _context_length(self.model.config)
+
+    @property
+    def model(self) -> Any:
+        """The ``transformers`` model."""
+        return self._lm.model
+
+    @property
+    def tokenizer(self) -> Any:
+        """Its tokenizer (left padding)."""
+        return self._lm.tokenizer
+
+    @property
+    def renderer(self) -> Any:
+        """The :class:`~agent_memory.policies.rendering.PromptRenderer` of its prompts."""
+        return self._lm.renderer
+
+    def candidate_ids(self, action: Any) -> list[int]:
+        """The token ids of the response that takes ``action``: ``parser.format(action)``
+        tokenized without special tokens, then EOS (with ``append_eos``)."""
+        text = self.parser.format(str(action))
+        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        return [*ids, self._eos] if self.append_eos else ids
+
+    def sampling_params(self) -> SamplingParams:
+        """How this policy samples (temperature of the action softmax; recorded per response)."""
+        return SamplingParams(temperature=self.temperature, seed=self.seed)
+
+    def generate(
+        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[Generation]:
+        """One :class:`~agent_memory.protocol.Generation` per prompt (see the module docstring).
+
+        Raises:
+            ValueError: a prompt without a finite list of admissible actions.
+        """
+        if isinstance(prompts, (str, Mapping)):
+            raise TypeError(
+                f"generate takes a sequence of prompts, got a single {type(prompts).__name__}: "
+                "wrap it in a list"
+            )
+        if meta is None or len(meta) != len(prompts):
+            raise ValueError(
+                "the score policy needs each prompt's admissible actions in meta "
+                "(meta[i]['admissible_actions']); the rollout passes them"
+            )
+        import torch
+
+        actions = []
+        for i, m in enumerate(meta):
+            options = m.get("admissible_actions")
+            if not options:
+                raise ValueError(
+                    f"prompt {i} has no admissible actions to score ({options!r}): the score "
+                    "policy needs envs that list them (info['admissible_actions']); use "
+                    "policy=hf to generate free text instead"
+                )
+            actions.append(list(options))
+        rng = np.random.default_rng(None if self.seed is None else [self.seed, self.calls])
+        self.calls += 1
+        call = GenerationStats(calls=1, prompts=len(prompts))
+        out: list[Generation | None] = [None] * len(prompts)
+        todo = []
+        for i, (prompt, options) in enumerate(zip(prompts, actions, strict=True)):
+            if len(options) == 1 and not self.score_forced:
+                ids = self.candidate_ids(options[0])
+                out[i] = self._record(
+                    options, 0, self._prompt_ids(prompt, i, ids), [ids], None, 0.0
+                )
+            else:
+                todo.append(i)
+        draws = [self._draw(rng, meta[i]) for i in todo]
+        for start in range(0, len(todo), self.batch_size):
+            chunk = todo[start : start + self.batch_size]
+            cands = [[self.candidate_ids(a) for a in actions[i]] for i in chunk]
+            pids = [
+                self._prompt_ids(prompts[i], i, max(cs, key=len))
+                for i, cs in zip(chunk, cands, strict=True)
+            ]
+            training = self.model.training
+            self.model.eval()
+            with torch.inference_mode():
+                scored = score_candidates(
+                    self.model, pids, cands, pad_id=self.tokenizer.pad_token_id
+                )
+                logp = scored.action_logprobs(self.temperature).cpu()
+                tokens = scored.token_logprobs.cpu()
+            self.model.train(training)
+            call.batches += 1
+            for row, i in enumerate(chunk):
+                n = len(cands[row])
+                probs = logp[row, :n].exp().double().numpy()
+                if self.temperature == 0:
+                    k = int(np.argmax(logp[row, :n].numpy()))
+                else:  # inverse CDF of the action distribution
+                    k = min(
+                        int(np.searchsorted(np.cumsum(probs), draws[start + row] * probs.sum())),
+                        n - 1,
+                    )
+                lps = tokens[row, k, : len(cands[row][k])].tolist()
+                out[i] = self._record(
+                    actions[i], k, pids[row], cands[row], lps, float(logp[row, k])
+                )
+                call.prompt_tokens += len(pids[row])
+                call.completion_tokens += sum(len(c) for c in cands[row])
+        self.stats.add(call)
+        self.last_stats = call
+        return [g for g in out if g is not None]
+
+    def _draw(self, rng: np.random.Generator, meta: Mapping[str, Any]) -> float:
+        """A uniform draw for one prompt: from the episode's own stream when the prompt names
+        its episode and step (so the draw does not depend on batch order), else from the
+        call's stream."""
+        episode, step = meta.get("traj_uid"), meta.get("step")
+        if self.seed is None or episode is None or not isinstance(step, int):
+            return float(rng.random())
+        key = zlib.crc32(str(episode).encode("utf-8", "replace"))
+        return float(np.random.default_rng([self.seed, key, step]).random())
+
+    def _prompt_ids(self, prompt: Prompt, index: int, longest: list[int]) -> list[int]:
+        ids = self.renderer.ids(prompt, index)
+        if self._context is not None and len(ids) + len(longest) > self._context:
+            room = max(1, self._context - len(longest))
+            log.warning(
+                "score policy: a prompt of %d tokens plus a %d-token action exceeds the model's "
+                "context %d: its oldest tokens are dropped", len(ids), len(longest), self._context,
+            )  # fmt: skip
+            self.stats.truncated_prompts += 1
+            ids = ids[-room:]
+        return ids
+
+    def _record(
+        self, actions: list[Any], k: int, prompt_ids: list[int], cands: list[list[int]],
+        token_logprobs: list[float] | None, action_logprob: float,
+    ) -> Generation:  # fmt: skip
+        return Generation(
+            text=self.parser.format(str(actions[k])),
+            prompt_ids=prompt_ids,
+            response_ids=list(cands[k]),
+            response_logprobs=token_logprobs,
+            finish_reason="stop",
+            policy_version=self.version,
+            sampling=self.sampling_params(),
+            choice=ActionChoice(
+                candidate_ids=tuple(tuple(c) for c in cands),
+                index=k,
+                logprob=action_logprob,
+                temperature=self.temperature,
+            ),
+        )
+
+    def close(self) -> None:
+        """Drop the model and tokenizer. Idempotent."""
+        self._lm.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(path={str(self._lm.path)!r}, "
+            f"temperature={self.temperature}, calls={self.calls})"
+        )

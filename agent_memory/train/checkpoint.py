@@ -1,0 +1,146 @@
+"""Checkpoints: everything a run needs to continue exactly where it stopped.
+
+``<run>/checkpoints/iter_000010/`` holds
+
+* ``model/``: ``save_pretrained`` of the model and its tokenizer (loadable by any HF tool, and
+  by ``trainer.model=<that dir>`` to start a new run from it);
+* ``trainer_state.pt``: the optimizer, the value head and the frozen reference (when there are
+  any), the iteration, the policy's version and sampling-call counter, the env-steps and
+  episodes so far, and every RNG state (torch, numpy, python, the minibatch shuffler's);
+
+and ``<run>/checkpoints/latest`` names the newest one. A checkpoint is written to a temporary
+directory and renamed into place, so a run killed while saving keeps the previous one.
+``trainer.resume=<run dir or checkpoint dir>`` restores it all.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["TrainerState", "find_checkpoint", "load_checkpoint", "save_checkpoint"]
+
+STATE_FILE = "trainer_state.pt"
+
+
+@dataclass
+class TrainerState:
+    """The loop's counters (restored by a resumed run).
+
+    Attributes:
+        iteration: iterations done.
+        policy_version: the rollout policy's weights version.
+        policy_calls: the rollout policy's sampling-call counter (its RNG stream position).
+        env_steps: training env-steps so far.
+        episodes: training episodes so far.
+        extra: anything else worth keeping (e.g. the last eval success).
+    """
+
+    iteration: int = 0
+    policy_version: int = 0
+    policy_calls: int = 0
+    env_steps: int = 0
+    episodes: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def rng_states(shuffler: Any) -> dict[str, Any]:
+    """Every RNG the loop draws from."""
+    import torch
+
+    states = {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+        "shuffler": shuffler.get_state(),
+    }
+    if torch.cuda.is_available():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def set_rng_states(states: dict[str, Any], shuffler: Any) -> None:
+    """Restore what :func:`rng_states` saved."""
+    import torch
+
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    shuffler.set_state(states["shuffler"])
+    if "cuda" in states and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+def save_checkpoint(
+    run_dir: str | Path, state: TrainerState, *, model: Any, tokenizer: Any, optimizer: Any,
+    shuffler: Any, value_head: Any = None, reference: Any = None,
+) -> Path:  # fmt: skip
+    """Write a checkpoint of iteration ``state.iteration``; returns its directory."""
+    import torch
+
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"iter_{state.iteration:06d}"
+    tmp = root / f".tmp_{final.name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp / "model")
+    tokenizer.save_pretrained(tmp / "model")
+    torch.save(
+        {
+            "state": state.__dict__,
+            "optimizer": optimizer.state_dict(),
+            "value_head": None if value_head is None else value_head.state_dict(),
+            "reference": None if reference is None else reference.state_dict(),
+            "rng": rng_states(shuffler),
+        },
+        tmp / STATE_FILE,
+    )
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    (root / "latest.tmp").write_text(final.name + "\n", encoding="utf-8")
+    os.replace(root / "latest.tmp", root / "latest")
+    return final
+
+
+def find_checkpoint(path: str | Path) -> Path:
+    """The checkpoint directory ``path`` names: itself, or a run directory's latest one.
+
+    Raises:
+        FileNotFoundError: neither (the message says what was looked for).
+    """
+    p = Path(path).expanduser()
+    if (p / STATE_FILE).is_file():
+        return p
+    latest = p / "checkpoints" / "latest"
+    if latest.is_file():
+        found = p / "checkpoints" / latest.read_text(encoding="utf-8").strip()
+        if (found / STATE_FILE).is_file():
+            return found
+    raise FileNotFoundError(
+        f"trainer.resume={str(path)!r} is neither a checkpoint directory (with {STATE_FILE}) nor "
+        "a run directory with checkpoints/latest: pass e.g. "
+        "trainer.resume=outputs/train/<date>/<time>"
+    )
+
+
+def load_checkpoint(
+    ckpt: Path, *, optimizer: Any, shuffler: Any, value_head: Any = None, reference: Any = None,
+) -> TrainerState:  # fmt: skip
+    """Restore the optimizer, value head, reference and RNGs from ``ckpt`` (the model weights
+    are loaded from ``ckpt/model`` by the caller); returns the loop's counters."""
+    import torch
+
+    data = torch.load(ckpt / STATE_FILE, weights_only=False)
+    optimizer.load_state_dict(data["optimizer"])
+    if value_head is not None and data["value_head"] is not None:
+        value_head.load_state_dict(data["value_head"])
+    if reference is not None and data["reference"] is not None:
+        reference.load_state_dict(data["reference"])
+    set_rng_states(data["rng"], shuffler)
+    return TrainerState(**data["state"])

@@ -1,0 +1,227 @@
+"""The trainer's typed config (``configs/trainer/``) and the training job (``configs/train.yaml``).
+
+:class:`TrainConfig` is a :class:`~agent_memory.config.JobConfig` (env, memory, policy, rollout,
+algo: the rollout path is the one ``scripts/rollout.py`` runs) plus a ``trainer`` section,
+:class:`TrainerConfig`. Bad values fail when the config is loaded, with the override that fixes
+them, before Ray starts or a model loads.
+
+Example:
+    >>> TrainerConfig(iterations=0)
+    Traceback (most recent call last):
+    ...
+    agent_memory.config.ConfigError: trainer.iterations must be an int >= 1, got 0: pass e.g. \
+trainer.iterations=100
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from agent_memory.config import ConfigError, JobConfig, load_job
+
+__all__ = [
+    "LOGGERS",
+    "TinyModelConfig",
+    "TrainConfig",
+    "TrainerConfig",
+    "load_train",
+    "register_train_configs",
+]
+
+# OmegaConf's structured configs need typing.Optional (it does not read `X | None`).
+# ruff: noqa: UP045
+
+#: Metric sinks ``trainer.logger`` may list (the CSV is always written).
+LOGGERS = ("csv", "tensorboard", "wandb")
+
+
+def _need(ok: bool, key: str, want: str, got: Any, example: Any) -> None:
+    if not ok:
+        raise ConfigError(f"{key} must be {want}, got {got!r}: pass e.g. {key}={example}", key=key)
+
+
+def _int(v: Any, low: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= low
+
+
+def _num(v: Any, low: float, high: float = float("inf")) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
+
+
+@dataclass
+class TinyModelConfig:
+    """The demo model built offline when ``trainer.model=tiny`` (see
+    :func:`agent_memory.models.build_tiny_lm`), with a word-level vocabulary from the env's own
+    prompts."""
+
+    arch: str = "llama"
+    hidden: int = 64
+    layers: int = 2
+    heads: int = 4
+    context: int = 512
+    init_range: float = 0.02
+    tie_embeddings: bool = True
+    lowercase: bool = True
+    vocab_episodes: int = 64
+
+    def __post_init__(self) -> None:
+        _need(
+            self.arch in ("llama", "gpt2"), "trainer.tiny.arch", "llama or gpt2", self.arch, "llama"
+        )
+        for key, low, example in (
+            ("hidden", 1, 64), ("layers", 1, 2), ("heads", 1, 4), ("context", 8, 512),
+            ("vocab_episodes", 1, 64),
+        ):  # fmt: skip
+            v = getattr(self, key)
+            _need(_int(v, low), f"trainer.tiny.{key}", f"an int >= {low}", v, example)
+        _need(
+            self.hidden % self.heads == 0, "trainer.tiny.hidden",
+            f"a multiple of trainer.tiny.heads ({self.heads})", self.hidden, self.heads * 16,
+        )  # fmt: skip
+        _need(_num(self.init_range, 1e-6), "trainer.tiny.init_range", "a number > 0",
+              self.init_range, 0.02)  # fmt: skip
+
+
+@dataclass
+class TrainerConfig:
+    """The training loop: model, optimisation, evaluation, logging and checkpoints."""
+
+    model: str = "tiny"
+    tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
+    iterations: int = 100
+    lr: float = 1e-3
+    anneal_lr: bool = False
+    weight_decay: float = 0.0
+    epochs: int = 2
+    minibatch_size: int = 64
+    clip_ratio: float = 0.2
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    value_coef: float = 0.5
+    max_grad_norm: float = 1.0
+    seed: int = 0
+    device: str = "auto"
+    dtype: str = "auto"
+    num_threads: Optional[int] = 1
+    eval_every: int = 10
+    eval_episodes: int = 64
+    eval_seed: int = 1_000_000
+    save_every: int = 50
+    resume: Optional[str] = None
+    logger: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])
+    wandb_project: str = "agent_memory"
+    output_dir: Optional[str] = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        _need(isinstance(self.model, str) and bool(self.model), "trainer.model",
+              "'tiny' or a model directory / cached hub id", self.model, "tiny")  # fmt: skip
+        for key, low, example in (
+            ("iterations", 1, 100), ("epochs", 1, 2), ("minibatch_size", 1, 64),
+            ("eval_every", 0, 10), ("eval_episodes", 1, 64), ("save_every", 0, 50),
+            ("seed", 0, 0), ("eval_seed", 0, 1000000),
+        ):  # fmt: skip
+            v = getattr(self, key)
+            _need(_int(v, low), f"trainer.{key}", f"an int >= {low}", v, example)
+        _need(_num(self.lr, 0) and self.lr > 0, "trainer.lr", "a number > 0", self.lr, 0.001)
+        _need(_num(self.clip_ratio, 0) and self.clip_ratio > 0, "trainer.clip_ratio",
+              "a number > 0", self.clip_ratio, 0.2)  # fmt: skip
+        for key, example in (
+            ("weight_decay", 0.0), ("kl_coef", 0.0), ("entropy_coef", 0.0), ("value_coef", 0.5),
+        ):  # fmt: skip
+            v = getattr(self, key)
+            _need(_num(v, 0), f"trainer.{key}", "a number >= 0", v, example)
+        _need(_num(self.max_grad_norm, 0) and self.max_grad_norm > 0, "trainer.max_grad_norm",
+              "a number > 0", self.max_grad_norm, 1.0)  # fmt: skip
+        _need(self.device == "auto" or self.device.startswith(("cpu", "cuda", "mps")),
+              "trainer.device", "auto, cpu, cuda or cuda:<n>", self.device, "auto")  # fmt: skip
+        _need(self.dtype in ("auto", "float32", "bfloat16", "float16"), "trainer.dtype",
+              "auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16 or float16",
+              self.dtype, "auto")  # fmt: skip
+        _need(self.num_threads is None or _int(self.num_threads, 1), "trainer.num_threads",
+              "null or an int >= 1", self.num_threads, 1)  # fmt: skip
+        bad = [name for name in self.logger if name not in LOGGERS]
+        _need(not bad, "trainer.logger", f"a list of {', '.join(LOGGERS)}", list(self.logger),
+              "[csv,tensorboard]")  # fmt: skip
+
+
+@dataclass
+class TrainConfig(JobConfig):
+    """A training job: the rollout job (env, memory, policy, rollout, algo) and the trainer."""
+
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        t, r = self.trainer, self.rollout
+        if self.policy.name not in ("score", "hf"):
+            raise ConfigError(
+                f"the trainer updates a local model: policy must be score (choose among the "
+                f"admissible actions by likelihood) or hf (generate token by token), got "
+                f"{self.policy.name!r}: pass e.g. policy=score",
+                key="policy",
+            )
+        path = self.policy.params.get("path")
+        if path not in (None, t.model):
+            raise ConfigError(
+                f"policy.params.path={path!r} but the trainer trains trainer.model={t.model!r}: "
+                f"pass trainer.model={path} (the rollout policy always uses the trained weights)",
+                key="policy.params.path",
+            )
+        temperature = self.policy.params.get("temperature", 1.0)
+        if not _num(temperature, 0) or temperature <= 0:
+            raise ConfigError(
+                f"policy.params.temperature must be > 0 to train (sampling explores; greedy "
+                f"evaluation is separate), got {temperature!r}: pass e.g. "
+                "policy.params.temperature=1.0",
+                key="policy.params.temperature",
+            )
+        if self.policy.name == "hf":
+            top_p, top_k = self.policy.params.get("top_p", 1.0), self.policy.params.get("top_k", 0)
+            if top_p != 1.0 or top_k not in (0, None):
+                raise ConfigError(
+                    f"the trainer recomputes log-probs with the sampling temperature only, but "
+                    f"policy.params has top_p={top_p}, top_k={top_k}: pass "
+                    "policy.params.top_p=1.0 policy.params.top_k=0",
+                    key="policy.params.top_p",
+                )
+        if r.layout != "step":
+            raise ConfigError(
+                f"the trainer learns from step rows (one sample per step, its own memory-built "
+                f"prompt), got rollout.layout={r.layout!r}: pass rollout.layout=step",
+                key="rollout.layout",
+            )
+        last_train_seed = r.seed + t.iterations * r.num_groups - 1
+        if r.seed <= t.eval_seed + t.eval_episodes - 1 and t.eval_seed <= last_train_seed:
+            raise ConfigError(
+                f"evaluation seeds [{t.eval_seed}, {t.eval_seed + t.eval_episodes}) overlap the "
+                f"training seeds [{r.seed}, {last_train_seed + 1}) (rollout.seed + iteration x "
+                f"rollout.num_groups + group): evaluation must use held-out seeds; pass e.g. "
+                f"trainer.eval_seed={last_train_seed + 1 + 1000}",
+                key="trainer.eval_seed",
+            )
+
+    @property
+    def train_seeds_per_iteration(self) -> int:
+        """Distinct reset seeds one iteration uses (one per group)."""
+        return self.rollout.num_groups
+
+
+def register_train_configs() -> None:
+    """Register :class:`TrainConfig` with Hydra's ConfigStore as ``train_schema`` (train.yaml
+    lists it first in its defaults, so every composed training config is type-checked)."""
+    from hydra.core.config_store import ConfigStore
+
+    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+
+
+def load_train(cfg: Any) -> TrainConfig:
+    """Validate a composed training config (see :func:`agent_memory.config.load_job`).
+
+    Raises:
+        ConfigError: a bad, unknown or missing value, with the override that fixes it.
+    """
+    job = load_job(cfg, schema=TrainConfig)
+    assert isinstance(job, TrainConfig)
+    return job

@@ -1,0 +1,391 @@
+"""The training loop, top to bottom (CleanRL style): collect, advantages, update, sync, evaluate.
+
+One iteration:
+
+1. **collect** ``rollout.num_groups x rollout.group_size`` episodes with the current weights on
+   the Ray rollout workers (the job's env, memory and template; group ``g`` of iteration ``i``
+   starts from seed ``rollout.seed + i * num_groups + g``);
+2. **advantages**: GRPO / GiGPO as in a rollout; PPO's GAE from the value head's values;
+3. **update** on the recorded token ids: ``trainer.epochs`` passes over shuffled minibatches
+   of :func:`~agent_memory.train.loss.policy_loss` (token-level clipped ratio against the
+   recorded sampling log-probs, k3 KL to a frozen reference, entropy bonus) plus PPO's value
+   loss, gradients clipped to ``trainer.max_grad_norm``;
+4. **weight sync**: :meth:`~agent_memory.train.engine.RolloutEngine.update_policy` — version
+   ``v + 1`` answers every episode of the next iteration;
+5. **evaluate** every ``trainer.eval_every`` iterations (and before the first): greedy, on the
+   held-out seeds ``trainer.eval_seed ..`` that training never samples (config-checked);
+6. **log** the iteration's metrics; **checkpoint** every ``trainer.save_every`` iterations and
+   at the end.
+
+A failure keeps the last checkpoint and every metrics row so far; ``summary.json`` says
+``"status": "failed"`` with the error.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent_memory.failures import describe_exception
+from agent_memory.policies import make_policy
+from agent_memory.rollout.cluster import init_ray
+from agent_memory.rollout.outputs import TrajectoryValues, compute_advantages
+from agent_memory.rollout.preflight import preflight
+from agent_memory.rollout.runner import run_log
+from agent_memory.rollout.types import Trajectory
+from agent_memory.train.checkpoint import (
+    TrainerState,
+    find_checkpoint,
+    load_checkpoint,
+    save_checkpoint,
+)
+from agent_memory.train.config import TrainConfig
+from agent_memory.train.engine import RolloutEngine, eval_specs, train_specs
+from agent_memory.train.logprobs import ValueHead, forward, prompt_hidden
+from agent_memory.train.loss import policy_loss, value_loss
+from agent_memory.train.metrics import MetricsLogger
+from agent_memory.train.model import build_tiny_for_env, load_model, pick_device
+from agent_memory.train.samples import ActionMode, Sample, build_samples
+
+__all__ = ["episode_metrics", "train", "update"]
+
+log = logging.getLogger("agent_memory.train")
+
+
+def train(
+    cfg: TrainConfig, out_dir: str | Path, *, on_iteration: Callable[[int], None] | None = None
+) -> dict[str, Any]:
+    """Train ``cfg``'s model; outputs (metrics, checkpoints, summary) go to ``out_dir``.
+
+    Args:
+        cfg: the validated training config.
+        out_dir: the run's directory.
+        on_iteration: called with the iteration number after each one is logged (tests use it
+            to stop a run midway).
+
+    Returns:
+        The run's summary (also in ``summary.json``).
+    """
+    import torch
+
+    t, r = cfg.trainer, cfg.rollout
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if t.num_threads is not None:
+        torch.set_num_threads(t.num_threads)  # a tiny model is far faster on one thread
+    random.seed(t.seed)
+    np.random.seed(t.seed)
+    torch.manual_seed(t.seed)
+    device, dtype = pick_device(t.device, t.dtype)
+    mode: ActionMode = "score" if cfg.policy.name == "score" else "generate"
+    preflight(cfg, policy=make_policy("random"))  # env, memory, template: before any model
+
+    with run_log(out / "train.log"):
+        # ---- the model (a checkpoint's, a local one, or the tiny demo model built here)
+        ckpt = find_checkpoint(t.resume) if t.resume else None
+        if ckpt is not None:
+            model_path: str | Path = ckpt / "model"
+        elif t.model == "tiny":
+            model_path = build_tiny_for_env(cfg, t.tiny, out / "tiny_model", seed=r.seed)
+        else:
+            model_path = t.model
+        model, tokenizer = load_model(model_path, device, dtype)
+        model.train()
+        value_head = (
+            ValueHead(model.config.hidden_size).to(device) if cfg.algo.name == "ppo" else None
+        )
+        reference = None
+        if t.kl_coef > 0:  # frozen copy of the starting weights
+            reference = copy.deepcopy(model).eval().requires_grad_(False)
+        params = [*model.parameters(), *(value_head.parameters() if value_head else [])]
+        optimizer = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay)
+        shuffler = torch.Generator().manual_seed(t.seed)
+        state = TrainerState()
+        if ckpt is not None:
+            state = load_checkpoint(
+                ckpt, optimizer=optimizer, shuffler=shuffler, value_head=value_head,
+                reference=reference,
+            )  # fmt: skip
+            log.info("resumed from %s at iteration %d", ckpt, state.iteration)
+
+        # ---- the rollout policies: they hold the live model (weights are shared, not copied)
+        params_in = {k: v for k, v in cfg.policy.params.items() if k != "path"}
+        parser = cfg.env.parser.build()
+        common = {"model": model, "tokenizer": tokenizer, "parser": parser}
+        policy = make_policy(cfg.policy.name, **common, **{"seed": t.seed, **params_in})
+        eval_policy = make_policy(cfg.policy.name, **common, **{**params_in, "temperature": 0.0})
+        _set_calls(policy, state.policy_calls)
+        pad_id = tokenizer.pad_token_id
+
+        ray_started = init_ray(r.ray_address)  # False when Ray is up already (a sweep, tests)
+        engine = RolloutEngine(cfg, policy, eval_policy)
+        engine.update_policy(state.policy_version)
+        logger = MetricsLogger(
+            out, t.logger, config=_flat_config(cfg), project=t.wandb_project, run_name=out.name,
+            append=ckpt is not None,
+        )  # fmt: skip
+        status, error, last_eval = "ok", None, dict(state.extra.get("last_eval", {}))
+        bar = None
+        if t.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=t.iterations, initial=state.iteration, desc="iterations", unit="it")
+        try:
+            engine.start(max(r.num_episodes, t.eval_episodes))
+            if state.iteration == 0 and t.eval_every:  # where learning starts from
+                last_eval = evaluate(engine, t.eval_episodes, t.eval_seed)
+                logger.log({"iteration": 0, "env_steps": 0, "episodes": 0, **last_eval})
+
+            for it in range(state.iteration, t.iterations):
+                t_iter = time.perf_counter()
+                if t.anneal_lr:  # a function of the iteration: a resumed run continues it
+                    for group in optimizer.param_groups:
+                        group["lr"] = t.lr * (1.0 - it / t.iterations)
+                # 1. collect with the current weights
+                t0 = time.perf_counter()
+                trajs = engine.collect(train_specs(it, r.num_groups, r.group_size, r.seed))
+                rollout_s = time.perf_counter() - t0
+
+                # 2. advantages (PPO: from the value head)
+                values = None
+                if value_head is not None:
+                    values = estimate_values(model, value_head, policy, trajs, pad_id)
+                compute_advantages(trajs, cfg.algo, values=values)
+                samples = build_samples(trajs, mode, keep_forced=value_head is not None)
+
+                # 3. update on the recorded ids and sampling log-probs
+                t0 = time.perf_counter()
+                stats = update(
+                    model, samples, mode, optimizer=optimizer, shuffler=shuffler, cfg=cfg,
+                    pad_id=pad_id, value_head=value_head, reference=reference,
+                )  # fmt: skip
+                update_s = time.perf_counter() - t0
+
+                # 4. the new weights answer from the next episode on
+                state.policy_version += 1
+                sync_s = engine.update_policy(state.policy_version)
+
+                # 5. greedy evaluation on held-out seeds
+                row: dict[str, Any] = {}
+                eval_s = 0.0
+                if t.eval_every and ((it + 1) % t.eval_every == 0 or it + 1 == t.iterations):
+                    t0 = time.perf_counter()
+                    last_eval = evaluate(engine, t.eval_episodes, t.eval_seed)
+                    eval_s = time.perf_counter() - t0
+                    row.update(last_eval)
+
+                # 6. log, checkpoint
+                env_steps = sum(len(tr.steps) for tr in trajs)
+                state.iteration = it + 1
+                state.env_steps += env_steps
+                state.episodes += len(trajs)
+                state.policy_calls = _get_calls(policy)
+                state.extra["last_eval"] = last_eval
+                row.update(
+                    {
+                        "iteration": it + 1,
+                        "env_steps": state.env_steps,
+                        "episodes": state.episodes,
+                        "policy_version": state.policy_version,
+                        **episode_metrics(trajs, "train"),
+                        **stats,
+                        "speed/env_steps_per_s": env_steps / rollout_s if rollout_s else 0.0,
+                        "time/rollout_s": rollout_s,
+                        "time/update_s": update_s,
+                        "time/weight_sync_s": sync_s,
+                        "time/eval_s": eval_s,
+                        "time/iteration_s": time.perf_counter() - t_iter,
+                    }
+                )
+                logger.log(row)
+                if (t.save_every and (it + 1) % t.save_every == 0) or it + 1 == t.iterations:
+                    save_checkpoint(
+                        out, state, model=model, tokenizer=tokenizer, optimizer=optimizer,
+                        shuffler=shuffler, value_head=value_head, reference=reference,
+                    )  # fmt: skip
+                if bar is not None:
+                    bar.update(1)
+                    bar.set_postfix(
+                        train=f"{row['train/success']:.2f}",
+                        eval=f"{last_eval.get('eval/success', float('nan')):.2f}",
+                    )
+                if on_iteration is not None:
+                    on_iteration(it + 1)
+        except KeyboardInterrupt:
+            status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
+            raise
+        except BaseException as e:
+            status, error = "failed", describe_exception(e)
+            raise
+        finally:
+            if bar is not None:
+                bar.close()
+            logger.close()
+            engine.close()
+            if ray_started:
+                import ray
+
+                ray.shutdown()
+            summary = {
+                "status": status,
+                **({"error": error} if error else {}),
+                "iterations": state.iteration,
+                "env_steps": state.env_steps,
+                "episodes": state.episodes,
+                "policy_version": state.policy_version,
+                "action_mode": mode,
+                "model": str(model_path),
+                **last_eval,
+            }
+            (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    return summary
+
+
+def evaluate(engine: RolloutEngine, episodes: int, seed: int) -> dict[str, float]:
+    """Greedy episodes on the held-out seeds; their ``eval/`` metrics."""
+    trajs = engine.collect(eval_specs(episodes, seed), evaluate=True)
+    return episode_metrics(trajs, "eval")
+
+
+def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
+    """Success, return, length, valid-action ratio and prompt tokens per episode of ``trajs``.
+
+    Example:
+        >>> episode_metrics([], "eval")
+        {}
+    """
+    if not trajs:
+        return {}
+    steps = [s for tr in trajs for s in tr.steps]
+    prompt = [len(s.generation.prompt_ids or ()) for s in steps if s.generation is not None]
+    response = [len(s.generation.response_ids or ()) for s in steps if s.generation is not None]
+    n = len(trajs)
+    out = {
+        f"{prefix}/success": sum(tr.won for tr in trajs) / n,
+        f"{prefix}/return": float(np.mean([tr.episode_return for tr in trajs])),
+        f"{prefix}/episode_length": len(steps) / n,
+        f"{prefix}/valid_action_ratio": sum(s.valid for s in steps) / max(1, len(steps)),
+        f"{prefix}/prompt_tokens_per_episode": sum(prompt) / n,
+    }
+    if prefix == "train":
+        out.update({
+            "tokens/prompt": float(sum(prompt)),
+            "tokens/response": float(sum(response)),
+            "tokens/prompt_per_episode": sum(prompt) / n,
+        })  # fmt: skip
+    return out
+
+
+def update(
+    model: Any, samples: Sequence[Sample], mode: ActionMode, *, optimizer: Any, shuffler: Any,
+    cfg: TrainConfig, pad_id: int, value_head: Any = None, reference: Any = None,
+) -> dict[str, float]:  # fmt: skip
+    """``trainer.epochs`` passes of shuffled minibatches; returns the mean of each loss term."""
+    import torch
+
+    t = cfg.trainer
+    totals: dict[str, list[float]] = {}
+    if not samples:
+        return {"samples": 0.0}
+    params = [p for g in optimizer.param_groups for p in g["params"]]
+    model.train()
+    for _ in range(t.epochs):
+        order = torch.randperm(len(samples), generator=shuffler).tolist()
+        for start in range(0, len(samples), t.minibatch_size):
+            batch = [samples[i] for i in order[start : start + t.minibatch_size]]
+            fw = forward(model, batch, mode, pad_id=pad_id, with_hidden=value_head is not None)
+            ref = None
+            if reference is not None:
+                with torch.no_grad():
+                    ref = forward(reference, batch, mode, pad_id=pad_id).logprobs
+            device = fw.logprobs.device
+            advantages = torch.tensor([s.advantage for s in batch], device=device)
+            terms = policy_loss(
+                fw.logprobs, fw.old_logprobs, advantages, fw.mask, clip_ratio=t.clip_ratio,
+                ref_logprobs=ref, kl_coef=t.kl_coef, entropy=fw.entropy,
+                entropy_coef=t.entropy_coef,
+            )  # fmt: skip
+            loss = terms.loss
+            parts = {
+                "loss/policy": terms.policy_loss, "kl/reference": terms.kl,
+                "kl/approx_old": terms.approx_kl, "entropy": terms.entropy,
+                "clip_fraction": terms.clip_fraction, "ratio": terms.ratio,
+            }  # fmt: skip
+            if value_head is not None:
+                returns = torch.tensor([s.ret for s in batch], device=device)
+                v_loss = value_loss(value_head(fw.hidden), returns)
+                loss = loss + t.value_coef * v_loss
+                parts["loss/value"] = v_loss
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            grad_norm = torch.nn.utils.clip_grad_norm_(params, t.max_grad_norm)
+            optimizer.step()
+            parts.update({"loss/total": loss, "grad_norm": grad_norm})
+            for k, v in parts.items():
+                totals.setdefault(k, []).append(
+                    float(v.detach()) if hasattr(v, "detach") else float(v)
+                )
+    return {**{k: float(np.mean(v)) for k, v in totals.items()}, "samples": float(len(samples))}
+
+
+def estimate_values(
+    model: Any, value_head: Any, policy: Any, trajs: Sequence[Trajectory], pad_id: int,
+    batch_size: int = 64,
+) -> dict[str, TrajectoryValues]:  # fmt: skip
+    """The value head's ``V(s_t)`` for every step (from its recorded prompt ids) and ``V(s_T)``
+    of each truncated episode's final prompt (rendered as the policy renders prompts)."""
+    import torch
+
+    prompts: list[Sequence[int]] = []
+    for tr in trajs:
+        for s in tr.steps:
+            assert s.generation is not None and s.generation.prompt_ids is not None
+            prompts.append(s.generation.prompt_ids)
+    finals = [tr for tr in trajs if tr.steps and not tr.terminated]
+    prompts += [policy.renderer.ids(tr.final_prompt) for tr in finals]
+    values: list[float] = []
+    with torch.no_grad():
+        for start in range(0, len(prompts), batch_size):
+            hidden = prompt_hidden(model, prompts[start : start + batch_size], pad_id=pad_id)
+            values += value_head(hidden).tolist()
+    out, k = {}, 0
+    final_of = dict(
+        zip(
+            (tr.spec.traj_uid for tr in finals),
+            values[-len(finals) :] if finals else [],
+            strict=True,
+        )
+    )
+    for tr in trajs:
+        n = len(tr.steps)
+        out[tr.spec.traj_uid] = TrajectoryValues(
+            values[k : k + n], final_of.get(tr.spec.traj_uid, 0.0)
+        )
+        k += n
+    return out
+
+
+def _get_calls(policy: Any) -> int:
+    return int(getattr(policy, "calls", getattr(policy, "_calls", 0)))
+
+
+def _set_calls(policy: Any, calls: int) -> None:
+    """Restore the policy's sampling-call counter (its RNG stream position) on resume."""
+    if hasattr(policy, "calls"):
+        policy.calls = calls
+    elif hasattr(policy, "_calls"):
+        policy._calls = calls
+
+
+def _flat_config(cfg: TrainConfig) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    return asdict(cfg)

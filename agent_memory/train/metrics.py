@@ -1,0 +1,170 @@
+"""Where the trainer's metrics go: a CSV (always), TensorBoard event files, Weights & Biases.
+
+Every iteration logs one row with the same columns (:data:`COLUMNS`; a value not measured that
+iteration, e.g. eval success between evaluations or the value loss without a value head, is left
+empty in the CSV and not sent elsewhere). The CSV is flushed after each row, so a run that fails
+keeps every row it logged. W&B runs in offline mode (``WANDB_MODE=offline`` unless the user set
+another mode): it needs no network and writes its files under the run's ``wandb/`` directory
+(``wandb sync`` uploads them later).
+
+Example:
+    >>> import tempfile, pathlib
+    >>> out = pathlib.Path(tempfile.mkdtemp())
+    >>> with MetricsLogger(out, ["csv"]) as log:
+    ...     log.log({"iteration": 1, "train/success": 0.5})
+    >>> (out / "metrics.csv").read_text().splitlines()[1].startswith("1,")
+    True
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["COLUMNS", "MetricsLogger", "read_metrics"]
+
+#: The CSV's columns, in order (x-axes first).
+COLUMNS: tuple[str, ...] = (
+    "iteration",
+    "env_steps",
+    "episodes",
+    "policy_version",
+    "train/success",
+    "train/return",
+    "train/episode_length",
+    "train/valid_action_ratio",
+    "eval/success",
+    "eval/return",
+    "eval/episode_length",
+    "eval/valid_action_ratio",
+    "eval/prompt_tokens_per_episode",
+    "loss/policy",
+    "loss/value",
+    "loss/total",
+    "kl/reference",
+    "kl/approx_old",
+    "entropy",
+    "clip_fraction",
+    "ratio",
+    "grad_norm",
+    "samples",
+    "tokens/prompt",
+    "tokens/response",
+    "tokens/prompt_per_episode",
+    "speed/env_steps_per_s",
+    "time/rollout_s",
+    "time/update_s",
+    "time/weight_sync_s",
+    "time/eval_s",
+    "time/iteration_s",
+)
+
+
+class MetricsLogger:
+    """Writes metric rows to ``out_dir/metrics.csv`` and the sinks in ``loggers``.
+
+    Args:
+        out_dir: the run's directory.
+        loggers: any of ``csv``, ``tensorboard`` (``out_dir/tensorboard/``), ``wandb``
+            (offline, ``out_dir/wandb/``). The CSV is written in every case.
+        config: the run's config (W&B stores it with the run).
+        project, run_name: W&B's project and run name.
+        append: continue an existing ``metrics.csv`` (a resumed run) instead of starting one.
+
+    Raises:
+        ImportError: a sink whose package is missing (the message names the extra).
+    """
+
+    def __init__(
+        self, out_dir: str | Path, loggers: Sequence[str], *,
+        config: Mapping[str, Any] | None = None, project: str = "agent_memory",
+        run_name: str | None = None, append: bool = False,
+    ) -> None:  # fmt: skip
+        self.out_dir = Path(out_dir)
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.out_dir / "metrics.csv"
+        fresh = not (append and self.path.exists())
+        self._file = self.path.open("w" if fresh else "a", newline="", encoding="utf-8")
+        self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
+        if fresh:
+            self._csv.writeheader()
+            self._file.flush()
+        self._tb: Any = None
+        self._wandb: Any = None
+        if "tensorboard" in loggers:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as e:
+                raise ImportError(
+                    "trainer.logger lists tensorboard but the tensorboard package is missing: "
+                    'pip install "agent-memory[train]" (or drop it: trainer.logger=[csv])'
+                ) from e
+            self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
+        if "wandb" in loggers:
+            try:
+                import wandb
+            except ImportError as e:
+                raise ImportError(
+                    "trainer.logger lists wandb but the wandb package is missing: "
+                    'pip install "agent-memory[train]" (or drop it: trainer.logger=[csv])'
+                ) from e
+            os.environ.setdefault("WANDB_MODE", "offline")  # no network needed, ever
+            os.environ.setdefault("WANDB_SILENT", "true")
+            self._wandb = wandb.init(
+                project=project, name=run_name, dir=str(self.out_dir), config=dict(config or {}),
+                resume="allow" if not fresh else None,
+            )  # fmt: skip
+
+    def log(self, row: Mapping[str, Any]) -> None:
+        """Log one iteration's metrics (keys of :data:`COLUMNS`; others go to TB/W&B only)."""
+        clean = {k: v for k, v in row.items() if _is_value(v)}
+        self._csv.writerow({k: clean.get(k, "") for k in COLUMNS})
+        self._file.flush()
+        step = int(clean.get("iteration", 0))
+        scalars = {k: float(v) for k, v in clean.items() if k != "iteration"}
+        if self._tb is not None:
+            for k, v in scalars.items():
+                self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log(scalars, step=step)
+
+    def close(self) -> None:
+        """Flush and close every sink. Idempotent."""
+        if not self._file.closed:
+            self._file.close()
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+    def __enter__(self) -> MetricsLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _is_value(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def read_metrics(path: str | Path) -> list[dict[str, float]]:
+    """The rows of a ``metrics.csv`` (empty cells left out), as floats.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> out = pathlib.Path(tempfile.mkdtemp())
+        >>> with MetricsLogger(out, ["csv"]) as log:
+        ...     log.log({"iteration": 1, "eval/success": 1.0})
+        >>> read_metrics(out / "metrics.csv")
+        [{'iteration': 1.0, 'eval/success': 1.0}]
+    """
+    with Path(path).open(newline="", encoding="utf-8") as f:
+        return [{k: float(v) for k, v in row.items() if v != ""} for row in csv.DictReader(f)]

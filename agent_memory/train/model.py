@@ -1,0 +1,112 @@
+"""The model a run trains: a local Hugging Face causal LM, or the tiny demo model built offline.
+
+``trainer.model`` is a directory written by ``save_pretrained`` (model and tokenizer), a hub id
+already in the local Hugging Face cache (nothing is ever downloaded), or ``tiny``: a small
+random-weight LM built with :func:`~agent_memory.models.build_tiny_lm` into the run directory,
+its word-level vocabulary taken from the env's own prompts (episodes played in this process with
+random admissible actions — no answers are shown to the model: the vocabulary is only words).
+
+Precision: float32 on CPU, bfloat16 on a GPU (``trainer.dtype=auto``).
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from agent_memory.config import JobConfig
+from agent_memory.train.config import TinyModelConfig
+
+__all__ = ["build_tiny_for_env", "env_texts", "load_model", "pick_device"]
+
+log = logging.getLogger(__name__)
+
+
+def pick_device(device: str, dtype: str) -> tuple[Any, Any]:
+    """``(torch.device, torch.dtype)`` for ``trainer.device`` / ``trainer.dtype``: ``auto`` is a
+    CUDA GPU when there is one (bfloat16), else the CPU (float32).
+
+    Example:
+        >>> import torch
+        >>> pick_device("cpu", "auto")
+        (device(type='cpu'), torch.float32)
+    """
+    import torch
+
+    if device == "auto":
+        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    else:
+        dev = torch.device(device)
+    if dtype == "auto":
+        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
+    return dev, getattr(torch, dtype)
+
+
+def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
+    """The texts a model sees and writes in ``job``'s env: every prompt of ``episodes``
+    episodes (played here with uniformly random admissible actions, through the job's memory
+    and template), and every admissible action in the parser's format."""
+    from agent_memory.rollout.worker import build_env
+
+    env = build_env(job, 1)
+    parser = job.env.parser.build()
+    rng = np.random.default_rng(seed)
+    texts: list[str] = []
+    try:
+        for episode in range(episodes):
+            prompts, _ = env.reset(seed=[seed + episode])
+            for _ in range(10_000):  # a bound, in case an env never ends
+                texts.append(_text(prompts[0]))
+                options = list(env._core.admissible[0] or [])
+                texts += [parser.format(str(a)) for a in options]
+                pick = options[int(rng.integers(len(options)))] if options else ""
+                prompts, _, terminated, truncated, _ = env.step([parser.format(str(pick))])
+                if terminated[0] or truncated[0]:
+                    break
+    finally:
+        env.close()
+    return texts
+
+
+def _text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(str(m.get("content", "")) for m in prompt)  # a chat message list
+
+
+def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: int) -> Path:
+    """Build the tiny demo model for ``job``'s env into ``out`` (see the module docstring)."""
+    from agent_memory.models import build_tiny_lm, words_from_texts
+
+    words = words_from_texts(env_texts(job, cfg.vocab_episodes, seed))
+    path = build_tiny_lm(
+        out, words, arch=cfg.arch, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
+        context=cfg.context, seed=seed, init_range=cfg.init_range,
+        tie_embeddings=cfg.tie_embeddings, lowercase=cfg.lowercase,
+    )  # fmt: skip
+    log.info("built the tiny model (%d words) in %s", len(words), path)
+    return path
+
+
+def load_model(path: str | Path, device: Any, dtype: Any) -> tuple[Any, Any]:
+    """``(model, tokenizer)`` from a local directory or the local HF cache, on ``device``."""
+    import re
+
+    import transformers
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_memory.policies.local_model import resolve_model
+
+    local = resolve_model(path)
+    version = tuple(int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
+    dtype_arg = "dtype" if version >= (4, 56) else "torch_dtype"
+    model = AutoModelForCausalLM.from_pretrained(
+        str(local), local_files_only=True, **{dtype_arg: dtype}
+    )
+    tokenizer = AutoTokenizer.from_pretrained(str(local), local_files_only=True)
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return model.to(device), tokenizer

@@ -1,0 +1,135 @@
+"""The score policy: GLAM-style choice among admissible actions, recorded exactly as sampled."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from agent_memory.models import build_tiny_lm  # noqa: E402
+from agent_memory.parsing import ActionParser  # noqa: E402
+from agent_memory.policies import make_policy  # noqa: E402
+from agent_memory.policies.scoring import ScoringPolicy, score_candidates  # noqa: E402
+from agent_memory.train.logprobs import forward  # noqa: E402
+from agent_memory.train.samples import Sample  # noqa: E402
+
+WORDS = ["go", "up", "down", "left", "right", "the", "box", "is", "here", "."]
+
+
+@pytest.fixture(scope="module")
+def lm_path(tmp_path_factory):
+    return build_tiny_lm(tmp_path_factory.mktemp("lm"), WORDS, init_range=0.5)
+
+
+def _meta(options, episode="e0", step=1):
+    return {"admissible_actions": options, "traj_uid": episode, "step": step}
+
+
+def test_registered_as_score(lm_path):
+    policy = make_policy("score", path=lm_path)
+    assert isinstance(policy, ScoringPolicy) and policy.needs == {"admissible_actions"}
+
+
+def test_records_candidates_choice_and_logprobs_that_teacher_forcing_reproduces(lm_path):
+    policy = ScoringPolicy(lm_path, temperature=1.0, seed=3)
+    prompts = ["go up", "the box is here .", "go"]
+    options = [["up", "down"], ["left", "right", "up"], ["down", "left"]]
+    gens = policy.generate(prompts, [_meta(o, f"e{i}") for i, o in enumerate(options)])
+    model = policy.model
+    for g, opts in zip(gens, options, strict=True):
+        c = g.choice
+        assert len(c.candidate_ids) == len(opts) and g.response_ids == list(
+            c.candidate_ids[c.index]
+        )
+        assert g.text == f"<action>{opts[c.index]}</action>"  # the parser's format
+        # Each candidate is the response text's tokens, then EOS (what a generator would emit).
+        assert c.candidate_ids[c.index][-1] == policy.tokenizer.eos_token_id
+        # Teacher forcing on prompt + chosen response reproduces the per-token log-probs.
+        ids = torch.tensor([g.prompt_ids + g.response_ids])
+        with torch.no_grad():
+            lp = model(ids).logits.log_softmax(-1)[0]
+        p = len(g.prompt_ids)
+        expected = [float(lp[p - 1 + j, t]) for j, t in enumerate(g.response_ids)]
+        assert g.response_logprobs == pytest.approx(expected, abs=1e-5)
+        # The action log-prob is the log-softmax of the summed scores over the candidates.
+        scores = []
+        for cand in c.candidate_ids:
+            full = torch.tensor([g.prompt_ids + list(cand)])
+            with torch.no_grad():
+                lp = model(full).logits.log_softmax(-1)[0]
+            scores.append(sum(float(lp[p - 1 + j, t]) for j, t in enumerate(cand)))
+        log_z = math.log(sum(math.exp(s) for s in scores))
+        assert c.logprob == pytest.approx(scores[c.index] - log_z, abs=1e-5)
+
+
+def test_the_trainer_recomputes_the_recorded_action_logprobs(lm_path):
+    """At the weights that sampled, the importance ratio is 1 (same ids, same processing)."""
+    policy = ScoringPolicy(lm_path, temperature=0.7, seed=0)
+    options = [["up", "down"], ["left", "right", "up", "down"]]
+    gens = policy.generate(["go up", "the box"], [_meta(o, f"e{i}") for i, o in enumerate(options)])
+    samples = [
+        Sample(tuple(g.prompt_ids), tuple(g.response_ids), [g.choice.logprob], 0.0, 0.0,
+               g.choice.temperature, g.choice.candidate_ids, g.choice.index)
+        for g in gens
+    ]  # fmt: skip
+    with torch.no_grad():
+        fw = forward(policy.model, samples, "score", pad_id=policy.tokenizer.pad_token_id)
+    assert fw.logprobs.flatten().tolist() == pytest.approx(
+        [g.choice.logprob for g in gens], abs=1e-5
+    )
+
+
+def test_greedy_takes_the_best_score_and_sampling_follows_the_softmax(lm_path):
+    greedy = ScoringPolicy(lm_path, temperature=0.0)
+    [g] = greedy.generate(["go"], [_meta(["up", "down", "left"])])
+    pids = g.prompt_ids
+    with torch.no_grad():
+        scores = score_candidates(greedy.model, [pids], [list(g.choice.candidate_ids)], pad_id=0)
+    assert g.choice.index == int(scores.scores[0].argmax())
+    # Sampling: over many episodes, each action's frequency matches its probability.
+    sampler = ScoringPolicy(lm_path, temperature=1.0, seed=1)
+    metas = [_meta(["up", "down", "left"], f"ep{i}") for i in range(600)]
+    gens = sampler.generate(["go"] * 600, metas)
+    probs = scores.action_logprobs(1.0)[0].exp().tolist()
+    freq = [sum(x.choice.index == k for x in gens) / 600 for k in range(3)]
+    assert freq == pytest.approx(probs, abs=0.07)
+
+
+def test_draws_depend_on_the_episode_not_on_the_batch_order(lm_path):
+    policy = ScoringPolicy(lm_path, temperature=1.0, seed=5)
+    metas = [_meta(["up", "down", "left", "right"], f"ep{i}") for i in range(8)]
+    forward_order = [g.choice.index for g in policy.generate(["go"] * 8, metas)]
+    backward_order = [g.choice.index for g in policy.generate(["go"] * 8, metas[::-1])]
+    assert forward_order == backward_order[::-1]
+
+
+def test_a_forced_action_needs_no_forward_pass(lm_path):
+    policy = ScoringPolicy(lm_path)
+    [g] = policy.generate(["go"], [_meta(["next"])])
+    assert (
+        g.choice.logprob == 0.0 and g.response_logprobs is None and policy.last_stats.batches == 0
+    )
+    scored = ScoringPolicy(lm_path, score_forced=True).generate(["go"], [_meta(["up"])])[0]
+    assert scored.choice.logprob == pytest.approx(0.0) and scored.response_logprobs is not None
+
+
+def test_bare_actions_without_a_tag(lm_path):
+    policy = ScoringPolicy(lm_path, parser=ActionParser(tag=None), temperature=0.0)
+    [g] = policy.generate(["go"], [_meta(["up", "down"])])
+    assert g.text in ("up", "down")
+    assert policy.tokenizer.decode(g.response_ids, skip_special_tokens=True) == g.text
+
+
+def test_needs_admissible_actions(lm_path):
+    policy = ScoringPolicy(lm_path)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "prompt 0 has no admissible actions to score (None): the score policy needs envs that list them"
+        ),
+    ):
+        policy.generate(["go"], [_meta(None)])

@@ -1,0 +1,117 @@
+"""The training loop end to end on the real rollout path (Ray workers, wrappers, memory)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from agent_memory.config import AlgoConfig, EnvConfig, MemoryConfig, PolicyConfig, RolloutConfig  # noqa: E402
+from agent_memory.train import TinyModelConfig, TrainConfig, TrainerConfig, read_metrics, train  # noqa: E402
+
+
+def small_job(**trainer) -> TrainConfig:
+    """Recall with 1 distractor, 2 groups x 2 episodes, a 1-layer tiny model: seconds per run."""
+    defaults = dict(
+        model="tiny",
+        tiny=TinyModelConfig(hidden=16, layers=1, heads=2, context=256, vocab_episodes=8),
+        iterations=4, lr=1e-2, anneal_lr=True, epochs=2, minibatch_size=2, eval_every=2, eval_episodes=4,
+        save_every=2, logger=["csv"], progress=False, device="cpu",
+    )  # fmt: skip
+    algo = trainer.pop("algo", "grpo")
+    policy = trainer.pop("policy", "score")
+    params = trainer.pop("policy_params", {})
+    return TrainConfig(
+        env=EnvConfig(id="agent_memory/Recall-v0", kwargs={"num_distractors": 1}, history_length=2),
+        memory=MemoryConfig(),
+        policy=PolicyConfig(name=policy, params={"path": "tiny", **params}),
+        rollout=RolloutConfig(
+            num_groups=2,
+            group_size=2,
+            num_workers=1,
+            envs_per_worker=4,
+            num_cpus_per_worker=0.5,
+            progress=False,
+        ),
+        algo=AlgoConfig(name=algo),
+        trainer=TrainerConfig(**{**defaults, **trainer}),
+    )
+
+
+def _weights(ckpt_model_dir):
+    from safetensors.torch import load_file
+
+    return load_file(str(ckpt_model_dir / "model.safetensors"))
+
+
+def test_four_iterations_equal_two_then_resume_then_two(ray_session, tmp_path):
+    once = tmp_path / "once"
+    train(small_job(), once)
+    split = tmp_path / "split"
+    train(small_job(iterations=2), split)
+    summary = train(small_job(resume=str(split)), split)
+    assert summary["status"] == "ok" and summary["iterations"] == 4
+    a = _weights(once / "checkpoints" / "iter_000004" / "model")
+    b = _weights(split / "checkpoints" / "iter_000004" / "model")
+    assert a.keys() == b.keys()
+    for name in a:
+        assert torch.equal(a[name], b[name]), name
+    # The weights did move (the test could not pass with a loop that never updates).
+    start = _weights(once / "tiny_model")
+    assert any(not torch.equal(a[n], start[n]) for n in a)
+    # The resumed run appended its rows: one metrics file, iterations 0..4, the same numbers.
+    rows_once, rows_split = read_metrics(once / "metrics.csv"), read_metrics(split / "metrics.csv")
+    assert [r["iteration"] for r in rows_split] == [0, 1, 2, 3, 4]
+    for r1, r2 in zip(rows_once, rows_split, strict=True):
+        for key in ("train/success", "loss/policy", "eval/success", "env_steps"):
+            assert r1.get(key) == r2.get(key), key
+
+
+def test_a_failure_keeps_the_last_checkpoint_and_the_metrics(ray_session, tmp_path):
+    def stop(iteration: int) -> None:
+        if iteration == 3:
+            raise RuntimeError("boom at iteration 3")
+
+    with pytest.raises(RuntimeError, match="boom at iteration 3"):
+        train(small_job(), tmp_path, on_iteration=stop)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and "boom at iteration 3" in summary["error"]
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "iter_000002"
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.csv")] == [0, 1, 2, 3]
+
+
+def test_every_metric_is_logged_and_ppo_trains_a_value_head(ray_session, tmp_path):
+    job = small_job(algo="ppo", iterations=2, kl_coef=0.1, entropy_coef=0.01,
+                    logger=["csv", "tensorboard", "wandb"])  # fmt: skip
+    job.algo = dataclasses.replace(job.algo, gamma=0.9, lam=0.9)
+    train(job, tmp_path)
+    rows = read_metrics(tmp_path / "metrics.csv")
+    last = rows[-1]
+    for key in (
+        "train/success", "train/return", "train/episode_length", "train/valid_action_ratio",
+        "eval/success", "loss/policy", "loss/value", "kl/reference", "entropy", "clip_fraction",
+        "grad_norm", "tokens/prompt", "tokens/response", "speed/env_steps_per_s",
+        "time/rollout_s", "time/update_s", "time/weight_sync_s",
+    ):  # fmt: skip
+        assert key in last, key
+    assert last["loss/value"] > 0 and last["kl/reference"] >= 0
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    assert list((tmp_path / "wandb").glob("offline-run-*"))  # offline: no network needed
+    state = torch.load(
+        tmp_path / "checkpoints" / "iter_000002" / "trainer_state.pt", weights_only=False
+    )
+    assert state["value_head"] is not None and state["reference"] is not None
+
+
+def test_generate_mode_trains_on_sampled_tokens(ray_session, tmp_path):
+    job = small_job(algo="gigpo", policy="hf", iterations=1, eval_every=1,
+                    policy_params={"max_new_tokens": 4, "temperature": 1.0})  # fmt: skip
+    job.env.parser = dataclasses.replace(job.env.parser, tag=None)
+    summary = train(job, tmp_path)
+    assert summary["status"] == "ok" and summary["action_mode"] == "generate"
+    [row] = [r for r in read_metrics(tmp_path / "metrics.csv") if r["iteration"] == 1]
+    assert row["tokens/response"] > 0 and row["samples"] > 0
