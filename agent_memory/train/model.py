@@ -60,7 +60,7 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
             prompts, _ = env.reset(seed=[seed + episode])
             for _ in range(10_000):  # a bound, in case an env never ends
                 texts.append(_text(prompts[0]))
-                options = list(env._core.admissible[0] or [])
+                options = list(env.current(0).admissible_actions or [])
                 texts += [parser.format(str(a)) for a in options]
                 pick = options[int(rng.integers(len(options)))] if options else ""
                 prompts, _, terminated, truncated, _ = env.step([parser.format(str(pick))])
