@@ -1,4 +1,5 @@
-"""Advantages over finished trajectories, the rows of the outputs, and the run's summary.
+"""The rows of the outputs and the run's summary (the advantages come from
+:func:`~agent_memory.rollout.advantages.compute_advantages`).
 
 One row per step: group uid, trajectory uid, step, prompt, response (capped at
 ``rollout.max_response_chars``, with its full length in ``response_chars``), parsed action,
@@ -10,146 +11,16 @@ by :class:`~agent_memory.rollout.writer.RolloutWriter`.
 
 from __future__ import annotations
 
-import importlib
 import math
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from agent_memory.config import AlgoConfig, JobConfig
-from agent_memory.rollout.advantages import discounted_returns, gae, gigpo, grpo
+from agent_memory.config import JobConfig
 from agent_memory.rollout.types import Trajectory
 
-__all__ = ["TrajectoryValues", "compute_advantages", "load_value_fn", "step_rows", "summarize"]
-
-ValueFn = Callable[[Sequence[Any]], Sequence[float]]
-
-
-def load_value_fn(spec: str) -> ValueFn:
-    """``"zero"`` (V = 0: GAE becomes discounted returns) or ``"module:function"``, a function
-    taking a list of prompts and returning one value per prompt.
-
-    Raises:
-        ValueError: a spec of another form, or a name that does not resolve to a callable.
-    """
-    if spec == "zero":
-        return lambda prompts: [0.0] * len(prompts)
-    module, sep, name = spec.partition(":")
-    if not sep or not module or not name:
-        raise ValueError(
-            f"algo.value_fn must be 'zero' or 'module:function', got {spec!r}: pass e.g. "
-            "algo.value_fn=my_pkg.critic:values"
-        )
-    try:
-        fn = getattr(importlib.import_module(module), name)
-    except (ImportError, AttributeError) as e:
-        raise ValueError(f"algo.value_fn={spec!r} does not resolve: {e}") from e
-    if not callable(fn):
-        raise ValueError(f"algo.value_fn={spec!r} is not callable")
-    return fn
-
-
-@dataclass(frozen=True)
-class TrajectoryValues:
-    """A critic's values for one trajectory (PPO's GAE), given to :func:`compute_advantages`.
-
-    Attributes:
-        steps: ``V(s_0) .. V(s_{T-1})``, one per step.
-        final: ``V(s_T)`` of the state after the last step (used only when the episode did not
-            terminate: GAE bootstraps a truncated episode).
-    """
-
-    steps: Sequence[float]
-    final: float = 0.0
-
-
-def compute_advantages(
-    trajs: Sequence[Trajectory], algo: AlgoConfig,
-    values: Mapping[str, TrajectoryValues] | None = None,
-) -> None:  # fmt: skip
-    """Fill every step's ``advantage`` and ``ret`` for ``algo`` (in place).
-
-    Args:
-        trajs: finished trajectories.
-        algo: the estimator and its parameters.
-        values: PPO only: the values per trajectory (by ``traj_uid``), e.g. from a trainer's
-            value head; without them ``algo.value_fn`` computes them from the prompts.
-
-    Raises:
-        ValueError: ``values`` misses a trajectory or has the wrong number of steps.
-    """
-    trajs = [t for t in trajs if t.steps]
-    if not trajs:
-        return
-    rewards = [np.array([s.reward for s in t.steps], dtype=np.float64) for t in trajs]
-    groups = [t.spec.group_uid for t in trajs]
-    if algo.name == "grpo":
-        advs = grpo(rewards, groups, normalize_std=algo.normalize_std, eps=algo.epsilon)
-        rets = [np.full(len(r), r.sum()) for r in rewards]
-    elif algo.name == "gigpo":
-        keys = [[anchor(t, s) for s in t.steps] for t in trajs]
-        advs = gigpo(
-            rewards, groups, keys, gamma=algo.gamma, step_weight=algo.step_weight,
-            normalize_std=algo.normalize_std, eps=algo.epsilon,
-        )  # fmt: skip
-        rets = [discounted_returns(r, algo.gamma) for r in rewards]
-    elif values is not None:
-        advs, rets = [], []
-        for t, r in zip(trajs, rewards, strict=True):
-            given = values.get(t.spec.traj_uid)
-            if given is None or len(given.steps) != len(r):
-                raise ValueError(
-                    f"values for trajectory {t.spec.traj_uid}: expected {len(r)} step values, "
-                    f"got {None if given is None else len(given.steps)}"
-                )
-            a, ret = gae(
-                r, np.asarray(given.steps, dtype=np.float64), terminated=t.terminated,
-                final_value=float(given.final), gamma=algo.gamma, lam=algo.lam,
-            )  # fmt: skip
-            advs.append(a)
-            rets.append(ret)
-    else:
-        value_fn = load_value_fn(algo.value_fn)
-        prompts = [s.prompt for t in trajs for s in t.steps]
-        values = np.asarray(value_fn(prompts), dtype=np.float64)
-        if values.shape != (len(prompts),):
-            raise ValueError(
-                f"algo.value_fn returned {values.shape} values for {len(prompts)} prompts"
-            )
-        bootstrap = [t for t in trajs if not t.terminated]
-        finals = dict(
-            zip(
-                (id(t) for t in bootstrap),
-                value_fn([t.final_prompt for t in bootstrap]) if bootstrap else [],
-                strict=True,
-            )
-        )
-        advs, rets, start = [], [], 0
-        for t, r in zip(trajs, rewards, strict=True):
-            v = values[start : start + len(r)]
-            start += len(r)
-            a, ret = gae(
-                r, v, terminated=t.terminated, final_value=float(finals.get(id(t), 0.0)),
-                gamma=algo.gamma, lam=algo.lam,
-            )  # fmt: skip
-            advs.append(a)
-            rets.append(ret)
-    for t, a, ret in zip(trajs, advs, rets, strict=True):
-        for s, av, rv in zip(t.steps, a, ret, strict=True):
-            s.advantage = float(av)
-            s.ret = float(rv)
-
-
-def anchor(t: Trajectory, s: Any) -> Any:
-    """GiGPO's step-group key of step ``s``: the env's ``state_key``; for envs without one, the
-    raw observation the action was taken on (verl-agent's anchor); else the step alone."""
-    if s.state_key is not None:
-        return ("state", s.state_key)
-    if s.observation is not None:
-        return ("observation", s.observation)
-    return ("step", t.spec.traj_uid, s.step)
+__all__ = ["step_rows", "summarize"]
 
 
 def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:

@@ -359,7 +359,7 @@ def _check_writable(path: str, key: str) -> None:
 
 
 def _check_value_fn(spec: str) -> None:
-    from agent_memory.rollout.outputs import load_value_fn
+    from agent_memory.rollout.advantages import load_value_fn
 
     try:
         load_value_fn(spec)

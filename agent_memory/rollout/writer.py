@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.config import JobConfig
+from agent_memory.rollout.advantages import compute_advantages
 from agent_memory.rollout.jsonsafe import jsonable
 from agent_memory.rollout.layouts import episode_sample
-from agent_memory.rollout.outputs import compute_advantages, step_rows
+from agent_memory.rollout.outputs import step_rows
 from agent_memory.rollout.types import Trajectory
 
 __all__ = ["EPISODE_COLUMNS", "ROW_COLUMNS", "RolloutWriter", "readable", "row_schema"]
