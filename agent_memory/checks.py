@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 __all__ = [
+    "bounded_capacity",
     "check_choice",
     "check_history_length",
     "check_int",
@@ -76,6 +77,29 @@ def check_history_length(history_length: int) -> int:
             f"got {history_length!r}"
         )
     return int(history_length)
+
+
+def bounded_capacity(history_length: int, bounded: bool) -> int | None:
+    """Steps a memory keeps per env: None (whole episodes) unless ``bounded``, then the window
+    ``history_length`` (at least 1). The one home of the "bounded" rule (the wrappers' options
+    and the job config both ask here).
+
+    Example:
+        >>> bounded_capacity(5, False), bounded_capacity(5, True), bounded_capacity(0, True)
+        (None, 5, 1)
+        >>> bounded_capacity(-1, True)
+        Traceback (most recent call last):
+        ...
+        ValueError: bounded=True keeps only history_length steps per env, but history_length=-1 ...
+    """
+    if not bounded:
+        return None
+    if history_length == -1:
+        raise ValueError(
+            "bounded=True keeps only history_length steps per env, but history_length=-1 "
+            "asks for whole episodes: set bounded=False or a window (history_length=k)"
+        )
+    return max(1, history_length)
 
 
 def check_int(name: str, value: Any, low: int, *, allow_none: bool = False) -> Any:

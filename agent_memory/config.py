@@ -30,6 +30,7 @@ from typing import Any, Optional
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
+from agent_memory.checks import bounded_capacity
 from agent_memory.suggest import did_you_mean
 
 __all__ = [
@@ -150,7 +151,7 @@ class EnvConfig:
 class MemoryConfig:
     """The memory strategy (``agent_memory.memory.make_memory``) and its budgets."""
 
-    strategy: str = "history"
+    strategy: str = "window"
     history_length: Optional[int] = None
     max_tokens: Optional[int] = None
     max_prompt_tokens: Optional[int] = None
@@ -313,16 +314,15 @@ class JobConfig:
             >>> JobConfig(env).memory_capacity, JobConfig(env, bounded).memory_capacity
             (None, 5)
         """
-        if not self.memory.bounded:
-            return None
-        if self.history_length == -1:
+        try:
+            return bounded_capacity(self.history_length, self.memory.bounded)
+        except ValueError:
             raise ConfigError(
                 "memory.bounded=true keeps only history_length steps, but the history length is "
                 "-1 (whole episode): pass memory.bounded=false or a window, "
                 "e.g. env.history_length=3",
                 key="memory.bounded",
-            )
-        return max(1, self.history_length)
+            ) from None
 
 
 def register_configs() -> None:

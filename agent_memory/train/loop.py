@@ -36,8 +36,8 @@ import numpy as np
 
 from agent_memory.failures import describe_exception
 from agent_memory.policies import make_policy
-from agent_memory.rollout.cluster import init_ray
 from agent_memory.rollout.advantages import TrajectoryValues, compute_advantages
+from agent_memory.rollout.cluster import init_ray
 from agent_memory.rollout.preflight import preflight
 from agent_memory.rollout.runner import run_log
 from agent_memory.rollout.types import Trajectory

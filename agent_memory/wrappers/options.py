@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from agent_memory.checks import check_history_length, check_int
+from agent_memory.checks import bounded_capacity, check_history_length, check_int
 from agent_memory.formatting import FormatterSpec
 from agent_memory.memory import BaseMemory
 from agent_memory.parsing import ActionParser
@@ -122,11 +122,7 @@ class HistoryOptions:
                     f"{name} to the memory's constructor (e.g. make_memory(strategy, num_envs=n, "
                     f"{name}=...)) and leave it out here"
                 )
-        if self.bounded and self.history_length == -1:
-            raise ValueError(
-                "bounded=True keeps only history_length steps per env, but history_length=-1 "
-                "asks for whole episodes: set bounded=False or a window (history_length=k)"
-            )
+        bounded_capacity(self.history_length, self.bounded)  # refuses bounded with -1
         # Built once (the fields keep the values as given, so equal settings compare equal).
         fix(self, "_template", PromptTemplate.from_config(self.template))
         fix(self, "_counter", make_token_counter(self.token_counter))
@@ -135,7 +131,7 @@ class HistoryOptions:
     def capacity(self) -> int | None:
         """Steps the built memory keeps per env: None (whole episodes) unless ``bounded``, then
         the window (at least 1)."""
-        return max(1, self.history_length) if self.bounded else None
+        return bounded_capacity(self.history_length, self.bounded)
 
     @property
     def counter(self) -> TokenCounter:
