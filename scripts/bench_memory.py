@@ -3,7 +3,8 @@
 Runs, in one process and interleaved (so machine load hits both alike), per configuration:
 
 * ``verl``: verl-agent's ``SimpleMemory`` algorithm
-  (:mod:`agent_memory.compat.verl_reference`, copied from its source, seed document 000):
+  (:mod:`agent_memory.compat.verl_reference`, copied from verl-agent's
+  ``agent_system/memory/memory.py``):
   store appends a dict per env, fetch re-formats the last k steps every call;
 * ``ours``: :class:`agent_memory.HistoryMemory` (renders each step once at store time);
 * ``ours bounded``: the same with ``capacity=window`` (O(window) storage per env);
@@ -14,11 +15,11 @@ does. Every configuration runs the same number of env-steps (short episodes are 
 reset between them) over a fixed pool of observation strings, so the harness itself adds no heap
 growth that would bill the garbage collector to long episodes. Printed: microseconds per env-step
 (best of ``--repeats`` interleaved runs, as ``timeit`` advises on a loaded machine), the speed-up
-over verl, and how cost grows from T=50 to T=1000 steps per episode. Targets (issue 2): >= 2x
+over verl, and how cost grows from T=50 to T=1000 steps per episode. Targets: >= 2x
 faster than verl at window 5, T=1000 within 1.2x of T=50 (token budget: 1.5x).
 
 A second table (``--strategies``) gives every memory strategy's store+fetch cost per env-step
-against the sliding window (``history``) on the same steps: 256 envs, window 5, episodes of 200
+against the sliding window (``window``) on the same steps: 256 envs, window 5, episodes of 200
 steps. Retrieval gets the current observation as its query, as the wrappers pass it; the
 conversation memory is compared with the window on chat prompts.
 

@@ -1,9 +1,10 @@
 """verl-agent's ``SimpleMemory`` / ``SearchMemory`` algorithms as they ship, for comparison only.
 
-The copy of ``agent_system/memory/memory.py`` (seed document 000) that the byte-identity tests of
-:mod:`agent_memory.compat.verl` and ``scripts/bench_memory.py`` compare against: store appends a
-dict per env, fetch re-formats the window on every call. Use :mod:`agent_memory.compat.verl` in
-code; this module exists so that both comparisons use one faithful reference.
+A copy of verl-agent's ``agent_system/memory/memory.py`` (github.com/langfengQ/verl-agent)
+that the byte-identity tests of :mod:`agent_memory.compat.verl` and ``scripts/bench_memory.py``
+compare against: store appends a dict per env, fetch re-formats the window on every call.
+Use :mod:`agent_memory.compat.verl` in code; this module exists so that both comparisons use
+one faithful reference.
 
 Example:
     >>> ref = ReferenceSearchMemory()

@@ -15,6 +15,7 @@ from typing import Any, ClassVar, Literal, NamedTuple
 import numpy as np
 
 from agent_memory.checks import check_history_length, check_int, check_number
+from agent_memory.formatting import Formatter
 
 __all__ = [
     "UNSET",
@@ -344,10 +345,15 @@ class BaseMemory(ABC):
         max_tokens: the default token budget of ``fetch`` (None: none).
         output: what a context is: ``"text"``, or ``"messages"`` (a chat message list); the
             wrappers build chat prompts for ``"messages"``.
+        formatter: the formatter rendering stored steps (every built-in strategy has one;
+            None for a memory that renders otherwise).
+        record_keys: the record keys the formatter reads (the wrappers record only those of
+            them that cost something to keep, e.g. a transcript's prompt ids).
     """
 
     num_envs: int
     max_tokens: int | None = None
+    formatter: Formatter | None = None
     accepts_queries: ClassVar[bool] = False
     fetch_when_empty: ClassVar[bool] = False
 
@@ -355,8 +361,12 @@ class BaseMemory(ABC):
     def output(self) -> Literal["text", "messages"]:
         """``"messages"`` when contexts are chat message lists, else ``"text"`` (by default,
         the ``formatter``'s ``output``)."""
-        formatter = getattr(self, "formatter", None)
-        return "messages" if getattr(formatter, "output", "text") == "messages" else "text"
+        return "messages" if getattr(self.formatter, "output", "text") == "messages" else "text"
+
+    @property
+    def record_keys(self) -> frozenset[str]:
+        """The record keys :attr:`formatter` declares it reads (empty without one)."""
+        return self.formatter.keys if isinstance(self.formatter, Formatter) else frozenset()
 
     @abstractmethod
     def reset(self, env_ids: EnvIds = None) -> None:

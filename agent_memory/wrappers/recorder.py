@@ -18,8 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from agent_memory.formatting import Formatter
-from agent_memory.memory import BaseMemory, HistoryMemory
+from agent_memory.memory import HistoryMemory
 from agent_memory.protocol import Episode
 from agent_memory.text import utf8_safe
 from agent_memory.wrappers.options import HistoryOptions
@@ -61,16 +60,6 @@ def _to_text(obs: Any) -> str:
     return obs if isinstance(obs, str) else str(obs)
 
 
-def _formatter_keys(memory: BaseMemory) -> frozenset[str]:
-    """The record keys the memory's formatter declares it reads (empty when it has none).
-
-    ``BaseMemory.output`` reads the same optional ``formatter`` attribute; every built-in
-    memory has one.
-    """
-    formatter = getattr(memory, "formatter", None)
-    return formatter.keys if isinstance(formatter, Formatter) else frozenset()
-
-
 class EpisodeRecorder:
     """The running episodes of ``num_envs`` envs (see the module docstring).
 
@@ -100,7 +89,7 @@ class EpisodeRecorder:
         self.memory = memory
         self.state = EpisodeState(num_envs, options.prompt_template.task)
         self.obs_to_text = _SafeText(options.obs_to_text or _to_text)
-        self.transcript_keys = _formatter_keys(memory) & TRANSCRIPT_KEYS
+        self.transcript_keys = memory.record_keys & TRANSCRIPT_KEYS
         self._cap = _DEFAULT_CAP if options.parser is None else options.parser.max_chars
 
     # ------------------------------------------------------------------ episodes
