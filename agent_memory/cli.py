@@ -31,20 +31,25 @@ group_size, num_groups)
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from agent_memory.config import ConfigError, unknown_key
+from agent_memory.failures import describe_exception
 from agent_memory.suggest import did_you_mean
 
-__all__ = ["CONFIG_ERROR_EXIT", "config_error_message", "hydra_main", "report_config_errors"]
+__all__ = [
+    "CONFIG_ERROR_EXIT", "config_error_message", "hydra_main", "report_config_errors",
+    "script_failures",
+]  # fmt: skip
 
 #: Exit status of a script stopped by a config error (2: a usage error, as argparse uses).
 CONFIG_ERROR_EXIT = 2
@@ -72,6 +77,32 @@ def hydra_main(
         return main
 
     return decorate
+
+
+@contextlib.contextmanager
+def script_failures(what: str, kept: str, interrupted: str) -> Iterator[None]:
+    """A script's run after its config is checked: a failure prints ``"{what} failed: <the
+    error>"`` and ``kept`` (where the outputs so far are) and exits with status 1; Ctrl-C prints
+    ``"Interrupted; {interrupted}"`` and exits with 130. A :class:`ConfigError` passes through
+    (:func:`hydra_main` prints it; status 2).
+
+    Example:
+        >>> with script_failures("Rollout", "What finished is in out/", "see out/"):
+        ...     raise ValueError("bad")
+        Traceback (most recent call last):
+        ...
+        SystemExit: 1
+    """
+    try:
+        yield
+    except ConfigError:
+        raise
+    except KeyboardInterrupt:
+        sys.stderr.write(f"\nInterrupted; {interrupted}\n")
+        raise SystemExit(130) from None
+    except Exception as e:
+        sys.stderr.write(f"{what} failed: {describe_exception(e)}\n{kept}\n")
+        raise SystemExit(1) from None
 
 
 def report_config_errors(run: Callable[[], Any]) -> Any:

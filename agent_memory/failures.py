@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import traceback
 
-__all__ = ["clean_text", "describe_exception", "first_line"]
+__all__ = ["clean_text", "describe_exception", "first_line", "run_status"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: Lines that only point at a span of the line above (``^^^^``, ``~~~~``).
@@ -83,3 +83,18 @@ def first_line(text: str | None) -> str:
         if line.strip():
             return line.strip()
     return ""
+
+
+def run_status(error: BaseException) -> tuple[str, str]:
+    """``(status, error)`` for the summary of a run that ``error`` ended: ``"interrupted"``
+    after Ctrl-C, else ``"failed"`` with the exception described.
+
+    Example:
+        >>> run_status(KeyboardInterrupt())
+        ('interrupted', 'KeyboardInterrupt (Ctrl-C)')
+        >>> run_status(ValueError("bad"))[0]
+        'failed'
+    """
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted", "KeyboardInterrupt (Ctrl-C)"
+    return "failed", describe_exception(error)

@@ -17,15 +17,13 @@ prints the error (type, message, last frames) and exits with status 1 (130 after
 from __future__ import annotations
 
 import json
-import sys
 
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from agent_memory.cli import hydra_main
-from agent_memory.config import ConfigError, load_job, register_configs
-from agent_memory.failures import describe_exception
+from agent_memory.cli import hydra_main, script_failures
+from agent_memory.config import load_job, register_configs
 from agent_memory.rollout import run_rollout
 
 register_configs()
@@ -39,19 +37,13 @@ def main(cfg: DictConfig) -> dict:
     choices = {k: v for k, v in hydra_cfg.runtime.choices.items() if not k.startswith("hydra")}
     # A sweep (-m) runs its jobs in this process: keep Ray up between them.
     sweep = hydra_cfg.mode == RunMode.MULTIRUN
-    try:
+    with script_failures(
+        "Rollout",
+        kept=f"What finished is in {out_dir} "
+        '(summary.json says "status": "failed"; rollout.log has the run\'s log).',
+        interrupted=f"what finished is in {out_dir}",
+    ):
         summary = run_rollout(job, out_dir, keep_ray=sweep, labels=choices)
-    except ConfigError:
-        raise  # one line and exit status 2 (agent_memory.cli)
-    except KeyboardInterrupt:
-        sys.stderr.write(f"\nInterrupted; what finished is in {out_dir}\n")
-        raise SystemExit(130) from None
-    except Exception as e:
-        sys.stderr.write(
-            f"Rollout failed: {describe_exception(e)}\nWhat finished is in {out_dir} "
-            '(summary.json says "status": "failed"; rollout.log has the run\'s log).\n'
-        )
-        raise SystemExit(1) from None
     shown = {k: v for k, v in summary.items() if k not in ("worker_failures", "outputs")}
     print(json.dumps(shown, indent=2))
     print(f"outputs: {out_dir}")

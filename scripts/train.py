@@ -21,14 +21,11 @@ exits with status 1 (130 after Ctrl-C).
 from __future__ import annotations
 
 import json
-import sys
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from agent_memory.cli import hydra_main
-from agent_memory.config import ConfigError
-from agent_memory.failures import describe_exception
+from agent_memory.cli import hydra_main, script_failures
 from agent_memory.train import load_train, register_train_configs, train
 
 register_train_configs()
@@ -38,19 +35,13 @@ register_train_configs()
 def main(cfg: DictConfig) -> dict:
     job = load_train(cfg)
     out_dir = job.trainer.output_dir or HydraConfig.get().runtime.output_dir
-    try:
+    with script_failures(
+        "Training",
+        kept=f"The last checkpoint and the metrics so far are in {out_dir} "
+        '(summary.json says "status": "failed").',
+        interrupted=f"the last checkpoint and the metrics are in {out_dir}",
+    ):
         summary = train(job, out_dir)
-    except ConfigError:
-        raise  # one line and exit status 2 (agent_memory.cli)
-    except KeyboardInterrupt:
-        sys.stderr.write(f"\nInterrupted; the last checkpoint and the metrics are in {out_dir}\n")
-        raise SystemExit(130) from None
-    except Exception as e:
-        sys.stderr.write(
-            f"Training failed: {describe_exception(e)}\nThe last checkpoint and the metrics so "
-            f'far are in {out_dir} (summary.json says "status": "failed").\n'
-        )
-        raise SystemExit(1) from None
     print(json.dumps(summary, indent=2))
     print(f"outputs: {out_dir}")
     return summary

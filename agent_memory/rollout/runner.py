@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.config import JobConfig
-from agent_memory.failures import describe_exception, first_line
+from agent_memory.failures import first_line, run_status
 from agent_memory.policies import Policy
 from agent_memory.prepare import prepare_env
 from agent_memory.rollout.async_collector import AsyncCollector, make_collector
@@ -128,11 +128,8 @@ def run_rollout(
                 progress=(lambda t: bar.update(1)) if bar is not None else None,
                 on_episode=writer.add,
             )
-        except KeyboardInterrupt:
-            status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
-            raise
         except BaseException as e:
-            status, error = "failed", describe_exception(e)
+            status, error = run_status(e)
             raise
         finally:
             if bar is not None:

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from agent_memory.failures import describe_exception
+from agent_memory.failures import run_status
 from agent_memory.policies import make_policy
 from agent_memory.rollout.advantages import TrajectoryValues, compute_advantages
 from agent_memory.rollout.cluster import init_ray
@@ -219,11 +219,8 @@ def train(
                     )
                 if on_iteration is not None:
                     on_iteration(it + 1)
-        except KeyboardInterrupt:
-            status, error = "interrupted", "KeyboardInterrupt (Ctrl-C)"
-            raise
         except BaseException as e:
-            status, error = "failed", describe_exception(e)
+            status, error = run_status(e)
             raise
         finally:
             if bar is not None:
