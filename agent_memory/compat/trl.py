@@ -28,15 +28,15 @@ Example:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from agent_memory.config import ConfigError, JobConfig
+from agent_memory.config import JobConfig
 from agent_memory.protocol import Generation
 from agent_memory.rollout.layouts import episode_sample
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
 
-__all__ = ["EpisodeRunner", "env_reward", "make_rollout_func", "seed_of"]
+__all__ = ["EpisodeRunner", "RolloutFunc", "env_reward", "make_rollout_func", "seed_of"]
 
 _SEED = re.compile(r"^\s*seed\s*[=:]\s*(\d+)\s*$")
 
@@ -76,8 +76,24 @@ class EpisodeRunner:
         self._envs: list[Any] = []
         self._calls = 0
 
-    def run(self, prompts: Sequence[Any], policy: Any) -> list[Trajectory]:
-        """One finished (or cut at ``max_turns``) trajectory per prompt, in order."""
+    def run(
+        self,
+        prompts: Sequence[Any],
+        policy: Any,
+        *,
+        max_context: int | None = None,
+        max_completion: int | None = None,
+        reserve: int = 0,
+    ) -> list[Trajectory]:
+        """One finished (or cut) trajectory per prompt, in order.
+
+        An episode is cut (its last step marked truncated) at ``max_turns``, or before a turn
+        that might not fit: when its context so far, plus the longest turn suffix seen yet (at
+        first: its first prompt's length), plus ``reserve`` new tokens could exceed
+        ``max_context`` tokens in all, or ``max_completion`` tokens after its first prompt. A
+        model given a prompt longer than its context drops the oldest tokens, and a trainer
+        cuts completions, either of which would make the episode's sample untrue.
+        """
         n = len(prompts)
         while len(self._envs) < n:
             self._envs.append(self._make_env())
@@ -92,8 +108,22 @@ class EpisodeRunner:
             shown.append(prompt)
         trajs = [Trajectory(spec) for spec in specs]
         live = list(range(n))
+        first = [0] * n  # each episode's first prompt length, context length, longest suffix
+        context = [0] * n
+        suffix = [0] * n
         turn = 0
         while live and (self.max_turns is None or turn < self.max_turns):
+            if turn:
+                fits = [
+                    i for i in live
+                    if _fits(context[i] + suffix[i] + reserve, first[i], max_context,
+                             max_completion)
+                ]  # fmt: skip
+                for i in set(live) - set(fits):
+                    trajs[i].steps[-1].truncated = True
+                live = fits
+                if not live:
+                    break
             turn += 1
             meta = [{"traj_uid": specs[i].traj_uid, "step": turn} for i in live]
             gens: list[Generation] = policy.generate([shown[i] for i in live], meta)
@@ -103,6 +133,10 @@ class EpisodeRunner:
                 t = trajs[i]
                 t.steps.append(_record(turn, shown[i], g, float(reward), term, trunc, info))
                 shown[i] = prompt
+                ids = len(g.prompt_ids or ())
+                suffix[i] = max(suffix[i], ids if turn == 1 else ids - context[i])
+                first[i] = first[i] or ids
+                context[i] = ids + len(g.response_ids or ())
                 if term or trunc:
                     t.won = bool(info.get("won", False))
                 else:
@@ -134,6 +168,12 @@ class EpisodeRunner:
         )  # fmt: skip
 
 
+def _fits(tokens: int, first: int, max_context: int | None, max_completion: int | None) -> bool:
+    return (max_context is None or tokens <= max_context) and (
+        max_completion is None or tokens - first <= max_completion
+    )
+
+
 def _record(
     step: int, prompt: Any, g: Generation, reward: float, term: bool, trunc: bool, info: Any
 ) -> StepRecord:
@@ -146,43 +186,50 @@ def _record(
     )  # fmt: skip
 
 
-def make_rollout_func(
-    job: JobConfig, *, max_turns: int | None = None, max_new_tokens: int = 64
-) -> Callable[[list[Any], Any], dict[str, list[Any]]]:
-    """A ``rollout_func`` for ``trl.GRPOTrainer`` (see the module docstring).
+class RolloutFunc:
+    """TRL's ``rollout_func``: ``rollout_func(prompts, trainer) -> dict`` (see the module
+    docstring), made by :func:`make_rollout_func`.
 
-    Args:
-        job: the env, memory and parser config; its chat must grow (``env.history_length=-1``,
-            ``env.formatter=transcript``).
-        max_turns: the most model turns per episode.
+    Attributes:
+        job: the env, memory and parser config.
+        runner: the :class:`EpisodeRunner` that plays the episodes.
         max_new_tokens: the most tokens per model turn.
-
-    Raises:
-        ConfigError: a config whose prompts do not grow turn by turn.
+        last: the trajectories of the last call, one per prompt (for logging or checks).
     """
-    if job.history_length != -1:
-        raise ConfigError(
-            "the TRL rollout_func trains one sample per episode on the whole conversation: it "
-            f"needs env.history_length=-1, got {job.history_length}",
-            key="env.history_length",
-        )
-    runner = EpisodeRunner(job, max_turns=max_turns)
 
-    def rollout_func(prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
+    def __init__(self, job: JobConfig, max_turns: int | None, max_new_tokens: int) -> None:
+        self.job = job
+        self.runner = EpisodeRunner(job, max_turns=max_turns)
+        self.max_new_tokens = max_new_tokens
+        self.last: list[Trajectory] = []
+
+    def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         from agent_memory.policies.hf import HFPolicy
 
         policy = HFPolicy(
             model=trainer.model, tokenizer=trainer.processing_class,
-            temperature=trainer.args.temperature, max_new_tokens=max_new_tokens,
-            batch_size=max(1, len(prompts)), incremental=True, parser=job.env.parser.build(),
+            temperature=trainer.args.temperature, max_new_tokens=self.max_new_tokens,
+            batch_size=max(1, len(prompts)), incremental=True, parser=self.job.env.parser.build(),
         )  # fmt: skip
         cap = trainer.args.max_completion_length
+        context = _context_length(trainer.model.config)
+        trajs = self.runner.run(
+            prompts, policy, max_context=context, max_completion=cap, reserve=self.max_new_tokens
+        )
+        if policy.stats.truncated_prompts:
+            raise ValueError(
+                f"{policy.stats.truncated_prompts} first prompt(s) do not fit in the model's "
+                f"context of {context} tokens with max_new_tokens={self.max_new_tokens}: a "
+                "shorter prompt template (env.template.no_history), a smaller max_new_tokens "
+                "or a model with a longer context"
+            )
+        self.last = trajs
         out: dict[str, list[Any]] = {
             k: []
             for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "episode_return",
                       "won", "turns")
         }  # fmt: skip
-        for traj in runner.run(prompts, policy):
+        for traj in trajs:
             s = episode_sample(traj)
             end = len(s.completion_ids) if cap is None else cap
             out["prompt_ids"].append(s.prompt_ids)
@@ -199,4 +246,44 @@ def make_rollout_func(
             )
         return out
 
-    return rollout_func
+
+def _context_length(config: Any) -> int | None:
+    for name in ("max_position_embeddings", "n_positions"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def make_rollout_func(
+    job: JobConfig, *, max_turns: int | None = None, max_new_tokens: int = 64
+) -> RolloutFunc:
+    """A ``rollout_func`` for ``trl.GRPOTrainer`` (see the module docstring).
+
+    Episodes are cut before a turn that might overflow the model's context or the trainer's
+    ``max_completion_length`` (see :meth:`EpisodeRunner.run`), so every row is what the model
+    saw, token for token.
+
+    Args:
+        job: the env, memory and parser config; its chat must grow (``env.history_length=-1``,
+            ``env.formatter=transcript``, the ``window`` memory without token budgets).
+        max_turns: the most model turns per episode.
+        max_new_tokens: the most tokens per model turn.
+
+    Raises:
+        ConfigError: a config whose prompts do not grow turn by turn, naming the override.
+
+    Example:
+        >>> from agent_memory.config import EnvConfig
+        >>> make_rollout_func(JobConfig(EnvConfig(id="agent_memory/Recall-v0")))
+        Traceback (most recent call last):
+        ...
+        agent_memory.config.ConfigError: rollout.layout=episode trains one sample per episode \
+on the whole conversation, so every turn's prompt must extend the previous one: it needs the \
+whole history, got env.history_length=3: pass env.history_length=-1 (or memory=full), or \
+rollout.layout=step
+    """
+    from agent_memory.rollout.preflight import check_episode_layout
+
+    check_episode_layout(job)
+    return RolloutFunc(job, max_turns, max_new_tokens)

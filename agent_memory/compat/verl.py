@@ -14,6 +14,10 @@ whose keys differ from the batch's raises a ``ValueError`` naming them (verl: a 
 h < 0 silently drops the *first* |h| steps). ``history_length=0`` returns every step, as verl's
 ``[-0:]`` does.
 
+verl-agent's environment managers have a drop-in too:
+:class:`~agent_memory.compat.verl_env.MemoryEnvironmentManager` (re-exported here) answers its
+rollout loop with this project's envs, memories, templates and parsers.
+
 Example:
     >>> mem = SimpleMemory()
     >>> mem.reset(batch_size=2)
@@ -29,10 +33,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from agent_memory.compat.verl_env import MemoryEnvironmentManager
 from agent_memory.formatting import Formatter
 from agent_memory.memory import HistoryMemory
 
-__all__ = ["SearchMemory", "SimpleMemory"]
+__all__ = ["MemoryEnvironmentManager", "SearchMemory", "SimpleMemory"]
 
 
 class _KeysNotYetKnown(Formatter):

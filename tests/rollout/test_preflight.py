@@ -433,3 +433,112 @@ def test_openai_probe_refuses_a_server_that_is_down():
         "policy=openai", "policy.params.model=m", f"policy.params.base_url={url}", probe=False
     )
     assert report.server_status is None
+
+
+# ---------------------------------------------------------------------- rollout.layout=episode
+
+EPISODE = ["env=recall", "rollout.layout=episode"]
+#: A chat that only grows: whole history, the model's own conversation, no budget.
+GROWING = [*EPISODE, "memory=full", "env.formatter=transcript"]
+
+EPISODE_INVALID = [
+    pytest.param(
+        EPISODE,
+        "rollout.layout=episode trains one sample per episode on the whole conversation, so "
+        "every turn's prompt must extend the previous one: it needs the whole history, got "
+        "env.history_length=3: pass env.history_length=-1 (or memory=full), or "
+        "rollout.layout=step",
+        id="window",
+    ),
+    pytest.param(
+        [*EPISODE, "memory=compaction", "memory.history_length=-1"],
+        "so every turn's prompt must extend the previous one, but memory.strategy='compaction' "
+        "rewrites earlier turns (it summarises, retrieves or trims them): pass memory=full, or "
+        "rollout.layout=step",
+        id="rewriting-memory",
+    ),
+    pytest.param(
+        [*GROWING, "memory.max_prompt_tokens=4096"],
+        "but memory.max_prompt_tokens=4096 drops the oldest turns once the budget is reached: "
+        "pass memory.max_prompt_tokens=null, or rollout.layout=step",
+        id="prompt-budget",
+    ),
+    pytest.param(
+        [*EPISODE, "memory=full"],
+        "rollout.layout=episode needs the model's own conversation, one message per turn, but "
+        "env.formatter='simple' writes the history into each turn's prompt anew: pass "
+        "env.formatter=transcript, or rollout.layout=step",
+        id="text-formatter",
+    ),
+    pytest.param(
+        [*GROWING, "policy=random"],
+        "rollout.layout=episode needs the token ids the model saw and sampled, but "
+        "policy=random renders no token ids here: pass policy=hf with "
+        "policy.params.incremental=true, or policy=openai with +policy.params.token_in=true "
+        "+policy.params.incremental=true +policy.params.tokenizer=<model path>, or "
+        "rollout.layout=step",
+        id="policy-without-tokens",
+    ),
+]
+
+
+@pytest.mark.parametrize(("overrides", "message"), EPISODE_INVALID)
+def test_episode_layout_is_refused_when_prompts_do_not_grow(overrides, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        _check(*overrides)
+
+
+def test_run_rollout_refuses_the_episode_layout_before_starting_ray(tmp_path):
+    # _ray_stays_down checks Ray was not started (when no other test had started it).
+    with pytest.raises(ConfigError, match=re.escape("pass env.history_length=-1")):
+        run_rollout(_job(*EPISODE), tmp_path)
+    assert not (tmp_path / "trajectories.jsonl").exists()
+
+
+#: Like the tiny model's template, but an earlier assistant turn is shown as "done" (as
+#: templates that drop past reasoning do): adding a turn re-renders the previous one.
+REWRITING_TEMPLATE = (
+    "{% for m in messages %}<s> {{ m['role'] }} : {% if m['role'] == 'assistant' and not "
+    "loop.last %}done{% else %}{{ m['content'] }}{% endif %} </s> {% endfor %}"
+    "{% if add_generation_prompt %}<s> assistant :{% endif %}"
+)
+
+
+def test_episode_layout_checks_the_hf_policy_and_its_chat_template(tmp_path):
+    pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
+    from agent_memory.models import build_tiny_lm
+
+    def hf(path, *more):
+        return [*GROWING, "policy=hf", f"policy.params.path={path}",
+                "policy.params.max_new_tokens=8", *more]  # fmt: skip
+
+    good = build_tiny_lm(tmp_path / "good", ["next", "red"])
+    report = _check(*hf(good, "policy.params.incremental=true"))
+    assert report.policy.renderer.incremental
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "but policy=hf renders every prompt whole: pass policy.params.incremental=true, or "
+            "rollout.layout=step"
+        ),
+    ):
+        _check(*hf(good))
+    rewriting = build_tiny_lm(tmp_path / "bad", ["next", "red"], chat_template=REWRITING_TEMPLATE)
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "rollout.layout=episode needs a chat template that appends a turn, but the chat "
+            "template of policy=hf's tokenizer renders the earlier turns differently once a turn "
+            "is added (e.g. it drops past reasoning): "
+        ),
+    ):
+        _check(*hf(rewriting, "policy.params.incremental=true"))
+    plain = build_tiny_lm(tmp_path / "plain", ["next", "red"], chat_template=None)
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "the chat template of policy=hf's tokenizer is missing (the transcript formatter's "
+            "chat messages need one): use a model whose template keeps earlier turns"
+        ),
+    ):
+        _check(*hf(plain, "policy.params.incremental=true"))

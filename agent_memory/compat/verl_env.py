@@ -1,0 +1,227 @@
+"""verl-agent drop-in: an environment manager with ``EnvironmentManagerBase``'s interface, built
+from this project's env, memory, prompt template and parser config.
+
+verl-agent's ``TrajectoryCollector`` drives one manager per rollout batch (from
+``agent_system/multi_turn_rollout/rollout_loop.py``): ``reset(kwargs)`` once, then
+``step(text_actions)`` with all B decoded responses every turn — finished envs included — until
+every env is done or ``env.max_steps`` turns have passed, then ``success_evaluator(...)``. This
+manager answers that sequence with a :class:`~agent_memory.wrappers.VectorHistoryWrapper` (the
+same wrapped vector env a rollout worker runs): the prompt of each env is built by the job's
+memory and template, the response is parsed by the job's parser, and a finished env is held
+(``step(mask=...)``, autoreset DISABLED): the actions verl-agent keeps sending for it are ignored
+and never start a new episode. Envs come in groups of ``group_n`` consecutive envs that share a
+reset seed, as verl-agent's ``env.rollout.n`` groups do.
+
+What each call returns, as verl-agent's managers do:
+
+* ``reset(kwargs) -> (observations, infos)`` and ``step(text_actions) -> (observations, rewards,
+  dones, infos)``; ``observations`` is ``{"text": list[str], "image": None, "anchor": list[str]}``:
+  ``text`` the prompt the memory built, ``anchor`` the env's raw observation (GiGPO's step key).
+* ``rewards`` (float32) and ``dones`` (bool) numpy arrays of shape ``(B,)``. A finished env gets
+  reward 0 and ``done`` True on every later step, and its last observation again.
+* ``infos``: one dict per env with the same keys: ``won``, ``is_action_valid``,
+  ``invalid_reason``, ``parsed_action``, ``history_steps``, ``episode_step`` and ``active``
+  (False for an env that was already done).
+* ``success_evaluator(total_infos=, total_batch_list=, episode_rewards=, episode_lengths=)`` ->
+  ``{"success_rate": np.ndarray}``: each env's ``won`` at its last active step, as verl-agent's
+  base manager computes it.
+
+Example:
+    >>> from agent_memory.config import EnvConfig, JobConfig
+    >>> job = JobConfig(EnvConfig(id="agent_memory/Recall-v0", kwargs={"num_distractors": 1}))
+    >>> envs = MemoryEnvironmentManager(job, env_num=1, group_n=2, seed=7)
+    >>> obs, infos = envs.reset(kwargs=None)
+    >>> len(obs["text"]), obs["image"], obs["anchor"][0] == obs["anchor"][1]
+    (2, None, True)
+    >>> obs, rewards, dones, infos = envs.step(["<action>next</action>", "no tag"])
+    >>> rewards.tolist(), dones.tolist(), [i["is_action_valid"] for i in infos]
+    ([0.0, 0.0], [False, False], [True, False])
+    >>> "Action 1: 'next'" in obs["text"][0]
+    True
+    >>> envs.close()
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+import numpy as np
+
+from agent_memory.config import ConfigError, JobConfig
+from agent_memory.protocol import WON
+
+__all__ = ["MemoryEnvironmentManager", "Observations"]
+
+#: Formatters whose prompts are chat message lists (verl-agent sends one text per env).
+CHAT_FORMATTERS = ("chat", "transcript")
+#: The keys of every info dict the manager returns.
+INFO_KEYS = (
+    "won", "is_action_valid", "invalid_reason", "parsed_action", "history_steps", "episode_step",
+    "active",
+)  # fmt: skip
+
+
+class Observations(TypedDict):
+    """What ``reset`` and ``step`` return as observations (verl-agent's keys)."""
+
+    text: list[str]
+    image: None
+    anchor: list[str]
+
+
+class MemoryEnvironmentManager:
+    """verl-agent's ``EnvironmentManagerBase`` interface over this project's wrapped vector env
+    (see the module docstring).
+
+    Args:
+        job: the env, memory, template and parser config (``job.policy`` is not used;
+            ``job.rollout.vectorization`` picks Sync or Async sub-envs).
+        env_num: groups (verl-agent's ``data.train_batch_size``).
+        group_n: envs per group sharing a reset seed (verl-agent's ``env.rollout.n``).
+        seed: the first reset's seeds are ``seed, seed + 1, ...`` per group; each reset moves on
+            by ``env_num``.
+
+    Raises:
+        ConfigError: a formatter that makes chat message lists (verl-agent wants text).
+    """
+
+    def __init__(self, job: JobConfig, env_num: int, group_n: int = 1, seed: int = 0) -> None:
+        spec = job.env.formatter
+        name = spec.get("name") if isinstance(spec, Mapping) else spec
+        if name in CHAT_FORMATTERS:
+            raise ConfigError(
+                f"verl-agent puts each env's observation text in one user message, but "
+                f"env.formatter={name!r} makes chat message lists: pass a text formatter, e.g. "
+                "env.formatter=simple",
+                key="env.formatter",
+            )
+        if env_num < 1 or group_n < 1:
+            raise ValueError(f"env_num and group_n must be >= 1, got {env_num} and {group_n}")
+        from agent_memory.rollout.worker import build_env
+
+        self.job = job
+        self.env_num = env_num
+        self.group_n = group_n
+        self.num_envs = env_num * group_n
+        self.envs = build_env(job, self.num_envs)
+        self._next_seed = seed
+        self._done = np.zeros(self.num_envs, dtype=bool)
+        self._texts: list[str] = [""] * self.num_envs
+        self._anchors: list[str] = [""] * self.num_envs
+        self._infos: list[dict[str, Any]] = [self._blank() for _ in range(self.num_envs)]
+
+    def reset(self, kwargs: Any = None) -> tuple[Observations, list[dict[str, Any]]]:
+        """Start a new episode in every env; ``kwargs`` (verl-agent's per-row ``env_kwargs``)
+        may give each env a ``seed``, otherwise the groups get the next seeds."""
+        seeds = self._seeds(kwargs)
+        prompts, info = self.envs.reset(seed=seeds)
+        self._done[:] = False
+        self._infos = [self._blank() for _ in range(self.num_envs)]
+        self._update(prompts, info, np.ones(self.num_envs, dtype=bool))
+        return self._observations(), [dict(i) for i in self._infos]
+
+    def step(
+        self, text_actions: Sequence[str]
+    ) -> tuple[Observations, np.ndarray, np.ndarray, list[dict[str, Any]]]:
+        """Act with one decoded response per env (finished envs' responses are ignored)."""
+        actions = [str(a) for a in np.asarray(text_actions, dtype=object).reshape(-1)]
+        if len(actions) != self.num_envs:
+            raise ValueError(
+                f"expected {self.num_envs} text actions (one per env), got {len(actions)}"
+            )
+        acting = ~self._done
+        rewards = np.zeros(self.num_envs, dtype=np.float32)
+        dones = self._done.copy()
+        if acting.any():
+            prompts, reward, terminated, truncated, info = self.envs.step(actions, mask=acting)
+            rewards[acting] = np.asarray(reward, dtype=np.float32)[acting]
+            ended = (np.asarray(terminated) | np.asarray(truncated)) & acting
+            dones |= ended
+            self._update(prompts, info, acting)
+            self._done |= ended
+        infos = []
+        for i in range(self.num_envs):
+            item = dict(self._infos[i])
+            item["active"] = bool(acting[i])
+            infos.append(item)
+        return self._observations(), rewards, dones, infos
+
+    def success_evaluator(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
+        """verl-agent's: each env's ``won`` at its last active step, as ``success_rate``."""
+        total_infos = kwargs["total_infos"]
+        total_batch_list = kwargs["total_batch_list"]
+        success: dict[str, list[float]] = {"success_rate": []}
+        for bs in range(len(total_batch_list)):
+            for i in reversed(range(len(total_batch_list[bs]))):
+                if total_batch_list[bs][i]["active_masks"]:
+                    success["success_rate"].append(float(total_infos[bs][i]["won"]))
+                    break
+        if len(success["success_rate"]) != len(total_batch_list):
+            raise ValueError(
+                "success_evaluator: every env needs at least one active step in total_batch_list "
+                f"(found {len(success['success_rate'])} of {len(total_batch_list)})"
+            )
+        return {key: np.array(value) for key, value in success.items()}
+
+    def close(self) -> None:
+        """Close the memory and the envs."""
+        self.envs.close()
+
+    # ------------------------------------------------------------------ internals
+
+    def _seeds(self, kwargs: Any) -> list[int]:
+        given = None
+        if isinstance(kwargs, Sequence) and not isinstance(kwargs, (str, bytes)):
+            rows = list(kwargs)
+            if len(rows) == self.num_envs and all(
+                isinstance(r, Mapping) and "seed" in r for r in rows
+            ):
+                given = [int(r["seed"]) for r in rows]
+        if given is not None:
+            return given
+        base = self._next_seed
+        self._next_seed += self.env_num
+        return [base + i // self.group_n for i in range(self.num_envs)]
+
+    @staticmethod
+    def _blank() -> dict[str, Any]:
+        return {
+            "won": False, "is_action_valid": True, "invalid_reason": None, "parsed_action": None,
+            "history_steps": 0, "episode_step": 0, "active": True,
+        }  # fmt: skip
+
+    def _update(self, prompts: Sequence[Any], info: Mapping[str, Any], acting: np.ndarray) -> None:
+        for i in np.flatnonzero(acting).tolist():
+            prompt = prompts[i]
+            if not isinstance(prompt, str):
+                raise ConfigError(
+                    f"env {i}'s prompt is a {type(prompt).__name__}, not text: verl-agent puts "
+                    "each observation in one user message: pass a text formatter, e.g. "
+                    "env.formatter=simple",
+                    key="env.formatter",
+                )
+            self._texts[i] = prompt
+            self._anchors[i] = str(_at(info, "raw_obs", i, ""))
+            item = self._infos[i]
+            item["won"] = bool(_at(info, WON, i, False))
+            item["is_action_valid"] = bool(_at(info, "is_action_valid", i, True))
+            item["invalid_reason"] = _at(info, "invalid_reason", i)
+            item["parsed_action"] = _at(info, "parsed_action", i)
+            item["history_steps"] = int(_at(info, "history_steps", i, 0))
+            item["episode_step"] = int(_at(info, "episode_step", i, 0))
+
+    def _observations(self) -> Observations:
+        return {"text": list(self._texts), "image": None, "anchor": list(self._anchors)}
+
+
+def _at(info: Mapping[str, Any], key: str, i: int, default: Any = None) -> Any:
+    """Env ``i``'s value of ``key`` in a vector info dict (Gymnasium's ``_key`` masks)."""
+    value = info.get(key)
+    if value is None:
+        return default
+    mask = info.get(f"_{key}")
+    if mask is not None and not mask[i]:
+        return default
+    item = value[i]
+    return item.item() if isinstance(item, np.generic) else item

@@ -1,0 +1,175 @@
+"""A real ``trl.GRPOTrainer`` trains through ``agent_memory.compat.trl.make_rollout_func``.
+
+A tiny word-level LM (random weights, built offline in the test) plays Recall in whole-episode
+chats (``transcript`` formatter, ``history_length=-1``: the ``episode`` layout) on CPU. The
+vocabulary is the env's few action words, and a response is one token (``max_new_tokens=1``,
+no tags), so some answers are admissible and others are not: the invalid-action penalty makes
+returns differ within a GRPO group, so the advantages, the gradient and the update are not zero.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from agent_memory.config import (
+    ConfigError,
+    EnvConfig,
+    JobConfig,
+    MemoryConfig,
+    ParserConfig,
+    PolicyConfig,
+    TemplateConfig,
+)
+
+torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
+pytest.importorskip("trl", reason="the 'trl' extra is not installed")
+
+WORDS = ["next", "red", "blue", "green", "brown"]
+
+
+def _job(**env: object) -> JobConfig:
+    settings = dict(
+        id="agent_memory/Recall-v0", kwargs={"num_distractors": 1, "num_choices": 2},
+        history_length=-1, formatter="transcript", max_steps=4,
+        template=TemplateConfig(no_history="{observation}"),
+        parser=ParserConfig(tag=None, think_tag=None, invalid_penalty=-0.5),
+    )  # fmt: skip
+    settings.update(env)
+    return JobConfig(env=EnvConfig(**settings), memory=MemoryConfig(), policy=PolicyConfig("hf"))
+
+
+def _replay(job: JobConfig, traj) -> float:
+    """The return a fresh env pays for the trajectory's responses, from its seed."""
+    import gymnasium as gym
+
+    from agent_memory.wrappers import HistoryWrapper
+
+    env = HistoryWrapper(
+        gym.make(job.env.id, max_episode_steps=job.env.max_steps, **job.env.kwargs),
+        history_length=-1, formatter="transcript", template=job.env.template.build(),
+        parser=job.env.parser.build(),
+    )  # fmt: skip
+    env.reset(seed=traj.spec.seed)
+    total = 0.0
+    for step in traj.steps:
+        _, reward, *_ = env.step(step.response)
+        total += float(reward)
+    env.close()
+    return total
+
+
+def test_grpo_trainer_learns_from_our_episodes(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agent_memory.compat.trl import env_reward, make_rollout_func
+    from agent_memory.models import build_tiny_lm
+
+    path = build_tiny_lm(tmp_path / "lm", WORDS, init_range=0.02)  # near-uniform sampling
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    job = _job()
+    rollout = make_rollout_func(job, max_new_tokens=1)
+    calls = []
+
+    def recorded(prompts, trainer):
+        out = rollout(prompts, trainer)
+        calls.append((list(prompts), out, rollout.last))
+        return out
+
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, fp16=False,
+        per_device_train_batch_size=8, num_generations=4, max_completion_length=64,
+        max_steps=2, learning_rate=1e-2, logging_steps=1, report_to="none",
+        save_strategy="no", disable_tqdm=True, seed=0,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=env_reward, args=args, processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": [f"seed={i}" for i in range(4)]}),
+        rollout_func=recorded,
+    )  # fmt: skip
+    trainer.train()
+
+    assert trainer.state.global_step == 2 and len(calls) == 2  # one generation batch per step
+    changed = max((p.detach() - before[n]).abs().max().item() for n, p in model.named_parameters())
+    assert changed > 0.0
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logged) == 2
+    for entry, (prompts, out, trajs) in zip(logged, calls, strict=True):
+        # TRL repeats each prompt num_generations times, consecutively; one row comes back each.
+        assert prompts[0::4] == prompts[1::4] == prompts[2::4] == prompts[3::4]
+        assert len(out["prompt_ids"]) == len(trajs) == len(prompts) == 8
+        returns = out["episode_return"]
+        assert returns == [t.episode_return for t in trajs]
+        assert [_replay(job, t) for t in trajs] == pytest.approx(returns)  # the env's own pay
+        assert entry["reward"] == pytest.approx(sum(returns) / len(returns), abs=1e-6)
+        for ids, comp, mask, lps, traj in zip(
+            out["prompt_ids"], out["completion_ids"], out["env_mask"], out["logprobs"], trajs,
+            strict=True,
+        ):  # fmt: skip
+            assert len(comp) == len(mask) == len(lps) <= args.max_completion_length
+            whole = ids + comp
+            sampled = [t for t, m in zip(comp, mask, strict=True) if m]
+            assert sampled == [t for s in traj.steps for t in s.generation.response_ids]
+            for s in traj.steps:  # the prefix property: every turn saw the row's tokens
+                g = s.generation
+                assert whole[: len(g.prompt_ids) + len(g.response_ids)] == (
+                    g.prompt_ids + g.response_ids
+                )
+    assert any(
+        len(set(out["episode_return"][k : k + 4])) > 1 for _, out, _ in calls for k in (0, 4)
+    )
+
+
+def test_rollout_func_refuses_a_chat_that_does_not_grow():
+    from agent_memory.compat.trl import make_rollout_func
+
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "rollout.layout=episode needs the model's own conversation, one message per turn, "
+            "but env.formatter='simple' writes the history into each turn's prompt anew: pass "
+            "env.formatter=transcript, or rollout.layout=step"
+        ),
+    ):
+        make_rollout_func(_job(formatter="simple"))
+
+
+def test_episodes_stop_before_they_overflow_the_completion_budget(tmp_path, monkeypatch):
+    """With a small ``max_completion_length`` an episode is cut between turns (never a prompt
+    truncated by the model's context), and the row still holds every token the model saw."""
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    from datasets import Dataset
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import GRPOConfig, GRPOTrainer
+
+    from agent_memory.compat.trl import env_reward, make_rollout_func
+    from agent_memory.models import build_tiny_lm
+
+    path = build_tiny_lm(tmp_path / "lm", WORDS, init_range=0.02, context=64)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    rollout = make_rollout_func(_job(max_steps=10), max_new_tokens=1)
+    args = GRPOConfig(
+        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, fp16=False,
+        per_device_train_batch_size=2, num_generations=2, max_completion_length=24,
+        report_to="none", save_strategy="no", disable_tqdm=True,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=env_reward, args=args, processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": ["seed=0"]}), rollout_func=rollout,
+    )  # fmt: skip
+    out = rollout(["seed=0", "seed=0"], trainer)
+    for comp, traj in zip(out["completion_ids"], rollout.last, strict=True):
+        assert len(traj.steps) >= 1 and len(comp) <= 24
+        assert traj.steps[-1].terminated or traj.steps[-1].truncated
+        first = traj.steps[0].generation
+        assert len(first.prompt_ids) + len(comp) <= 64  # within the model's context
+        assert out["turns"][0] < 10  # cut by the budget, not by the env's step limit

@@ -1,0 +1,191 @@
+"""MemoryEnvironmentManager answers verl-agent's rollout loop exactly as that loop calls it.
+
+``verl_rollout`` below replays the call sequence of verl-agent's
+``TrajectoryCollector.vanilla_multi_turn_loop`` (agent_system/multi_turn_rollout/rollout_loop.py):
+``reset(kwargs=...)`` once; then, for up to ``max_steps`` turns, ``step`` with all B actions
+(finished envs included), ``(B, 1)`` rewards/dones squeezed, ``is_action_valid`` read when
+``infos[0]`` has it, rewards and lengths summed over active envs only, ``is_done |= dones``,
+break when all are done; finally ``success_evaluator(total_infos=, total_batch_list=,
+episode_rewards=, episode_lengths=)``.
+"""
+
+from __future__ import annotations
+
+import re
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import envs as _bundled  # noqa: F401  (registers the bundled ids)
+from agent_memory.compat.verl import MemoryEnvironmentManager
+from agent_memory.compat.verl_reference import ReferenceSimpleMemory
+from agent_memory.config import ConfigError, EnvConfig, JobConfig
+
+KWARGS = {"num_distractors": 2, "num_choices": 2}
+CUE = re.compile(r"Remember this: the \w+ is (\w+)\.")
+
+
+def _job(**env: object) -> JobConfig:
+    settings = dict(id="agent_memory/Recall-v0", kwargs=dict(KWARGS), history_length=2)
+    settings.update(env)
+    return JobConfig(EnvConfig(**settings))
+
+
+def verl_rollout(envs, act, max_steps: int):
+    """verl-agent's loop, without the model: ``act(step, obs) -> list[str]``."""
+    obs, infos = envs.reset(kwargs=None)
+    batch_size = len(obs["text"])
+    is_done = np.zeros(batch_size, dtype=bool)
+    episode_rewards = np.zeros(batch_size, dtype=np.float32)
+    episode_lengths = np.zeros(batch_size, dtype=np.float32)
+    total_batch_list = [[] for _ in range(batch_size)]
+    total_infos = [[] for _ in range(batch_size)]
+    seen = []  # what the loop handed the model, per step (for the checks)
+    for step in range(max_steps):
+        active_masks = np.logical_not(is_done)
+        seen.append(obs)
+        text_actions = act(step, obs)
+        next_obs, rewards, dones, infos = envs.step(text_actions)
+        if len(rewards.shape) == 2:
+            rewards = rewards.squeeze(1)
+        if len(dones.shape) == 2:
+            dones = dones.squeeze(1)
+        if "is_action_valid" in infos[0]:
+            valid = np.array([info["is_action_valid"] for info in infos], dtype=bool)
+        else:
+            valid = np.ones(batch_size, dtype=bool)
+        episode_rewards[active_masks] += rewards[active_masks]
+        episode_lengths[active_masks] += 1
+        assert len(rewards) == batch_size and len(infos) == batch_size
+        assert all(set(i) == set(infos[0]) for i in infos)  # the loop reads infos[0]'s keys
+        for i in range(batch_size):
+            total_batch_list[i].append(
+                {"rewards": rewards[i], "active_masks": active_masks[i], "valid": valid[i],
+                 "anchor_obs": obs["anchor"][i], "action": text_actions[i]}
+            )  # fmt: skip
+            total_infos[i].append(infos[i])
+        is_done = np.logical_or(is_done, dones)
+        obs = next_obs
+        if is_done.all():
+            break
+    success = envs.success_evaluator(
+        total_infos=total_infos, total_batch_list=total_batch_list,
+        episode_rewards=episode_rewards, episode_lengths=episode_lengths,
+    )  # fmt: skip
+    return total_batch_list, total_infos, episode_rewards, episode_lengths, success, seen
+
+
+def _policy():
+    """Env 0 and 2 play right; env 1 writes no tag twice, then answers wrong; env 3 never
+    writes a tag (the env truncates it). So the four episodes end at different steps."""
+    cues: dict[int, str] = {}
+
+    def act(step: int, obs) -> list[str]:
+        out = []
+        for i, anchor in enumerate(obs["anchor"]):
+            m = CUE.search(anchor)
+            if m:
+                cues[i] = m.group(1).lower()
+            question = anchor.startswith("Question")
+            if i == 3 or (i == 1 and step < 2):
+                out.append("I am not sure.")
+            elif question and i == 1:
+                wrong = [c for c in re.findall(r"\w+", anchor.split(":")[-1]) if c != cues[i]]
+                out.append(f"<action>{wrong[0]}</action>")
+            else:
+                out.append(f"<action>{cues[i] if question else 'next'}</action>")
+        return out
+
+    return act
+
+
+def _direct(seed: int, actions: list[str]) -> list[tuple[float, bool]]:
+    """The same actions in a bare env (the parser's part done here): (reward, done) per step."""
+    env = gym.make("agent_memory/Recall-v0", **KWARGS)
+    env.reset(seed=seed)
+    out = []
+    for a in actions:
+        m = re.search(r"<action>(.*?)</action>", a)
+        _, reward, term, trunc, _ = env.step(m.group(1) if m else "")
+        out.append((float(reward), bool(term or trunc)))
+        if term or trunc:
+            break
+    env.close()
+    return out
+
+
+def test_verl_agent_loop_with_staggered_episode_ends():
+    envs = MemoryEnvironmentManager(_job(), env_num=2, group_n=2, seed=40)
+    try:
+        batches, infos, returns, lengths, success, seen = verl_rollout(envs, _policy(), 12)
+        assert lengths.tolist() == [4, 6, 4, 7]  # staggered ends; the loop stops at the last
+        assert len(batches[0]) == 7
+        assert success["success_rate"].tolist() == [1.0, 0.0, 1.0, 0.0]
+        assert returns.tolist() == [1.0, 0.0, 1.0, 0.0]
+        # Groups of group_n consecutive envs share a seed (and so a first observation).
+        assert seen[0]["anchor"][0] == seen[0]["anchor"][1] != seen[0]["anchor"][2]
+        for i, seed in enumerate([40, 40, 41, 41]):
+            active = [b for b in batches[i] if b["active_masks"]]
+            want = _direct(seed, [b["action"] for b in active])
+            assert [(float(b["rewards"]), k == len(active) - 1) for k, b in enumerate(active)] == (
+                want
+            )
+            assert [b["valid"] for b in active] == ["<action>" in b["action"] for b in active]
+            # After its end, the env is held: reward 0, done, its last observation, inactive.
+            for k in range(len(active), len(batches[i])):
+                assert batches[i][k]["rewards"] == 0.0 and not infos[i][k]["active"]
+                assert seen[k]["text"][i] == seen[len(active)]["text"][i]
+            assert infos[i][len(active) - 1]["won"] == (success["success_rate"][i] == 1.0)
+        # The finished envs' sub-envs never stepped again (no new episode started).
+        subs = envs.envs.unwrapped.envs
+        assert [s.unwrapped._elapsed for s in subs] == [4, 6, 4, 7]
+        # Each prompt carries the memory's window: verl-agent's own SimpleMemory, fed the
+        # (observation before the action, parsed action) pairs, gives the same history lines.
+        ref = ReferenceSimpleMemory()
+        ref.reset(batch_size=4)
+        for k in range(1, 4):
+            prev = batches[0][k - 1], batches[2][k - 1]
+            ref.store({
+                "text_obs": [prev[0]["anchor_obs"], "", prev[1]["anchor_obs"], ""],
+                "action": ["next" if k < 4 else "", "", "next", ""],
+            })  # fmt: skip
+            contexts, lengths_ = ref.fetch(2, obs_key="text_obs", action_key="action")
+            for i in (0, 2):
+                assert contexts[i] in seen[k]["text"][i]
+                assert lengths_[i] == min(k, 2)
+                assert seen[k]["anchor"][i] in seen[k]["text"][i]
+        assert "[Observation 1:" not in seen[3]["text"][0]  # out of the window of 2
+
+        # The next rollout: new seeds per group, histories cleared.
+        obs, infos0 = envs.reset(kwargs=None)
+        assert obs["anchor"][0] != seen[0]["anchor"][0]
+        assert all(i["history_steps"] == 0 and not i["won"] for i in infos0)
+        assert all("[Observation" not in t for t in obs["text"])
+    finally:
+        envs.close()
+
+
+def test_seeds_from_env_kwargs_and_rewards_shape():
+    envs = MemoryEnvironmentManager(_job(), env_num=1, group_n=2)
+    try:
+        obs, _ = envs.reset([{"seed": 5}, {"seed": 6}])
+        bare = gym.make("agent_memory/Recall-v0", **KWARGS)
+        assert obs["anchor"] == [bare.reset(seed=5)[0], bare.reset(seed=6)[0]]
+        _, rewards, dones, _ = envs.step(np.array([["<action>next</action>"]] * 2))  # (B, 1)
+        assert rewards.shape == dones.shape == (2,)
+        assert rewards.dtype == np.float32 and dones.dtype == np.bool_
+    finally:
+        envs.close()
+
+
+def test_chat_formatters_are_refused():
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "verl-agent puts each env's observation text in one user message, but "
+            "env.formatter='transcript' makes chat message lists: pass a text formatter, e.g. "
+            "env.formatter=simple"
+        ),
+    ):
+        MemoryEnvironmentManager(_job(formatter="transcript", history_length=-1), env_num=1)
