@@ -19,6 +19,7 @@ dicts and NaN never cost the run its outputs.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,9 +28,11 @@ from typing import Any
 from agent_memory.config import JobConfig
 from agent_memory.rollout.advantages import compute_advantages
 from agent_memory.rollout.jsonsafe import jsonable
-from agent_memory.rollout.layouts import episode_sample
+from agent_memory.rollout.layouts import LayoutError, episode_sample
 from agent_memory.rollout.outputs import step_rows
 from agent_memory.rollout.types import Trajectory
+
+log = logging.getLogger(__name__)
 
 __all__ = ["EPISODE_COLUMNS", "ROW_COLUMNS", "RolloutWriter", "readable", "row_schema"]
 
@@ -162,6 +165,9 @@ class RolloutWriter:
         self._open: dict[str, list[Trajectory]] = {}
         self._rows: list[dict[str, Any]] = []
         self._episode_rows: list[dict[str, Any]] = []
+        # Episodes with step rows but no episode sample (e.g. a prompt the policy cut to fit
+        # its model's context no longer extends the previous turn): one entry each.
+        self.layout_errors: list[dict[str, str]] = []
         self.counts: dict[str, int] = {}
 
     def add(self, traj: Trajectory) -> None:
@@ -188,6 +194,8 @@ class RolloutWriter:
             self._write_parquet(self._rows, ROW_COLUMNS, self.paths["parquet"])
         if "episodes_parquet" in self.paths:
             self._write_parquet(self._episode_rows, EPISODE_COLUMNS, self.paths["episodes_parquet"])
+        if self.episodes:
+            summary["episode_layout_errors"] = self.layout_errors
         summary["outputs"] = {k: str(v) for k, v in self.paths.items()}
         tmp = self.paths["summary"].with_name("summary.json.tmp")
         text = json.dumps(readable(jsonable(summary)), indent=2, ensure_ascii=False) + "\n"
@@ -206,7 +214,12 @@ class RolloutWriter:
             for t in ordered:
                 if t.error is not None and not t.steps:
                     continue  # never started: nothing to train on (the summary lists it)
-                row = jsonable(episode_sample(t).row())
+                try:
+                    row = jsonable(episode_sample(t).row())
+                except LayoutError as e:  # this episode's problem: the run goes on
+                    log.warning("no episode sample for %s: %s", t.spec.traj_uid, e)
+                    self.layout_errors.append({"traj_uid": t.spec.traj_uid, "error": str(e)})
+                    continue
                 self._episodes_jsonl.write(json.dumps(row, ensure_ascii=False) + "\n")
                 self._episode_rows.append(row)
             self._episodes_jsonl.flush()

@@ -17,7 +17,7 @@ from agent_memory.protocol import Generation
 from agent_memory.rollout import run_rollout
 from agent_memory.rollout.layouts import LayoutError, PrefixBroken, episode_sample
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
-from agent_memory.rollout.writer import EPISODE_COLUMNS, ROW_COLUMNS, row_schema
+from agent_memory.rollout.writer import EPISODE_COLUMNS, ROW_COLUMNS, RolloutWriter, row_schema
 from tests.rollout.conftest import make_job
 
 torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
@@ -144,3 +144,23 @@ def test_steps_without_token_ids_refuse_the_episode_layout():
         ),
     ):
         episode_sample(t)
+
+
+def test_a_broken_episode_loses_only_its_episode_sample(tmp_path):
+    job = make_job("agent_memory/Recall-v0", groups=1, size=2)
+    job.rollout.layout = "episode"
+    good = _steps(([1, 2], [3, 9]), ([1, 2, 3, 9, 4], [5]))
+    bad = _steps(([1, 2], [3, 9]), ([1, 2, 8, 9, 4], [5]))  # e.g. cut to fit a context
+    bad.spec = EpisodeSpec("g0", "g0-t1", 0, 1, 1)
+    writer = RolloutWriter(tmp_path, job)
+    writer.add(good)
+    writer.add(bad)
+    writer.close({"status": "ok"})
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "ok"
+    [error] = summary["episode_layout_errors"]
+    assert error["traj_uid"] == "g0-t1" and "turn 2's prompt does not start" in error["error"]
+    episodes = [json.loads(x) for x in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    assert [e["traj_uid"] for e in episodes] == ["g0-t0"]
+    steps = (tmp_path / "trajectories.jsonl").read_text().splitlines()
+    assert len(steps) == 4  # every step row of both episodes is kept
