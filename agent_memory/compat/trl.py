@@ -283,7 +283,7 @@ on the whole conversation, so every turn's prompt must extend the previous one: 
 whole history, got env.history_length=3: pass env.history_length=-1 (or memory=full), or \
 rollout.layout=step
     """
-    from agent_memory.rollout.preflight import check_episode_layout
+    from agent_memory.rollout.layout_checks import check_episode_layout
 
     check_episode_layout(job)
     return RolloutFunc(job, max_turns, max_new_tokens)

@@ -54,14 +54,13 @@ from typing import Any
 
 from agent_memory.config import ConfigError, EnvConfig, JobConfig
 from agent_memory.policies import Policy
+from agent_memory.rollout.layout_checks import check_episode_layout, history_key
 from agent_memory.signatures import BUILD_ERRORS, bind_params, build_or_blame
 from agent_memory.suggest import did_you_mean
 
 __all__ = [
     "EnvCheck",
     "Preflight",
-    "chat_template_rewrites",
-    "check_episode_layout",
     "preflight",
     "probe_server",
     "resolve_env",
@@ -142,7 +141,7 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     with _memory(job, counter) as memory:
         names = {
             "max_prompt_tokens": "memory.max_prompt_tokens",
-            "history_length": _history_key(job),
+            "history_length": history_key(job),
         }
 
         def wrap() -> WrapperParts:  # what VectorHistoryWrapper builds around the memory
@@ -173,132 +172,6 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
         built.close()
         raise
     return Preflight(env, core.builder.frame_tokens, built, status)
-
-
-# ---------------------------------------------------------------------- layout
-
-#: Memory strategies that keep the episode's steps as they were (``history`` is ``window``'s
-#: former name); the others summarise, retrieve or trim, which rewrites earlier turns.
-APPEND_ONLY_MEMORIES = ("window", "history")
-
-
-def check_episode_layout(job: JobConfig, policy: Any = None) -> None:
-    """Refuse a job whose prompts cannot make ``rollout.layout=episode`` samples.
-
-    An episode sample is turn 1's prompt ids followed by every later token, so turn k+1's
-    prompt must be turn k's prompt, then the ids the model sampled, then new tokens. The config
-    keeps that when the history is the whole episode (``history_length=-1``), in the
-    ``transcript`` formatter (the model's own conversation, one message per turn), in an
-    append-only memory, with no token budget dropping old turns. The ``policy`` (when given)
-    keeps it when it renders incrementally (its own sampled ids, never a re-tokenisation) with
-    a chat template that adds a turn after the earlier ones' text unchanged (checked on a
-    two-turn chat).
-
-    Args:
-        job: the job (its ``rollout.layout`` is not read: the caller wants the episode layout).
-        policy: the built policy, or None to check the config only.
-
-    Raises:
-        ConfigError: the first value that breaks the prefix property, with the override.
-
-    Example:
-        >>> from agent_memory.config import EnvConfig, MemoryConfig
-        >>> job = JobConfig(EnvConfig(id="x", history_length=-1), MemoryConfig())
-        >>> check_episode_layout(job)
-        Traceback (most recent call last):
-        ...
-        agent_memory.config.ConfigError: rollout.layout=episode needs the model's own \
-conversation, one message per turn, but env.formatter='simple' writes the history into each \
-turn's prompt anew: pass env.formatter=transcript, or rollout.layout=step
-    """
-    why = "trains one sample per episode on the whole conversation, so every turn's prompt "
-    why += "must extend the previous one"
-    key = _history_key(job)
-    if job.history_length != -1:
-        raise ConfigError(
-            f"rollout.layout=episode {why}: it needs the whole history, got "
-            f"{key}={job.history_length}: pass {key}=-1 (or memory=full), or rollout.layout=step",
-            key=key,
-        )
-    mem = job.memory
-    if mem.strategy not in APPEND_ONLY_MEMORIES:
-        raise ConfigError(
-            f"rollout.layout=episode {why}, but memory.strategy={mem.strategy!r} rewrites "
-            "earlier turns (it summarises, retrieves or trims them): pass memory=full, or "
-            "rollout.layout=step",
-            key="memory.strategy",
-        )
-    for name in ("max_tokens", "max_prompt_tokens"):
-        value = getattr(mem, name)
-        if value is not None:
-            raise ConfigError(
-                f"rollout.layout=episode {why}, but memory.{name}={value} drops the oldest "
-                f"turns once the budget is reached: pass memory.{name}=null, or "
-                "rollout.layout=step",
-                key=f"memory.{name}",
-            )
-    spec = job.env.formatter
-    name = spec.get("name") if isinstance(spec, Mapping) else spec
-    if name != "transcript":
-        raise ConfigError(
-            "rollout.layout=episode needs the model's own conversation, one message per turn, "
-            f"but env.formatter={name!r} writes the history into each turn's prompt anew: pass "
-            "env.formatter=transcript, or rollout.layout=step",
-            key="env.formatter",
-        )
-    if policy is not None:
-        _check_episode_policy(job.policy.name, policy)
-
-
-def _check_episode_policy(name: str, policy: Any) -> None:
-    renderer = getattr(policy, "renderer", None)
-    if renderer is None:
-        raise ConfigError(
-            f"rollout.layout=episode needs the token ids the model saw and sampled, but "
-            f"policy={name} renders no token ids here: pass policy=hf with "
-            "policy.params.incremental=true, or policy=openai with +policy.params.token_in=true "
-            "+policy.params.incremental=true +policy.params.tokenizer=<model path>, or "
-            "rollout.layout=step",
-            key="policy.name",
-        )
-    if not renderer.incremental:
-        raise ConfigError(
-            "rollout.layout=episode needs each turn rendered after the ids the model "
-            f"sampled before (a re-tokenised answer can differ), but policy={name} renders "
-            "every prompt whole: pass policy.params.incremental=true, or rollout.layout=step",
-            key="policy.params.incremental",
-        )
-    broken = chat_template_rewrites(renderer)
-    if broken is not None:
-        raise ConfigError(
-            f"rollout.layout=episode needs a chat template that appends a turn, but the chat "
-            f"template of policy={name}'s tokenizer {broken}: use a model whose template keeps "
-            "earlier turns as they were, or rollout.layout=step",
-            key="policy.params",
-        )
-
-
-def chat_template_rewrites(renderer: Any) -> str | None:
-    """How ``renderer``'s chat template breaks append-only rendering, or None when it does not.
-
-    It renders a two-turn chat and checks that its text starts with the one-turn chat closed by
-    the assistant's answer (what :class:`~agent_memory.policies.rendering.PromptRenderer` needs
-    to render a turn incrementally).
-    """
-    if not getattr(renderer, "templated", False):
-        return "is missing (the transcript formatter's chat messages need one)"
-    template = renderer.tokenizer.apply_chat_template
-    user = {"role": "user", "content": "Turn one."}
-    reply = {"role": "assistant", "content": "<think>why</think><action>go</action>"}
-    again = {"role": "user", "content": "Turn two."}
-    closed = template([user, reply], tokenize=False)
-    full = template([user, reply, again], tokenize=False, add_generation_prompt=True)
-    if not full.startswith(closed):
-        return (
-            "renders the earlier turns differently once a turn is added (e.g. it drops past "
-            f"reasoning): {closed[-60:]!r} is not how the two-turn chat starts"
-        )
-    return None
 
 
 # ---------------------------------------------------------------------- env
@@ -378,10 +251,6 @@ def _keys(prefix: str, job: JobConfig) -> dict[str, str]:
     for part in prefix.split("."):
         node = getattr(node, part)
     return {name: f"{prefix}.{name}" for name in vars(node)}
-
-
-def _history_key(job: JobConfig) -> str:
-    return "env.history_length" if job.memory.history_length is None else "memory.history_length"
 
 
 # ---------------------------------------------------------------------- pieces
