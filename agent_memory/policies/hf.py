@@ -44,6 +44,10 @@ Example:
     FileNotFoundError: model '/no/such/model' is neither a local directory (written by
     save_pretrained: config.json, weights, tokenizer files) nor a hub id in the local Hugging Face
     cache; nothing is downloaded
+
+(About 520 lines: loading, chat rendering, batched sampling and the log-probs of the same
+forward passes are one pipeline whose parts share the model, the tokenizer and the padding;
+the incremental renderer and local-model lookup already live in their own modules.)
 """
 
 from __future__ import annotations

@@ -55,6 +55,10 @@ Example:
     OpenAIPolicy(base_url='http://127.0.0.1:8000/v1', model='Qwen2.5-7B-Instruct', mode='chat',
                  concurrency=8, api_key=None)
     >>> policy.close()  # nothing was started: no request was made
+
+(About 530 lines: the policy's request building, answer checking and token bookkeeping;
+the wire shapes are in ``openai_protocol.py`` and the transport, retries and deadlines in
+``openai_runtime.py`` and ``deadline.py``.)
 """
 
 from __future__ import annotations

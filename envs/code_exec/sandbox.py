@@ -92,6 +92,10 @@ Example:
     ...     _ = box.run("x = 20")
     ...     box.run("x + 22").text
     '42\\n'
+
+(About 650 lines: the parent's half of one protocol — start, limits, framed I/O, deadlines
+and teardown share the process handles; the child's half, seccomp and cgroups are in their
+own modules.)
 """
 
 from __future__ import annotations
