@@ -8,8 +8,8 @@
    episodes go through ``rollout.mode=lockstep`` and ``rollout.mode=async``, interleaved, at 32,
    128 and 256 envs (2 Ray workers): env-steps/s, server utilization (time-weighted mean
    requests in flight / cap, from the server's own accounting), time with nothing in flight,
-   and the time to play the episodes (the workers' start-up excluded). Medians of
-   ``--repeats`` runs.
+   and the time to play the episodes (each engine's workers start once, before the timed runs).
+   Medians of ``--repeats`` runs.
 2. **Random policy: pipeline vs bare vector env** — env-steps/s of a whole rollout (1 Ray worker
    with 32 sub-envs, ``VectorHistoryWrapper``, parser, the engine) against Gymnasium's bare
    ``SyncVectorEnv`` of the same 32 envs stepped in this process. Interleaved, medians.
@@ -26,6 +26,7 @@ import argparse
 import contextlib
 import hashlib
 import multiprocessing as mp
+import os
 import statistics
 import time
 from dataclasses import dataclass, replace
@@ -140,25 +141,48 @@ def make_job(
     )
 
 
-def run_once(job: JobConfig, server: ServerProcess | None) -> Run:
-    """Start the workers, then time playing the job's episodes (start-up excluded)."""
-    collector = make_collector(job)
-    r = job.rollout
-    specs = episode_specs(r.num_groups, r.group_size, r.seed)
-    try:
-        collector.start(len(specs))
+class Started:
+    """One engine's collector with its workers up: the same episodes can be played again
+    (start-up is paid once, outside the timings)."""
+
+    def __init__(self, job: JobConfig) -> None:
+        r = job.rollout
+        self.specs = episode_specs(r.num_groups, r.group_size, r.seed)
+        self.collector = make_collector(job)
+        self.collector.start(len(self.specs))
+
+    def play(self, server: ServerProcess | None) -> Run:
+        """Play the episodes once; the figures of that run."""
+        steps0 = self.collector.stats.env_steps
         t0 = time.monotonic()
-        collector.collect(specs)
+        self.collector.collect(self.specs)
         t1 = time.monotonic()
+        steps = self.collector.stats.env_steps - steps0
+        util = idle = float("nan")
+        if server is not None:
+            s = server.stats(t0, t1)
+            util, idle = s.utilization, s.idle_s
+        return Run(steps / (t1 - t0), util, idle, t1 - t0, steps)
+
+    def close(self) -> None:
+        self.collector.close()
+        self.collector.policy.close()
+
+
+def interleaved(jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None) -> dict:
+    """``repeats`` runs of each job, alternating between them (load changes hit all alike)."""
+    started: dict[str, Started] = {}
+    try:
+        for key, job in jobs.items():
+            started[key] = Started(job)
+        runs: dict[str, list[Run]] = {key: [] for key in jobs}
+        for _ in range(repeats):
+            for key, engine in started.items():
+                runs[key].append(engine.play(server))
+        return runs
     finally:
-        collector.close()
-        collector.policy.close()
-    steps = collector.stats.env_steps
-    util = idle = float("nan")
-    if server is not None:
-        s = server.stats(t0, t1)
-        util, idle = s.utilization, s.idle_s
-    return Run(steps / (t1 - t0), util, idle, t1 - t0, steps)
+        for engine in started.values():
+            engine.close()
 
 
 def med(runs: list[Run], key: str) -> float:
@@ -170,13 +194,20 @@ def server_section(args: argparse.Namespace) -> None:
     try:
         policy = PolicyConfig(
             name="openai",
-            params={"base_url": server.base_url, "model": "hash", "seed": 0,
-                    "concurrency": args.cap, "timeout": 60.0, "max_retries": 2},
-        )  # fmt: skip
+            params={
+                "base_url": server.base_url,
+                "model": "hash",
+                "seed": 0,
+                "concurrency": args.concurrency or args.cap,
+                "timeout": 60.0,
+                "max_retries": 2,
+            },
+        )
         print(
             f"1. lockstep vs async against the mock server (log-normal latency median "
             f"{args.latency_median * 1000:.0f} ms, p99 {args.latency_p99:g} s, at most {args.cap} "
-            f"in flight; FrozenLake 8x8, episodes of at most {args.max_steps} steps, "
+            f"in flight; client concurrency {args.concurrency or args.cap}; FrozenLake 8x8, "
+            f"episodes of at most {args.max_steps} steps, "
             f"{args.episodes_per_env} episode(s) per env, {args.workers} workers; medians of "
             f"{args.repeats} interleaved runs)\n"
         )
@@ -187,14 +218,18 @@ def server_section(args: argparse.Namespace) -> None:
         print("|---|---|---|---|---|---|---|---|")
         for n in args.envs:
             per_worker = -(-n // args.workers)
-            runs: dict[str, list[Run]] = {m: [] for m in MODES}
-            for _ in range(args.repeats):
-                for mode in MODES:  # interleaved: load changes hit both engines alike
-                    job = make_job(
-                        mode, policy, n * args.episodes_per_env, args.workers, per_worker,
-                        args.max_steps,
-                    )  # fmt: skip
-                    runs[mode].append(run_once(job, server))
+            jobs = {
+                mode: make_job(
+                    mode,
+                    policy,
+                    n * args.episodes_per_env,
+                    args.workers,
+                    per_worker,
+                    args.max_steps,
+                )
+                for mode in MODES
+            }
+            runs = interleaved(jobs, args.repeats, server)
             base = med(runs["lockstep"], "steps_per_s")
             for mode in MODES:
                 rs = runs[mode]
@@ -213,9 +248,12 @@ def bare_steps_per_second(num_envs: int, steps: int, max_steps: int) -> float:
     """Gymnasium's SyncVectorEnv of the same envs (autoreset), stepped here with clean
     actions."""
     venv = gym.make_vec(
-        RANDOM_ENV_ID, num_envs=num_envs, vectorization_mode="sync",
-        max_episode_steps=max_steps, **RANDOM_ENV_KW,
-    )  # fmt: skip
+        RANDOM_ENV_ID,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        max_episode_steps=max_steps,
+        **RANDOM_ENV_KW,
+    )
     venv.reset(seed=0)
     actions = tuple(MOVES[i % 4] for i in range(num_envs))
     t0 = time.perf_counter()
@@ -247,17 +285,30 @@ def wrapped_steps_per_second(job: JobConfig, steps: int) -> float:
 def random_section(args: argparse.Namespace) -> None:
     n = args.random_envs
     policy = PolicyConfig(name="random")
+    jobs = {
+        mode: make_job(
+            mode,
+            policy,
+            n * args.random_episodes_per_env,
+            1,
+            n,
+            args.random_steps,
+            RANDOM_ENV_ID,
+            RANDOM_ENV_KW,
+        )
+        for mode in MODES
+    }
     runs: dict[str, list[float]] = {"bare": [], "wrapped": [], "lockstep": [], "async": []}
-    for _ in range(args.repeats):
-        runs["bare"].append(bare_steps_per_second(n, args.random_bare_steps, args.random_steps))
-        for mode in MODES:
-            job = make_job(
-                mode, policy, n * args.random_episodes_per_env, 1, n, args.random_steps,
-                RANDOM_ENV_ID, RANDOM_ENV_KW,
-            )  # fmt: skip
-            if mode == "lockstep":
-                runs["wrapped"].append(wrapped_steps_per_second(job, args.random_bare_steps))
-            runs[mode].append(run_once(job, None).steps_per_s)
+    started = {mode: Started(job) for mode, job in jobs.items()}
+    try:
+        for _ in range(args.repeats):  # interleaved
+            runs["bare"].append(bare_steps_per_second(n, args.random_bare_steps, args.random_steps))
+            runs["wrapped"].append(wrapped_steps_per_second(jobs["async"], args.random_bare_steps))
+            for mode in MODES:
+                runs[mode].append(started[mode].play(None).steps_per_s)
+    finally:
+        for engine in started.values():
+            engine.close()
     base = statistics.median(runs["bare"])
     print(
         f"2. random policy: the whole pipeline vs the bare vector env (Sokoban 6x6, {n} "
@@ -277,6 +328,10 @@ def random_section(args: argparse.Namespace) -> None:
     print()
 
 
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")
@@ -284,10 +339,16 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--episodes-per-env", type=int, default=2)
-    p.add_argument("--max-steps", type=int, default=5, help="episode step limit")
+    p.add_argument("--max-steps", type=int, default=4, help="episode step limit")
     p.add_argument("--latency-median", type=float, default=0.05, help="seconds")
     p.add_argument("--latency-p99", type=float, default=1.0, help="seconds")
     p.add_argument("--cap", type=int, default=32, help="the server's max_in_flight")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="the openai client's requests in flight, all workers together (default: --cap)",
+    )
     p.add_argument("--server-lifetime", type=float, default=1800.0, help="seconds, then it stops")
     p.add_argument("--random-envs", type=int, default=32)
     p.add_argument("--random-episodes-per-env", type=int, default=8)
@@ -301,10 +362,13 @@ def main() -> None:
         args.random_envs, args.random_episodes_per_env, args.random_bare_steps = 4, 2, 20
         args.random_steps = 5
     init_ray()
+    # The machine may be shared: the load average says how much CPU the runs had.
+    print(f"load average (1, 5, 15 min) at the start: {load()}\n")
     if "server" not in args.skip:
         server_section(args)
     if "random" not in args.skip:
         random_section(args)
+    print(f"load average (1, 5, 15 min) at the end: {load()}")
 
 
 if __name__ == "__main__":
