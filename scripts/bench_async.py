@@ -12,11 +12,13 @@
    Medians of ``--repeats`` runs.
 2. **Random policy: pipeline vs bare vector env** — env-steps/s of a whole rollout (1 Ray worker
    with 32 sub-envs, ``VectorHistoryWrapper``, parser, the engine) against Gymnasium's bare
-   ``SyncVectorEnv`` of the same 32 envs stepped in this process. Interleaved, medians.
+   ``SyncVectorEnv`` of the same 32 envs stepped in this process, and the worker's wrapped
+   vector env stepped in this process without any engine (what the wrapper alone costs).
+   Interleaved, medians.
 
 Usage::
 
-    python scripts/bench_async.py             # README figures (a few minutes)
+    python scripts/bench_async.py             # README figures (about 6 minutes)
     python scripts/bench_async.py --quick     # smoke test (seconds)
 """
 
@@ -114,6 +116,8 @@ class ServerProcess:
 
 @dataclass
 class Run:
+    """The figures of one run (utilization and idle time: NaN without a server)."""
+
     steps_per_s: float
     utilization: float
     idle_s: float
@@ -169,7 +173,9 @@ class Started:
         self.collector.policy.close()
 
 
-def interleaved(jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None) -> dict:
+def interleaved(
+    jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None
+) -> dict[str, list[Run]]:
     """``repeats`` runs of each job, alternating between them (load changes hit all alike)."""
     started: dict[str, Started] = {}
     try:

@@ -69,7 +69,11 @@ def _run(mode: str, base_url: str) -> tuple[list[str], list[dict]]:
         params={"base_url": base_url, "model": "hash", "seed": 1234, "concurrency": 16,
                 "timeout": 30.0, "max_retries": 2},
     )  # fmt: skip
-    trajs = make_collector(job).run()
+    collector = make_collector(job)
+    try:
+        trajs = collector.run()
+    finally:
+        collector.policy.close()  # the lockstep engine's client threads live in this process
     compute_advantages(trajs, job.algo)
     rows = step_rows(trajs)
     return [t.spec.traj_uid for t in trajs], rows
