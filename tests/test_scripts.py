@@ -111,6 +111,21 @@ def test_benchmark_scripts_run_with_tiny_budgets():
     assert "| rollout pipeline (1 Ray worker) |" in out and "| set-up time |" in out
 
 
+def test_bench_async_quick():
+    out = run(["scripts/bench_async.py", "--quick"])
+    rows = re.findall(
+        r"^\| 8 \| (lockstep|async) \| [\d,]+ \| [\d.]+x \| ([\d.]+) \| [\d.]+ s \| [\d.]+ s \| "
+        r"([\d,]+) \|$",
+        out,
+        re.M,
+    )
+    assert [r[0] for r in rows] == ["lockstep", "async"], out
+    assert all(0 < float(r[1]) <= 1 for r in rows), out  # the server's own accounting
+    assert rows[0][2] == rows[1][2], out  # the same episodes, step for step
+    for variant in ("bare Gymnasium SyncVectorEnv", "pipeline, async engine (1 Ray worker)"):
+        assert re.search(rf"^\| {re.escape(variant)} \| [\d,]+ \| [\d.]+x \|$", out, re.M), out
+
+
 def test_hostile_benchmark_runs_with_a_tiny_budget():
     out = run([
         "scripts/bench_hostile.py", "--size", "5000", "--baseline-size", "100", "--repeats", "1",

@@ -191,7 +191,9 @@ class AsyncCollector:
 
     def update_policy(self, state_dict: Any, version: int) -> None:
         """New weights for the policy service (a trainer calls this between collects), so every
-        episode of the next collect is answered by ``version``."""
+        episode of the next collect is answered by ``version``. A policy that runs in the
+        workers (e.g. ``openai``, whose server the trainer updates itself) gets only the version:
+        its answers of the next collect carry ``version``."""
         import ray
 
         if self.service is not None:
@@ -243,7 +245,9 @@ class AsyncCollector:
             if w in self._current and w not in self._finishing:
                 worker.assign.remote(assignments)
             else:
-                gen = worker.run.options(num_returns="streaming").remote(assignments)
+                # A policy the workers run answers with the driver's version (update_policy).
+                version = self.policy.version if self.service is None else None
+                gen = worker.run.options(num_returns="streaming").remote(assignments, version)
                 self._streams[gen] = w
                 self._current[w] = gen
                 self._finishing.discard(w)

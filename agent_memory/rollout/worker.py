@@ -267,12 +267,17 @@ class RolloutWorker:
 
     # ------------------------------------------------------------------ asynchronous engine
 
-    async def run(self, assignments: Sequence[EpisodeAssignment]) -> AsyncIterator[FinishedEpisode]:
+    async def run(
+        self, assignments: Sequence[EpisodeAssignment], policy_version: int | None = None
+    ) -> AsyncIterator[FinishedEpisode]:
         """Play ``assignments`` (and what :meth:`assign` adds) on their own, with the worker's
         policy, yielding each episode as it ends (a Ray streaming call; see
         :mod:`agent_memory.rollout.episode_loop`). Ends after :meth:`finish`, once its episodes
-        have."""
+        have. ``policy_version``: the version the worker's own policy answers with from now on
+        (the driver's, after a weight update; a restarted worker starts from its first)."""
         self._check_ready()
+        if policy_version is not None and self.policy is not None:
+            self.policy.version = policy_version
         r = self.job.rollout
         self.loop = EpisodeLoop(self, self.policy, r.max_policy_lag, r.max_response_chars)
         async for done in self.loop.run(assignments):

@@ -24,6 +24,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Sequence
@@ -182,13 +183,20 @@ def render_template(template: str, messages: Sequence[ChatMessage]) -> str:
         >>> render_template(DEFAULT_TEMPLATE, [ChatMessage("user", "hi")])
         '<s> user : hi </s> <s> assistant :'
     """
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-    return env.from_string(template).render(
+    return _compiled(template).render(
         messages=[{"role": m.role, "content": m.content} for m in messages],
         add_generation_prompt=True,
     )
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(template: str) -> Any:
+    """The compiled template: compiling costs milliseconds, far more than rendering (a server
+    renders every chat request with the same one)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+    return env.from_string(template)
 
 
 _WORDS = ("go", "up", "down", "left", "right", "look", "take", "open", "the", "box", "key", "door")
@@ -207,6 +215,8 @@ def digest_answer(prompt: str, seed: int | None) -> str:
     return " ".join(_WORDS[b % len(_WORDS)] for b in digest[1 : n + 1])
 
 
+#: Pieces whose hashed id :class:`HashBackend` remembers (a bound on a long-running server).
+_MAX_CACHED_PIECES = 1 << 20
 # The Whitespace pre-tokenizer's pieces, with the special tokens matched first.
 _SPECIAL = re.compile("|".join(re.escape(s) for s in SPECIAL_TOKENS))
 _PIECE = re.compile(r"\w+|[^\w\s]+")
@@ -264,6 +274,7 @@ class HashBackend:
         self._template = chat_template
         self._tokenizer: Any = None
         self._words: dict[int, str] = dict(enumerate(SPECIAL_TOKENS))
+        self._ids: dict[str, int] = {}
         if tokenizer_path is not None:
             from transformers import AutoTokenizer
 
@@ -296,9 +307,13 @@ class HashBackend:
         return out
 
     def _hash_id(self, piece: str) -> int:
-        digest = hashlib.blake2b(piece.encode(), digest_size=8).digest()
-        token_id = 4 + int.from_bytes(digest, "big") % (2**31 - 4)
-        self._words.setdefault(token_id, piece)
+        token_id = self._ids.get(piece)
+        if token_id is None:  # prompts repeat their words: hash each piece once
+            digest = hashlib.blake2b(piece.encode(), digest_size=8).digest()
+            token_id = 4 + int.from_bytes(digest, "big") % (2**31 - 4)
+            self._words.setdefault(token_id, piece)
+            if len(self._ids) < _MAX_CACHED_PIECES:
+                self._ids[piece] = token_id
         return token_id
 
     def encode(self, text: str) -> list[int]:

@@ -192,3 +192,22 @@ def test_workers_stay_up_across_collect_calls():
     assert [t.spec.seed for t in first] == [0, 0, 1, 1]
     assert [t.spec.seed for t in second] == [100, 100, 101, 101, 102, 102]
     assert all(t.won and len(t.steps) == 3 for t in first + second)
+
+
+def test_a_version_update_between_collects_reaches_every_row(engine):
+    from agent_memory.rollout.collector import episode_specs
+
+    job = make_job("agent_memory/Recall-v0", groups=2, size=2, workers=2, envs=2, num_distractors=1)
+    collector = make_collector(job)
+    collector.start()
+    try:
+        first = collector.collect(episode_specs(2, 2, seed=0))
+        if engine == "async":  # the scripted policy runs in the workers: they get the version
+            collector.update_policy(None, 3)
+        else:  # the lockstep engine calls the driver's policy itself
+            collector.policy.version = 3
+        second = collector.collect(episode_specs(2, 2, seed=0))
+    finally:
+        collector.close()
+    assert {s.generation.policy_version for t in first for s in t.steps} == {0}
+    assert {s.generation.policy_version for t in second for s in t.steps} == {3}

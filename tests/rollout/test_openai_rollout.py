@@ -7,7 +7,7 @@ import json
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -24,20 +24,25 @@ ADMISSIBLE = re.compile(r'admissible actions are: "([^"]+)"')
 
 class AgentServer(BaseHTTPRequestHandler):
     """/v1/chat/completions answering with the prompt's first admissible action; every 4th
-    request fails once with a 500 (the client retries it)."""
+    request fails with a 500, but a request body never fails twice (its retry is answered: with
+    concurrent envs, the async engine's other envs could otherwise make every retry the 4th)."""
 
     protocol_version = "HTTP/1.1"
     count = 0
+    failed: ClassVar[set[bytes]] = set()
     lock = threading.Lock()
 
     def log_message(self, *args: Any) -> None:
         pass
 
     def do_POST(self) -> None:
-        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.loads(raw)
         with AgentServer.lock:
             AgentServer.count += 1
-            fail = AgentServer.count % 4 == 0
+            fail = AgentServer.count % 4 == 0 and raw not in AgentServer.failed
+            if fail:
+                AgentServer.failed.add(raw)
         if fail:
             payload, status = {"error": {"message": "overloaded"}}, 500
         else:

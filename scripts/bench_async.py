@@ -1,0 +1,381 @@
+"""Benchmark: the asynchronous rollout engine against the lockstep one, and the pipeline overhead.
+
+1. **Against a heavy-tailed server** — the bundled mock OpenAI-compatible server
+   (:class:`~agent_memory.serving.MockOpenAIServer`, in a subprocess, 127.0.0.1 only, shut down
+   after ``--server-lifetime`` s whatever happens): log-normal latency (median 50 ms, p99 1 s),
+   at most 32 requests in flight (the rest queue, as vLLM's scheduler does), answers from a hash
+   of (prompt, per-request seed), so both engines play exactly the same episodes. The same
+   episodes go through ``rollout.mode=lockstep`` and ``rollout.mode=async``, interleaved, at 32,
+   128 and 256 envs (2 Ray workers): env-steps/s, server utilization (time-weighted mean
+   requests in flight / cap, from the server's own accounting), time with nothing in flight,
+   and the time to play the episodes (each engine's workers start once, before the timed runs).
+   Medians of ``--repeats`` runs.
+2. **Random policy: pipeline vs bare vector env** — env-steps/s of a whole rollout (1 Ray worker
+   with 32 sub-envs, ``VectorHistoryWrapper``, parser, the engine) against Gymnasium's bare
+   ``SyncVectorEnv`` of the same 32 envs stepped in this process, and the worker's wrapped
+   vector env stepped in this process without any engine (what the wrapper alone costs).
+   Interleaved, medians.
+
+Usage::
+
+    python scripts/bench_async.py             # README figures (about 6 minutes)
+    python scripts/bench_async.py --quick     # smoke test (seconds)
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import multiprocessing as mp
+import os
+import statistics
+import time
+from dataclasses import dataclass, replace
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import envs  # noqa: F401  (registers the bundled envs)
+from agent_memory.config import (
+    AlgoConfig,
+    EnvConfig,
+    JobConfig,
+    ParserConfig,
+    PolicyConfig,
+    RolloutConfig,
+)
+from agent_memory.rollout.async_collector import make_collector
+from agent_memory.rollout.collector import episode_specs, init_ray
+from agent_memory.rollout.worker import build_env
+
+MODES = ("lockstep", "async")
+MOVES = ("left", "down", "right", "up")
+ENV_ID, ENV_KW = "agent_memory/FrozenLake-v0", {"map_name": "8x8"}
+#: The random-policy section's env: as scripts/bench_rollout.py (Sokoban 6x6, one box).
+RANDOM_ENV_ID, RANDOM_ENV_KW = "agent_memory/Sokoban-v0", {"dim_room": (6, 6), "num_boxes": 1}
+
+
+# ----------------------------------------------------------------------------- the server
+
+
+def answer(prompt: str, seed: int | None) -> str:
+    """The server's answer: a move picked by a hash of (seed, prompt)."""
+    digest = hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()
+    return f"<action>{MOVES[digest[0] % 4]}</action>"
+
+
+def serve(conn: Any, median: float, p99: float, cap: int, lifetime: float) -> None:
+    """The server process: start the server, send its URL, then answer stats queries
+    ``(since, until)`` (``time.monotonic()``, the same clock in every process) until None."""
+    from agent_memory.serving import HashBackend, LogNormalLatency, MockOpenAIServer
+
+    server = MockOpenAIServer(
+        HashBackend(answer),
+        latency=LogNormalLatency(median, p99, seed=0),
+        max_in_flight=cap,
+        max_lifetime_s=lifetime,
+    ).start()
+    conn.send(server.base_url)
+    try:
+        while (window := conn.recv()) is not None:
+            conn.send(replace(server.stats(*window), timeline=()))
+    except EOFError:  # the benchmark went away
+        pass
+    finally:
+        server.stop()
+
+
+class ServerProcess:
+    """The mock server in a subprocess (its event loop does not share the driver's GIL)."""
+
+    def __init__(self, median: float, p99: float, cap: int, lifetime: float) -> None:
+        ctx = mp.get_context("spawn")
+        self.conn, child = ctx.Pipe()
+        self.proc = ctx.Process(target=serve, args=(child, median, p99, cap, lifetime), daemon=True)
+        self.proc.start()
+        if not self.conn.poll(120):
+            raise RuntimeError("the mock server did not start within 120 s")
+        self.base_url: str = self.conn.recv()
+
+    def stats(self, since: float, until: float) -> Any:
+        self.conn.send((since, until))
+        return self.conn.recv()
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):  # the server already stopped
+            self.conn.send(None)
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.terminate()
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+@dataclass
+class Run:
+    """The figures of one run (utilization and idle time: NaN without a server)."""
+
+    steps_per_s: float
+    utilization: float
+    idle_s: float
+    seconds: float
+    steps: int
+
+
+def make_job(
+    mode: str, policy: PolicyConfig, episodes: int, workers: int, envs_per_worker: int,
+    max_steps: int, env_id: str = ENV_ID, env_kw: dict[str, Any] = ENV_KW,
+) -> JobConfig:  # fmt: skip
+    return JobConfig(
+        env=EnvConfig(id=env_id, kwargs=dict(env_kw), max_steps=max_steps, parser=ParserConfig()),
+        policy=policy,
+        rollout=RolloutConfig(
+            num_groups=episodes,
+            group_size=1,
+            num_workers=workers,
+            envs_per_worker=envs_per_worker,
+            num_cpus_per_worker=0.5,
+            progress=False,
+            mode=mode,  # type: ignore[arg-type]
+        ),
+        algo=AlgoConfig(),
+    )
+
+
+class Started:
+    """One engine's collector with its workers up: the same episodes can be played again
+    (start-up is paid once, outside the timings)."""
+
+    def __init__(self, job: JobConfig) -> None:
+        r = job.rollout
+        self.specs = episode_specs(r.num_groups, r.group_size, r.seed)
+        self.collector = make_collector(job)
+        self.collector.start(len(self.specs))
+
+    def play(self, server: ServerProcess | None) -> Run:
+        """Play the episodes once; the figures of that run."""
+        steps0 = self.collector.stats.env_steps
+        t0 = time.monotonic()
+        self.collector.collect(self.specs)
+        t1 = time.monotonic()
+        steps = self.collector.stats.env_steps - steps0
+        util = idle = float("nan")
+        if server is not None:
+            s = server.stats(t0, t1)
+            util, idle = s.utilization, s.idle_s
+        return Run(steps / (t1 - t0), util, idle, t1 - t0, steps)
+
+    def close(self) -> None:
+        self.collector.close()
+        self.collector.policy.close()
+
+
+def interleaved(
+    jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None
+) -> dict[str, list[Run]]:
+    """``repeats`` runs of each job, alternating between them (load changes hit all alike)."""
+    started: dict[str, Started] = {}
+    try:
+        for key, job in jobs.items():
+            started[key] = Started(job)
+        runs: dict[str, list[Run]] = {key: [] for key in jobs}
+        for _ in range(repeats):
+            for key, engine in started.items():
+                runs[key].append(engine.play(server))
+        return runs
+    finally:
+        for engine in started.values():
+            engine.close()
+
+
+def med(runs: list[Run], key: str) -> float:
+    return statistics.median(getattr(r, key) for r in runs)
+
+
+def server_section(args: argparse.Namespace) -> None:
+    server = ServerProcess(args.latency_median, args.latency_p99, args.cap, args.server_lifetime)
+    try:
+        policy = PolicyConfig(
+            name="openai",
+            params={
+                "base_url": server.base_url,
+                "model": "hash",
+                "seed": 0,
+                "concurrency": args.concurrency or args.cap,
+                "timeout": 60.0,
+                "max_retries": 2,
+            },
+        )
+        print(
+            f"1. lockstep vs async against the mock server (log-normal latency median "
+            f"{args.latency_median * 1000:.0f} ms, p99 {args.latency_p99:g} s, at most {args.cap} "
+            f"in flight; client concurrency {args.concurrency or args.cap}; FrozenLake 8x8, "
+            f"episodes of at most {args.max_steps} steps, "
+            f"{args.episodes_per_env} episode(s) per env, {args.workers} workers; medians of "
+            f"{args.repeats} interleaved runs)\n"
+        )
+        print(
+            "| envs | engine | env-steps/s | vs lockstep | server utilization | "
+            "idle (nothing in flight) | time to play | env-steps |"
+        )
+        print("|---|---|---|---|---|---|---|---|")
+        for n in args.envs:
+            per_worker = -(-n // args.workers)
+            jobs = {
+                mode: make_job(
+                    mode,
+                    policy,
+                    n * args.episodes_per_env,
+                    args.workers,
+                    per_worker,
+                    args.max_steps,
+                )
+                for mode in MODES
+            }
+            runs = interleaved(jobs, args.repeats, server)
+            base = med(runs["lockstep"], "steps_per_s")
+            for mode in MODES:
+                rs = runs[mode]
+                rate = med(rs, "steps_per_s")
+                print(
+                    f"| {n} | {mode} | {rate:,.0f} | {rate / base:.2f}x | "
+                    f"{med(rs, 'utilization'):.2f} | {med(rs, 'idle_s'):.2f} s | "
+                    f"{med(rs, 'seconds'):.1f} s | {med(rs, 'steps'):,.0f} |"
+                )
+        print()
+    finally:
+        server.close()
+
+
+def bare_steps_per_second(num_envs: int, steps: int, max_steps: int) -> float:
+    """Gymnasium's SyncVectorEnv of the same envs (autoreset), stepped here with clean
+    actions."""
+    venv = gym.make_vec(
+        RANDOM_ENV_ID,
+        num_envs=num_envs,
+        vectorization_mode="sync",
+        max_episode_steps=max_steps,
+        **RANDOM_ENV_KW,
+    )
+    venv.reset(seed=0)
+    actions = tuple(MOVES[i % 4] for i in range(num_envs))
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        venv.step(actions)
+    elapsed = time.perf_counter() - t0
+    venv.close()
+    return steps * num_envs / elapsed
+
+
+def wrapped_steps_per_second(job: JobConfig, steps: int) -> float:
+    """The vector env a worker steps (VectorHistoryWrapper, parser, history), stepped here
+    with model-style responses: what the pipeline costs before any engine."""
+    num_envs = job.rollout.envs_per_worker
+    venv = build_env(job, num_envs)
+    venv.reset(seed=list(range(num_envs)))
+    actions = [f"<action>{MOVES[i % 4]}</action>" for i in range(num_envs)]
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        _, _, terminated, truncated, _ = venv.step(actions)
+        done = np.logical_or(terminated, truncated)
+        if done.any():
+            venv.reset(options={"reset_mask": done})
+    elapsed = time.perf_counter() - t0
+    venv.close()
+    return steps * num_envs / elapsed
+
+
+def random_section(args: argparse.Namespace) -> None:
+    n = args.random_envs
+    policy = PolicyConfig(name="random")
+    jobs = {
+        mode: make_job(
+            mode,
+            policy,
+            n * args.random_episodes_per_env,
+            1,
+            n,
+            args.random_steps,
+            RANDOM_ENV_ID,
+            RANDOM_ENV_KW,
+        )
+        for mode in MODES
+    }
+    runs: dict[str, list[float]] = {"bare": [], "wrapped": [], "lockstep": [], "async": []}
+    started = {mode: Started(job) for mode, job in jobs.items()}
+    try:
+        for _ in range(args.repeats):  # interleaved
+            runs["bare"].append(bare_steps_per_second(n, args.random_bare_steps, args.random_steps))
+            runs["wrapped"].append(wrapped_steps_per_second(jobs["async"], args.random_bare_steps))
+            for mode in MODES:
+                runs[mode].append(started[mode].play(None).steps_per_s)
+    finally:
+        for engine in started.values():
+            engine.close()
+    base = statistics.median(runs["bare"])
+    print(
+        f"2. random policy: the whole pipeline vs the bare vector env (Sokoban 6x6, {n} "
+        f"sub-envs, episodes of at most {args.random_steps} steps; medians of {args.repeats})\n"
+    )
+    print("| variant | env-steps/s | vs bare |")
+    print("|---|---|---|")
+    labels = {
+        "bare": "bare Gymnasium SyncVectorEnv",
+        "wrapped": "the worker's wrapped vector env, stepped in this process (no engine)",
+        "lockstep": "pipeline, lockstep engine (1 Ray worker)",
+        "async": "pipeline, async engine (1 Ray worker)",
+    }
+    for key, label in labels.items():
+        rate = statistics.median(runs[key])
+        print(f"| {label} | {rate:,.0f} | {rate / base:.2f}x |")
+    print()
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")
+    p.add_argument("--envs", type=int, nargs="+", default=[32, 128, 256])
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--episodes-per-env", type=int, default=2)
+    p.add_argument("--max-steps", type=int, default=4, help="episode step limit")
+    p.add_argument("--latency-median", type=float, default=0.05, help="seconds")
+    p.add_argument("--latency-p99", type=float, default=1.0, help="seconds")
+    p.add_argument("--cap", type=int, default=32, help="the server's max_in_flight")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="the openai client's requests in flight, all workers together (default: --cap)",
+    )
+    p.add_argument("--server-lifetime", type=float, default=1800.0, help="seconds, then it stops")
+    p.add_argument("--random-envs", type=int, default=32)
+    p.add_argument("--random-episodes-per-env", type=int, default=8)
+    p.add_argument("--random-steps", type=int, default=30, help="random episodes' step limit")
+    p.add_argument("--random-bare-steps", type=int, default=300)
+    p.add_argument("--skip", choices=["server", "random"], nargs="*", default=[])
+    args = p.parse_args()
+    if args.quick:
+        args.envs, args.repeats, args.max_steps = [8], 1, 4
+        args.episodes_per_env, args.server_lifetime = 1, 300.0
+        args.random_envs, args.random_episodes_per_env, args.random_bare_steps = 4, 2, 20
+        args.random_steps = 5
+    init_ray()
+    # The machine may be shared: the load average says how much CPU the runs had.
+    print(f"load average (1, 5, 15 min) at the start: {load()}\n")
+    if "server" not in args.skip:
+        server_section(args)
+    if "random" not in args.skip:
+        random_section(args)
+    print(f"load average (1, 5, 15 min) at the end: {load()}")
+
+
+if __name__ == "__main__":
+    main()
