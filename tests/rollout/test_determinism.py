@@ -18,8 +18,9 @@ import threading
 import pytest
 
 from agent_memory.config import PolicyConfig
+from agent_memory.rollout.advantages import compute_advantages
 from agent_memory.rollout.async_collector import make_collector
-from agent_memory.rollout.outputs import compute_advantages, step_rows
+from agent_memory.rollout.outputs import step_rows
 from agent_memory.serving import HashBackend, LogNormalLatency, MockOpenAIServer
 from tests.rollout.conftest import ENGINE, make_job
 
