@@ -18,7 +18,7 @@
 
 Usage::
 
-    python scripts/bench_async.py             # README figures (about 6 minutes)
+    python scripts/bench_async.py             # README figures (about 7 minutes)
     python scripts/bench_async.py --quick     # smoke test (seconds)
 """
 
