@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -29,16 +28,10 @@ from agent_memory.config import JobConfig
 from agent_memory.policies import Policy
 from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.book import EpisodeBook, Slot
-from agent_memory.rollout.collector import (
-    Collector,
-    RolloutFailed,
-    build_policy,
-    episode_specs,
-)
+from agent_memory.rollout.collector import Collector
+from agent_memory.rollout.engine import Engine, RolloutFailed
 from agent_memory.rollout.episode_loop import PolicyFailed
-from agent_memory.rollout.pool import WorkerPool
 from agent_memory.rollout.service import PolicyService
-from agent_memory.rollout.stats import RolloutStats
 from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode, Trajectory
 
 __all__ = ["AsyncCollector", "make_collector"]
@@ -46,7 +39,7 @@ __all__ = ["AsyncCollector", "make_collector"]
 log = logging.getLogger("agent_memory.rollout.collector")
 
 
-class AsyncCollector:
+class AsyncCollector(Engine):
     """Runs a job's episodes on Ray workers that play them on their own (see the module).
 
     Args:
@@ -67,17 +60,10 @@ class AsyncCollector:
         max_batch_size: int = 32,
         max_wait_ms: float = 5.0,
     ) -> None:
-        self.job = job
-        self.policy = policy or build_policy(job)
-        self.on_step = on_step
-        self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.stats = RolloutStats()
-        self.pool = WorkerPool(job, self.run_id, self.stats, sorted(self.policy.needs))
-        self.book: EpisodeBook | None = None
+        super().__init__(job, policy, on_step, run_id)
         self.service: Any = None
         self.max_batch_size = max_batch_size
         self.max_wait_ms = max_wait_ms
-        self.parked: set[Slot] = set()
         # Every open stream -> its worker; each worker's newest stream (a finishing stream may
         # still be open when re-runs give its worker a new one); the workers told to finish.
         self._streams: dict[Any, int] = {}
@@ -85,24 +71,6 @@ class AsyncCollector:
         self._finishing: set[int] = set()
 
     # ------------------------------------------------------------------ public
-
-    def run(
-        self,
-        progress: Callable[[Trajectory], None] | None = None,
-        on_episode: Callable[[Trajectory], None] | None = None,
-    ) -> list[Trajectory]:
-        """Run the job's episodes on workers started for them (as the lockstep
-        :meth:`~agent_memory.rollout.collector.Collector.run`)."""
-        r = self.job.rollout
-        specs = episode_specs(r.num_groups, r.group_size, r.seed)
-        t0 = time.perf_counter()
-        try:
-            self.start(len(specs))
-            self.stats.setup_time = time.perf_counter() - t0
-            return self.collect(specs, progress=progress, on_episode=on_episode)
-        finally:
-            self.stats.wall_time = time.perf_counter() - t0
-            self.close()
 
     def start(self, num_episodes: int | None = None) -> None:
         """Start the policy service (a local model) and the workers; they stay up across
@@ -216,10 +184,6 @@ class AsyncCollector:
                 continue
             if stats is not None:
                 total.add(stats)
-
-    def worker_pid(self, w: int) -> int:
-        """Process id of worker ``w``."""
-        return self.pool.pid(w)
 
     # ------------------------------------------------------------------ internals
 

@@ -27,11 +27,10 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from collections.abc import Callable, Sequence
 
 from agent_memory.config import JobConfig
-from agent_memory.policies import Policy, make_policy
+from agent_memory.policies import Policy
 from agent_memory.protocol import (
     EpisodeAssignment,
     Generation,
@@ -39,7 +38,8 @@ from agent_memory.protocol import (
 )
 from agent_memory.rollout.book import EpisodeBook, RunningEpisode, Slot
 from agent_memory.rollout.cluster import init_ray
-from agent_memory.rollout.pool import WorkerPool, WorkerSetupError
+from agent_memory.rollout.engine import Engine, RolloutFailed, build_policy, episode_specs
+from agent_memory.rollout.pool import WorkerSetupError
 from agent_memory.rollout.records import policy_inputs, step_record
 from agent_memory.rollout.stats import RolloutStats
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
@@ -57,25 +57,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
-class RolloutFailed(RuntimeError):
-    """The run could not finish its episodes (e.g. every worker died for good)."""
-
-
-def episode_specs(num_groups: int, group_size: int, seed: int) -> list[EpisodeSpec]:
-    """``num_groups x group_size`` episodes; a group's members share the seed ``seed + group``.
-
-    Example:
-        >>> [(s.traj_uid, s.seed) for s in episode_specs(2, 2, seed=7)]
-        [('g0-t0', 7), ('g0-t1', 7), ('g1-t0', 8), ('g1-t1', 8)]
-    """
-    return [
-        EpisodeSpec(f"g{g}", f"g{g}-t{m}", g, m, seed + g)
-        for g in range(num_groups)
-        for m in range(group_size)
-    ]
-
-
-class Collector:
+class Collector(Engine):
     """Runs a job's episodes on Ray workers with a policy.
 
     Args:
@@ -92,46 +74,10 @@ class Collector:
         on_step: Callable[[Collector], None] | None = None,
         run_id: str | None = None,
     ) -> None:
-        self.job = job
-        self.policy = policy or build_policy(job)
-        self.on_step = on_step
-        self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.stats = RolloutStats()
-        self.pool = WorkerPool(job, self.run_id, self.stats, sorted(self.policy.needs))
-        self.book: EpisodeBook | None = None
+        super().__init__(job, policy, on_step, run_id)
         self._answering: Policy = self.policy
-        #: Slots with nothing to play; they take re-runs when a worker dies.
-        self.parked: set[Slot] = set()
 
     # ------------------------------------------------------------------ public
-
-    def run(
-        self,
-        progress: Callable[[Trajectory], None] | None = None,
-        on_episode: Callable[[Trajectory], None] | None = None,
-    ) -> list[Trajectory]:
-        """Run the job's episodes (``rollout.num_groups x group_size`` from ``rollout.seed``)
-        on workers started for them; returns the trajectories in episode order.
-
-        Args:
-            progress: called with each finished trajectory (e.g. a progress bar).
-            on_episode: called with each finished trajectory before ``progress`` (e.g. the
-                output writer, so that a failing run keeps what finished).
-
-        Raises:
-            WorkerSetupError: a worker's constructor raised (its own message and frames).
-            RolloutFailed: no worker is left while episodes remain.
-        """
-        r = self.job.rollout
-        specs = episode_specs(r.num_groups, r.group_size, r.seed)
-        t0 = time.perf_counter()
-        try:
-            self.start(len(specs))
-            self.stats.setup_time = time.perf_counter() - t0
-            return self.collect(specs, progress=progress, on_episode=on_episode)
-        finally:
-            self.stats.wall_time = time.perf_counter() - t0
-            self.close()
 
     def start(self, num_episodes: int | None = None) -> None:
         """Start the workers (sized for ``num_episodes`` at a time: default the job's). They
@@ -203,10 +149,6 @@ class Collector:
     def close(self) -> None:
         """Close the workers' envs and memories and end them."""
         self.pool.shutdown()
-
-    def worker_pid(self, w: int) -> int:
-        """Process id of worker ``w``."""
-        return self.pool.pid(w)
 
     # ------------------------------------------------------------------ one step
 
@@ -295,15 +237,3 @@ class Collector:
                         slots.append(slot)
                     else:
                         book.running[slot].view = res.view
-
-
-def build_policy(job: JobConfig) -> Policy:
-    """The job's policy, with the env's parser (so scripted/random answers parse); defaults for
-    ``random`` (the env's ``random_actions``, the rollout seed) and ``prompt_oracle`` (env id)."""
-    params = dict(job.policy.params)
-    if job.policy.name == "random":
-        params.setdefault("actions", list(job.env.random_actions))
-        params.setdefault("seed", job.rollout.seed)
-    if job.policy.name == "prompt_oracle":
-        params.setdefault("env_id", job.env.id)
-    return make_policy(job.policy.name, parser=job.env.parser.build(), **params)
