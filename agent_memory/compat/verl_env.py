@@ -50,6 +50,7 @@ import numpy as np
 
 from agent_memory.config import ConfigError, JobConfig
 from agent_memory.protocol import WON
+from agent_memory.wrappers.vector_env import env_value
 
 __all__ = ["MemoryEnvironmentManager", "Observations"]
 
@@ -202,26 +203,14 @@ class MemoryEnvironmentManager:
                     key="env.formatter",
                 )
             self._texts[i] = prompt
-            self._anchors[i] = str(_at(info, "raw_obs", i, ""))
+            self._anchors[i] = str(env_value(info, "raw_obs", i, ""))
             item = self._infos[i]
-            item["won"] = bool(_at(info, WON, i, False))
-            item["is_action_valid"] = bool(_at(info, "is_action_valid", i, True))
-            item["invalid_reason"] = _at(info, "invalid_reason", i)
-            item["parsed_action"] = _at(info, "parsed_action", i)
-            item["history_steps"] = int(_at(info, "history_steps", i, 0))
-            item["episode_step"] = int(_at(info, "episode_step", i, 0))
+            item["won"] = bool(env_value(info, WON, i, False))
+            item["is_action_valid"] = bool(env_value(info, "is_action_valid", i, True))
+            item["invalid_reason"] = env_value(info, "invalid_reason", i)
+            item["parsed_action"] = env_value(info, "parsed_action", i)
+            item["history_steps"] = int(env_value(info, "history_steps", i, 0))
+            item["episode_step"] = int(env_value(info, "episode_step", i, 0))
 
     def _observations(self) -> Observations:
         return {"text": list(self._texts), "image": None, "anchor": list(self._anchors)}
-
-
-def _at(info: Mapping[str, Any], key: str, i: int, default: Any = None) -> Any:
-    """Env ``i``'s value of ``key`` in a vector info dict (Gymnasium's ``_key`` masks)."""
-    value = info.get(key)
-    if value is None:
-        return default
-    mask = info.get(f"_{key}")
-    if mask is not None and not mask[i]:
-        return default
-    item = value[i]
-    return item.item() if isinstance(item, np.generic) else item

@@ -53,6 +53,7 @@ from agent_memory.rollout.watchdog import CallMarks, CallWatchdog, MarkCalls, ki
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import Holdable, VectorHistoryWrapper
 from agent_memory.wrappers.errors import CatchErrors
+from agent_memory.wrappers.vector_env import env_value
 
 __all__ = ["RolloutWorker", "build_env", "marks_dir"]
 
@@ -107,16 +108,6 @@ def build_env(
         parser=job.env.parser.build(), token_counter=counter,
         max_prompt_tokens=mem.max_prompt_tokens,
     )  # fmt: skip
-
-
-def _at(info: Mapping[str, Any], key: str, i: int, default: Any = None) -> Any:
-    value = info.get(key)
-    if value is None:
-        return default
-    mask = info.get(f"_{key}")
-    if mask is not None and not mask[i]:
-        return default
-    return value[i]
 
 
 class RolloutWorker:
@@ -209,8 +200,8 @@ class RolloutWorker:
             return [ResetResult(i, None, error) for i in started]
         out = []
         for i in started:
-            self.state_keys[i] = _at(info, "state_key", i)
-            error = _at(info, "error", i)
+            self.state_keys[i] = env_value(info, "state_key", i)
+            error = env_value(info, "error", i)
             if error is not None:  # the env failed to reset: the episode ends right away
                 out.append(ResetResult(i, None, error))
                 continue
@@ -242,23 +233,23 @@ class RolloutWorker:
             return self._failed_step(stepped, describe_exception(e))
         out = []
         for i in stepped:
-            error = _at(info, "error", i)
+            error = env_value(info, "error", i)
             term = bool(terminated[i])
             result = StepResult(
                 env=i,
                 reward=float(rewards[i]),
                 terminated=term,
                 truncated=bool(truncated[i] or error is not None) and not term,
-                is_action_valid=bool(_at(info, "is_action_valid", i, True)),
-                invalid_reason=_at(info, "invalid_reason", i),
-                parsed_action=_at(info, "parsed_action", i),
-                thought=_at(info, "thought", i) or None,
+                is_action_valid=bool(env_value(info, "is_action_valid", i, True)),
+                invalid_reason=env_value(info, "invalid_reason", i),
+                parsed_action=env_value(info, "parsed_action", i),
+                thought=env_value(info, "thought", i) or None,
                 state_key=self.state_keys[i],
-                won=bool(_at(info, "won", i, False)),
+                won=bool(env_value(info, "won", i, False)),
                 error=error,
                 next=views[i],
             )
-            self.state_keys[i] = _at(info, "state_key", i)
+            self.state_keys[i] = env_value(info, "state_key", i)
             self.views[i] = views[i]
             if result.done:
                 self.live[i] = False

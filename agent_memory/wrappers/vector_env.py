@@ -5,7 +5,7 @@ Example:
     >>> import numpy as np
     >>> info = {"won": np.array([False, True]), "_won": np.array([False, True])}
     >>> info_at(info, 0), info_at(info, 1)
-    ({}, {'won': np.True_})
+    ({}, {'won': True})
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import textwrap
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
 from gymnasium import spaces
 from gymnasium.logger import warn
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, async_vector_env
@@ -26,6 +27,7 @@ from agent_memory.protocol import ADMISSIBLE_ACTIONS, INVALID_REASON, IS_ACTION_
 __all__ = [
     "async_worker_keeps_autoreset",
     "autoreset_mode_of",
+    "env_value",
     "info_at",
     "refuse_text_on_shared_memory",
 ]
@@ -34,16 +36,37 @@ __all__ = [
 _WANTED = (TASK, ADMISSIBLE_ACTIONS, IS_ACTION_VALID, INVALID_REASON, WON)
 
 
+_ABSENT = object()
+
+
+def env_value(info: Mapping[str, Any], key: str, i: int, default: Any = None) -> Any:
+    """Env ``i``'s value of ``key`` in a vector info dict (Gymnasium's ``key`` / ``_key``
+    convention: absent where the mask says so); numpy scalars come back as Python ones.
+
+    Example:
+        >>> import numpy as np
+        >>> info = {"won": np.array([True, False]), "_won": np.array([True, False])}
+        >>> env_value(info, "won", 0), env_value(info, "won", 1, "n/a")
+        (True, 'n/a')
+    """
+    value = info.get(key)
+    if value is None:
+        return default
+    mask = info.get(f"_{key}")
+    if mask is not None and not mask[i]:
+        return default
+    item = value[i]
+    return item.item() if isinstance(item, np.generic) else item
+
+
 def info_at(info: Mapping[str, Any], i: int) -> dict[str, Any]:
     """Env ``i``'s values of the keys the wrapper reads from a vector info dict (Gymnasium's
     ``key`` / ``_key`` convention)."""
     out = {}
     for key in _WANTED:
-        value = info.get(key)
-        if value is not None:
-            mask = info.get(f"_{key}")
-            if mask is None or mask[i]:
-                out[key] = value[i]
+        value = env_value(info, key, i, _ABSENT)
+        if value is not _ABSENT:
+            out[key] = value
     return out
 
 
