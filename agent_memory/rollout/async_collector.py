@@ -27,9 +27,9 @@ from typing import Any
 from agent_memory.config import JobConfig
 from agent_memory.policies import Policy
 from agent_memory.protocol import EpisodeAssignment
-from agent_memory.rollout.book import EpisodeBook, Slot
+from agent_memory.rollout.book import Slot
 from agent_memory.rollout.collector import Collector
-from agent_memory.rollout.engine import Engine, RolloutFailed
+from agent_memory.rollout.engine import Engine
 from agent_memory.rollout.episode_loop import PolicyFailed
 from agent_memory.rollout.service import PolicyService
 from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode, Trajectory
@@ -103,14 +103,7 @@ class AsyncCollector(Engine):
         """
         import ray
 
-        def finished(traj: Trajectory) -> None:
-            if on_episode is not None:
-                on_episode(traj)
-            if progress is not None:
-                progress(traj)
-
-        r = self.job.rollout
-        self.book = book = EpisodeBook(specs, r.max_episode_attempts, on_finish=finished)
+        self.book = book = self._new_book(specs, progress, on_episode)
         t_loop = time.perf_counter()
         try:
             self._feed(sorted(self.parked))
@@ -132,13 +125,7 @@ class AsyncCollector(Engine):
                 self._settle(w, msg)
                 if self.on_step is not None:
                     self.on_step(self)
-            if not book.done:  # episodes wait but no worker is left to run them
-                raise RolloutFailed(
-                    "every rollout worker died and none can be restarted "
-                    f"(rollout.max_restarts={r.max_restarts}); {len(book.finished)} of "
-                    f"{len(specs)} episodes finished. Last failure: "
-                    f"{self.stats.failures[-1] if self.stats.failures else '?'}"
-                )
+            self._check_done(book)
         finally:
             self.stats.loop_time += time.perf_counter() - t_loop
             self.stats.episodes_rerun += book.reruns

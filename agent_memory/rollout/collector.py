@@ -116,14 +116,7 @@ class Collector(Engine):
             )
         answering, self._answering = self._answering, policy or self.policy
 
-        def finished(traj: Trajectory) -> None:
-            if on_episode is not None:
-                on_episode(traj)
-            if progress is not None:
-                progress(traj)
-
-        r = self.job.rollout
-        self.book = book = EpisodeBook(specs, r.max_episode_attempts, on_finish=finished)
+        self.book = book = self._new_book(specs, progress, on_episode)
         steps0 = self.stats.env_steps
         t_loop = time.perf_counter()
         try:
@@ -132,13 +125,7 @@ class Collector(Engine):
                 self._iteration(book)
                 if self.on_step is not None:
                     self.on_step(self)
-            if not book.done:  # episodes wait but no worker is left to run them
-                raise RolloutFailed(
-                    "every rollout worker died and none can be restarted "
-                    f"(rollout.max_restarts={r.max_restarts}); {len(book.finished)} of "
-                    f"{len(specs)} episodes finished. Last failure: "
-                    f"{self.stats.failures[-1] if self.stats.failures else '?'}"
-                )
+            self._check_done(book)
         finally:
             self._answering = answering
             self.stats.loop_time += time.perf_counter() - t_loop

@@ -115,6 +115,33 @@ class Engine(ABC):
     def close(self) -> None:
         """End the workers."""
 
+    def _new_book(
+        self,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[Trajectory], None] | None,
+        on_episode: Callable[[Trajectory], None] | None,
+    ) -> EpisodeBook:
+        """The book of a :meth:`collect`: each finished trajectory goes to ``on_episode``,
+        then to ``progress``."""
+
+        def finished(traj: Trajectory) -> None:
+            if on_episode is not None:
+                on_episode(traj)
+            if progress is not None:
+                progress(traj)
+
+        return EpisodeBook(specs, self.job.rollout.max_episode_attempts, on_finish=finished)
+
+    def _check_done(self, book: EpisodeBook) -> None:
+        """Raise :class:`RolloutFailed` when episodes wait but no worker is left to run them."""
+        if not book.done:
+            raise RolloutFailed(
+                "every rollout worker died and none can be restarted "
+                f"(rollout.max_restarts={self.job.rollout.max_restarts}); "
+                f"{len(book.finished)} of {len(book.specs)} episodes finished. Last failure: "
+                f"{self.stats.failures[-1] if self.stats.failures else '?'}"
+            )
+
     def worker_pid(self, w: int) -> int:
         """Process id of worker ``w``."""
         return self.pool.pid(w)
