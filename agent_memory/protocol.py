@@ -94,13 +94,17 @@ class EpisodeAssignment:
     """Driver -> worker: sub-env ``env`` starts episode ``traj_uid`` from ``seed``.
 
     Members of a group share ``seed`` (they start from the same state); ``group_uid`` is given to
-    memories that share notes within a group.
+    memories that share notes within a group. ``order``: the assignment's place among those the
+    driver sent for this env in the current call stream (0, 1, 2...): the worker plays an env's
+    episodes in that order, whatever order the messages arrive in (Ray does not keep the order
+    of an async actor's calls).
     """
 
     env: int
     traj_uid: str
     group_uid: str
     seed: int
+    order: int = 0
 
 
 @dataclass(frozen=True)
@@ -182,12 +186,16 @@ class CrashReport:
         reason: ``"died"`` (the process ended: ``os._exit``, a segfault, a kill) or
             ``"timeout"`` (the worker ended itself after ``rollout.step_timeout_s``).
         seconds: how long the call had run when the process ended (None when unknown).
+        traj_uid: the episode the env was playing (None when unknown): the driver may not
+            have heard yet that the env's previous episode ended, so the env index alone can
+            name the wrong one.
     """
 
     env: int
     phase: Literal["reset", "step"]
     reason: Literal["died", "timeout"]
     seconds: float | None = None
+    traj_uid: str | None = None
 
 
 @dataclass(frozen=True)

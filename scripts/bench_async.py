@@ -9,16 +9,19 @@
    128 and 256 envs (2 Ray workers): env-steps/s, server utilization (time-weighted mean
    requests in flight / cap, from the server's own accounting), time with nothing in flight,
    and the time to play the episodes (each engine's workers start once, before the timed runs).
-   Medians of ``--repeats`` runs.
-2. **Random policy: pipeline vs bare vector env** — env-steps/s of a whole rollout (1 Ray worker
-   with 32 sub-envs, ``VectorHistoryWrapper``, parser, the engine) against Gymnasium's bare
-   ``SyncVectorEnv`` of the same 32 envs stepped in this process, and the worker's wrapped
-   vector env stepped in this process without any engine (what the wrapper alone costs).
-   Interleaved, medians.
+   Medians of ``--repeats`` runs. Beside them, the ceiling of the ratio: both engines play the
+   same steps against the same latency distribution, so their throughput ratio is their
+   utilization ratio, and no engine can gain more than ``1 / lockstep's utilization`` (it would
+   keep every slot busy all the time).
+2. **Random policy: pipeline vs bare vector env** — env-steps/s of a whole rollout (32 sub-envs
+   on 1 Ray worker, and on 2 workers of 16: one per core of the machine; ``VectorHistoryWrapper``,
+   parser, the engine) against Gymnasium's bare ``SyncVectorEnv`` of the same 32 envs stepped in
+   this process (one core), and the worker's wrapped vector env stepped in this process without
+   any engine (what the wrapper alone costs). Interleaved, medians.
 
 Usage::
 
-    python scripts/bench_async.py             # README figures (about 7 minutes)
+    python scripts/bench_async.py             # README figures (about 15 minutes)
     python scripts/bench_async.py --quick     # smoke test (seconds)
 """
 
@@ -218,10 +221,10 @@ def server_section(args: argparse.Namespace) -> None:
             f"{args.repeats} interleaved runs)\n"
         )
         print(
-            "| envs | engine | env-steps/s | vs lockstep | server utilization | "
+            "| envs | engine | env-steps/s | vs lockstep | ceiling | server utilization | "
             "idle (nothing in flight) | time to play | env-steps |"
         )
-        print("|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|")
         for n in args.envs:
             per_worker = -(-n // args.workers)
             jobs = {
@@ -237,11 +240,17 @@ def server_section(args: argparse.Namespace) -> None:
             }
             runs = interleaved(jobs, args.repeats, server)
             base = med(runs["lockstep"], "steps_per_s")
+            # Both engines play the same steps against the same latencies, so the ratio of
+            # their throughputs is the ratio of their utilizations: an engine that kept the
+            # server always busy (utilization 1) would gain 1 / (lockstep's) and no more.
+            lockstep_util = med(runs["lockstep"], "utilization")
+            ceiling = f"{1 / lockstep_util:.2f}x" if lockstep_util > 0 else "n/a"
             for mode in MODES:
                 rs = runs[mode]
                 rate = med(rs, "steps_per_s")
                 print(
                     f"| {n} | {mode} | {rate:,.0f} | {rate / base:.2f}x | "
+                    f"{ceiling if mode == 'async' else ''} | "
                     f"{med(rs, 'utilization'):.2f} | {med(rs, 'idle_s'):.2f} s | "
                     f"{med(rs, 'seconds'):.1f} s | {med(rs, 'steps'):,.0f} |"
                 )
@@ -291,42 +300,42 @@ def wrapped_steps_per_second(job: JobConfig, steps: int) -> float:
 def random_section(args: argparse.Namespace) -> None:
     n = args.random_envs
     policy = PolicyConfig(name="random")
+    episodes = n * args.random_episodes_per_env
+    steps = args.random_steps
     jobs = {
-        mode: make_job(
-            mode,
-            policy,
-            n * args.random_episodes_per_env,
-            1,
-            n,
-            args.random_steps,
-            RANDOM_ENV_ID,
-            RANDOM_ENV_KW,
-        )
-        for mode in MODES
+        "lockstep": make_job(
+            "lockstep", policy, episodes, 1, n, steps, RANDOM_ENV_ID, RANDOM_ENV_KW
+        ),
+        "async": make_job("async", policy, episodes, 1, n, steps, RANDOM_ENV_ID, RANDOM_ENV_KW),
+        "async2": make_job(
+            "async", policy, episodes, 2, -(-n // 2), steps, RANDOM_ENV_ID, RANDOM_ENV_KW
+        ),
     }
-    runs: dict[str, list[float]] = {"bare": [], "wrapped": [], "lockstep": [], "async": []}
-    started = {mode: Started(job) for mode, job in jobs.items()}
+    runs: dict[str, list[float]] = {"bare": [], "wrapped": [], **{key: [] for key in jobs}}
+    started = {key: Started(job) for key, job in jobs.items()}
     try:
         for _ in range(args.repeats):  # interleaved
-            runs["bare"].append(bare_steps_per_second(n, args.random_bare_steps, args.random_steps))
+            runs["bare"].append(bare_steps_per_second(n, args.random_bare_steps, steps))
             runs["wrapped"].append(wrapped_steps_per_second(jobs["async"], args.random_bare_steps))
-            for mode in MODES:
-                runs[mode].append(started[mode].play(None).steps_per_s)
+            for key, engine in started.items():
+                runs[key].append(engine.play(None).steps_per_s)
     finally:
         for engine in started.values():
             engine.close()
     base = statistics.median(runs["bare"])
     print(
         f"2. random policy: the whole pipeline vs the bare vector env (Sokoban 6x6, {n} "
-        f"sub-envs, episodes of at most {args.random_steps} steps; medians of {args.repeats})\n"
+        f"sub-envs, {args.random_episodes_per_env} episodes of at most {steps} steps per env; "
+        f"medians of {args.repeats})\n"
     )
     print("| variant | env-steps/s | vs bare |")
     print("|---|---|---|")
     labels = {
-        "bare": "bare Gymnasium SyncVectorEnv",
+        "bare": "bare Gymnasium SyncVectorEnv (this process, one core)",
         "wrapped": "the worker's wrapped vector env, stepped in this process (no engine)",
-        "lockstep": "pipeline, lockstep engine (1 Ray worker)",
-        "async": "pipeline, async engine (1 Ray worker)",
+        "lockstep": "pipeline, lockstep engine, 1 Ray worker",
+        "async": "pipeline, async engine, 1 Ray worker",
+        "async2": "pipeline, async engine, 2 Ray workers (one per core)",
     }
     for key, label in labels.items():
         rate = statistics.median(runs[key])
@@ -342,9 +351,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="tiny budgets (smoke test)")
     p.add_argument("--envs", type=int, nargs="+", default=[32, 128, 256])
-    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--episodes-per-env", type=int, default=2)
+    p.add_argument("--episodes-per-env", type=int, default=6)
     p.add_argument("--max-steps", type=int, default=4, help="episode step limit")
     p.add_argument("--latency-median", type=float, default=0.05, help="seconds")
     p.add_argument("--latency-p99", type=float, default=1.0, help="seconds")

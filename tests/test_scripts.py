@@ -114,15 +114,23 @@ def test_benchmark_scripts_run_with_tiny_budgets():
 def test_bench_async_quick():
     out = run(["scripts/bench_async.py", "--quick"])
     rows = re.findall(
-        r"^\| 8 \| (lockstep|async) \| [\d,]+ \| [\d.]+x \| ([\d.]+) \| [\d.]+ s \| [\d.]+ s \| "
-        r"([\d,]+) \|$",
+        r"^\| 8 \| (lockstep|async) \| [\d,]+ \| [\d.]+x \| (?:[\d.]+x|n/a)? \| ([\d.]+) \| "
+        r"[\d.]+ s \| [\d.]+ s \| ([\d,]+) \|$",
         out,
         re.M,
     )
     assert [r[0] for r in rows] == ["lockstep", "async"], out
     assert all(0 < float(r[1]) <= 1 for r in rows), out  # the server's own accounting
     assert rows[0][2] == rows[1][2], out  # the same episodes, step for step
-    for variant in ("bare Gymnasium SyncVectorEnv", "pipeline, async engine (1 Ray worker)"):
+    assert re.search(r"^\| 8 \| async \| .*\| (?:[\d.]+x|n/a) \| [\d.]+ \|", out, re.M), (
+        out
+    )  # ceiling
+    for variant in (
+        "bare Gymnasium SyncVectorEnv (this process, one core)",
+        "pipeline, lockstep engine, 1 Ray worker",
+        "pipeline, async engine, 1 Ray worker",
+        "pipeline, async engine, 2 Ray workers (one per core)",
+    ):
         assert re.search(rf"^\| {re.escape(variant)} \| [\d,]+ \| [\d.]+x \|$", out, re.M), out
 
 

@@ -2,10 +2,16 @@
 
 The driver only hands out episodes and takes finished ones: each Ray worker plays its envs on its
 own (:mod:`agent_memory.rollout.episode_loop`), stepping each env as soon as its own answer is
-back and streaming every finished episode to the driver, which gives the freed env the next
-waiting episode at once. The policy runs beside the envs in each worker (cheap policies, clients
-of a server) or in one :class:`~agent_memory.rollout.service.PolicyService` that batches every
-worker's concurrent requests (a local model).
+back and streaming finished episodes to the driver. While more episodes wait than the run has
+envs, the driver queues each env's next episode on its worker ahead of time
+(:meth:`~agent_memory.rollout.book.EpisodeBook.queue`), so a freed env starts it at once without
+a round trip; the last ones go to whichever env frees first, so none waits behind a slow
+episode. Assignments carry their place in each env's sequence
+(:attr:`~agent_memory.protocol.EpisodeAssignment.order`): Ray may deliver an async actor's
+calls out of order, the worker still plays them in the driver's. The policy runs beside the envs
+in each worker (cheap policies, clients of a server) or in one
+:class:`~agent_memory.rollout.service.PolicyService` that batches every worker's concurrent
+requests (a local model).
 
 It keeps everything the lockstep engine (:class:`~agent_memory.rollout.collector.Collector`, the
 reference) guarantees, through the same :class:`~agent_memory.rollout.book.EpisodeBook` and
@@ -22,6 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any
 
 from agent_memory.config import JobConfig
@@ -69,6 +76,9 @@ class AsyncCollector(Engine):
         self._streams: dict[Any, int] = {}
         self._current: dict[int, Any] = {}
         self._finishing: set[int] = set()
+        self._slots = 0  # the live workers' envs at the start of a collect
+        self._plan: dict[int, list[EpisodeAssignment]] = {}  # what _send sends next
+        self._order: dict[Slot, int] = {}  # each slot's next EpisodeAssignment.order
 
     # ------------------------------------------------------------------ public
 
@@ -104,15 +114,18 @@ class AsyncCollector(Engine):
         import ray
 
         self.book = book = self._new_book(specs, progress, on_episode)
+        self._slots = sum(self.pool.envs_per_worker for ok in self.pool.alive if ok)
+        self._plan = {}
         t_loop = time.perf_counter()
         try:
             self._feed(sorted(self.parked))
+            self._send()
             while self._streams:
                 ready, _ = ray.wait(list(self._streams), num_returns=1)
                 gen = ready[0]
                 w = self._streams[gen]
                 try:
-                    msg = ray.get(next(gen))
+                    ended = ray.get(next(gen))
                 except StopIteration:
                     self._ended(gen)
                     continue
@@ -122,9 +135,11 @@ class AsyncCollector(Engine):
                     if newest:
                         self._failed(w, e)
                     continue
-                self._settle(w, msg)
-                if self.on_step is not None:
-                    self.on_step(self)
+                for msg in ended:
+                    self._settle(w, msg)
+                    if self.on_step is not None:
+                        self.on_step(self)
+                self._send()
             self._check_done(book)
         finally:
             self.stats.loop_time += time.perf_counter() - t_loop
@@ -174,49 +189,84 @@ class AsyncCollector(Engine):
 
     # ------------------------------------------------------------------ internals
 
-    def _feed(self, slots: Sequence[Slot]) -> None:
-        """Give free slots the next waiting episodes (extending or starting their workers'
-        streams); a slot with nothing to play stays parked."""
+    def _feed(self, slots: Sequence[Slot], *, queue_only: bool = False) -> None:
+        """Give free slots the next waiting episodes, and each busy one an episode queued
+        behind its running one (extending or starting their workers' streams); a free slot
+        with nothing to play stays parked. ``queue_only``: the slots run an episode already.
+
+        An episode is queued ahead only while more episodes wait than the run has slots: the
+        last ones go to whichever slot frees first, so none waits behind a slow episode.
+        """
         book = self.book
         assert book is not None
-        plan: dict[int, list[EpisodeAssignment]] = {}
+        plan = self._plan
         for slot in slots:
             w, i = slot
             if not self.pool.alive[w]:
                 continue
-            run = book.start(slot)
-            if run is None:
-                self.parked.add(slot)
-                continue
-            self.parked.discard(slot)
-            s = run.spec
-            plan.setdefault(w, []).append(EpisodeAssignment(i, s.traj_uid, s.group_uid, s.seed))
+            todo = []
+            if not queue_only:
+                run = book.start(slot)
+                if run is None:
+                    self.parked.add(slot)
+                    continue
+                self.parked.discard(slot)
+                todo.append(run.spec)
+            if len(book.waiting) > self._slots and slot not in book.queued:
+                todo.append(book.queue(slot))
+            for s in todo:
+                plan.setdefault(w, []).append(EpisodeAssignment(i, s.traj_uid, s.group_uid, s.seed))
+
+    def _send(self) -> None:
+        """Send the assignments :meth:`_feed` planned: one call per worker."""
+        plan, self._plan = self._plan, {}
         for w, assignments in plan.items():
+            if not self.pool.alive[w]:
+                continue
             worker = self.pool.workers[w]
-            if w in self._current and w not in self._finishing:
-                worker.assign.remote(assignments)
+            extend = w in self._current and w not in self._finishing
+            if not extend:  # a new stream: each env's episodes count from 0 again
+                for slot in [s for s in self._order if s[0] == w]:
+                    del self._order[slot]
+            numbered = []
+            for a in assignments:
+                slot = (w, a.env)
+                numbered.append(replace(a, order=self._order.get(slot, 0)))
+                self._order[slot] = numbered[-1].order + 1
+            if extend:
+                worker.assign.remote(numbered)
             else:
                 # A policy the workers run answers with the driver's version (update_policy).
                 version = self.policy.version if self.service is None else None
-                gen = worker.run.options(num_returns="streaming").remote(assignments, version)
+                gen = worker.run.options(num_returns="streaming").remote(numbered, version)
                 self._streams[gen] = w
                 self._current[w] = gen
                 self._finishing.discard(w)
 
     def _settle(self, w: int, msg: FinishedEpisode) -> None:
-        """Worker ``w`` finished an episode: record it, give its env the next one."""
+        """Worker ``w`` finished an episode: record it; the slot's queued episode (which the
+        worker has started) now runs, or the slot gets the next waiting one."""
         book = self.book
         assert book is not None
         slot = (w, msg.env)
+        running = book.running.get(slot)
+        if running is None or running.spec.traj_uid != msg.traj_uid:
+            raise RuntimeError(
+                f"worker {w} reported episode {msg.traj_uid} on env {msg.env}, but the driver "
+                f"has {None if running is None else running.spec.traj_uid} running there"
+            )
         self.stats.policy_requests += msg.requests
         if msg.stale:
             book.interrupt(slot, charge=False, reason="")
         else:
-            book.running[slot].steps = msg.steps
+            running.steps = msg.steps
             self.stats.env_steps += len(msg.steps)
             self.stats.policy_calls += len(msg.steps)
             book.finish(slot, won=msg.won, error=msg.error, final_prompt=msg.final_prompt)
-        self._feed([slot])
+        if book.promote(slot) is not None:
+            self._feed([slot], queue_only=True)
+        else:
+            self._feed([slot])
         if book.waiting and self.parked:  # re-runs of a dead worker's episodes
             self._feed(sorted(self.parked))
         for v in list(self._current):
@@ -245,6 +295,7 @@ class AsyncCollector(Engine):
         self._feed(slots)
         if book.waiting and self.parked:
             self._feed(sorted(self.parked))
+        self._send()
 
 
 def make_collector(

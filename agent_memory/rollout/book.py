@@ -19,6 +19,16 @@ Example:
     'the env killed its worker (2 of rollout.max_episode_attempts=2 attempts)'
     >>> book.done, [t.attempts for t in book.trajectories()]
     (True, [2])
+
+    The asynchronous engine queues an episode on a busy slot; the slot's worker starts it when
+    the running one ends:
+
+    >>> book = EpisodeBook([EpisodeSpec("g0", f"g0-t{m}", 0, m, seed=7) for m in range(2)], 2)
+    >>> book.start((0, 0)).spec.traj_uid, book.queue((0, 0)).traj_uid
+    ('g0-t0', 'g0-t1')
+    >>> _ = book.finish((0, 0), won=True)
+    >>> book.promote((0, 0)).spec.traj_uid, book.done
+    ('g0-t1', False)
 """
 
 from __future__ import annotations
@@ -81,6 +91,9 @@ class EpisodeBook:
         self.on_finish = on_finish
         self.waiting: deque[_Waiting] = deque(_Waiting(s) for s in self.specs)
         self.running: dict[Slot, RunningEpisode] = {}
+        #: Episodes handed to a slot ahead of time: its worker starts each one as soon as the
+        #: slot's running episode ends, without waiting for the driver (asynchronous engine).
+        self.queued: dict[Slot, _Waiting] = {}
         self.finished: dict[str, Trajectory] = {}
         #: Episodes that went back to the queue because their worker died.
         self.reruns = 0
@@ -88,7 +101,7 @@ class EpisodeBook:
     @property
     def done(self) -> bool:
         """Every episode finished."""
-        return not self.waiting and not self.running
+        return not self.waiting and not self.running and not self.queued
 
     def start(self, slot: Slot) -> RunningEpisode | None:
         """The next waiting episode, now running on ``slot`` (None when none waits)."""
@@ -100,6 +113,52 @@ class EpisodeBook:
         run = RunningEpisode(w.spec, w.attempts + 1, w.crashes)
         self.running[slot] = run
         return run
+
+    def queue(self, slot: Slot) -> EpisodeSpec | None:
+        """The next waiting episode, now queued on ``slot`` (which runs an episode): it starts
+        there when that episode ends (see :meth:`promote`). None when none waits."""
+        if slot not in self.running or slot in self.queued:
+            raise ValueError(f"slot {slot} must run an episode and have none queued to queue one")
+        if not self.waiting:
+            return None
+        self.queued[slot] = w = self.waiting.popleft()
+        return w.spec
+
+    def promote(self, slot: Slot) -> RunningEpisode | None:
+        """The episode queued on ``slot`` now runs there (its worker started it when the slot's
+        previous episode ended); None when none was queued."""
+        w = self.queued.pop(slot, None)
+        if w is None:
+            return None
+        if slot in self.running:
+            raise ValueError(f"slot {slot} still runs {self.running[slot].spec.traj_uid}")
+        self.running[slot] = run = RunningEpisode(w.spec, w.attempts + 1, w.crashes)
+        return run
+
+    def drop_queued(self, worker: int, started: Callable[[Slot, str], bool]) -> None:
+        """``worker`` died: settle the episodes queued on its slots. ``started(slot, uid)``:
+        the worker's marks say its env was playing ``uid`` (the queued one) — the episode
+        before it ended there, but its report died with the process; it runs again, uncharged,
+        and the queued one now runs on the slot (the caller settles it with the running ones).
+        A queued episode that never started goes back to the front of the queue, no attempt
+        spent.
+
+        Example:
+            >>> book = EpisodeBook([EpisodeSpec("g0", f"g0-t{m}", 0, m, 7) for m in range(3)], 2)
+            >>> for slot in [(0, 0), (0, 1)]:
+            ...     _ = book.start(slot)
+            >>> book.queue((0, 0)).traj_uid
+            'g0-t2'
+            >>> book.drop_queued(0, started=lambda slot, uid: True)
+            >>> book.running[(0, 0)].spec.traj_uid, [w.spec.traj_uid for w in book.waiting]
+            ('g0-t2', ['g0-t0'])
+        """
+        for slot in [s for s in self.queued if s[0] == worker]:
+            if started(slot, self.queued[slot].spec.traj_uid):
+                self.interrupt(slot, charge=False, reason="")
+                self.promote(slot)
+            else:
+                self.waiting.appendleft(self.queued.pop(slot))
 
     def finish(self, slot: Slot, *, won: bool = False, error: str | None = None,
                final_prompt: object = None) -> Trajectory:  # fmt: skip

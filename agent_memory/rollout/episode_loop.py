@@ -4,9 +4,11 @@ The lockstep engine steps every live env together, once per policy call. Here ea
 soon as its own answer is back: the worker keeps one request in flight per live env, waits for
 the first answers to arrive, steps exactly those envs (one masked vector step: a micro-batch of
 whatever arrived), and sends each env's next request at once. A finished episode goes to the
-driver straight away (a streamed :class:`~agent_memory.rollout.types.FinishedEpisode`) and the env
-takes the next episode the driver assigns — no env waits for another env's generation, and the
-server never waits for a barrier.
+driver straight away (a streamed :class:`~agent_memory.rollout.types.FinishedEpisode`). The
+driver hands an env its next episode ahead of time (an assignment for a busy env waits in that
+env's queue), so a freed env starts it at once, in the same pass, without a round trip to the
+driver — no env waits for another env's generation, nor for the driver, and the server never
+waits for a barrier.
 
 Who answers (:attr:`~agent_memory.policies.Policy.runs_in`):
 
@@ -29,7 +31,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import pickle
-from collections.abc import AsyncIterator, Sequence
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,54 +97,127 @@ class EpisodeLoop:
         self.policy = policy
         self.max_policy_lag = max_policy_lag
         self.max_response_chars = max_response_chars
-        self.inbox: asyncio.Queue[list[EpisodeAssignment]] = asyncio.Queue()
+        self.incoming: list[EpisodeAssignment] = []  # assigned, not yet queued on their envs
+        self.wake = asyncio.Event()  # set by assign() and finish()
         self.live: dict[int, _Live] = {}
+        #: Per env, the episodes assigned to it that wait for it to be free, by ``order``; and
+        #: the order of the env's next episode.
+        self.queued: defaultdict[int, dict[int, EpisodeAssignment]] = defaultdict(dict)
+        self.next_order: defaultdict[int, int] = defaultdict(int)
         self.closing = False
         self._remote = hasattr(getattr(policy, "generate", None), "remote")
         self._inline = not self._remote and not hasattr(policy, "agenerate")
 
     def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
-        """More episodes to play (each on the env it names, once that env is free)."""
-        self.inbox.put_nowait(list(assignments))
+        """More episodes to play (each on the env it names, once that env is free: after the
+        episodes assigned to it before)."""
+        self.incoming += assignments
+        self.wake.set()
 
     def finish(self) -> None:
         """No more episodes are coming: :meth:`run` ends once its episodes have."""
         self.closing = True
-        self.inbox.put_nowait([])
+        self.wake.set()
 
-    async def run(self, assignments: Sequence[EpisodeAssignment]) -> AsyncIterator[FinishedEpisode]:
-        """Play ``assignments`` and whatever :meth:`assign` adds; yield each episode as it ends.
+    async def run(
+        self, assignments: Sequence[EpisodeAssignment]
+    ) -> AsyncIterator[list[FinishedEpisode]]:
+        """Play ``assignments`` and whatever :meth:`assign` adds; yield the episodes that have
+        ended since the last yield (one message to the driver for all of them).
+
+        The envs do not wait for the messages: the episodes are played by a task of their own,
+        and whoever consumes this generator (Ray's streaming call, which takes milliseconds to
+        ship each message) takes whatever has ended meanwhile.
 
         Raises:
             PolicyFailed: the policy raised.
         """
+        ended: asyncio.Queue[list[FinishedEpisode] | BaseException | None] = asyncio.Queue()
+
+        async def play() -> None:
+            try:
+                await self._play(assignments, ended.put_nowait)
+            except BaseException as e:  # re-raised below, after what ended before it
+                ended.put_nowait(e)
+                if not isinstance(e, Exception):
+                    raise
+            else:
+                ended.put_nowait(None)
+
+        task = asyncio.ensure_future(play())
+        try:
+            while True:
+                items = [await ended.get()]
+                while not ended.empty():
+                    items.append(ended.get_nowait())
+                batch = [ep for item in items if isinstance(item, list) for ep in item]
+                if batch:
+                    yield batch
+                for item in items:
+                    if isinstance(item, BaseException):
+                        raise item
+                    if item is None:
+                        return
+        finally:
+            if not task.done():
+                task.cancel()
+
+    async def _play(
+        self,
+        assignments: Sequence[EpisodeAssignment],
+        emit: Callable[[list[FinishedEpisode]], None],
+    ) -> None:
+        """The loop of :meth:`run`: ``emit`` the episodes that end in each pass."""
         self.assign(assignments)
         while True:
-            for done in self._start(self._take_inbox()):
-                yield done
+            if failed := self._start(self._take_incoming()):
+                emit(failed)
             if not self.live:
-                if self.closing and self.inbox.empty():
+                if self._startable():  # episodes that failed to start freed their envs
+                    continue
+                if self.closing and not self.incoming:
                     return
-                self.assign(await self.inbox.get())  # sleep until there is work
+                await self.wake.wait()  # sleep until there is work
                 continue
             self._ask()
             await self._wait()
-            for done in self._step():
-                yield done
-            await asyncio.sleep(0)  # let assign/finish calls in between steps
+            if ended := self._step():
+                emit(ended)
+            await asyncio.sleep(0)  # let assign/finish calls and the messages in between steps
 
     # ------------------------------------------------------------------ internals
 
-    def _take_inbox(self) -> list[EpisodeAssignment]:
-        out: list[EpisodeAssignment] = []
-        while not self.inbox.empty():
-            out += self.inbox.get_nowait()
+    def _take_incoming(self) -> list[EpisodeAssignment]:
+        out, self.incoming = self.incoming, []
+        self.wake.clear()
         return out
 
+    def _startable(self) -> list[EpisodeAssignment]:
+        """The next episode of each free env, when it has arrived."""
+        return [
+            q[self.next_order[env]]
+            for env, q in self.queued.items()
+            if env not in self.live and self.next_order[env] in q
+        ]
+
     def _start(self, assignments: list[EpisodeAssignment]) -> list[FinishedEpisode]:
-        """Reset the assigned envs; an env that cannot reset ends its episode right away."""
+        """Queue ``assignments`` on their envs, then start the next episode of every free env
+        with one queued (one reset call); an env that cannot reset ends its episode at once."""
+        for a in assignments:
+            if a.order < self.next_order[a.env] or a.order in self.queued[a.env]:
+                raise ValueError(
+                    f"env {a.env} was assigned episode {a.traj_uid} as its episode number "
+                    f"{a.order}, which it has already been given: expected an order >= "
+                    f"{self.next_order[a.env]} not queued yet (EpisodeAssignment.order counts "
+                    "each env's assignments in one stream)"
+                )
+            self.queued[a.env][a.order] = a
+        assignments = self._startable()
         if not assignments:
             return []
+        for a in assignments:
+            del self.queued[a.env][a.order]
+            self.next_order[a.env] += 1
         by_env = {a.env: a for a in assignments}
         failed = []
         for res in self.worker.reset_envs(assignments):
@@ -188,15 +264,12 @@ class EpisodeLoop:
         futures = [lv.request for lv in self.live.values() if lv.request is not None]
         if any(f.done() for f in futures):
             return
-        inbox = asyncio.ensure_future(self._inbox_item())
+        inbox = asyncio.ensure_future(self.wake.wait())
         try:
             await asyncio.wait([*futures, inbox], return_when=asyncio.FIRST_COMPLETED)
         finally:
             if not inbox.done():
                 inbox.cancel()
-
-    async def _inbox_item(self) -> None:
-        self.assign(await self.inbox.get())
 
     def _step(self) -> list[FinishedEpisode]:
         """Step the envs whose answers are in (one masked step); return the ended episodes."""

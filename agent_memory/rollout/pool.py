@@ -4,8 +4,9 @@ Shared by both engines (lockstep and asynchronous): the engine decides what each
 the pool starts the actors (a constructor error stops the run at once, with the worker's own
 message), collects the results of calls as they arrive with readable failures, settles the
 episodes of a worker that died (see :meth:`WorkerPool.recover`: only the episode whose env took
-the process down is charged an attempt, when the worker's call marks name it) and waits for Ray
-to bring it back.
+the process down is charged an attempt, when the worker's call marks name it — the marks name the
+episode too, so an episode queued ahead that had already started is told apart from the one
+before it) and waits for Ray to bring it back.
 """
 
 from __future__ import annotations
@@ -177,6 +178,9 @@ class WorkerPool:
         if self.restarts[w] <= self.job.rollout.max_restarts:
             status = self._wait_until_back(w)
         crashes = {} if status is None else {c.env: c for c in status.crashes}
+        book.drop_queued(
+            w, lambda slot, uid: (c := crashes.get(slot[1])) is not None and c.traj_uid == uid
+        )
         for slot in book.on_worker(w):
             crash = crashes.get(slot[1])
             if crash is not None and crash.reason == "timeout":

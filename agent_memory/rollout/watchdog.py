@@ -4,9 +4,10 @@ A rollout worker runs many sub-envs in one process, so when the process dies (``
 simulator, a segfault, the OOM killer, a kill) every episode on it is interrupted — but usually
 one env did it. :class:`CallMarks` tells which: each sub-env is wrapped in :class:`MarkCalls`,
 which writes ``"<phase> <start time>"`` into the env's own small file before ``reset``/``step``
-and blanks it when the call returns or raises. A mark that is still there after the process
-died names the env that took it down; the worker's next incarnation reads the marks
-(:meth:`CallMarks.collect`) and the driver charges only that episode an attempt.
+and blanks it when the call returns or raises; the worker also writes which episode each env
+plays (:meth:`CallMarks.playing`, the file's second field). A mark that is still there after the
+process died names the env that took it down, and its episode; the worker's next incarnation
+reads the marks (:meth:`CallMarks.collect`) and the driver charges only that episode an attempt.
 
 :class:`CallWatchdog` enforces ``rollout.step_timeout_s``: a daemon thread of the worker process
 reads the marks every ``interval`` seconds; a call older than the limit is re-marked as a timeout
@@ -15,14 +16,17 @@ stuck in C code cannot be interrupted any other way; Ray then restarts the worke
 ends that episode with the timeout.
 
 The files live on the worker's machine (``tempfile.gettempdir()``), one directory per run and
-worker; each mark is one ``pwrite`` of 64 bytes, about a microsecond.
+worker. Each process maps the files it writes (``mmap``, shared): a mark is a 64-byte store into
+the page cache, no system call (so the env step never gives up the GIL for it), and it outlives
+a process that dies, as a written file does.
 
 Example:
     >>> import tempfile
     >>> marks = CallMarks(tempfile.mkdtemp(), num_envs=2)
+    >>> marks.playing(1, "g3-t0")
     >>> marks.start(1, "step")  # the process "dies" here, inside env 1's step
-    >>> [(c.env, c.phase, c.reason) for c in CallMarks(marks.root, num_envs=2).collect()]
-    [(1, 'step', 'died')]
+    >>> [(c.env, c.phase, c.reason, c.traj_uid) for c in CallMarks(marks.root, 2).collect()]
+    [(1, 'step', 'died', 'g3-t0')]
     >>> CallMarks(marks.root, num_envs=2).collect()  # collected once
     ()
 """
@@ -30,6 +34,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import mmap
 import os
 import shutil
 import signal
@@ -58,33 +63,58 @@ class CallMarks:
     """The mark files of one worker's ``num_envs`` sub-envs, under ``root``.
 
     A mark is ``"<phase> <start>"`` while a call runs, ``"timeout <phase> <start> <seconds>"``
-    once the watchdog gave up on it, and blank otherwise. Instances are cheap and picklable: each
-    process (the worker, or an async vector env's sub-env process) opens the files it writes.
+    once the watchdog gave up on it, and blank otherwise; the second field of the file is the
+    episode the env plays. Instances are cheap and picklable: each process (the worker, or an
+    async vector env's sub-env process) maps the files it writes.
     """
 
     def __init__(self, root: str | os.PathLike[str], num_envs: int) -> None:
         self.root = str(root)
         self.num_envs = num_envs
-        self._fds: dict[int, int] = {}
+        self._maps: dict[int, mmap.mmap] = {}
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"root": self.root, "num_envs": self.num_envs, "_fds": {}}
+        return {"root": self.root, "num_envs": self.num_envs, "_maps": {}}
 
-    def _fd(self, env: int) -> int:
-        fd = self._fds.get(env)
-        if fd is None:
+    def _map(self, env: int) -> mmap.mmap:
+        m = self._maps.get(env)
+        if m is None:
             Path(self.root).mkdir(parents=True, exist_ok=True)
             fd = os.open(os.path.join(self.root, f"env-{env}"), os.O_RDWR | os.O_CREAT, 0o600)
-            self._fds[env] = fd
-        return fd
+            try:
+                size = os.fstat(fd).st_size
+                if size < 2 * _SIZE:  # a new file: blank fields (a map needs the bytes)
+                    os.pwrite(fd, b" " * (2 * _SIZE - size), size)
+                m = mmap.mmap(fd, 2 * _SIZE)
+            finally:
+                os.close(fd)  # the map keeps the file
+            self._maps[env] = m
+        return m
 
     def start(self, env: int, phase: Phase) -> None:
         """Env ``env`` enters ``phase``."""
-        os.pwrite(self._fd(env), _encode(phase, f"{time.time():.6f}"), 0)
+        self._map(env)[:_SIZE] = _encode(phase, f"{time.time():.6f}")
 
     def end(self, env: int) -> None:
         """Env ``env``'s call returned (or raised)."""
-        os.pwrite(self._fd(env), _BLANK, 0)
+        self._map(env)[:_SIZE] = _BLANK
+
+    def playing(self, env: int, traj_uid: str) -> None:
+        """Env ``env`` starts episode ``traj_uid`` (written before its reset; a uid longer
+        than the field is not written: the report then names no episode)."""
+        tag = traj_uid.encode()
+        self._map(env)[_SIZE:] = tag.ljust(_SIZE) if len(tag) <= _SIZE else _BLANK
+
+    def episode(self, env: int) -> str | None:
+        """The episode env ``env`` was last said to play (None when none was)."""
+        path = os.path.join(self.root, f"env-{env}")
+        try:
+            with open(path, "rb") as f:
+                f.seek(_SIZE)
+                tag = f.read(_SIZE).decode(errors="replace").strip()
+        except FileNotFoundError:
+            return None
+        return tag or None
 
     def read(self, env: int) -> list[str]:
         """The fields of env ``env``'s mark ([] when blank or absent)."""
@@ -98,7 +128,7 @@ class CallMarks:
     def give_up(self, env: int, fields: list[str]) -> None:
         """Re-mark env ``env``'s running call (``fields``, as read) as timed out."""
         phase, start = fields[0], float(fields[1])
-        os.pwrite(self._fd(env), _encode("timeout", phase, start, f"{time.time() - start:.3f}"), 0)
+        self._map(env)[:_SIZE] = _encode("timeout", phase, start, f"{time.time() - start:.3f}")
 
     def collect(self) -> tuple[CrashReport, ...]:
         """The calls a dead process left unfinished (then blanks every mark)."""
@@ -107,20 +137,22 @@ class CallMarks:
             fields = self.read(env)
             with contextlib.suppress(ValueError, IndexError):
                 if fields and fields[0] == "timeout":
-                    reports.append(CrashReport(env, fields[1], "timeout", float(fields[3])))  # type: ignore[arg-type]
+                    reports.append(
+                        CrashReport(env, fields[1], "timeout", float(fields[3]), self.episode(env))  # type: ignore[arg-type]
+                    )
                 elif fields:
-                    seconds = time.time() - float(fields[1])
-                    reports.append(CrashReport(env, fields[0], "died", round(seconds, 3)))  # type: ignore[arg-type]
+                    seconds = round(time.time() - float(fields[1]), 3)
+                    reports.append(CrashReport(env, fields[0], "died", seconds, self.episode(env)))  # type: ignore[arg-type]
             if fields:
                 self.end(env)
         return tuple(reports)
 
     def close(self, remove: bool = False) -> None:
         """Close the open files; ``remove`` deletes the directory."""
-        for fd in self._fds.values():
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self._fds.clear()
+        for m in self._maps.values():
+            with contextlib.suppress(OSError, ValueError):
+                m.close()
+        self._maps.clear()
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
 

@@ -53,7 +53,7 @@ from agent_memory.rollout.watchdog import CallMarks, CallWatchdog, MarkCalls, ki
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import Holdable, VectorHistoryWrapper
 from agent_memory.wrappers.errors import CatchErrors
-from agent_memory.wrappers.vector_env import env_value
+from agent_memory.wrappers.vector_env import env_value, env_values
 
 __all__ = ["RolloutWorker", "build_env", "marks_dir"]
 
@@ -190,6 +190,9 @@ class RolloutWorker:
             mask[a.env], seeds[a.env] = True, a.seed
         started = [a.env for a in assignments]
         self.live[started] = False
+        if self.marks is not None:  # a crash from here on names the new episode
+            for a in assignments:
+                self.marks.playing(a.env, a.traj_uid)
         try:
             self.env.memory.set_groups(started, [a.group_uid for a in assignments])
             prompts, info = self.env.reset(seed=seeds, options={"reset_mask": mask})
@@ -231,25 +234,33 @@ class RolloutWorker:
         except Exception as e:
             self._end_process_if_broken()
             return self._failed_step(stepped, describe_exception(e))
+        # Each info key's values for the stepped envs, read once per step.
+        values = {
+            key: env_values(info, key, stepped, default)
+            for key, default in (
+                ("error", None), ("is_action_valid", True), ("invalid_reason", None),
+                ("parsed_action", None), ("thought", None), ("won", False), ("state_key", None),
+            )
+        }  # fmt: skip
         out = []
-        for i in stepped:
-            error = env_value(info, "error", i)
+        for j, i in enumerate(stepped):
+            error = values["error"][j]
             term = bool(terminated[i])
             result = StepResult(
                 env=i,
                 reward=float(rewards[i]),
                 terminated=term,
                 truncated=bool(truncated[i] or error is not None) and not term,
-                is_action_valid=bool(env_value(info, "is_action_valid", i, True)),
-                invalid_reason=env_value(info, "invalid_reason", i),
-                parsed_action=env_value(info, "parsed_action", i),
-                thought=env_value(info, "thought", i) or None,
+                is_action_valid=bool(values["is_action_valid"][j]),
+                invalid_reason=values["invalid_reason"][j],
+                parsed_action=values["parsed_action"][j],
+                thought=values["thought"][j] or None,
                 state_key=self.state_keys[i],
-                won=bool(env_value(info, "won", i, False)),
+                won=bool(values["won"][j]),
                 error=error,
                 next=views[i],
             )
-            self.state_keys[i] = env_value(info, "state_key", i)
+            self.state_keys[i] = values["state_key"][j]
             self.views[i] = views[i]
             if result.done:
                 self.live[i] = False
@@ -260,9 +271,9 @@ class RolloutWorker:
 
     async def run(
         self, assignments: Sequence[EpisodeAssignment], policy_version: int | None = None
-    ) -> AsyncIterator[FinishedEpisode]:
+    ) -> AsyncIterator[list[FinishedEpisode]]:
         """Play ``assignments`` (and what :meth:`assign` adds) on their own, with the worker's
-        policy, yielding each episode as it ends (a Ray streaming call; see
+        policy, yielding the episodes that end in each pass (a Ray streaming call; see
         :mod:`agent_memory.rollout.episode_loop`). Ends after :meth:`finish`, once its episodes
         have. ``policy_version``: the version the worker's own policy answers with from now on
         (the driver's, after a weight update; a restarted worker starts from its first)."""
@@ -271,8 +282,8 @@ class RolloutWorker:
             self.policy.version = policy_version
         r = self.job.rollout
         self.loop = EpisodeLoop(self, self.policy, r.max_policy_lag, r.max_response_chars)
-        async for done in self.loop.run(assignments):
-            yield done
+        async for ended in self.loop.run(assignments):
+            yield ended
 
     async def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
         """More episodes for the running :meth:`run`."""
@@ -335,6 +346,9 @@ class RolloutWorker:
         """The prompts of ``ids`` with their figures and the policy's meta fields (the oracle's
         action for the envs in ``acting`` when the policy needs it, computed once per batch)."""
         oracles = self._oracles(acting) if "oracle_action" in self.meta_fields else {}
+        tokens, chars, steps = (
+            info[key].tolist() for key in ("context_tokens", "context_chars", "history_steps")
+        )
         views = {}
         for i in ids:
             now = self.env.current(i)
@@ -350,9 +364,9 @@ class RolloutWorker:
                 meta["oracle_action"] = oracles[i]
             views[i] = PromptView(
                 prompt=prompts[i],
-                context_tokens=int(info["context_tokens"][i]),
-                context_chars=int(info["context_chars"][i]),
-                history_steps=int(info["history_steps"][i]),
+                context_tokens=int(tokens[i]),
+                context_chars=int(chars[i]),
+                history_steps=int(steps[i]),
                 meta=meta,
                 observation=now.observation,
             )

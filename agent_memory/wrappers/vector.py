@@ -20,7 +20,7 @@ from agent_memory.wrappers.prompt import PromptText
 from agent_memory.wrappers.vector_env import (
     async_worker_keeps_autoreset,
     autoreset_mode_of,
-    info_at,
+    infos_at,
     refuse_text_on_shared_memory,
 )
 
@@ -134,7 +134,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         self._holds.release()
         obs, info = self.env.reset(seed=seed, options=options)
         texts = [recorder.obs_to_text(obs[i]) for i in ids]
-        recorder.start(ids, texts, [info_at(info, i) for i in ids])
+        recorder.start(ids, texts, infos_at(info, ids))
         self._pending_reset[ids] = False
         self._pending_reset[again] = True
         self._finished[ids] = False
@@ -205,7 +205,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         texts = [recorder.obs_to_text(o) if acting[i] else "" for i, o in enumerate(obs)]
 
         # Store, verdict and penalty for every env that really stepped (see flow.py).
-        step_infos = {i: self._step_info(info, i, done) for i in plan.parsed}
+        step_infos = self._step_infos(info, live_ids, done)
         verdicts = flow.record(plan, step_infos, rewards, extras)
         if verdicts is not None:
             self._add_verdicts(info, verdicts, acting)
@@ -213,12 +213,10 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         # Episode boundaries, per autoreset mode.
         ended = [i for i in live_ids if done[i]]
         going = [i for i in live_ids if not done[i]]
-        recorder.observe(going, [texts[i] for i in going], [info_at(info, i) for i in going])
+        recorder.observe(going, [texts[i] for i in going], [step_infos[i] for i in going])
         if self._mode == AutoresetMode.NEXT_STEP:
             restarted = np.flatnonzero(resetting).tolist()
-            recorder.start(
-                restarted, [texts[i] for i in restarted], [info_at(info, i) for i in restarted]
-            )
+            recorder.start(restarted, [texts[i] for i in restarted], infos_at(info, restarted))
             finals = [texts[i] for i in ended]
             self._pending_reset = done.copy()
         elif self._mode == AutoresetMode.SAME_STEP:
@@ -227,10 +225,10 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
             finals = [texts[i] for i in ended]
             self._finished[ended] = True
             self._inner_done[ended] = True
-        won = [bool(self._step_info(info, i, done).get(WON, False)) for i in ended]
+        won = [bool(step_infos[i].get(WON, False)) for i in ended]
         handed = recorder.handover(ended, finals, terminated[ended], truncated[ended], won)
         if self._mode == AutoresetMode.SAME_STEP:
-            recorder.start(ended, [texts[i] for i in ended], [info_at(info, i) for i in ended])
+            recorder.start(ended, [texts[i] for i in ended], infos_at(info, ended))
         elif ended:  # the final observation is what the env shows until it resets
             recorder.observe(ended, finals, [{} for _ in ended])
 
@@ -294,12 +292,22 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
             return tuple("" if a is None else a for a in env_actions)
         return np.asarray(env_actions)
 
-    def _step_info(self, info: dict[str, Any], i: int, done: np.ndarray) -> dict[str, Any]:
-        """What env ``i``'s own step reported (under SAME_STEP a finished env's step info sits
-        in ``final_info``; the top level then holds its reset info)."""
-        if self._mode == AutoresetMode.SAME_STEP and done[i]:
-            return info_at(info["final_info"], i)
-        return info_at(info, i)
+    def _step_infos(
+        self, info: dict[str, Any], ids: list[int], done: np.ndarray
+    ) -> dict[int, dict[str, Any]]:
+        """What each env of ``ids``'s own step reported (under SAME_STEP a finished env's step
+        info sits in ``final_info``; the top level then holds its reset info)."""
+        if self._mode == AutoresetMode.SAME_STEP:
+            finals = [i for i in ids if done[i]]
+            going = [i for i in ids if not done[i]]
+            out = (
+                dict(zip(finals, infos_at(info["final_info"], finals), strict=True))
+                if finals
+                else {}
+            )
+            out.update(zip(going, infos_at(info, going), strict=True))
+            return out
+        return dict(zip(ids, infos_at(info, ids), strict=True))
 
     def _add_verdicts(self, info: dict[str, Any], verdicts: Verdicts, acting: np.ndarray) -> None:
         for key, values in verdicts.items():

@@ -14,7 +14,7 @@ import ast
 import functools
 import inspect
 import textwrap
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,9 @@ __all__ = [
     "async_worker_keeps_autoreset",
     "autoreset_mode_of",
     "env_value",
+    "env_values",
     "info_at",
+    "infos_at",
     "refuse_text_on_shared_memory",
 ]
 
@@ -59,14 +61,53 @@ def env_value(info: Mapping[str, Any], key: str, i: int, default: Any = None) ->
     return item.item() if isinstance(item, np.generic) else item
 
 
+def env_values(
+    info: Mapping[str, Any], key: str, ids: Sequence[int], default: Any = None
+) -> list[Any]:
+    """:func:`env_value` for every env of ``ids`` (the key's array and mask are read once: a
+    step's per-env figures cost one list each, not one lookup per env and key).
+
+    Example:
+        >>> import numpy as np
+        >>> info = {"won": np.array([True, False, True]), "_won": np.array([True, False, True])}
+        >>> env_values(info, "won", [2, 1, 0], "n/a")
+        [True, 'n/a', True]
+    """
+    value = info.get(key)
+    if value is None:
+        return [default] * len(ids)
+    mask = info.get(f"_{key}")
+    flags = mask.tolist() if isinstance(mask, np.ndarray) else mask
+    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype != object:
+        items = value.tolist()  # Python scalars, as .item() gives
+        if flags is None:
+            return [items[i] for i in ids]
+        return [items[i] if flags[i] else default for i in ids]
+    out = []
+    for i in ids:
+        if flags is not None and not flags[i]:
+            out.append(default)
+            continue
+        item = value[i]
+        out.append(item.item() if isinstance(item, np.generic) else item)
+    return out
+
+
 def info_at(info: Mapping[str, Any], i: int) -> dict[str, Any]:
     """Env ``i``'s values of the keys the wrapper reads from a vector info dict (Gymnasium's
     ``key`` / ``_key`` convention)."""
-    out = {}
+    return infos_at(info, [i])[0]
+
+
+def infos_at(info: Mapping[str, Any], ids: Sequence[int]) -> list[dict[str, Any]]:
+    """:func:`info_at` for every env of ``ids``, in that order."""
+    out: list[dict[str, Any]] = [{} for _ in ids]
     for key in _WANTED:
-        value = env_value(info, key, i, _ABSENT)
-        if value is not _ABSENT:
-            out[key] = value
+        if key not in info:
+            continue
+        for d, value in zip(out, env_values(info, key, ids, _ABSENT), strict=True):
+            if value is not _ABSENT:
+                d[key] = value
     return out
 
 

@@ -229,3 +229,22 @@ def test_hostile_responses_and_nan_rewards_are_written_safely(tmp_path):
     assert [r["reward"] for r in rows if r["reward"] is None]  # NaN written as null
     advantages = [r["advantage"] for r in rows]
     assert all(a is None or math.isfinite(a) for a in advantages)
+
+
+def test_a_crash_while_episodes_are_queued_ahead_charges_only_the_culprit(tmp_path):
+    # 16 episodes on 2 slots: the asynchronous engine queues each slot's next episode on the
+    # worker ahead of time (it starts without asking the driver). Group 5's episode takes the
+    # process down at step 2, twice; every other episode finishes once, complete, whether it
+    # was running, queued, or had ended with its report lost in the crash.
+    job = faulty_job("exit", bad_seed=5, groups=16, size=1, envs=2)
+    job.rollout.max_restarts = 5
+    summary = run_rollout(job, tmp_path)
+    assert summary["status"] == "ok" and summary["episodes"] == 16
+    assert [e["traj_uid"] for e in summary["episode_errors"]] == ["g5-t0"]
+    assert "of rollout.max_episode_attempts=2 attempts" in summary["episode_errors"][0]["error"]
+    rows = read_rows(tmp_path)
+    healthy = [r for r in rows if r["error"] is None]
+    uids = sorted({r["traj_uid"] for r in healthy})
+    assert uids == sorted(f"g{g}-t0" for g in range(16) if g != 5)
+    assert len(healthy) == 15 * 5 and all(r["won"] for r in healthy)  # each once, complete
+    assert summary["worker_restarts"] == 2

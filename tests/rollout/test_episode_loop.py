@@ -1,0 +1,67 @@
+"""The asynchronous engine's worker loop on its own (no Ray): episodes queued ahead on an env
+start as soon as it is free, in the driver's order whatever order the messages arrive in."""
+
+from __future__ import annotations
+
+import asyncio
+
+from agent_memory.protocol import EpisodeAssignment
+from agent_memory.rollout.engine import build_policy
+from agent_memory.rollout.worker import RolloutWorker
+from tests.rollout.conftest import make_job
+
+
+def _worker(envs: int) -> RolloutWorker:
+    job = make_job("agent_memory/FrozenLake-v0", policy="random", envs=envs)
+    job.env.max_steps = 3
+    policy = build_policy(job)
+    return RolloutWorker(0, job, envs, sorted(policy.needs), None, policy)
+
+
+def _play(worker: RolloutWorker, first, later=None, episodes: int = 0):
+    """Run the worker's loop on ``first``; once it runs, assign ``later``; tell it to finish
+    once ``episodes`` episodes have ended. Returns the messages it streamed."""
+
+    async def main():
+        stream = worker.run(first)
+        pending = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0)  # the loop starts, and plays what it can
+        if later:
+            await worker.assign(later)
+        messages, ended = [], 0
+        while True:
+            try:
+                batch = await pending
+            except StopAsyncIteration:
+                return messages
+            messages.append(batch)
+            ended += len(batch)
+            if ended >= episodes:
+                await worker.finish()
+            pending = asyncio.ensure_future(stream.__anext__())
+
+    return asyncio.run(main())
+
+
+def a(env: int, g: int, order: int) -> EpisodeAssignment:
+    return EpisodeAssignment(env, f"g{g}-t0", f"g{g}", g, order)
+
+
+def test_episodes_queued_on_an_env_play_back_to_back_in_one_stream():
+    worker = _worker(envs=1)
+    messages = _play(worker, [a(0, 0, 0), a(0, 1, 1), a(0, 2, 2)], episodes=3)
+    ended = [ep.traj_uid for batch in messages for ep in batch]
+    assert ended == ["g0-t0", "g1-t0", "g2-t0"]  # one env: each started when the last ended
+    assert all(ep.steps and ep.error is None for batch in messages for ep in batch)
+    worker.close()
+
+
+def test_an_env_plays_its_episodes_in_the_drivers_order_whatever_the_arrival_order():
+    worker = _worker(envs=2)
+    # Env 0's episodes 1 and 2 arrive before its episode 0 (Ray may reorder an async actor's
+    # calls); env 1 gets one episode. Env 0 must still play 0, 1, 2 — and wait for 0.
+    first = [a(0, 12, 2), a(0, 11, 1), a(1, 20, 0)]
+    messages = _play(worker, first, later=[a(0, 10, 0)], episodes=4)
+    on_env0 = [ep.traj_uid for batch in messages for ep in batch if ep.env == 0]
+    assert on_env0 == ["g10-t0", "g11-t0", "g12-t0"]
+    worker.close()
