@@ -79,6 +79,7 @@ class AsyncCollector(Engine):
         self._slots = 0  # the live workers' envs at the start of a collect
         self._plan: dict[int, list[EpisodeAssignment]] = {}  # what _send sends next
         self._order: dict[Slot, int] = {}  # each slot's next EpisodeAssignment.order
+        self._stream_id: dict[int, int] = {}  # each worker's newest stream's number
 
     # ------------------------------------------------------------------ public
 
@@ -234,11 +235,12 @@ class AsyncCollector(Engine):
                 numbered.append(replace(a, order=self._order.get(slot, 0)))
                 self._order[slot] = numbered[-1].order + 1
             if extend:
-                worker.assign.remote(numbered)
+                worker.assign.remote(numbered, self._stream_id[w])
             else:
                 # A policy the workers run answers with the driver's version (update_policy).
                 version = self.policy.version if self.service is None else None
-                gen = worker.run.options(num_returns="streaming").remote(numbered, version)
+                self._stream_id[w] = sid = self._stream_id.get(w, -1) + 1
+                gen = worker.run.options(num_returns="streaming").remote(numbered, version, sid)
                 self._streams[gen] = w
                 self._current[w] = gen
                 self._finishing.discard(w)
@@ -271,7 +273,7 @@ class AsyncCollector(Engine):
             self._feed(sorted(self.parked))
         for v in list(self._current):
             if not book.waiting and not book.on_worker(v) and v not in self._finishing:
-                self.pool.workers[v].finish.remote()
+                self.pool.workers[v].finish.remote(self._stream_id[v])
                 self._finishing.add(v)
 
     def _ended(self, gen: Any) -> None:

@@ -95,7 +95,9 @@ def build_env(
     if job.rollout.vectorization == "async":
         venv = AsyncVectorEnv(fns, shared_memory=False, autoreset_mode=AutoresetMode.DISABLED)
     else:
-        venv = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.DISABLED)
+        # copy=False: the wrapper turns each observation into text within the step, so
+        # Gymnasium's deep copy of every sub-env's observation, acting or held, buys nothing.
+        venv = SyncVectorEnv(fns, copy=False, autoreset_mode=AutoresetMode.DISABLED)
     mem = job.memory
     history_length = job.history_length
     counter = make_token_counter(mem.token_counter)
@@ -145,7 +147,10 @@ class RolloutWorker:
         self.watchdog: CallWatchdog | None = None
         self.init_error: str | None = None
         self.live = np.zeros(num_envs, dtype=bool)
-        self.loop: EpisodeLoop | None = None
+        # The asynchronous engine's running loops by stream, and what came for a stream before
+        # it started (assignments, or None: finish).
+        self.loops: dict[int, EpisodeLoop] = {}
+        self.early: dict[int, list[list[EpisodeAssignment] | None]] = {}
         self.state_keys: list[str | None] = [None] * num_envs
         self.views: list[PromptView | None] = [None] * num_envs
         try:
@@ -270,30 +275,51 @@ class RolloutWorker:
     # ------------------------------------------------------------------ asynchronous engine
 
     async def run(
-        self, assignments: Sequence[EpisodeAssignment], policy_version: int | None = None
+        self,
+        assignments: Sequence[EpisodeAssignment],
+        policy_version: int | None = None,
+        stream: int = 0,
     ) -> AsyncIterator[list[FinishedEpisode]]:
         """Play ``assignments`` (and what :meth:`assign` adds) on their own, with the worker's
         policy, yielding the episodes that end in each pass (a Ray streaming call; see
         :mod:`agent_memory.rollout.episode_loop`). Ends after :meth:`finish`, once its episodes
         have. ``policy_version``: the version the worker's own policy answers with from now on
-        (the driver's, after a weight update; a restarted worker starts from its first)."""
+        (the driver's, after a weight update; a restarted worker starts from its first).
+        ``stream``: this call's number, which :meth:`assign` and :meth:`finish` name (Ray may
+        start an async actor's calls out of order: a call for a stream that has not started
+        yet waits for it)."""
         self._check_ready()
         if policy_version is not None and self.policy is not None:
             self.policy.version = policy_version
         r = self.job.rollout
-        self.loop = EpisodeLoop(self, self.policy, r.max_policy_lag, r.max_response_chars)
-        async for ended in self.loop.run(assignments):
-            yield ended
+        loop = EpisodeLoop(self, self.policy, r.max_policy_lag, r.max_response_chars)
+        self.loops[stream] = loop
+        for early in self.early.pop(stream, []):
+            if early is None:
+                loop.finish()
+            else:
+                loop.assign(early)
+        try:
+            async for ended in loop.run(assignments):
+                yield ended
+        finally:
+            self.loops.pop(stream, None)
 
-    async def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
-        """More episodes for the running :meth:`run`."""
-        assert self.loop is not None
-        self.loop.assign(assignments)
+    async def assign(self, assignments: Sequence[EpisodeAssignment], stream: int = 0) -> None:
+        """More episodes for the running :meth:`run` call ``stream``."""
+        loop = self.loops.get(stream)
+        if loop is None:
+            self.early.setdefault(stream, []).append(list(assignments))
+        else:
+            loop.assign(assignments)
 
-    async def finish(self) -> None:
-        """No more episodes: :meth:`run` ends once its episodes have."""
-        assert self.loop is not None
-        self.loop.finish()
+    async def finish(self, stream: int = 0) -> None:
+        """No more episodes for :meth:`run` call ``stream``: it ends once its episodes have."""
+        loop = self.loops.get(stream)
+        if loop is None:
+            self.early.setdefault(stream, []).append(None)
+        else:
+            loop.finish()
 
     def policy_stats(self) -> Any:
         """The counters of the policy this worker runs (e.g. the openai client's requests and

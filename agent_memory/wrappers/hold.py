@@ -19,7 +19,7 @@ from typing import Any, Literal, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode, SyncVectorEnv, VectorEnv
 
 __all__ = ["Holdable", "SubEnvHolds", "make_vec_holdable"]
 
@@ -97,9 +97,10 @@ def make_vec_holdable(
 class SubEnvHolds:
     """The ``hold`` flags of a vector env's :class:`Holdable` sub-envs, as last set here.
 
-    Flags are sent (one ``set_attr`` of the base vector env: vector wrappers do not forward it)
-    only when they change. Whether the sub-envs can be held is checked once, the first time one
-    is held.
+    Flags are sent only when they change: to the changed sub-envs of a SyncVectorEnv (a step
+    that holds all but one of many envs costs no pass over them), in one ``set_attr`` of any
+    other base vector env (vector wrappers do not forward it). Whether the sub-envs can be held
+    is checked once, the first time one is held.
     """
 
     def __init__(self, env: VectorEnv) -> None:
@@ -116,8 +117,13 @@ class SubEnvHolds:
         """
         if hold.any() and not self._checked:
             self._check()
-        if (hold != self.flags).any():
-            self.env.set_attr("hold", hold.tolist())
+        changed = np.flatnonzero(hold != self.flags)
+        if changed.size:
+            if isinstance(self.env, SyncVectorEnv):  # only the envs whose flag changes
+                for i in changed.tolist():
+                    self.env.envs[i].set_wrapper_attr("hold", bool(hold[i]))
+            else:  # one message to every sub-env process
+                self.env.set_attr("hold", hold.tolist())
             self.flags = hold.copy()
         cleared = hold & finished
         if cleared.any():

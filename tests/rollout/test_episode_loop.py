@@ -65,3 +65,18 @@ def test_an_env_plays_its_episodes_in_the_drivers_order_whatever_the_arrival_ord
     on_env0 = [ep.traj_uid for batch in messages for ep in batch if ep.env == 0]
     assert on_env0 == ["g10-t0", "g11-t0", "g12-t0"]
     worker.close()
+
+
+def test_calls_that_arrive_before_their_stream_starts_wait_for_it():
+    # Ray may start an async actor's calls out of order: an assign() and a finish() for stream 1
+    # that come before run(stream=1) are kept for it, not lost (nor given to another stream).
+    worker = _worker(envs=1)
+
+    async def main():
+        await worker.assign([a(0, 31, 1)], stream=1)
+        await worker.finish(stream=1)
+        return [ep.traj_uid async for batch in worker.run([a(0, 30, 0)], stream=1) for ep in batch]
+
+    assert asyncio.run(main()) == ["g30-t0", "g31-t0"]  # both played, then the stream ended
+    assert worker.loops == {} and worker.early == {}
+    worker.close()
