@@ -4,6 +4,9 @@ start as soon as it is free, in the driver's order whatever order the messages a
 from __future__ import annotations
 
 import asyncio
+import re
+
+import pytest
 
 from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.engine import build_policy
@@ -79,4 +82,20 @@ def test_calls_that_arrive_before_their_stream_starts_wait_for_it():
 
     assert asyncio.run(main()) == ["g30-t0", "g31-t0"]  # both played, then the stream ended
     assert worker.loops == {} and worker.early == {}
+    worker.close()
+
+
+def test_an_assignment_whose_place_was_given_already_is_refused_with_the_expected_order():
+    worker = _worker(envs=1)
+
+    async def main():
+        return [b async for b in worker.run([a(0, 40, 0), a(0, 41, 0)])]
+
+    expected = (
+        "env 0 was assigned episode g41-t0 as its episode number 0, which it has already been "
+        "given: expected an order >= 0 not queued yet (EpisodeAssignment.order counts each env's "
+        "assignments in one stream)"
+    )
+    with pytest.raises(ValueError, match=re.escape(expected)):
+        asyncio.run(main())
     worker.close()
