@@ -104,6 +104,9 @@ class EpisodeLoop:
         #: the order of the env's next episode.
         self.queued: defaultdict[int, dict[int, EpisodeAssignment]] = defaultdict(dict)
         self.next_order: defaultdict[int, int] = defaultdict(int)
+        #: Envs freed since the last start (their next episode may be queued): with the envs of
+        #: new assignments, the only ones a pass looks at (not every env, every pass).
+        self.freed: set[int] = set()
         self.closing = False
         self._remote = hasattr(getattr(policy, "generate", None), "remote")
         self._inline = not self._remote and not hasattr(policy, "agenerate")
@@ -173,7 +176,7 @@ class EpisodeLoop:
             if failed := self._start(self._take_incoming()):
                 emit(failed)
             if not self.live:
-                if self._startable():  # episodes that failed to start freed their envs
+                if self.freed:  # episodes that failed to start freed their envs
                     continue
                 if self.closing and not self.incoming:
                     return
@@ -192,13 +195,14 @@ class EpisodeLoop:
         self.wake.clear()
         return out
 
-    def _startable(self) -> list[EpisodeAssignment]:
-        """The next episode of each free env, when it has arrived."""
-        return [
-            q[self.next_order[env]]
-            for env, q in self.queued.items()
-            if env not in self.live and self.next_order[env] in q
-        ]
+    def _startable(self, envs: set[int]) -> list[EpisodeAssignment]:
+        """The next episode of each free env of ``envs``, when it has arrived."""
+        out = []
+        for env in envs:
+            q = self.queued.get(env)
+            if q and env not in self.live and self.next_order[env] in q:
+                out.append(q[self.next_order[env]])
+        return out
 
     def _start(self, assignments: list[EpisodeAssignment]) -> list[FinishedEpisode]:
         """Queue ``assignments`` on their envs, then start the next episode of every free env
@@ -212,7 +216,8 @@ class EpisodeLoop:
                     "each env's assignments in one stream)"
                 )
             self.queued[a.env][a.order] = a
-        assignments = self._startable()
+        candidates, self.freed = self.freed | {a.env for a in assignments}, set()
+        assignments = self._startable(candidates)
         if not assignments:
             return []
         for a in assignments:
@@ -225,6 +230,7 @@ class EpisodeLoop:
             spec = EpisodeSpec(a.group_uid, a.traj_uid, -1, -1, a.seed)
             if res.error is not None:
                 failed.append(FinishedEpisode(res.env, a.traj_uid, [], error=res.error))
+                self.freed.add(res.env)
             else:
                 self.live[res.env] = _Live(RunningEpisode(spec, 1, 0, view=res.view))
         return failed
@@ -264,12 +270,12 @@ class EpisodeLoop:
         futures = [lv.request for lv in self.live.values() if lv.request is not None]
         if any(f.done() for f in futures):
             return
-        inbox = asyncio.ensure_future(self.wake.wait())
+        woken = asyncio.ensure_future(self.wake.wait())
         try:
-            await asyncio.wait([*futures, inbox], return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait([*futures, woken], return_when=asyncio.FIRST_COMPLETED)
         finally:
-            if not inbox.done():
-                inbox.cancel()
+            if not woken.done():
+                woken.cancel()
 
     def _step(self) -> list[FinishedEpisode]:
         """Step the envs whose answers are in (one masked step); return the ended episodes."""
@@ -289,6 +295,7 @@ class EpisodeLoop:
                 lv.version = v
             elif v is not None and v - lv.version > self.max_policy_lag:
                 del self.live[env]  # answered by weights too new for this episode: run it again
+                self.freed.add(env)
                 self.worker.abandon([env])
                 out.append(
                     FinishedEpisode(env, lv.run.spec.traj_uid, [], stale=True, requests=lv.requests)
@@ -302,6 +309,7 @@ class EpisodeLoop:
             lv.run.steps.append(step_record(lv.run, ready[res.env], res, self.max_response_chars))
             if res.done:
                 del self.live[res.env]
+                self.freed.add(res.env)
                 out.append(
                     FinishedEpisode(
                         res.env,
