@@ -40,7 +40,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, SupportsFloat
 
@@ -93,7 +93,8 @@ class CallMarks:
 
     def start(self, env: int, phase: Phase) -> None:
         """Env ``env`` enters ``phase``."""
-        self._map(env)[:_SIZE] = _encode(phase, f"{time.time():.6f}")
+        # (Written on every env call: one format, no generic encoding.)
+        self._map(env)[:_SIZE] = f"{phase} {time.time():.6f}".encode().ljust(_SIZE)
 
     def end(self, env: int) -> None:
         """Env ``env``'s call returned (or raised)."""
@@ -165,21 +166,20 @@ class MarkCalls(gym.Wrapper):
         self.marks = marks
         self.index = index
 
-    @contextlib.contextmanager
-    def _marked(self, phase: Phase) -> Iterator[None]:
-        self.marks.start(self.index, phase)
+    # try/finally rather than a context manager: this runs around every env call.
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.marks.start(self.index, "reset")
         try:
-            yield
+            return self.env.reset(**kwargs)
         finally:
             self.marks.end(self.index)
 
-    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        with self._marked("reset"):
-            return self.env.reset(**kwargs)
-
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        with self._marked("step"):
+        self.marks.start(self.index, "step")
+        try:
             return self.env.step(action)
+        finally:
+            self.marks.end(self.index)
 
 
 class CallWatchdog:

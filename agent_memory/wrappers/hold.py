@@ -130,10 +130,11 @@ class SubEnvHolds:
             self.env.reset(options={"reset_mask": cleared.copy()})
         return cleared
 
-    def release(self) -> None:
-        """Hold no env."""
-        if self.flags.any():
-            self.set(np.zeros_like(self.flags), self.flags & False)
+    def release(self, mask: np.ndarray | None = None) -> None:
+        """Hold no env of ``mask`` (None: no env at all)."""
+        keep = np.zeros_like(self.flags) if mask is None else self.flags & ~mask
+        if (keep != self.flags).any():
+            self.set(keep, np.zeros_like(self.flags))
 
     def _check(self) -> None:
         try:

@@ -131,7 +131,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         recorder = self._parts.recorder
         gone, handed = recorder.abandon(ids)
         again = self._reset_again_on_next_step(ids)
-        self._holds.release()
+        self._holds.release(mask)  # only the envs that reset: a held env stays held
         obs, info = self.env.reset(seed=seed, options=options)
         texts = [recorder.obs_to_text(obs[i]) for i in ids]
         recorder.start(ids, texts, infos_at(info, ids))
@@ -139,9 +139,10 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         self._pending_reset[again] = True
         self._finished[ids] = False
         self._inner_done[ids] = False
-        everyone = np.ones(self.num_envs, dtype=bool)
-        self._build(range(self.num_envs))
-        self._report(info, everyone, gone, handed)
+        # Only the envs that reset get new prompts (the others keep theirs): a masked reset
+        # of one env among many costs no pass over the others' histories.
+        self._build(ids)
+        self._report(info, np.ones(self.num_envs, dtype=bool), gone, handed)
         return self.prompts, info
 
     def step(

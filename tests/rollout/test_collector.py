@@ -78,30 +78,33 @@ def test_an_env_exception_ends_only_its_episode():
 
 
 def test_a_killed_worker_is_restarted_and_its_episodes_rerun(tmp_path):
-    # Long episodes (32 steps): group 2 starts when the first episodes end, and worker 0 is
-    # killed as soon as it runs one of group 2's, far from that episode's end in either engine.
+    # Long episodes (32 steps): group 3 starts when the first episodes end, and its worker is
+    # killed as soon as it runs one of group 3's, far from that episode's end in either engine
+    # (the async engine queues an episode ahead only while more wait than there are slots: here
+    # g0-t1 and g1-t1; with 3 groups, g2 ran from the start and the kill could come after its
+    # worker had reported everything it ran: nothing re-ran).
     job = make_job(
-        "agent_memory/Recall-v0", groups=3, size=2, workers=2, envs=2, num_distractors=30
+        "agent_memory/Recall-v0", groups=4, size=2, workers=2, envs=2, num_distractors=30
     )
     killed = []
 
     def kill_worker_0(collector: Collector) -> None:
         book = collector.book
-        late = [s[0] for s in book.running if book.running[s].spec.group_uid == "g2"]
-        if not killed and late:  # the worker running a group-2 episode
+        late = [s[0] for s in book.running if book.running[s].spec.group_uid == "g3"]
+        if not killed and late:  # the worker running a group-3 episode
             pid = collector.worker_pid(late[0])
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
     summary = run_rollout(job, tmp_path, on_step=kill_worker_0)
     assert killed
-    assert summary["episodes"] == 6 and summary["success_rate"] == 1.0
+    assert summary["episodes"] == 8 and summary["success_rate"] == 1.0
     assert summary["worker_restarts"] >= 1 and summary["episodes_rerun"] >= 1
     rows = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     by_traj: dict[str, list[int]] = {}
     for r in rows:
         by_traj.setdefault(r["traj_uid"], []).append(r["step"])
-    assert sorted(by_traj) == sorted(f"g{g}-t{m}" for g in range(3) for m in range(2))
+    assert sorted(by_traj) == sorted(f"g{g}-t{m}" for g in range(4) for m in range(2))
     for steps in by_traj.values():  # each episode exactly once, complete from step 1
         assert steps == list(range(1, len(steps) + 1))
     assert any(r["attempts"] == 2 for r in rows)
@@ -147,16 +150,16 @@ def test_too_many_cpus_per_worker_is_a_clear_error():
 
 
 def test_a_worker_that_cannot_restart_leaves_its_episodes_to_the_others():
-    # As above: the kill lands in a fresh 32-step group-2 episode, far from its end.
+    # As above: the kill lands in a fresh 32-step group-3 episode, far from its end.
     job = make_job(
-        "agent_memory/Recall-v0", groups=3, size=2, workers=2, envs=2, num_distractors=30
+        "agent_memory/Recall-v0", groups=4, size=2, workers=2, envs=2, num_distractors=30
     )
     job.rollout.max_restarts = 0
     killed: list[int] = []
 
     def kill_late_worker(collector: Collector) -> None:
         book = collector.book
-        late = [s[0] for s in book.running if book.running[s].spec.group_uid == "g2"]
+        late = [s[0] for s in book.running if book.running[s].spec.group_uid == "g3"]
         if not killed and late:
             killed.append(late[0])
             os.kill(collector.worker_pid(late[0]), signal.SIGKILL)
@@ -164,7 +167,7 @@ def test_a_worker_that_cannot_restart_leaves_its_episodes_to_the_others():
     collector = make_collector(job, on_step=kill_late_worker)
     trajs = collector.run()
     assert killed and collector.stats.workers_lost == 1
-    assert len(trajs) == 6 and all(t.won for t in trajs)
+    assert len(trajs) == 8 and all(t.won for t in trajs)
     rerun = [t for t in trajs if t.attempts == 2]
     assert rerun and all(t.worker == 1 - killed[0] for t in rerun)
 
