@@ -34,6 +34,7 @@ import pickle
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from agent_memory.failures import describe_exception
@@ -107,6 +108,10 @@ class EpisodeLoop:
         #: Envs freed since the last start (their next episode may be queued): with the envs of
         #: new assignments, the only ones a pass looks at (not every env, every pass).
         self.freed: set[int] = set()
+        #: Live envs that need a request, and the requests answered since the last step (env,
+        #: request): a pass touches these envs only, never every live env.
+        self.asking: set[int] = set()
+        self.answered: list[tuple[int, asyncio.Future[Generation]]] = []
         self.closing = False
         self._remote = hasattr(getattr(policy, "generate", None), "remote")
         self._inline = not self._remote and not hasattr(policy, "agenerate")
@@ -233,13 +238,15 @@ class EpisodeLoop:
                 self.freed.add(res.env)
             else:
                 self.live[res.env] = _Live(RunningEpisode(spec, 1, 0, view=res.view))
+                self.asking.add(res.env)
         return failed
 
     def _ask(self) -> None:
-        """Send a request for every live env that has none in flight."""
-        waiting = [env for env, lv in self.live.items() if lv.request is None]
-        if not waiting:
+        """Send a request for every live env that needs one (and only those envs)."""
+        if not self.asking:
             return
+        waiting = sorted(self.asking)
+        self.asking.clear()
         prompts, metas = policy_inputs([self.live[env].run for env in waiting])
         for env in waiting:
             self.live[env].requests += 1
@@ -253,9 +260,16 @@ class EpisodeLoop:
                 fut = loop.create_future()
                 fut.set_result(g)
                 self.live[env].request = fut
+                self.answered.append((env, fut))
             return
         for env, prompt, meta in zip(waiting, prompts, metas, strict=True):
-            self.live[env].request = loop.create_task(self._one(prompt, meta))
+            task = loop.create_task(self._one(prompt, meta))
+            task.add_done_callback(partial(self._on_answer, env))
+            self.live[env].request = task
+
+    def _on_answer(self, env: int, request: asyncio.Future[Generation]) -> None:
+        self.answered.append((env, request))
+        self.wake.set()
 
     async def _one(self, prompt: Any, meta: dict[str, Any]) -> Generation:
         if self._remote:
@@ -267,23 +281,17 @@ class EpisodeLoop:
 
     async def _wait(self) -> None:
         """Until at least one request of a live env is answered (or work arrives)."""
-        futures = [lv.request for lv in self.live.values() if lv.request is not None]
-        if any(f.done() for f in futures):
-            return
-        woken = asyncio.ensure_future(self.wake.wait())
-        try:
-            await asyncio.wait([*futures, woken], return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            if not woken.done():
-                woken.cancel()
+        if not self.answered:
+            await self.wake.wait()  # set by an answer, assign() or finish()
 
     def _step(self) -> list[FinishedEpisode]:
         """Step the envs whose answers are in (one masked step); return the ended episodes."""
         ready: dict[int, Generation] = {}
         out: list[FinishedEpisode] = []
-        for env, lv in list(self.live.items()):
-            fut = lv.request
-            if fut is None or not fut.done():
+        answered, self.answered = self.answered, []
+        for env, fut in answered:
+            lv = self.live.get(env)
+            if lv is None or lv.request is not fut:  # its episode ended meanwhile: dropped
                 continue
             lv.request = None
             try:
@@ -323,4 +331,5 @@ class EpisodeLoop:
                 )
             else:
                 lv.run.view = res.next
+                self.asking.add(res.env)
         return out
