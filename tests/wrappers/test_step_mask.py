@@ -202,3 +202,23 @@ def test_make_vec_holdable_builds_a_vector_env_the_mask_can_use():
     assert after[1] == prompts[1] and after[0] != prompts[0]
     assert [env.memory.num_steps(i) for i in range(2)] == [1, 0]
     env.close()
+
+
+def test_a_masked_reset_builds_and_releases_only_the_envs_it_resets():
+    env = VectorHistoryWrapper(make_vec("sync"))
+    env.reset(seed=0)
+    env.step(["a"] * 4)  # env 0 finishes (length 1)
+    env.step([None, "b", None, None], mask=np.array([False, True, False, False]))
+    before = env.prompts
+    built: list[list[int]] = []
+    build = env._parts.builder.build
+    env._parts.builder.build = lambda ids: built.append(list(ids)) or build(ids)
+    subs = env.env.unwrapped.envs
+    assert [s.hold for s in subs] == [True, False, True, True]
+    prompts, _ = env.reset(options={"reset_mask": np.array([True, False, False, False])})
+    assert built == [[0]]  # one prompt built, not every env's
+    assert prompts[1:] == before[1:] and prompts[0] != before[0]
+    assert [s.hold for s in subs] == [False, False, True, True]  # the others stay held
+    after, *_ = env.step(["c", None, None, None], mask=np.array([True, False, False, False]))
+    assert after[1:] == before[1:]
+    assert [s.hold for s in subs] == [False, True, True, True]
