@@ -240,7 +240,9 @@ def test_concurrent_writers_in_separate_processes_lose_no_notes(tmp_path):
     assert len({x["id"] for x in notes}) == len(notes)
     # Writers interleaved (not one after another), and each writer's notes stay in its order.
     authors = [x["author"] for x in notes]
-    assert sum(a != b for a, b in itertools.pairwise(authors)) > workers
+    # (one after another would switch workers - 1 times; more: some writer was interrupted.
+    # On a loaded 2-core machine the runs may be long, so no more than that is asked.)
+    assert sum(a != b for a, b in itertools.pairwise(authors)) > workers - 1
     for w in range(workers):
         mine = [int(x["text"].split(":")[1]) for x in notes if x["author"] == f"w{w}"]
         assert mine == sorted(mine)
