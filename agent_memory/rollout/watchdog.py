@@ -108,23 +108,21 @@ class CallMarks:
 
     def episode(self, env: int) -> str | None:
         """The episode env ``env`` was last said to play (None when none was)."""
-        path = os.path.join(self.root, f"env-{env}")
-        try:
-            with open(path, "rb") as f:
-                f.seek(_SIZE)
-                tag = f.read(_SIZE).decode(errors="replace").strip()
-        except FileNotFoundError:
-            return None
-        return tag or None
+        return self._field(env, 1).strip() or None
 
     def read(self, env: int) -> list[str]:
         """The fields of env ``env``'s mark ([] when blank or absent)."""
-        path = os.path.join(self.root, f"env-{env}")
+        return self._field(env, 0).split()
+
+    def _field(self, env: int, k: int) -> str:
+        """Field ``k`` of env ``env``'s file as text, read from disk ("" when absent): what a
+        process that died left there, too."""
         try:
-            with open(path, "rb") as f:
-                return f.read(_SIZE).decode(errors="replace").split()
+            with open(os.path.join(self.root, f"env-{env}"), "rb") as f:
+                f.seek(k * _SIZE)
+                return f.read(_SIZE).decode(errors="replace")
         except FileNotFoundError:
-            return []
+            return ""
 
     def give_up(self, env: int, fields: list[str]) -> None:
         """Re-mark env ``env``'s running call (``fields``, as read) as timed out."""

@@ -51,14 +51,7 @@ def env_value(info: Mapping[str, Any], key: str, i: int, default: Any = None) ->
         >>> env_value(info, "won", 0), env_value(info, "won", 1, "n/a")
         (True, 'n/a')
     """
-    value = info.get(key)
-    if value is None:
-        return default
-    mask = info.get(f"_{key}")
-    if mask is not None and not mask[i]:
-        return default
-    item = value[i]
-    return item.item() if isinstance(item, np.generic) else item
+    return env_values(info, key, [i], default)[0]
 
 
 def env_values(
