@@ -126,7 +126,7 @@ class AsyncCollector(Engine):
                 gen = ready[0]
                 w = self._streams[gen]
                 try:
-                    ended = ray.get(next(gen))
+                    ended = ray.get(next(gen)).unpack()
                 except StopIteration:
                     self._ended(gen)
                     continue

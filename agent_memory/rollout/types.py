@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent_memory.protocol import Generation
 
-__all__ = ["EpisodeSpec", "FinishedEpisode", "StepRecord", "Trajectory"]
+__all__ = ["EpisodeBatch", "EpisodeSpec", "FinishedEpisode", "StepRecord", "Trajectory"]
 
 
 @dataclass(frozen=True)
@@ -108,3 +110,33 @@ class FinishedEpisode:
     final_prompt: Any = None
     stale: bool = False
     requests: int = 0
+
+
+@dataclass(frozen=True)
+class EpisodeBatch:
+    """Worker -> driver (asynchronous engine): the episodes that ended since the worker's last
+    message, pickled once by the worker.
+
+    Ray serializes a message with cloudpickle, whose Python-level hooks run for every object it
+    meets: for a batch of step records (a dataclass, a prompt, a generation per step) that cost
+    the worker about twice the standard C pickler's time (and is paid on the process that steps
+    the envs). The worker pickles the batch with the C pickler; Ray then ships one bytes object.
+
+    Example:
+        >>> batch = EpisodeBatch.pack([FinishedEpisode(3, "g0-t1", won=True)])
+        >>> [(ep.env, ep.traj_uid, ep.won) for ep in batch.unpack()]
+        [(3, 'g0-t1', True)]
+    """
+
+    payload: bytes
+
+    @classmethod
+    def pack(cls, episodes: Sequence[FinishedEpisode]) -> EpisodeBatch:
+        """One message for ``episodes`` (a list of plain dataclasses: the C pickler handles
+        it)."""
+        return cls(pickle.dumps(list(episodes), protocol=pickle.HIGHEST_PROTOCOL))
+
+    def unpack(self) -> list[FinishedEpisode]:
+        """The episodes, in the order they were packed."""
+        episodes: list[FinishedEpisode] = pickle.loads(self.payload)
+        return episodes

@@ -48,7 +48,7 @@ from agent_memory.protocol import (
     WorkerStatus,
 )
 from agent_memory.rollout.episode_loop import EpisodeLoop
-from agent_memory.rollout.types import FinishedEpisode
+from agent_memory.rollout.types import EpisodeBatch
 from agent_memory.rollout.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import Holdable, VectorHistoryWrapper
@@ -279,15 +279,15 @@ class RolloutWorker:
         assignments: Sequence[EpisodeAssignment],
         policy_version: int | None = None,
         stream: int = 0,
-    ) -> AsyncIterator[list[FinishedEpisode]]:
+    ) -> AsyncIterator[EpisodeBatch]:
         """Play ``assignments`` (and what :meth:`assign` adds) on their own, with the worker's
-        policy, yielding the episodes that end in each pass (a Ray streaming call; see
-        :mod:`agent_memory.rollout.episode_loop`). Ends after :meth:`finish`, once its episodes
-        have. ``policy_version``: the version the worker's own policy answers with from now on
-        (the driver's, after a weight update; a restarted worker starts from its first).
-        ``stream``: this call's number, which :meth:`assign` and :meth:`finish` name (Ray may
-        start an async actor's calls out of order: a call for a stream that has not started
-        yet waits for it)."""
+        policy, yielding the episodes that have ended, packed (a Ray streaming call; see
+        :mod:`agent_memory.rollout.episode_loop` and :class:`EpisodeBatch`). Ends after
+        :meth:`finish`, once its episodes have. ``policy_version``: the version the worker's
+        own policy answers with from now on (the driver's, after a weight update; a restarted
+        worker starts from its first). ``stream``: this call's number, which :meth:`assign`
+        and :meth:`finish` name (Ray may start an async actor's calls out of order: a call for
+        a stream that has not started yet waits for it)."""
         self._check_ready()
         if policy_version is not None and self.policy is not None:
             self.policy.version = policy_version
@@ -301,7 +301,7 @@ class RolloutWorker:
                 loop.assign(early)
         try:
             async for ended in loop.run(assignments):
-                yield ended
+                yield EpisodeBatch.pack(ended)
         finally:
             self.loops.pop(stream, None)
 

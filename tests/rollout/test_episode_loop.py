@@ -23,7 +23,7 @@ def _worker(envs: int) -> RolloutWorker:
 
 def _play(worker: RolloutWorker, first, later=None, episodes: int = 0):
     """Run the worker's loop on ``first``; once it runs, assign ``later``; tell it to finish
-    once ``episodes`` episodes have ended. Returns the messages it streamed."""
+    once ``episodes`` episodes have ended. Returns the messages it streamed, unpacked."""
 
     async def main():
         stream = worker.run(first)
@@ -37,8 +37,8 @@ def _play(worker: RolloutWorker, first, later=None, episodes: int = 0):
                 batch = await pending
             except StopAsyncIteration:
                 return messages
-            messages.append(batch)
-            ended += len(batch)
+            messages.append(batch.unpack())
+            ended += len(messages[-1])
             if ended >= episodes:
                 await worker.finish()
             pending = asyncio.ensure_future(stream.__anext__())
@@ -78,7 +78,8 @@ def test_calls_that_arrive_before_their_stream_starts_wait_for_it():
     async def main():
         await worker.assign([a(0, 31, 1)], stream=1)
         await worker.finish(stream=1)
-        return [ep.traj_uid async for batch in worker.run([a(0, 30, 0)], stream=1) for ep in batch]
+        stream = worker.run([a(0, 30, 0)], stream=1)
+        return [ep.traj_uid async for batch in stream for ep in batch.unpack()]
 
     assert asyncio.run(main()) == ["g30-t0", "g31-t0"]  # both played, then the stream ended
     assert worker.loops == {} and worker.early == {}
