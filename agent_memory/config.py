@@ -204,6 +204,7 @@ class RolloutConfig:
     layout: str = "step"
     mode: str = "async"
     max_policy_lag: int = 0
+    report_interval_s: float = 0.02
     progress: bool = True
     save_parquet: bool = True
     output_dir: Optional[str] = None
@@ -246,6 +247,12 @@ class RolloutConfig:
         _need(
             _is_int(self.max_policy_lag) and self.max_policy_lag >= 0,
             "rollout.max_policy_lag", "an int >= 0", self.max_policy_lag, 0,
+        )  # fmt: skip
+        _need(
+            isinstance(self.report_interval_s, (int, float))
+            and not isinstance(self.report_interval_s, bool)
+            and self.report_interval_s >= 0,
+            "rollout.report_interval_s", "a number of seconds >= 0", self.report_interval_s, 0.02,
         )  # fmt: skip
         _need(
             self.layout in ("step", "episode"),

@@ -292,7 +292,9 @@ class RolloutWorker:
         if policy_version is not None and self.policy is not None:
             self.policy.version = policy_version
         r = self.job.rollout
-        loop = EpisodeLoop(self, self.policy, r.max_policy_lag, r.max_response_chars)
+        loop = EpisodeLoop(
+            self, self.policy, r.max_policy_lag, r.max_response_chars, r.report_interval_s
+        )
         self.loops[stream] = loop
         for early in self.early.pop(stream, []):
             if early is None:

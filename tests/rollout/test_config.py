@@ -81,6 +81,10 @@ def test_every_yaml_key_has_a_comment_above_it():
             "rollout.vectorization must be 'sync' or 'async', got 'threads': pass e.g. rollout.vectorization=sync",
         ),
         (
+            "rollout.report_interval_s=-0.5",
+            "rollout.report_interval_s must be a number of seconds >= 0, got -0.5: pass e.g. rollout.report_interval_s=0.02",
+        ),
+        (
             "env.history_length=-2",
             "env.history_length must be -1 (whole episode), 0 (none) or k > 0, got -2: pass e.g. env.history_length=3",
         ),

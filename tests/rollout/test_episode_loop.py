@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 
 import pytest
 
@@ -14,9 +15,10 @@ from agent_memory.rollout.worker import RolloutWorker
 from tests.rollout.conftest import make_job
 
 
-def _worker(envs: int) -> RolloutWorker:
+def _worker(envs: int, report_interval_s: float = 0.0) -> RolloutWorker:
     job = make_job("agent_memory/FrozenLake-v0", policy="random", envs=envs)
     job.env.max_steps = 3
+    job.rollout.report_interval_s = report_interval_s
     policy = build_policy(job)
     return RolloutWorker(0, job, envs, sorted(policy.needs), None, policy)
 
@@ -56,6 +58,29 @@ def test_episodes_queued_on_an_env_play_back_to_back_in_one_stream():
     ended = [ep.traj_uid for batch in messages for ep in batch]
     assert ended == ["g0-t0", "g1-t0", "g2-t0"]  # one env: each started when the last ended
     assert all(ep.steps and ep.error is None for batch in messages for ep in batch)
+    worker.close()
+
+
+def test_finished_episodes_wait_for_company_until_an_env_has_nothing_left_to_play():
+    # With an interval far longer than the test, episodes that end while their env has the
+    # next one queued wait to go together; the env running dry sends them at once (a run
+    # that waited for the interval would take 60 s).
+    worker = _worker(envs=1, report_interval_s=60.0)
+    t0 = time.monotonic()
+    messages = _play(worker, [a(0, 0, 0), a(0, 1, 1), a(0, 2, 2)], episodes=3)
+    assert [[ep.traj_uid for ep in batch] for batch in messages] == [["g0-t0", "g1-t0", "g2-t0"]]
+    assert time.monotonic() - t0 < 30
+    worker.close()
+
+
+def test_without_an_interval_each_pass_sends_what_ended():
+    worker = _worker(envs=1)
+    messages = _play(worker, [a(0, 0, 0), a(0, 1, 1), a(0, 2, 2)], episodes=3)
+    assert [[ep.traj_uid for ep in batch] for batch in messages] == [
+        ["g0-t0"],
+        ["g1-t0"],
+        ["g2-t0"],
+    ]
     worker.close()
 
 
