@@ -22,7 +22,7 @@
 
 Usage::
 
-    python scripts/bench_async.py             # README figures (about 15 minutes)
+    python scripts/bench_async.py             # README figures (about 10 minutes)
     python scripts/bench_async.py --quick     # smoke test (seconds)
 """
 

@@ -132,9 +132,15 @@ class EpisodeBatch:
 
     @classmethod
     def pack(cls, episodes: Sequence[FinishedEpisode]) -> EpisodeBatch:
-        """One message for ``episodes`` (a list of plain dataclasses: the C pickler handles
-        it)."""
-        return cls(pickle.dumps(list(episodes), protocol=pickle.HIGHEST_PROTOCOL))
+        """One message for ``episodes``: the C pickler's, or cloudpickle's when a field holds
+        what only cloudpickle writes (e.g. a function, or a class Ray shipped by value)."""
+        episodes = list(episodes)
+        try:
+            return cls(pickle.dumps(episodes, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception:
+            from ray import cloudpickle
+
+            return cls(cloudpickle.dumps(episodes, protocol=pickle.HIGHEST_PROTOCOL))
 
     def unpack(self) -> list[FinishedEpisode]:
         """The episodes, in the order they were packed."""

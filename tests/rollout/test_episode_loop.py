@@ -11,6 +11,7 @@ import pytest
 
 from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.engine import build_policy
+from agent_memory.rollout.types import EpisodeBatch, FinishedEpisode
 from agent_memory.rollout.worker import RolloutWorker
 from tests.rollout.conftest import make_job
 
@@ -125,3 +126,21 @@ def test_an_assignment_whose_place_was_given_already_is_refused_with_the_expecte
     with pytest.raises(ValueError, match=re.escape(expected)):
         asyncio.run(main())
     worker.close()
+
+
+def test_a_batch_holding_what_only_cloudpickle_writes_still_travels():
+    # The C pickler writes the usual fields; a field holding e.g. a local function (which a
+    # custom env or policy may put in its meta) falls back to cloudpickle, as Ray would.
+    def local() -> int:
+        return 7
+
+    episodes = [
+        FinishedEpisode(0, "g0-t0", won=True),
+        FinishedEpisode(1, "g0-t1", final_prompt=local),
+    ]
+    out = EpisodeBatch.pack(episodes).unpack()
+    assert [(ep.env, ep.traj_uid, ep.won) for ep in out] == [
+        (0, "g0-t0", True),
+        (1, "g0-t1", False),
+    ]
+    assert out[1].final_prompt() == 7
