@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     pass
 
-__all__ = ["THREAD_PREFIX", "ClientStats", "Sender", "TokenIdsMissing"]
+__all__ = ["THREAD_PREFIX", "ClientStats", "Sender", "Slots", "TokenIdsMissing"]
 
 log = logging.getLogger("agent_memory.policies.openai_client")
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -115,15 +115,17 @@ class Call:
         error: tuple[int, str, int] | None = None,
         retry: bool = False,
         mismatch: bool = False,
+        sent: bool = True,
     ) -> None:
-        """Record one finished request: its usage, a retry to come, or a prompt given up on."""
+        """Record one finished request: its usage, a retry to come, or a prompt given up on
+        (``sent=False``: given up on before any request was sent)."""
         latency = time.perf_counter() - t0
         with self.lock:
             s = self.stats
-            s.requests += 1
+            s.requests += sent
             s.retries += retry
             s.prompt_id_mismatches += mismatch
-            s.total_latency_s += latency
+            s.total_latency_s += latency if sent else 0.0
             if usage is not None:
                 s.prompt_tokens += usage[0]
                 s.completion_tokens += usage[1]
@@ -134,29 +136,81 @@ class Call:
                 self.errors[index] = f"{message} (after {retries} retries)" if retries else message
 
 
-class Runtime:
-    """The request threads and the HTTP client of one policy."""
+class Slots:
+    """A counting semaphore whose size can change while requests hold it: the requests a policy
+    has in flight. Waiters are served in arrival order; :meth:`close` releases every waiter.
 
-    def __init__(self, concurrency: int, timeout: float, headers: Mapping[str, str]) -> None:
+    Example:
+        >>> slots = Slots(1)
+        >>> with slots:
+        ...     slots.resize(2)  # a second request may now start
+        ...     slots.in_use, slots.size
+        (1, 2)
+    """
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.in_use = 0
+        self.closed = False
+        self._cond = threading.Condition()
+
+    def resize(self, size: int) -> None:
+        """At most ``size`` in use from now on (holders above it finish first)."""
+        with self._cond:
+            self.size = size
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        """Wake every waiter: :meth:`__enter__` raises for them from now on."""
+        with self._cond:
+            self.closed = True
+            self._cond.notify_all()
+
+    def __enter__(self) -> Slots:
+        with self._cond:
+            self._cond.wait_for(lambda: self.closed or self.in_use < self.size)
+            if self.closed:
+                raise RuntimeError("the policy was closed")
+            self.in_use += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        with self._cond:
+            self.in_use -= 1
+            self._cond.notify()
+
+
+class Runtime:
+    """The request threads and the HTTP client of one policy: ``limit`` threads and
+    connections, of which ``concurrency`` carry requests at a time (:attr:`slots`, resizable up
+    to ``limit``)."""
+
+    def __init__(
+        self, concurrency: int, timeout: float, headers: Mapping[str, str], limit: int | None = None
+    ) -> None:
         import httpx
 
         from agent_memory.policies.deadline import DeadlineTransport
 
-        limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+        limit = max(limit or concurrency, concurrency)
+        limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
         self.client = httpx.Client(
             headers=dict(headers),
             timeout=httpx.Timeout(timeout),
             transport=DeadlineTransport(limits),
         )
-        self.pool = ThreadPoolExecutor(concurrency, thread_name_prefix=THREAD_PREFIX)
+        self.slots = Slots(concurrency)
+        self.pool = ThreadPoolExecutor(limit, thread_name_prefix=THREAD_PREFIX)
         self.closed = False
 
     def shutdown(self) -> None:
         if self.closed:
             return
         self.closed = True
-        # Closing the client first ends requests in flight (their threads see a closed pool).
+        # Closing the client first ends requests in flight (their threads see a closed pool);
+        # closing the slots ends the requests still waiting for one.
         self.client.close()
+        self.slots.close()
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
@@ -192,9 +246,29 @@ class Sender:
     jitter: random.Random = field(default_factory=random.Random)
 
     def send(
+        self, client: httpx.Client, index: int, request: Request, call: Call, version: int,
+        slots: Slots | None = None,
+    ) -> Generation:  # fmt: skip
+        """One prompt: its requests and retries (runs on a pool thread), holding one of
+        ``slots`` throughout (retries and their backoff included)."""
+        if slots is None:
+            return self._send(client, index, request, call, version)
+        try:
+            slots.__enter__()
+        except RuntimeError as e:  # closed while waiting for a slot
+            error = (index, f"{type(e).__name__}: {e}", 0)
+            call.count(time.perf_counter(), error=error, sent=False)
+            return Generation(
+                "", finish_reason="error", policy_version=version, sampling=request.sampling
+            )
+        try:
+            return self._send(client, index, request, call, version)
+        finally:
+            slots.__exit__()
+
+    def _send(
         self, client: httpx.Client, index: int, request: Request, call: Call, version: int
     ) -> Generation:
-        """One prompt: its requests and retries (runs on a pool thread)."""
         import httpx
 
         from agent_memory.policies.deadline import deadline

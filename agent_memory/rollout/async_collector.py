@@ -9,7 +9,8 @@ a round trip; the last ones go to whichever env frees first, so none waits behin
 episode. Assignments carry their place in each env's sequence
 (:attr:`~agent_memory.protocol.EpisodeAssignment.order`): Ray may deliver an async actor's
 calls out of order, the worker still plays them in the driver's. The policy runs beside the envs
-in each worker (cheap policies, clients of a server) or in one
+in each worker (cheap policies, clients of a server: the driver moves a client's ``concurrency``
+between the workers by their live envs, see :mod:`~agent_memory.rollout.shares`) or in one
 :class:`~agent_memory.rollout.service.PolicyService` that batches every worker's concurrent
 requests (a local model).
 
@@ -39,6 +40,7 @@ from agent_memory.rollout.collector import Collector
 from agent_memory.rollout.engine import Engine
 from agent_memory.rollout.episode_loop import PolicyFailed
 from agent_memory.rollout.service import PolicyService
+from agent_memory.rollout.shares import fair_shares
 from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode, Trajectory
 
 __all__ = ["AsyncCollector", "make_collector"]
@@ -80,6 +82,10 @@ class AsyncCollector(Engine):
         self._plan: dict[int, list[EpisodeAssignment]] = {}  # what _send sends next
         self._order: dict[Slot, int] = {}  # each slot's next EpisodeAssignment.order
         self._stream_id: dict[int, int] = {}  # each worker's newest stream's number
+        #: Each worker's share of a client policy's ``concurrency`` as last sent (None: the
+        #: policy has no shares). See :mod:`agent_memory.rollout.shares`.
+        self.shares: dict[int, int] | None = None
+        self._first_share = 0  # what a worker (re)starts with
 
     # ------------------------------------------------------------------ public
 
@@ -93,6 +99,9 @@ class AsyncCollector(Engine):
         workers = min(r.num_workers, n)
         if self.policy.runs_in == "worker":
             self.pool.policy = self.policy.for_workers(workers)
+            if hasattr(self.pool.policy, "set_concurrency"):
+                self._first_share = self.pool.policy.concurrency
+                self.shares = dict.fromkeys(range(workers), self._first_share)
         else:
             actor = ray.remote(PolicyService).options(num_cpus=0, max_concurrency=4096)
             self.service = actor.remote(self.policy, self.max_batch_size, self.max_wait_ms)
@@ -120,6 +129,7 @@ class AsyncCollector(Engine):
         t_loop = time.perf_counter()
         try:
             self._feed(sorted(self.parked))
+            self._reshare()
             self._send()
             while self._streams:
                 ready, _ = ray.wait(list(self._streams), num_returns=1)
@@ -140,6 +150,7 @@ class AsyncCollector(Engine):
                     self._settle(w, msg)
                     if self.on_step is not None:
                         self.on_step(self)
+                self._reshare()
                 self._send()
             self._check_done(book)
         finally:
@@ -294,10 +305,37 @@ class AsyncCollector(Engine):
         error = self.pool.failure(w, e)
         slots = self.pool.recover(w, error, book)
         self.parked -= {s for s in self.parked if s[0] == w}
+        if self.shares is not None:  # a restarted worker starts from its first share
+            if self.pool.alive[w]:
+                self.shares[w] = self._first_share
+            else:
+                self.shares.pop(w, None)
         self._feed(slots)
         if book.waiting and self.parked:
             self._feed(sorted(self.parked))
+        self._reshare()
         self._send()
+
+    def _reshare(self) -> None:
+        """Re-split a client policy's ``concurrency`` by the workers' live envs and send the
+        shares that changed (see :mod:`agent_memory.rollout.shares`).
+
+        A worker whose share drops below its requests in flight lets them finish: while they
+        do, the workers together may have up to that difference more than ``concurrency`` in
+        flight (only when a worker's live envs grow: re-runs, a new collect).
+        """
+        if self.shares is None:
+            return
+        book = self.book
+        assert book is not None
+        demand = dict.fromkeys(self.shares, 0)
+        for w, _ in book.running:
+            if w in demand:
+                demand[w] += 1
+        for w, share in fair_shares(self.policy.concurrency, demand).items():
+            if share != self.shares[w]:
+                self.shares[w] = share
+                self.pool.workers[w].set_concurrency.remote(share)
 
 
 def make_collector(

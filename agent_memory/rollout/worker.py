@@ -323,6 +323,12 @@ class RolloutWorker:
         else:
             loop.finish()
 
+    async def set_concurrency(self, concurrency: int) -> None:
+        """The worker's share of its client policy's requests in flight (see
+        :mod:`agent_memory.rollout.shares`); ignored by a policy without one."""
+        if self.policy is not None and hasattr(self.policy, "set_concurrency"):
+            self.policy.set_concurrency(concurrency)
+
     def policy_stats(self) -> Any:
         """The counters of the policy this worker runs (e.g. the openai client's requests and
         retries) since the last call, or None for a policy without counters."""

@@ -275,6 +275,66 @@ def test_concurrency_limit_is_honoured(server):
         assert server.max_in_flight == limit
 
 
+def test_a_workers_share_of_the_concurrency_can_move(server):
+    """A worker's copy starts at its share and the driver moves it (up to the policy's
+    concurrency): the requests in flight follow, raised while requests wait for a slot."""
+    prompts = [f"p{i}" for i in range(12)]
+    server.delays = dict.fromkeys(prompts, 0.05)
+    with OpenAIPolicy(server.base_url, "m", concurrency=4, **FAST).for_workers(2) as policy:
+        assert (policy.concurrency, policy.max_concurrency) == (2, 4)
+        assert policy.act(prompts[:6]) == [f"echo:{p}" for p in prompts[:6]]
+        assert server.max_in_flight == 2
+        server.max_in_flight = 0
+        policy.set_concurrency(4)
+        assert policy.act(prompts) == [f"echo:{p}" for p in prompts]
+        assert server.max_in_flight == 4
+        server.max_in_flight = 0
+        policy.set_concurrency(1)
+        assert policy.act(prompts[:4]) == [f"echo:{p}" for p in prompts[:4]]
+        assert server.max_in_flight == 1
+
+        waiting: list[list[str]] = []  # raised while a call's requests wait for their slot
+        server.max_in_flight = 0
+        caller = threading.Thread(target=lambda: waiting.append(policy.act(prompts[:6])))
+        caller.start()
+        time.sleep(0.08)
+        policy.set_concurrency(3)
+        caller.join(10)
+        assert waiting == [[f"echo:{p}" for p in prompts[:6]]] and server.max_in_flight == 3
+
+
+def test_set_concurrency_out_of_range_names_the_limit():
+    policy = OpenAIPolicy("http://127.0.0.1:9/v1", "m", concurrency=8).for_workers(2)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "concurrency must be at most max_concurrency=8 (the policy's threads and "
+            "connections), got 9"
+        ),
+    ):
+        policy.set_concurrency(9)
+    with pytest.raises(ValueError, match=re.escape("concurrency must be an int >= 1, got 0")):
+        policy.set_concurrency(0)
+    assert policy.concurrency == 4
+
+
+def test_closing_releases_requests_waiting_for_a_slot(server):
+    prompts = ["p0", "p1"]
+    server.delays = dict.fromkeys(prompts, 0.3)
+    # Two threads, one slot: p1's thread waits for p0's slot when the policy closes.
+    policy = OpenAIPolicy(server.base_url, "m", concurrency=2, max_retries=0, timeout=5.0)
+    policy = policy.for_workers(2)
+    out: list[list[str]] = []
+    caller = threading.Thread(target=lambda: out.append(policy.act(prompts)))
+    caller.start()
+    time.sleep(0.1)
+    policy.close()
+    caller.join(10)
+    assert not caller.is_alive() and out and out[0][1] == ""
+    assert policy.stats.requests == 1  # p1 was never sent
+    assert "RuntimeError: the policy was closed" in policy.last_errors[1]
+
+
 def test_concurrent_callers_share_the_limit(server):
     prompts = [f"p{i}" for i in range(6)]
     server.delays = dict.fromkeys(prompts, 0.03)

@@ -110,3 +110,33 @@ def test_a_dead_server_fails_the_run_fast_naming_the_url(tmp_path):
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["episodes"] == 0
     assert "the server at http://127.0.0.1:9/v1/chat/completions never answered" in summary["error"]
+
+
+def test_async_workers_move_their_shares_of_the_concurrency_to_where_the_envs_are():
+    """7 episodes on 3 workers x 3 envs: workers 0 and 1 play 3 each, worker 2 one. Split
+    evenly (2 + 2 + 2), at most 5 requests could be in flight; the driver moves worker 2's unused
+    slot to worker 1 (2 + 3 + 1), so the server sees all 6 busy, and never more."""
+    from agent_memory.rollout.async_collector import AsyncCollector
+    from agent_memory.rollout.collector import episode_specs
+    from agent_memory.serving import FixedLatency, HashBackend, MockOpenAIServer
+
+    answer = HashBackend(lambda prompt, seed: "<action>next</action>")
+    with MockOpenAIServer(answer, latency=FixedLatency(0.05), max_in_flight=16) as server:
+        job = make_job("agent_memory/Recall-v0", groups=7, size=1, workers=3, envs=3)
+        job.rollout.mode = "async"
+        job.policy = PolicyConfig(
+            name="openai",
+            params={"base_url": server.base_url, "model": "hash", "concurrency": 6,
+                    "timeout": 10.0},
+        )  # fmt: skip
+        collector = AsyncCollector(job)
+        collector.start()
+        try:
+            trajectories = collector.collect(episode_specs(7, 1, 0))
+            assert collector.shares == {0: 2, 1: 2, 2: 2}  # all done: even again
+        finally:
+            collector.close()
+        stats = server.stats()
+    assert len(trajectories) == 7 and not any(t.error for t in trajectories)
+    assert min(len(t.steps) for t in trajectories) >= 3
+    assert stats.peak_in_flight == 6

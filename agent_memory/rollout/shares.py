@@ -1,0 +1,60 @@
+"""How the asynchronous engine splits a server client's ``concurrency`` among its workers.
+
+Each worker runs its own copy of a client policy (``openai``), with a share of the requests in
+flight. An even split wastes the server's capacity whenever the workers' live envs are uneven —
+at the end of every run, when one worker's last episodes are still playing and another's are
+done, and after a worker restarts: a worker with 3 live envs uses 3 of its 16 slots while
+another queues its 20 envs' requests behind its 16. The driver, which knows every worker's live
+envs, re-splits the total max-min fairly by those counts (:func:`fair_shares`) whenever they
+change, so the requests in flight stay at ``concurrency`` while there are envs to ask.
+
+Example:
+    >>> fair_shares(32, {0: 128, 1: 128})  # both busy: the even split
+    {0: 16, 1: 16}
+    >>> fair_shares(32, {0: 3, 1: 40})  # worker 0's last episodes: worker 1 takes the rest
+    {0: 3, 1: 29}
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Mapping
+
+__all__ = ["fair_shares"]
+
+
+def fair_shares(total: int, demands: Mapping[int, int]) -> dict[int, int]:
+    """Split ``total`` slots among workers with ``demands`` (their live envs): each gets at
+    most its demand while the others want more (max-min fair), at least 1, and what nobody
+    wants goes to the smallest shares (so a worker given new episodes before the next split
+    has slots).
+
+    The shares sum to ``total`` (to the number of workers when ``total`` is smaller: every
+    worker keeps one slot).
+
+    Example:
+        >>> fair_shares(32, {0: 20, 1: 15})
+        {0: 17, 1: 15}
+        >>> fair_shares(32, {0: 5, 1: 5, 2: 0})  # nobody wants more: the rest evenly
+        {0: 11, 1: 11, 2: 10}
+    """
+    workers = sorted(demands)
+    if not workers:
+        return {}
+    shares = dict.fromkeys(workers, 1)
+    left = total - len(workers)
+    # Water-filling: the smallest demands first, each to at most an equal part of what is left.
+    for k, w in enumerate(sorted(workers, key=lambda v: (demands[v], v))):
+        if left <= 0:
+            break
+        give = min(max(demands[w] - 1, 0), left // (len(workers) - k))
+        shares[w] += give
+        left -= give
+    # Nobody wants the rest: to the smallest shares first (towards the even split).
+    heap = [(shares[w], w) for w in workers]
+    heapq.heapify(heap)
+    for _ in range(max(left, 0)):
+        share, w = heapq.heappop(heap)
+        shares[w] = share + 1
+        heapq.heappush(heap, (share + 1, w))
+    return shares
