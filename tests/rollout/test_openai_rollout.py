@@ -140,3 +140,36 @@ def test_async_workers_move_their_shares_of_the_concurrency_to_where_the_envs_ar
     assert len(trajectories) == 7 and not any(t.error for t in trajectories)
     assert min(len(t.steps) for t in trajectories) >= 3
     assert stats.peak_in_flight == 6
+
+
+def test_a_restarted_worker_gets_its_share_back_and_the_run_completes():
+    """A worker that dies mid-run comes back with its first share; the driver re-splits from
+    there, re-runs its episodes, and every episode finishes once."""
+    from agent_memory.rollout.async_collector import AsyncCollector
+    from agent_memory.rollout.collector import episode_specs
+    from agent_memory.serving import FixedLatency, HashBackend, MockOpenAIServer
+
+    answer = HashBackend(lambda prompt, seed: "go")
+    with MockOpenAIServer(answer, latency=FixedLatency(0.02), max_in_flight=16) as server:
+        # Group 3's episode ends its worker's process at step 2, twice (then it is an error).
+        job = make_job("tests.rollout.faulty:Faulty-v0", groups=8, size=1, workers=2, envs=2,
+                       fault="exit", bad_seed=3)  # fmt: skip
+        job.env.parser.tag = None  # Faulty takes bare actions
+        job.rollout.mode = "async"
+        job.rollout.max_restarts = 5
+        job.policy = PolicyConfig(
+            name="openai",
+            params={"base_url": server.base_url, "model": "hash", "concurrency": 4,
+                    "timeout": 10.0},
+        )  # fmt: skip
+        collector = AsyncCollector(job)
+        collector.start()
+        try:
+            trajectories = collector.collect(episode_specs(8, 1, 0))
+            assert collector.shares == {0: 2, 1: 2}
+            assert collector.pool.stats.worker_restarts == 2
+        finally:
+            collector.close()
+    errors = [t.spec.traj_uid for t in trajectories if t.error]
+    assert errors == ["g3-t0"]
+    assert all(len(t.steps) == 5 and t.won for t in trajectories if not t.error)
