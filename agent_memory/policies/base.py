@@ -115,6 +115,11 @@ class Policy:
         request budget among the workers."""
         return self
 
+    def prepare(self) -> None:
+        """Get ready to answer: open what the first call would (a client's connection pool,
+        for instance), so that call pays no set-up. The engines call it when they start (a
+        rollout worker for its copy); no-op by default."""
+
     def close(self) -> None:
         """Release clients, models or processes (no-op by default)."""
 

@@ -379,6 +379,10 @@ class OpenAIPolicy(Policy):
             if self._runtime is not None:
                 self._runtime.slots.resize(concurrency)
 
+    def prepare(self) -> None:
+        """Build the HTTP client (its TLS context alone takes ~0.1 s) before the first call."""
+        self._ensure_runtime()
+
     def reset_stats(self) -> None:
         """Zero :attr:`stats` (e.g. between evaluation phases)."""
         self.stats = ClientStats()

@@ -89,6 +89,9 @@ class Collector(Engine):
         r = self.job.rollout
         self.pool.start(num_episodes or r.num_episodes)
         self.parked = set(self.pool.slots())
+        prepare = getattr(self.policy, "prepare", None)  # it answers here, on the driver
+        if prepare is not None:
+            prepare()
 
     def collect(
         self,

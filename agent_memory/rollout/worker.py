@@ -157,6 +157,8 @@ class RolloutWorker:
             # No env is reset until it gets an episode, and only envs with a response step:
             # an env with nothing to play does no work (no game loaded, no sandbox).
             self.env = build_env(job, num_envs, self.marks)
+            if policy is not None and hasattr(policy, "prepare"):
+                policy.prepare()  # the first step pays no client set-up
         except Exception as e:  # reported by status(): a set-up error is not worth a restart
             self.init_error = describe_exception(e)
             return

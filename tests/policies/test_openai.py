@@ -303,6 +303,19 @@ def test_a_workers_share_of_the_concurrency_can_move(server):
         assert waiting == [[f"echo:{p}" for p in prompts[:6]]] and server.max_in_flight == 3
 
 
+def test_prepare_opens_the_client_without_sending_anything(server):
+    policy = OpenAIPolicy(server.base_url, "m", **FAST)
+    policy.prepare()  # what a rollout worker does at start-up
+    policy.prepare()  # once is enough: the same client
+    assert server.requests == [] and not [
+        t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)
+    ]
+    assert policy.act(["a"]) == ["echo:a"]
+    policy.close()
+    with pytest.raises(RuntimeError, match="is closed"):
+        policy.prepare()
+
+
 def test_set_concurrency_out_of_range_names_the_limit():
     policy = OpenAIPolicy("http://127.0.0.1:9/v1", "m", concurrency=8).for_workers(2)
     with pytest.raises(
