@@ -112,30 +112,41 @@ def test_a_dead_server_fails_the_run_fast_naming_the_url(tmp_path):
     assert "the server at http://127.0.0.1:9/v1/chat/completions never answered" in summary["error"]
 
 
+def _async_openai_collect(job, base_url: str, concurrency: int, num_episodes: int, check):
+    """Play ``num_episodes`` of ``job`` on the async engine with an ``openai`` policy of
+    ``concurrency`` against ``base_url``; ``check(collector)`` runs after the collect."""
+    from agent_memory.rollout.async_collector import AsyncCollector
+    from agent_memory.rollout.collector import episode_specs
+
+    job.rollout.mode = "async"
+    job.policy = PolicyConfig(
+        name="openai",
+        params={"base_url": base_url, "model": "hash", "concurrency": concurrency,
+                "timeout": 10.0},
+    )  # fmt: skip
+    collector = AsyncCollector(job)
+    collector.start()
+    try:
+        trajectories = collector.collect(episode_specs(num_episodes, 1, 0))
+        check(collector)
+    finally:
+        collector.close()
+    return trajectories
+
+
 def test_async_workers_move_their_shares_of_the_concurrency_to_where_the_envs_are():
     """7 episodes on 3 workers x 3 envs: workers 0 and 1 play 3 each, worker 2 one. Split
     evenly (2 + 2 + 2), at most 5 requests could be in flight; the driver moves worker 2's unused
     slot to worker 1 (2 + 3 + 1), so the server sees all 6 busy, and never more."""
-    from agent_memory.rollout.async_collector import AsyncCollector
-    from agent_memory.rollout.collector import episode_specs
     from agent_memory.serving import FixedLatency, HashBackend, MockOpenAIServer
+
+    def check(collector):
+        assert collector.shares == {0: 2, 1: 2, 2: 2}  # all done: even again
 
     answer = HashBackend(lambda prompt, seed: "<action>next</action>")
     with MockOpenAIServer(answer, latency=FixedLatency(0.05), max_in_flight=16) as server:
         job = make_job("agent_memory/Recall-v0", groups=7, size=1, workers=3, envs=3)
-        job.rollout.mode = "async"
-        job.policy = PolicyConfig(
-            name="openai",
-            params={"base_url": server.base_url, "model": "hash", "concurrency": 6,
-                    "timeout": 10.0},
-        )  # fmt: skip
-        collector = AsyncCollector(job)
-        collector.start()
-        try:
-            trajectories = collector.collect(episode_specs(7, 1, 0))
-            assert collector.shares == {0: 2, 1: 2, 2: 2}  # all done: even again
-        finally:
-            collector.close()
+        trajectories = _async_openai_collect(job, server.base_url, 6, 7, check)
         stats = server.stats()
     assert len(trajectories) == 7 and not any(t.error for t in trajectories)
     assert min(len(t.steps) for t in trajectories) >= 3
@@ -145,9 +156,11 @@ def test_async_workers_move_their_shares_of_the_concurrency_to_where_the_envs_ar
 def test_a_restarted_worker_gets_its_share_back_and_the_run_completes():
     """A worker that dies mid-run comes back with its first share; the driver re-splits from
     there, re-runs its episodes, and every episode finishes once."""
-    from agent_memory.rollout.async_collector import AsyncCollector
-    from agent_memory.rollout.collector import episode_specs
     from agent_memory.serving import FixedLatency, HashBackend, MockOpenAIServer
+
+    def check(collector):
+        assert collector.shares == {0: 2, 1: 2}
+        assert collector.pool.stats.worker_restarts == 2
 
     answer = HashBackend(lambda prompt, seed: "go")
     with MockOpenAIServer(answer, latency=FixedLatency(0.02), max_in_flight=16) as server:
@@ -155,21 +168,8 @@ def test_a_restarted_worker_gets_its_share_back_and_the_run_completes():
         job = make_job("tests.rollout.faulty:Faulty-v0", groups=8, size=1, workers=2, envs=2,
                        fault="exit", bad_seed=3)  # fmt: skip
         job.env.parser.tag = None  # Faulty takes bare actions
-        job.rollout.mode = "async"
         job.rollout.max_restarts = 5
-        job.policy = PolicyConfig(
-            name="openai",
-            params={"base_url": server.base_url, "model": "hash", "concurrency": 4,
-                    "timeout": 10.0},
-        )  # fmt: skip
-        collector = AsyncCollector(job)
-        collector.start()
-        try:
-            trajectories = collector.collect(episode_specs(8, 1, 0))
-            assert collector.shares == {0: 2, 1: 2}
-            assert collector.pool.stats.worker_restarts == 2
-        finally:
-            collector.close()
+        trajectories = _async_openai_collect(job, server.base_url, 4, 8, check)
     errors = [t.spec.traj_uid for t in trajectories if t.error]
     assert errors == ["g3-t0"]
     assert all(len(t.steps) == 5 and t.won for t in trajectories if not t.error)
