@@ -138,7 +138,7 @@ class Call:
 
 class Slots:
     """A counting semaphore whose size can change while requests hold it: the requests a policy
-    has in flight. Waiters are served in arrival order; :meth:`close` releases every waiter.
+    has in flight. :meth:`close` releases every waiter.
 
     Example:
         >>> slots = Slots(1)
@@ -166,18 +166,30 @@ class Slots:
             self.closed = True
             self._cond.notify_all()
 
-    def __enter__(self) -> Slots:
+    def acquire(self) -> None:
+        """Wait for a slot and take it.
+
+        Raises:
+            RuntimeError: closed (before or while waiting).
+        """
         with self._cond:
             self._cond.wait_for(lambda: self.closed or self.in_use < self.size)
             if self.closed:
                 raise RuntimeError("the policy was closed")
             self.in_use += 1
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def release(self) -> None:
+        """Give a slot back."""
         with self._cond:
             self.in_use -= 1
             self._cond.notify()
+
+    def __enter__(self) -> Slots:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
 
 
 class Runtime:
@@ -254,7 +266,7 @@ class Sender:
         if slots is None:
             return self._send(client, index, request, call, version)
         try:
-            slots.__enter__()
+            slots.acquire()
         except RuntimeError as e:  # closed while waiting for a slot
             error = (index, f"{type(e).__name__}: {e}", 0)
             call.count(time.perf_counter(), error=error, sent=False)
@@ -264,7 +276,7 @@ class Sender:
         try:
             return self._send(client, index, request, call, version)
         finally:
-            slots.__exit__()
+            slots.release()
 
     def _send(
         self, client: httpx.Client, index: int, request: Request, call: Call, version: int
