@@ -85,7 +85,6 @@ class AsyncCollector(Engine):
         #: Each worker's share of a client policy's ``concurrency`` as last sent (None: the
         #: policy has no shares). See :mod:`agent_memory.rollout.shares`.
         self.shares: dict[int, int] | None = None
-        self._first_share = 0  # what a worker (re)starts with
 
     # ------------------------------------------------------------------ public
 
@@ -100,8 +99,9 @@ class AsyncCollector(Engine):
         if self.policy.runs_in == "worker":
             self.pool.policy = self.policy.for_workers(workers)
             if hasattr(self.pool.policy, "set_concurrency"):
-                self._first_share = self.pool.policy.concurrency
-                self.shares = dict.fromkeys(range(workers), self._first_share)
+                # Each worker (re)starts with the copy's share (set_concurrency goes to the
+                # workers' copies, never to this one).
+                self.shares = dict.fromkeys(range(workers), self.pool.policy.concurrency)
         else:
             actor = ray.remote(PolicyService).options(num_cpus=0, max_concurrency=4096)
             self.service = actor.remote(self.policy, self.max_batch_size, self.max_wait_ms)
@@ -307,7 +307,7 @@ class AsyncCollector(Engine):
         self.parked -= {s for s in self.parked if s[0] == w}
         if self.shares is not None:  # a restarted worker starts from its first share
             if self.pool.alive[w]:
-                self.shares[w] = self._first_share
+                self.shares[w] = self.pool.policy.concurrency
             else:
                 self.shares.pop(w, None)
         self._feed(slots)
