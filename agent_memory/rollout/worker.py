@@ -317,6 +317,13 @@ class RolloutWorker:
         else:
             loop.assign(assignments)
 
+    async def drain(self, stream: int = 0) -> None:
+        """Nothing more waits at the driver for :meth:`run` call ``stream`` (a hint about when
+        to report: see :meth:`EpisodeLoop.drain`); ignored for a stream not running."""
+        loop = self.loops.get(stream)
+        if loop is not None:
+            loop.drain()
+
     async def finish(self, stream: int = 0) -> None:
         """No more episodes for :meth:`run` call ``stream``: it ends once its episodes have."""
         loop = self.loops.get(stream)

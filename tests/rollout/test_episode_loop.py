@@ -74,6 +74,30 @@ def test_finished_episodes_wait_for_company_until_an_env_has_nothing_left_to_pla
     worker.close()
 
 
+def test_after_drain_an_env_running_dry_is_no_reason_to_report_at_once():
+    # The driver has nothing left to give out: episodes that end as their envs run dry wait
+    # for the interval (here: for finish) to go together, not one message as each env runs dry.
+    worker = _worker(envs=2, report_interval_s=60.0)
+
+    async def main():
+        stream = worker.run([a(0, 0, 0), a(1, 1, 0)])
+        pending = asyncio.ensure_future(stream.__anext__())
+        await asyncio.sleep(0)  # the loop starts
+        await worker.drain()
+        done, _ = await asyncio.wait([pending], timeout=1.0)  # both episodes end meanwhile
+        sent_early = bool(done)
+        ended_meanwhile = not worker.loops[0].live
+        await worker.finish()
+        batch = (await pending).unpack()
+        rest = [b async for b in stream]
+        return sent_early, ended_meanwhile, [ep.traj_uid for ep in batch], rest
+
+    sent_early, ended_meanwhile, batch, rest = asyncio.run(main())
+    assert ended_meanwhile and not sent_early
+    assert sorted(batch) == ["g0-t0", "g1-t0"] and rest == []  # one message for both
+    worker.close()
+
+
 def test_without_an_interval_each_pass_sends_what_ended():
     worker = _worker(envs=1)
     messages = _play(worker, [a(0, 0, 0), a(0, 1, 1), a(0, 2, 2)], episodes=3)
