@@ -26,6 +26,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, TypedDict
 
+from agent_memory.pickling import by_position
+
 __all__ = [
     "ADMISSIBLE_ACTIONS",
     "EPISODE_HISTORY",
@@ -269,6 +271,7 @@ class ActionChoice:
             )
 
 
+@by_position
 @dataclass(frozen=True)
 class Generation:
     """Policy -> rollout: one response, exactly as the model saw and produced it.

@@ -10,7 +10,11 @@
    (:class:`~agent_memory.serving.MockOpenAIServer`, in a subprocess, 127.0.0.1 only, shut down
    after ``--server-lifetime`` s whatever happens): log-normal latency (median 50 ms, p99 1 s),
    at most 32 requests in flight (the rest queue, as vLLM's scheduler does), answers from a hash
-   of (prompt, per-request seed), so both engines play exactly the same episodes. The same
+   of (prompt, per-request seed), so both engines play exactly the same episodes. The client
+   keeps up to twice the server's slots in flight (``--concurrency``; 64), as a vLLM client is
+   run: the server's queue refills a freed slot at once, where a client with exactly the
+   server's slots leaves it empty until the worker has stepped the env and sent the next
+   request. Both engines get the same client. The same
    episodes go through ``rollout.mode=lockstep`` and ``rollout.mode=async``, interleaved, at 32,
    128 and 256 envs (2 Ray workers): env-steps/s, server utilization (time-weighted mean
    requests in flight / cap, from the server's own accounting), time with nothing in flight,
@@ -208,7 +212,7 @@ def server_section(args: argparse.Namespace) -> None:
                 "base_url": server.base_url,
                 "model": "hash",
                 "seed": 0,
-                "concurrency": args.concurrency or args.cap,
+                "concurrency": args.concurrency,
                 "timeout": 60.0,
                 "max_retries": 2,
             },
@@ -216,7 +220,7 @@ def server_section(args: argparse.Namespace) -> None:
         print(
             f"2. lockstep vs async against the mock server (log-normal latency median "
             f"{args.latency_median * 1000:.0f} ms, p99 {args.latency_p99:g} s, at most {args.cap} "
-            f"in flight; client concurrency {args.concurrency or args.cap}; FrozenLake 8x8, "
+            f"in flight; client concurrency {args.concurrency}; FrozenLake 8x8, "
             f"episodes of at most {args.max_steps} steps, "
             f"{args.episodes_per_env} episode(s) per env, {args.workers} workers; medians of "
             f"{args.repeats} interleaved runs)\n"
@@ -363,7 +367,8 @@ def main() -> None:
         "--concurrency",
         type=int,
         default=None,
-        help="the openai client's requests in flight, all workers together (default: --cap)",
+        help="the openai client's requests in flight, all workers together (default: twice "
+        "--cap: the server's own queue refills a freed slot at once, as a vLLM client runs)",
     )
     p.add_argument("--server-lifetime", type=float, default=1800.0, help="seconds, then it stops")
     p.add_argument("--random-envs", type=int, default=32)
@@ -377,6 +382,8 @@ def main() -> None:
         args.episodes_per_env, args.server_lifetime = 1, 300.0
         args.random_envs, args.random_episodes_per_env, args.random_bare_steps = 4, 2, 20
         args.random_steps = 5
+    if args.concurrency is None:
+        args.concurrency = 2 * args.cap
     init_ray()
     # The machine may be shared: the load average says how much CPU the runs had.
     print(f"load average (1, 5, 15 min) at the start: {load()}\n")

@@ -38,7 +38,7 @@ from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.book import Slot
 from agent_memory.rollout.collector import Collector
 from agent_memory.rollout.engine import Engine
-from agent_memory.rollout.episode_loop import PolicyFailed, answers_inline
+from agent_memory.rollout.episode_loop import PolicyFailed
 from agent_memory.rollout.service import PolicyService
 from agent_memory.rollout.shares import fair_shares
 from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode, Trajectory
@@ -80,8 +80,6 @@ class AsyncCollector(Engine):
         self._finishing: set[int] = set()
         self._drained: set[int] = set()  # the workers whose newest stream was told to drain
         self._slots = 0  # the live workers' envs at the start of a collect
-        #: The workers call the policy inline (see :func:`answers_inline`): see :meth:`_feed`.
-        self._inline = self.policy.runs_in == "worker" and answers_inline(self.policy)
         self._plan: dict[int, list[EpisodeAssignment]] = {}  # what _send sends next
         self._order: dict[Slot, int] = {}  # each slot's next EpisodeAssignment.order
         self._stream_id: dict[int, int] = {}  # each worker's newest stream's number
@@ -209,17 +207,12 @@ class AsyncCollector(Engine):
         behind its running one (extending or starting their workers' streams); a free slot
         with nothing to play stays parked. ``queue_only``: the slots run an episode already.
 
-        A policy that answers from a server (or a policy service) may take very long on one
-        episode: an episode is queued ahead only while more episodes wait than the run has
-        slots, and the last ones go to whichever slot frees first, so none waits behind a slow
-        episode. A policy the workers call inline (random, scripted) takes about the same time
-        per step on every env, so its last episodes are queued ahead too: each one given out
-        when a slot frees would cost a message to the driver and an assignment back.
+        An episode is queued ahead only while more episodes wait than the run has slots: the
+        last ones go to whichever slot frees first, so none waits behind a slow episode.
         """
         book = self.book
         assert book is not None
         plan = self._plan
-        queue_above = 0 if self._inline else self._slots
         for slot in slots:
             w, i = slot
             if not self.pool.alive[w]:
@@ -232,7 +225,7 @@ class AsyncCollector(Engine):
                     continue
                 self.parked.discard(slot)
                 todo.append(run.spec)
-            if len(book.waiting) > queue_above and slot not in book.queued:
+            if len(book.waiting) > self._slots and slot not in book.queued:
                 todo.append(book.queue(slot))
             for s in todo:
                 plan.setdefault(w, []).append(EpisodeAssignment(i, s.traj_uid, s.group_uid, s.seed))

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_memory.pickling import by_position
 from agent_memory.protocol import Generation
 
 __all__ = ["EpisodeBatch", "EpisodeSpec", "FinishedEpisode", "StepRecord", "Trajectory"]
@@ -23,6 +24,7 @@ class EpisodeSpec:
     seed: int
 
 
+@by_position
 @dataclass
 class StepRecord:
     """One step of a trajectory: the prompt the policy saw, what it produced (its text and, for
@@ -86,6 +88,7 @@ class Trajectory:
         return bool(self.steps) and bool(self.steps[-1].truncated) and not self.terminated
 
 
+@by_position
 @dataclass
 class FinishedEpisode:
     """Worker -> driver (asynchronous engine): an episode that ended on sub-env ``env``.
