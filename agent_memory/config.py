@@ -185,6 +185,12 @@ class PolicyConfig:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+#: ``rollout.queue_depth`` for a policy the workers call inline (see RolloutConfig.depth_for).
+INLINE_QUEUE_DEPTH = 4
+#: ``rollout.report_interval_s`` per episode queued ahead (see RolloutConfig.report_interval_for).
+REPORT_INTERVAL_PER_QUEUED_S = 0.02
+
+
 @dataclass
 class RolloutConfig:
     """How many episodes, on how many Ray workers, and where outputs go."""
@@ -204,7 +210,8 @@ class RolloutConfig:
     layout: str = "step"
     mode: str = "async"
     max_policy_lag: int = 0
-    report_interval_s: float = 0.02
+    queue_depth: Optional[int] = None
+    report_interval_s: Optional[float] = None
     progress: bool = True
     save_parquet: bool = True
     output_dir: Optional[str] = None
@@ -249,10 +256,18 @@ class RolloutConfig:
             "rollout.max_policy_lag", "an int >= 0", self.max_policy_lag, 0,
         )  # fmt: skip
         _need(
-            isinstance(self.report_interval_s, (int, float))
-            and not isinstance(self.report_interval_s, bool)
-            and self.report_interval_s >= 0,
-            "rollout.report_interval_s", "a number of seconds >= 0", self.report_interval_s, 0.02,
+            self.queue_depth is None or (_is_int(self.queue_depth) and self.queue_depth >= 1),
+            "rollout.queue_depth", "null (by the policy) or an int >= 1", self.queue_depth, 1,
+        )  # fmt: skip
+        _need(
+            self.report_interval_s is None
+            or (
+                isinstance(self.report_interval_s, (int, float))
+                and not isinstance(self.report_interval_s, bool)
+                and self.report_interval_s >= 0
+            ),
+            "rollout.report_interval_s", "null (by rollout.queue_depth) or a number of seconds "
+            ">= 0", self.report_interval_s, 0.02,
         )  # fmt: skip
         _need(
             self.layout in ("step", "episode"),
@@ -266,6 +281,38 @@ class RolloutConfig:
     @property
     def num_episodes(self) -> int:
         return self.num_groups * self.group_size
+
+    def depth_for(self, inline: bool) -> int:
+        """The episodes the asynchronous engine queues ahead on each env: ``queue_depth``, or
+        by the policy: 4 for one the workers call inline (``random``, ``scripted``: every env
+        moves one step per pass, so an episode's time is its length), 1 for a server's or a
+        policy service's (an answer may take seconds: a slow episode would hold the ones
+        queued behind it while other envs stand free).
+
+        Example:
+            >>> RolloutConfig().depth_for(inline=True), RolloutConfig().depth_for(inline=False)
+            (4, 1)
+            >>> RolloutConfig(queue_depth=2).depth_for(inline=False)
+            2
+        """
+        if self.queue_depth is not None:
+            return self.queue_depth
+        return INLINE_QUEUE_DEPTH if inline else 1
+
+    def report_interval_for(self, depth: int) -> float:
+        """The longest a worker holds finished episodes to send them together:
+        ``report_interval_s``, or 0.02 s per episode queued ahead on each env (an env keeps
+        playing what it holds while its next assignments are on their way).
+
+        Example:
+            >>> RolloutConfig().report_interval_for(4)
+            0.08
+            >>> RolloutConfig(report_interval_s=0).report_interval_for(4)
+            0
+        """
+        if self.report_interval_s is not None:
+            return self.report_interval_s
+        return REPORT_INTERVAL_PER_QUEUED_S * depth
 
 
 @dataclass

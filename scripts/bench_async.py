@@ -2,10 +2,14 @@
 
 1. **Random policy: pipeline vs bare vector env** — env-steps/s of a whole rollout (32 sub-envs
    on 1 Ray worker, and on 2 workers of 16: one per core of the machine; ``VectorHistoryWrapper``,
-   parser, the engine) against Gymnasium's bare ``SyncVectorEnv`` of the same 32 envs stepped in
-   this process (one core), and the worker's wrapped vector env stepped in this process without
-   any engine (what the wrapper alone costs). Interleaved, medians. Run first, in a fresh
-   process (after the server section, the in-process variants read slower).
+   parser, the engine, every step record shipped to the driver) against Gymnasium's bare
+   ``SyncVectorEnv`` of the same 32 envs stepped in this process (one core) with random moves,
+   and the worker's wrapped vector env stepped in this process without any engine (what the
+   wrapper alone costs). The bare env never stops; a collect ends, and its last episodes leave
+   envs idle while the others finish: collects of 32 episodes per env, and a row for collects
+   of 8, show that share. Interleaved, medians; the in-process variants run with the objects
+   the collectors hold frozen out of the garbage collector (as in a fresh process). Run first,
+   in a fresh process (after the server section, the in-process variants read slower).
 2. **Against a heavy-tailed server** — the bundled mock OpenAI-compatible server
    (:class:`~agent_memory.serving.MockOpenAIServer`, in a subprocess, 127.0.0.1 only, shut down
    after ``--server-lifetime`` s whatever happens): log-normal latency (median 50 ms, p99 1 s),
@@ -34,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import hashlib
 import multiprocessing as mp
 import os
@@ -56,6 +61,7 @@ from agent_memory.config import (
 )
 from agent_memory.rollout.async_collector import make_collector
 from agent_memory.rollout.collector import episode_specs, init_ray
+from agent_memory.rollout.types import EpisodeSpec
 from agent_memory.rollout.worker import build_env
 
 MODES = ("lockstep", "async")
@@ -153,6 +159,19 @@ def make_job(
     )
 
 
+@contextlib.contextmanager
+def frozen_heap() -> Any:
+    """Time in-process code as in a process that holds nothing else: the objects alive now
+    (the other engines' collectors, the server section's figures) are left out of the garbage
+    collector's passes meanwhile."""
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
+
+
 class Started:
     """One engine's collector with its workers up: the same episodes can be played again
     (start-up is paid once, outside the timings)."""
@@ -163,12 +182,15 @@ class Started:
         self.collector = make_collector(job)
         self.collector.start(len(self.specs))
 
-    def play(self, server: ServerProcess | None) -> Run:
-        """Play the episodes once; the figures of that run."""
+    def play(self, server: ServerProcess | None, specs: list[EpisodeSpec] | None = None) -> Run:
+        """Play the episodes (or ``specs``) once; the figures of that run."""
         steps0 = self.collector.stats.env_steps
-        t0 = time.monotonic()
-        self.collector.collect(self.specs)
-        t1 = time.monotonic()
+        with frozen_heap():  # as in a process that holds nothing else
+            t0 = time.monotonic()
+            self.collector.collect(self.specs if specs is None else specs)
+            t1 = time.monotonic()
+        # Free this run's trajectories now, not inside the next run's timing.
+        self.collector.book = None
         steps = self.collector.stats.env_steps - steps0
         util = idle = float("nan")
         if server is not None:
@@ -265,19 +287,24 @@ def server_section(args: argparse.Namespace) -> None:
 
 
 def bare_steps_per_second(num_envs: int, steps: int, max_steps: int) -> float:
-    """Gymnasium's SyncVectorEnv of the same envs (autoreset), stepped here with clean
-    actions."""
+    """Gymnasium's SyncVectorEnv of the same envs, stepped here with random moves (drawn
+    before the clock starts), as the pipeline's random policy plays them. SAME_STEP
+    autoreset: every step call is a move of every env (a finished env resets within the same
+    call), where NEXT_STEP would count each env's reset call as an env-step the pipeline does
+    not count, and fixed moves end fewer episodes (fewer resets) than random ones."""
     venv = gym.make_vec(
         RANDOM_ENV_ID,
         num_envs=num_envs,
         vectorization_mode="sync",
         max_episode_steps=max_steps,
+        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP},
         **RANDOM_ENV_KW,
     )
     venv.reset(seed=0)
-    actions = tuple(MOVES[i % 4] for i in range(num_envs))
+    rng = np.random.default_rng(0)
+    moves = [tuple(MOVES[k] for k in rng.integers(0, len(MOVES), num_envs)) for _ in range(steps)]
     t0 = time.perf_counter()
-    for _ in range(steps):
+    for actions in moves:
         venv.step(actions)
     elapsed = time.perf_counter() - t0
     venv.close()
@@ -286,13 +313,18 @@ def bare_steps_per_second(num_envs: int, steps: int, max_steps: int) -> float:
 
 def wrapped_steps_per_second(job: JobConfig, steps: int) -> float:
     """The vector env a worker steps (VectorHistoryWrapper, parser, history), stepped here
-    with model-style responses: what the pipeline costs before any engine."""
+    with model-style responses (random moves, drawn before the clock starts): what the
+    pipeline costs before any engine."""
     num_envs = job.rollout.envs_per_worker
     venv = build_env(job, num_envs)
     venv.reset(seed=list(range(num_envs)))
-    actions = [f"<action>{MOVES[i % 4]}</action>" for i in range(num_envs)]
+    rng = np.random.default_rng(0)
+    responses = [
+        [f"<action>{MOVES[k]}</action>" for k in rng.integers(0, len(MOVES), num_envs)]
+        for _ in range(steps)
+    ]
     t0 = time.perf_counter()
-    for _ in range(steps):
+    for actions in responses:
         _, _, terminated, truncated, _ = venv.step(actions)
         done = np.logical_or(terminated, truncated)
         if done.any():
@@ -306,6 +338,7 @@ def random_section(args: argparse.Namespace) -> None:
     n = args.random_envs
     policy = PolicyConfig(name="random")
     episodes = n * args.random_episodes_per_env
+    short = n * args.random_short_episodes_per_env
     steps = args.random_steps
     jobs = {
         "lockstep": make_job(
@@ -317,30 +350,38 @@ def random_section(args: argparse.Namespace) -> None:
         ),
     }
     runs: dict[str, list[float]] = {"bare": [], "wrapped": [], **{key: [] for key in jobs}}
+    runs["async2-short"] = []
     started = {key: Started(job) for key, job in jobs.items()}
     try:
         for _ in range(args.repeats):  # interleaved
-            runs["bare"].append(bare_steps_per_second(n, args.random_bare_steps, steps))
-            runs["wrapped"].append(wrapped_steps_per_second(jobs["async"], args.random_bare_steps))
+            with frozen_heap():
+                runs["bare"].append(bare_steps_per_second(n, args.random_bare_steps, steps))
+                runs["wrapped"].append(
+                    wrapped_steps_per_second(jobs["async"], args.random_bare_steps)
+                )
             for key, engine in started.items():
                 runs[key].append(engine.play(None).steps_per_s)
+            two = started["async2"]
+            runs["async2-short"].append(two.play(None, two.specs[:short]).steps_per_s)
     finally:
         for engine in started.values():
             engine.close()
     base = statistics.median(runs["bare"])
     print(
         f"1. random policy: the whole pipeline vs the bare vector env (Sokoban 6x6, {n} "
-        f"sub-envs, {args.random_episodes_per_env} episodes of at most {steps} steps per env; "
-        f"medians of {args.repeats})\n"
+        f"sub-envs, {args.random_episodes_per_env} episodes of at most {steps} steps per env "
+        f"in each collect; medians of {args.repeats})\n"
     )
     print("| variant | env-steps/s | vs bare |")
     print("|---|---|---|")
     labels = {
-        "bare": "bare Gymnasium SyncVectorEnv (this process, one core)",
+        "bare": "bare Gymnasium SyncVectorEnv, random moves (this process, one core)",
         "wrapped": "the worker's wrapped vector env, stepped in this process (no engine)",
         "lockstep": "pipeline, lockstep engine, 1 Ray worker",
         "async": "pipeline, async engine, 1 Ray worker",
         "async2": "pipeline, async engine, 2 Ray workers (one per core)",
+        "async2-short": f"the same, collects of {args.random_short_episodes_per_env} episodes "
+        "per env (the last episodes' tail is a larger share)",
     }
     for key, label in labels.items():
         rate = statistics.median(runs[key])
@@ -372,7 +413,17 @@ def main() -> None:
     )
     p.add_argument("--server-lifetime", type=float, default=1800.0, help="seconds, then it stops")
     p.add_argument("--random-envs", type=int, default=32)
-    p.add_argument("--random-episodes-per-env", type=int, default=8)
+    p.add_argument(
+        "--random-episodes-per-env",
+        type=int,
+        default=32,
+        help="episodes per env in each collect (the bare env never stops: a collect's end, "
+        "where envs whose last episode has ended wait for the others, is a share of the "
+        "pipeline's time that shrinks with the collect)",
+    )
+    p.add_argument(
+        "--random-short-episodes-per-env", type=int, default=8, help="the short collects' row"
+    )
     p.add_argument("--random-steps", type=int, default=30, help="random episodes' step limit")
     p.add_argument("--random-bare-steps", type=int, default=300)
     p.add_argument("--skip", choices=["server", "random"], nargs="*", default=[])
@@ -381,6 +432,7 @@ def main() -> None:
         args.envs, args.repeats, args.max_steps = [8], 1, 4
         args.episodes_per_env, args.server_lifetime = 1, 300.0
         args.random_envs, args.random_episodes_per_env, args.random_bare_steps = 4, 2, 20
+        args.random_short_episodes_per_env = 1
         args.random_steps = 5
     if args.concurrency is None:
         args.concurrency = 2 * args.cap

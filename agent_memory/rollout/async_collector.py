@@ -38,7 +38,7 @@ from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.book import Slot
 from agent_memory.rollout.collector import Collector
 from agent_memory.rollout.engine import Engine
-from agent_memory.rollout.episode_loop import PolicyFailed
+from agent_memory.rollout.episode_loop import PolicyFailed, answers_inline
 from agent_memory.rollout.service import PolicyService
 from agent_memory.rollout.shares import fair_shares
 from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode, Trajectory
@@ -80,6 +80,10 @@ class AsyncCollector(Engine):
         self._finishing: set[int] = set()
         self._drained: set[int] = set()  # the workers whose newest stream was told to drain
         self._slots = 0  # the live workers' envs at the start of a collect
+        #: Episodes queued ahead on each slot (``rollout.queue_depth``, by the policy).
+        self.depth = job.rollout.depth_for(
+            self.policy.runs_in == "worker" and answers_inline(self.policy)
+        )
         self._plan: dict[int, list[EpisodeAssignment]] = {}  # what _send sends next
         self._order: dict[Slot, int] = {}  # each slot's next EpisodeAssignment.order
         self._stream_id: dict[int, int] = {}  # each worker's newest stream's number
@@ -203,32 +207,42 @@ class AsyncCollector(Engine):
     # ------------------------------------------------------------------ internals
 
     def _feed(self, slots: Sequence[Slot], *, queue_only: bool = False) -> None:
-        """Give free slots the next waiting episodes, and each busy one an episode queued
-        behind its running one (extending or starting their workers' streams); a free slot
-        with nothing to play stays parked. ``queue_only``: the slots run an episode already.
+        """Give free slots the next waiting episodes, and each busy one up to ``depth``
+        episodes queued behind its running one (extending or starting their workers' streams);
+        a free slot with nothing to play stays parked. ``queue_only``: the slots run an episode
+        already.
 
-        An episode is queued ahead only while more episodes wait than the run has slots: the
-        last ones go to whichever slot frees first, so none waits behind a slow episode.
+        Episodes are queued ahead only while more episodes wait than the run has slots, one
+        level at a time over ``slots`` (each slot its first queued episode before any its
+        second): the last ones go to whichever slot frees first, so none waits behind a slow
+        episode.
         """
         book = self.book
         assert book is not None
         plan = self._plan
+        busy = []
         for slot in slots:
             w, i = slot
             if not self.pool.alive[w]:
                 continue
-            todo = []
             if not queue_only:
                 run = book.start(slot)
                 if run is None:
                     self.parked.add(slot)
                     continue
                 self.parked.discard(slot)
-                todo.append(run.spec)
-            if len(book.waiting) > self._slots and slot not in book.queued:
-                todo.append(book.queue(slot))
-            for s in todo:
-                plan.setdefault(w, []).append(EpisodeAssignment(i, s.traj_uid, s.group_uid, s.seed))
+                plan.setdefault(w, []).append(self._assignment(i, run.spec))
+            busy.append(slot)
+        for level in range(1, self.depth + 1):
+            for w, i in busy:
+                if len(book.waiting) > self._slots and book.depth((w, i)) < level:
+                    spec = book.queue((w, i))
+                    assert spec is not None
+                    plan.setdefault(w, []).append(self._assignment(i, spec))
+
+    @staticmethod
+    def _assignment(env: int, spec: EpisodeSpec) -> EpisodeAssignment:
+        return EpisodeAssignment(env, spec.traj_uid, spec.group_uid, spec.seed)
 
     def _send(self) -> None:
         """Send the assignments :meth:`_feed` planned: one call per worker."""

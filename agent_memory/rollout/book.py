@@ -91,9 +91,10 @@ class EpisodeBook:
         self.on_finish = on_finish
         self.waiting: deque[_Waiting] = deque(_Waiting(s) for s in self.specs)
         self.running: dict[Slot, RunningEpisode] = {}
-        #: Episodes handed to a slot ahead of time: its worker starts each one as soon as the
-        #: slot's running episode ends, without waiting for the driver (asynchronous engine).
-        self.queued: dict[Slot, _Waiting] = {}
+        #: Episodes handed to a slot ahead of time, in order: its worker starts the first one as
+        #: soon as the slot's running episode ends, without waiting for the driver
+        #: (asynchronous engine).
+        self.queued: dict[Slot, deque[_Waiting]] = {}
         self.finished: dict[str, Trajectory] = {}
         #: Episodes that went back to the queue because their worker died.
         self.reruns = 0
@@ -115,50 +116,63 @@ class EpisodeBook:
         return run
 
     def queue(self, slot: Slot) -> EpisodeSpec | None:
-        """The next waiting episode, now queued on ``slot`` (which runs an episode): it starts
-        there when that episode ends (see :meth:`promote`). None when none waits."""
-        if slot not in self.running or slot in self.queued:
-            raise ValueError(f"slot {slot} must run an episode and have none queued to queue one")
+        """The next waiting episode, now queued on ``slot`` (which runs an episode), behind the
+        episodes queued there before: it starts there when they have ended (see
+        :meth:`promote`). None when none waits."""
+        if slot not in self.running:
+            raise ValueError(f"slot {slot} must run an episode to queue one behind it")
         if not self.waiting:
             return None
-        self.queued[slot] = w = self.waiting.popleft()
+        w = self.waiting.popleft()
+        self.queued.setdefault(slot, deque()).append(w)
         return w.spec
 
+    def depth(self, slot: Slot) -> int:
+        """How many episodes are queued on ``slot``."""
+        q = self.queued.get(slot)
+        return 0 if q is None else len(q)
+
     def promote(self, slot: Slot) -> RunningEpisode | None:
-        """The episode queued on ``slot`` now runs there (its worker started it when the slot's
-        previous episode ended); None when none was queued."""
-        w = self.queued.pop(slot, None)
-        if w is None:
+        """The first episode queued on ``slot`` now runs there (its worker started it when the
+        slot's previous episode ended); None when none was queued."""
+        q = self.queued.get(slot)
+        if not q:
             return None
         if slot in self.running:
             raise ValueError(f"slot {slot} still runs {self.running[slot].spec.traj_uid}")
+        w = q.popleft()
+        if not q:
+            del self.queued[slot]
         self.running[slot] = run = RunningEpisode(w.spec, w.attempts + 1, w.crashes)
         return run
 
     def drop_queued(self, worker: int, started: Callable[[Slot, str], bool]) -> None:
         """``worker`` died: settle the episodes queued on its slots. ``started(slot, uid)``:
-        the worker's marks say its env was playing ``uid`` (the queued one) — the episode
-        before it ended there, but its report died with the process; it runs again, uncharged,
-        and the queued one now runs on the slot (the caller settles it with the running ones).
-        A queued episode that never started goes back to the front of the queue, no attempt
-        spent.
+        the worker's marks say its env was playing ``uid`` (a queued one) — the episodes
+        before it on the slot ended there, but their reports died with the process; they run
+        again, uncharged, and ``uid`` now runs on the slot (the caller settles it with the
+        running ones). The queued episodes that never started go back to the front of the
+        queue, in their order, no attempt spent.
 
         Example:
-            >>> book = EpisodeBook([EpisodeSpec("g0", f"g0-t{m}", 0, m, 7) for m in range(3)], 2)
+            >>> book = EpisodeBook([EpisodeSpec("g0", f"g0-t{m}", 0, m, 7) for m in range(4)], 2)
             >>> for slot in [(0, 0), (0, 1)]:
             ...     _ = book.start(slot)
-            >>> book.queue((0, 0)).traj_uid
-            'g0-t2'
-            >>> book.drop_queued(0, started=lambda slot, uid: True)
+            >>> [book.queue((0, 0)).traj_uid for _ in range(2)]
+            ['g0-t2', 'g0-t3']
+            >>> book.drop_queued(0, started=lambda slot, uid: uid == "g0-t2")
             >>> book.running[(0, 0)].spec.traj_uid, [w.spec.traj_uid for w in book.waiting]
-            ('g0-t2', ['g0-t0'])
+            ('g0-t2', ['g0-t0', 'g0-t3'])
         """
         for slot in [s for s in self.queued if s[0] == worker]:
-            if started(slot, self.queued[slot].spec.traj_uid):
-                self.interrupt(slot, charge=False, reason="")
-                self.promote(slot)
-            else:
-                self.waiting.appendleft(self.queued.pop(slot))
+            q = list(self.queued.pop(slot))
+            playing = next((k for k, w in enumerate(q) if started(slot, w.spec.traj_uid)), -1)
+            self.waiting.extendleft(reversed(q[playing + 1 :]))  # never started
+            if playing >= 0:
+                self.queued[slot] = deque(q[: playing + 1])
+                for _ in range(playing + 1):  # the ones before it ended, unreported
+                    self.interrupt(slot, charge=False, reason="")
+                    self.promote(slot)
 
     def finish(self, slot: Slot, *, won: bool = False, error: str | None = None,
                final_prompt: object = None) -> Trajectory:  # fmt: skip

@@ -45,7 +45,7 @@ from agent_memory.rollout.book import RunningEpisode
 from agent_memory.rollout.records import policy_inputs, step_record
 from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode
 
-__all__ = ["EpisodeLoop", "PolicyFailed"]
+__all__ = ["EpisodeLoop", "PolicyFailed", "answers_inline"]
 
 
 class PolicyFailed(RuntimeError):
@@ -71,6 +71,22 @@ def _picklable(error: BaseException | None) -> bool:
     except Exception:
         return False
     return True
+
+
+def answers_inline(policy: Any) -> bool:
+    """Whether :class:`EpisodeLoop` calls ``policy`` right beside the envs, one batch per pass
+    (a policy object without ``agenerate``: ``random``, ``scripted``), rather than awaiting
+    its requests (a server's client, a policy service's handle).
+
+    Example:
+        >>> from agent_memory.policies import make_policy
+        >>> answers_inline(make_policy("random")), answers_inline(make_policy("openai",
+        ...     base_url="http://127.0.0.1:8000/v1", model="m"))
+        (True, False)
+    """
+    return not hasattr(getattr(policy, "generate", None), "remote") and not hasattr(
+        policy, "agenerate"
+    )
 
 
 @dataclass
@@ -129,7 +145,7 @@ class EpisodeLoop:
         #: Set by :meth:`drain`: nothing waits at the driver to be given out.
         self.drained = False
         self._remote = hasattr(getattr(policy, "generate", None), "remote")
-        self._inline = not self._remote and not hasattr(policy, "agenerate")
+        self._inline = answers_inline(policy)
 
     def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
         """More episodes to play (each on the env it names, once that env is free: after the
@@ -162,8 +178,8 @@ class EpisodeLoop:
         costs both processes CPU: with the random policy and 2 workers, a message per pass cost
         13% more CPU per env-step), unless an env has nothing left to play (the driver
         must hear now to feed it: with an episode queued on every busy env, the others keep
-        playing meanwhile; not after :meth:`drain`: the driver has nothing to give) or
-        :meth:`finish` was called.
+        playing meanwhile; not after :meth:`drain`: the driver has nothing to give), no env is
+        playing (nothing else will end to join it) or :meth:`finish` was called.
 
         Raises:
             PolicyFailed: the policy raised.
@@ -221,6 +237,7 @@ class EpisodeLoop:
                     continue
                 if self.closing and not self.incoming:
                     return
+                self.flush.set()  # no env is playing: nothing else will end to join the message
                 await self.wake.wait()  # sleep until there is work
                 continue
             self._ask()

@@ -47,7 +47,7 @@ from agent_memory.protocol import (
     StepResult,
     WorkerStatus,
 )
-from agent_memory.rollout.episode_loop import EpisodeLoop
+from agent_memory.rollout.episode_loop import EpisodeLoop, answers_inline
 from agent_memory.rollout.types import EpisodeBatch
 from agent_memory.rollout.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter
@@ -294,9 +294,8 @@ class RolloutWorker:
         if policy_version is not None and self.policy is not None:
             self.policy.version = policy_version
         r = self.job.rollout
-        loop = EpisodeLoop(
-            self, self.policy, r.max_policy_lag, r.max_response_chars, r.report_interval_s
-        )
+        interval = r.report_interval_for(r.depth_for(answers_inline(self.policy)))
+        loop = EpisodeLoop(self, self.policy, r.max_policy_lag, r.max_response_chars, interval)
         self.loops[stream] = loop
         for early in self.early.pop(stream, []):
             if early is None:

@@ -82,7 +82,11 @@ def test_every_yaml_key_has_a_comment_above_it():
         ),
         (
             "rollout.report_interval_s=-0.5",
-            "rollout.report_interval_s must be a number of seconds >= 0, got -0.5: pass e.g. rollout.report_interval_s=0.02",
+            "rollout.report_interval_s must be null (by rollout.queue_depth) or a number of seconds >= 0, got -0.5: pass e.g. rollout.report_interval_s=0.02",
+        ),
+        (
+            "rollout.queue_depth=0",
+            "rollout.queue_depth must be null (by the policy) or an int >= 1, got 0: pass e.g. rollout.queue_depth=1",
         ),
         (
             "env.history_length=-2",

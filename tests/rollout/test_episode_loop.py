@@ -75,26 +75,27 @@ def test_finished_episodes_wait_for_company_until_an_env_has_nothing_left_to_pla
 
 
 def test_after_drain_an_env_running_dry_is_no_reason_to_report_at_once():
-    # The driver has nothing left to give out: episodes that end as their envs run dry wait
-    # for the interval (here: for finish) to go together, not one message as each env runs dry.
+    # The driver has nothing left to give out: env 0 running dry while env 1 plays on sends
+    # nothing; everything goes in one message once no env is playing (at once: not after the
+    # 60 s interval, nor at finish).
     worker = _worker(envs=2, report_interval_s=60.0)
+    env1 = [a(1, g, g - 1) for g in range(1, 101)]
 
     async def main():
-        stream = worker.run([a(0, 0, 0), a(1, 1, 0)])
+        stream = worker.run([a(0, 0, 0), *env1])
         pending = asyncio.ensure_future(stream.__anext__())
         await asyncio.sleep(0)  # the loop starts
         await worker.drain()
-        done, _ = await asyncio.wait([pending], timeout=1.0)  # both episodes end meanwhile
-        sent_early = bool(done)
-        ended_meanwhile = not worker.loops[0].live
+        done, _ = await asyncio.wait([pending], timeout=20.0)
+        sent_before_finish = bool(done)
         await worker.finish()
         batch = (await pending).unpack()
         rest = [b async for b in stream]
-        return sent_early, ended_meanwhile, [ep.traj_uid for ep in batch], rest
+        return sent_before_finish, [ep.traj_uid for ep in batch], rest
 
-    sent_early, ended_meanwhile, batch, rest = asyncio.run(main())
-    assert ended_meanwhile and not sent_early
-    assert sorted(batch) == ["g0-t0", "g1-t0"] and rest == []  # one message for both
+    sent_before_finish, batch, rest = asyncio.run(main())
+    assert sent_before_finish and rest == []
+    assert sorted(batch) == sorted(f"g{g}-t0" for g in range(101))  # one message for all
     worker.close()
 
 

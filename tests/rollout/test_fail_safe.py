@@ -78,6 +78,11 @@ def test_sys_exit_in_an_env_ends_only_its_episode(tmp_path):
 def test_when_the_last_worker_dies_the_documented_error_comes_after_the_outputs(tmp_path):
     job = faulty_job("exit", bad_seed=2, envs=1)  # one env: groups 0 and 1 finish first
     job.rollout.max_restarts = 0
+    # One episode queued ahead, each pass's finished episodes sent at once: a worker holding
+    # more (rollout.queue_depth, rollout.report_interval_s) may race through them and end
+    # before its reports leave, losing them with the process when it cannot restart.
+    job.rollout.queue_depth = 1
+    job.rollout.report_interval_s = 0
     with pytest.raises(RolloutFailed, match="every rollout worker died and none can be restarted"):
         run_rollout(job, tmp_path)
     summary = read_summary(tmp_path)
@@ -236,13 +241,15 @@ def test_hostile_responses_and_nan_rewards_are_written_safely(tmp_path):
     assert all(a is None or math.isfinite(a) for a in advantages)
 
 
-def test_a_crash_while_episodes_are_queued_ahead_charges_only_the_culprit(tmp_path):
-    # 16 episodes on 2 slots: the asynchronous engine queues each slot's next episode on the
-    # worker ahead of time (it starts without asking the driver). Group 5's episode takes the
-    # process down at step 2, twice; every other episode finishes once, complete, whether it
-    # was running, queued, or had ended with its report lost in the crash.
+@pytest.mark.parametrize("depth", [1, 3])
+def test_a_crash_while_episodes_are_queued_ahead_charges_only_the_culprit(tmp_path, depth):
+    # 16 episodes on 2 slots: the asynchronous engine queues each slot's next ``depth``
+    # episodes on the worker ahead of time (they start without asking the driver). Group 5's
+    # episode takes the process down at step 2, twice; every other episode finishes once,
+    # complete, whether it was running, queued, or had ended with its report lost in the crash.
     job = faulty_job("exit", bad_seed=5, groups=16, size=1, envs=2)
     job.rollout.max_restarts = 5
+    job.rollout.queue_depth = depth
     summary = run_rollout(job, tmp_path)
     assert summary["status"] == "ok" and summary["episodes"] == 16
     assert [e["traj_uid"] for e in summary["episode_errors"]] == ["g5-t0"]
