@@ -30,7 +30,7 @@
 
 Usage::
 
-    python scripts/bench_async.py             # README figures (about 10 minutes)
+    python scripts/bench_async.py             # README figures (about 12 minutes)
     python scripts/bench_async.py --quick     # smoke test (seconds)
 """
 
@@ -380,13 +380,17 @@ def random_section(args: argparse.Namespace) -> None:
         "lockstep": "pipeline, lockstep engine, 1 Ray worker",
         "async": "pipeline, async engine, 1 Ray worker",
         "async2": "pipeline, async engine, 2 Ray workers (one per core)",
-        "async2-short": f"the same, collects of {args.random_short_episodes_per_env} episodes "
+        "async2-short": f"the same, collects of {plural(args.random_short_episodes_per_env)} "
         "per env (the last episodes' tail is a larger share)",
     }
     for key, label in labels.items():
         rate = statistics.median(runs[key])
         print(f"| {label} | {rate:,.0f} | {rate / base:.2f}x |")
     print()
+
+
+def plural(episodes: int) -> str:
+    return f"{episodes} episode{'' if episodes == 1 else 's'}"
 
 
 def load() -> str:

@@ -126,10 +126,11 @@ def test_bench_async_quick():
         out
     )  # ceiling
     for variant in (
-        "bare Gymnasium SyncVectorEnv (this process, one core)",
+        "bare Gymnasium SyncVectorEnv, random moves (this process, one core)",
         "pipeline, lockstep engine, 1 Ray worker",
         "pipeline, async engine, 1 Ray worker",
         "pipeline, async engine, 2 Ray workers (one per core)",
+        "the same, collects of 1 episode per env (the last episodes' tail is a larger share)",
     ):
         assert re.search(rf"^\| {re.escape(variant)} \| [\d,]+ \| [\d.]+x \|$", out, re.M), out
 
