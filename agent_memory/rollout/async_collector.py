@@ -3,9 +3,11 @@
 The driver only hands out episodes and takes finished ones: each Ray worker plays its envs on its
 own (:mod:`agent_memory.rollout.episode_loop`), stepping each env as soon as its own answer is
 back and streaming finished episodes to the driver. While more episodes wait than the run has
-envs, the driver queues each env's next episode on its worker ahead of time
-(:meth:`~agent_memory.rollout.book.EpisodeBook.queue`), so a freed env starts it at once without
-a round trip; the last ones go to whichever env frees first, so none waits behind a slow
+envs, the driver queues each env's next episodes on its worker ahead of time
+(``rollout.queue_depth`` of them, by the policy unless set: see
+:meth:`~agent_memory.config.RolloutConfig.depth_for`;
+:meth:`~agent_memory.rollout.book.EpisodeBook.queue`), so a freed env starts the next one at once
+without a round trip; the last ones go to whichever env frees first, so none waits behind a slow
 episode. Assignments carry their place in each env's sequence
 (:attr:`~agent_memory.protocol.EpisodeAssignment.order`): Ray may deliver an async actor's
 calls out of order, the worker still plays them in the driver's. The policy runs beside the envs
