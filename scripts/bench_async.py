@@ -7,8 +7,9 @@
    and the worker's wrapped vector env stepped in this process without any engine (what the
    wrapper alone costs). The bare env never stops; a collect ends, and its last episodes leave
    envs idle while the others finish: collects of 32 episodes per env, and a row for collects
-   of 8, show that share. Interleaved, medians; the in-process variants run with the objects
-   the collectors hold frozen out of the garbage collector (as in a fresh process). Run first,
+   of 8, show that share. Interleaved, medians; the in-process variants and the pipeline's
+   plays run with the objects the benchmark process holds from the other runs frozen out of
+   the garbage collector (as in a process that holds nothing else). Run first,
    in a fresh process (after the server section, the in-process variants read slower).
 2. **Against a heavy-tailed server** — the bundled mock OpenAI-compatible server
    (:class:`~agent_memory.serving.MockOpenAIServer`, in a subprocess, 127.0.0.1 only, shut down
