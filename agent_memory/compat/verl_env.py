@@ -12,6 +12,13 @@ memory and template, the response is parsed by the job's parser, and a finished 
 and never start a new episode. Envs come in groups of ``group_n`` consecutive envs that share a
 reset seed, as verl-agent's ``env.rollout.n`` groups do.
 
+Per-row ``env_kwargs`` come as verl-agent passes them: its dataset's ``env_kwargs`` column is
+collated into a 1-D numpy object array of dicts (``verl/utils/dataset/rl_dataset.py``
+``collate_fn``), each row repeated ``env.rollout.n`` times in a row (``DataProto.repeat(...,
+interleave=True)``), and popped into ``reset(kwargs=...)``; None when the dataset has no such
+column. Each dict is ``{"seed": int}``: that env's reset seed (a list or tuple of them works too).
+Given kwargs are always used or refused, never replaced by the manager's own seeds.
+
 What each call returns, as verl-agent's managers do:
 
 * ``reset(kwargs) -> (observations, infos)`` and ``step(text_actions) -> (observations, rewards,
@@ -20,8 +27,10 @@ What each call returns, as verl-agent's managers do:
 * ``rewards`` (float32) and ``dones`` (bool) numpy arrays of shape ``(B,)``. A finished env gets
   reward 0 and ``done`` True on every later step, and its last observation again.
 * ``infos``: one dict per env with the same keys: ``won``, ``is_action_valid``,
-  ``invalid_reason``, ``parsed_action``, ``history_steps``, ``episode_step`` and ``active``
-  (False for an env that was already done).
+  ``invalid_reason``, ``parsed_action``, ``invalid_penalty`` (the parser's penalty, already in
+  this step's reward: verl-agent's trainer subtracts its own ``invalid_action_penalty_coef``
+  again unless ``use_invalid_action_penalty=False``), ``history_steps``, ``episode_step`` and
+  ``active`` (False for an env that was already done).
 * ``success_evaluator(total_infos=, total_batch_list=, episode_rewards=, episode_lengths=)`` ->
   ``{"success_rate": np.ndarray}``: each env's ``won`` at its last active step, as verl-agent's
   base manager computes it.
@@ -44,6 +53,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from numbers import Integral
 from typing import Any, TypedDict
 
 import numpy as np
@@ -58,9 +68,11 @@ __all__ = ["MemoryEnvironmentManager", "Observations"]
 CHAT_FORMATTERS = ("chat", "transcript")
 #: The keys of every info dict the manager returns.
 INFO_KEYS = (
-    "won", "is_action_valid", "invalid_reason", "parsed_action", "history_steps", "episode_step",
-    "active",
+    "won", "is_action_valid", "invalid_reason", "parsed_action", "invalid_penalty",
+    "history_steps", "episode_step", "active",
 )  # fmt: skip
+#: The keys of one row of ``env_kwargs``.
+ROW_KEYS = ("seed",)
 
 
 class Observations(TypedDict):
@@ -80,8 +92,11 @@ class MemoryEnvironmentManager:
             ``job.rollout.vectorization`` picks Sync or Async sub-envs).
         env_num: groups (verl-agent's ``data.train_batch_size``).
         group_n: envs per group sharing a reset seed (verl-agent's ``env.rollout.n``).
-        seed: the first reset's seeds are ``seed, seed + 1, ...`` per group; each reset moves on
-            by ``env_num``.
+        seed: the first reset without ``env_kwargs`` seeds the groups ``seed, seed + 1, ...``;
+            each such reset moves on by ``env_num``.
+
+    Attributes:
+        seeds: the reset seed of each env's current episode (empty before the first reset).
 
     Raises:
         ConfigError: a formatter that makes chat message lists (verl-agent wants text).
@@ -107,16 +122,31 @@ class MemoryEnvironmentManager:
         self.num_envs = env_num * group_n
         self.envs = build_env(job, self.num_envs)
         self._next_seed = seed
+        self.seeds: list[int] = []
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._texts: list[str] = [""] * self.num_envs
         self._anchors: list[str] = [""] * self.num_envs
         self._infos: list[dict[str, Any]] = [self._blank() for _ in range(self.num_envs)]
 
     def reset(self, kwargs: Any = None) -> tuple[Observations, list[dict[str, Any]]]:
-        """Start a new episode in every env; ``kwargs`` (verl-agent's per-row ``env_kwargs``)
-        may give each env a ``seed``, otherwise the groups get the next seeds."""
+        """Start a new episode in every env.
+
+        Args:
+            kwargs: verl-agent's per-row ``env_kwargs``: one ``{"seed": int}`` per env, as a 1-D
+                numpy object array (what its rollout loop passes), a list or a tuple; None: the
+                groups get the manager's next seeds.
+
+        Returns:
+            The observations and one info dict per env.
+
+        Raises:
+            TypeError: ``kwargs`` is not one of those containers, or a row is not a dict.
+            ValueError: not one row per env (``env_num * group_n``), a 2-D array, a row whose
+                keys are not exactly ``seed``, or a seed that is not a non-negative int.
+        """
         seeds = self._seeds(kwargs)
         prompts, info = self.envs.reset(seed=seeds)
+        self.seeds = seeds
         self._done[:] = False
         self._infos = [self._blank() for _ in range(self.num_envs)]
         self._update(prompts, info, np.ones(self.num_envs, dtype=bool))
@@ -145,6 +175,8 @@ class MemoryEnvironmentManager:
         for i in range(self.num_envs):
             item = dict(self._infos[i])
             item["active"] = bool(acting[i])
+            if not acting[i]:
+                item["invalid_penalty"] = 0.0  # a held env's reward is 0: no penalty in it
             infos.append(item)
         return self._observations(), rewards, dones, infos
 
@@ -172,24 +204,55 @@ class MemoryEnvironmentManager:
     # ------------------------------------------------------------------ internals
 
     def _seeds(self, kwargs: Any) -> list[int]:
-        given = None
-        if isinstance(kwargs, Sequence) and not isinstance(kwargs, (str, bytes)):
+        if kwargs is None:  # the dataset has no env_kwargs column
+            base = self._next_seed
+            self._next_seed += self.env_num
+            return [base + i // self.group_n for i in range(self.num_envs)]
+        n = self.num_envs
+        if isinstance(kwargs, np.ndarray):
+            # verl-agent's non_tensor_batch entries are 1-D (one row per sample); a 2-D array
+            # has no row order to match envs by, so it is refused rather than flattened.
+            if kwargs.ndim != 1:
+                raise ValueError(
+                    f"env_kwargs: expected a 1-D array of {n} dicts (one per env), "
+                    f"got shape {kwargs.shape}"
+                )
+            rows = kwargs.tolist()
+        elif isinstance(kwargs, Sequence) and not isinstance(kwargs, (str, bytes)):
             rows = list(kwargs)
-            if len(rows) == self.num_envs and all(
-                isinstance(r, Mapping) and "seed" in r for r in rows
-            ):
-                given = [int(r["seed"]) for r in rows]
-        if given is not None:
-            return given
-        base = self._next_seed
-        self._next_seed += self.env_num
-        return [base + i // self.group_n for i in range(self.num_envs)]
+        else:
+            raise TypeError(
+                f"env_kwargs: expected None, a list, a tuple or a 1-D numpy object array of {n} "
+                f"dicts (one per env), got {type(kwargs).__name__}"
+            )
+        if len(rows) != n:
+            raise ValueError(
+                f"env_kwargs: expected {n} dicts (one per env: env_num={self.env_num} x "
+                f"group_n={self.group_n}), got {len(rows)}"
+            )
+        seeds = []
+        for i, row in enumerate(rows):
+            if not isinstance(row, Mapping):
+                raise TypeError(f"env_kwargs[{i}]: expected a dict, got {type(row).__name__}")
+            # Any other key would be dropped (the envs take a seed only), so it is refused.
+            if set(row) != set(ROW_KEYS):
+                raise ValueError(
+                    f"env_kwargs[{i}]: expected the keys {list(ROW_KEYS)} (the env's reset "
+                    f"seed), got {sorted(str(k) for k in row)}"
+                )
+            seed = row["seed"]
+            if isinstance(seed, bool) or not isinstance(seed, Integral) or seed < 0:
+                raise ValueError(
+                    f"env_kwargs[{i}]['seed']: expected a non-negative int, got {seed!r}"
+                )
+            seeds.append(int(seed))
+        return seeds
 
     @staticmethod
     def _blank() -> dict[str, Any]:
         return {
             "won": False, "is_action_valid": True, "invalid_reason": None, "parsed_action": None,
-            "history_steps": 0, "episode_step": 0, "active": True,
+            "invalid_penalty": 0.0, "history_steps": 0, "episode_step": 0, "active": True,
         }  # fmt: skip
 
     def _update(self, prompts: Sequence[Any], info: Mapping[str, Any], acting: np.ndarray) -> None:
@@ -209,6 +272,7 @@ class MemoryEnvironmentManager:
             item["is_action_valid"] = bool(env_value(info, "is_action_valid", i, True))
             item["invalid_reason"] = env_value(info, "invalid_reason", i)
             item["parsed_action"] = env_value(info, "parsed_action", i)
+            item["invalid_penalty"] = float(env_value(info, "invalid_penalty", i, 0.0))
             item["history_steps"] = int(env_value(info, "history_steps", i, 0))
             item["episode_step"] = int(env_value(info, "episode_step", i, 0))
 

@@ -7,6 +7,9 @@
 ``infos[0]`` has it, rewards and lengths summed over active envs only, ``is_done |= dones``,
 break when all are done; finally ``success_evaluator(total_infos=, total_batch_list=,
 episode_rewards=, episode_lengths=)``.
+
+With a ``gen_batch`` it also replays how verl-agent hands the dataset's per-row ``env_kwargs`` to
+``reset`` (``_verl_gen_batch`` builds that batch the way verl-agent's trainer does).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import pytest
 import envs as _bundled  # noqa: F401  (registers the bundled ids)
 from agent_memory.compat.verl import MemoryEnvironmentManager
 from agent_memory.compat.verl_reference import ReferenceSimpleMemory
-from agent_memory.config import ConfigError, EnvConfig, JobConfig
+from agent_memory.config import ConfigError, EnvConfig, JobConfig, ParserConfig
 
 KWARGS = {"num_distractors": 2, "num_choices": 2}
 CUE = re.compile(r"Remember this: the \w+ is (\w+)\.")
@@ -32,9 +35,64 @@ def _job(**env: object) -> JobConfig:
     return JobConfig(EnvConfig(**settings))
 
 
-def verl_rollout(envs, act, max_steps: int):
-    """verl-agent's loop, without the model: ``act(step, obs) -> list[str]``."""
-    obs, infos = envs.reset(kwargs=None)
+class _DataProto:
+    """The parts of verl's ``DataProto`` (verl/protocol.py) the rollout loop uses on the way to
+    ``reset``: ``batch`` (only its length matters here), ``non_tensor_batch`` (numpy object
+    arrays, one row per sample), ``pop`` and ``repeat``."""
+
+    def __init__(self, batch: np.ndarray, non_tensor_batch: dict[str, np.ndarray]) -> None:
+        self.batch = batch
+        self.non_tensor_batch = non_tensor_batch
+
+    def pop(self, non_tensor_batch_keys: list[str]) -> _DataProto:
+        popped = {k: self.non_tensor_batch.pop(k) for k in non_tensor_batch_keys}
+        return _DataProto(self.batch, popped)
+
+    def repeat(self, repeat_times: int, interleave: bool = True) -> _DataProto:
+        # verl/protocol.py DataProto.repeat: interleave -> np.repeat(val, n, axis=0), so the n
+        # copies of a row are consecutive (one GRPO group), as the manager's groups are.
+        assert interleave
+        rep = {k: np.repeat(v, repeat_times, axis=0) for k, v in self.non_tensor_batch.items()}
+        return _DataProto(np.repeat(self.batch, repeat_times, axis=0), rep)
+
+
+def _verl_gen_batch(env_kwargs: list[dict], rollout_n: int) -> _DataProto:
+    """The ``gen_batch`` verl-agent's ``multi_turn_loop`` hands its rollout loop, built as
+    verl-agent builds it (langfengQ/verl-agent, read at 796ed31):
+
+    * verl/utils/dataset/rl_dataset.py ``collate_fn`` (l. 62-63): every non-tensor field of the
+      dataset rows, ``env_kwargs`` included, becomes ``np.array(values, dtype=object)``, shape
+      ``(train_batch_size,)``;
+    * verl/trainer/ppo/ray_trainer.py ``fit`` (l. 1053-1067): ``DataProto.from_single_dict``, then
+      ``batch.pop(non_tensor_batch_keys=[..., "env_kwargs"])`` makes ``gen_batch``;
+    * agent_system/multi_turn_rollout/rollout_loop.py ``multi_turn_loop`` (l. 503-504):
+      ``gen_batch.repeat(repeat_times=env.rollout.n, interleave=True)``.
+    """
+    rows = len(env_kwargs)
+    batch = _DataProto(
+        np.zeros((rows, 1), dtype=np.int64),  # input_ids' stand-in
+        {
+            "data_source": np.array(["agent_memory"] * rows, dtype=object),
+            "env_kwargs": np.array(env_kwargs, dtype=object),
+        },
+    )
+    gen_batch = batch.pop(non_tensor_batch_keys=["data_source", "env_kwargs"])
+    return gen_batch.repeat(repeat_times=rollout_n, interleave=True)
+
+
+def verl_rollout(envs, act, max_steps: int, gen_batch: _DataProto | None = None):
+    """verl-agent's loop, without the model: ``act(step, obs) -> list[str]``.
+
+    With ``gen_batch``, ``reset`` gets its ``env_kwargs`` exactly as
+    agent_system/multi_turn_rollout/rollout_loop.py ``vanilla_multi_turn_loop`` (l. 307-312)
+    passes them: popped from ``non_tensor_batch`` (a numpy object array, or None when the dataset
+    has no such column), then the observation count checked against the batch's rows.
+    """
+    if gen_batch is None:
+        obs, infos = envs.reset(kwargs=None)
+    else:
+        obs, infos = envs.reset(kwargs=gen_batch.non_tensor_batch.pop("env_kwargs", None))
+        assert len(gen_batch.batch) == len(obs["text"])
     batch_size = len(obs["text"])
     is_done = np.zeros(batch_size, dtype=bool)
     episode_rewards = np.zeros(batch_size, dtype=np.float32)
@@ -189,3 +247,120 @@ def test_chat_formatters_are_refused():
         ),
     ):
         MemoryEnvironmentManager(_job(formatter="transcript", history_length=-1), env_num=1)
+
+
+def test_env_kwargs_from_a_verl_agent_batch_seed_each_env():
+    # Dataset rows 0 and 1 share a seed, row 2 has its own; env.rollout.n = 2 repeats each row
+    # into one group, so the six envs get seeds 21, 21, 21, 21, 22, 22.
+    envs = MemoryEnvironmentManager(_job(), env_num=3, group_n=2, seed=0)
+    try:
+        gen_batch = _verl_gen_batch([{"seed": 21}, {"seed": 21}, {"seed": 22}], rollout_n=2)
+        given = gen_batch.non_tensor_batch["env_kwargs"]
+        assert isinstance(given, np.ndarray) and given.dtype == object and given.shape == (6,)
+        batches, _, _, _, _, seen = verl_rollout(envs, _policy(), 12, gen_batch=gen_batch)
+        assert "env_kwargs" not in gen_batch.non_tensor_batch  # the loop popped it
+        first = seen[0]["anchor"]
+        # Same seed, same first observation, across groups too; another seed, another one.
+        assert first[0] == first[1] == first[2] == first[3] != first[4] == first[5]
+        assert envs.seeds == [21, 21, 21, 21, 22, 22]
+        bare = gym.make("agent_memory/Recall-v0", **KWARGS)
+        assert first == [bare.reset(seed=s)[0] for s in envs.seeds]
+        bare.close()
+        # Each env played the episode of its own seed, step by step.
+        for i, seed in enumerate(envs.seeds):
+            active = [b for b in batches[i] if b["active_masks"]]
+            want = _direct(seed, [b["action"] for b in active])
+            got = [(float(b["rewards"]), k == len(active) - 1) for k, b in enumerate(active)]
+            assert got == want
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("container", [list, tuple, lambda rows: np.array(rows, dtype=object)])
+def test_env_kwargs_containers(container):
+    envs = MemoryEnvironmentManager(_job(), env_num=1, group_n=2, seed=3)
+    try:
+        obs, _ = envs.reset(kwargs=container([{"seed": 8}, {"seed": np.int64(9)}]))
+        assert envs.seeds == [8, 9]
+        assert obs["anchor"][0] != obs["anchor"][1]
+        envs.reset(kwargs=None)  # no env_kwargs column: the manager's own seeds
+        assert envs.seeds == [3, 3]
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        (
+            [{"seed": 1}] * 3,
+            ValueError,
+            "env_kwargs: expected 4 dicts (one per env: env_num=2 x group_n=2), got 3",
+        ),
+        (
+            np.array([{"seed": 1}] * 5, dtype=object),
+            ValueError,
+            "env_kwargs: expected 4 dicts (one per env: env_num=2 x group_n=2), got 5",
+        ),
+        (
+            np.array([{"seed": 1}] * 4, dtype=object).reshape(2, 2),
+            ValueError,
+            "env_kwargs: expected a 1-D array of 4 dicts (one per env), got shape (2, 2)",
+        ),
+        (
+            [{"seed": 1}, {"seed": 1}, 7, {"seed": 2}],
+            TypeError,
+            "env_kwargs[2]: expected a dict, got int",
+        ),
+        (
+            {"seed": 1},
+            TypeError,
+            "env_kwargs: expected None, a list, a tuple or a 1-D numpy object array of 4 dicts "
+            "(one per env), got dict",
+        ),
+        (
+            [{"seed": 1}, {"seed": 1}, {"question": "q", "seed": 2}, {"seed": 2}],
+            ValueError,
+            "env_kwargs[2]: expected the keys ['seed'] (the env's reset seed), got "
+            "['question', 'seed']",
+        ),
+        (
+            [{"seed": 1}, {}, {"seed": 2}, {"seed": 2}],
+            ValueError,
+            "env_kwargs[1]: expected the keys ['seed'] (the env's reset seed), got []",
+        ),
+        (
+            [{"seed": 1}, {"seed": 1}, {"seed": -2}, {"seed": 2}],
+            ValueError,
+            "env_kwargs[2]['seed']: expected a non-negative int, got -2",
+        ),
+        (
+            [{"seed": 1}, {"seed": "1"}, {"seed": 2}, {"seed": 2}],
+            ValueError,
+            "env_kwargs[1]['seed']: expected a non-negative int, got '1'",
+        ),
+    ],
+)
+def test_env_kwargs_errors(kwargs, error, message):
+    envs = MemoryEnvironmentManager(_job(), env_num=2, group_n=2)
+    try:
+        with pytest.raises(error, match=re.escape(message)):
+            envs.reset(kwargs=kwargs)
+    finally:
+        envs.close()
+
+
+def test_invalid_penalty_is_in_the_reward_once():
+    """The parser's ``invalid_penalty`` is in the reward ``step`` returns, and reported in
+    ``info["invalid_penalty"]``; verl-agent's trainer would charge its own coefficient again
+    (see the README), so the manager adds nothing else."""
+    job = _job(parser=ParserConfig(invalid_penalty=-0.5))
+    envs = MemoryEnvironmentManager(job, env_num=1, group_n=2, seed=5)
+    try:
+        envs.reset(kwargs=None)
+        _, rewards, _, infos = envs.step(["<action>next</action>", "no tag"])
+        assert rewards.tolist() == [0.0, -0.5]
+        assert [i["invalid_penalty"] for i in infos] == [0.0, -0.5]
+        assert [i["is_action_valid"] for i in infos] == [True, False]
+    finally:
+        envs.close()
