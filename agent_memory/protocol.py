@@ -220,14 +220,29 @@ class WorkerStatus:
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How a response was sampled (recorded with it; None: the backend's default).
+    """How a response was sampled (recorded with it; None: not set, the backend's default).
+
+    The ``openai`` policy sends every field explicitly, so a server's own defaults (vLLM applies
+    the model's ``generation_config.json`` to every field a request leaves out) never apply
+    unseen: what is recorded is what was applied.
 
     Attributes:
         temperature: 0 for greedy.
-        top_p: nucleus mass.
-        top_k: 0 or None for off.
+        top_p: nucleus mass (1 = off).
+        top_k: 0, -1 or None for off.
         max_tokens: the most tokens the response could have.
         seed: the request's sampling seed.
+        min_p: drop tokens below ``min_p`` times the likeliest one's probability (0 = off).
+        repetition_penalty: vLLM's / transformers' multiplicative penalty on tokens of the prompt
+            and the response so far (1 = off).
+        presence_penalty, frequency_penalty: OpenAI's additive penalties on tokens of the
+            response so far (0 = off).
+
+    Example:
+        >>> SamplingParams(temperature=1.0, top_p=1.0, top_k=-1).untransformed
+        True
+        >>> SamplingParams(temperature=0.7).untransformed
+        False
     """
 
     temperature: float | None = None
@@ -235,6 +250,24 @@ class SamplingParams:
     top_k: int | None = None
     max_tokens: int | None = None
     seed: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+
+    @property
+    def untransformed(self) -> bool:
+        """Sampling from the model's own softmax: temperature 1 and nothing filtered or
+        penalised, so the model's raw log-probs are the sampling log-probs."""
+        return (
+            self.temperature == 1.0
+            and self.top_p in (None, 1.0)
+            and self.top_k in (None, 0, -1)
+            and self.min_p in (None, 0.0)
+            and self.repetition_penalty in (None, 1.0)
+            and self.presence_penalty in (None, 0.0)
+            and self.frequency_penalty in (None, 0.0)
+        )
 
 
 @dataclass(frozen=True)

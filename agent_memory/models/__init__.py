@@ -8,6 +8,7 @@ Example:
 
 from __future__ import annotations
 
+from agent_memory.models.qwen import build_tiny_qwen
 from agent_memory.models.tiny import (
     DEFAULT_TEMPLATE,
     ROLES,
@@ -22,6 +23,7 @@ __all__ = [
     "ROLES",
     "SPECIAL_TOKENS",
     "build_tiny_lm",
+    "build_tiny_qwen",
     "template_words",
     "words_from_texts",
 ]

@@ -81,16 +81,27 @@ from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, episode_seed
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.openai_protocol import (
+    NEUTRAL_SAMPLING,
+    OPENAI_SAMPLING,
+    LogprobsKind,
+    MalformedAnswer,
+    logprobs_kind,
     messages_of,
+    probe_fields,
+    read_answer,
+    server_message,
     token_fields,
 )
 from agent_memory.policies.openai_runtime import (
+    JSON_HEADERS,
     THREAD_PREFIX,
     Call,
     ClientStats,
+    LogprobsNotSampled,
     Request,
     Runtime,
     Sender,
+    ServerRefused,
     TokenIdsMissing,
 )
 from agent_memory.policies.rendering import PromptRenderer
@@ -99,12 +110,17 @@ from agent_memory.protocol import Generation, SamplingParams
 __all__ = [
     "THREAD_PREFIX",
     "ClientStats",
+    "LogprobsNotSampled",
     "OpenAIPolicy",
+    "ServerRefused",
     "ServerUnavailable",
     "TokenIdsMissing",
 ]
 
 log = logging.getLogger(__name__)
+
+#: Temperatures below this are greedy decoding (vLLM's ``_SAMPLING_EPS``).
+GREEDY_EPS = 1e-5
 
 
 class ServerUnavailable(RuntimeError):
@@ -174,6 +190,11 @@ class OpenAIPolicy(Policy):
         mode: Literal["chat", "completion"] = "chat",
         temperature: float | None = None,
         top_p: float | None = None,
+        top_k: int | None = None,
+        min_p: float | None = None,
+        repetition_penalty: float | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
         max_tokens: int | None = None,
         stop: str | Sequence[str] | None = None,
         seed: int | None = None,
@@ -185,8 +206,8 @@ class OpenAIPolicy(Policy):
         max_retry_after: float = 60.0,
         headers: Mapping[str, str] | None = None,
         dead_calls: int = 2,
-        return_tokens: bool = False,
-        server: Literal["vllm", "sglang"] = "vllm",
+        return_tokens: bool = True,
+        server: Literal["vllm", "sglang", "openai"] = "vllm",
         token_in: bool = False,
         tokenizer: str | None = None,
         use_chat_template: bool | Literal["auto"] = "auto",
@@ -203,7 +224,7 @@ class OpenAIPolicy(Policy):
         if not isinstance(model, str) or not model:
             raise ValueError(f"model must be a non-empty model name, got {model!r}")
         check_choice("mode", mode, ("chat", "completion"))
-        check_choice("server", server, ("vllm", "sglang"))
+        check_choice("server", server, ("vllm", "sglang", "openai"))
         check_int("concurrency", concurrency, 1)
         check_int("max_retries", max_retries, 0)
         check_int("dead_calls", dead_calls, 0)
@@ -215,6 +236,31 @@ class OpenAIPolicy(Policy):
             raise ValueError(f"temperature must be a number >= 0 or None, got {temperature!r}")
         if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
             raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+        check_int("top_k", top_k, -1, allow_none=True)
+        if min_p is not None and (not is_number(min_p) or not 0 <= min_p <= 1):
+            raise ValueError(f"min_p must be in [0, 1] or None, got {min_p!r}")
+        if repetition_penalty is not None and (
+            not is_number(repetition_penalty) or repetition_penalty <= 0
+        ):
+            raise ValueError(
+                f"repetition_penalty must be a number > 0 or None, got {repetition_penalty!r}"
+            )
+        for name, value in (
+            ("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)
+        ):  # fmt: skip
+            if value is not None and (not is_number(value) or not -2 <= value <= 2):
+                raise ValueError(f"{name} must be in [-2, 2] or None, got {value!r}")
+        return_tokens = return_tokens or token_in
+        if server == "openai":
+            vllm_only = {"top_k": top_k, "min_p": min_p, "repetition_penalty": repetition_penalty}
+            given = [k for k, v in vllm_only.items() if v is not None]
+            if given or return_tokens:
+                what = ", ".join(given) if given else "return_tokens=True"
+                raise ValueError(
+                    f"server='openai' (the plain OpenAI API) takes no {what}: it returns no token "
+                    "ids and knows no top_k, min_p or repetition_penalty. Pass "
+                    "return_tokens=False for text only, or server='vllm' / 'sglang'"
+                )
         backoff = tuple(backoff) if isinstance(backoff, Sequence) else (backoff,)
         if len(backoff) != 2 or not all(is_number(b) for b in backoff):
             raise ValueError(f"backoff must be two numbers (base, max) in seconds, got {backoff!r}")
@@ -241,6 +287,14 @@ class OpenAIPolicy(Policy):
             if not stop_list or not all(isinstance(s, str) and s for s in stop_list):
                 raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
             stop = stop_list
+            if return_tokens and tokenizer is None:
+                raise ValueError(
+                    f"stop={stop!r} with return_tokens=True needs a tokenizer: a server cuts the "
+                    "text before a stop string but returns the ids of the whole token holding "
+                    "it, so the text would not be what the recorded ids say. Pass "
+                    "tokenizer=<the served model's directory> (the response text is then "
+                    "decoded from the ids), or drop stop, or return_tokens=False"
+                )
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise ValueError(f"extra_body must be a dict, got {type(extra_body).__name__}")
 
@@ -250,6 +304,11 @@ class OpenAIPolicy(Policy):
         self.url = f"{self.base_url}/{'chat/completions' if mode == 'chat' else 'completions'}"
         self.temperature = temperature
         self.top_p = top_p
+        self.top_k = top_k
+        self.min_p = min_p
+        self.repetition_penalty = repetition_penalty
+        self.presence_penalty = presence_penalty
+        self.frequency_penalty = frequency_penalty
         self.max_tokens = max_tokens
         self.stop: list[str] | None = stop
         self.seed = seed
@@ -264,7 +323,7 @@ class OpenAIPolicy(Policy):
         self.backoff = (float(backoff[0]), float(backoff[1]))
         self.max_retry_after = float(max_retry_after)
         self.dead_calls = dead_calls
-        self.return_tokens = return_tokens or token_in
+        self.return_tokens = return_tokens
         self.server = server
         self.token_in = token_in
         self.tokenizer_path = tokenizer
@@ -275,6 +334,7 @@ class OpenAIPolicy(Policy):
         self._sender = Sender(
             self.url, mode, server, self.timeout, max_retries, self.backoff,
             self.max_retry_after, self.return_tokens, random.Random(seed),
+            None if stop is None or self.renderer is None else self.renderer.tokenizer,
         )  # fmt: skip
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
         self._headers = dict(headers or {})
@@ -294,6 +354,10 @@ class OpenAIPolicy(Policy):
         self._sent = 0  # prompts sent over the policy's life (seed offsets)
         self._answered = False  # the server has answered at least once (any HTTP status)
         self._dead_in_a_row = 0
+        self._probe_lock = threading.Lock()
+        #: Which log-probs the server reports (see :meth:`check_server`); None until known.
+        self.logprobs_kind: LogprobsKind | None = None
+        self._checked = False
 
     # ------------------------------------------------------------------ public API
 
@@ -313,6 +377,7 @@ class OpenAIPolicy(Policy):
         requests = self._requests(prompts, meta)
         if not requests:
             return []
+        self.check_server()
         call = self._submit(requests)
         try:
             out = [f.result() for f in call.futures]
@@ -330,6 +395,8 @@ class OpenAIPolicy(Policy):
         requests = self._requests(prompts, meta)
         if not requests:
             return []
+        if not self._checked:
+            await asyncio.to_thread(self.check_server)
         call = self._submit(requests)
         out = await asyncio.gather(*(asyncio.wrap_future(f) for f in call.futures))
         return self._remember(prompts, meta, self._finish(call, list(out)))
@@ -380,8 +447,113 @@ class OpenAIPolicy(Policy):
                 self._runtime.slots.resize(concurrency)
 
     def prepare(self) -> None:
-        """Build the HTTP client (its TLS context alone takes ~0.1 s) before the first call."""
+        """Build the HTTP client (its TLS context alone takes ~0.1 s) and check the server
+        (:meth:`check_server`) before the first call."""
         self._ensure_runtime()
+        self.check_server()
+
+    def check_server(self) -> None:
+        """Send one one-token request (once per policy copy, before its first prompt) to learn
+        what the server does with this policy's requests, and fail before any episode when it
+        cannot give what the rows need.
+
+        The request carries the policy's own fields with top-k 1 and two top log-probs: a
+        server that samples from the distribution its log-probs describe reports 0 for the
+        one token left and -9999 (-inf) for the next; one that reports the raw model's
+        log-probs (vLLM's default ``--logprobs-mode raw_logprobs``) reports two finite values.
+        Raw log-probs are kept only where they are the sampling distribution's: temperature 1
+        with nothing filtered or penalised (or greedy decoding). A server that does not answer
+        (refused, timed out, 408, 429, 5xx) is checked again at the next call.
+
+        Raises:
+            ServerRefused: the server answered 4xx (it refuses a field the policy sends).
+            TokenIdsMissing: ``return_tokens`` and the answer holds no ids or log-probs.
+            LogprobsNotSampled: raw log-probs with sampling that changes the distribution.
+        """
+        if self._checked:
+            return
+        with self._probe_lock:
+            if not self._checked:
+                self._check(self._ensure_runtime())
+
+    def _check(self, runtime: Runtime) -> None:
+        import httpx
+
+        from agent_memory.policies.deadline import deadline
+
+        body = self._fields()
+        for name in ("stop", "seed"):
+            body.pop(name, None)
+        if self.token_in and self.renderer is not None:
+            body["prompt"] = self.renderer.ids("Hi")
+        elif self.mode == "chat":
+            body["messages"] = [{"role": "user", "content": "Hi"}]
+        else:
+            body["prompt"] = "Hi"
+        body.update(self.extra_body)
+        body.update(
+            probe_fields(self.mode, self.server) if self.return_tokens else {"max_tokens": 1}
+        )
+        try:
+            with deadline(self.timeout):
+                response = runtime.client.post(
+                    self.url, content=json.dumps(body).encode(), headers=JSON_HEADERS
+                )
+        except (httpx.HTTPError, RuntimeError) as e:
+            log.debug("openai policy: server check got no answer (%s); checked again later", e)
+            return
+        status = response.status_code
+        if status in (408, 429) or status >= 500:
+            return
+        if status != 200:
+            raise ServerRefused(
+                f"the server at {self.url} refused the policy's request: HTTP {status}: "
+                f"{server_message(response)}. If it refuses a sampling field (top_k, min_p, "
+                "repetition_penalty: vLLM and SGLang take them), pass policy.params.server="
+                "openai; if it refuses the token fields (return_token_ids, logprobs), pass "
+                "policy.params.return_tokens=false (rows then hold no token ids or log-probs)"
+            )
+        self._checked = True
+        if not self.return_tokens:
+            return
+        try:
+            data = response.json()
+            answer = read_answer(data, self.mode)
+        except (ValueError, MalformedAnswer):
+            return  # the requests' own checks name what is wrong with an answer
+        missing = [
+            name
+            for name, value in (
+                ("prompt ids", answer.prompt_ids if not self.token_in else []),
+                ("response ids", answer.response_ids),
+                ("log-probs", answer.logprobs),
+            )
+            if value is None
+        ]
+        if missing:
+            raise TokenIdsMissing(
+                f"the server at {self.url} answered without {', '.join(missing)} although "
+                f"return_tokens=True asked for them ({self.server} field names): vLLM needs "
+                ">= 0.10.2 (return_token_ids); for SGLang pass policy.params.server=sglang; "
+                "or pass policy.params.return_tokens=false to record text only"
+            )
+        self.logprobs_kind = kind = logprobs_kind(data, self.mode)
+        sampling = self._sampling({**self._fields(), **self.extra_body})
+        greedy = sampling.temperature is not None and sampling.temperature < GREEDY_EPS
+        if kind != "processed" and not greedy and not sampling.untransformed:
+            what = (
+                "the raw model's log-probs (before temperature, top-k, top-p, min-p and penalties)"
+                if kind == "raw"
+                else "log-probs whose kind a one-token check could not tell"
+            )
+            raise LogprobsNotSampled(
+                f"the server at {self.url} reports {what}, not those of the distribution it "
+                f"samples from with {_sampling_text(sampling)}: the rows would hold wrong "
+                "log-probs for training. Start vLLM with --logprobs-mode processed_logprobs; "
+                "or sample from the model's own distribution (policy.params.temperature=1.0, "
+                "top_p, top_k, min_p and the penalties off); or record no tokens "
+                "(policy.params.return_tokens=false)"
+            )
 
     def reset_stats(self) -> None:
         """Zero :attr:`stats` (e.g. between evaluation phases)."""
@@ -409,7 +581,7 @@ class OpenAIPolicy(Policy):
     # A policy may be shipped to a Ray actor: the copy starts its own threads and client there.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_runtime", "_finalizer", "_lock", "_closed"):
+        for name in ("_runtime", "_finalizer", "_lock", "_closed", "_probe_lock", "_checked"):
             state.pop(name, None)
         return state
 
@@ -432,13 +604,7 @@ class OpenAIPolicy(Policy):
             )
         if meta is not None and len(meta) != len(prompts):
             raise ValueError(f"expected one meta per prompt ({len(prompts)}), got {len(meta)}")
-        fields: dict[str, Any] = {"model": self.model}
-        for name in ("temperature", "top_p", "max_tokens", "stop"):
-            value = getattr(self, name)
-            if value is not None:
-                fields[name] = value
-        if self.return_tokens:
-            fields.update(token_fields(self.mode, self.server))
+        fields = self._fields()
         seeds = self._seeds(len(prompts), meta)
         out = []
         for i, prompt in enumerate(prompts):
@@ -467,8 +633,25 @@ class OpenAIPolicy(Policy):
                 data = json.dumps(body).encode()
             except (TypeError, ValueError) as e:
                 raise ValueError(f"prompt {i}: the request body is not JSON: {e}") from None
-            out.append(Request(data, local, self._sampling(body.get("seed"))))
+            out.append(Request(data, local, self._sampling(body)))
         return out
+
+    def _fields(self) -> dict[str, Any]:
+        """The fields every request carries: each sampling field explicitly (see
+        :data:`~agent_memory.policies.openai_protocol.NEUTRAL_SAMPLING`), the token fields."""
+        fields: dict[str, Any] = {"model": self.model}
+        for name, neutral in NEUTRAL_SAMPLING.items():
+            if self.server == "openai" and name not in OPENAI_SAMPLING:
+                continue
+            value = getattr(self, name)
+            fields[name] = neutral if value is None else value
+        for name in ("max_tokens", "stop"):
+            value = getattr(self, name)
+            if value is not None:
+                fields[name] = value
+        if self.return_tokens:
+            fields.update(token_fields(self.mode, self.server))
+        return fields
 
     def _remember(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None,
@@ -496,14 +679,24 @@ class OpenAIPolicy(Policy):
                 seeds.append(self.seed + first + i)
         return seeds
 
-    def _sampling(self, seed: int | None) -> SamplingParams:
-        top_k = self.extra_body.get("top_k")
+    @staticmethod
+    def _sampling(body: Mapping[str, Any]) -> SamplingParams:
+        """The sampling a request's body asks for (``extra_body`` merged in)."""
+
+        def get(name: str, kind: type) -> Any:
+            value = body.get(name)
+            return kind(value) if is_number(value) else None
+
         return SamplingParams(
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=top_k if isinstance(top_k, int) else None,
-            max_tokens=self.max_tokens,
-            seed=seed,
+            temperature=get("temperature", float),
+            top_p=get("top_p", float),
+            top_k=get("top_k", int),
+            max_tokens=get("max_tokens", int),
+            seed=get("seed", int),
+            min_p=get("min_p", float),
+            repetition_penalty=get("repetition_penalty", float),
+            presence_penalty=get("presence_penalty", float),
+            frequency_penalty=get("frequency_penalty", float),
         )
 
     def _ensure_runtime(self) -> Runtime:
@@ -557,6 +750,11 @@ class OpenAIPolicy(Policy):
                 call.errors[first],
             )
         return out
+
+
+def _sampling_text(sampling: SamplingParams) -> str:
+    shown = {k: v for k, v in sampling.__dict__.items() if k not in ("seed", "max_tokens")}
+    return ", ".join(f"{k}={v}" for k, v in shown.items() if v is not None)
 
 
 def _plain(value: Any) -> Any:

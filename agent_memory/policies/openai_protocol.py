@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from agent_memory.checks import is_number
 from agent_memory.protocol import Prompt
 
 if TYPE_CHECKING:
@@ -42,9 +43,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "MAX_ERROR_CHARS",
+    "NEUTRAL_SAMPLING",
     "Answer",
+    "LogprobsKind",
     "MalformedAnswer",
+    "logprobs_kind",
     "messages_of",
+    "probe_fields",
     "read_answer",
     "retry_after",
     "server_message",
@@ -52,7 +57,28 @@ __all__ = [
 ]
 
 Mode = Literal["chat", "completion"]
-Server = Literal["vllm", "sglang"]
+Server = Literal["vllm", "sglang", "openai"]
+#: What a server's log-probs are: the distribution it sampled from, the model's own softmax, or
+#: neither that a probe could tell.
+LogprobsKind = Literal["processed", "raw", "unknown"]
+
+#: Every sampling field a request carries, at its "off" value: vLLM and SGLang fill a field a
+#: request leaves out from the model's generation_config.json (vLLM: ``--generation-config
+#: auto``, its default), so the policy sends each one. The plain OpenAI API takes only the first
+#: two and the penalties (``server="openai"``).
+NEUTRAL_SAMPLING: dict[str, float | int] = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+#: The fields of :data:`NEUTRAL_SAMPLING` the plain OpenAI API accepts.
+OPENAI_SAMPLING = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
+#: Reported log-probs at or below this are a filtered token's (vLLM clamps -inf to -9999).
+_FILTERED = -9998.0
 
 _TOKEN_ID_PREFIX = "token_id:"
 #: Characters of a server's error body kept in an error message.
@@ -74,6 +100,8 @@ class Answer:
         response_ids: the sampled ids (None if not returned).
         logprobs: one log-prob per sampled token (None if not returned).
         prompt_tokens, completion_tokens: the server's ``usage`` counts (0 when absent).
+        stop_reason: vLLM's ``stop_reason``: the stop string that ended the response (its
+            text is then cut before it, its ids are not), a stop token id, or None.
     """
 
     text: str
@@ -83,6 +111,7 @@ class Answer:
     logprobs: list[float] | None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    stop_reason: str | int | None = None
 
 
 def token_fields(mode: Mode, server: Server) -> dict[str, Any]:
@@ -130,7 +159,65 @@ def read_answer(data: Any, mode: Mode) -> Answer:
         logprobs=logprobs,
         prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),
+        stop_reason=_stop_reason(choice.get("stop_reason")),
     )
+
+
+def _stop_reason(value: Any) -> str | int | None:
+    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
+
+
+def probe_fields(mode: Mode, server: Server) -> dict[str, Any]:
+    """The fields of a one-token request that shows which log-probs a server reports.
+
+    Top-k 1 leaves one token in the sampling distribution: its processed log-prob is 0 and the
+    runner-up's -inf (reported as -9999), while the raw model's are two finite values.
+
+    Example:
+        >>> probe_fields("completion", "vllm")
+        {'max_tokens': 1, 'temperature': 1.0, 'top_k': 1, 'logprobs': 2, 'return_token_ids': True}
+    """
+    fields: dict[str, Any] = {"max_tokens": 1, "temperature": 1.0, "top_k": 1}
+    fields.update(token_fields(mode, server))
+    if mode == "completion":
+        fields["logprobs"] = 2
+    else:
+        fields["top_logprobs"] = 2
+    return fields
+
+
+def logprobs_kind(data: Any, mode: Mode) -> LogprobsKind:
+    """Which log-probs a server reported for a :func:`probe_fields` request (see there).
+
+    Example:
+        >>> top = [{"token": "a", "logprob": 0.0}, {"token": "b", "logprob": -9999.0}]
+        >>> answer = {"choices": [{"message": {"content": "a"}, "logprobs": {"content": [
+        ...     {"token": "a", "logprob": 0.0, "top_logprobs": top}]}}]}
+        >>> logprobs_kind(answer, "chat")
+        'processed'
+        >>> top[0]["logprob"] = answer["choices"][0]["logprobs"]["content"][0]["logprob"] = -2.6
+        >>> top[1]["logprob"] = -2.9
+        >>> logprobs_kind(answer, "chat")
+        'raw'
+    """
+    try:
+        _, logprobs = _sampled(data["choices"][0])
+        lp = data["choices"][0].get("logprobs") or {}
+        if mode == "completion":
+            tops = list((lp.get("top_logprobs") or [{}])[0].values())
+        else:
+            tops = [
+                t.get("logprob") for t in (lp.get("content") or [{}])[0].get("top_logprobs", [])
+            ]
+        tops = [float(t) for t in tops if is_number(t)]
+    except (KeyError, IndexError, TypeError, AttributeError, MalformedAnswer):
+        return "unknown"
+    if not logprobs or not math.isfinite(logprobs[0]) or logprobs[0] > 1e-6:
+        return "unknown"  # none, or logits rather than log-probs
+    runner_up = sorted(tops)[-2] if len(tops) >= 2 else None
+    if logprobs[0] >= -1e-5 and (runner_up is None or runner_up <= _FILTERED):
+        return "processed"
+    return "raw"
 
 
 def _sampled(choice: Mapping[str, Any]) -> tuple[list[int] | None, list[float] | None]:

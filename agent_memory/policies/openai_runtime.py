@@ -34,7 +34,15 @@ if TYPE_CHECKING:
 
     pass
 
-__all__ = ["THREAD_PREFIX", "ClientStats", "Sender", "Slots", "TokenIdsMissing"]
+__all__ = [
+    "THREAD_PREFIX",
+    "ClientStats",
+    "LogprobsNotSampled",
+    "Sender",
+    "ServerRefused",
+    "Slots",
+    "TokenIdsMissing",
+]
 
 log = logging.getLogger("agent_memory.policies.openai_client")
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -230,6 +238,17 @@ class TokenIdsMissing(RuntimeError):
     """``return_tokens=True`` but the server's answer holds no token ids or log-probs."""
 
 
+class ServerRefused(RuntimeError):
+    """The server answered the policy's first request with a 4xx: it refuses a field the
+    policy sends (a sampling or token field), so every later request would fail too."""
+
+
+class LogprobsNotSampled(RuntimeError):
+    """The server reports log-probs that are not those of the distribution it samples from
+    (vLLM's default ``--logprobs-mode raw_logprobs``), and the policy's sampling changes that
+    distribution (a temperature other than 1, top-k, top-p, min-p or a penalty)."""
+
+
 @dataclass
 class Sender:
     """How one prompt's requests go out: the endpoint, the total deadline per request, retries
@@ -245,6 +264,9 @@ class Sender:
         max_retry_after: the longest ``Retry-After`` honoured.
         return_tokens: token ids and log-probs are required in every answer.
         jitter: the backoff's random source.
+        tokenizer: with stop strings and ``return_tokens``, the served model's tokenizer: a
+            response a stop string ended gets the text of its ids (the server cut its text
+            inside the last token, see :class:`~agent_memory.policies.openai_protocol.Answer`).
     """
 
     url: str
@@ -256,6 +278,7 @@ class Sender:
     max_retry_after: float
     return_tokens: bool
     jitter: random.Random = field(default_factory=random.Random)
+    tokenizer: Any = None
 
     def send(
         self, client: httpx.Client, index: int, request: Request, call: Call, version: int,
@@ -366,9 +389,17 @@ class Sender:
                        answer.finish_reason == "length"),
             mismatch=mismatch,
         )  # fmt: skip
+        text = answer.text
+        if (
+            self.tokenizer is not None
+            and response_ids
+            and (isinstance(answer.stop_reason, str) or answer.finish_reason == "stop")
+        ):
+            # What the model sampled, not the server's text cut inside its last token.
+            text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
         return (
             Generation(
-                text=answer.text,
+                text=text,
                 prompt_ids=prompt_ids if self.return_tokens else None,
                 response_ids=response_ids if self.return_tokens else None,
                 response_logprobs=logprobs if self.return_tokens else None,

@@ -11,7 +11,10 @@ mode, so both condition the model on the same ids.
 prompt only grows — turn k+1's messages are turn k's, then an assistant message, then new
 user/tool messages — turn k+1's ids are turn k's prompt ids, then the response ids the model
 actually sampled, then the new messages' tokens: the template's text after the assistant turn's end
-token (as TRL and verl render tool results), tokenized alone. What the model conditions on is then
+token (as TRL and verl render tool results), tokenized alone. A turn whose sampled ids do not end
+with the template's end-of-turn tokens (cut by ``max_tokens`` or a stop string) gets them inserted
+before the new messages (``<|im_end|>`` for Qwen), so the sequence is the chat the template renders
+for that turn. What the model conditions on is then
 exactly what it saw and produced before, never a re-tokenisation of its own output (which BPE can
 split differently); the assistant message's text in the prompt is not used. A prompt that does not
 extend the episode's previous one is rendered whole, as without ``incremental``.
@@ -182,13 +185,23 @@ class PromptRenderer:
         ):
             return None
         template = self.tokenizer.apply_chat_template
-        reply = {"role": "assistant", "content": "x"}  # its text is never used: the ids are
+        marker = "\x1fREPLY\x1f"  # its text is never used: the ids are
+        reply = {"role": "assistant", "content": marker}
         closed = template([*old, reply], tokenize=False)
         full = template([*old, reply, *new[n + 1 :]], tokenize=False, add_generation_prompt=True)
-        if not full.startswith(closed):
+        if not full.startswith(closed) or marker not in closed:
             return None  # the template re-renders earlier turns: no incremental rendering
-        # The sampled ids end with the end token; the template's text after it (a separator,
-        # the new turns, the generation prompt) is what the model reads next.
+        # The template's text after the end token (a separator, the new turns, the generation
+        # prompt) is what the model reads next; a turn that did not end with the end token
+        # (cut by max_tokens or a stop string) first gets the template's text up to it.
+        reply_end = closed.rfind(marker) + len(marker)
         eos = self.tokenizer.eos_token
-        end = closed.rfind(eos) + len(eos) if eos and eos in closed else len(closed)
-        return list(self.tokenizer(full[end:], add_special_tokens=False)["input_ids"])
+        end = closed.find(eos, reply_end) + len(eos) if eos and eos in closed[reply_end:] else -1
+        if end < 0:
+            end = len(closed)
+        encode = self.tokenizer
+        closing = list(encode(closed[reply_end:end], add_special_tokens=False)["input_ids"])
+        after = list(encode(full[end:], add_special_tokens=False)["input_ids"])
+        if closing and list(turn.context[-len(closing) :]) == closing:
+            return after
+        return closing + after

@@ -99,8 +99,9 @@ def _check_episode_policy(name: str, policy: Any) -> None:
         raise ConfigError(
             f"rollout.layout=episode needs the token ids the model saw and sampled, but "
             f"policy={name} renders no token ids here: pass policy=hf with "
-            "policy.params.incremental=true, or policy=openai with +policy.params.token_in=true "
-            "+policy.params.incremental=true +policy.params.tokenizer=<model path>, or "
+            "policy.params.incremental=true, or policy=openai with policy.params.mode=completion "
+            "policy.params.token_in=true policy.params.incremental=true "
+            "policy.params.tokenizer=<model path>, or "
             "rollout.layout=step",
             key="policy.name",
         )

@@ -67,6 +67,10 @@ def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
                     "top_p": None if sampling is None else sampling.top_p,
                     "top_k": None if sampling is None else sampling.top_k,
                     "sampling_seed": None if sampling is None else sampling.seed,
+                    "min_p": None if sampling is None else sampling.min_p,
+                    "repetition_penalty": None if sampling is None else sampling.repetition_penalty,
+                    "presence_penalty": None if sampling is None else sampling.presence_penalty,
+                    "frequency_penalty": None if sampling is None else sampling.frequency_penalty,
                     "action_candidates": None
                     if choice is None
                     else [list(c) for c in choice.candidate_ids],

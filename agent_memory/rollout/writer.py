@@ -72,6 +72,10 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     "top_p": ("float64", "sampling top-p"),
     "top_k": ("int64", "sampling top-k"),
     "sampling_seed": ("int64", "the request's sampling seed"),
+    "min_p": ("float64", "sampling min-p"),
+    "repetition_penalty": ("float64", "sampling repetition penalty"),
+    "presence_penalty": ("float64", "sampling presence penalty"),
+    "frequency_penalty": ("float64", "sampling frequency penalty"),
     "action_candidates": (
         "list:list:int64",
         "score policy: every admissible action's response ids (response_ids is the chosen one)",

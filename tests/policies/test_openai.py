@@ -26,10 +26,25 @@ from agent_memory.policies.openai_client import (
     THREAD_PREFIX,
     ClientStats,
     OpenAIPolicy,
+    ServerRefused,
     ServerUnavailable,
 )
 
-FAST = {"backoff": (0.001, 0.005), "timeout": 5.0}
+# These tests are about the transport (order, retries, deadlines): text only. The token path is
+# in test_openai_tokens.py and tests/serving/test_vllm.py.
+#: The prompt of the policy's server check (OpenAIPolicy.check_server).
+CHECK = "Hi"
+#: Every sampling field at its "off" value: the policy sends each one explicitly.
+NEUTRAL = {
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
+FAST = {"backoff": (0.001, 0.005), "timeout": 5.0, "return_tokens": False}
 
 
 class FakeOpenAI:
@@ -50,7 +65,8 @@ class FakeOpenAI:
         return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
 
     def bodies(self) -> list[dict[str, Any]]:
-        return [r["body"] for r in self.requests]
+        """The bodies of the prompts' requests (not the policy's one-token server check)."""
+        return [r["body"] for r in self.requests if r["key"] != CHECK]
 
     def attempts(self, key: str) -> list[float]:
         return [r["time"] for r in self.requests if r["key"] == key]
@@ -217,6 +233,7 @@ def test_chat_keeps_prompt_order_and_sends_sampling_params_and_key(server, monke
     body = by_prompt[("prompt 3", 103)]
     assert body == {
         "model": "tiny-model",
+        **NEUTRAL,
         "temperature": 0.7,
         "top_p": 0.9,
         "max_tokens": 32,
@@ -236,7 +253,7 @@ def test_chat_keeps_prompt_order_and_sends_sampling_params_and_key(server, monke
     assert policy.stats.total_latency_s > 0 and policy.stats.wall_s > 0
 
 
-def test_unset_sampling_params_are_not_sent_and_messages_pass_through(server):
+def test_unset_sampling_params_are_sent_off_and_messages_pass_through(server):
     messages = [
         {"role": "system", "content": "You play Sokoban."},
         {"role": "user", "content": "where next?"},
@@ -244,8 +261,9 @@ def test_unset_sampling_params_are_not_sent_and_messages_pass_through(server):
     with OpenAIPolicy(server.base_url, "m", api_key="", **FAST) as policy:
         assert policy.act([messages, "plain"]) == ["echo:where next?", "echo:plain"]
     first, second = sorted(server.bodies(), key=_key)
-    assert second == {"model": "m", "messages": messages}
-    assert first == {"model": "m", "messages": [{"role": "user", "content": "plain"}]}
+    # Sent, not left out: vLLM would fill a missing field from the model's generation_config.
+    assert second == {"model": "m", **NEUTRAL, "messages": messages}
+    assert first == {"model": "m", **NEUTRAL, "messages": [{"role": "user", "content": "plain"}]}
     assert all("Authorization" not in r["headers"] for r in server.requests)
 
 
@@ -261,8 +279,15 @@ def test_completion_mode_posts_prompts_and_refuses_message_lists(server):
             ),
         ):
             policy.act(["fine", [{"role": "user", "content": "x"}]])
-    assert [r["path"] for r in server.requests] == ["/v1/completions"] * 2  # nothing more sent
-    assert sorted(server.bodies(), key=_key)[0] == {"model": "m", "max_tokens": 5, "prompt": "a"}
+    # The server check, then the two prompts; nothing more sent.
+    assert [r["path"] for r in server.requests] == ["/v1/completions"] * 3
+    assert server.requests[0]["key"] == CHECK and server.requests[0]["body"]["max_tokens"] == 1
+    assert sorted(server.bodies(), key=_key)[0] == {
+        "model": "m",
+        **NEUTRAL,
+        "max_tokens": 5,
+        "prompt": "a",
+    }
 
 
 def test_concurrency_limit_is_honoured(server):
@@ -303,11 +328,11 @@ def test_a_workers_share_of_the_concurrency_can_move(server):
         assert waiting == [[f"echo:{p}" for p in prompts[:6]]] and server.max_in_flight == 3
 
 
-def test_prepare_opens_the_client_without_sending_anything(server):
+def test_prepare_opens_the_client_and_checks_the_server_once(server):
     policy = OpenAIPolicy(server.base_url, "m", **FAST)
     policy.prepare()  # what a rollout worker does at start-up
-    policy.prepare()  # once is enough: the same client
-    assert server.requests == [] and not [
+    policy.prepare()  # once is enough: the same client, no second check
+    assert [r["key"] for r in server.requests] == [CHECK] and not [
         t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)
     ]
     assert policy.act(["a"]) == ["echo:a"]
@@ -335,7 +360,9 @@ def test_closing_releases_requests_waiting_for_a_slot(server):
     prompts = ["p0", "p1"]
     server.delays = dict.fromkeys(prompts, 0.3)
     # Two threads, one slot: p1's thread waits for p0's slot when the policy closes.
-    policy = OpenAIPolicy(server.base_url, "m", concurrency=2, max_retries=0, timeout=5.0)
+    policy = OpenAIPolicy(
+        server.base_url, "m", concurrency=2, max_retries=0, timeout=5.0, return_tokens=False
+    )
     policy = policy.for_workers(2)
     out: list[list[str]] = []
     caller = threading.Thread(target=lambda: out.append(policy.act(prompts)))
@@ -409,8 +436,9 @@ def test_retry_after_is_capped(server):
 def test_slow_response_times_out_and_is_retried(server):
     server.faults = {"slow": [("sleep", 1.5)]}
     with OpenAIPolicy(
-        server.base_url, "m", timeout=0.2, max_retries=2, backoff=(0.001, 0.005)
-    ) as policy:
+        server.base_url, "m", timeout=0.2, max_retries=2, backoff=(0.001, 0.005),
+        return_tokens=False,
+    ) as policy:  # fmt: skip
         start = time.monotonic()
         assert policy.act(["slow"]) == ["echo:slow"]
         assert time.monotonic() - start < 1.2  # did not wait for the slow answer
@@ -420,8 +448,9 @@ def test_slow_response_times_out_and_is_retried(server):
 def test_always_slow_gives_empty_response_and_a_recorded_timeout(server):
     server.faults = {"slow": [("sleep", 1.0)] * 2}
     with OpenAIPolicy(
-        server.base_url, "m", timeout=0.1, max_retries=1, backoff=(0.001, 0.005)
-    ) as policy:
+        server.base_url, "m", timeout=0.1, max_retries=1, backoff=(0.001, 0.005),
+        return_tokens=False,
+    ) as policy:  # fmt: skip
         out = policy.act(["ok", "slow"])
     assert out == ["echo:ok", ""]
     assert policy.last_errors == {1: "timed out after 0.1 s (after 1 retries)"}
@@ -505,7 +534,9 @@ def test_dead_calls_zero_never_raises():
 
 def test_a_drip_fed_answer_cannot_outlive_the_total_timeout(server):
     server.faults = {"drip": [("drip", 0.3)] * 2}
-    with OpenAIPolicy(server.base_url, "m", timeout=1.0, max_retries=0) as policy:
+    with OpenAIPolicy(
+        server.base_url, "m", timeout=1.0, max_retries=0, return_tokens=False
+    ) as policy:
         start = time.monotonic()
         assert policy.act(["drip"]) == [""]
         elapsed = time.monotonic() - start
@@ -594,6 +625,25 @@ def test_stats_add_up():
         ({"backoff": (2.0, 1.0)}, "backoff must satisfy 0 <= base <= max, got (2.0, 1.0)"),
         ({"backoff": (1.0,)}, "backoff must be two numbers (base, max) in seconds, got (1.0,)"),
         ({"stop": [""]}, "stop must be a non-empty string or a list of them, got ['']"),
+        ({"top_k": -2}, "top_k must be None or an int >= -1, got -2"),
+        ({"min_p": 1.5}, "min_p must be in [0, 1] or None, got 1.5"),
+        ({"repetition_penalty": 0}, "repetition_penalty must be a number > 0 or None, got 0"),
+        ({"presence_penalty": 3}, "presence_penalty must be in [-2, 2] or None, got 3"),
+        (
+            {"stop": "</action>"},
+            "stop=['</action>'] with return_tokens=True needs a tokenizer: a server cuts the "
+            "text before a stop string but returns the ids of the whole token holding it",
+        ),
+        (
+            {"server": "openai"},
+            "server='openai' (the plain OpenAI API) takes no return_tokens=True: it returns no "
+            "token ids and knows no top_k, min_p or repetition_penalty. Pass return_tokens=False "
+            "for text only, or server='vllm' / 'sglang'",
+        ),
+        (
+            {"server": "openai", "return_tokens": False, "top_k": 5},
+            "server='openai' (the plain OpenAI API) takes no top_k:",
+        ),
     ],
 )
 def test_bad_settings_are_refused(kwargs, message):
@@ -610,6 +660,7 @@ def test_hydra_containers_are_accepted(server):
             "extra_body": {"chat_template_kwargs": {"enable_thinking": False}, "top_k": 5},
             "backoff": [0.001, 0.002],
             "stop": ["</action>"],
+            "return_tokens": False,
         }
     )
     with OpenAIPolicy(server.base_url, "m", **params) as policy:
@@ -632,3 +683,46 @@ def test_bad_prompts_are_refused_before_sending(server):
         ):
             policy.act("not a list")
     assert server.requests == []
+
+
+def test_a_server_refusing_a_field_fails_at_the_first_request(server):
+    # transformers serve answers 4xx to return_token_ids: before, every prompt became an error
+    # turn and the run ended "ok".
+    message = "Unrecognized request argument supplied: return_token_ids"
+    server.faults = {CHECK: [("status", 400, message, {})]}
+    with (
+        OpenAIPolicy(server.base_url, "m", **{**FAST, "return_tokens": True}) as policy,
+        pytest.raises(ServerRefused) as info,
+    ):
+        policy.act(["a", "b"])
+    assert str(info.value) == (
+        f"the server at {server.base_url}/chat/completions refused the policy's request: HTTP "
+        f"400: {message}. If it refuses a sampling field (top_k, min_p, repetition_penalty: vLLM "
+        "and SGLang take them), pass policy.params.server=openai; if it refuses the token fields "
+        "(return_token_ids, logprobs), pass policy.params.return_tokens=false (rows then hold no "
+        "token ids or log-probs)"
+    )
+    assert server.bodies() == []  # no prompt was sent
+
+
+def test_a_server_check_without_an_answer_is_tried_again(server):
+    server.faults = {CHECK: [("status", 503, "loading", {})]}
+    with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
+        assert policy.act(["a"]) == ["echo:a"]
+        assert policy.act(["b"]) == ["echo:b"]
+    assert [r["key"] for r in server.requests if r["key"] == CHECK] == [CHECK, CHECK]
+
+
+def test_the_plain_openai_api_gets_only_its_own_fields(server):
+    with OpenAIPolicy(server.base_url, "m", server="openai", **FAST) as policy:
+        assert policy.act(["a"]) == ["echo:a"]
+    assert server.bodies() == [
+        {
+            "model": "m",
+            "temperature": 1.0,
+            "top_p": 1.0,
+            "presence_penalty": 0.0,
+            "frequency_penalty": 0.0,
+            "messages": [{"role": "user", "content": "a"}],
+        }
+    ]

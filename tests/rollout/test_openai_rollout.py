@@ -81,7 +81,7 @@ def _job(base_url: str):
     job.policy = PolicyConfig(
         name="openai",
         params={"base_url": base_url, "model": "test-model", "concurrency": 4, "timeout": 5.0,
-                "max_retries": 3, "backoff": [0.01, 0.05]},
+                "max_retries": 3, "backoff": [0.01, 0.05], "return_tokens": False},
     )  # fmt: skip
     return job
 

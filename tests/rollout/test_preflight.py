@@ -474,8 +474,9 @@ EPISODE_INVALID = [
         [*GROWING, "policy=random"],
         "rollout.layout=episode needs the token ids the model saw and sampled, but "
         "policy=random renders no token ids here: pass policy=hf with "
-        "policy.params.incremental=true, or policy=openai with +policy.params.token_in=true "
-        "+policy.params.incremental=true +policy.params.tokenizer=<model path>, or "
+        "policy.params.incremental=true, or policy=openai with policy.params.mode=completion "
+        "policy.params.token_in=true policy.params.incremental=true "
+        "policy.params.tokenizer=<model path>, or "
         "rollout.layout=step",
         id="policy-without-tokens",
     ),
