@@ -23,7 +23,7 @@ Example:
     ...           "tokens": ["up", "</s>"]}}], "usage": {"prompt_tokens": 2}}
     >>> read_answer(answer, "completion")
     Answer(text='up', finish_reason='stop', prompt_ids=[7, 8], response_ids=[454, 2], \
-logprobs=[-0.5, -0.1], prompt_tokens=2, completion_tokens=0)
+logprobs=[-0.5, -0.1], prompt_tokens=2, completion_tokens=0, stop_reason=None)
 """
 
 from __future__ import annotations

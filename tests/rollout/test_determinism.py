@@ -38,7 +38,8 @@ class Answers:
 
     def __call__(self, prompt: str, seed: int | None) -> str:
         with self.lock:
-            self.asked.append((prompt, seed))
+            if seed is not None:  # not the policy's seedless server check (one per copy)
+                self.asked.append((prompt, seed))
         digest = hashlib.sha256(f"{seed}\x00{prompt}".encode()).digest()
         if digest[0] % 8 == 0:  # now and then an invalid action (the penalty path)
             return "<action>jump</action>"
