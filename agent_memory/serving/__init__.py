@@ -19,8 +19,9 @@ from agent_memory.serving.backends import (
     digest_answer,
 )
 from agent_memory.serving.latency import FixedLatency, Latency, LogNormalLatency
-from agent_memory.serving.model_backend import ModelBackend, processed_logprobs
+from agent_memory.serving.model_backend import ModelBackend
 from agent_memory.serving.requests import RequestError
+from agent_memory.serving.sampling import processed_logprobs, teacher_forced_logprobs
 from agent_memory.serving.stats import ServerStats
 
 
@@ -50,4 +51,5 @@ __all__ = [
     "ServerStats",
     "digest_answer",
     "processed_logprobs",
+    "teacher_forced_logprobs",
 ]

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import re
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ __all__ = [
     "GenerationRequest",
     "HashBackend",
     "RequestSampling",
+    "check_stop_strings",
     "digest_answer",
     "find_stop",
     "render_template",
@@ -63,7 +65,7 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class RequestSampling:
-    """How to sample one answer.
+    """How to sample one answer (vLLM's ``SamplingParams`` fields and meanings).
 
     Attributes:
         max_tokens: Most tokens to generate (>= 1); reaching it gives ``finish_reason="length"``.
@@ -77,6 +79,14 @@ class RequestSampling:
         ignore_eos: Keep generating after EOS (to ``max_tokens``); the hash backend's answers
             end at their EOS regardless.
         top_logprobs: Ranked alternatives wanted per position (0 = none).
+        min_p: Drop tokens below ``min_p`` times the likeliest one's probability; 0 = off.
+        repetition_penalty: Multiplicative penalty on tokens of the prompt and the output so
+            far; 1 = off.
+        presence_penalty: Subtracted from the logit of each token in the output so far; 0 = off.
+        frequency_penalty: Subtracted once per occurrence in the output so far; 0 = off.
+        stop_token_ids: Tokens that end the answer (kept in the ids; ``stop_reason`` is the id).
+        include_stop_str_in_output: Keep the matched stop string (or stop token's text) in the
+            text.
     """
 
     max_tokens: int
@@ -87,6 +97,12 @@ class RequestSampling:
     stop: tuple[str, ...] = ()
     ignore_eos: bool = False
     top_logprobs: int = 0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop_token_ids: tuple[int, ...] = ()
+    include_stop_str_in_output: bool = False
 
 
 @dataclass(frozen=True)
@@ -107,9 +123,13 @@ class BackendAnswer:
         logprobs: The log-probability of each sampled token (one per id).
         top_logprobs: Per position, up to ``params.top_logprobs`` ``(token_id, logprob)`` pairs,
             most likely first (empty tuples when none were asked for).
-        text: The answer text (special tokens skipped, cut before a matched stop string).
-        finish_reason: ``"stop"`` (EOS or stop string) or ``"length"`` (``max_tokens`` reached).
-        stop_reason: The matched stop string, else None.
+        text: The answer text (special tokens skipped, cut before a matched stop string unless
+            ``include_stop_str_in_output``).
+        finish_reason: ``"stop"`` (EOS, stop token or stop string) or ``"length"``
+            (``max_tokens`` reached).
+        stop_reason: vLLM's: the matched stop string, the stop token id that ended the answer
+            (a ``stop_token_ids`` entry, or an extra EOS id of the model's generation config),
+            or None (EOS, length).
     """
 
     token_ids: tuple[int, ...]
@@ -117,7 +137,7 @@ class BackendAnswer:
     top_logprobs: tuple[tuple[tuple[int, float], ...], ...]
     text: str
     finish_reason: FinishReason
-    stop_reason: str | None = None
+    stop_reason: str | int | None = None
 
 
 @runtime_checkable
@@ -173,6 +193,43 @@ def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
         if pos >= 0 and (best is None or pos < best[0]):
             best = (pos, stop)
     return best
+
+
+def check_stop_strings(
+    text: str, new_char_count: int, stops: Sequence[str], include_in_output: bool
+) -> tuple[str, int] | None:
+    """vLLM's stop-string check after a token added ``new_char_count`` characters to ``text``
+    (``v1/engine/detokenizer.py`` ``check_stop_strings``).
+
+    Only matches that reach into the new characters count (earlier text was checked before);
+    of several, the one that ends earliest wins, ties by list order.
+
+    Returns:
+        ``(stop string, length to cut the text to)`` (``-1``: no cut), or None. The cut is the
+        stop string's start, or its end with ``include_in_output``.
+
+    Example:
+        >>> check_stop_strings("go up now", 4, ["now", "up"], False)
+        ('now', 6)
+        >>> [check_stop_strings("xab", 2, ["b", "ab"], include) for include in (False, True)]
+        [('b', 2), ('b', -1)]
+    """
+    if not new_char_count or not stops:
+        return None
+    best: str | None = None
+    best_index, best_end = 0, sys.maxsize
+    for stop in stops:
+        index = text.find(stop, 1 - new_char_count - len(stop))
+        if index == -1:
+            continue
+        end = index + len(stop)
+        if end < best_end:
+            best, best_index, best_end = stop, index, end
+    if best is None:
+        return None
+    if include_in_output:
+        return best, (-1 if best_end >= len(text) else best_end)
+    return best, best_index
 
 
 def render_template(template: str, messages: Sequence[ChatMessage]) -> str:
@@ -346,27 +403,37 @@ class HashBackend:
         return render_template(self._template, messages)
 
     def generate(self, request: GenerationRequest) -> BackendAnswer:
-        """The answer's tokens, then EOS; cut at ``max_tokens`` or the first stop string."""
+        """The answer's tokens, then EOS; ended as vLLM ends answers: EOS, a stop token id,
+        ``max_tokens``, then stop strings (checked on each token's new text)."""
         params = request.params
         text = self.answer(request.prompt_text, params.seed)
         if not isinstance(text, str):
             raise TypeError(f"answer() must return a str, got {type(text).__name__}")
-        found = find_stop(text, params.stop)
         stream = [*self._pieces(text), (self.eos_token_id, len(text))]
+        stop_ids = set(params.stop_token_ids)
+        include = params.include_stop_str_in_output
         ids: list[int] = []
-        cut, finish, stop_reason, end = len(text), "length", None, 0
+        finish, stop_reason, shown = "length", None, 0  # shown: characters of text so far
+        cut = 0
         for k, (token_id, token_end) in enumerate(stream):
-            if len(ids) == params.max_tokens:
-                cut = end
-                break
             ids.append(token_id)
-            if found is not None and token_end >= found[0] + len(found[1]):
-                cut, finish, stop_reason = found[0], "stop", found[1]
-                break
+            done, new_text = True, False
             if token_id == self.eos_token_id:  # the appended one, or "</s>" inside the answer
-                cut, finish = (len(text) if k == len(stream) - 1 else end), "stop"
+                finish, cut = "stop", (len(text) if k == len(stream) - 1 else shown)
+            elif token_id in stop_ids:
+                finish, stop_reason = "stop", token_id
+                cut, new_text = (token_end, True) if include else (shown, False)
+            else:
+                done, new_text, cut = len(ids) >= params.max_tokens, True, token_end
+            if new_text and params.stop:
+                found = check_stop_strings(text[:cut], cut - shown, params.stop, include)
+                if found is not None:
+                    finish, stop_reason = "stop", found[0]
+                    cut = cut if found[1] == -1 else found[1]
+                    break
+            shown = cut
+            if done:
                 break
-            end = token_end
         n = len(ids)
         tops = tuple(((i, self.logprob),) for i in ids) if params.top_logprobs else ((),) * n
         return BackendAnswer(

@@ -7,7 +7,13 @@ for token-in/token-out tests and asynchronous-rollout benchmarks, without a GPU.
   :mod:`agent_memory.serving.requests`.
 * Answers come from a backend: :class:`~agent_memory.serving.backends.HashBackend` (a pure
   function of prompt and seed) or :class:`~agent_memory.serving.model_backend.ModelBackend` (a tiny
-  Hugging Face model, with per-token log-probs of the distribution actually sampled from).
+  Hugging Face model sampled as vLLM samples; per-token log-probs raw by default, as vLLM's, or
+  of the distribution actually sampled from with ``logprobs_mode="processed_logprobs"``).
+* Generation defaults as vLLM's ``--generation-config auto`` (its default): in the vLLM dialect,
+  each sampling field a request leaves out (``temperature``, ``top_p``, ``top_k``, ``min_p``,
+  ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``; chat's ``max_tokens`` from
+  ``max_new_tokens``) takes the value of the model's ``generation_config.json``;
+  ``generation_config="vllm"``: vLLM's neutral defaults.
 * Capacity and latency, like a real server's scheduler: at most ``max_in_flight`` requests are
   processed at once; the rest wait in a FIFO queue (vLLM and SGLang queue, they do not refuse).
   A request holding a slot sleeps one draw of ``latency`` then generates. Waiting is not "in
@@ -33,7 +39,8 @@ Example:
 CLI (try ``policy=openai`` locally)::
 
     python -m agent_memory.serving.mock_openai --model /path/to/tiny_lm --port 8000 \\
-        [--latency-median 0.05 --latency-p99 1.0 --max-in-flight 32 --dialect vllm]
+        [--latency-median 0.05 --latency-p99 1.0 --max-in-flight 32 --dialect vllm] \\
+        [--logprobs-mode processed_logprobs --generation-config vllm]
     python -m agent_memory.serving.mock_openai --hash --port 8000
 """
 
@@ -71,6 +78,7 @@ from agent_memory.serving.responses import (
     models_response,
     sglang_meta_info,
 )
+from agent_memory.serving.sampling import GenerationConfigMode, diff_sampling_params
 from agent_memory.serving.stats import InFlightRecorder, ServerStats
 
 __all__ = ["HOST", "MockOpenAIServer", "main"]
@@ -94,6 +102,15 @@ class MockOpenAIServer:
         max_lifetime_s: Shut down this long after :meth:`start`, whatever happens.
         model_name: Served model name (default the backend's); in the vLLM dialect a request
             naming another model gets vLLM's 404.
+        generation_config: ``"auto"`` (vLLM's default): in the vLLM dialect, sampling fields a
+            request leaves out take the model's generation-config values (the backend's
+            ``generation_config_fields``, when it has them; see
+            :func:`~agent_memory.serving.sampling.diff_sampling_params`). ``"vllm"``: vLLM's
+            neutral defaults. The SGLang dialect always uses the neutral ones.
+
+    Attributes:
+        default_sampling_params: What ``generation_config`` gave: field -> default value (vLLM's
+            ``default_sampling_params``; ``max_tokens`` applies to chat requests without one).
 
     Raises:
         ValueError: bad arguments.
@@ -110,6 +127,7 @@ class MockOpenAIServer:
         port: int = 0,
         max_lifetime_s: float = 3600.0,
         model_name: str | None = None,
+        generation_config: GenerationConfigMode = "auto",
     ) -> None:
         if dialect not in ("vllm", "sglang"):
             raise ValueError(f"dialect must be 'vllm' or 'sglang', got {dialect!r}")
@@ -129,6 +147,10 @@ class MockOpenAIServer:
         self.dialect: Dialect = dialect
         self.max_lifetime_s = float(max_lifetime_s)
         self.model_name = model_name or backend.model_name
+        self.generation_config: GenerationConfigMode = generation_config
+        self.default_sampling_params: dict[str, Any] = diff_sampling_params(
+            getattr(backend, "generation_config_fields", None) or {}, generation_config
+        )
         self._requested_port = port
         self._port: int | None = None
         self._thread: threading.Thread | None = None
@@ -300,6 +322,10 @@ class MockOpenAIServer:
             raise RequestError(f"the prompt {text!r} encodes to no tokens; send some text")
         return prompt_ids, text
 
+    def _defaults(self) -> dict[str, Any]:
+        """The default sampling parameters of this dialect's requests."""
+        return self.default_sampling_params if self.dialect == "vllm" else {}
+
     def _max_tokens(self, prompt_len: int, max_tokens: int | None) -> int:
         context = self.backend.context_length
         if prompt_len >= context:
@@ -309,7 +335,10 @@ class MockOpenAIServer:
                 param="input_tokens",
             )
         if max_tokens is None:
-            return context - prompt_len
+            # vLLM's get_max_tokens: the server default, at most what the context leaves.
+            default = self._defaults().get("max_tokens")
+            left = context - prompt_len
+            return left if default is None else max(1, min(left, int(default)))
         if prompt_len + max_tokens > context:
             raise RequestError(
                 f"max_tokens={max_tokens} is too large: the prompt has {prompt_len} tokens and "
@@ -357,7 +386,7 @@ class MockOpenAIServer:
         ids = req.prompt if isinstance(req.prompt, tuple) else None
         prompt_ids, text = self._prompt(ids, None if ids is not None else str(req.prompt))
         params = req.options.params(
-            self._max_tokens(len(prompt_ids), req.max_tokens), req.logprobs or 0
+            self._max_tokens(len(prompt_ids), req.max_tokens), req.logprobs or 0, self._defaults()
         )
         gen = await self._run_backend(GenerationRequest(tuple(prompt_ids), text, params))
         return completion_response(
@@ -380,7 +409,9 @@ class MockOpenAIServer:
                 raise RequestError(f"the chat template failed: {e}") from e
             prompt_ids, text = self._prompt(None, rendered)
         max_tokens = self._max_tokens(len(prompt_ids), req.max_tokens)
-        params = req.options.params(max_tokens, req.top_logprobs if req.logprobs else 0)
+        params = req.options.params(
+            max_tokens, req.top_logprobs if req.logprobs else 0, self._defaults()
+        )
         t0 = time.monotonic()
         gen = await self._run_backend(GenerationRequest(tuple(prompt_ids), text, params))
         meta = None
@@ -442,7 +473,19 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-p99", type=float, default=None, help="seconds (default = median)")
     p.add_argument("--latency-seed", type=int, default=0)
     p.add_argument("--max-lifetime", type=float, default=3600.0, help="seconds, then exit")
-    p.add_argument("--logprobs-mode", choices=["processed_logprobs", "raw_logprobs"], default=None)
+    p.add_argument(
+        "--logprobs-mode",
+        choices=["raw_logprobs", "processed_logprobs"],
+        default="raw_logprobs",
+        help="with --model: which log-probs to report (vLLM's flag and default)",
+    )
+    p.add_argument(
+        "--generation-config",
+        choices=["auto", "vllm"],
+        default="auto",
+        help="auto: fields a request leaves out take the model's generation_config.json "
+        "values (vLLM's default); vllm: vLLM's neutral defaults",
+    )
     return p
 
 
@@ -455,7 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         from agent_memory.serving.model_backend import ModelBackend
 
-        backend = ModelBackend(args.model, logprobs_mode=args.logprobs_mode or "processed_logprobs")
+        backend = ModelBackend(args.model, logprobs_mode=args.logprobs_mode)
     latency: Latency | None = None
     if args.latency_median > 0:
         p99 = args.latency_p99 if args.latency_p99 is not None else args.latency_median
@@ -470,6 +513,7 @@ def main(argv: list[str] | None = None) -> int:
         port=args.port,
         max_lifetime_s=args.max_lifetime,
         model_name=args.served_model_name,
+        generation_config=args.generation_config,
     )
     server.start()
     print(f"serving {server.model_name!r} at {server.base_url} ({server!r})", flush=True)

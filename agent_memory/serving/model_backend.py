@@ -1,20 +1,26 @@
 """A real (tiny) Hugging Face causal LM behind the mock server, with vLLM's sampling semantics.
 
-Per step: logits (float32) -> divide by ``temperature`` -> keep the ``top_k`` largest -> keep the
-smallest most-likely set with mass >= ``top_p`` -> renormalise -> sample (seeded
-``torch.Generator``). Greedy when ``temperature`` < 1e-5 (top-k/top-p then play no part, as in
-vLLM).
+Per step, as vLLM 0.32 does it (:mod:`agent_memory.serving.sampling` has the details and the
+vLLM files): float32 logits -> penalties (repetition over prompt + output, frequency and presence
+over the output) -> greedy ``argmax`` when ``temperature`` is 0, else ``/ temperature`` ->
+``min_p`` -> top-k -> top-p -> sample (seeded ``torch.Generator``). The answer ends as vLLM's
+does: EOS (the tokenizer's), a stop token id (the request's ``stop_token_ids`` and the extra EOS
+ids of the model's ``generation_config.json``: ``stop_reason`` is the id), ``max_tokens``, or a
+stop string (``stop_reason`` is the string; the text is cut before it, or after it with
+``include_stop_str_in_output``; the ids keep the token that completed it).
 
-Which log-probs are reported (``logprobs_mode``):
+Which log-probs are reported (``logprobs_mode``, vLLM's ``--logprobs-mode``):
 
-* ``"processed_logprobs"`` (default): the log-probability of each sampled token UNDER THE
-  DISTRIBUTION IT WAS SAMPLED FROM (after temperature, top-k, top-p renormalisation; tokens
-  filtered out are ``-inf``). This is vLLM's ``--logprobs-mode processed_logprobs``, what an
-  importance-sampling correction needs. For greedy requests it is ``log_softmax(logits)``.
-* ``"raw_logprobs"``: ``log_softmax(logits)`` of the model, before any processing: vLLM's default.
+* ``"raw_logprobs"`` (default, as in vLLM): ``log_softmax(logits)`` of the model, before any
+  processing.
+* ``"processed_logprobs"``: the log-probability of each sampled token UNDER THE DISTRIBUTION IT
+  WAS SAMPLED FROM (after penalties, temperature, min-p, top-k, top-p; tokens filtered out are
+  ``-inf``), what an importance-sampling correction needs. For greedy requests it is
+  ``log_softmax`` of the penalised logits.
 
-:func:`processed_logprobs` is the processing itself, vectorised over leading dimensions, so a
-teacher-forced forward pass over ``prompt + response`` can recompute every reported value.
+:func:`~agent_memory.serving.sampling.processed_logprobs` is the processing itself, and
+:func:`~agent_memory.serving.sampling.teacher_forced_logprobs` recomputes every reported value
+from one forward pass over ``prompt + response``.
 
 Example:
     >>> import tempfile
@@ -22,6 +28,8 @@ Example:
     >>> from agent_memory.serving.backends import RequestSampling
     >>> path = build_tiny_lm(tempfile.mkdtemp(), ["go", "up", "down"])
     >>> backend = ModelBackend(path)
+    >>> backend.logprobs_mode
+    'raw_logprobs'
     >>> ids = tuple(backend.encode("go up"))
     >>> request = GenerationRequest(ids, "go up", RequestSampling(max_tokens=5, seed=3))
     >>> out = backend.generate(request)
@@ -34,71 +42,25 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from agent_memory.serving.backends import (
     BackendAnswer,
     ChatMessage,
     GenerationRequest,
-    find_stop,
+    check_stop_strings,
 )
-
-if TYPE_CHECKING:
-    import torch
+from agent_memory.serving.sampling import (
+    GREEDY_EPS,
+    apply_penalties,
+    effective_temperature,
+    load_generation_config,
+    processed_logprobs,
+)
 
 __all__ = ["GREEDY_EPS", "LogprobsMode", "ModelBackend", "processed_logprobs"]
 
 LogprobsMode = Literal["processed_logprobs", "raw_logprobs"]
-
-#: Temperatures below this are greedy (vLLM's ``_SAMPLING_EPS``).
-GREEDY_EPS = 1e-5
-
-
-def processed_logprobs(
-    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0
-) -> torch.Tensor:
-    """Log-probabilities of the distribution sampled from, over the last dimension.
-
-    ``temperature < GREEDY_EPS`` (greedy): ``log_softmax(logits)``. Otherwise
-    ``logits / temperature``, then top-k (``top_k`` > 0: tokens below the k-th largest value get
-    ``-inf``; ties at the k-th value are kept), then top-p (``top_p`` < 1: a token is kept when
-    the probability mass of the tokens ranked above it is < ``top_p``, so the most likely token
-    always stays), then ``log_softmax``.
-
-    Args:
-        logits: ``[..., vocab]`` float tensor.
-        temperature: >= 0.
-        top_k: 0 or -1 = off.
-        top_p: In (0, 1]; 1 = off.
-
-    Returns:
-        ``[..., vocab]`` float32 log-probabilities (``-inf`` for filtered tokens).
-
-    Example:
-        >>> import torch
-        >>> lp = processed_logprobs(torch.tensor([2.0, 1.0, 0.0, -1.0]), 1.0, top_k=2)
-        >>> [round(v, 4) for v in lp.exp().tolist()]
-        [0.7311, 0.2689, 0.0, 0.0]
-        >>> processed_logprobs(torch.tensor([2.0, 1.0, 0.0]), 0.5, top_p=0.5).exp().tolist()
-        [1.0, 0.0, 0.0]
-    """
-    import torch
-
-    x = logits.float()
-    if temperature < GREEDY_EPS:
-        return torch.log_softmax(x, dim=-1)
-    x = x / temperature
-    if 0 < top_k < x.shape[-1]:
-        kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
-        x = x.masked_fill(x < kth, float("-inf"))
-    if top_p < 1.0:
-        probs = torch.softmax(x, dim=-1)
-        sorted_probs, order = torch.sort(probs, dim=-1, descending=True)
-        mass_before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
-        drop_sorted = mass_before >= top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
-        x = x.masked_fill(drop, float("-inf"))
-    return torch.log_softmax(x, dim=-1)
 
 
 class ModelBackend:
@@ -110,10 +72,17 @@ class ModelBackend:
     Args:
         path: A ``save_pretrained`` directory with model and tokenizer (loaded offline).
         device: Torch device.
-        logprobs_mode: ``"processed_logprobs"`` (default; the sampling distribution) or
-            ``"raw_logprobs"`` (the model's own softmax); see the module docstring.
+        logprobs_mode: ``"raw_logprobs"`` (default, as vLLM's; the model's own softmax) or
+            ``"processed_logprobs"`` (the sampling distribution); see the module docstring.
         model_name: Served model name; default the directory name.
         seed: Seed of the RNG used by requests that send no ``seed``.
+
+    Attributes:
+        generation_config_fields: The non-default fields of the model's generation config
+            (``generation_config.json``), as vLLM reads them; the server takes its default
+            sampling parameters from them (``MockOpenAIServer(generation_config="auto")``).
+        eos_token_id: The tokenizer's EOS (vLLM's); the generation config's other EOS ids end
+            answers as stop tokens.
 
     Example:
         >>> import tempfile
@@ -130,7 +99,7 @@ class ModelBackend:
         path: str | Path,
         device: str = "cpu",
         *,
-        logprobs_mode: LogprobsMode = "processed_logprobs",
+        logprobs_mode: LogprobsMode = "raw_logprobs",
         model_name: str | None = None,
         seed: int = 0,
     ) -> None:
@@ -159,11 +128,17 @@ class ModelBackend:
             or self.tokenizer.model_max_length
         )
         self.vocab_size: int | None = int(config.vocab_size)
-        eos = self.model.generation_config.eos_token_id
+        self.generation_config_fields: dict[str, Any] = load_generation_config(path, config)
+        # vLLM: the tokenizer's EOS ends answers (stop_reason None); the generation config's
+        # other EOS ids are added to stop_token_ids unless ignore_eos (stop_reason: the id).
+        listed = self.generation_config_fields.get("eos_token_id")
+        listed = [] if listed is None else (listed if isinstance(listed, list) else [listed])
+        eos = self.tokenizer.eos_token_id
         if eos is None:
-            eos = self.tokenizer.eos_token_id
-        self._eos = {int(e) for e in (eos if isinstance(eos, list) else [eos])}
-        self.eos_token_id = int(eos[0] if isinstance(eos, list) else eos)
+            eos = listed[0] if listed else self.model.generation_config.eos_token_id
+            eos = eos[0] if isinstance(eos, list) else eos
+        self.eos_token_id = int(eos)
+        self._extra_stop_ids = frozenset(int(e) for e in listed) - {self.eos_token_id}
         self._tokens = [
             self.tokenizer.decode([i], skip_special_tokens=False) for i in range(self.vocab_size)
         ]
@@ -205,6 +180,15 @@ class ModelBackend:
         import torch
 
         p = request.params
+        temperature = effective_temperature(p.temperature)
+        greedy = temperature < GREEDY_EPS
+        penalties = {
+            "repetition_penalty": p.repetition_penalty,
+            "presence_penalty": p.presence_penalty,
+            "frequency_penalty": p.frequency_penalty,
+        }
+        penalised = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
+        stop_ids = set(p.stop_token_ids) | (set() if p.ignore_eos else self._extra_stop_ids)
         with self._lock, torch.inference_mode():
             rng = self._rng
             if p.seed is not None:
@@ -212,17 +196,26 @@ class ModelBackend:
             ids: list[int] = []
             logprobs: list[float] = []
             tops: list[tuple[tuple[int, float], ...]] = []
-            text: str | None = None
-            finish, stop_reason = "length", None
+            finish: str = "length"
+            stop_reason: str | int | None = None
+            text, cut = "", None
             step_input = torch.tensor([request.prompt_ids], device=self.device)
             past = None
+            prompt_mask = counts = None
+            shown: list[int] = []
             for _ in range(p.max_tokens):
                 out = self.model(input_ids=step_input, past_key_values=past, use_cache=True)
                 past = out.past_key_values
                 logits = out.logits[0, -1].float().cpu()
-                processed = processed_logprobs(logits, p.temperature, p.top_k, p.top_p)
-                if p.temperature < GREEDY_EPS:
-                    token = int(torch.argmax(processed))
+                if penalised and prompt_mask is None:
+                    vocab = logits.shape[-1]
+                    prompt_ids = torch.tensor(request.prompt_ids, dtype=torch.long)
+                    prompt_mask = torch.bincount(prompt_ids, minlength=vocab + 1)[:vocab] > 0
+                    counts = torch.zeros(vocab, dtype=torch.long)
+                x = apply_penalties(logits, prompt_mask, counts, **penalties)
+                processed = processed_logprobs(x, temperature, p.top_k, p.top_p, p.min_p)
+                if greedy:
+                    token = int(torch.argmax(x))
                 else:
                     token = int(torch.multinomial(processed.exp(), 1, generator=rng))
                 reported = (
@@ -237,21 +230,41 @@ class ModelBackend:
                     tops.append(tuple(zip(indices.tolist(), values.tolist(), strict=True)))
                 else:
                     tops.append(())
-                if token in self._eos and not p.ignore_eos:
+                if counts is not None:
+                    counts[token] += 1
+                # vLLM's order: EOS, stop token ids, length (engine core), then stop strings on
+                # the new text (detokenizer; a stop token's text only when it is included).
+                done, shown = True, ids
+                if token == self.eos_token_id and not p.ignore_eos:
                     finish = "stop"
-                    break
+                    shown = ids if p.include_stop_str_in_output else ids[:-1]
+                elif token in stop_ids:
+                    finish, stop_reason = "stop", token
+                    shown = ids if p.include_stop_str_in_output else ids[:-1]
+                else:
+                    done = len(ids) >= p.max_tokens
                 if p.stop:
-                    decoded = self.decode(ids)
-                    found = find_stop(decoded, p.stop)
+                    before, text = text, self.decode(shown)
+                    new_chars = max(len(text) - len(before), 0)
+                    found = check_stop_strings(
+                        text, new_chars, p.stop, p.include_stop_str_in_output
+                    )
                     if found is not None:
-                        text, finish, stop_reason = decoded[: found[0]], "stop", found[1]
+                        finish, stop_reason = "stop", found[0]
+                        cut = None if found[1] == -1 else found[1]
                         break
+                if done:
+                    break
                 step_input = torch.tensor([[token]], device=self.device)
+            if not p.stop:
+                text = self.decode(shown)
+            elif cut is not None:
+                text = text[:cut]
         return BackendAnswer(
             token_ids=tuple(ids),
             logprobs=tuple(logprobs),
             top_logprobs=tuple(tops),
-            text=self.decode(ids) if text is None else text,
+            text=text,
             finish_reason=finish,  # type: ignore[arg-type]
             stop_reason=stop_reason,
         )

@@ -6,6 +6,15 @@ fields are ignored (both servers accept extra fields). What the mock server does
 with a 400 that says what to send instead: ``n`` > 1, ``stream``, ``echo``, batches of prompts,
 more than :data:`MAX_LOGPROBS` log-probs per position.
 
+Sampling fields (:class:`SamplingOptions`) and the ranges vLLM's ``SamplingParams`` accepts
+(out of range: a 400 naming the field): ``temperature`` [0, 2], ``top_p`` (0, 1], ``top_k``
+integer >= -1 (0 and -1: off), ``min_p`` [0, 1], ``repetition_penalty`` > 0,
+``presence_penalty`` and ``frequency_penalty`` [-2, 2]; also ``seed``, ``stop``,
+``stop_token_ids``, ``ignore_eos``, ``include_stop_str_in_output``. A field left out (or null) is
+None here: the server fills it from its default sampling parameters (the model's
+``generation_config.json`` under ``generation_config="auto"``, as vLLM does), else the neutral
+value (:data:`NEUTRAL_SAMPLING`).
+
 Example:
     >>> req = parse_completion({"prompt": [5, 6], "logprobs": 1, "return_token_ids": True})
     >>> req.prompt, req.max_tokens, req.logprobs, req.return_token_ids
@@ -18,6 +27,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -26,6 +36,7 @@ from agent_memory.serving.backends import ChatMessage, RequestSampling
 
 __all__ = [
     "MAX_LOGPROBS",
+    "NEUTRAL_SAMPLING",
     "ChatRequest",
     "CompletionRequest",
     "Dialect",
@@ -41,6 +52,17 @@ Dialect = Literal["vllm", "sglang"]
 
 #: Most log-probs per position (vLLM's ``--max-logprobs`` default).
 MAX_LOGPROBS = 20
+#: What a sampling field left out means when the server has no default for it (vLLM's
+#: ``_DEFAULT_SAMPLING_PARAMS`` of its completion and chat requests).
+NEUTRAL_SAMPLING: dict[str, float | int] = {
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+}
 
 
 class RequestError(Exception):
@@ -70,25 +92,55 @@ class RequestError(Exception):
 
 @dataclass(frozen=True)
 class SamplingOptions:
-    """The sampling fields shared by every endpoint (limits are resolved later)."""
+    """The sampling fields shared by every endpoint; None: not sent (limits and defaults are
+    resolved later, by :meth:`params`)."""
 
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    repetition_penalty: float | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
+    include_stop_str_in_output: bool = False
 
-    def params(self, max_tokens: int, top_logprobs: int) -> RequestSampling:
-        """These options with the resolved token limit and number of alternatives."""
+    def params(
+        self, max_tokens: int, top_logprobs: int, defaults: Mapping[str, Any] | None = None
+    ) -> RequestSampling:
+        """These options with the resolved token limit and number of alternatives; each field
+        not sent takes ``defaults[field]`` if there, else :data:`NEUTRAL_SAMPLING`'s (vLLM's
+        priority: request, server default, neutral).
+
+        Example:
+            >>> SamplingOptions(top_p=0.5).params(8, 0, {"temperature": 0.6, "top_p": 0.9})
+            ... # doctest: +ELLIPSIS
+            RequestSampling(max_tokens=8, temperature=0.6, top_p=0.5, top_k=0, ...)
+        """
+        defaults = defaults or {}
+        resolved = {
+            name: value
+            if (value := getattr(self, name)) is not None
+            else defaults.get(name, neutral)
+            for name, neutral in NEUTRAL_SAMPLING.items()
+        }
         return RequestSampling(
             max_tokens=max_tokens,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            top_k=self.top_k,
+            temperature=float(resolved["temperature"]),
+            top_p=float(resolved["top_p"]),
+            top_k=int(resolved["top_k"]),
+            min_p=float(resolved["min_p"]),
+            repetition_penalty=float(resolved["repetition_penalty"]),
+            presence_penalty=float(resolved["presence_penalty"]),
+            frequency_penalty=float(resolved["frequency_penalty"]),
             seed=self.seed,
             stop=self.stop,
+            stop_token_ids=self.stop_token_ids,
             ignore_eos=self.ignore_eos,
+            include_stop_str_in_output=self.include_stop_str_in_output,
             top_logprobs=top_logprobs,
         )
 
@@ -96,7 +148,7 @@ class SamplingOptions:
 @dataclass(frozen=True)
 class CompletionRequest:
     """``POST /v1/completions``. ``prompt``: text, or token ids (token-in); ``max_tokens``
-    None: up to the context length."""
+    None (SGLang's dialect only): up to the context length."""
 
     model: str | None
     prompt: str | tuple[int, ...]
@@ -109,7 +161,8 @@ class CompletionRequest:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """``POST /v1/chat/completions``. ``max_tokens`` None: up to the context length.
+    """``POST /v1/chat/completions``. ``max_tokens`` None: the server's default (the model's
+    ``max_new_tokens`` under ``generation_config="auto"``), at most the context left.
 
     ``input_ids`` (SGLang only) replaces the rendered template; ``return_prompt_token_ids`` and
     ``return_meta_info`` are SGLang's.
@@ -154,6 +207,7 @@ def _bool(body: dict[str, Any], name: str, default: bool = False) -> bool:
 def _int(
     body: dict[str, Any], name: str, default: int | None, low: int, high: int | None = None
 ) -> Any:
+    """``body[name]`` as an int in ``[low, high]``; ``default`` when absent or null."""
     value = body.get(name)
     if value is None:
         return default
@@ -166,12 +220,13 @@ def _int(
 def _number(
     body: dict[str, Any],
     name: str,
-    default: float,
+    default: float | None,
     *,
     low: float,
     low_open: bool,
     high: float | None = None,
-) -> float:
+) -> float | None:
+    """``body[name]`` as a finite number in the range; ``default`` when absent or null."""
     value = body.get(name)
     if value is None:
         return default
@@ -230,13 +285,33 @@ def _options(body: dict[str, Any], dialect: Dialect) -> SamplingOptions:
     seed = body.get("seed", body.get("sampling_seed"))
     if seed is not None and (not is_int(seed) or not -(2**63) <= seed < 2**63):
         raise RequestError(f"seed must be a 64-bit integer or null, got {seed!r}", param="seed")
+    stop_ids = body.get("stop_token_ids")
+    if stop_ids is None:
+        stop_token_ids: tuple[int, ...] = ()
+    elif isinstance(stop_ids, list) and all(is_int(i) and i >= 0 for i in stop_ids):
+        stop_token_ids = tuple(dict.fromkeys(int(i) for i in stop_ids))
+    else:
+        raise RequestError(
+            f"stop_token_ids must be a list of token ids (integers >= 0), got {stop_ids!r}",
+            param="stop_token_ids",
+        )
+    # vLLM: SamplingParams._verify_args (top_k: the request's integer field).
+    top_k = _int(body, "top_k", None, low=-1)
+    if dialect == "sglang" and top_k is None:
+        top_k = -1
     return SamplingOptions(
-        temperature=_number(body, "temperature", 1.0, low=0, low_open=False),
-        top_p=_number(body, "top_p", 1.0, low=0, low_open=True, high=1.0),
-        top_k=_int(body, "top_k", -1 if dialect == "sglang" else 0, low=-1),
+        temperature=_number(body, "temperature", None, low=0, low_open=False, high=2.0),
+        top_p=_number(body, "top_p", None, low=0, low_open=True, high=1.0),
+        top_k=top_k,
+        min_p=_number(body, "min_p", None, low=0, low_open=False, high=1.0),
+        repetition_penalty=_number(body, "repetition_penalty", None, low=0, low_open=True),
+        presence_penalty=_number(body, "presence_penalty", None, low=-2, low_open=False, high=2),
+        frequency_penalty=_number(body, "frequency_penalty", None, low=-2, low_open=False, high=2),
         seed=None if seed is None else int(seed),
         stop=stops,
+        stop_token_ids=stop_token_ids,
         ignore_eos=_bool(body, "ignore_eos"),
+        include_stop_str_in_output=_bool(body, "include_stop_str_in_output"),
     )
 
 
@@ -279,8 +354,12 @@ def parse_completion(body: Any, dialect: Dialect = "vllm") -> CompletionRequest:
             param="prompt",
         )
     logprobs = _int(body, "logprobs", None, low=0, high=MAX_LOGPROBS)
-    # Absent: 16 (vLLM's and SGLang's default); an explicit null: up to the context length.
-    max_tokens = None if body.get("max_tokens", 16) is None else _int(body, "max_tokens", 16, 1)
+    # Absent: 16 (vLLM's and SGLang's default). An explicit null: 16 too in vLLM (its
+    # ``normalize_null_max_tokens``), up to the context length in SGLang's dialect.
+    if body.get("max_tokens", 16) is None and dialect == "sglang":
+        max_tokens = None
+    else:
+        max_tokens = _int(body, "max_tokens", 16, 1)
     return CompletionRequest(
         model=_model(body),
         prompt=ids if ids is not None else prompt,

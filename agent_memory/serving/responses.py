@@ -1,6 +1,6 @@
 """Typed results -> response JSON, in vLLM's or SGLang's exact shapes.
 
-vLLM (``entrypoints/openai/completion|chat_completion/serving.py``):
+vLLM 0.32 (``entrypoints/openai/completion|chat_completion/serving.py`` and ``protocol.py``):
 
 * completions: ``choices[i].token_ids`` / ``choices[i].prompt_token_ids`` (only with
   ``return_token_ids``, else null); ``logprobs = {text_offset, token_logprobs, tokens,
@@ -11,7 +11,14 @@ vLLM (``entrypoints/openai/completion|chat_completion/serving.py``):
 * chat: ``choices[i].token_ids`` but ``prompt_token_ids`` at the response TOP level;
   ``logprobs.content[i] = {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}`` where
   ``top_logprobs`` is the first ``top_logprobs`` entries of the same sampled-first list.
-* log-probs are clamped to >= -9999.0; errors are ``{"error": {message, type, param, code}}``.
+* every choice carries ``stop_reason``: the matched stop string, the stop token id that ended it,
+  or null (EOS, length);
+* log-probs (sampled and alternatives) are clamped to >= -9999.0, so a token the sampling
+  filters removed (``-inf`` in processed log-probs) reads -9999.0; errors are
+  ``{"error": {message, type, param, code}}``;
+* the 0.32 keys whose values the mock never fills are null (``routed_experts``,
+  ``completion_tokens_details``, ``ec_transfer_params``, ``metrics``, chat's ``prompt_text``);
+  the chat message has no ``tool_calls`` key (vLLM drops it when empty).
 
 SGLang (``entrypoints/openai/protocol.py``, ``managers/io_struct.py``): choices carry
 ``matched_stop`` (the EOS id or the stop string) and drop ``token_ids`` / ``prompt_token_ids`` /
@@ -131,6 +138,8 @@ def _usage(prompt: int, completion: int, dialect: Dialect) -> dict[str, Any]:
     }
     if dialect == "sglang":
         usage["reasoning_tokens"] = 0
+    else:
+        usage["completion_tokens_details"] = None
     return usage
 
 
@@ -214,12 +223,15 @@ def completion_response(
                 "token_ids": ids,
                 "prompt_logprobs": None,
                 "prompt_token_ids": prompt,
+                "routed_experts": None,
             }
         ],
         "service_tier": None,
         "system_fingerprint": None,
         "usage": usage,
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
@@ -310,13 +322,13 @@ def chat_response(
                     "annotations": None,
                     "audio": None,
                     "function_call": None,
-                    "tool_calls": [],
-                    "reasoning": None,
+                    "reasoning": None,  # no tool_calls: vLLM drops the key when empty
                 },
                 "logprobs": logprobs,
                 "finish_reason": gen.finish_reason,
                 "stop_reason": gen.stop_reason,
                 "token_ids": ids,
+                "routed_experts": None,
             }
         ],
         "service_tier": None,
@@ -324,7 +336,10 @@ def chat_response(
         "usage": usage,
         "prompt_logprobs": None,
         "prompt_token_ids": list(prompt_ids) if req.return_token_ids else None,
+        "prompt_text": None,
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 

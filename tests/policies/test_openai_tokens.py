@@ -39,7 +39,9 @@ def model(tiny):
 
 
 def _serve(tiny, dialect="vllm"):
-    return MockOpenAIServer(ModelBackend(tiny), dialect=dialect, max_in_flight=4)
+    return MockOpenAIServer(
+        ModelBackend(tiny, logprobs_mode="processed_logprobs"), dialect=dialect, max_in_flight=4
+    )
 
 
 def _teacher_forced(model, prompt_ids, response_ids, temperature, top_p):
@@ -104,7 +106,7 @@ def test_token_in_sends_the_local_rendering_and_counts_no_mismatch(tiny, model):
         ) as policy,  # fmt: skip
     ):
         gens = policy.generate(PROMPTS)
-        assert server.stats().requests == 3
+        assert server.stats().requests == 3 + 1  # the prompts and the policy's server check
     _check(model, gens, [local.ids(p) for p in PROMPTS])
     assert policy.stats.prompt_id_mismatches == 0
 

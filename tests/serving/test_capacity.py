@@ -201,7 +201,7 @@ def test_cli_main_with_a_model(tiny_lm, capsys):
 
 def test_http_details_expect_continue_and_null_max_tokens():
     backend = HashBackend(lambda p, s: " ".join(["go"] * 30), context_length=12)
-    with MockOpenAIServer(backend) as server:
+    with MockOpenAIServer(backend, dialect="sglang") as server:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
         body = json.dumps({"prompt": "a b", "max_tokens": None})
         # curl sends "Expect: 100-continue" for larger bodies and waits for the 100 first.
@@ -209,13 +209,17 @@ def test_http_details_expect_continue_and_null_max_tokens():
         response = conn.getresponse()
         out = json.loads(response.read())
         assert response.status == 200 and response.getheader("content-type") == "application/json"
-        # An explicit null max_tokens means "up to the context": 12 - 2 prompt tokens.
+        # SGLang's dialect: an explicit null max_tokens means "up to the context": 12 - 2.
         assert out["usage"]["completion_tokens"] == 10
         assert out["choices"][0]["finish_reason"] == "length"
         # Absent, it is 16: too many for this context (on the same kept-alive connection).
         conn.request("POST", "/v1/completions", body=json.dumps({"prompt": "a b"}))
         response = conn.getresponse()
-        error = json.loads(response.read())["error"]
+        error = json.loads(response.read())
         assert response.status == 400 and error["param"] == "max_tokens"
         assert error["message"].startswith("max_tokens=16 is too large")
         conn.close()
+    # vLLM normalises an explicit null to its default 16 (normalize_null_max_tokens).
+    with MockOpenAIServer(backend) as server:
+        status, out = call(server.base_url + "/completions", {"prompt": "a b", "max_tokens": None})
+        assert status == 400 and out["error"]["message"].startswith("max_tokens=16 is too large")

