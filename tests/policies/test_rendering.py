@@ -15,7 +15,7 @@ transformers = pytest.importorskip("transformers", reason="the 'llm' extra is no
 def tok(tmp_path_factory):
     from agent_memory.models import DEFAULT_TEMPLATE, build_tiny_lm, template_words
 
-    words = ["Go", "up", "down", "left", "now", "?", "."] + template_words(DEFAULT_TEMPLATE)
+    words = ["Go", "up", "down", "left", "now", "?", ".", *template_words(DEFAULT_TEMPLATE)]
     path = build_tiny_lm(tmp_path_factory.mktemp("lm") / "tiny", words)
     return transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
 
