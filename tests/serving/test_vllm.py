@@ -85,7 +85,7 @@ def servers(qwen, tmp_path_factory):
 def hf(qwen):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(qwen, local_files_only=True, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(qwen, local_files_only=True)  # float32
     return model.eval(), AutoTokenizer.from_pretrained(qwen, local_files_only=True)
 
 
