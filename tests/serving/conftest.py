@@ -1,4 +1,5 @@
-"""Fixtures of the mock-server tests: a tiny model built once, one torch thread."""
+"""Fixtures of the mock-server tests: a tiny model built once, the model itself, a mock server
+that reports the sampling distribution's log-probs, one torch thread."""
 
 from __future__ import annotations
 
@@ -15,6 +16,26 @@ def tiny_lm(tmp_path_factory) -> Path:
     from tests.serving.helpers import WORDS
 
     return build_tiny_lm(tmp_path_factory.mktemp("serving") / "tiny", WORDS, seed=0)
+
+
+@pytest.fixture(scope="module")
+def hf(tiny_lm):
+    """The tiny model (eval mode) and its tokenizer."""
+    import transformers
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_lm, local_files_only=True)
+    tok = transformers.AutoTokenizer.from_pretrained(tiny_lm, local_files_only=True)
+    return model.eval(), tok
+
+
+@pytest.fixture(scope="module")
+def processed(tiny_lm):
+    """A mock vLLM serving the tiny model, started with --logprobs-mode processed_logprobs."""
+    from agent_memory.serving import MockOpenAIServer, ModelBackend
+
+    backend = ModelBackend(tiny_lm, logprobs_mode="processed_logprobs")
+    with MockOpenAIServer(backend, max_lifetime_s=300) as server:
+        yield server
 
 
 @pytest.fixture(autouse=True)

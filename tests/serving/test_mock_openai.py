@@ -137,17 +137,9 @@ def assert_shape(ours, doc, where="response"):
 
 
 @pytest.fixture(scope="module")
-def hf(tiny_lm):
-    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_lm, local_files_only=True)
-    tok = transformers.AutoTokenizer.from_pretrained(tiny_lm, local_files_only=True)
-    return model.eval(), tok
-
-
-@pytest.fixture(scope="module")
-def vllm(tiny_lm):
-    backend = ModelBackend(tiny_lm, logprobs_mode="processed_logprobs")
-    with MockOpenAIServer(backend, max_lifetime_s=300) as server:
-        yield server
+def vllm(processed):
+    """The vLLM dialect, reporting the sampling distribution's log-probs."""
+    return processed
 
 
 @pytest.fixture(scope="module")

@@ -124,20 +124,6 @@ def reference_logprobs(model, prompt, response, sampling):
     return np.array(out), argmax
 
 
-@pytest.fixture(scope="module")
-def hf(tiny_lm):
-    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_lm, local_files_only=True)
-    tok = transformers.AutoTokenizer.from_pretrained(tiny_lm, local_files_only=True)
-    return model.eval(), tok
-
-
-@pytest.fixture(scope="module")
-def processed(tiny_lm):
-    backend = ModelBackend(tiny_lm, logprobs_mode="processed_logprobs")
-    with MockOpenAIServer(backend, max_lifetime_s=300) as server:
-        yield server
-
-
 GEN_CONFIG = {
     "do_sample": True,
     "temperature": 0.7,
