@@ -41,9 +41,9 @@ Example:
     >>> make_policy("hf", path="/no/such/model")
     Traceback (most recent call last):
     ...
-    FileNotFoundError: model '/no/such/model' is neither a local directory (written by
-    save_pretrained: config.json, weights, tokenizer files) nor a hub id in the local Hugging Face
-    cache; nothing is downloaded
+    FileNotFoundError: path must be a directory saved by save_pretrained() (config.json,
+    weights, tokenizer_config.json) or the id of a hub repo already in the local Hugging Face
+    cache, got '/no/such/model' (not a directory, not a cached hub id); nothing is downloaded
 
 (About 520 lines: loading, chat rendering, batched sampling and the log-probs of the same
 forward passes are one pipeline whose parts share the model, the tokenizer and the padding;
@@ -202,7 +202,7 @@ class HFPolicy(Policy):
                 f"and tokenizer, got path={path!r}, model={type(model).__name__}, "
                 f"tokenizer={type(tokenizer).__name__}"
             )
-        model_dir = None if path is None else resolve_model(path)
+        model_dir = None if path is None else resolve_model(path, key="path")
         self.path = model_dir
         self.max_new_tokens = max_new_tokens
         self.temperature = float(temperature)

@@ -1,30 +1,40 @@
 """Where a model lives on this machine: a local directory, or a hub id already in the local
 Hugging Face cache. Nothing is downloaded, whatever ``HF_HUB_OFFLINE`` says.
 
+And the name a loaded model's forward pass gives its key/value cache (:func:`cache_keyword`,
+:func:`returned_cache`): transformers 5.x renamed ``past_key_values`` to ``cache``, in the
+keyword and in the output (5.24 warns on the old name, 5.40 removes it; pyproject.toml stops
+before 5.40), while the releases before the rename, down to the 4.44 floor, know only
+``past_key_values``.
+
 Example:
     >>> resolve_model("/no/such/model")
     Traceback (most recent call last):
     ...
-    FileNotFoundError: model '/no/such/model' is neither a local directory (written by \
-save_pretrained: config.json, weights, tokenizer files) nor a hub id in the local Hugging Face \
-cache; nothing is downloaded
+    FileNotFoundError: path must be a directory saved by save_pretrained() (config.json, \
+weights, tokenizer_config.json) or the id of a hub repo already in the local Hugging Face cache, \
+got '/no/such/model' (not a directory, not a cached hub id); nothing is downloaded
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-__all__ = ["resolve_model"]
+__all__ = ["cache_keyword", "resolve_model", "returned_cache"]
 
 #: ``org/name`` or ``name`` as the hub spells repository ids.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def resolve_model(
-    path: str | os.PathLike[str], *, need: Literal["model", "tokenizer"] = "model"
+    path: str | os.PathLike[str],
+    *,
+    need: Literal["model", "tokenizer"] = "model",
+    key: str | None = None,
 ) -> Path:
     """The local directory of ``path``: itself when it is a directory, else the cached snapshot
     of the hub id ``path`` (``HF_HOME`` / ``HF_HUB_CACHE`` are honoured).
@@ -32,28 +42,38 @@ def resolve_model(
     Args:
         path: a directory, or a hub id such as ``"Qwen/Qwen2.5-0.5B-Instruct"``.
         need: ``"model"`` requires a ``config.json``; ``"tokenizer"`` a tokenizer file.
+        key: the name the caller took ``path`` from, which errors name (the config layer maps
+            a constructor argument to its key, e.g. ``path`` to ``policy.params.path``, by the
+            names a message mentions; so a message mentions no other argument's name); default
+            ``"path"`` for a model, ``"tokenizer"`` for a tokenizer.
 
     Raises:
         FileNotFoundError: neither, or the directory lacks what ``need`` asks for.
     """
+    key = key or ("path" if need == "model" else "tokenizer")
     local = Path(path).expanduser()
-    what = (
-        "save_pretrained: config.json, weights, tokenizer files"
-        if need == "model"
-        else "a tokenizer: tokenizer.json or tokenizer_config.json"
-    )
+    if need == "model":
+        what = (
+            "a directory saved by save_pretrained() (config.json, weights, tokenizer_config.json)"
+        )
+        marker: tuple[str, ...] = ("config.json",)
+        lacks = "no config.json in it"
+    else:
+        what = "a directory with tokenizer.json or tokenizer_config.json"
+        marker = ("tokenizer.json", "tokenizer_config.json")
+        lacks = "neither file in it"
     if not local.is_dir() and _HUB_ID.match(str(path)) and not str(path).startswith((".", "/")):
         local = _cached_snapshot(str(path)) or local
     if not local.is_dir():
         raise FileNotFoundError(
-            f"{need} {str(path)!r} is neither a local directory (written by {what}) nor a hub "
-            "id in the local Hugging Face cache; nothing is downloaded"
+            f"{key} must be {what} or the id of a hub repo already in the local Hugging Face "
+            f"cache, got {str(path)!r} (not a directory, not a cached hub id); nothing is "
+            "downloaded"
         )
-    marker = ("config.json",) if need == "model" else ("tokenizer.json", "tokenizer_config.json")
     if not any((local / m).is_file() for m in marker):
+        where = "" if str(local) == str(path) else f"cached as {str(local)!r}: "
         raise FileNotFoundError(
-            f"no {' or '.join(marker)} in {str(local)!r}: expected a directory written by "
-            f"{what}; nothing is downloaded"
+            f"{key} must be {what}, got {str(path)!r} ({where}{lacks}); nothing is downloaded"
         )
     return local
 
@@ -72,3 +92,50 @@ def _cached_snapshot(repo_id: str) -> Path | None:
         return Path(snapshot_download(repo_id, cache_dir=cache, local_files_only=True))
     except (LocalEntryNotFoundError, ValueError, OSError):
         return None
+
+
+def cache_keyword(model: Any) -> str:
+    """The keyword ``model``'s forward takes a key/value cache by: ``"cache"`` where
+    transformers renamed it, else ``"past_key_values"``.
+
+    Read from the forward's signature (transformers' decorators keep it), or, behind a wrapper
+    that hides it (``**kwargs``), from the installed library's output classes.
+
+    Example:
+        >>> class Old:
+        ...     def forward(self, input_ids, past_key_values=None, use_cache=None): ...
+        >>> cache_keyword(Old())
+        'past_key_values'
+    """
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (AttributeError, TypeError, ValueError):
+        params = {}
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    return "cache" if _library_renamed() else "past_key_values"
+
+
+def returned_cache(output: Any) -> Any:
+    """The key/value cache a forward pass returned (``use_cache=True``): ``output.cache`` where
+    transformers renamed it, else ``output.past_key_values`` (the deprecated alias is not read).
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class Old:
+        ...     logits: object = None
+        ...     past_key_values: object = "kv"
+        >>> returned_cache(Old())
+        'kv'
+    """
+    if "cache" in getattr(output, "__dataclass_fields__", {}):
+        return output.cache
+    return output.past_key_values
+
+
+def _library_renamed() -> bool:
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    return "cache" in getattr(CausalLMOutputWithPast, "__dataclass_fields__", {})

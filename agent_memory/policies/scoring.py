@@ -53,6 +53,7 @@ from agent_memory.checks import check_int, is_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt
 from agent_memory.policies.hf import GenerationStats, HFPolicy, _context_length
+from agent_memory.policies.local_model import cache_keyword, returned_cache
 from agent_memory.protocol import ActionChoice, Generation, SamplingParams
 
 if TYPE_CHECKING:
@@ -161,12 +162,12 @@ def score_candidates(
     logps = first[owner].gather(-1, cands[:, :1])  # (R, 1)
     if length > 1:
         # The later tokens of every candidate, on its prompt's cache.
-        cache = _select_cache(out.past_key_values, owner)
+        cache = _select_cache(returned_cache(out), owner)
         tail_mask = torch.cat([mask[owner], cmask[:, :-1]], dim=1)
         tail_pos = positions[owner, -1:] + 1 + torch.arange(length - 1, device=device)
         tail = model(
             input_ids=cands[:, :-1], attention_mask=tail_mask, position_ids=tail_pos,
-            past_key_values=cache, use_cache=True,
+            use_cache=True, **{cache_keyword(model): cache},
         )  # fmt: skip
         later = tail.logits.float().log_softmax(-1).gather(-1, cands[:, 1:, None]).squeeze(-1)
         logps = torch.cat([logps, later], dim=1)

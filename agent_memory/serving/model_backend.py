@@ -179,6 +179,9 @@ class ModelBackend:
         """Sample up to ``max_tokens`` tokens; see the module docstring for the semantics."""
         import torch
 
+        from agent_memory.policies.local_model import cache_keyword, returned_cache
+
+        cache_arg = cache_keyword(self.model)
         p = request.params
         temperature = effective_temperature(p.temperature)
         greedy = temperature < GREEDY_EPS
@@ -204,8 +207,8 @@ class ModelBackend:
             prompt_mask = counts = None
             shown: list[int] = []
             for _ in range(p.max_tokens):
-                out = self.model(input_ids=step_input, past_key_values=past, use_cache=True)
-                past = out.past_key_values
+                out = self.model(input_ids=step_input, use_cache=True, **{cache_arg: past})
+                past = returned_cache(out)
                 logits = out.logits[0, -1].float().cpu()
                 if penalised and prompt_mask is None:
                     vocab = logits.shape[-1]

@@ -331,15 +331,21 @@ def test_missing_paths_are_clear_errors(tmp_path):
     with pytest.raises(
         FileNotFoundError,
         match=re.escape(
-            "model '/no/such/model' is neither a local directory (written by save_pretrained: "
-            "config.json, weights, tokenizer files) nor a hub id in the local Hugging Face cache; "
-            "nothing is downloaded"
+            "path must be a directory saved by save_pretrained() (config.json, weights, "
+            "tokenizer_config.json) or the id of a hub repo already in the local Hugging Face "
+            "cache, got '/no/such/model' (not a directory, not a cached hub id); nothing is "
+            "downloaded"
         ),
     ):
         HFPolicy("/no/such/model")
-    with pytest.raises(FileNotFoundError, match=re.escape("model 'no-org/not-cached' is neither")):
+    with pytest.raises(
+        FileNotFoundError,
+        match=re.escape("got 'no-org/not-cached' (not a directory, not a cached hub id)"),
+    ):
         HFPolicy("no-org/not-cached")
-    with pytest.raises(FileNotFoundError, match=re.escape(f"no config.json in {str(tmp_path)!r}")):
+    with pytest.raises(
+        FileNotFoundError, match=re.escape(f"got {str(tmp_path)!r} (no config.json in it)")
+    ):
         HFPolicy(tmp_path)
 
 
