@@ -242,8 +242,8 @@ INVALID = [
     ),
     pytest.param(
         ["policy=hf", "policy.params.path=/no/such/model"],
-        "policy=hf cannot be built: FileNotFoundError: model '/no/such/model' is neither a "
-        "local directory (written by save_pretrained",
+        "policy=hf cannot be built: FileNotFoundError: path must be a directory saved by "
+        "save_pretrained() (config.json, weights, tokenizer_config.json)",
         id="hf-missing-model",
     ),
     pytest.param(
