@@ -124,13 +124,18 @@ def blame(error: BaseException, what: str, names: Mapping[str, str]) -> ConfigEr
         >>> print(blame(e, "memory.strategy='episodic'", {"retention": "memory.params.retention"}))
         memory.strategy='episodic' cannot be built: retention must be one of ['single_run'], got \
 'forever': change memory.params.retention
+        >>> e = FileNotFoundError("path must be a model directory, got '/no/such/model'")
+        >>> blame(e, "policy=hf", {"path": "policy.params.path", "model": "x.model"}).key
+        'policy.params.path'
     """
     message = str(error).rstrip(".") or type(error).__name__
     if not isinstance(error, ValueError):
         message = f"{type(error).__name__}: {message}"
+    # Quoted text is a value the user gave (e.g. a path ending in "/model"), never a key.
+    unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", lambda m: " " * len(m.group()), message)
     hits = []
     for name, key in names.items():
-        m = re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", message)
+        m = re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", unquoted)
         if m is not None and key:
             hits.append((m.start(), key))
     keys = list(dict.fromkeys(k for _, k in sorted(hits)))  # in the order the message names them
