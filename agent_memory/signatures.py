@@ -131,8 +131,8 @@ def blame(error: BaseException, what: str, names: Mapping[str, str]) -> ConfigEr
     message = str(error).rstrip(".") or type(error).__name__
     if not isinstance(error, ValueError):
         message = f"{type(error).__name__}: {message}"
-    # Quoted text is a value the user gave (e.g. a path ending in "/model"), never a key.
-    unquoted = re.sub(r"'[^']*'|\"[^\"]*\"", lambda m: " " * len(m.group()), message)
+    # "got '<value>'" quotes what the user gave (e.g. a path ending in "/model"), never a key.
+    unquoted = re.sub(r"got ('[^']*'|\"[^\"]*\")", lambda m: " " * len(m.group()), message)
     hits = []
     for name, key in names.items():
         m = re.search(rf"(?<![\w.]){re.escape(name)}(?!\w)", unquoted)
