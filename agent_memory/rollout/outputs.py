@@ -20,7 +20,7 @@ import numpy as np
 from agent_memory.config import JobConfig
 from agent_memory.rollout.types import Trajectory
 
-__all__ = ["step_rows", "summarize"]
+__all__ = ["spread", "step_rows", "summarize"]
 
 
 def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
@@ -85,9 +85,34 @@ def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
 MAX_LISTED_ERRORS = 20
 
 
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """Mean, 95th percentile (numpy's linear interpolation) and max of ``values`` (all 0 when
+    there are none).
+
+    Example:
+        >>> spread([10, 60, 100])
+        {'mean': 56.666666666666664, 'p95': 96.0, 'max': 100}
+    """
+    if not values:
+        return {"mean": 0.0, "p95": 0.0, "max": 0}
+    return {
+        "mean": float(np.mean(values)),
+        "p95": float(np.percentile(values, 95)),
+        "max": max(values),
+    }
+
+
 def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[str, Any]:
-    """The figures of a rollout's finished trajectories (summary.json)."""
+    """The figures of a rollout's finished trajectories (summary.json).
+
+    Context length per episode: ``episode_prompt_tokens`` is the mean, p95 and max over
+    episodes of each episode's prompt tokens summed over its steps (what a policy reads in the
+    episode), ``episode_peak_prompt_tokens`` the same of each episode's largest prompt; an
+    episode with no step is left out. ``mean_prompt_tokens`` / ``max_prompt_tokens`` are per
+    step.
+    """
     steps = [s for t in trajs for s in t.steps]
+    per_episode = [[int(s.context_tokens) for s in t.steps] for t in trajs if t.steps]
     tokens = [s.context_tokens for s in steps]
     rewards = [s.reward for s in steps]
     finite = [r for r in rewards if math.isfinite(r)]
@@ -115,6 +140,8 @@ def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[s
         "nonfinite_rewards": len(rewards) - len(finite),
         "mean_prompt_tokens": float(np.mean(tokens)) if tokens else 0.0,
         "max_prompt_tokens": int(max(tokens)) if tokens else 0,
+        "episode_prompt_tokens": spread([sum(e) for e in per_episode]),
+        "episode_peak_prompt_tokens": spread([max(e) for e in per_episode]),
         "env_steps_per_second": len(steps) / stats.loop_time if stats.loop_time else 0.0,
         "setup_seconds": stats.setup_time,
         "loop_seconds": stats.loop_time,

@@ -70,13 +70,22 @@ class WorkerPool:
         import ray
 
         r = self.job.rollout
+        # A worker plays at least one episode: no more workers start than this start's episodes.
+        # For a run's own episodes preflight (check_workers) refused more before Ray started;
+        # a caller that starts the workers for fewer (e.g. collector.start(n)) gets fewer.
         num_workers = min(r.num_workers, num_episodes)
+        if num_workers < r.num_workers:
+            log.info(
+                "starting %d of rollout.num_workers=%d workers: %d episodes to play",
+                num_workers, r.num_workers, num_episodes,
+            )  # fmt: skip
         envs_per_worker = min(r.envs_per_worker, math.ceil(num_episodes / num_workers))
         need = num_workers * r.num_cpus_per_worker
         have = ray.cluster_resources().get("CPU", 0)
-        if need > have:
+        if need > have + 1e-9:
+            started = "" if num_workers == r.num_workers else f" ({num_workers} started)"
             raise ValueError(
-                f"rollout.num_workers={num_workers} x rollout.num_cpus_per_worker="
+                f"rollout.num_workers={r.num_workers}{started} x rollout.num_cpus_per_worker="
                 f"{r.num_cpus_per_worker} needs {need:g} CPUs but the Ray cluster has {have:g}: "
                 "lower rollout.num_cpus_per_worker (fractions are allowed, e.g. 0.5) or "
                 "rollout.num_workers"

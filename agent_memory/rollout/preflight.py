@@ -19,6 +19,10 @@ own message and the override that fixes it (a :class:`~agent_memory.config.Confi
   driver's policy: :attr:`Preflight.policy` is handed to the run); a policy that needs the env's
   oracle is refused on an env without one; an ``openai`` server gets one probe request.
 - **algo**: PPO's ``algo.value_fn`` must resolve.
+- **workers** (:func:`check_workers`): ``rollout.num_workers`` must not exceed the episodes a
+  run plays (a worker plays at least one) nor, times ``rollout.num_cpus_per_worker``, the CPUs of
+  the Ray cluster: the local instance's (this machine's), or the running one's when Ray is up
+  already (a cluster joined by ``rollout.ray_address`` is checked once joined, by the pool).
 - **layout**: ``rollout.layout=episode`` needs prompts that only grow, turn by turn, as the
   model's tokens (:func:`check_episode_layout`): the whole history, the ``transcript``
   formatter, no token budget, a policy that renders incrementally, and a chat template that
@@ -43,7 +47,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import math
 import os
+import sys
 import tempfile
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -61,6 +67,7 @@ from agent_memory.suggest import did_you_mean
 __all__ = [
     "EnvCheck",
     "Preflight",
+    "check_workers",
     "preflight",
     "probe_server",
     "resolve_env",
@@ -124,6 +131,7 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     Raises:
         ConfigError: the first bad value found, with the override that fixes it.
     """
+    check_workers(job)
     episode = job.rollout.layout == "episode"
     if episode:
         check_episode_layout(job)
@@ -172,6 +180,109 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
         built.close()
         raise
     return Preflight(env, core.builder.frame_tokens, built, status)
+
+
+# ---------------------------------------------------------------------- workers
+
+#: Slack when comparing CPU shares (3 x 0.1 is 0.30000000000000004 in floating point).
+CPU_SLACK = 1e-9
+
+
+def check_workers(job: JobConfig, cpus: float | None = None) -> None:
+    """Refuse a ``rollout.num_workers`` the run cannot honour (the pool would otherwise start
+    fewer, or fail after Ray's start-up).
+
+    Args:
+        job: the job.
+        cpus: the Ray cluster's CPUs; None finds them without starting Ray
+            (:func:`cluster_cpus`): those of a cluster joined by address are unknown until it
+            is joined, and then only the episodes are checked here.
+
+    Raises:
+        ConfigError: more workers than the run's episodes, or than the CPUs fit.
+
+    Example:
+        >>> from agent_memory.config import EnvConfig, PolicyConfig, RolloutConfig
+        >>> job = JobConfig(env=EnvConfig(id="agent_memory/Recall-v0"),
+        ...                 policy=PolicyConfig("random"), rollout=RolloutConfig(num_workers=4))
+        >>> check_workers(job, cpus=4.0)
+        >>> check_workers(job, cpus=2.0)
+        Traceback (most recent call last):
+        ...
+        agent_memory.config.ConfigError: rollout.num_workers: expected at most 2 (each worker \
+reserves rollout.num_cpus_per_worker=1 CPU and the Ray cluster has 2 CPUs), got 4: pass fewer \
+workers with more envs each, e.g. rollout.num_workers=2 rollout.envs_per_worker=8 (the run's 16 \
+episodes at once), or a smaller share of a CPU per worker, e.g. rollout.num_cpus_per_worker=0.5
+    """
+    r = job.rollout
+    if cpus is None:
+        have, cluster = cluster_cpus(r.ray_address)
+    else:
+        have, cluster = cpus, "the Ray cluster has"
+    share = r.num_cpus_per_worker
+    if have is not None and share > have + CPU_SLACK:
+        raise ConfigError(
+            f"rollout.num_cpus_per_worker: expected at most {have:g} ({cluster} {have:g} "
+            f"CPUs), got {share:g}: pass e.g. rollout.num_cpus_per_worker={min(1.0, have):g}",
+            key="rollout.num_cpus_per_worker",
+        )
+    episodes = most_episodes(job)
+    fit = None if have is None else max(1, int(have / share + CPU_SLACK))
+    if fit is not None and r.num_workers > fit and fit <= episodes:
+        envs = max(r.envs_per_worker, math.ceil(episodes / fit))
+        smaller = math.floor(100 * have / r.num_workers) / 100
+        raise ConfigError(
+            f"rollout.num_workers: expected at most {fit} (each worker reserves "
+            f"rollout.num_cpus_per_worker={share:g} CPU and {cluster} {have:g} CPUs), "
+            f"got {r.num_workers}: pass fewer workers with more envs each, e.g. "
+            f"rollout.num_workers={fit} rollout.envs_per_worker={envs} (the run's {episodes} "
+            "episodes at once)"
+            + (
+                f", or a smaller share of a CPU per worker, e.g. "
+                f"rollout.num_cpus_per_worker={smaller:g}"
+                if smaller > 0
+                else ""
+            ),
+            key="rollout.num_workers",
+        )
+    if r.num_workers > episodes:
+        played = (
+            f"rollout.num_groups={r.num_groups} x rollout.group_size={r.group_size} = "
+            f"{r.num_episodes} episodes"
+        )
+        if episodes > r.num_episodes:
+            played += f" (and {episodes} in an evaluation)"
+        groups = math.ceil(r.num_workers / r.group_size)
+        raise ConfigError(
+            f"rollout.num_workers: expected at most {episodes} (the run plays {played} and a "
+            f"worker plays at least one: more would sit idle), got {r.num_workers}: pass "
+            f"rollout.num_workers={episodes} or fewer (each plays "
+            f"rollout.envs_per_worker={r.envs_per_worker} episodes at once), or more episodes, "
+            f"e.g. rollout.num_groups={groups}",
+            key="rollout.num_workers",
+        )
+
+
+def most_episodes(job: JobConfig) -> int:
+    """The most episodes one start of the workers plays: the job's
+    (``rollout.num_groups x rollout.group_size``), or a trainer's evaluation
+    (``trainer.eval_episodes``) when it plays more (the trainer starts its workers for both)."""
+    evaluation = getattr(getattr(job, "trainer", None), "eval_episodes", 0)
+    return max(job.rollout.num_episodes, evaluation if isinstance(evaluation, int) else 0)
+
+
+def cluster_cpus(address: str | None) -> tuple[float | None, str]:
+    """The CPUs the run's Ray cluster has, found without starting (or importing) Ray, and
+    whose they are (for a message): the running instance's when Ray is up in this process,
+    else those of the local instance :func:`~agent_memory.rollout.cluster.init_ray` would start
+    (this machine's); None for a cluster joined by address (known once joined)."""
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return float(ray.cluster_resources().get("CPU", 0)), "the running Ray cluster has"
+    if address:
+        return None, f"the cluster at rollout.ray_address={address} has"
+    # As init_ray starts it.
+    return float(os.cpu_count() or 1), "the local Ray instance gets this machine's"
 
 
 # ---------------------------------------------------------------------- env

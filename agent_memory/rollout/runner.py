@@ -139,9 +139,14 @@ def run_rollout(
             summary["wall_time_seconds"] = time.perf_counter() - t0
             writer.close(summary)
             if status == "ok":
+                per_episode = summary["episode_prompt_tokens"]
                 log.info(
-                    "rollout ok: %d episodes, success rate %.3f, %d env-steps; outputs in %s",
-                    summary["episodes"], summary["success_rate"], summary["env_steps"], out,
+                    "rollout ok: %d episodes, success rate %.3f, %d env-steps, prompt tokens "
+                    "per episode mean %.0f / p95 %.0f / max %d (per step mean %.0f / max %d); "
+                    "outputs in %s",
+                    summary["episodes"], summary["success_rate"], summary["env_steps"],
+                    per_episode["mean"], per_episode["p95"], per_episode["max"],
+                    summary["mean_prompt_tokens"], summary["max_prompt_tokens"], out,
                 )  # fmt: skip
             else:
                 log.error(
