@@ -250,6 +250,15 @@ class TextAdapter(gym.Env[str, str]):
         """The inner env's latest observation (what ``obs_to_text`` was given)."""
         return self._obs
 
+    @property
+    def has_oracle(self) -> bool:
+        """Whether :meth:`oracle_action` can answer: the adapter was given ``oracle_fn``.
+
+        The class always has ``oracle_action()``, so only the instance can tell; the rollout's
+        preflight reads this to refuse ``policy=scripted`` on an adapter without an oracle.
+        """
+        return self._oracle_fn is not None
+
     def admissible_actions(self) -> list[str]:
         """The action names valid now."""
         if self._admissible_fn is None:

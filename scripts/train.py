@@ -11,22 +11,29 @@ weights, computes advantages (algo=grpo|gigpo|ppo), updates the model on the rec
 policy and, every trainer.eval_every iterations, evaluates greedily on held-out seeds.
 policy=score chooses among the admissible actions by their likelihood; policy=hf generates token
 by token. Outputs, in Hydra's run directory (or trainer.output_dir): metrics.csv, tensorboard/,
-wandb/ (trainer.logger=[csv,tensorboard,wandb], offline), checkpoints/, summary.json, train.log.
+wandb/ (trainer.logger=[csv,tensorboard,wandb], offline), checkpoints/iter_NNNNNN/,
+summary.json, train.log. `--help` says all this, with examples and the config groups
+(agent_memory.train.config.TRAIN_HELP).
 
-A config error stops the script before Ray starts, with one message naming the override to
-change (exit status 2). A failure later keeps the last checkpoint and the metrics so far, and
-exits with status 1 (130 after Ctrl-C).
+A config error (trainer.model that is no model, trainer.resume that names no checkpoint
+included) stops the script before Ray starts or a model loads, with one message naming the
+override to change (exit status 2). A failure later keeps what the run saved (the last
+checkpoint, when one was saved, and the metrics so far), says which, and exits with status 1
+(130 after Ctrl-C).
 """
 
 from __future__ import annotations
 
 import json
+import sys
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
 from agent_memory.cli import hydra_main, script_failures
+from agent_memory.config import ConfigError
 from agent_memory.train import load_train, register_train_configs, train
+from agent_memory.train.checkpoint import kept_outputs
 
 register_train_configs()
 
@@ -35,17 +42,29 @@ register_train_configs()
 def main(cfg: DictConfig) -> dict:
     job = load_train(cfg)
     out_dir = job.trainer.output_dir or HydraConfig.get().runtime.output_dir
-    with script_failures(
-        "Training",
-        kept=f"The last checkpoint and the metrics so far are in {out_dir} "
-        '(summary.json says "status": "failed").',
-        interrupted=f"the last checkpoint and the metrics are in {out_dir}",
-    ):
+    try:
         summary = train(job, out_dir)
+    except ConfigError:
+        raise  # hydra_main prints it (status 2)
+    except (Exception, KeyboardInterrupt):
+        # What was kept is known only now: a checkpoint is named only when one was saved.
+        kept = kept_outputs(out_dir)
+        with script_failures("Training", kept=kept, interrupted=kept[0].lower() + kept[1:]):
+            raise
     print(json.dumps(summary, indent=2))
     print(f"outputs: {out_dir}")
     return summary
 
 
+def _with_help(argv: list[str]) -> list[str]:
+    """``argv`` with ``hydra/help=train`` when it asks for ``--help`` (the text is registered
+    by :func:`register_train_configs`; configs/train.yaml selects no help of its own)."""
+    asks = "--help" in argv or "-h" in argv
+    if asks and not any(a.startswith(("hydra/help=", "override hydra/help=")) for a in argv):
+        return [*argv, "hydra/help=train"]
+    return argv
+
+
 if __name__ == "__main__":
+    sys.argv = _with_help(sys.argv)
     main()

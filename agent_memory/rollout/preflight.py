@@ -61,6 +61,7 @@ from typing import Any
 from agent_memory.config import ConfigError, EnvConfig, JobConfig
 from agent_memory.policies import Policy
 from agent_memory.rollout.layout_checks import check_episode_layout, history_key
+from agent_memory.rollout.oracle_check import check_policy_env
 from agent_memory.signatures import BUILD_ERRORS, bind_params, build_or_blame
 from agent_memory.suggest import did_you_mean
 
@@ -136,6 +137,7 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     if episode:
         check_episode_layout(job)
     env = resolve_env(job.env)
+    check_policy_env(job, env, policy=policy)
     if job.algo.name == "ppo":
         _check_value_fn(job.algo.value_fn)
     from agent_memory.wrappers import HistoryOptions

@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TrainerState", "find_checkpoint", "load_checkpoint", "save_checkpoint"]
+__all__ = [
+    "TrainerState", "find_checkpoint", "kept_outputs", "load_checkpoint", "save_checkpoint",
+]  # fmt: skip
 
 STATE_FILE = "trainer_state.pt"
 
@@ -127,6 +129,33 @@ def find_checkpoint(path: str | Path) -> Path:
         "a run directory with checkpoints/latest: pass e.g. "
         "trainer.resume=outputs/train/<date>/<time>"
     )
+
+
+def kept_outputs(run_dir: str | Path) -> str:
+    """What a failed run left in ``run_dir``, as one sentence for its error message: the last
+    checkpoint only when one was saved, the metrics only when ``metrics.csv`` was written.
+
+    Example:
+        >>> import tempfile
+        >>> kept_outputs(tempfile.mkdtemp(prefix="run-")).startswith("No checkpoint or metrics")
+        True
+    """
+    out = Path(run_dir)
+    try:
+        ckpt: Path | None = find_checkpoint(out)
+    except FileNotFoundError:
+        ckpt = None
+    failed = ' (summary.json says "status": "failed")' if (out / "summary.json").is_file() else ""
+    if ckpt is not None:
+        where = ckpt.relative_to(out) if ckpt.is_relative_to(out) else ckpt
+        return (
+            f"The last checkpoint ({where}; continue with trainer.resume={out}) and the metrics "
+            f"so far are in {out}{failed}."
+        )
+    if (out / "metrics.csv").is_file():
+        return f"No checkpoint was saved; the metrics so far are in {out}{failed}."
+    log = f"; {out} has train.log" if (out / "train.log").is_file() else ""
+    return f"No checkpoint or metrics were saved{log}{failed}."
 
 
 def load_checkpoint(

@@ -15,7 +15,9 @@ trainer.iterations=100
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Optional
 
 from agent_memory.config import ConfigError, JobConfig, load_job
@@ -25,12 +27,16 @@ __all__ = [
     "TinyModelConfig",
     "TrainConfig",
     "TrainerConfig",
+    "check_model",
     "load_train",
     "register_train_configs",
 ]
 
 # OmegaConf's structured configs need typing.Optional (it does not read `X | None`).
 # ruff: noqa: UP045
+
+#: ``org/name`` or ``name``: how the hub spells a repository id (a path looks different).
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 #: Metric sinks ``trainer.logger`` may list (the CSV is always written).
 LOGGERS = ("csv", "tensorboard", "wandb")
@@ -210,10 +216,73 @@ class TrainConfig(JobConfig):
 
 def register_train_configs() -> None:
     """Register :class:`TrainConfig` with Hydra's ConfigStore as ``train_schema`` (train.yaml
-    lists it first in its defaults, so every composed training config is type-checked)."""
+    lists it first in its defaults, so every composed training config is type-checked), and
+    ``scripts/train.py``'s ``--help`` text as ``hydra/help=train`` (:data:`TRAIN_HELP`)."""
     from hydra.core.config_store import ConfigStore
 
-    ConfigStore.instance().store(name="train_schema", node=TrainConfig)
+    store = ConfigStore.instance()
+    store.store(name="train_schema", node=TrainConfig)
+    store.store(group="hydra/help", name="train", node=TRAIN_HELP)
+
+
+#: ``python scripts/train.py --help`` (Hydra's app help, as configs/hydra/help/rollout.yaml is
+#: the rollout script's; Hydra fills in $APP_CONFIG_GROUPS: every group and its options).
+TRAIN_HELP: dict[str, str] = {
+    "app_name": "train.py",
+    "header": """\
+${hydra.help.app_name}: train a policy with RL on the rollout path. Each iteration collects
+rollout.num_groups x rollout.group_size episodes with the current weights on Ray workers (the
+memory wrappers keep each sub-env's history), computes the advantages (algo=grpo|gigpo|ppo),
+updates the model on the recorded token ids (clipped ratio against the recorded sampling
+log-probs), hands the new weights to the rollout policy and, every trainer.eval_every
+iterations, evaluates greedily on held-out seeds. policy=score chooses among the admissible
+actions by their likelihood; policy=hf generates token by token. trainer.model=tiny (the
+default) builds a small LM offline from the env's own prompts: nothing is downloaded.
+""",
+    "footer": """\
+Every key is documented where it is set: configs/train.yaml, configs/trainer/default.yaml,
+configs/<group>/<option>.yaml. Hydra's own flags: --hydra-help.
+""",
+    "template": """\
+${hydra.help.header}
+== Usage ==
+  python scripts/train.py [group=option ...] [key=value ...]
+  python scripts/train.py --config-name train_recall [key=value ...]     (the README's demo)
+
+== Outputs (in hydra.run.dir, default outputs/train/<date>/<time>/, or trainer.output_dir) ==
+  summary.json           status (ok or failed, with the error), iterations, env-steps, episodes,
+                         policy version, the model, the last evaluation's success and return
+  metrics.csv            one row per iteration (and the evaluation before the first): train and
+                         eval success, return, episode length, valid-action ratio, tokens, loss
+                         terms, KL, clip fraction, time per phase
+  checkpoints/iter_NNNNNN/  model/ (save_pretrained: loadable as trainer.model=<that dir>) and
+                         trainer_state.pt; checkpoints/latest names the newest
+                         (every trainer.save_every iterations, and at the end)
+  tensorboard/           the same metrics for TensorBoard (trainer.logger=[csv,tensorboard])
+  wandb/                 with trainer.logger=[csv,tensorboard,wandb] (offline: no network)
+  tiny_model/            the demo model built for the env (trainer.model=tiny)
+  train.log              the run's log (.hydra/ beside it keeps the composed config)
+
+== Examples ==
+  python scripts/train.py                       (Recall, window memory, GRPO, the tiny model)
+  python scripts/train.py --config-name train_recall env.history_length=4      (reaches the cue)
+  python scripts/train.py env=recall memory=retrieval env.history_length=1 algo=ppo \\
+      trainer.iterations=20
+  python scripts/train.py trainer.model=/path/to/saved_model policy=hf     (your own HF model)
+  python scripts/train.py trainer.resume=outputs/train/<date>/<time>           (continue a run)
+  python scripts/train.py --cfg job             (print the composed config; nothing runs)
+
+The config is checked before Ray starts or a model loads: a bad value (trainer.model included)
+stops the script within seconds with one message naming the override to change (exit status 2).
+A failure later keeps what the run saved (the metrics so far, and the last checkpoint when one
+was saved), says which, and exits with status 1 (130 after Ctrl-C).
+
+== Config groups (group=option) ==
+$APP_CONFIG_GROUPS
+
+${hydra.help.footer}
+""",
+}
 
 
 def load_train(cfg: Any) -> TrainConfig:
@@ -224,4 +293,59 @@ def load_train(cfg: Any) -> TrainConfig:
     """
     job = load_job(cfg, schema=TrainConfig)
     assert isinstance(job, TrainConfig)
+    check_model(job.trainer)
     return job
+
+
+def check_model(trainer: TrainerConfig) -> None:
+    """Refuse a ``trainer.model`` that is no model on this machine, and a ``trainer.resume``
+    that names no checkpoint, before Ray starts or a model loads (they used to fail after both,
+    with a traceback). A checkpoint to resume from brings its own model: ``trainer.model`` is
+    then not read.
+
+    Raises:
+        ConfigError: naming ``trainer.model`` (or ``trainer.resume``), what was expected and
+            what was given.
+
+    Example:
+        >>> check_model(TrainerConfig(model="/nonexistent"))
+        Traceback (most recent call last):
+        ...
+        agent_memory.config.ConfigError: trainer.model: expected 'tiny', a model directory \
+(with config.json, as save_pretrained writes it) or a hub id already in the local Hugging Face \
+cache, got '/nonexistent': no such directory (nothing is downloaded): pass the directory of a \
+saved model, or trainer.model=tiny
+    """
+    if trainer.resume:
+        from agent_memory.train.checkpoint import find_checkpoint
+
+        try:
+            find_checkpoint(trainer.resume)
+        except FileNotFoundError as e:
+            raise ConfigError(str(e), key="trainer.resume") from None
+        return
+    model = trainer.model
+    if model == "tiny":
+        return
+    local = Path(model).expanduser()
+    if local.is_dir():
+        if (local / "config.json").is_file():
+            return
+        why = "the directory has no config.json"
+    else:
+        from agent_memory.policies.local_model import resolve_model
+
+        try:
+            resolve_model(model)  # a hub id in the local cache (never downloaded)
+            return
+        except FileNotFoundError:
+            pass
+        hub = _HUB_ID.match(model) and not model.startswith((".", "/", "~"))
+        why = "no such directory" + (", nor a hub id in the local cache" if hub else "")
+    raise ConfigError(
+        f"trainer.model: expected 'tiny', a model directory (with config.json, as "
+        f"save_pretrained writes it) or a hub id already in the local Hugging Face cache, got "
+        f"{model!r}: {why} (nothing is downloaded): pass the directory of a saved model, or "
+        "trainer.model=tiny",
+        key="trainer.model",
+    )

@@ -47,7 +47,7 @@ from agent_memory.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from agent_memory.train.config import TrainConfig
+from agent_memory.train.config import TrainConfig, check_model
 from agent_memory.train.engine import RolloutEngine, eval_specs, train_specs
 from agent_memory.train.logprobs import ValueHead, forward, prompt_hidden
 from agent_memory.train.loss import policy_loss, value_loss
@@ -73,7 +73,14 @@ def train(
 
     Returns:
         The run's summary (also in ``summary.json``).
+
+    Raises:
+        ConfigError: a ``trainer.model`` that is no model, a ``trainer.resume`` that names no
+            checkpoint (:func:`~agent_memory.train.config.check_model`), or what
+            :func:`~agent_memory.rollout.preflight.preflight` refuses: before Ray starts or a
+            model loads.
     """
+    check_model(cfg.trainer)
     import torch
 
     t, r = cfg.trainer, cfg.rollout

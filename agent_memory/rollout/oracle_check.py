@@ -1,0 +1,139 @@
+"""``check_policy_env``: a policy that plays the env's oracle needs an env that has one.
+
+:func:`~agent_memory.rollout.preflight.preflight` refuses an env *class* without
+``oracle_action()`` for ``policy=scripted`` / ``policy=prompt_oracle``. Some classes have the
+method but not always an oracle behind it: a :class:`~envs.text_adapter.TextAdapter` built
+without ``oracle_fn`` raises ``NotImplementedError`` from ``oracle_action()``, so every episode
+of the run would fail at its first step. Such a class says so with a ``has_oracle`` property,
+which only an instance can answer; :func:`check_policy_env` then builds one env in the driver
+(only when the policy needs the oracle) and reads it.
+
+Envs are built only where the answer needs an instance: a class that has ``oracle_action()``
+and no ``has_oracle`` (Sokoban, TextWorld, Code...) is trusted without building it (TextWorld
+generates games and Code starts a sandbox on construction); an env whose class is unknown (a
+factory without a return annotation) is built once.
+
+Example:
+    >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig
+    >>> job = JobConfig(env=EnvConfig(id="agent_memory/Taxi-v0"), policy=PolicyConfig("scripted"))
+    >>> check_policy_env(job)  # Taxi's adapter has an oracle
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from agent_memory.config import ConfigError, JobConfig
+
+if TYPE_CHECKING:
+    from agent_memory.policies import Policy
+    from agent_memory.rollout.preflight import EnvCheck
+
+__all__ = ["check_policy_env", "env_has_oracle"]
+
+log = logging.getLogger(__name__)
+
+
+def check_policy_env(
+    job: JobConfig, env: EnvCheck | None = None, *, policy: Policy | None = None
+) -> None:
+    """Refuse a policy that plays the env's oracle on an env built without one.
+
+    Args:
+        job: the validated job.
+        env: ``job.env`` as :func:`~agent_memory.rollout.preflight.resolve_env` resolved it
+            (None: resolved here).
+        policy: the run's policy when the caller built it (its ``needs`` are read instead of
+            ``job.policy.name``'s).
+
+    Raises:
+        ConfigError: the policy needs ``oracle_action`` and the env instance has no oracle
+            (key ``policy.name``), naming the policy, the env id, what is missing and the fix.
+    """
+    name = job.policy.name
+    needs = getattr(policy if policy is not None else _factory(name), "needs", frozenset())
+    if "oracle_action" not in needs:
+        return
+    if env is None:
+        from agent_memory.rollout.preflight import resolve_env
+
+        env = resolve_env(job.env)
+    cls = env.env_class
+    if cls is not None and not hasattr(cls, "oracle_action"):
+        return  # preflight refuses the class itself, with its own message
+    if cls is not None and not isinstance(getattr(cls, "has_oracle", None), property):
+        return  # oracle_action() on every instance: trusted, not built
+    made = _build(env)
+    if made is None:
+        return
+    try:
+        inner = getattr(made, "unwrapped", made)
+        has = env_has_oracle(inner)
+        made_cls = type(inner)
+    finally:
+        _close(made)
+    if has:
+        return
+    what = f"{made_cls.__module__}.{made_cls.__qualname__}"
+    if _is_text_adapter(inner):
+        missing = "was built without oracle_fn, so it has no oracle"
+        give = "give the env an oracle: TextAdapter(..., oracle_fn=...) in its entry point"
+    else:
+        missing = "has no oracle (its has_oracle is False)"
+        give = "build the env with an oracle"
+    raise ConfigError(
+        f"policy={name} plays the env's oracle, but env {env.id!r} ({what}) {missing} and every "
+        f"episode would fail at its first step: pass policy=random (a policy that needs no "
+        f"oracle), or {give}",
+        key="policy.name",
+    )
+
+
+def env_has_oracle(env: Any) -> bool:
+    """Whether ``env`` (an unwrapped env) can answer ``oracle_action()``: its ``has_oracle``
+    when it has one, else whether it has the method.
+
+    Example:
+        >>> class Expert:
+        ...     def oracle_action(self): return "up"
+        >>> env_has_oracle(Expert()), env_has_oracle(object())
+        (True, False)
+    """
+    flag = getattr(env, "has_oracle", None)
+    if flag is not None:
+        return bool(flag)
+    return callable(getattr(env, "oracle_action", None))
+
+
+def _factory(name: str) -> Any:
+    from agent_memory.policies import available_policies, policy_factory
+
+    # An unknown name is preflight's to report (with the nearest registered one).
+    return policy_factory(name) if name in available_policies() else None
+
+
+def _build(env: EnvCheck) -> Any:
+    """One env made by ``env``'s entry point, as ``gym.make`` would (without its wrappers), or
+    None when it cannot be built here (the workers then report that themselves)."""
+    from agent_memory.rollout.preflight import MAKE_KWARGS
+
+    kwargs = {k: v for k, v in env.kwargs.items() if k not in MAKE_KWARGS}
+    try:
+        return env.entry_point(**kwargs)
+    except Exception as e:  # not this check's error: the workers build it and say why
+        log.debug("check_policy_env: env %r not built here (%s: %s)", env.id, type(e).__name__, e)
+        return None
+
+
+def _close(env: Any) -> None:
+    try:
+        env.close()
+    except Exception as e:  # a close that fails must not hide the check's answer
+        log.debug("check_policy_env: close failed (%s: %s)", type(e).__name__, e)
+
+
+def _is_text_adapter(env: Any) -> bool:
+    from envs.text_adapter import TextAdapter
+
+    return isinstance(env, TextAdapter)
