@@ -356,7 +356,11 @@ def _made_class(creator: Callable[..., Any]) -> type | None:
         made = typing.get_type_hints(creator).get("return")
     except Exception:  # an annotation that does not resolve: the class stays unknown
         return None
-    return made if isinstance(made, type) else None
+    # `-> Any` (a class since Python 3.11) or `-> gym.Env` names no concrete env: unknown.
+    import gymnasium
+
+    vague = made is typing.Any or made in (object, gymnasium.Env)
+    return made if isinstance(made, type) and not vague else None
 
 
 def _keys(prefix: str, job: JobConfig) -> dict[str, str]:

@@ -80,3 +80,18 @@ def test_bundled_envs_with_an_oracle_pass() -> None:
 
 def test_the_adapter_says_whether_it_has_an_oracle() -> None:
     assert make_corridor(oracle=True).has_oracle and not make_corridor().has_oracle
+
+
+def test_a_factory_annotated_with_a_vague_type_is_an_unknown_class():
+    # `-> Any` is a class on Python 3.11+ and `-> gym.Env` a base class: neither says whether
+    # the env has an oracle, so preflight must not refuse the scripted policy for it.
+    from agent_memory.rollout.preflight import _made_class
+
+    def anything() -> Any: ...
+
+    def base() -> gym.Env: ...
+
+    def concrete() -> TextAdapter: ...
+
+    assert _made_class(anything) is None and _made_class(base) is None
+    assert _made_class(concrete) is TextAdapter
