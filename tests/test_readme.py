@@ -1,4 +1,4 @@
-"""Every code block of README.md runs as written, or says why not.
+"""Every code block of README.md and docs/**/*.md runs as written, or says why not.
 
 Conventions (HTML comments on the lines right above a block's opening fence; a reader never sees
 them):
@@ -8,7 +8,7 @@ them):
 * A ```bash block runs with ``bash -euo pipefail`` in a temporary directory in which ``scripts/``
   and ``configs/`` link to the repository's, so commands such as ``python scripts/rollout.py``
   run as written and their outputs (``outputs/``, ``multirun/``) land in that directory.
-  ``<!-- writes: GLOB ... -->`` lists files the block must have written there (what the README
+  ``<!-- writes: GLOB ... -->`` lists files the block must have written there (what the page
   promises).
 * ``<!-- not run: REASON -->`` skips a block (any language) with that reason, shown as the test's
   skip reason: skipping is explicit, never silent. Blocks of any other language must say so.
@@ -29,6 +29,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 README = REPO / "README.md"
+# The README first, then every docs page (tests/test_docs.py checks the site itself).
+PAGES = [README, *sorted((REPO / "docs").rglob("*.md"))]
 RUNNABLE = ("python", "bash")
 _COMMENT = re.compile(r"^<!--\s*(.*?)\s*-->$")
 _FENCE = re.compile(r"^```(\S*)\s*$")
@@ -42,6 +44,12 @@ class Block:
     code: str
     line: int
     markers: list[str] = field(default_factory=list)
+    page: str = "README.md"
+
+    @property
+    def where(self) -> str:
+        """``page:line``, as the failure messages name a block."""
+        return f"{self.page}:{self.line}"
 
     def marker(self, name: str) -> str | None:
         """The text after ``name`` in a marker (``not run: why`` -> ``why``), or None."""
@@ -51,7 +59,7 @@ class Block:
         return None
 
 
-def parse_blocks(text: str) -> list[Block]:
+def parse_blocks(text: str, page: str = "README.md") -> list[Block]:
     """The fenced blocks of a markdown text, with the HTML comment lines right above each.
 
     Example:
@@ -76,14 +84,18 @@ def parse_blocks(text: str) -> list[Block]:
         while end < len(lines) and lines[end].strip() != "```":
             end += 1
         if end == len(lines):
-            raise ValueError(f"README.md:{i + 1}: the block is never closed")
+            raise ValueError(f"{page}:{i + 1}: the block is never closed")
         code = "".join(f"{line}\n" for line in lines[i + 1 : end])
-        blocks.append(Block(opening.group(1), code, i + 1, markers))
+        blocks.append(Block(opening.group(1), code, i + 1, markers, page))
         i = end + 1
     return blocks
 
 
-BLOCKS = parse_blocks(README.read_text(encoding="utf-8"))
+BLOCKS = [
+    block
+    for page in PAGES
+    for block in parse_blocks(page.read_text(encoding="utf-8"), page.relative_to(REPO).as_posix())
+]
 
 
 def _env(tmp_path: Path) -> dict[str, str]:
@@ -103,16 +115,17 @@ def _run(args: list[str], cwd: Path, block: Block, timeout: int = 300) -> None:
         args, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=timeout
     )
     assert proc.returncode == 0, (
-        f"README.md:{block.line} ({block.lang}) failed with exit code {proc.returncode}:\n"
+        f"{block.where} ({block.lang}) failed with exit code {proc.returncode}:\n"
         f"{block.code}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
     )
 
 
 def test_every_block_is_runnable_or_says_why_not() -> None:
     assert sum(b.lang == "python" for b in BLOCKS) >= 3  # the parser found the blocks
+    assert {b.page for b in BLOCKS} > {"README.md"}  # and the docs pages' blocks
     for block in BLOCKS:
         reason = block.marker("not run")
-        where = f"README.md:{block.line}"
+        where = block.where
         if reason is not None:
             assert reason, f"{where}: write why it is not run: <!-- not run: REASON -->"
         else:
@@ -121,13 +134,15 @@ def test_every_block_is_runnable_or_says_why_not() -> None:
             )
 
 
-@pytest.mark.parametrize("block", BLOCKS, ids=[f"L{b.line}-{b.lang or 'text'}" for b in BLOCKS])
+@pytest.mark.parametrize(
+    "block", BLOCKS, ids=[f"{b.page}:L{b.line}-{b.lang or 'text'}" for b in BLOCKS]
+)
 def test_readme_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     reason = block.marker("not run")
     if reason is not None:
-        pytest.skip(f"README.md:{block.line} says: not run: {reason}")
+        pytest.skip(f"{block.where} says: not run: {reason}")
     if block.lang not in RUNNABLE:
-        pytest.fail(f"README.md:{block.line}: ```{block.lang} without <!-- not run: REASON -->")
+        pytest.fail(f"{block.where}: ```{block.lang} without <!-- not run: REASON -->")
     if block.lang == "python":
         script = tmp_path / "block.py"
         script.write_text(block.code, encoding="utf-8")
@@ -138,5 +153,5 @@ def test_readme_block_runs_as_written(block: Block, tmp_path: Path) -> None:
         _run(["bash", "-euo", "pipefail", "-c", block.code], tmp_path, block)
     for pattern in (block.marker("writes") or "").split():
         assert list(tmp_path.glob(pattern)), (
-            f"README.md:{block.line} promises {pattern}; found none under {tmp_path}"
+            f"{block.where} promises {pattern}; found none under {tmp_path}"
         )

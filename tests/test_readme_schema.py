@@ -1,4 +1,4 @@
-"""README's row-schema tables are ROW_COLUMNS and EPISODE_COLUMNS, column for column."""
+"""The docs' row-schema tables (docs/output-schema.md) are ROW_COLUMNS and EPISODE_COLUMNS, column for column."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from agent_memory.rollout.writer import EPISODE_COLUMNS, ROW_COLUMNS
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "output-schema.md"
 _ROW = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \| (.*) \|$")
 
 
@@ -21,8 +21,8 @@ def _type(kind: str) -> str:
 
 
 def _tables() -> list[dict[str, tuple[str, str]]]:
-    text = README.read_text(encoding="utf-8")
-    section = text.split("## Training on these rollouts", 1)[1].split("\n## ", 1)[0]
+    text = PAGE.read_text(encoding="utf-8")
+    section = text.split("## Token rows", 1)[1].split("\n## ", 1)[0]
     tables: list[dict[str, tuple[str, str]]] = []
     current: dict[str, tuple[str, str]] | None = None
     for line in section.splitlines():
