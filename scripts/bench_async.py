@@ -28,6 +28,15 @@
    same steps against the same latency distribution, so their throughput ratio is their
    utilization ratio, and no engine can gain more than ``1 / lockstep's utilization`` (it would
    keep every slot busy all the time).
+3. **The mock server's own accounting** — what section 2's utilization and idle figures rest
+   on: ``--calibration-requests`` requests (12) of a fixed ``--calibration-latency`` (0.2 s)
+   sent at once through ``--calibration-cap`` slots (4), in this process, last. Printed against
+   the latency each request sleeps (the baseline): the mean slot time per request (latency +
+   the server's own overhead), the time to serve them all against the ideal
+   ``ceil(requests / cap) * latency``, the utilization of the busy window (first request in to
+   last out) and the idle time inside it (a queued request takes a freed slot one loop turn
+   later). These were upper bounds of ``tests/serving/test_capacity.py``; on a loaded machine
+   they are figures, not pass/fail.
 
 Usage::
 
@@ -41,10 +50,13 @@ import argparse
 import contextlib
 import gc
 import hashlib
+import math
 import multiprocessing as mp
 import os
 import statistics
+import threading
 import time
+import urllib.request
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -287,6 +299,56 @@ def server_section(args: argparse.Namespace) -> None:
         server.close()
 
 
+def calibration_section(args: argparse.Namespace) -> None:
+    """Section 3: the mock server's slot overhead and busy-window utilization (in-process)."""
+    from agent_memory.serving import FixedLatency, HashBackend, MockOpenAIServer
+
+    n, cap, latency = args.calibration_requests, args.calibration_cap, args.calibration_latency
+    server = MockOpenAIServer(HashBackend(), latency=FixedLatency(latency), max_in_flight=cap)
+    barrier = threading.Barrier(n)
+    body = b'{"prompt": "go", "max_tokens": 4}'
+
+    def one() -> None:
+        barrier.wait()
+        request = urllib.request.Request(
+            server.base_url + "/completions", data=body,
+            headers={"Content-Type": "application/json"},
+        )  # fmt: skip
+        with urllib.request.urlopen(request, timeout=60) as response:
+            response.read()
+
+    with server:
+        threads = [threading.Thread(target=one) for _ in range(n)]
+        t0 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - t0
+        whole = server.stats()
+    area = whole.mean_in_flight * whole.duration_s
+    first, last = whole.timeline[1][0], whole.timeline[-1][0]
+    busy = server.stats(since=first, until=last)
+    outside = whole.duration_s - (last - first)
+    ideal = math.ceil(n / cap) * latency
+    print(
+        f"3. the mock server's own accounting: {n} requests of a fixed {latency * 1000:.0f} ms "
+        f"latency sent at once through {cap} slots (this process)\n"
+    )
+    print("| figure | value | vs baseline |")
+    print("|---|---|---|")
+    print(
+        f"| slot time per request | {area / n * 1000:.1f} ms | {area / n / latency:.3f}x latency |"
+    )
+    print(f"| time to serve them all | {elapsed:.3f} s | {elapsed / ideal:.3f}x ideal |")
+    print(f"| utilization of the busy window | {busy.utilization:.3f} | (1 = every slot busy) |")
+    print(
+        f"| idle inside the busy window | {(whole.idle_s - outside) * 1000:.1f} ms | "
+        f"{(whole.idle_s - outside) / (last - first):.3f}x the window |"
+    )
+    print()
+
+
 def bare_steps_per_second(num_envs: int, steps: int, max_steps: int) -> float:
     """Gymnasium's SyncVectorEnv of the same envs, stepped here with random moves (drawn
     before the clock starts), as the pipeline's random policy plays them. SAME_STEP
@@ -431,7 +493,10 @@ def main() -> None:
     )
     p.add_argument("--random-steps", type=int, default=30, help="random episodes' step limit")
     p.add_argument("--random-bare-steps", type=int, default=300)
-    p.add_argument("--skip", choices=["server", "random"], nargs="*", default=[])
+    p.add_argument("--calibration-requests", type=int, default=12)
+    p.add_argument("--calibration-cap", type=int, default=4)
+    p.add_argument("--calibration-latency", type=float, default=0.2, help="seconds")
+    p.add_argument("--skip", choices=["server", "random", "calibration"], nargs="*", default=[])
     args = p.parse_args()
     if args.quick:
         args.envs, args.repeats, args.max_steps = [8], 1, 4
@@ -451,6 +516,8 @@ def main() -> None:
         random_section(args)
     if "server" not in args.skip:
         server_section(args)
+    if "calibration" not in args.skip:  # last: an in-process server (see the random section)
+        calibration_section(args)
     print(f"load average (1, 5, 15 min) at the end: {load()}")
 
 

@@ -3,8 +3,12 @@
 Each case is an action of ``--size`` characters built to hurt a backtracking parser (unclosed
 fences, long blank runs, thousands of tags, indented lines). Timed: ``parse_action`` alone and
 the whole ``CodeEnv.step`` where it does no sandbox work (invalid actions, answers); best of
-``--repeats``. For scale, the pre-fix fence regex is timed on the worst case at a few small
-sizes (it is quadratic: seconds at 80k characters, so never at the full size).
+``--repeats``. Each case is also parsed at ``--baseline-size`` (1 KB), in the same process:
+the "per char vs 1 KB" column is ``parse_action``'s time per character at the full size over
+its time per character at the baseline size (1 for linear time; a quadratic parser's ratio grows
+with the size, ~1,000 at 1 MB). For scale, the pre-fix fence regex is timed on the worst case
+at a few small sizes (it is quadratic: seconds at 80k characters, so never at the full size).
+(``tests/envs/test_code_parse.py`` checks what each case parses to; the times are here.)
 
 Usage::
 
@@ -67,28 +71,41 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--size", type=int, default=1_000_000, help="characters per action")
     p.add_argument("--repeats", type=int, default=5, help="timings per case (best of)")
+    p.add_argument(
+        "--baseline-size", type=int, default=1_000, help="characters of the baseline actions"
+    )
     args = p.parse_args()
 
     env = CodeEnv()
     index = next(i for i, t in enumerate(TASKS) if t.kind == "text")
     env.reset(seed=0, options={"task_index": index})
     print(f"Per-step text paths, {args.size:,}-character actions (best of {args.repeats}, ms)\n")
-    print("| case | parse_action | CodeEnv.step | result |")
-    print("|---|---|---|---|")
-    worst = 0.0
+    print("| case | parse_action | per char vs 1 KB | CodeEnv.step | result |")
+    print("|---|---|---|---|---|")
+    worst = worst_ratio = 0.0
+    baseline = hostile(args.baseline_size)
     for name, action in hostile(args.size).items():
         kind, _, reason = parse_action(action)
         parse_ms = best_ms(lambda a=action: parse_action(a), args.repeats)
+        small = baseline[name]
+        small_ms = best_ms(lambda a=small: parse_action(a), max(args.repeats, 20))
+        ratio = (parse_ms / len(action)) / (max(small_ms, 1e-6) / len(small))
+        worst_ratio = max(worst_ratio, ratio)
         if kind == "code":
             step = "runs code"
         else:
             step = f"{best_ms(lambda a=action: step_once(env, a, index), args.repeats):.2f}"
         worst = max(worst, parse_ms, 0.0 if kind == "code" else float(step))
         result = kind or reason.split(";")[0][:48]
-        print(f"| {name} | {parse_ms:.2f} | {step} | {result} |")
+        print(f"| {name} | {parse_ms:.2f} | {ratio:.2f}x | {step} | {result} |")
     env.close()
     verdict = "within" if worst <= BUDGET_MS else "OVER"
     print(f"\nWorst: {worst:.2f} ms, {verdict} the {BUDGET_MS:g} ms budget.")
+    quadratic = args.size / args.baseline_size
+    print(
+        f"Worst time per character at {args.size:,} vs {args.baseline_size:,} characters: "
+        f"{worst_ratio:.2f}x (1 = linear; quadratic would be ~{quadratic:,.0f}x)."
+    )
     print("\nThe fence regex before the fix on the first case (quadratic):\n")
     print("| characters | old regex (ms) | parse_action now (ms) |")
     print("|---|---|---|")

@@ -63,10 +63,9 @@ def _our_child_exists(pid: int) -> bool:
 
 def test_check_env_passes_quickly_without_process_work() -> None:
     env = gym.make(ENV_ID).unwrapped
-    start = time.monotonic()
     check_env(env)
-    assert time.monotonic() - start < 10
-    # random strings are invalid actions: the sandbox never restarted
+    # "Quickly" as counted, not timed: random strings are invalid actions, so no code ran and
+    # the sandbox never restarted
     assert env.sandbox is not None and (env.sandbox.runs, env.sandbox.restarts) == (0, 0)
     env.close()
 
@@ -369,10 +368,9 @@ def test_infinite_loop_is_killed_and_the_env_stays_usable() -> None:
     env.reset(seed=0)
     _run(env, "before = 1")
     pid = env.sandbox.pid
-    start = time.monotonic()
     obs, info = _run(env, "while True: pass")
-    assert time.monotonic() - start < 5
-    assert info["sandbox_status"] == "timeout"
+    # The 1 s wall-clock deadline fired (RLIMIT_CPU's 60 s backstop would report "died")
+    assert info["sandbox_status"] == "timeout" and env.sandbox.restarts == 1
     assert "Timeout" in obs and "variables and imports are lost" in obs
     assert env.sandbox.pid != pid and not _our_child_exists(pid)
     assert "NameError" in _run(env, "before")[0]  # state lost, as documented
@@ -594,25 +592,30 @@ def test_forged_protocol_frames_are_handled(env: CodeEnv) -> None:
 
 
 def test_sandbox_exits_when_its_parent_is_killed() -> None:
+    # The run outlives the test (600 s, its timeout too): only the orphan watchdog can end the
+    # sandbox within the 60 s below, which are hang guards, not timings.
     script = (
-        "from envs.code_exec import Sandbox\n"
-        "box = Sandbox()\n"
+        "from envs.code_exec import Sandbox, SandboxLimits\n"
+        "box = Sandbox(SandboxLimits(timeout_s=600.0))\n"
         "box.layers\n"
         "print(box.pid, box.workdir, flush=True)\n"
         'box.run(\'open("left.txt", "w").write("x")\')\n'
-        "box.run('import time; time.sleep(60)')\n"
+        "box.run('import time; time.sleep(600)')\n"
     )
     parent = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
     )
     pid_text, workdir_text = parent.stdout.readline().split()
     child_pid, workdir = int(pid_text), Path(workdir_text)
-    deadline = time.monotonic() + 10
-    while not (workdir / "left.txt").exists() and time.monotonic() < deadline:
+    deadline = time.monotonic() + 60
+    while not (workdir / "left.txt").exists():
+        if time.monotonic() > deadline:
+            parent.kill()
+            pytest.fail("the sandbox never wrote left.txt")
         time.sleep(0.05)
     parent.kill()
     parent.wait()
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         try:
             state = Path(f"/proc/{child_pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

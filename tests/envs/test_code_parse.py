@@ -9,7 +9,6 @@ from __future__ import annotations
 import random
 import re
 import textwrap
-import time
 
 import pytest
 
@@ -95,7 +94,9 @@ HOSTILE = {
 
 
 def test_hostile_megabyte_actions_are_parsed_correctly() -> None:
-    start = time.monotonic()
+    # What each case parses to, not how fast: scripts/bench_parse.py times every hostile case
+    # at 1 MB against the same case at 1 KB (linear: ~1,000x; the old fence regex, quadratic,
+    # needed seconds for 80k characters). A quadratic return would run past the per-test timeout.
     for name, (action, expected) in HOSTILE.items():
         result = parse_action(action)
         if expected == "lines":
@@ -106,9 +107,6 @@ def test_hostile_megabyte_actions_are_parsed_correctly() -> None:
             assert result[0] is None and result[2].startswith("no <code>"), name
         else:
             assert result == (*expected, "")[:3], name
-    # a guard against a return of quadratic behaviour only (the old fence regex needed seconds
-    # for 80k characters; all cases here take milliseconds: scripts/bench_parse.py times them)
-    assert time.monotonic() - start < 10
 
 
 def test_block_limits_are_named() -> None:

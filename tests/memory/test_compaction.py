@@ -330,7 +330,9 @@ def test_timeout_falls_back_to_truncation_and_never_piles_up_calls():
     try:
         _store(mem, 4)
         (event,) = mem.events
-        assert event["fallback"] == "timeout" and event["duration_s"] < 5
+        # The 0.2 s deadline fired (its fallback and message; the hung call takes 30 s), and
+        # the event's duration is the wait (at least a good part of the deadline).
+        assert event["fallback"] == "timeout" and event["duration_s"] > 0.1
         assert "summary_timeout=0.2" in event["error"]
         assert mem.summary(0) == "[3 earlier steps dropped (steps 1-3)]"
         assert (
@@ -347,7 +349,8 @@ def test_timeout_falls_back_to_truncation_and_never_piles_up_calls():
         assert not mem.wait_summarizer(timeout=0.01)
     finally:
         policy.release.set()
-    assert mem.wait_summarizer(timeout=10)  # the released call ends; the summarizer is used again
+    assert mem.wait_summarizer(timeout=60)  # the released call ends (60 s: a hang guard only)
+    # ... and the summarizer is used again
     _store(mem, 3)
     assert mem.events[-1]["fallback"] is None and mem.summary(0) == "late summary"
 

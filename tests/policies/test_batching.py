@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+import time
 
 import pytest
 
@@ -21,9 +22,11 @@ class Echo(Policy):
         self.fail_on = fail_on
         self.gate = threading.Event()
         self.gate.set()
+        self.entered = threading.Event()  # set once a batch is in act (in the worker thread)
 
     def act(self, prompts, meta=None):
-        self.gate.wait(5)
+        self.entered.set()
+        assert self.gate.wait(60), "the test never opened the gate"  # a hang guard
         self.batches.append(list(prompts))
         if self.fail_on in prompts:
             raise RuntimeError(f"the model failed on {self.fail_on!r}")
@@ -52,11 +55,13 @@ def test_a_lone_request_waits_at_most_max_wait():
     echo = Echo()
     batcher = BatchingPolicy(echo, max_batch_size=64, max_wait_ms=10)
 
-    async def main():
-        return await asyncio.wait_for(batcher.agenerate(["alone"]), timeout=5)
+    async def main():  # 60 s: a hang guard (a batch that never went out), not a timing
+        return await asyncio.wait_for(batcher.agenerate(["alone"]), timeout=60)
 
     assert [g.text for g in run(main())] == ["echo:alone"]
+    # The wait ended it: one batch of one prompt went out without filling up.
     assert echo.batches == [["alone"]]
+    assert (batcher.stats.batches, batcher.stats.full_batches) == (1, 0)
 
 
 def test_requests_keep_filling_the_next_batch_while_one_generates():
@@ -66,13 +71,20 @@ def test_requests_keep_filling_the_next_batch_while_one_generates():
 
     async def main():
         first = asyncio.ensure_future(batcher.agenerate(["a"]))
-        await asyncio.sleep(0.05)  # "a" is generating
-        rest = [asyncio.ensure_future(batcher.agenerate([p])) for p in "bcd"]
-        await asyncio.sleep(0.05)
-        echo.gate.set()
+        try:
+            # "a" is generating: its batch is in the model (an event, not a sleep).
+            assert await asyncio.to_thread(echo.entered.wait, 60), "'a' never reached the model"
+            rest = [asyncio.ensure_future(batcher.agenerate([p])) for p in "bcd"]
+            deadline = time.monotonic() + 60  # a hang guard, not a timing
+            while batcher.stats.requests < 4:  # b, c and d are queued (counted before queuing)
+                assert time.monotonic() < deadline, "b, c and d were never queued"
+                await asyncio.sleep(0)
+        finally:
+            echo.gate.set()
         return await asyncio.gather(first, *rest)
 
-    run(main())
+    out = run(main())
+    assert [[g.text for g in gens] for gens in out] == [[f"echo:{p}"] for p in "abcd"]
     assert echo.batches == [["a"], ["b", "c", "d"]]  # b, c, d waited together
 
 

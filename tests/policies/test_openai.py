@@ -364,10 +364,13 @@ def test_closing_releases_requests_waiting_for_a_slot(server):
         server.base_url, "m", concurrency=2, max_retries=0, timeout=5.0, return_tokens=False
     )
     policy = policy.for_workers(2)
+    policy.prepare()  # the server check is done: only the prompts' requests are in play
     out: list[list[str]] = []
     caller = threading.Thread(target=lambda: out.append(policy.act(prompts)))
     caller.start()
-    time.sleep(0.1)
+    deadline = time.monotonic() + 10
+    while not any(r["key"] == "p0" for r in server.requests) and time.monotonic() < deadline:
+        time.sleep(0.005)  # until p0 holds the one slot (the server has it)
     policy.close()
     caller.join(10)
     assert not caller.is_alive() and out and out[0][1] == ""
@@ -425,24 +428,34 @@ def test_429_and_503_honour_retry_after(server):
     assert policy.stats.retries == 2
 
 
-def test_retry_after_is_capped(server):
+def test_retry_after_is_capped(server, caplog):
     server.faults = {"x": [("status", 429, "come back tomorrow", {"Retry-After": "86400"})]}
-    with OpenAIPolicy(server.base_url, "m", max_retry_after=0.05, **FAST) as policy:
-        start = time.monotonic()
+    with (
+        caplog.at_level(logging.DEBUG, logger="agent_memory.policies.openai_client"),
+        OpenAIPolicy(server.base_url, "m", max_retry_after=0.05, **FAST) as policy,
+    ):
         assert policy.act(["x"]) == ["echo:x"]
-        assert time.monotonic() - start < 5
+    # The wait it chose, logged before it sleeps: the cap, not the day the server asked for.
+    assert "prompt 0: HTTP 429: come back tomorrow; retry in 0.05 s" in caplog.text
+    x = server.attempts("x")
+    assert len(x) == 2 and x[1] - x[0] >= 0.05 and policy.stats.retries == 1
 
 
-def test_slow_response_times_out_and_is_retried(server):
+def test_slow_response_times_out_and_is_retried(server, caplog):
     server.faults = {"slow": [("sleep", 1.5)]}
-    with OpenAIPolicy(
-        server.base_url, "m", timeout=0.2, max_retries=2, backoff=(0.001, 0.005),
-        return_tokens=False,
-    ) as policy:  # fmt: skip
-        start = time.monotonic()
+    with (
+        caplog.at_level(logging.DEBUG, logger="agent_memory.policies.openai_client"),
+        OpenAIPolicy(
+            server.base_url, "m", timeout=0.2, max_retries=2, backoff=(0.001, 0.005),
+            return_tokens=False,
+        ) as policy,
+    ):  # fmt: skip
         assert policy.act(["slow"]) == ["echo:slow"]
-        assert time.monotonic() - start < 1.2  # did not wait for the slow answer
+    # It did not wait for the slow answer: the first attempt was abandoned at its deadline and
+    # the answer is the retry's (a client that waited would have sent one request, no retry).
+    assert "prompt 0: timed out after 0.2 s; retry in" in caplog.text
     assert len(server.attempts("slow")) == 2 and policy.stats.retries == 1
+    assert policy.stats.failures == 0 and policy.last_errors == {}
 
 
 def test_always_slow_gives_empty_response_and_a_recorded_timeout(server):
@@ -537,11 +550,12 @@ def test_a_drip_fed_answer_cannot_outlive_the_total_timeout(server):
     with OpenAIPolicy(
         server.base_url, "m", timeout=1.0, max_retries=0, return_tokens=False
     ) as policy:
-        start = time.monotonic()
         assert policy.act(["drip"]) == [""]
-        elapsed = time.monotonic() - start
-    assert elapsed < 2.5  # per phase, each 0.3 s byte would have kept it alive for ~10 s
+    # The total deadline fired: per phase, each 0.3 s byte would have kept the request alive
+    # until the 40 bytes were in (~12 s), and it would have failed as "malformed response
+    # (not JSON)" instead; no retry was sent.
     assert policy.last_errors == {0: "timed out after 1 s"}
+    assert len(server.attempts("drip")) == 1 and policy.stats.failures == 1
 
 
 # ---------------------------------------------------------------------- lifecycle

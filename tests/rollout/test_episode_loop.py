@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 
 import pytest
 
@@ -63,14 +62,25 @@ def test_episodes_queued_on_an_env_play_back_to_back_in_one_stream():
 
 
 def test_finished_episodes_wait_for_company_until_an_env_has_nothing_left_to_play():
-    # With an interval far longer than the test, episodes that end while their env has the
-    # next one queued wait to go together; the env running dry sends them at once (a run
-    # that waited for the interval would take 60 s).
-    worker = _worker(envs=1, report_interval_s=60.0)
-    t0 = time.monotonic()
-    messages = _play(worker, [a(0, 0, 0), a(0, 1, 1), a(0, 2, 2)], episodes=3)
-    assert [[ep.traj_uid for ep in batch] for batch in messages] == [["g0-t0", "g1-t0", "g2-t0"]]
-    assert time.monotonic() - t0 < 30
+    # With an interval that never ends (1e9 s), episodes that end while their env has the next
+    # one queued wait to go together; the env running dry sends them at once: before finish()
+    # (which would flush them too). A loop that waited for the interval would send nothing
+    # until then.
+    worker = _worker(envs=1, report_interval_s=1e9)
+
+    async def main():
+        stream = worker.run([a(0, 0, 0), a(0, 1, 1), a(0, 2, 2)])
+        pending = asyncio.ensure_future(stream.__anext__())
+        done, _ = await asyncio.wait([pending], timeout=60.0)  # a hang guard, not a timing
+        sent_before_finish = bool(done)
+        await worker.finish()
+        batch = (await pending).unpack()
+        rest = [b async for b in stream]
+        return sent_before_finish, [ep.traj_uid for ep in batch], rest
+
+    sent_before_finish, batch, rest = asyncio.run(main())
+    assert sent_before_finish and rest == []
+    assert batch == ["g0-t0", "g1-t0", "g2-t0"]  # one message for the three
     worker.close()
 
 

@@ -46,9 +46,25 @@ def test_lognormal_latency_has_the_asked_median_and_p99():
         LogNormalLatency(median_s=0)
 
 
+class _Gated(HashBackend):
+    """A :class:`HashBackend` whose answers wait for ``gate`` (in the server's worker thread, so
+    the requests holding a slot keep it while the others arrive and queue)."""
+
+    blocking = True
+
+    def __init__(self, gate: threading.Event) -> None:
+        super().__init__()
+        self.gate = gate
+
+    def generate(self, request):
+        assert self.gate.wait(60), "the test never opened the gate"
+        return super().generate(request)
+
+
 def test_concurrency_cap_holds_and_in_flight_time_is_accounted():
     cap, n, service = 4, 12, 0.2
-    server = MockOpenAIServer(HashBackend(), latency=FixedLatency(service), max_in_flight=cap)
+    gate = threading.Event()  # the first wave holds its slots until every request has arrived
+    server = MockOpenAIServer(_Gated(gate), latency=FixedLatency(service), max_in_flight=cap)
     barrier = threading.Barrier(n)
     statuses = []
 
@@ -59,31 +75,46 @@ def test_concurrency_cap_holds_and_in_flight_time_is_accounted():
     with server:
         threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
         t0 = time.monotonic()
-        for t in threads:
-            t.start()
+        try:
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 60  # a hang guard, not a timing
+            while (queued := server.stats()).peak_waiting < n - cap:
+                assert time.monotonic() < deadline, f"the requests never all arrived: {queued}"
+                time.sleep(0.01)
+        finally:
+            gate.set()
         for t in threads:
             t.join()
         elapsed = time.monotonic() - t0
         whole = server.stats()
     assert statuses == [200] * n
-    # The cap: 12 requests of 0.2 s through 4 slots take at least 3 rounds.
+    # While n - cap requests were queued, every slot was busy (counted by the server, no clock).
+    assert queued.timeline[-1][1] == queued.peak_in_flight == cap
+    # The cap: 12 requests of 0.2 s through 4 slots take at least 3 rounds (a lower bound).
     assert elapsed >= (n // cap) * service
     assert whole.peak_in_flight == cap and whole.requests == n and whole.errors == 0
     steps = [b - a for (_, a), (_, b) in zip(whole.timeline, whole.timeline[1:], strict=False)]
     assert set(steps) <= {-1, 1} and max(c for _, c in whole.timeline) == cap
-    assert whole.peak_waiting >= 1 and whole.mean_wait_s > 0  # the rest queued (not refused)
-    # Time-weighted in-flight area = the sum of each request's slot time (0.2 s + overhead).
+    # Each request took a slot once and gave it back once: n rises, n falls, back to 0.
+    assert steps.count(1) == steps.count(-1) == n and whole.timeline[-1][1] == 0
+    assert whole.peak_waiting == n - cap and whole.mean_wait_s > 0  # queued (not refused)
+    # Time-weighted in-flight area = the sum of each request's slot time: the times slots were
+    # given back minus the times they were taken (waiting is not in flight), each >= 0.2 s.
     area = whole.mean_in_flight * whole.duration_s
-    assert n * service <= area < n * (service + 0.1)
-    # While requests were queued, every slot was busy: utilization of the busy window ~1.
+    pairs = list(zip(whole.timeline, whole.timeline[1:], strict=False))
+    taken = sum(b[0] for a, b in pairs if b[1] > a[1])
+    given_back = sum(b[0] for a, b in pairs if b[1] < a[1])
+    assert area == pytest.approx(given_back - taken) and area >= n * service
     first, last = whole.timeline[1][0], whole.timeline[-1][0]
     busy = server.stats(since=first, until=last)
-    assert busy.utilization > 0.75 and busy.mean_in_flight == pytest.approx(area / (last - first))
-    # Idle: before the first and after the last request, plus the instants between a wave's
-    # end and the next wave's start (the queued requests take their slots one loop turn later).
+    assert busy.mean_in_flight == pytest.approx(area / (last - first))
+    assert busy.utilization == pytest.approx(busy.mean_in_flight / cap)
+    # Idle: before the first and after the last request, plus any instant between a wave's end
+    # and the next wave's start (the queued requests take their slots one loop turn later; how
+    # long that is, is scripts/bench_async.py's calibration figure, not a test's).
     outside = whole.duration_s - (last - first)
-    assert outside <= whole.idle_s < outside + 0.05
-    pairs = zip(whole.timeline, whole.timeline[1:], strict=False)
+    assert whole.idle_s >= outside
     zero = [b[0] - a[0] for a, b in pairs if a[1] == 0]
     assert whole.idle_s == pytest.approx(sum(zero) + whole.until - last)
     assert whole.utilization == pytest.approx(area / whole.duration_s / cap)
@@ -136,7 +167,7 @@ def test_max_lifetime_stops_the_server():
     kept.request("POST", "/v1/completions", body=json.dumps({"prompt": "go"}))
     assert kept.getresponse().read()
     assert server.running
-    assert server.wait(timeout=10)  # it shut itself down
+    assert server.wait(timeout=60)  # it shut itself down (60 s: a hang guard only)
     assert not server.running
     with pytest.raises(ConnectionRefusedError):
         socket.create_connection(("127.0.0.1", server.port), timeout=2)

@@ -24,9 +24,13 @@ import pytest
 
 from agent_memory.policies.openai_client import OpenAIPolicy
 
-pytestmark = pytest.mark.skipif(
-    os.environ.get("AGENT_MEMORY_SKIP_VLLM") == "1", reason="AGENT_MEMORY_SKIP_VLLM=1"
-)
+pytestmark = [
+    pytest.mark.skipif(
+        os.environ.get("AGENT_MEMORY_SKIP_VLLM") == "1", reason="AGENT_MEMORY_SKIP_VLLM=1"
+    ),
+    # The first test's fixtures install vLLM (minutes, once) and start two servers.
+    pytest.mark.timeout(3600),
+]
 torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
 
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 
 import gymnasium as gym
 import numpy as np
@@ -160,18 +159,39 @@ def test_a_hostile_observation_is_stored_encodable_and_the_step_completes(tmp_pa
     env.close()
 
 
+class _CountingText(str):
+    """A ``str`` that counts the characters its ``find`` calls read (what the tag scan does)."""
+
+    def __new__(cls, text: str) -> _CountingText:
+        self = super().__new__(cls, text)
+        self.read = 0
+        return self
+
+    def find(self, sub, start=0, end=None):  # type: ignore[override]
+        stop = len(self) if end is None else min(end, len(self))
+        at = super().find(sub, start, stop)
+        self.read += (stop if at < 0 else at + len(sub)) - start
+        return at
+
+
 def test_the_linear_intercept_scan_keeps_a_megabyte_of_open_tags_cheap(tmp_path):
-    # The regex it replaced took ~8 s on 120k characters of "<record>" (quadratic). Direct
-    # callers of intercept (no wrapper cap) get the linear scan; 2 s is a blow-up guard only.
+    # The regex it replaced took ~8 s on 120k characters of "<record>": quadratic, each of the
+    # 25,000 openings scanned to the end. Direct callers of intercept (no wrapper cap) get the
+    # linear scan: counted here in characters read, not in seconds (scripts/bench_hostile.py
+    # times episodic.intercept on open_record at 1 MB against 1 KB).
     mem = make_memory(
         "episodic", num_envs=1, path=str(tmp_path / "e.sqlite"), control="agent",
         retention="single_run",
     )  # fmt: skip
     mem.start_episodes([0], ["Recall."], ["start"])
-    t0 = time.perf_counter()
-    assert mem.intercept(0, _repeat("<record>", 200_000) + "</re") is None
-    reply = mem.intercept(0, _repeat("<record>", 200_000) + "x</record>")
-    assert time.perf_counter() - t0 < 2.0
+    unclosed = _CountingText(_repeat("<record>", 200_000) + "</re")
+    assert mem.intercept(0, unclosed) is None
+    closed = _CountingText(_repeat("<record>", 200_000) + "x</record>")
+    reply = mem.intercept(0, closed)
+    # Each text read at least once (so the scan is what is counted) and a few times at most:
+    # the quadratic regex would read each ~25,000 times.
+    for text in (unclosed, closed):
+        assert len(text) <= text.read <= 3 * len(text), (text[-10:], text.read)
     # One note: the whole run of "<record>"s up to the first closing (regex semantics), cut.
     assert reply.startswith("Memory: recorded note") and len(mem.store_.rows()[-1].text) == 500
     mem.close()
