@@ -2,7 +2,8 @@
 
 :func:`hydra_main` is ``hydra.main(version_base="1.3", ...)`` plus one thing: a config error
 is printed to stderr as its message alone — what is wrong and the override that fixes it — and
-the script exits with status 2 (a usage error). Config errors are:
+the script exits with status 2 (a usage error). It also makes the launch directory importable, as
+``python -m`` does (see :func:`import_from_launch_dir`). Config errors are:
 
 - :class:`~agent_memory.config.ConfigError`: ``load_job`` and
   :func:`~agent_memory.rollout.preflight.preflight` (raised before Ray starts);
@@ -47,12 +48,28 @@ from agent_memory.failures import describe_exception
 from agent_memory.suggest import did_you_mean
 
 __all__ = [
-    "CONFIG_ERROR_EXIT", "config_error_message", "hydra_main", "report_config_errors",
-    "script_failures",
+    "CONFIG_ERROR_EXIT", "config_error_message", "hydra_main", "import_from_launch_dir",
+    "report_config_errors", "script_failures",
 ]  # fmt: skip
 
 #: Exit status of a script stopped by a config error (2: a usage error, as argparse uses).
 CONFIG_ERROR_EXIT = 2
+
+
+def import_from_launch_dir() -> str:
+    """Put the launch directory (the current working directory, read before Hydra could change
+    it) on ``sys.path`` right after the script's own directory, as ``python -m`` puts it first;
+    returns it.
+
+    ``python scripts/rollout.py`` puts ``scripts/`` on the path, not the directory it is run
+    from, so ``env.id=my_envs:Corridor-v0`` could not import a ``my_envs.py`` lying there. Ray's
+    workers need nothing more: ``ray.init`` adds the driver's working directory to their path
+    (``JobConfig.py_driver_sys_path``), and ``hydra.job.chdir`` is false in every config here.
+    """
+    here = os.getcwd()
+    if here not in sys.path:
+        sys.path.insert(1 if sys.path else 0, here)
+    return here
 
 
 def hydra_main(
@@ -62,6 +79,8 @@ def hydra_main(
     print their message and exit with :data:`CONFIG_ERROR_EXIT` (see the module docstring).
 
     ``config_path`` is relative to the file of the decorated function, as with ``hydra.main``.
+    The launch directory is importable (:func:`import_from_launch_dir`): ``env.id=module:Id``
+    finds a ``module.py`` in the directory the script is run from.
     """
     import hydra
 
@@ -72,6 +91,7 @@ def hydra_main(
 
         @functools.wraps(task)
         def main(cfg_passthrough: DictConfig | None = None) -> Any:
+            import_from_launch_dir()  # before Hydra, which may change the working directory
             return report_config_errors(lambda: entry(cfg_passthrough))
 
         return main

@@ -10,6 +10,9 @@ them):
   run as written and their outputs (``outputs/``, ``multirun/``) land in that directory.
   ``<!-- writes: GLOB ... -->`` lists files the block must have written there (what the page
   promises).
+* ``<!-- after: the block above -->`` runs a ```bash block after the page's previous ```bash block,
+  in the same directory (that block's code runs first): for a page that builds on a file the block
+  above wrote.
 * ``<!-- not run: REASON -->`` skips a block (any language) with that reason, shown as the test's
   skip reason: skipping is explicit, never silent. Blocks of any other language must say so.
 
@@ -91,10 +94,26 @@ def parse_blocks(text: str, page: str = "README.md") -> list[Block]:
     return blocks
 
 
+def _chain(blocks: list[Block]) -> list[Block]:
+    """``blocks`` with each ``after:`` bash block's code preceded by the code of the page's
+    previous bash block (itself chained), so that it runs where that block left its files."""
+    previous: Block | None = None
+    for block in blocks:
+        if block.lang != "bash":
+            continue
+        if block.marker("after") is not None:
+            assert previous is not None, f"{block.where}: 'after:' with no ```bash block above"
+            block.code = previous.code + block.code
+        previous = block
+    return blocks
+
+
 BLOCKS = [
     block
     for page in PAGES
-    for block in parse_blocks(page.read_text(encoding="utf-8"), page.relative_to(REPO).as_posix())
+    for block in _chain(
+        parse_blocks(page.read_text(encoding="utf-8"), page.relative_to(REPO).as_posix())
+    )
 ]
 
 

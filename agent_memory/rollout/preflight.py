@@ -345,8 +345,27 @@ def resolve_env(env: EnvConfig) -> EnvCheck:
         )
     given = {k: v for k, v in kwargs.items() if k not in MAKE_KWARGS}
     where = f"env {spec.id!r} ({_qualname(creator)})"
-    bind_params(creator, given, key="env.kwargs", what=where)
+    bind_params(
+        creator, given, key="env.kwargs", what=where,
+        elsewhere=lambda name: _kwargs_left_over(creator, env.kwargs) if name in env.kwargs else "",
+    )  # fmt: skip
     return EnvCheck(spec.id, creator, _made_class(creator), kwargs)
+
+
+def _kwargs_left_over(creator: Callable[..., Any], given: Mapping[str, Any]) -> str:
+    """How to drop kwargs another env's config left in ``env.kwargs`` (e.g. Sokoban's defaults
+    under a custom ``env.id``): Hydra merges ``env.kwargs={}`` into them, only ``~key`` deletes."""
+    try:
+        params = inspect.signature(creator).parameters
+    except (TypeError, ValueError):
+        params = {}
+    extra = [k for k in given if k not in params] or list(given)
+    delete = " ".join(f"~env.kwargs.{k}" for k in extra)
+    return (
+        f"on the command line: {delete}; env.kwargs={{}} does not clear them, Hydra merges it "
+        "into the env config's kwargs. Or start from env=gym, which sets no kwargs: "
+        "env=gym env.id=<your id>"
+    )
 
 
 def _made_class(creator: Callable[..., Any]) -> type | None:

@@ -13,7 +13,8 @@ from omegaconf.errors import ValidationError
 from agent_memory.config import load_job, register_configs
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
-ENVS = sorted(p.stem for p in (CONFIGS / "env").glob("*.yaml"))
+# The bundled envs' configs; gym.yaml is the one for your own env (tests/rollout/test_own_env.py).
+ENVS = sorted(p.stem for p in (CONFIGS / "env").glob("*.yaml") if p.stem != "gym")
 MEMORIES = sorted(p.stem for p in (CONFIGS / "memory").glob("*.yaml"))
 
 register_configs()
