@@ -103,6 +103,7 @@ from agent_memory.policies.openai_runtime import (
     Sender,
     ServerRefused,
     TokenIdsMissing,
+    require_tokens,
 )
 from agent_memory.policies.rendering import PromptRenderer
 from agent_memory.protocol import Generation, SamplingParams
@@ -521,22 +522,9 @@ class OpenAIPolicy(Policy):
             answer = read_answer(data, self.mode)
         except (ValueError, MalformedAnswer):
             return  # the requests' own checks name what is wrong with an answer
-        missing = [
-            name
-            for name, value in (
-                ("prompt ids", answer.prompt_ids if not self.token_in else []),
-                ("response ids", answer.response_ids),
-                ("log-probs", answer.logprobs),
-            )
-            if value is None
-        ]
-        if missing:
-            raise TokenIdsMissing(
-                f"the server at {self.url} answered without {', '.join(missing)} although "
-                f"return_tokens=True asked for them ({self.server} field names): vLLM needs "
-                ">= 0.10.2 (return_token_ids); for SGLang pass policy.params.server=sglang; "
-                "or pass policy.params.return_tokens=false to record text only"
-            )
+        # Token-in: the prompt ids are the ones sent, whether or not the server echoes them.
+        prompt_ids = [] if self.token_in else answer.prompt_ids
+        require_tokens(self.url, self.server, prompt_ids, answer.response_ids, answer.logprobs)
         self.logprobs_kind = kind = logprobs_kind(data, self.mode)
         sampling = self._sampling({**self._fields(), **self.extra_body})
         greedy = sampling.temperature is not None and sampling.temperature < GREEDY_EPS

@@ -42,6 +42,7 @@ __all__ = [
     "ServerRefused",
     "Slots",
     "TokenIdsMissing",
+    "require_tokens",
 ]
 
 log = logging.getLogger("agent_memory.policies.openai_client")
@@ -238,6 +239,25 @@ class TokenIdsMissing(RuntimeError):
     """``return_tokens=True`` but the server's answer holds no token ids or log-probs."""
 
 
+def require_tokens(
+    url: str, server: str, prompt_ids: Any, response_ids: Any, logprobs: Any
+) -> None:
+    """Raise :class:`TokenIdsMissing` naming what an answer lacks of what the rows need.
+
+    Example:
+        >>> require_tokens("http://h/v1/completions", "vllm", [1], [2], [-0.5])  # all there
+    """
+    named = (("prompt ids", prompt_ids), ("response ids", response_ids), ("log-probs", logprobs))
+    missing = [name for name, value in named if value is None]
+    if missing:
+        raise TokenIdsMissing(
+            f"the server at {url} answered without {', '.join(missing)} although "
+            f"return_tokens=True asked for them ({server} field names): vLLM needs "
+            ">= 0.10.2 (return_token_ids); for SGLang pass policy.params.server=sglang; "
+            "or pass policy.params.return_tokens=false to record text only"
+        )
+
+
 class ServerRefused(RuntimeError):
     """The server answered the policy's first request with a 4xx: it refuses a field the
     policy sends (a sampling or token field), so every later request would fail too."""
@@ -366,19 +386,8 @@ class Sender:
             return None, f"malformed response ({e}): {shown!r}"
         prompt_ids = answer.prompt_ids if answer.prompt_ids is not None else request.prompt_ids
         response_ids, logprobs = answer.response_ids, answer.logprobs
-        if self.return_tokens and (prompt_ids is None or response_ids is None or logprobs is None):
-            missing = [
-                n
-                for n, v in (("prompt ids", prompt_ids), ("response ids", response_ids),
-                             ("log-probs", logprobs))
-                if v is None
-            ]  # fmt: skip
-            raise TokenIdsMissing(
-                f"the server at {self.url} answered without {', '.join(missing)} although "
-                f"return_tokens=True asked for them ({self.server} field names): vLLM needs "
-                ">= 0.10.2 (return_token_ids); for SGLang pass policy.params.server=sglang; "
-                "or pass policy.params.return_tokens=false to record text only"
-            )
+        if self.return_tokens:
+            require_tokens(self.url, self.server, prompt_ids, response_ids, logprobs)
         mismatch = (
             request.prompt_ids is not None
             and answer.prompt_ids is not None
