@@ -26,7 +26,7 @@ __all__ = ["prepare_env"]
 def _entry_point(env_id: str) -> Any:
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers the bundled ids)
+    import agent_memory.envs  # noqa: F401  (registers the bundled ids)
 
     module, sep, name = env_id.rpartition(":")
     if sep:  # "package.module:Env-v0", as gymnasium.make takes it: the module registers the id

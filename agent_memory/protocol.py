@@ -1,7 +1,7 @@
 """The names and types that cross a boundary: env -> wrapper (info keys), wrapper -> memory and
 user (the handed-over :class:`Episode`), and driver <-> Ray workers (the messages below).
 
-**Info keys** an env puts in ``info`` (see ``envs/base.py`` for the text-env contract):
+**Info keys** an env puts in ``info`` (see ``agent_memory/envs/base.py`` for the text-env contract):
 :data:`ADMISSIBLE_ACTIONS`, :data:`WON`, :data:`STATE_KEY`, :data:`TASK` on reset and every step,
 :data:`IS_ACTION_VALID` and :data:`INVALID_REASON` on steps; the wrappers add
 :data:`EPISODE_HISTORY` (a finished :class:`Episode`, with its ``_episode_history`` mask).

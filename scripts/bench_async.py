@@ -63,7 +63,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import (
     AlgoConfig,
     EnvConfig,

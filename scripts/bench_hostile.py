@@ -46,7 +46,7 @@ from typing import Any
 
 import gymnasium as gym
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.memory import make_memory
 from agent_memory.memory.compaction import ExtractiveSummarizer, FoldedStep
 from agent_memory.parsing import ActionParser
@@ -280,8 +280,8 @@ def _env_fn(fn_path: str, *args: Any) -> Callable[[str], Bench]:
 
 def _textworld_feedback(tmp: str) -> Bench:
     """What the TextWorld env makes of the game's output (its default 4096-char cap)."""
-    from envs.base import sanitize
-    from envs.textworld_games import env as tw
+    from agent_memory.envs.base import sanitize
+    from agent_memory.envs.textworld_games import env as tw
 
     fn = getattr(tw, "feedback_text", None)  # older code: sanitize(clean_feedback(text), cap)
     if fn is None:
@@ -306,7 +306,7 @@ def paths() -> list[Path]:
         Path("env step, raw action: SearchQA", "response", _env_step("agent_memory/SearchQA-v0")),
         Path("env step, raw action: FrozenLake", "response",
              _env_step("agent_memory/FrozenLake-v0")),
-        Path("env sanitize", "text", _env_fn("envs.base.sanitize", 8192)),
+        Path("env sanitize", "text", _env_fn("agent_memory.envs.base.sanitize", 8192)),
         Path("textworld feedback_text", "text", _textworld_feedback),
         Path("store+prompt: window simple", "text", _core("history")),
         Path("store+prompt: window search", "text", _core("history", "search")),

@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Callable
 
-from envs.code_exec import TASKS, CodeEnv, parse_action
+from agent_memory.envs.code_exec import TASKS, CodeEnv, parse_action
 
 #: The fence regex before the fix (what ``parse_action`` used until the hardening issue).
 OLD_FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL)

@@ -25,7 +25,7 @@ import time
 
 import gymnasium as gym
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import AlgoConfig, EnvConfig, JobConfig, PolicyConfig, RolloutConfig
 from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.collector import Collector, init_ray

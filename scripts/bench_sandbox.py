@@ -25,7 +25,7 @@ import argparse
 import statistics
 import time
 
-from envs.code_exec import Sandbox, SandboxLimits
+from agent_memory.envs.code_exec import Sandbox, SandboxLimits
 
 VARIANTS: dict[str, dict[str, bool]] = {
     "hardened": {},

@@ -23,7 +23,7 @@ from collections.abc import Callable
 
 import gymnasium as gym
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.parsing import ActionParser
 from agent_memory.wrappers import VectorHistoryWrapper
 

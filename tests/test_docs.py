@@ -71,7 +71,9 @@ def test_a_group_key_is_documented_by_its_override_path_default_and_comment():
     assert (top_k.default, top_k.comment) == ("3", "Older steps retrieved at most.")
     assert keys("rollout/default.yaml", "rollout")["rollout.num_groups"].default == "4"
     env_id = keys("env/sokoban.yaml", "env")["env.id"]
-    assert env_id.comment == "Gymnasium id, registered by `import envs`."  # not the file's header
+    assert (
+        env_id.comment == "Gymnasium id, registered by `import agent_memory.envs`."
+    )  # not the file's header
     assert all(k.comment for k in _all_keys() if not k.path.endswith("[]"))
 
 

@@ -186,21 +186,22 @@ def test_the_package_has_no_import_cycles():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
-    graph: dict[str, set[str]] = {}
+    paths = {}
     for path in (root / "agent_memory").rglob("*.py"):
         parts = path.relative_to(root).with_suffix("").parts
-        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
-        deps = graph.setdefault(name, set())
+        paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in paths}
+    for name, path in paths.items():
         for node in ast.parse(path.read_text()).body:  # top level only
             if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                targets = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                # `from pkg import mod` depends on the submodule, not on the package's __init__
+                subs = [f"{node.module}.{a.name}" for a in node.names]
+                targets = [t for t in subs if t in graph] or [node.module]
             elif isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
             else:
                 continue
-            deps.update(t for t in targets if t.startswith("agent_memory"))
-    for deps in graph.values():  # keep modules only (not names imported from them)
-        deps.intersection_update(graph)
+            graph[name].update(t for t in targets if t in graph)
     graphlib.TopologicalSorter(graph).prepare()  # raises CycleError naming the cycle
 
 

@@ -21,9 +21,11 @@ TINY = [
 ]  # fmt: skip
 
 
-def run(args: list[str], env: dict[str, str] | None = None, timeout: int = 600) -> str:
+def run(
+    args: list[str], env: dict[str, str] | None = None, timeout: int = 600, cwd: Path = REPO
+) -> str:
     proc = subprocess.run(
-        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})},
     )  # fmt: skip
     assert proc.returncode == 0, (
@@ -45,6 +47,19 @@ def test_rollout_sweep_over_every_bundled_env(tmp_path):
         assert s["episodes"] == 2, name
         assert s["env_steps"] > 0 and s["errors"] == 0, name
         assert (tmp_path / name / "trajectories.parquet").exists()
+
+
+def test_a_users_own_envs_package_does_not_shadow_the_bundled_envs(tmp_path):
+    """RL repos often have an ``envs/`` folder; the launch directory is on ``sys.path``, so a
+    bundled top-level ``envs`` package was shadowed by it (``Namespace agent_memory not found``).
+    The bundled envs are ``agent_memory.envs``."""
+    (tmp_path / "envs").mkdir()
+    (tmp_path / "envs" / "__init__.py").write_text("MY_OWN_ENVS = True\n")
+    run(
+        [str(REPO / "scripts/rollout.py"), "env=sokoban", *TINY, f"hydra.run.dir={tmp_path}/out"],
+        cwd=tmp_path,
+    )
+    assert summaries(tmp_path / "out")["out"]["episodes"] == 2
 
 
 def test_rollout_textworld_and_scripted_policy(tmp_path):

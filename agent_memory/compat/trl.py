@@ -47,7 +47,7 @@ def seed_of(prompt: Any) -> int:
     m = _SEED.match(text)
     if m:
         return int(m.group(1))
-    from envs.base import stable_hash
+    from agent_memory.envs.base import stable_hash
 
     return int(stable_hash("trl-prompt", text), 16) % 2**31
 
@@ -147,7 +147,7 @@ class EpisodeRunner:
     def _make_env(self) -> Any:
         import gymnasium as gym
 
-        import envs  # noqa: F401  (registers the bundled ids)
+        import agent_memory.envs  # noqa: F401  (registers the bundled ids)
         from agent_memory.memory import make_memory
         from agent_memory.tokens import make_token_counter
         from agent_memory.wrappers import HistoryWrapper

@@ -120,7 +120,7 @@ def _text_solver(env_id: str | None) -> Any:
 
     import gymnasium as gym
 
-    import envs  # noqa: F401  (registers the bundled ids)
+    import agent_memory.envs  # noqa: F401  (registers the bundled ids)
 
     entry = gym.spec(env_id).entry_point
     if isinstance(entry, str):

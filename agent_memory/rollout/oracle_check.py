@@ -2,7 +2,8 @@
 
 :func:`~agent_memory.rollout.preflight.preflight` refuses an env *class* without
 ``oracle_action()`` for ``policy=scripted`` / ``policy=prompt_oracle``. Some classes have the
-method but not always an oracle behind it: a :class:`~envs.text_adapter.TextAdapter` built
+method but not always an oracle behind it: a :class:`~agent_memory.envs.text_adapter.TextAdapter`
+built
 without ``oracle_fn`` raises ``NotImplementedError`` from ``oracle_action()``, so every episode
 of the run would fail at its first step. Such a class says so with a ``has_oracle`` property,
 which only an instance can answer; :func:`check_policy_env` then builds one env in the driver
@@ -134,6 +135,6 @@ def _close(env: Any) -> None:
 
 
 def _is_text_adapter(env: Any) -> bool:
-    from envs.text_adapter import TextAdapter
+    from agent_memory.envs.text_adapter import TextAdapter
 
     return isinstance(env, TextAdapter)

@@ -39,8 +39,8 @@ Example:
     Traceback (most recent call last):
     ...
     agent_memory.config.ConfigError: env.kwargs has no parameter 'num_distractor' for env \
-'agent_memory/Recall-v0' (envs.recall.RecallEnv): did you mean env.kwargs.num_distractors? \
-Valid: ['num_distractors', 'num_choices', 'max_steps', 'render_mode']
+'agent_memory/Recall-v0' (agent_memory.envs.recall.RecallEnv): did you mean \
+env.kwargs.num_distractors? Valid: ['num_distractors', 'num_choices', 'max_steps', 'render_mode']
 """
 
 from __future__ import annotations
@@ -300,7 +300,7 @@ def resolve_env(env: EnvConfig) -> EnvCheck:
     import gymnasium as gym
     from gymnasium.envs.registration import load_env_creator
 
-    import envs  # noqa: F401  (registers the bundled ids, as the workers do)
+    import agent_memory.envs  # noqa: F401  (registers the bundled ids, as the workers do)
 
     module, sep, name = env.id.rpartition(":")
     if sep:

@@ -67,7 +67,7 @@ def _make_env(
     env_id: str, max_steps: int | None, kwargs: Mapping[str, Any], marks: CallMarks | None,
     index: int,
 ) -> gym.Env:  # fmt: skip
-    import envs  # noqa: F401  (registers the bundled ids in this process)
+    import agent_memory.envs  # noqa: F401  (registers the bundled ids in this process)
 
     extra = {} if max_steps is None else {"max_episode_steps": max_steps}
     env = gym.make(env_id, **extra, **dict(kwargs))

@@ -38,7 +38,7 @@ class Holdable(gym.Wrapper):
 
     Example:
         >>> import gymnasium as gym
-        >>> import envs  # registers the bundled text envs
+        >>> import agent_memory.envs  # registers the bundled text envs
         >>> env = Holdable(gym.make("agent_memory/Recall-v0"))
         >>> obs, _ = env.reset(seed=0)
         >>> env.hold = True
@@ -79,7 +79,7 @@ def make_vec_holdable(
     (an async env gets ``shared_memory=False``: text observations need it).
 
     Example:
-        >>> import envs  # registers the bundled text envs
+        >>> import agent_memory.envs  # registers the bundled text envs
         >>> venv = make_vec_holdable("agent_memory/Recall-v0", 2)
         >>> venv.metadata["autoreset_mode"], venv.get_attr("hold")
         (<AutoresetMode.DISABLED: 'Disabled'>, (False, False))

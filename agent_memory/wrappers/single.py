@@ -34,7 +34,7 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
 
     Example:
         >>> import gymnasium as gym
-        >>> import envs  # registers the bundled text envs
+        >>> import agent_memory.envs  # registers the bundled text envs
         >>> from agent_memory.parsing import ActionParser
         >>> from agent_memory.wrappers import HistoryWrapper
         >>> env = HistoryWrapper(gym.make("agent_memory/Recall-v0", num_distractors=1),

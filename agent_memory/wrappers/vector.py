@@ -66,7 +66,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
 
     Example:
         >>> import gymnasium as gym
-        >>> import envs  # registers the bundled text envs
+        >>> import agent_memory.envs  # registers the bundled text envs
         >>> from agent_memory.parsing import ActionParser
         >>> from agent_memory.wrappers import VectorHistoryWrapper
         >>> venv = gym.make_vec("agent_memory/Recall-v0", num_envs=2, vectorization_mode="sync")

@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs as _bundled  # noqa: F401  (registers the bundled ids)
+import agent_memory.envs as _bundled  # noqa: F401  (registers the bundled ids)
 from agent_memory.compat.verl import MemoryEnvironmentManager
 from agent_memory.compat.verl_reference import ReferenceSimpleMemory
 from agent_memory.config import ConfigError, EnvConfig, JobConfig, ParserConfig

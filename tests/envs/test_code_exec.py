@@ -24,10 +24,17 @@ import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers the ids)
-from envs.code_exec import TASKS, CodeEnv, Sandbox, SandboxLimits, is_correct, parse_action
-from envs.code_exec import api as shop_api
-from envs.code_exec.sandbox import CHILD_SCRIPT
+import agent_memory.envs  # noqa: F401  (registers the ids)
+from agent_memory.envs.code_exec import (
+    TASKS,
+    CodeEnv,
+    Sandbox,
+    SandboxLimits,
+    is_correct,
+    parse_action,
+)
+from agent_memory.envs.code_exec import api as shop_api
+from agent_memory.envs.code_exec.sandbox import CHILD_SCRIPT
 
 ENV_ID = "agent_memory/Code-v0"
 INFO_KEYS = {"won", "state_key", "task"}
@@ -71,7 +78,7 @@ def test_check_env_passes_quickly_without_process_work() -> None:
 
 
 def test_make_variants_and_registered_time_limit() -> None:
-    for env_id in (ENV_ID, f"envs:{ENV_ID}"):
+    for env_id in (ENV_ID, f"agent_memory.envs:{ENV_ID}"):
         env = gym.make(env_id)
         assert env.spec.max_episode_steps == 10
         obs, info = env.reset(seed=3)
@@ -595,7 +602,7 @@ def test_sandbox_exits_when_its_parent_is_killed() -> None:
     # The run outlives the test (600 s, its timeout too): only the orphan watchdog can end the
     # sandbox within the 60 s below, which are hang guards, not timings.
     script = (
-        "from envs.code_exec import Sandbox, SandboxLimits\n"
+        "from agent_memory.envs.code_exec import Sandbox, SandboxLimits\n"
         "box = Sandbox(SandboxLimits(timeout_s=600.0))\n"
         "box.layers\n"
         "print(box.pid, box.workdir, flush=True)\n"

@@ -12,8 +12,8 @@ import textwrap
 
 import pytest
 
-from envs.code_exec import env as code_env
-from envs.code_exec.env import MAX_ANSWER_CHARS, MAX_CODE_LINES, parse_action
+from agent_memory.envs.code_exec import env as code_env
+from agent_memory.envs.code_exec.env import MAX_ANSWER_CHARS, MAX_CODE_LINES, parse_action
 
 _TAG = re.compile(r"<(code|answer)>", re.IGNORECASE)
 _FENCE = re.compile(r"^\s*```[\w+-]*[ \t]*\n(.*?)\n?[ \t]*```\s*$", re.DOTALL)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from envs.code_exec import CodeEnv, Sandbox, SandboxLimits
-from envs.code_exec import sandbox as sandbox_module
+from agent_memory.envs.code_exec import CodeEnv, Sandbox, SandboxLimits
+from agent_memory.envs.code_exec import sandbox as sandbox_module
 
 TASKS_FILE = Path(sandbox_module.__file__).with_name("tasks.py")
 PROJECT = Path(sandbox_module.__file__).resolve().parents[2]
@@ -487,7 +487,7 @@ def via_link():
 attempt("symlink", via_link)
 def imported():
     sys.path.insert(0, PROJECT)
-    import envs.code_exec.tasks as t
+    import agent_memory.envs.code_exec.tasks as t
     return repr([task.answer for task in t.TASKS])
 attempt("import", imported)
 attempt("listdir project", lambda: repr(os.listdir(PROJECT)))
@@ -536,7 +536,7 @@ def test_honest_code_still_has_the_standard_library(box: Sandbox) -> None:
 # --- the layers themselves -----------------------------------------------------------------------
 
 
-#: Every layer a sandbox reports (the module docstring of envs.code_exec.sandbox describes each).
+#: Every layer a sandbox reports (the module docstring of agent_memory.envs.code_exec.sandbox describes each).
 LAYERS = (
     "network", "filesystem", "rlimits", "privileges", "landlock", "seccomp", "audit_hook",
     "protocol", "cgroup",
@@ -600,7 +600,7 @@ def test_syscall_numbers_match_libseccomp() -> None:
     """The filter's numbers, x86_64 and aarch64, against libseccomp's own tables."""
     import ctypes
 
-    from envs.code_exec.sandbox_child import seccomp, sysapi
+    from agent_memory.envs.code_exec.sandbox_child import seccomp, sysapi
 
     try:
         lib = ctypes.CDLL("libseccomp.so.2")
@@ -620,7 +620,7 @@ def test_syscall_numbers_match_libseccomp() -> None:
 
 UNPRIVILEGED_SCRIPT = """
 import json, os
-from envs.code_exec import Sandbox, SandboxLimits
+from agent_memory.envs.code_exec import Sandbox, SandboxLimits
 with Sandbox(SandboxLimits(timeout_s=20.0, processes=8), seccomp=False) as box:
     out = {"uid": os.getuid(), "layers": box.layers, "run": box.run("6 * 7").text}
     out["forks"] = box.run(DISABLE_HOOK + FORK_ATTACK).text.strip().splitlines()[-1]

@@ -8,10 +8,10 @@ import re
 
 import gymnasium as gym
 
-import envs  # noqa: F401  (registers the bundled envs)
-from envs.base import _CHARSET_SET, collapse_spaces, sanitize
-from envs.text_adapter import normalize_action
-from envs.textworld_games.env import clean_feedback, feedback_text
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
+from agent_memory.envs.base import _CHARSET_SET, collapse_spaces, sanitize
+from agent_memory.envs.text_adapter import normalize_action
+from agent_memory.envs.textworld_games.env import clean_feedback, feedback_text
 
 _BANNER = re.compile(r"^[ _|\\/$<>]*[_|\\/$][ _|\\/$<>]*$")
 _END = re.compile(r"\s*Would you like to RESTART.*\Z", re.DOTALL)

@@ -12,8 +12,8 @@ from gymnasium import spaces
 from gymnasium.envs.registration import register
 
 from agent_memory.config import ConfigError, EnvConfig, JobConfig, PolicyConfig
+from agent_memory.envs.text_adapter import TextAdapter
 from agent_memory.rollout.oracle_check import check_policy_env
-from envs.text_adapter import TextAdapter
 
 
 class Corridor(gym.Env):
@@ -58,7 +58,7 @@ def test_an_oracle_policy_is_refused_on_a_text_adapter_without_oracle_fn(
 ) -> None:
     message = (
         f"policy={policy} plays the env's oracle, but env {env_id!r} "
-        "(envs.text_adapter.TextAdapter) was built without oracle_fn, so it has no oracle and "
+        "(agent_memory.envs.text_adapter.TextAdapter) was built without oracle_fn, so it has no oracle and "
         "every episode would fail at its first step: pass policy=random (a policy that needs no "
         "oracle), or give the env an oracle: TextAdapter(..., oracle_fn=...) in its entry point"
     )

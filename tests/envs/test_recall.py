@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
-import envs  # noqa: F401  (registers the ids)
-from envs.recall import COLOURS, DISTRACTOR_FACTS, OBJECTS, RecallEnv
+import agent_memory.envs  # noqa: F401  (registers the ids)
+from agent_memory.envs.recall import COLOURS, DISTRACTOR_FACTS, OBJECTS, RecallEnv
 
 ENV_ID = "agent_memory/Recall-v0"
 INFO_KEYS = {"admissible_actions", "won", "state_key", "task"}
@@ -51,7 +51,7 @@ def test_check_env_and_make_variants() -> None:
     check_env(RecallEnv(num_distractors=0, num_choices=2, render_mode="ansi"))
     assert env.spec is not None and env.spec.max_episode_steps is None
     assert isinstance(env.unwrapped, RecallEnv)
-    obs, info = gym.make(f"envs:{ENV_ID}").reset(seed=2)
+    obs, info = gym.make(f"agent_memory.envs:{ENV_ID}").reset(seed=2)
     assert obs == env.reset(seed=2)[0] and set(info) >= INFO_KEYS
     assert gym.make(ENV_ID, num_distractors=9).unwrapped.max_steps == 14
 

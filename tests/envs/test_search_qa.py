@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers the ids)
-from envs.base import INVALID_REASON, IS_ACTION_VALID, STATE_KEY, TASK, WON
-from envs.search_qa import (
+import agent_memory.envs  # noqa: F401  (registers the ids)
+from agent_memory.envs.base import INVALID_REASON, IS_ACTION_VALID, STATE_KEY, TASK, WON
+from agent_memory.envs.search_qa import (
     SearchQAEnv,
     exact_match,
     format_passages,
@@ -26,10 +26,10 @@ from envs.search_qa import (
     normalize_answer,
     parse_action,
 )
-from envs.search_qa.corpus import NUM_PEOPLE, TEST_EVERY
-from envs.search_qa.corpus import main as corpus_main
-from envs.search_qa.env import MIN_OBS_CHARS
-from envs.search_qa.parsing import MAX_ACTION_CHARS
+from agent_memory.envs.search_qa.corpus import NUM_PEOPLE, TEST_EVERY
+from agent_memory.envs.search_qa.corpus import main as corpus_main
+from agent_memory.envs.search_qa.env import MIN_OBS_CHARS
+from agent_memory.envs.search_qa.parsing import MAX_ACTION_CHARS
 
 ENV_ID = "agent_memory/SearchQA-v0"
 #: Digest of the seed-0 corpus. It pins the generator's output across Python/numpy versions and
@@ -57,7 +57,7 @@ def run_oracle(env: SearchQAEnv, question_index: int) -> tuple[float, dict, list
 
 def test_check_env_and_make_paths() -> None:
     check_env(gym.make(ENV_ID).unwrapped)
-    for env_id in (ENV_ID, f"envs:{ENV_ID}"):
+    for env_id in (ENV_ID, f"agent_memory.envs:{ENV_ID}"):
         env = gym.make(env_id)
         assert isinstance(env.unwrapped, SearchQAEnv)
         assert env.spec is not None and env.spec.max_episode_steps == 10
@@ -131,7 +131,7 @@ def test_corpus_is_deterministic_and_pinned() -> None:
     assert generate_corpus(1).corpus_id != a.corpus_id
     # A fresh process with another hash seed regenerates the same corpus (no set/dict-order
     # dependence).
-    code = "from envs.search_qa.corpus import generate_corpus; print(generate_corpus(0).corpus_id)"
+    code = "from agent_memory.envs.search_qa.corpus import generate_corpus; print(generate_corpus(0).corpus_id)"
     out = subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers the ids)
-from envs.base import text_space
-from envs.sokoban import (
+import agent_memory.envs  # noqa: F401  (registers the ids)
+from agent_memory.envs.base import text_space
+from agent_memory.envs.sokoban import (
     ACTIONS,
     LEGEND,
     Level,
@@ -24,7 +24,7 @@ from envs.sokoban import (
     generate_level,
     solve,
 )
-from envs.sokoban.generation import reverse_play
+from agent_memory.envs.sokoban.generation import reverse_play
 
 ENV_ID = "agent_memory/Sokoban-v0"
 INFO_KEYS = {"admissible_actions", "won", "state_key", "task"}
@@ -61,7 +61,7 @@ def test_make_variants_and_registered_time_limit() -> None:
     env = gym.make(ENV_ID)
     assert env.spec is not None and env.spec.max_episode_steps == 30
     assert isinstance(env.unwrapped, SokobanEnv)
-    obs, info = gym.make(f"envs:{ENV_ID}").reset(seed=4)
+    obs, info = gym.make(f"agent_memory.envs:{ENV_ID}").reset(seed=4)
     assert obs == env.reset(seed=4)[0]
     assert set(info) >= INFO_KEYS
 

@@ -11,7 +11,12 @@ import pytest
 from gymnasium import spaces
 from gymnasium.utils.env_checker import check_env
 
-from envs.text_adapter import TabularOracle, TextAdapter, greedy_policy, normalize_action
+from agent_memory.envs.text_adapter import (
+    TabularOracle,
+    TextAdapter,
+    greedy_policy,
+    normalize_action,
+)
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*Not able to test alternative render modes")
 

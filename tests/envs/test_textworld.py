@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-import envs  # noqa: F401  (registers the ids)
-from agent_memory.prepare import prepare_env
-from envs.textworld_games import (
+import agent_memory.envs  # noqa: F401  (registers the ids)
+from agent_memory.envs.textworld_games import (
     CHALLENGES,
     DEFAULT_SETTINGS,
     GameSpec,
@@ -33,7 +32,8 @@ from envs.textworld_games import (
     ensure_games,
     normalize_settings,
 )
-from envs.textworld_games.generation import textworld_version
+from agent_memory.envs.textworld_games.generation import textworld_version
+from agent_memory.prepare import prepare_env
 
 ENV_ID = "agent_memory/TextWorld-v0"
 SKIP_REASON = 'needs the optional TextWorld package: pip install "agent-memory[textworld]"'
@@ -116,8 +116,8 @@ def test_import_without_textworld_and_clear_install_hint() -> None:
     code = (
         "import sys\n"
         "sys.modules['textworld'] = None  # as if it were not installed\n"
-        "import gymnasium as gym, envs, envs.textworld_games\n"
-        "for make in (envs.textworld_games.TextWorldEnv, lambda: gym.make('" + ENV_ID + "')):\n"
+        "import gymnasium as gym, agent_memory.envs.textworld_games as twg\n"
+        "for make in (twg.TextWorldEnv, lambda: gym.make('" + ENV_ID + "')):\n"
         "    try:\n"
         "        make()\n"
         "    except ImportError as exc:\n"
@@ -363,7 +363,7 @@ def test_check_env_and_registration(cache_root: Path, cache_dir: Path, monkeypat
     check_env(env)  # on the unwrapped env, as made by gym.make (its spec lets it try "ansi")
     env.close()
     monkeypatch.setenv("AGENT_MEMORY_CACHE", str(cache_root))  # default cache = the shared one
-    for env_id in (ENV_ID, f"envs:{ENV_ID}"):
+    for env_id in (ENV_ID, f"agent_memory.envs:{ENV_ID}"):
         env = gym.make(env_id, **HUNTER)
         assert env.spec.max_episode_steps == 50
         obs, _ = env.reset(seed=0)

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env, data_equivalence
 
-import envs  # noqa: F401  (registers the ids)
-from envs.base import stable_hash
-from envs.text_adapter import TextAdapter
-from envs.toy_text import (
+import agent_memory.envs  # noqa: F401  (registers the ids)
+from agent_memory.envs.base import stable_hash
+from agent_memory.envs.text_adapter import TextAdapter
+from agent_memory.envs.toy_text import (
     CLIFF_WALKING_ACTIONS,
     FROZEN_LAKE_ACTIONS,
     TAXI_ACTIONS,
@@ -106,7 +106,7 @@ def test_check_env_and_make_variants(env_id: str) -> None:
     assert isinstance(env.unwrapped, TextAdapter)
     assert env.spec is not None and env.spec.max_episode_steps == LIMITS[env_id]
     assert env.unwrapped.env.spec.id == INNER_IDS[env_id]  # the real Gymnasium env inside
-    obs, info = gym.make(f"envs:{env_id}").reset(seed=3)
+    obs, info = gym.make(f"agent_memory.envs:{env_id}").reset(seed=3)
     assert obs == env.reset(seed=3)[0] and set(info) >= INFO_KEYS
 
     vec = gym.make_vec(env_id, 3, vectorization_mode="sync")

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
+from agent_memory.envs.recall import RecallEnv
 from agent_memory.memory import HistoryMemory, available_memories, make_memory
 from agent_memory.memory.compaction import (
     CompactionMemory,
@@ -29,7 +30,6 @@ from agent_memory.memory.compaction import (
 from agent_memory.policies import Policy
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import VectorHistoryWrapper
-from envs.recall import RecallEnv
 
 CUE = "Remember this: the key is RED."
 

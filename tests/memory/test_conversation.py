@@ -12,12 +12,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
+from agent_memory.envs.recall import RecallEnv
 from agent_memory.memory import available_memories, make_memory
 from agent_memory.memory.conversation import ConversationMemory, Message, select_messages
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import VectorHistoryWrapper
-from envs.recall import RecallEnv
 
 
 def _call(cid: str, name: str = "look") -> dict:

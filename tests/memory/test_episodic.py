@@ -11,7 +11,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.memory import HistoryMemory, make_memory
 from agent_memory.memory.episodic import (
     AGENT_INSTRUCTIONS,

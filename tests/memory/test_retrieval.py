@@ -10,13 +10,13 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import envs  # noqa: F401  (registers the env ids)
+import agent_memory.envs  # noqa: F401  (registers the env ids)
+from agent_memory.envs.recall import RecallEnv
 from agent_memory.memory import HistoryMemory, make_memory
 from agent_memory.memory.retrieval import RetrievalMemory
 from agent_memory.memory.search import HashingEmbedder
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import VectorHistoryWrapper
-from envs.recall import RecallEnv
 
 FACTS = [
     "Octopuses have three hearts.",

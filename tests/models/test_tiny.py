@@ -34,7 +34,7 @@ def env_texts() -> list[str]:
     """Real observations and instructions of the bundled Sokoban env (case, punctuation, tabs)."""
     import gymnasium as gym
 
-    import envs  # noqa: F401
+    import agent_memory.envs  # noqa: F401
 
     env = gym.make("agent_memory/Sokoban-v0")
     texts = []

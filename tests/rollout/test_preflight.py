@@ -56,10 +56,10 @@ def nothing_heavy_is_built(monkeypatch):
     is counted (in case a caller swallowed the error). Yields the names of those built."""
     from gymnasium.envs.registration import load_env_creator
 
-    import envs
-    from envs.code_exec import Sandbox
+    from agent_memory.envs import ENVS
+    from agent_memory.envs.code_exec import Sandbox
 
-    creators = {load_env_creator(entry) for entry, _, _ in envs.ENVS.values()}
+    creators = {load_env_creator(entry) for entry, _, _ in ENVS.values()}
     heavy = [c for c in creators if isinstance(c, type)] + [Sandbox]
     built: list[str] = []
     for cls in heavy:
@@ -107,13 +107,13 @@ INVALID = [
     pytest.param(
         ["+env.kwargs.dim_rom=[5,5]"],
         "env.kwargs has no parameter 'dim_rom' for env 'agent_memory/Sokoban-v0' "
-        "(envs.sokoban.env.SokobanEnv): did you mean env.kwargs.dim_room? Valid: ['dim_room', ",
+        "(agent_memory.envs.sokoban.env.SokobanEnv): did you mean env.kwargs.dim_room? Valid: ['dim_room', ",
         id="env-kwarg-typo",
     ),
     pytest.param(
         ["env=frozen_lake", "+env.kwargs.slippery=true"],
         "env.kwargs has no parameter 'slippery' for env 'agent_memory/FrozenLake-v0' "
-        "(envs.toy_text.make_frozen_lake): did you mean env.kwargs.is_slippery?",
+        "(agent_memory.envs.toy_text.make_frozen_lake): did you mean env.kwargs.is_slippery?",
         id="env-kwarg-typo-factory",
     ),
     pytest.param(

@@ -9,7 +9,7 @@ import re
 import gymnasium as gym
 import pytest
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import EnvConfig, JobConfig, TemplateConfig
 from agent_memory.parsing import ActionParser
 from agent_memory.prompts import PromptTemplate

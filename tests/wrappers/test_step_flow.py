@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AutoresetMode
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.memory import make_memory
 from agent_memory.parsing import ActionParser
 from agent_memory.wrappers import HistoryWrapper, VectorHistoryWrapper

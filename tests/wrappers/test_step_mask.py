@@ -191,7 +191,7 @@ def test_a_finished_env_in_the_mask_must_be_reset_first():
 
 
 def test_make_vec_holdable_builds_a_vector_env_the_mask_can_use():
-    import envs  # noqa: F401  (registers the bundled envs)
+    import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 
     venv = make_vec_holdable(
         "agent_memory/Recall-v0", 2, wrappers=[lambda e: gym.wrappers.TimeLimit(e, 3)]

@@ -8,7 +8,7 @@ import gymnasium as gym
 import pytest
 from gymnasium.vector import AutoresetMode
 
-import envs  # noqa: F401  (registers the bundled envs)
+import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.formatting import make_formatter
 from agent_memory.parsing import ActionParser
 from agent_memory.prompts import PromptTemplate

@@ -1,8 +1,10 @@
 """The processes inside a Code-env sandbox: a supervisor and the runner of user code.
 
-These modules run in ``python -I -S`` processes started by :class:`envs.code_exec.sandbox.Sandbox`
+These modules run in ``python -I -S`` processes started by
+:class:`agent_memory.envs.code_exec.sandbox.Sandbox`
 (standard library only, nothing of the project on ``sys.path``): :mod:`.boot` registers this
-directory as the package ``sandbox_child`` (only this directory: the rest of ``envs/code_exec``,
+directory as the package ``sandbox_child`` (only this directory: the rest of
+``agent_memory/envs/code_exec``,
 ``tasks.py`` included, is never importable from inside) and starts :mod:`.supervisor`. The parent
 only imports them for doctests.
 

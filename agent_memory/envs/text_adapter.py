@@ -1,8 +1,10 @@
 """Turn any Discrete-action Gymnasium env into a text env, and solve tabular ones exactly.
 
-:class:`TextAdapter` is the reusable piece behind the bundled toy-text tasks (:mod:`envs.toy_text`):
+:class:`TextAdapter` is the reusable piece behind the bundled toy-text tasks
+(:mod:`agent_memory.envs.toy_text`):
 give it your env, a function that writes the observation as text and a name per action, and it
-speaks the text contract of :mod:`envs.base` (Text spaces, named actions, ``admissible_actions``,
+speaks the text contract of :mod:`agent_memory.envs.base` (Text spaces, named actions,
+``admissible_actions``,
 ``won``, ``state_key``, ``is_action_valid`` / ``invalid_reason``, ``oracle_action()``).
 
 :func:`greedy_policy` and :class:`TabularOracle` compute an optimal policy by value iteration on a
@@ -20,7 +22,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from envs.base import (
+from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
     INVALID_REASON,
     IS_ACTION_VALID,
@@ -132,7 +134,7 @@ class TextAdapter(gym.Env[str, str]):
 
         >>> import gymnasium as gym
         >>> from gymnasium import spaces
-        >>> from envs.text_adapter import TextAdapter
+        >>> from agent_memory.envs.text_adapter import TextAdapter
         >>> class Corridor(gym.Env):
         ...     observation_space, action_space = spaces.Discrete(4), spaces.Discrete(2)
         ...     def reset(self, *, seed=None, options=None):

@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Final, Literal
 
 import gymnasium as gym
 
-from envs.base import (
+from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
     INVALID_REASON,
     IS_ACTION_VALID,
@@ -24,9 +24,9 @@ from envs.base import (
     stable_hash,
     text_space,
 )
-from envs.sokoban.generation import DEFAULT_SEARCH_DEPTH, generate_level
-from envs.sokoban.level import ACTION_STEPS, ACTIONS, LEGEND, GridFormat, Level
-from envs.sokoban.solver import DEFAULT_MAX_NODES, solve
+from agent_memory.envs.sokoban.generation import DEFAULT_SEARCH_DEPTH, generate_level
+from agent_memory.envs.sokoban.level import ACTION_STEPS, ACTIONS, LEGEND, GridFormat, Level
+from agent_memory.envs.sokoban.solver import DEFAULT_MAX_NODES, solve
 
 #: verl-agent's reward scheme (gym-sokoban's values).
 STEP_PENALTY: Final = -0.1
@@ -45,7 +45,8 @@ class SokobanEnv(gym.Env[str, str]):
     r"""Sokoban with text observations and text actions, on procedurally generated levels.
 
     Each ``reset`` generates a new guaranteed-solvable level from the env's RNG (gym-sokoban's
-    reverse-play generator, see :mod:`envs.sokoban.generation`), or reloads the fixed ``level``.
+    reverse-play generator, see :mod:`agent_memory.envs.sokoban.generation`), or reloads the fixed
+    ``level``.
     The observation is the grid in verl-agent's symbols followed by a one-line legend.
 
     Args:
@@ -56,7 +57,8 @@ class SokobanEnv(gym.Env[str, str]):
             300, verl-agent/RAGEN configs 30). The default 100 gives the same 6x6 one-box levels
             as 300 (checked on 500 seeds) at ~0.6 ms per level, and stays fast on larger rooms.
         max_generation_attempts: Generation tries per reset (a try fails when no box can be
-            pulled off its target) before :class:`~envs.sokoban.generation.LevelGenerationError`.
+            pulled off its target) before
+            :class:`~agent_memory.envs.sokoban.generation.LevelGenerationError`.
         num_gen_steps: Random-walk length of the room topology; ``None`` is gym-sokoban's
             ``int(1.7 * (rows + cols))``.
         random_player_moves: After reverse play, let the player take 1-3 random steps as
@@ -291,7 +293,8 @@ class SokobanEnv(gym.Env[str, str]):
     def oracle_action(self) -> str:
         """The next action of a shortest solution from the current state.
 
-        The plan is computed by :func:`~envs.sokoban.solver.solve` and cached; it is recomputed
+        The plan is computed by :func:`~agent_memory.envs.sokoban.solver.solve` and cached; it is
+        recomputed
         when the state leaves the planned path. When no solution exists (a box is stuck) or the
         level is already solved, any action is as good and ``"up"`` is returned.
 

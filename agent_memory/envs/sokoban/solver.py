@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import deque
 from typing import Final
 
-from envs.sokoban.level import ACTIONS, Level
+from agent_memory.envs.sokoban.level import ACTIONS, Level
 
 #: Default cap on expanded states.
 DEFAULT_MAX_NODES: Final = 200_000

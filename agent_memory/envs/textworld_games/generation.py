@@ -35,8 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, TextIO
 
-from envs.base import stable_hash
-from envs.textworld_games.settings import normalize_settings
+from agent_memory.envs.base import stable_hash
+from agent_memory.envs.textworld_games.settings import normalize_settings
 
 INSTALL_HINT: Final = 'pip install "agent-memory[textworld]"'
 # Jericho (TextWorld's Z-machine interpreter) switches on its TextWorld support (no status line in
@@ -195,7 +195,7 @@ def ensure_game(
     for it and read it; nobody ever sees a partial game.
 
     Args:
-        challenge: One of :data:`~envs.textworld_games.settings.CHALLENGES`.
+        challenge: One of :data:`~agent_memory.envs.textworld_games.settings.CHALLENGES`.
         settings: The challenge's settings (see ``DEFAULT_SETTINGS``); missing keys take defaults.
         seed: TextWorld's game seed (``tw-make --seed``).
         cache_dir: Cache root; default :func:`default_cache_dir`.
@@ -295,7 +295,7 @@ def ensure_games(
     ``progress=True`` shows a :class:`GenerationBar` on stderr, unless every game is cached.
 
     Args:
-        challenge: One of :data:`~envs.textworld_games.settings.CHALLENGES`.
+        challenge: One of :data:`~agent_memory.envs.textworld_games.settings.CHALLENGES`.
         settings: The challenge's settings; missing keys take defaults.
         seeds: TextWorld game seeds, one game each.
         cache_dir: Cache root; default :func:`default_cache_dir`.

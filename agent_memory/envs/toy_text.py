@@ -1,7 +1,8 @@
 """Gymnasium's toy-text games (FrozenLake, CliffWalking, Taxi) as text envs with exact oracles.
 
 Each factory builds the real Gymnasium env (``FrozenLake-v1``, ``CliffWalking-v1``, ``Taxi-v4``)
-and adapts it with :class:`envs.text_adapter.TextAdapter`. The text is written from the true state
+and adapts it with :class:`agent_memory.envs.text_adapter.TextAdapter`. The text is written from
+the true state
 (the map and ``unwrapped.s`` / ``unwrapped.decode``), not from Gymnasium's ANSI render, which shows
 the agent only by colour. Grids print one symbol per cell, separated by spaces; rows count from 0
 at the top and columns from 0 at the left.
@@ -30,7 +31,7 @@ from typing import Any, Literal
 
 import gymnasium as gym
 
-from envs.text_adapter import TabularOracle, TextAdapter
+from agent_memory.envs.text_adapter import TabularOracle, TextAdapter
 
 __all__ = [
     "CLIFF_WALKING_ACTIONS",
@@ -139,7 +140,8 @@ def make_frozen_lake(
         render_mode: ``"ansi"`` renders the text observation.
 
     Returns:
-        A :class:`~envs.text_adapter.TextAdapter`; ``won`` means the goal was reached and
+        A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won`` means the goal was reached
+        and
         ``oracle_action()`` follows the policy that best reaches the goal (shortest path on
         non-slippery ice).
 
@@ -244,7 +246,8 @@ def make_cliff_walking(
         render_mode: ``"ansi"`` renders the text observation.
 
     Returns:
-        A :class:`~envs.text_adapter.TextAdapter`; ``won`` means the goal was reached (every step
+        A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won`` means the goal was reached
+        (every step
         costs -1, so the reward alone cannot say) and ``oracle_action()`` walks the best path:
         on the non-slippery cliff, the 13-step path along its edge (return -13).
 
@@ -347,7 +350,8 @@ def make_taxi(
         render_mode: ``"ansi"`` renders the text observation.
 
     Returns:
-        A :class:`~envs.text_adapter.TextAdapter`; ``won`` means the passenger was delivered and
+        A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won`` means the passenger was
+        delivered and
         ``oracle_action()`` drives the shortest route (return ``20 - (steps - 1)``).
 
     Example:

@@ -1,6 +1,7 @@
 """A fictitious online shop — the data API the Code env's tasks are about.
 
-This module is loaded twice: by the parent (``envs.code_exec.api``; the task generator computes the
+This module is loaded twice: by the parent (``agent_memory.envs.code_exec.api``; the task generator
+computes the
 answers from :data:`DATA`) and inside every sandbox process, where it is preloaded as the module
 ``api`` (the child loads this file by path, so it must stay standard-library only and import
 nothing from the ``envs`` package).

@@ -10,7 +10,8 @@ Actions (the env parses the tagged form itself; text around the tag, e.g. a thou
   sequences often cut it off).
 * ``<answer>text</answer>`` submits the final answer and ends the episode (``terminated``):
   reward 1.0 and ``won`` if it matches the task's answer after normalisation
-  (:func:`~envs.code_exec.tasks.is_correct`), else 0.0. Submitting is a tag, not a function in
+  (:func:`~agent_memory.envs.code_exec.tasks.is_correct`), else 0.0. Submitting is a tag, not a
+  function in
   the sandbox, so the reward never depends on anything the sandboxed code can tamper with.
 
 Anything else (no tag, both kinds of tags, several blocks, an empty block, a ``<code>`` block of
@@ -19,7 +20,8 @@ is invalid: no process work, the state is unchanged, ``is_action_valid=False`` a
 ``invalid_reason`` says why. Parsing is linear in the action's length, without backtracking
 regexes (``scripts/bench_parse.py`` times 1 MB of hostile text).
 
-The sandbox (:mod:`envs.code_exec.sandbox`) starts at ``reset`` (a new process and temp dir per
+The sandbox (:mod:`agent_memory.envs.code_exec.sandbox`) starts at ``reset`` (a new process and
+temp dir per
 episode; the previous one is killed and removed) and is killed at ``close``. A step over
 ``timeout_s`` (or a crash, or a CPU/memory kill) restarts the process: **the episode's variables
 and imports are lost** (files in its working dir are kept) and the observation says so.
@@ -43,7 +45,7 @@ from typing import Any, ClassVar, Literal, SupportsFloat, cast
 
 import gymnasium as gym
 
-from envs.base import (
+from agent_memory.envs.base import (
     INVALID_REASON,
     IS_ACTION_VALID,
     STATE_KEY,
@@ -53,9 +55,9 @@ from envs.base import (
     stable_hash,
     text_space,
 )
-from envs.code_exec import api
-from envs.code_exec.sandbox import RunResult, Sandbox, SandboxLimits
-from envs.code_exec.tasks import TASKS, Task, is_correct
+from agent_memory.envs.code_exec import api
+from agent_memory.envs.code_exec.sandbox import RunResult, Sandbox, SandboxLimits
+from agent_memory.envs.code_exec.tasks import TASKS, Task, is_correct
 
 __all__ = ["CodeEnv", "parse_action"]
 

@@ -1,9 +1,11 @@
 """A persistent, resource-limited Python process per episode, behind kernel-enforced layers.
 
-:class:`Sandbox` starts ``python -I -S envs/code_exec/sandbox_child/boot.py`` (the *supervisor*)
+:class:`Sandbox` starts ``python -I -S agent_memory/envs/code_exec/sandbox_child/boot.py`` (the
+*supervisor*)
 in a fresh temporary working dir and talks to it over two private pipes with length-prefixed JSON
 frames. The supervisor builds the sandbox, forks the *runner* that executes the code and relays
-checked answers (:mod:`envs.code_exec.sandbox_child` documents the processes and the protocol).
+checked answers (:mod:`agent_memory.envs.code_exec.sandbox_child` documents the processes and the
+protocol).
 Variables and imports persist across :meth:`Sandbox.run` calls, like a Jupyter kernel; output is
 kept as head and tail, so frames stay small; the parent reads with ``poll`` and a deadline, and a
 dead process shows up as EOF or a "died" frame (reported in the result, never raised).
@@ -41,7 +43,8 @@ What it does, layer by layer (:attr:`Sandbox.layers` reports each as ``"on (...)
   TCP bind/connect, no signals or abstract sockets outside the sandbox (by kernel ABI).
 * ``cgroup`` — total limits for all the sandbox's processes and threads: ``memory_mb`` + 64 MiB
   and ``processes`` (cgroup v2 ``memory.max``/``pids.max``, or the v1 equivalents), made by the
-  env process beneath its own cgroup; :mod:`envs.code_exec.cgroup` says where this works.
+  env process beneath its own cgroup; :mod:`agent_memory.envs.code_exec.cgroup` says where this
+  works.
 * ``rlimits`` — per process: ``RLIMIT_CPU``, ``RLIMIT_AS`` (``MemoryError``), ``RLIMIT_FSIZE``
   (``EFBIG``), ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, and ``RLIMIT_NPROC = processes`` when the
   uid is the sandbox's own. Plus a wall-clock timeout per run enforced by the env process.
@@ -117,8 +120,8 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, Literal
 
-from envs.code_exec import cgroup as cgroups
-from envs.code_exec.sandbox_child import protocol
+from agent_memory.envs.code_exec import cgroup as cgroups
+from agent_memory.envs.code_exec.sandbox_child import protocol
 
 CHILD_SCRIPT = str(Path(__file__).parent / "sandbox_child" / "boot.py")
 _API_MODULE = str(Path(__file__).with_name("api.py"))

@@ -7,7 +7,7 @@ from typing import Any, Final, Literal
 
 import gymnasium as gym
 
-from envs.base import (
+from agent_memory.envs.base import (
     INVALID_REASON,
     IS_ACTION_VALID,
     STATE_KEY,
@@ -17,9 +17,14 @@ from envs.base import (
     stable_hash,
     text_space,
 )
-from envs.search_qa.corpus import Corpus, Question, get_corpus
-from envs.search_qa.parsing import MAX_ACTION_CHARS, exact_match, normalize_answer, parse_action
-from envs.search_qa.retrieval import BM25Index, format_information, get_index
+from agent_memory.envs.search_qa.corpus import Corpus, Question, get_corpus
+from agent_memory.envs.search_qa.parsing import (
+    MAX_ACTION_CHARS,
+    exact_match,
+    normalize_answer,
+    parse_action,
+)
+from agent_memory.envs.search_qa.retrieval import BM25Index, format_information, get_index
 
 #: Smallest ``max_obs_chars``: the reset observation (instructions + question) must fit.
 MIN_OBS_CHARS: Final = 1024
@@ -50,7 +55,8 @@ class SearchQAEnv(gym.Env[str, str]):
     * ``<answer>text</answer>``: ends the episode (``terminated``); reward 1.0 and
       ``won=True`` iff the SQuAD-normalised answer equals the gold one, else 0.0.
     * anything else (no tag, both tags, repeated tags, empty query or answer, over
-      :data:`~envs.search_qa.parsing.MAX_ACTION_CHARS` characters): invalid; the state is
+      :data:`~agent_memory.envs.search_qa.parsing.MAX_ACTION_CHARS` characters): invalid; the state
+      is
       unchanged, ``is_action_valid=False``, and the observation explains the expected format.
 
     ``info`` holds ``task`` (the question), ``won``, ``state_key``, ``question_id``, ``hops``

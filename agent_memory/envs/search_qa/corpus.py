@@ -15,7 +15,8 @@ knowledge does not help: an agent must search the corpus. The world has
 Randomness only comes from :meth:`random.Random.random` with an int seed, whose sequence Python
 guarantees across versions, so the same seed gives the same corpus everywhere
 (:attr:`Corpus.corpus_id` is a digest of the content; the tests pin it). Generation takes a few
-milliseconds, so nothing is shipped: ``python -m envs.search_qa --seed 0 --out corpus.json``
+milliseconds, so nothing is shipped: ``python -m agent_memory.envs.search_qa --seed 0 --out
+corpus.json``
 dumps a corpus for inspection.
 """
 
@@ -387,9 +388,10 @@ def get_corpus(seed: int = 0) -> Corpus:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Dump a generated corpus as JSON (``python -m envs.search_qa --seed 0``)."""
+    """Dump a generated corpus as JSON (``python -m agent_memory.envs.search_qa --seed 0``)."""
     parser = argparse.ArgumentParser(
-        prog="python -m envs.search_qa", description="Dump a generated Search-QA corpus as JSON."
+        prog="python -m agent_memory.envs.search_qa",
+        description="Dump a generated Search-QA corpus as JSON.",
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default="-", help="output file ('-' = stdout)")

@@ -1,4 +1,5 @@
-"""Multi-step questions about the shop :mod:`~envs.code_exec.api`, with exact answers and oracles.
+"""Multi-step questions about the shop :mod:`~agent_memory.envs.code_exec.api`, with exact answers
+and oracles.
 
 :data:`TASKS` holds 45 tasks from 8 templates (e.g. "Among customers living in Avonmere, find the
 one who placed the most orders in 2023 ...  What is the total value of that customer's delivered
@@ -26,7 +27,7 @@ from collections.abc import Callable, Iterator
 from fractions import Fraction
 from typing import Any, Literal
 
-from envs.code_exec import api
+from agent_memory.envs.code_exec import api
 
 __all__ = ["TASKS", "AnswerKind", "OracleStep", "Task", "is_correct", "normalize_answer"]
 

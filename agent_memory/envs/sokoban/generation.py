@@ -27,7 +27,7 @@ from typing import Final
 
 import numpy as np
 
-from envs.sokoban.level import Level
+from agent_memory.envs.sokoban.level import Level
 
 #: gym-sokoban's random-walk masks: the 1s become floor around the walker's position.
 _MASKS: Final = np.array(

@@ -13,8 +13,8 @@ process-safe cache), :mod:`.env` (the env).
 
 from __future__ import annotations
 
-from envs.textworld_games.env import TextWorldEnv, clean_feedback
-from envs.textworld_games.generation import (
+from agent_memory.envs.textworld_games.env import TextWorldEnv, clean_feedback
+from agent_memory.envs.textworld_games.generation import (
     INSTALL_HINT,
     CachedGame,
     GameSpec,
@@ -25,7 +25,7 @@ from envs.textworld_games.generation import (
     ensure_games,
     require_textworld,
 )
-from envs.textworld_games.settings import (
+from agent_memory.envs.textworld_games.settings import (
     CHALLENGES,
     DEFAULT_SETTINGS,
     ChallengeName,

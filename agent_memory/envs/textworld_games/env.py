@@ -13,7 +13,7 @@ from typing import Any, ClassVar, Final, Literal
 
 import gymnasium as gym
 
-from envs.base import (
+from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
     INVALID_REASON,
     IS_ACTION_VALID,
@@ -25,14 +25,14 @@ from envs.base import (
     stable_hash,
     text_space,
 )
-from envs.textworld_games.generation import (
+from agent_memory.envs.textworld_games.generation import (
     CachedGame,
     ProgressCallback,
     ensure_game,
     ensure_games,
     require_textworld,
 )
-from envs.textworld_games.settings import ChallengeName, normalize_settings
+from agent_memory.envs.textworld_games.settings import ChallengeName, normalize_settings
 
 #: The ASCII-art "TEXT WORLD" banner of every intro is made of these characters only, with at
 #: least one that is not a space or an angle bracket.
@@ -120,7 +120,8 @@ class TextWorldEnv(gym.Env[str, str]):
     Args:
         challenge: The TextWorld challenge.
         settings: The challenge's settings (``tw-make <challenge> --help``), e.g. ``{"level": 3}``;
-            missing keys take the defaults in :data:`~envs.textworld_games.DEFAULT_SETTINGS`.
+            missing keys take the defaults in
+            :data:`~agent_memory.envs.textworld_games.DEFAULT_SETTINGS`.
         game_seed: Seed of the first game of the pool.
         num_games: Games in the pool.
         cache_dir: Where games are cached; default ``$AGENT_MEMORY_CACHE/textworld``, else
@@ -211,7 +212,7 @@ class TextWorldEnv(gym.Env[str, str]):
 
     def generate_games(self, progress: bool | ProgressCallback = False) -> list[CachedGame]:
         """Make (or find in the cache) every game of the pool now, reporting progress once per
-        game (see :func:`~envs.textworld_games.generation.ensure_games`)."""
+        game (see :func:`~agent_memory.envs.textworld_games.generation.ensure_games`)."""
         seeds = range(self.game_seed, self.game_seed + self.num_games)
         games = ensure_games(self.challenge, self.settings, seeds, self.cache_dir, progress)
         self._games = list(games)

@@ -14,7 +14,7 @@ from typing import Any, ClassVar, Final, Literal
 
 import gymnasium as gym
 
-from envs.base import (
+from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
     INVALID_REASON,
     IS_ACTION_VALID,

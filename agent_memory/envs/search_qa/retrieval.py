@@ -3,7 +3,8 @@
 ``bm25s`` is used as is: its bundled English stop-word list and regex tokenizer, no stemmer (the
 queries are entity names, and PyStemmer would be one more compiled dependency for no gain), the
 Lucene BM25 variant with its defaults. Nothing is downloaded. The index of a corpus is built once
-per process and cached by :attr:`~envs.search_qa.corpus.Corpus.corpus_id`, so the many envs of a
+per process and cached by :attr:`~agent_memory.envs.search_qa.corpus.Corpus.corpus_id`, so the many
+envs of a
 vector env share it.
 """
 
@@ -17,7 +18,7 @@ from typing import Final
 import bm25s
 import numpy as np
 
-from envs.search_qa.corpus import Corpus, Document
+from agent_memory.envs.search_qa.corpus import Corpus, Document
 
 #: bm25s's built-in English stop words ("the", "of", "in", ...): shipped in the package.
 STOPWORDS: Final = "en"
@@ -47,7 +48,7 @@ class BM25Index:
     """A BM25 index over passages (title and text, as Search-R1 indexes ``contents``).
 
     Example:
-        >>> from envs.search_qa.corpus import get_corpus
+        >>> from agent_memory.envs.search_qa.corpus import get_corpus
         >>> corpus = get_corpus(0)
         >>> index = BM25Index(corpus.documents)
         >>> hits = index.search(corpus.documents[0].title, k=3)
