@@ -15,7 +15,7 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,6 +26,7 @@ __all__ = [
     "check_history_length",
     "check_int",
     "check_number",
+    "check_stop",
     "check_str",
     "is_int",
     "is_number",
@@ -155,6 +156,25 @@ def check_number(
         none = "None or " if allow_none else ""
         raise ValueError(f"{name} must be {none}a number {bound}, got {value!r}")
     return float(value)
+
+
+def check_stop(stop: str | Sequence[str] | None) -> list[str] | None:
+    """Stop strings as a list: one string or a non-empty list of non-empty ones, or None.
+
+    Example:
+        >>> check_stop("</action>"), check_stop(None)
+        (['</action>'], None)
+        >>> check_stop([""])
+        Traceback (most recent call last):
+        ...
+        ValueError: stop must be a non-empty string or a list of them, got ['']
+    """
+    if stop is None:
+        return None
+    stops = [stop] if isinstance(stop, str) else list(stop)
+    if not stops or not all(isinstance(s, str) and s for s in stops):
+        raise ValueError(f"stop must be a non-empty string or a list of them, got {stops!r}")
+    return stops
 
 
 def check_str(name: str, value: Any, *, empty: bool = False) -> str:

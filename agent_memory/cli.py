@@ -1,18 +1,10 @@
 """Hydra entry points whose config errors are one clear message, not a stack trace.
 
-:func:`hydra_main` is ``hydra.main(version_base="1.3", ...)`` plus one thing: a config error
-is printed to stderr as its message alone — what is wrong and the override that fixes it — and
-the script exits with status 2 (a usage error). It also makes the launch directory importable, as
-``python -m`` does (see :func:`import_from_launch_dir`). Config errors are:
-
-- :class:`~agent_memory.config.ConfigError`: ``load_job`` and
-  :func:`~agent_memory.rollout.preflight.preflight` (raised before Ray starts);
-- Hydra's composition errors: a misspelled key (``rollout.group_sise=8`` answers "did you mean
-  rollout.group_size=8?", not Hydra's advice to add the typo with ``+``), an unknown config in
-  a group (``memory=windw``), a value of the wrong type, an override that does not parse.
-
-Any other exception is raised with its full traceback. ``HYDRA_FULL_ERROR=1`` leaves every
-error to Hydra, as without this wrapper.
+:func:`hydra_main` is ``hydra.main(version_base="1.3", ...)`` that prints a config error
+(:class:`~agent_memory.config.ConfigError`, or Hydra's composition errors: a misspelled key gets
+"did you mean ...?") as its message alone and exits with :data:`CONFIG_ERROR_EXIT`; it also makes
+the launch directory importable. Other errors keep their traceback; ``HYDRA_FULL_ERROR=1`` leaves
+every error to Hydra.
 
 Example:
     >>> from omegaconf.errors import ConfigAttributeError

@@ -4,7 +4,8 @@ One dataclass per config group — ``env``, ``memory``, ``policy``, ``rollout``,
 :class:`JobConfig`. Hydra composes YAML files onto these schemas (types are checked then);
 :func:`load_job` turns the result into dataclasses, which runs each ``__post_init__``: a bad value
 fails before any worker starts, with a message naming the override that fixes it. Such errors are
-:class:`ConfigError` (a ``ValueError``); :func:`agent_memory.rollout.preflight.preflight` checks
+:class:`ConfigError` (a ``ValueError``); :func:`agent_memory.rollout.driver.preflight.preflight`
+checks
 what only building the job's pieces can tell (the env id, constructor params, budgets, ...).
 
 Example:
@@ -34,6 +35,8 @@ from agent_memory.checks import bounded_capacity
 from agent_memory.suggest import did_you_mean
 
 __all__ = [
+    "FIXED_HISTORY",
+    "REMOVED_KEYS",
     "AlgoConfig",
     "ConfigError",
     "EnvConfig",
@@ -147,25 +150,31 @@ class EnvConfig:
         )  # fmt: skip
 
 
+#: Strategies that fix the history length (``memory=none``, ``memory=full``): the window
+#: strategy with no history, or the whole episode, whatever ``env.history_length`` says.
+FIXED_HISTORY: dict[str, int] = {"none": 0, "full": -1}
+
+
 @dataclass
 class MemoryConfig:
-    """The memory strategy (``agent_memory.memory.make_memory``) and its budgets."""
+    """The memory strategy (``agent_memory.memory.make_memory``) and its budgets. The history
+    length is not here: it is ``env.history_length`` (or fixed by the strategy, see
+    :data:`FIXED_HISTORY`)."""
 
     strategy: str = "window"
-    history_length: Optional[int] = None
     max_tokens: Optional[int] = None
     max_prompt_tokens: Optional[int] = None
     bounded: bool = False
     token_counter: str = "estimate"
     params: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def fixed_history_length(self) -> int | None:
+        """The history length the strategy fixes (``none``: 0, ``full``: -1); None when it
+        follows ``env.history_length``."""
+        return FIXED_HISTORY.get(self.strategy)
+
     def __post_init__(self) -> None:
-        _need(
-            self.history_length is None
-            or (_is_int(self.history_length) and self.history_length >= -1),
-            "memory.history_length", "null (use env.history_length), -1, 0 or k > 0",
-            self.history_length, "null",
-        )  # fmt: skip
         for key in ("max_tokens", "max_prompt_tokens"):
             v = getattr(self, key)
             _need(
@@ -350,9 +359,15 @@ class JobConfig:
 
     @property
     def history_length(self) -> int:
-        """The window in effect: the memory config's override, else the env's."""
-        hl = self.memory.history_length
-        return self.env.history_length if hl is None else hl
+        """The window in effect: ``env.history_length``, unless the strategy fixes it.
+
+        Example:
+            >>> env = EnvConfig(id="x", history_length=5)
+            >>> JobConfig(env).history_length, JobConfig(env, MemoryConfig("full")).history_length
+            (5, -1)
+        """
+        fixed = self.memory.fixed_history_length
+        return self.env.history_length if fixed is None else fixed
 
     @property
     def memory_capacity(self) -> int | None:
@@ -418,8 +433,19 @@ def load_job(cfg: DictConfig | JobConfig, schema: type[JobConfig] = JobConfig) -
     return job
 
 
+#: Keys that are gone: the key that replaced each, and why (one key per setting).
+REMOVED_KEYS: dict[str, tuple[str, str]] = {
+    "memory.history_length": (
+        "env.history_length",
+        "the history length is set once, by env.history_length (memory=none and memory=full "
+        "fix it at 0 and -1)",
+    ),
+}
+
+
 def unknown_key(full_key: str, keys: list[str], value: Any = None) -> ConfigError:
-    """The error for a key its parent node does not have: the nearest valid keys, then all.
+    """The error for a key its parent node does not have: the key that replaced it (see
+    :data:`REMOVED_KEYS`), else the nearest valid keys, then all.
 
     ``value`` (the value the user gave, if any) is repeated in the suggestion.
 
@@ -427,7 +453,12 @@ def unknown_key(full_key: str, keys: list[str], value: Any = None) -> ConfigErro
         >>> print(unknown_key("rollout.group_sise", ["group_size", "seed"], value="8"))
         rollout.group_sise is not a config key: did you mean rollout.group_size=8? (keys of \
 rollout: group_size, seed)
+        >>> print(unknown_key("memory.history_length", [], value="5"))
+        memory.history_length is not a config key: the history length is set once, by \
+env.history_length (memory=none and memory=full fix it at 0 and -1): pass env.history_length=5
     """
+    if full_key in REMOVED_KEYS:
+        return _removed_key(full_key, value)
     parent, _, name = full_key.rpartition(".")
     prefix = f"{parent}." if parent else ""
     hint = did_you_mean(name, keys, prefix=prefix, suffix="" if value is None else f"={value}")
@@ -438,7 +469,13 @@ rollout: group_size, seed)
     )
 
 
-def _check_keys(data: Any, cls: type, path: str) -> None:
+def _removed_key(full_key: str, value: Any) -> ConfigError:
+    new, why = REMOVED_KEYS[full_key]
+    example = "3" if value is None or str(value) == "null" else value
+    return ConfigError(f"{full_key} is not a config key: {why}: pass {new}={example}", key=full_key)
+
+
+def _check_keys(data: Any, cls: Any, path: str) -> None:
     """Refuse keys of ``data`` that the dataclass ``cls`` has no field for, recursively."""
     if not isinstance(data, Mapping):
         return

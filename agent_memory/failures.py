@@ -1,9 +1,6 @@
-"""Readable descriptions of failures: an exception as its type, message and last frames.
-
-A failure deep inside a Ray worker reaches the user through several layers; each adds noise
-(ANSI colours, ``^^^^`` markers, actor ids) and the useful part is easily cut. These functions
-keep what a person needs to act: for every exception of the cause chain, ``Type: message`` and the
-last few frames of its own traceback, never cut in the middle of a line.
+"""Readable descriptions of failures: for every exception of the cause chain, ``Type: message``
+and the last few frames of its traceback, never cut mid-line (what a person needs to act on a
+failure that came through Ray's layers of noise).
 
 Example:
     >>> try:

@@ -1,19 +1,12 @@
 """LLM output -> env action ("projection"), with a documented path for every malformed output.
 
-:class:`ActionParser` extracts the action from what the model wrote (``<action>up</action>``;
-an optional ``<think>…</think>`` is captured as the step's thought), matches it against the env's
-admissible actions (exactly, then normalised: case, whitespace, surrounding quotes and a final
-period), and maps it to a discrete index when the env needs one. Every failure — no tag, several
-tags, an empty or inadmissible action, ``None``, a non-string, invalid UTF-8, a megabyte string —
-returns an invalid :class:`ParsedAction` with the reason; the parser never raises on model output
-and never hands garbage to the env: the wrapper applies the configured fallback instead
-(``on_invalid="skip"``: the env gets the empty action, a no-op under the text-env contract;
-``"noop"``: the env gets ``noop_action``) and adds ``invalid_penalty`` to the reward.
-
-Hostile text costs little: nothing scans a response before the ``max_chars`` check (bytes are
-measured before they are decoded), tags are found by a linear scan, and lone surrogates in a
-str response become ``"?"`` (:func:`~agent_memory.text.utf8_safe`), so the thought and the
-action stored in the history always encode as UTF-8.
+:class:`ActionParser` extracts the action (``<action>up</action>``; an optional ``<think>``
+block is the step's thought), matches it against the admissible actions (exactly, then
+normalised) and maps it to an index when the env needs one. Every failure (no tag, an
+inadmissible action, ``None``, invalid UTF-8, a megabyte string...) gives an invalid
+:class:`ParsedAction` with its reason: the parser never raises on model output, the wrapper
+applies the fallback. Hostile text costs little: length is checked before any scan, tags are
+found in linear time, lone surrogates become ``"?"``.
 
 Example:
     >>> parser = ActionParser()
@@ -83,25 +76,13 @@ def _echo(text: str) -> str:
 class ActionParser:
     """Configurable projection from model output to env action.
 
-    Args:
-        tag: the action tag (``"action"`` -> ``<action>…</action>``); ``None`` takes the whole
-            response (stripped) as the action.
-        think_tag: tag captured as the thought (``None`` to ignore thoughts).
-        multiple: several action tags are ``"invalid"`` (default: the model must commit to one;
-            the reason counts them up to 1000), or take the ``"first"`` / ``"last"``.
-        match: ``"normalized"`` (exact first, then :func:`normalize` on both sides), or
-            ``"exact"`` only.
-        action_names: when given, a valid action is returned as its index in this list (for
-            envs with ``Discrete`` actions); admissible actions default to these names.
-        max_chars: longer responses are invalid without being scanned (a runaway generation).
-        on_invalid: the fallback the wrapper applies: ``"skip"`` sends the text env an empty
-            action (state unchanged, the step counts) or ``"noop"`` sends ``noop_action``.
-        noop_action: the env action that changes nothing (needed by ``on_invalid="noop"``).
-        invalid_penalty: added to the reward of an invalid step (an explicit reward term; the
-            wrapper reports it in ``info["invalid_penalty"]``).
-
-    Raises:
-        ValueError: an inconsistent configuration, naming the setting to fix.
+    ``tag=None`` takes the whole response as the action; ``think_tag=None`` ignores thoughts.
+    Several action tags are ``multiple="invalid"`` (the model must commit to one), or the
+    ``"first"`` / ``"last"`` is taken. ``match="exact"`` skips the :func:`normalize` fallback.
+    With ``action_names`` a valid action is returned as its index (``Discrete`` envs). Responses
+    over ``max_chars`` are invalid unscanned. ``on_invalid``: the wrapper sends an invalid step's
+    env the empty action (``"skip"``) or ``noop_action`` (``"noop"``), and adds ``invalid_penalty``
+    to its reward.
     """
 
     def __init__(
@@ -153,60 +134,23 @@ class ActionParser:
             admissible: the actions valid now; ``None`` accepts any non-empty action (envs whose
                 action set is not finite) unless ``action_names`` were given.
         """
-        if response is None:
-            return self._invalid("no response (None)")
-        if isinstance(response, (bytes, bytearray)):
-            # A UTF-8 character takes at most 4 bytes: longer bytes are too long undecoded.
-            if len(response) > 4 * self.max_chars:
-                return self._invalid(
-                    f"response too long ({len(response)} bytes > 4 * max_chars={self.max_chars})"
-                )
-            try:
-                response = bytes(response).decode("utf-8")
-            except UnicodeDecodeError as e:
-                return self._invalid(f"response is not valid UTF-8 ({e.reason} at byte {e.start})")
-        if not isinstance(response, str):
-            return self._invalid(f"response must be a str, got {type(response).__name__}")
-        if len(response) > self.max_chars:
-            return self._invalid(
-                f"response too long ({len(response)} chars > max_chars={self.max_chars})"
-            )
-        response = utf8_safe(response)
+        text = self._text(response)
+        if isinstance(text, ParsedAction):
+            return text
         thought = ""
         if self.think_tag is not None:
-            found = _between(response, self.think_tag, limit=1)
+            found = _between(text, self.think_tag, limit=1)
             thought = found[0].strip() if found else ""
-        if self.tag is None:
-            content = response.strip()
-        else:
-            limit = {"first": 1, "invalid": _MAX_COUNTED}.get(self.multiple)
-            found = _between(response, self.tag, limit)
-            if not found:
-                return self._invalid(
-                    f"no <{self.tag}>...</{self.tag}> tag in the response", thought
-                )
-            if len(found) > 1 and self.multiple == "invalid":
-                n = f"{len(found)}" if len(found) < _MAX_COUNTED else f"at least {_MAX_COUNTED}"
-                return self._invalid(
-                    f"{n} <{self.tag}> tags in the response, expected exactly 1", thought
-                )
-            content = (found[-1] if self.multiple == "last" else found[0]).strip()
+        content = self._content(text, thought)
+        if isinstance(content, ParsedAction):
+            return content
         if not content:
             return self._invalid("empty action", thought)
         if admissible is None and self.action_names is not None:
             admissible = self.action_names
         if admissible is None:
             return ParsedAction(content, content, True, None, thought)
-        chosen = self._match(content, admissible)
-        if chosen is None:
-            shown = ", ".join(map(str, list(admissible)[:20]))
-            more = "" if len(admissible) <= 20 else f", ... ({len(admissible)} in all)"
-            return self._invalid(f"{_echo(content)} is not admissible ({shown}{more})", thought)
-        if self.action_names is not None:
-            if chosen not in self.action_names:
-                return self._invalid(f"{chosen!r} is not one of action_names", thought)
-            return ParsedAction(self.action_names.index(chosen), chosen, True, None, thought)
-        return ParsedAction(chosen, chosen, True, None, thought)
+        return self._choose(content, admissible, thought)
 
     def parse_batch(
         self, responses: Sequence[Any], admissible: Sequence[Sequence[str] | None] | None = None
@@ -230,6 +174,57 @@ class ActionParser:
         return self.noop_action if self.on_invalid == "noop" else ""
 
     # ------------------------------------------------------------------ internals
+
+    def _text(self, response: Any) -> str | ParsedAction:
+        """``response`` as checked text, or the invalid result saying why it is not."""
+        if response is None:
+            return self._invalid("no response (None)")
+        if isinstance(response, (bytes, bytearray)):
+            # A UTF-8 character takes at most 4 bytes: longer bytes are too long undecoded.
+            if len(response) > 4 * self.max_chars:
+                return self._invalid(
+                    f"response too long ({len(response)} bytes > 4 * max_chars={self.max_chars})"
+                )
+            try:
+                response = bytes(response).decode("utf-8")
+            except UnicodeDecodeError as e:
+                return self._invalid(f"response is not valid UTF-8 ({e.reason} at byte {e.start})")
+        if not isinstance(response, str):
+            return self._invalid(f"response must be a str, got {type(response).__name__}")
+        if len(response) > self.max_chars:
+            return self._invalid(
+                f"response too long ({len(response)} chars > max_chars={self.max_chars})"
+            )
+        return utf8_safe(response)
+
+    def _content(self, text: str, thought: str) -> str | ParsedAction:
+        """The action text inside the tag (the whole text without one), stripped, or the
+        invalid result of a missing or repeated tag."""
+        if self.tag is None:
+            return text.strip()
+        limit = {"first": 1, "invalid": _MAX_COUNTED}.get(self.multiple)
+        found = _between(text, self.tag, limit)
+        if not found:
+            return self._invalid(f"no <{self.tag}>...</{self.tag}> tag in the response", thought)
+        if len(found) > 1 and self.multiple == "invalid":
+            n = f"{len(found)}" if len(found) < _MAX_COUNTED else f"at least {_MAX_COUNTED}"
+            return self._invalid(
+                f"{n} <{self.tag}> tags in the response, expected exactly 1", thought
+            )
+        return (found[-1] if self.multiple == "last" else found[0]).strip()
+
+    def _choose(self, content: str, admissible: Sequence[str], thought: str) -> ParsedAction:
+        """The admissible action ``content`` names (its index with ``action_names``)."""
+        chosen = self._match(content, admissible)
+        if chosen is None:
+            shown = ", ".join(map(str, list(admissible)[:20]))
+            more = "" if len(admissible) <= 20 else f", ... ({len(admissible)} in all)"
+            return self._invalid(f"{_echo(content)} is not admissible ({shown}{more})", thought)
+        if self.action_names is not None:
+            if chosen not in self.action_names:
+                return self._invalid(f"{chosen!r} is not one of action_names", thought)
+            return ParsedAction(self.action_names.index(chosen), chosen, True, None, thought)
+        return ParsedAction(chosen, chosen, True, None, thought)
 
     def _match(self, content: str, admissible: Sequence[str]) -> str | None:
         options = [str(a) for a in admissible]

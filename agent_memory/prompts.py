@@ -1,21 +1,11 @@
 """Per-task prompt templates: task, step count, history, current observation, admissible actions.
 
-One template object per task (set from config) replaces per-env prompt-builder code. It has two
-``str.format`` texts, as verl-agent's prompts do: ``no_history`` for the first step of an episode
-(or ``history_length=0``) and ``with_history`` afterwards. Fields:
-
-=======================  ====================================================================
-``{task}``               the template's ``task`` when set, else the env's ``info["task"]``
-``{observation}``        the current observation
-``{admissible_actions}`` the admissible actions, quoted and comma-separated ("" when unknown)
-``{history}``            the formatted history (``with_history`` only)
-``{history_length}``     steps the history holds
-``{step_count}``         steps taken so far in the episode
-``{current_step}``       ``step_count + 1``
-=======================  ====================================================================
-
-With the ``chat`` formatter the prompt is a message list: an optional ``system`` message, the
-history turns, then the ``no_history`` text as the final user turn.
+Two ``str.format`` texts, as verl-agent's prompts: ``no_history`` for an episode's first step (or
+``history_length=0``) and ``with_history`` after. Fields: ``{task}`` (the template's, else the
+env's ``info["task"]``), ``{observation}``, ``{admissible_actions}`` (quoted, comma-separated),
+``{history}``, ``{history_length}``, ``{step_count}``, ``{current_step}``. With the ``chat``
+formatter the prompt is a message list: optional system message, history turns, then the
+``no_history`` text as the last user turn.
 
 Example:
     >>> t = PromptTemplate(

@@ -1,18 +1,8 @@
-"""The names and types that cross a boundary: env -> wrapper (info keys), wrapper -> memory and
-user (the handed-over :class:`Episode`), and driver <-> Ray workers (the messages below).
-
-**Info keys** an env puts in ``info`` (see ``agent_memory/envs/base.py`` for the text-env contract):
-:data:`ADMISSIBLE_ACTIONS`, :data:`WON`, :data:`STATE_KEY`, :data:`TASK` on reset and every step,
-:data:`IS_ACTION_VALID` and :data:`INVALID_REASON` on steps; the wrappers add
-:data:`EPISODE_HISTORY` (a finished :class:`Episode`, with its ``_episode_history`` mask).
-
-**Messages**: everything that crosses the process boundary of a rollout is one of these frozen
-dataclasses (no plain dicts): the driver tells a worker which episode each sub-env plays
-(:class:`EpisodeAssignment`), the worker answers with what the policy must see next
-(:class:`PromptView`), the outcome of each step (:class:`StepResult`), the first prompt of each
-episode or why it could not start (:class:`ResetResult`), and its own health
-(:class:`WorkerStatus`, with a :class:`CrashReport` when the previous incarnation of the worker
-process died inside an env).
+"""The names and types that cross a boundary: env -> wrapper (the ``info`` keys such as
+:data:`ADMISSIBLE_ACTIONS`, :data:`WON`, :data:`EPISODE_HISTORY`), wrapper -> memory and user (a
+finished :class:`Episode`), and driver <-> Ray workers (frozen dataclasses, never plain dicts:
+:class:`EpisodeAssignment`, :class:`PromptView`, :class:`StepResult`, :class:`ResetResult`,
+:class:`WorkerStatus`, :class:`CrashReport`).
 
 Example:
     >>> view = PromptView(prompt="Go.", context_tokens=1, context_chars=3, history_steps=0)
@@ -134,20 +124,12 @@ class PromptView:
 class StepResult:
     """Worker -> driver: what came of one env's step.
 
-    Attributes:
-        env: the sub-env.
-        reward: the step's reward (the invalid-action penalty included).
-        terminated: the episode ended in the env (success or failure).
-        truncated: the episode was cut (time limit, or ``error``); False when ``terminated``.
-        is_action_valid: the response parsed to an admissible action the env accepted.
-        invalid_reason: why it did not, else None.
-        parsed_action: the env action the response parsed to (None when invalid).
-        thought: the thought the parser found in the response (None when none).
-        state_key: the env's key of the state the action was taken in (GiGPO's step groups).
-        won: the env's ``info["won"]``.
-        error: the traceback's last lines when the env (or its memory) failed this step; the
-            episode ends with it.
-        next: the prompt after the step (a finished env's last prompt, for bootstrapping).
+    ``reward`` includes the invalid-action penalty; ``truncated`` (time limit or ``error``) is
+    False when ``terminated``. ``is_action_valid``: the response parsed to an action the env
+    accepted, else ``invalid_reason``; ``parsed_action`` and ``thought`` are what the parser
+    found. ``state_key`` (GiGPO's step groups) and ``won`` come from the env. ``error``: the
+    traceback's last lines when the env or its memory failed (the episode ends). ``next``: the
+    prompt after the step.
     """
 
     env: int
@@ -222,21 +204,10 @@ class WorkerStatus:
 class SamplingParams:
     """How a response was sampled (recorded with it; None: not set, the backend's default).
 
-    The ``openai`` policy sends every field explicitly, so a server's own defaults (vLLM applies
-    the model's ``generation_config.json`` to every field a request leaves out) never apply
-    unseen: what is recorded is what was applied.
-
-    Attributes:
-        temperature: 0 for greedy.
-        top_p: nucleus mass (1 = off).
-        top_k: 0, -1 or None for off.
-        max_tokens: the most tokens the response could have.
-        seed: the request's sampling seed.
-        min_p: drop tokens below ``min_p`` times the likeliest one's probability (0 = off).
-        repetition_penalty: vLLM's / transformers' multiplicative penalty on tokens of the prompt
-            and the response so far (1 = off).
-        presence_penalty, frequency_penalty: OpenAI's additive penalties on tokens of the
-            response so far (0 = off).
+    The ``openai`` policy sends every field, so a server's defaults never apply unseen. Neutral
+    values: ``top_p`` 1, ``top_k`` 0, -1 or None, ``min_p`` 0, ``repetition_penalty`` 1 (prompt and
+    response tokens), ``presence_penalty`` and ``frequency_penalty`` 0 (response tokens); 0
+    ``temperature`` is greedy.
 
     Example:
         >>> SamplingParams(temperature=1.0, top_p=1.0, top_k=-1).untransformed
@@ -272,18 +243,9 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class ActionChoice:
-    """How a scoring policy chose its action among the admissible ones (GLAM-style).
-
-    The actions were scored by the model's log-likelihood of each candidate response, and one
-    was sampled from ``softmax(score / temperature)`` (``temperature=0``: the best).
-
-    Attributes:
-        candidate_ids: every admissible action's response token ids, in the env's order (the
-            chosen one is ``Generation.response_ids``).
-        index: the chosen candidate.
-        logprob: the chosen action's log-probability under the action distribution it was
-            sampled from (0 when it was the only admissible action).
-        temperature: of that distribution.
+    """How a scoring policy chose its action among the admissible ones (GLAM-style): every
+    candidate's response ids in the env's order, the chosen ``index``, and its ``logprob`` under the
+    ``softmax(score / temperature)`` it was sampled from (0 when it was the only candidate).
 
     Example:
         >>> c = ActionChoice(candidate_ids=((7, 3), (8, 3)), index=1, logprob=-0.3)
@@ -309,25 +271,12 @@ class ActionChoice:
 class Generation:
     """Policy -> rollout: one response, exactly as the model saw and produced it.
 
-    Token fields are None for policies that sample no tokens (``random``, ``scripted``,
-    ``prompt_oracle``) or servers that do not return them; when set they are what the model was
-    conditioned on and what it sampled — never a re-tokenisation of text.
-
-    Attributes:
-        text: the response (what the env's parser reads).
-        prompt_ids: the prompt's token ids after the chat template (what the model saw).
-        response_ids: the sampled token ids, up to and including the stop token when there is
-            one.
-        response_logprobs: the log-probability of each sampled token under the distribution it
-            was sampled from (temperature, top-k and top-p applied), one per ``response_ids``.
-        finish_reason: ``"stop"`` (EOS or a stop string), ``"length"`` (``max_tokens``),
-            ``"error"`` (the request failed; ``text`` is ``""``), or None when unknown.
-        policy_version: the weights' version that answered (incremented at each update).
-        sampling: how it was sampled.
-        choice: for a policy that chose among the admissible actions by scoring them (the
-            ``score`` policy), every candidate and the choice; None for token-by-token
-            sampling. ``response_logprobs`` then holds the model's log-prob of each token of
-            the chosen action (the parts of its score), not a sampling distribution's.
+    Token fields are None where no tokens are sampled or returned; when set they are the prompt
+    ids the model was conditioned on, the sampled ids (stop token included) and each one's
+    log-prob under the distribution it was drawn from: never a re-tokenisation.
+    ``finish_reason``: ``"stop"``, ``"length"``, ``"error"`` (the request failed; ``text`` is
+    ``""``) or None. ``choice``: the ``score`` policy's :class:`ActionChoice`
+    (``response_logprobs`` are then the parts of the chosen action's score).
 
     Example:
         >>> g = Generation("<action>up</action>", prompt_ids=[5, 6], response_ids=[7, 3],

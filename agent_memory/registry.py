@@ -1,13 +1,9 @@
 """A registry of factories by name: what lets configs say ``formatter=chat`` or ``memory=window``.
 
-Formatters, policies, memory strategies, token counters, encoders and summarizers each keep one
-:class:`Registry`; their ``register_*`` / ``make_*`` / ``available_*`` functions are thin wrappers
-around it, so every registry refuses taken names and reports unknown ones the same way.
-
-Built-ins are a table of names to ``"module:attribute"`` strings, resolved (imported) only when
-the name is looked up: importing a registry never imports its implementations (nor their optional
-dependencies), and an implementation module never has to import the registry to appear in it.
-Users add their own factories with ``register`` (a call or a decorator).
+Formatters, policies, memory strategies, token counters... each keep one :class:`Registry`, so
+every registry refuses taken names and reports unknown ones the same way. Built-ins are
+``"module:attribute"`` strings imported on first lookup, so importing a registry never imports its
+implementations (nor their optional dependencies).
 
 Example:
     >>> from agent_memory.registry import Registry
@@ -43,18 +39,9 @@ def _a(word: str) -> str:
 
 
 class Registry(Generic[T]):
-    """Factories of ``T`` by name.
-
-    Args:
-        kind: what is registered, as the error messages name it (``"memory strategy"``); the
-            article before it ("a"/"an") follows its first letter.
-        builtins: built-in names and where their factories live, as ``"module:attribute"``;
-            each is imported when its name is first looked up.
-        hint: appended as is to the unknown-name error, e.g. where to choose or register one.
-        instance_of: the base class of what the factories build; :meth:`build` passes an instance
-            of it through.
-        name_attr: when set, a class gets its name in this attribute when it is registered or
-            resolved (the name it was last registered under), so instances can report it.
+    """Factories of ``T`` by name. ``kind`` names them in errors; ``hint`` ends the unknown-name
+    error; :meth:`build` passes an ``instance_of`` instance through; with ``name_attr`` a class gets
+    the name it was last registered or resolved under in that attribute.
 
     Example:
         >>> class Greeter:
@@ -74,7 +61,7 @@ class Registry(Generic[T]):
         Traceback (most recent call last):
         ...
         ValueError: a greeter named 'plain' is already registered (<class \
-'agent_memory.registry.Greeter'>); pass overwrite=True to replace it
+    'agent_memory.registry.Greeter'>); pass overwrite=True to replace it
     """
 
     def __init__(

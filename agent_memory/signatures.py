@@ -1,10 +1,7 @@
-"""Config params checked against the constructor they are passed to.
-
-A config's free-form dicts (``env.kwargs``, ``memory.params``, ``policy.params``, formatter
-settings) become keyword arguments of a class or function. :func:`bind_params` checks their
-names against its signature before anything is built (a typo gets the nearest valid name);
-:func:`build_or_blame` builds and turns a constructor's own error about a bad value into a
-:class:`~agent_memory.config.ConfigError` naming the config key to change.
+"""Config params checked against the constructor they are passed to: :func:`bind_params` checks
+names before anything is built (a typo gets the nearest valid name); :func:`build_or_blame`
+turns a constructor's error about a bad value into a :class:`~agent_memory.config.ConfigError`
+naming the config key to change.
 
 Example:
     >>> def make_index(top_k=3, threshold=0.1):

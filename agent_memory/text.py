@@ -1,14 +1,9 @@
-r"""Text helpers that stay linear on hostile input (model responses, env observations).
+r"""Text helpers that stay linear on hostile input (model responses, env observations): runaway
+generations, thousands of open tags, megabytes of whitespace, lone surrogates.
 
-Model output and env text reach every per-step path: a runaway generation, thousands of open
-tags, megabytes of whitespace, lone surrogates. These helpers bound what such text costs, so no
-per-step path is quadratic or unbounded in the size of its input:
-
-* :func:`utf8_safe`: lone surrogates replaced, so the text encodes as UTF-8 (JSON, SQLite, HTTP);
-* :func:`squash`: whitespace collapsed (``" ".join(text.split())``) and cut, reading only as
-  much of the text as the cut needs;
-* :func:`find_tags`: ``<tag>...</tag>`` blocks, found in linear time (the lazy regex that does
-  the same is quadratic on unclosed tags).
+:func:`utf8_safe` replaces lone surrogates; :func:`squash` collapses whitespace and cuts, reading
+only what the cut needs; :func:`find_tags` finds ``<tag>...</tag>`` blocks in linear time (the
+lazy regex is quadratic on unclosed tags).
 
 Example:
     >>> squash("  the   key\n is   blue  ", 11)

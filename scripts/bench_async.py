@@ -72,10 +72,9 @@ from agent_memory.config import (
     PolicyConfig,
     RolloutConfig,
 )
-from agent_memory.rollout.async_collector import make_collector
-from agent_memory.rollout.collector import episode_specs, init_ray
+from agent_memory.rollout.driver.collector import Collector, episode_specs, init_ray
 from agent_memory.rollout.types import EpisodeSpec
-from agent_memory.rollout.worker import build_env
+from agent_memory.rollout.worker.worker import build_env
 
 MODES = ("lockstep", "async")
 MOVES = ("left", "down", "right", "up")
@@ -192,7 +191,7 @@ class Started:
     def __init__(self, job: JobConfig) -> None:
         r = job.rollout
         self.specs = episode_specs(r.num_groups, r.group_size, r.seed)
-        self.collector = make_collector(job)
+        self.collector = Collector(job)
         self.collector.start(len(self.specs))
 
     def play(self, server: ServerProcess | None, specs: list[EpisodeSpec] | None = None) -> Run:

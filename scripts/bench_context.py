@@ -13,7 +13,7 @@ history buys.
 
 In a sweep, jobs that amount to the same configuration run once: ``memory=none`` (``full``,
 ``token_budget``) sets its own history length, so its jobs for other ``env.history_length`` values
-say which job they repeat and stop (``agent_memory.bench.sweep``).
+say which job they repeat and stop (``bench_lib.sweep``).
 
 Outputs: steps.csv per job; report.md (a table per env), context_steps.csv and plots/*.png for
 the run or, with -m, for the whole sweep.
@@ -24,18 +24,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from bench_lib.context_length import job_rows, strategy_label, write_csv
+from bench_lib.sweep import claim_job, job_key
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
-from agent_memory.bench.context_length import job_rows, strategy_label, write_csv
-from agent_memory.bench.sweep import claim_job, job_key
 from agent_memory.cli import hydra_main
 from agent_memory.config import JobConfig, load_job, register_configs
 from agent_memory.prepare import prepare_env
-from agent_memory.rollout.collector import Collector, init_ray
-from agent_memory.rollout.preflight import preflight
-from agent_memory.rollout.runner import bind_run_paths
+from agent_memory.rollout.driver.collector import Collector, init_ray
+from agent_memory.rollout.driver.preflight import preflight
+from agent_memory.rollout.driver.runner import bind_run_paths
 
 register_configs()
 
@@ -54,8 +54,8 @@ def main(cfg: DictConfig) -> None:
     with claim_job(hydra_cfg.sweep.dir, key, out_dir.name) as first:
         if first is not None:
             print(
-                f"skipped {out_dir.name}: the same job as {first} (memory.history_length="
-                f"{job.memory.history_length} overrides env.history_length)"
+                f"skipped {out_dir.name}: the same job as {first} (memory={job.memory.strategy} "
+                f"fixes the history length at {job.history_length})"
             )
             return
         run_job(job, hydra_cfg)

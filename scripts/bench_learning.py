@@ -157,7 +157,7 @@ def main() -> None:
     extra = [*(QUICK if args.quick else ()), *args.set]
     chosen = [s for s in SETTINGS if not args.only or s.name in args.only]
 
-    from agent_memory.rollout.cluster import init_ray
+    from agent_memory.rollout.driver.cluster import init_ray
 
     started = init_ray()  # one Ray instance for every configuration
     results = []

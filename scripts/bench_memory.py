@@ -3,7 +3,7 @@
 Runs, in one process and interleaved (so machine load hits both alike), per configuration:
 
 * ``verl``: verl-agent's ``SimpleMemory`` algorithm
-  (:mod:`agent_memory.compat.verl_reference`, copied from verl-agent's
+  (:mod:`bench_lib.verl_reference`, copied from verl-agent's
   ``agent_system/memory/memory.py``):
   store appends a dict per env, fetch re-formats the last k steps every call;
 * ``ours``: :class:`agent_memory.HistoryMemory` (renders each step once at store time);
@@ -36,8 +36,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from bench_lib.verl_reference import ReferenceSimpleMemory
+
 from agent_memory import HistoryMemory
-from agent_memory.compat.verl_reference import ReferenceSimpleMemory
 
 GRID = "#######\n#__O__#\n#_X_P_#\n#_____#\n#######"
 ACTIONS = ("up", "down", "left", "right")

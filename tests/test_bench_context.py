@@ -10,11 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from bench_lib.context_length import report_figures
+from bench_lib.styles import CYCLE, assign_styles
+from bench_lib.sweep import claim_job
 from matplotlib.colors import to_rgba
 
-from agent_memory.bench.context_length import report_figures
-from agent_memory.bench.styles import CYCLE, assign_styles
-from agent_memory.bench.sweep import claim_job
 from tests.test_scripts import run
 
 TINY = [
@@ -58,14 +58,14 @@ def test_tiny_sweep_writes_csv_tables_and_plots_and_runs_each_job_once(tmp_path)
         "env.history_length=2,4", "policy=random", "env.max_steps=12", *TINY,
         f"hydra.sweep.dir={tmp_path}",
     ])  # fmt: skip
-    # Four jobs launched; memory=full (memory.history_length=-1) ignores env.history_length, so
+    # Four jobs launched; memory=full fixes the history length at -1 (env.history_length aside), so
     # its second job repeats the first and stops before running anything.
     ran = {p.parent.name.split("_", 1)[0]: p.parent.name for p in tmp_path.rglob("steps.csv")}
     assert sorted(ran) == ["0", "1", "2"]  # job 3 repeats job 2 and ran nothing
     assert "memory=full" in ran["2"] and "env.history_length=2" in ran["2"]
     assert re.search(
         r"skipped 3_env.history_length=4,\S*memory=full\S*: the same job as 2_env.history_length=2,"
-        r"\S*memory=full\S* \(memory.history_length=-1 overrides env.history_length\)",
+        r"\S*memory=full\S* \(memory=full fixes the history length at -1\)",
         out,
     ), out
     assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
@@ -86,7 +86,7 @@ def test_tiny_sweep_writes_csv_tables_and_plots_and_runs_each_job_once(tmp_path)
     full = [np.mean(steps["full"][s]) for s in late]
     assert max(window) - min(window) <= 8  # flat once the window is full
     assert np.polyfit(late, full, 1)[0] > 30  # full history grows every step
-    from agent_memory.bench.context_length import read_rows
+    from bench_lib.context_length import read_rows
 
     assert_readable(report_figures(read_rows(tmp_path)))
 

@@ -35,7 +35,7 @@ def _step(n: int) -> StepRecord:
 def test_a_batch_of_records_comes_back_equal():
     episodes = [
         FinishedEpisode(1, "g0-t0", [_step(1), _step(2), _step(3)], won=True, requests=3),
-        FinishedEpisode(0, "g0-t1", [], error="boom", final_prompt="end", stale=True),
+        FinishedEpisode(0, "g0-t1", [], error="boom", final_prompt="end", requests=3),
     ]
     assert EpisodeBatch.pack(episodes).unpack() == episodes
     assert copy.deepcopy(episodes) == episodes

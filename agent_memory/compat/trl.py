@@ -6,7 +6,8 @@ TRL 1.x calls ``rollout_func(prompts, trainer)`` once per generation batch with
 prompt back: ``prompt_ids``, ``completion_ids``, ``logprobs`` and, for multi-turn episodes,
 ``env_mask`` (1 on the model's tokens, 0 on tokens the env and the template added); extra keys are
 passed to the reward functions. This adapter returns the ``episode`` layout of
-:mod:`agent_memory.rollout.layouts` — the whole conversation as one token sequence, checked token
+:mod:`agent_memory.rollout.driver.layouts` — the whole conversation as one token sequence, checked
+token
 by token to be what the model saw — and, as extras, ``episode_return``, ``won`` and ``turns``
 (:func:`env_reward` turns ``episode_return`` into TRL's reward).
 
@@ -32,9 +33,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_memory.config import JobConfig
-from agent_memory.protocol import Generation
-from agent_memory.rollout.layouts import episode_sample
-from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
+from agent_memory.rollout.driver.layouts import episode_sample
+from agent_memory.rollout.types import EpisodeSpec, Trajectory
+from agent_memory.rollout.worker.records import Playing
 
 __all__ = ["EpisodeRunner", "RolloutFunc", "env_reward", "make_rollout_func", "seed_of"]
 
@@ -60,10 +61,11 @@ def env_reward(
 
 
 class EpisodeRunner:
-    """Plays one episode per prompt with ``job``'s env, memory, template and parser, each env in
-    its own single-env :class:`~agent_memory.wrappers.HistoryWrapper` (built once, reset per
-    episode), answering with a :class:`~agent_memory.policies.Policy` in batches of the live
-    episodes.
+    """Plays one episode per prompt with ``job``'s env, memory, template and parser on the
+    in-process reference loop (:func:`~agent_memory.rollout.reference.play`: the engine's envs
+    and row builder, no Ray), answering with a :class:`~agent_memory.policies.Policy` in
+    batches of the live episodes. Its envs are built once and kept (grown when a call has more
+    prompts).
 
     Args:
         job: the env, memory and parser config (``job.policy`` is not used).
@@ -73,7 +75,7 @@ class EpisodeRunner:
     def __init__(self, job: JobConfig, max_turns: int | None = None) -> None:
         self.job = job
         self.max_turns = max_turns
-        self._envs: list[Any] = []
+        self._worker: Any = None
         self._calls = 0
 
     def run(
@@ -94,96 +96,52 @@ class EpisodeRunner:
         model given a prompt longer than its context drops the oldest tokens, and a trainer
         cuts completions, either of which would make the episode's sample untrue.
         """
+        from agent_memory.rollout.reference import play
+        from agent_memory.rollout.worker.worker import RolloutWorker
+
         n = len(prompts)
-        while len(self._envs) < n:
-            self._envs.append(self._make_env())
+        if self._worker is None or self._worker.num_envs < n:
+            if self._worker is not None:
+                self._worker.close()
+            self._worker = RolloutWorker(0, self.job, n, meta_fields=sorted(policy.needs))
         self._calls += 1
         specs = [
             EpisodeSpec(f"p{seed_of(p)}", f"trl{self._calls}-{i}", i, i, seed_of(p))
             for i, p in enumerate(prompts)
         ]
-        shown: list[Any] = []
-        for env, spec in zip(self._envs, specs, strict=False):
-            prompt, _ = env.reset(seed=spec.seed)
-            shown.append(prompt)
-        trajs = [Trajectory(spec) for spec in specs]
-        live = list(range(n))
-        first = [0] * n  # each episode's first prompt length, context length, longest suffix
-        context = [0] * n
-        suffix = [0] * n
-        turn = 0
-        while live and (self.max_turns is None or turn < self.max_turns):
-            if turn:
-                fits = [
-                    i for i in live
-                    if _fits(context[i] + suffix[i] + reserve, first[i], max_context,
-                             max_completion)
-                ]  # fmt: skip
-                for i in set(live) - set(fits):
-                    trajs[i].steps[-1].truncated = True
-                live = fits
-                if not live:
-                    break
-            turn += 1
-            meta = [{"traj_uid": specs[i].traj_uid, "step": turn} for i in live]
-            gens: list[Generation] = policy.generate([shown[i] for i in live], meta)
-            still = []
-            for i, g in zip(live, gens, strict=True):
-                prompt, reward, term, trunc, info = self._envs[i].step(g.text)
-                t = trajs[i]
-                t.steps.append(_record(turn, shown[i], g, float(reward), term, trunc, info))
-                shown[i] = prompt
-                ids = len(g.prompt_ids or ())
-                suffix[i] = max(suffix[i], ids if turn == 1 else ids - context[i])
-                first[i] = first[i] or ids
-                context[i] = ids + len(g.response_ids or ())
-                if term or trunc:
-                    t.won = bool(info.get("won", False))
-                else:
-                    still.append(i)
-            live = still
-        return trajs
 
-    def _make_env(self) -> Any:
-        import gymnasium as gym
+        def next_turn(run: Playing) -> bool:
+            if self.max_turns is not None and len(run.steps) >= self.max_turns:
+                return False
+            first, context, suffix = _lengths(run)
+            return _fits(context + suffix + reserve, first, max_context, max_completion)
 
-        import agent_memory.envs  # noqa: F401  (registers the bundled ids)
-        from agent_memory.memory import make_memory
-        from agent_memory.tokens import make_token_counter
-        from agent_memory.wrappers import HistoryWrapper
+        return play(self.job, specs, policy, worker=self._worker, next_turn=next_turn)
 
-        job = self.job
-        extra = {} if job.env.max_steps is None else {"max_episode_steps": job.env.max_steps}
-        counter = make_token_counter(job.memory.token_counter)
-        memory = make_memory(
-            job.memory.strategy, num_envs=1, formatter=job.env.formatter, token_counter=counter,
-            max_tokens=job.memory.max_tokens, capacity=job.memory_capacity,
-            **dict(job.memory.params),
-        )  # fmt: skip
-        return HistoryWrapper(
-            gym.make(job.env.id, **extra, **dict(job.env.kwargs)),
-            history_length=job.history_length, memory=memory,
-            template=job.env.template.build(), parser=job.env.parser.build(),
-            token_counter=counter, max_prompt_tokens=job.memory.max_prompt_tokens,
-        )  # fmt: skip
+    def close(self) -> None:
+        """Close the envs."""
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+
+
+def _lengths(run: Playing) -> tuple[int, int, int]:
+    """An episode's first prompt length, its context after its last turn (prompt and response
+    ids), and the longest suffix a turn's prompt added to the previous context."""
+    first = context = suffix = 0
+    for s in run.steps:
+        g = s.generation
+        ids = len(g.prompt_ids or ()) if g is not None else 0
+        suffix = max(suffix, ids - context)
+        first = first or ids
+        context = ids + len(g.response_ids or ()) if g is not None else ids
+    return first, context, suffix
 
 
 def _fits(tokens: int, first: int, max_context: int | None, max_completion: int | None) -> bool:
     return (max_context is None or tokens <= max_context) and (
         max_completion is None or tokens - first <= max_completion
     )
-
-
-def _record(
-    step: int, prompt: Any, g: Generation, reward: float, term: bool, trunc: bool, info: Any
-) -> StepRecord:
-    return StepRecord(
-        step=step, prompt=prompt, response=str(g.text), parsed_action=info.get("parsed_action"),
-        valid=bool(info.get("is_action_valid", True)), invalid_reason=info.get("invalid_reason"),
-        reward=reward, terminated=bool(term), truncated=bool(trunc) and not term,
-        context_tokens=len(g.prompt_ids or ()), context_chars=0,
-        history_steps=int(info.get("history_steps", 0)), state_key=None, generation=g,
-    )  # fmt: skip
 
 
 class RolloutFunc:
@@ -283,7 +241,7 @@ on the whole conversation, so every turn's prompt must extend the previous one: 
 whole history, got env.history_length=3: pass env.history_length=-1 (or memory=full), or \
 rollout.layout=step
     """
-    from agent_memory.rollout.layout_checks import check_episode_layout
+    from agent_memory.rollout.driver.layout_checks import check_episode_layout
 
     check_episode_layout(job)
     return RolloutFunc(job, max_turns, max_new_tokens)

@@ -1,21 +1,10 @@
 """What every bundled text environment shares: Text spaces, the ``info`` contract, stable hashes.
 
-The contract (the info keys are named in :mod:`agent_memory.protocol`, re-exported here):
-
-* observation: ``str``; action: ``str`` (the clean action, e.g. ``"up"`` — the LLM's raw output is
-  parsed by :mod:`agent_memory.parsing` in the wrappers before it reaches the env);
-* ``reset`` and every ``step`` put these keys in ``info``:
-
-  - ``admissible_actions``: ``list[str]``, the valid actions now (omitted where not finite);
-  - ``won``: ``bool``, the task is solved;
-  - ``state_key``: ``str``, a stable hash of the true state (equal states -> equal keys, across
-    processes and runs), used by GiGPO to group steps;
-  - ``task``: ``str``, the episode's task description (used by the prompt templates);
-
-* ``step`` also puts ``is_action_valid: bool`` and, when it is False, ``invalid_reason: str``.
-  An unknown action never raises: the state does not change, the step counts, and the flags say why.
-* ``oracle_action()`` on the unwrapped env returns the action an expert would take now (tests use it
-  to prove the task is solvable and the reward and ``won`` are right).
+Observations and actions are ``str`` (the wrappers parse the LLM's raw output first). ``reset``
+and every ``step`` put ``admissible_actions`` (omitted where not finite), ``won``, ``state_key`` (a
+stable hash of the true state: equal states, equal keys, for GiGPO) and ``task`` in ``info``;
+``step`` adds ``is_action_valid`` and ``invalid_reason``: an unknown action never raises and
+leaves the state unchanged. ``oracle_action()`` on the unwrapped env returns an expert's action.
 """
 
 from __future__ import annotations

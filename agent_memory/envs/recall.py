@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, Final, Literal
 
 import gymnasium as gym
 
@@ -89,34 +89,17 @@ def _int_at_least(name: str, value: Any, low: int, hint: str = "") -> int:
 class RecallEnv(gym.Env[str, str]):
     """A cue, ``num_distractors`` distractor steps, then a multiple-choice question about the cue.
 
-    Observations by step index ``t`` (0-based; ``t = 0`` is the reset observation):
-
-    * ``t = 0``: the cue, "Remember this: the <object> is <COLOUR>." (drawn by the env RNG);
-      admissible ``["next"]``;
-    * ``t = 1 .. N`` (``N = num_distractors``): a trivia fact that never mentions the cue;
-      admissible ``["next"]``;
-    * ``t = N + 1``: "Question: which colour was the <object>?" with ``num_choices`` colours;
-      admissible: those colours, shuffled. The right one gives reward 1 and ``won``; a wrong one
-      reward 0; either ends the episode (terminated).
-
-    History arithmetic: at the question, the agent's memory holds the ``N + 1`` earlier steps
-    ``t = 0 .. N`` (the cue is history step 1). A window of ``history_length = k`` last steps holds
-    ``t = N + 1 - k .. N``, so it reaches the cue exactly when ``k >= N + 1`` (or ``k = -1``, the
-    whole episode); with ``k <= N`` the best an agent can do is guess (success ``1/num_choices``).
-    With the default ``N = 5``: ``history_length >= 6`` solves it. Invalid actions are stored
-    steps too: each one pushes the cue one step further back.
-
-    An invalid action (anything not admissible, matched exactly then case/whitespace-normalised)
-    never changes the state: at the question it is not a wrong answer, the question stays open.
-    Every step counts towards ``max_steps``, after which the episode is truncated (the registered
-    id has no time limit of its own). :meth:`solve_from_text` is a prompt-only solver: it answers
-    from a cue it finds in the text, else guesses the first option.
+    Step 0 shows the cue ("Remember this: the <object> is <COLOUR>."), steps 1 .. N trivia (both
+    admit only ``"next"``), step N + 1 the question, whose admissible actions are the shuffled
+    colours: the right one gives reward 1 and ``won``, and any answer ends the episode. A window
+    of the last ``k`` steps reaches the cue iff ``k >= N + 1`` (or ``k = -1``); with ``k <= N`` an
+    agent can only guess. An invalid action changes nothing but is a stored step, pushing the cue
+    back. :meth:`solve_from_text` answers from a cue in the prompt, else the first option.
 
     Args:
         num_distractors: Distractor steps between cue and question (``N`` above).
         num_choices: Options at the question (2 .. ``len(COLOURS)``).
-        max_steps: Steps before truncation; default ``num_distractors + 5`` (the episode needs
-            ``num_distractors + 2``).
+        max_steps: Steps before truncation; default ``num_distractors + 5``.
         render_mode: ``"ansi"`` makes :meth:`render` return the current observation.
 
     Example:
@@ -147,7 +130,8 @@ class RecallEnv(gym.Env[str, str]):
         (1.0, True, True)
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
 
     def __init__(
         self,
@@ -180,7 +164,8 @@ class RecallEnv(gym.Env[str, str]):
         self.render_mode = render_mode
 
         longest = max(len(f) for f in DISTRACTOR_FACTS) + sum(len(c) + 2 for c in COLOURS)
-        self.observation_space = text_space(longest + 256)
+        self._max_obs_length = longest + 256
+        self.observation_space = text_space(self._max_obs_length)
         self.action_space = text_space(64)
 
         self._phase: Phase = "done"
@@ -315,7 +300,7 @@ class RecallEnv(gym.Env[str, str]):
             return sanitize(
                 f"Question: which colour was the {self._object}?\n"
                 f"Answer with one of: {', '.join(self._options)}.",
-                self.observation_space.max_length,
+                self._max_obs_length,
             )
         elif self._won:
             return f"Correct: the {self._object} was {self._colour.upper()}."
@@ -323,7 +308,7 @@ class RecallEnv(gym.Env[str, str]):
             return (
                 f"Wrong: you answered {answer}, but the {self._object} was {self._colour.upper()}."
             )
-        return sanitize(f"{text}\nSay '{_NEXT}' to continue.", self.observation_space.max_length)
+        return sanitize(f"{text}\nSay '{_NEXT}' to continue.", self._max_obs_length)
 
     def _info(self) -> dict[str, Any]:
         return {

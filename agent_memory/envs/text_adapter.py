@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, ClassVar, Literal, SupportsFloat
+from typing import Any, Literal, Protocol, SupportsFloat, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -99,22 +99,16 @@ def _default_won(env: gym.Env, obs: Any, reward: float, terminated: bool, info: 
 class TextAdapter(gym.Env[str, str]):
     """A text env over a Discrete-action env: named actions in, text observations out.
 
-    The adapter is a ``gymnasium.Env`` that owns the wrapped env (``adapter.env``) rather than a
-    ``gymnasium.Wrapper``, so that ``adapter.unwrapped`` is the text env itself: the contract puts
-    ``oracle_action()`` on the unwrapped env and checks the Text spaces there. The real env stays
-    reachable as ``adapter.env`` (and ``adapter.env.unwrapped``).
-
-    Actions are matched exactly, then after :func:`normalize_action` (``" Right "`` -> ``"right"``).
-    Anything else -- unknown names, non-strings, names outside ``admissible_fn`` -- is invalid:
-    the inner env is not stepped, the observation repeats, the reward is
-    ``invalid_action_reward``, ``info["is_action_valid"]`` is False and ``info["invalid_reason"]``
-    says why. The inner env's own info keys are passed through (contract keys win on a clash).
+    A ``gymnasium.Env`` owning the env (``adapter.env``), not a ``Wrapper``, so that
+    ``adapter.unwrapped`` is the text env (the contract puts ``oracle_action()`` there). Actions
+    match exactly, then after :func:`normalize_action`; anything else is invalid: the inner env is
+    not stepped, the reward is ``invalid_action_reward`` and ``info["invalid_reason"]`` says why.
+    The inner env's info keys pass through (contract keys win a clash).
 
     Args:
-        env: The env to adapt; its action space must be ``spaces.Discrete``.
-        obs_to_text: ``(env, obs) -> str`` writes what the agent sees. ``env`` is the env you gave.
-        action_names: One name per discrete action, in action-index order (``Discrete.start``
-            included: name ``i`` means action ``start + i``).
+        env: The env to adapt (``spaces.Discrete`` actions).
+        obs_to_text: ``(env, obs) -> str``: what the agent sees (``env`` is the env you gave).
+        action_names: One name per action, in index order (name ``i``: action ``start + i``).
         task: The task description put in ``info["task"]``.
         won_fn: ``(env, obs, reward, terminated, info) -> bool``; default: terminated with a
             positive reward.
@@ -122,7 +116,7 @@ class TextAdapter(gym.Env[str, str]):
         oracle_fn: ``(env, obs) -> action index or name``, called by :meth:`oracle_action`.
         admissible_fn: ``(env, obs) -> names`` valid now; default: all ``action_names``.
         invalid_action_reward: Reward of a step with an invalid action.
-        max_obs_length: Observations are capped at this many characters (``sanitize``).
+        max_obs_length: Observations are capped at this many characters.
         render_mode: ``"ansi"`` makes :meth:`render` return the current text observation.
 
     Raises:
@@ -166,7 +160,8 @@ class TextAdapter(gym.Env[str, str]):
         ('...@', 1.0, True)
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
 
     def __init__(
         self,
@@ -370,8 +365,19 @@ class TextAdapter(gym.Env[str, str]):
         return info
 
 
+#: A Gymnasium transition table: ``P[state][action]`` lists ``(prob, next_state, reward, done)``.
+TransitionTable = Mapping[int, Mapping[int, Sequence[tuple[float, int, SupportsFloat, bool]]]]
+
+
+@runtime_checkable
+class _Tabular(Protocol):
+    """An env with a Gymnasium transition table (FrozenLake, CliffWalking, Taxi)."""
+
+    P: TransitionTable
+
+
 def greedy_policy(
-    P: Mapping[int, Mapping[int, Sequence[tuple[float, int, SupportsFloat, bool]]]],
+    P: TransitionTable,
     *,
     gamma: float = 0.99,
     reward_fn: Callable[[int, int, int, float, bool], float] | None = None,
@@ -466,5 +472,10 @@ class TabularOracle:
 
     def __call__(self, env: gym.Env, obs: Any) -> int:
         if self.policy is None:
-            self.policy = greedy_policy(env.unwrapped.P, gamma=self.gamma, reward_fn=self.reward_fn)
+            game = env.unwrapped
+            if not isinstance(game, _Tabular):
+                raise TypeError(
+                    f"TabularOracle needs an env with a table P, got {type(game).__name__}"
+                )
+            self.policy = greedy_policy(game.P, gamma=self.gamma, reward_fn=self.reward_fn)
         return int(self.policy[int(obs)])

@@ -1,35 +1,23 @@
 """Gymnasium's toy-text games (FrozenLake, CliffWalking, Taxi) as text envs with exact oracles.
 
-Each factory builds the real Gymnasium env (``FrozenLake-v1``, ``CliffWalking-v1``, ``Taxi-v4``)
-and adapts it with :class:`agent_memory.envs.text_adapter.TextAdapter`. The text is written from
-the true state
-(the map and ``unwrapped.s`` / ``unwrapped.decode``), not from Gymnasium's ANSI render, which shows
-the agent only by colour. Grids print one symbol per cell, separated by spaces; rows count from 0
-at the top and columns from 0 at the left.
-
-Symbols:
-    * FrozenLake: ``@`` you, ``S`` start, ``.`` frozen ice, ``H`` hole, ``G`` goal.
-    * CliffWalking: ``@`` you, ``S`` start, ``.`` ground, ``C`` cliff, ``G`` goal.
-    * Taxi: Gymnasium's map with ``@`` for the taxi; ``R``, ``G``, ``Y``, ``B`` are the four
-      pick-up/drop-off locations, ``|`` a wall, ``:`` open road. The passenger and the destination
-      are given in words.
-
-Actions are named as Gymnasium defines them: FrozenLake ``left, down, right, up``; CliffWalking
-``up, right, down, left``; Taxi ``south, north, east, west, pickup, dropoff``.
-
-Oracles are exact: value iteration on the real transition table ``unwrapped.P`` (deterministic
-tables give shortest paths; slippery ones the policy that best reaches the goal).
-
-The inner env is made without Gymnasium's own time limit (``max_episode_steps=-1``): the limit
-registered for the ``agent_memory/...`` id is the one that applies.
+Each factory builds the real Gymnasium env and adapts it with
+:class:`~agent_memory.envs.text_adapter.TextAdapter`. The text is written from the true state
+(Gymnasium's ANSI render shows the agent only by colour): a grid with ``@`` for the agent (rows
+and columns count from 0 at the top left) and a legend. Actions are named as Gymnasium defines
+them. Oracles run value iteration on the real transition table ``unwrapped.P``. The inner env has
+no time limit of its own: the registered ``agent_memory/...`` id's limit applies.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import gymnasium as gym
+import numpy as np
+from gymnasium.envs.toy_text.cliffwalking import CliffWalkingEnv
+from gymnasium.envs.toy_text.frozen_lake import FrozenLakeEnv
+from gymnasium.envs.toy_text.taxi import TaxiEnv
 
 from agent_memory.envs.text_adapter import TabularOracle, TextAdapter
 
@@ -54,6 +42,17 @@ _FROZEN_LAKE_TILES = frozenset("SFHG")
 _FROZEN_LAKE_SYMBOLS = {"S": "S", "F": ".", "H": "H", "G": "G"}
 _COORDS = "Rows count from 0 at the top, columns from 0 at the left."
 _TAXI_LOCATIONS = (("R", "red"), ("G", "green"), ("Y", "yellow"), ("B", "blue"))
+
+
+_Game = TypeVar("_Game", bound=gym.Env)
+
+
+def _game(env: gym.Env, kind: type[_Game]) -> _Game:
+    """The Gymnasium game inside ``env`` (the text is written from its true state)."""
+    game = env.unwrapped
+    if not isinstance(game, kind):
+        raise TypeError(f"expected a {kind.__name__} env, got {type(game).__name__}")
+    return game
 
 
 def _grid(cells: list[list[str]]) -> str:
@@ -82,8 +81,9 @@ def frozen_lake_text(env: gym.Env, obs: Any) -> str:
         Legend: @ you, S start, . frozen ice, H hole, G goal. Rows count from 0 at the top, columns
         from 0 at the left.
     """
-    lake = env.unwrapped
-    rows = [[c.decode() for c in row] for row in lake.desc.tolist()]
+    lake = _game(env, FrozenLakeEnv)
+    # np.asarray: Gymnasium annotates desc as the list[str] it was built from (it is an array).
+    rows = [[c.decode() for c in row] for row in np.asarray(lake.desc).tolist()]
     nrow, ncol = len(rows), len(rows[0])
     row, col = divmod(int(obs), ncol)
     tile = rows[row][col]
@@ -174,9 +174,10 @@ def make_frozen_lake(
         success_rate=success_rate,
         reward_schedule=tuple(reward_schedule),
     )
-    lake = inner.unwrapped
-    goals = {i for i, c in enumerate(lake.desc.ravel()) if c == b"G"}
-    nrow, ncol = lake.desc.shape
+    lake = _game(inner, FrozenLakeEnv)
+    tiles = np.asarray(lake.desc)  # an array, annotated as a list[str] by Gymnasium
+    goals = {i for i, c in enumerate(tiles.ravel()) if c == b"G"}
+    nrow, ncol = tiles.shape
     task = "Walk from the start S to the goal G on the frozen lake without falling into a hole H."
     if is_slippery:
         task += " The ice is slippery: you may slide sideways instead of where you meant to go."
@@ -216,7 +217,7 @@ def cliff_walking_text(env: gym.Env, obs: Any) -> str:
         Legend: @ you, S start, . ground, C cliff (stepping on it costs 100 points and sends you
         back to S), G goal. Rows count from 0 at the top, columns from 0 at the left.
     """
-    cliff = env.unwrapped
+    cliff = _game(env, CliffWalkingEnv)
     nrow, ncol = cliff.shape
     cells = [["C" if cliff._cliff[r, c] else "." for c in range(ncol)] for r in range(nrow)]
     start_row, start_col = divmod(int(cliff.start_state_index), ncol)
@@ -283,7 +284,7 @@ def make_cliff_walking(
 # -- Taxi ------------------------------------------------------------------------------------------
 
 
-def _taxi_location(index: int, locs: Sequence[tuple[int, int]]) -> str:
+def _taxi_location(index: int, locs: Sequence[tuple[int, ...]]) -> str:
     letter, colour = _TAXI_LOCATIONS[index]
     row, col = locs[index]
     return f"location {letter} ({colour}, row {row}, column {col})"
@@ -309,7 +310,7 @@ def taxi_text(env: gym.Env, obs: Any) -> str:
         Legend: @ taxi, R G Y B pick-up/drop-off locations, | wall (the taxi cannot cross it),
         : open road. Rows count from 0 at the top, columns from 0 at the left.
     """
-    taxi = env.unwrapped
+    taxi = _game(env, TaxiEnv)
     taxi_row, taxi_col, pass_idx, dest_idx = taxi.decode(int(obs))
     locs = [tuple(loc) for loc in taxi.locs]
     cells = [[c.decode() for c in line] for line in taxi.desc.tolist()]

@@ -287,7 +287,7 @@ class JinjaFormatter(Formatter):
         return self._keys
 
     def render(self, record: Mapping[str, Any], step: int) -> str:
-        ctx = {k: None for k in self._OPTIONAL}
+        ctx: dict[str, Any] = dict.fromkeys(self._OPTIONAL)
         ctx.update(record)
         ctx.update(step=step, max_steps=self.max_steps, record=record)
         try:

@@ -9,7 +9,7 @@ they all share this interface.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
@@ -20,6 +20,7 @@ from agent_memory.formatting import Formatter
 __all__ = [
     "UNSET",
     "BaseMemory",
+    "Budget",
     "EnvIds",
     "FetchRequest",
     "Fetched",
@@ -41,6 +42,8 @@ __all__ = [
 ]
 
 EnvIds = Sequence[int] | np.ndarray | None
+#: A ``fetch``'s token budget: one for every env, one per env (int or None), or None for none.
+Budget = int | Sequence[int | None] | None
 #: Default of ``fetch(max_tokens=...)`` meaning "the memory's own budget" (None means none).
 UNSET: Any = object()
 
@@ -57,11 +60,13 @@ class Fetched(NamedTuple):
     lengths: list[int]
 
 
-class _CheckedIds(list):  # type: ignore[type-arg]
+class _CheckedIds(list[int]):
     """Env ids :func:`normalize_env_ids` has validated for ``num_envs`` envs: given to it again
     (a strategy passing them on to its window), they are returned as they are, in O(1)."""
 
     __slots__ = ("every", "num_envs")
+    every: bool
+    num_envs: int
 
 
 def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> list[int]:
@@ -81,25 +86,7 @@ def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> list[int]:
         return env_ids
     if env_ids is None:
         return _checked(range(num_envs), num_envs, every=True)
-    if isinstance(env_ids, np.ndarray):
-        if env_ids.dtype == np.bool_:
-            raise TypeError(
-                "env_ids must be integer indices, got a boolean mask; pass np.flatnonzero(mask)"
-            )
-        if env_ids.ndim != 1 or not np.issubdtype(env_ids.dtype, np.integer):
-            raise TypeError(
-                f"env_ids must be a 1-D array of integers, got shape {env_ids.shape} "
-                f"dtype {env_ids.dtype}"
-            )
-        ids = env_ids.tolist()
-    elif isinstance(env_ids, (str, bytes)) or not isinstance(env_ids, Sequence):
-        raise TypeError(f"env_ids must be a sequence of ints or None, got {type(env_ids).__name__}")
-    else:
-        ids = list(env_ids)
-        for i in ids:
-            if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
-                raise TypeError(f"env_ids must hold ints, got {i!r} ({type(i).__name__})")
-        ids = [int(i) for i in ids]
+    ids = _array_ids(env_ids) if isinstance(env_ids, np.ndarray) else _sequence_ids(env_ids)
     if ids and (min(ids) < 0 or max(ids) >= num_envs):
         bad = [i for i in ids if not 0 <= i < num_envs]
         raise IndexError(f"env_ids must be in [0, {num_envs}), got {bad}")
@@ -109,7 +96,31 @@ def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> list[int]:
     return _checked(ids, num_envs)
 
 
-def _checked(ids: Any, num_envs: int, every: bool = False) -> list[int]:
+def _array_ids(env_ids: np.ndarray) -> list[int]:
+    """The ids of a 1-D integer array (a boolean mask is refused)."""
+    if env_ids.dtype == np.bool_:
+        raise TypeError(
+            "env_ids must be integer indices, got a boolean mask; pass np.flatnonzero(mask)"
+        )
+    if env_ids.ndim != 1 or not np.issubdtype(env_ids.dtype, np.integer):
+        raise TypeError(
+            f"env_ids must be a 1-D array of integers, got shape {env_ids.shape} "
+            f"dtype {env_ids.dtype}"
+        )
+    return [int(i) for i in env_ids.tolist()]
+
+
+def _sequence_ids(env_ids: object) -> list[int]:
+    """The ids of a sequence of ints (numpy integers included; bools refused)."""
+    if isinstance(env_ids, (str, bytes)) or not isinstance(env_ids, Sequence):
+        raise TypeError(f"env_ids must be a sequence of ints or None, got {type(env_ids).__name__}")
+    for i in env_ids:
+        if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
+            raise TypeError(f"env_ids must hold ints, got {i!r} ({type(i).__name__})")
+    return [int(i) for i in env_ids]
+
+
+def _checked(ids: Iterable[int], num_envs: int, every: bool = False) -> list[int]:
     out = _CheckedIds(ids)
     out.num_envs, out.every = num_envs, every
     return out
@@ -302,7 +313,7 @@ def check_record_keys(
     if seen == {keys}:  # every env is mid-episode with these keys: nothing to check
         return seen
     if None in seen:
-        required = getattr(formatter, "required_keys", frozenset())
+        required: frozenset[str] = getattr(formatter, "required_keys", frozenset())
         if not required <= set(keys):
             raise ValueError(
                 f"the {formatter.spec()['name']!r} formatter needs record keys "
@@ -326,46 +337,34 @@ def check_record_keys(
 class BaseMemory(ABC):
     """A batched memory: one independent history per environment.
 
-    Besides the abstract contract, strategies may use these hooks, which the wrappers call on
-    every memory (the defaults do nothing):
-
-    * :meth:`start_episodes` — episodes begin (after :meth:`reset`), with their tasks and first
-      observations (episodic memory retrieves past episodes here);
-    * :meth:`end_episodes` — episodes end, with the handed-over episode (``records``,
-      ``final_observation``, ``return``, ``won``, ...) before the history is cleared;
-    * :meth:`intercept` — a model response that is a memory action (``<record>``,
-      ``<retrieve>``): returns the memory's reply and the env gets a no-op instead;
-    * :meth:`set_groups` — which group each env's episode belongs to (shared blackboards);
-    * :meth:`close` — release files and connections;
-    * :attr:`accepts_queries` — ``fetch`` takes ``queries`` (the current observation per env);
-    * :attr:`fetch_when_empty` — ``fetch`` has something to show before an episode's first step.
-
-    Attributes:
-        num_envs: number of environments (``len(memory)``).
-        max_tokens: the default token budget of ``fetch`` (None: none).
-        output: what a context is: ``"text"``, or ``"messages"`` (a chat message list); the
-            wrappers build chat prompts for ``"messages"``.
-        formatter: the formatter rendering stored steps (every built-in strategy has one;
-            None for a memory that renders otherwise).
-        record_keys: the record keys the formatter reads (the wrappers record only those of
-            them that cost something to keep, e.g. a transcript's prompt ids).
+    Besides the abstract contract, the wrappers call optional hooks on every memory (the
+    defaults do nothing): :meth:`start_episodes`, :meth:`end_episodes`, :meth:`intercept` (a
+    memory action instead of an env action), :meth:`set_groups` and :meth:`close`.
+    :attr:`accepts_queries`: ``fetch`` takes ``queries`` (each env's current observation);
+    :attr:`fetch_when_empty`: ``fetch`` has something to show before an episode's first step.
+    ``max_tokens`` is the default budget of ``fetch`` (None: none).
     """
 
     num_envs: int
     max_tokens: int | None = None
-    formatter: Formatter | None = None
     accepts_queries: ClassVar[bool] = False
     fetch_when_empty: ClassVar[bool] = False
 
     @property
+    def formatter(self) -> Formatter | None:
+        """The formatter rendering stored steps (None for a memory that renders otherwise)."""
+        return None
+
+    @property
     def output(self) -> Literal["text", "messages"]:
-        """``"messages"`` when contexts are chat message lists, else ``"text"`` (by default,
-        the ``formatter``'s ``output``)."""
+        """``"messages"`` when contexts are chat message lists (the wrappers then build chat
+        prompts), else ``"text"``; by default the ``formatter``'s ``output``."""
         return "messages" if getattr(self.formatter, "output", "text") == "messages" else "text"
 
     @property
     def record_keys(self) -> frozenset[str]:
-        """The record keys :attr:`formatter` declares it reads (empty without one)."""
+        """The record keys :attr:`formatter` declares it reads (empty without one): the wrappers
+        record only those of them that cost something to keep (a transcript's prompt ids)."""
         return self.formatter.keys if isinstance(self.formatter, Formatter) else frozenset()
 
     @abstractmethod
@@ -377,12 +376,14 @@ class BaseMemory(ABC):
         """Append one step to each env in ``env_ids``; ``record`` maps key -> one value per env."""
 
     @abstractmethod
-    def fetch(self, history_length: int, env_ids: EnvIds = None, **kwargs: Any) -> Fetched:
+    def fetch(
+        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+    ) -> Fetched:
         """Each env's formatted context over (at most) the last ``history_length`` steps.
 
-        Every strategy accepts ``max_tokens`` (an int, one budget per env in ``env_ids``, or
-        None for no budget; omitted = the memory's default): the wrappers pass it to fit
-        history into a prompt budget.
+        ``max_tokens``: an int, one budget per env in ``env_ids``, or None for no budget;
+        omitted: the memory's default. The wrappers pass it to fit history into a prompt budget
+        (and ``queries=`` too, to a memory that :attr:`accepts_queries`).
         """
 
     @abstractmethod

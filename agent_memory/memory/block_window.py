@@ -1,21 +1,11 @@
 """Strategies that show a block before each env's recent window: their base class and layout.
 
-Retrieval (older steps), blackboard (shared notes), episodic (past episodes) and compaction (a
-running summary) each keep every env's steps in a :class:`~agent_memory.memory.HistoryMemory`
-(the recent window, with its cached renderings and token prefix sums) and put a block of their
-own before it:
-
-* :class:`WindowedMemory` owns that window: it builds it from the shared constructor arguments
-  (``num_envs``, ``formatter``, ``token_counter``, ``max_tokens``, ``capacity``) and delegates to
-  it what every such strategy exposes unchanged (``memory[i]``, ``num_steps``, ``step_counts``,
-  ``step_tokens``, ``formatter``, ``token_counter``, ``max_tokens``, ``capacity``, and by
-  default ``reset``, ``store`` and ``set_formatter``).
-* :class:`BlockLayout` is the one place that joins a block and a window: the block's header
-  line, the line before the window, text or chat messages, and how a token budget is split
-  between them (:data:`Priority`). Each strategy gives it, per env, a :class:`Block` (its items
-  with their token costs, the first to keep first).
-
-``lengths`` always count the window's steps only: the block is in the context, never counted.
+Retrieval, blackboard, episodic and compaction memories keep every env's steps in a
+:class:`~agent_memory.memory.HistoryMemory` and put a block of their own (older steps, notes,
+past episodes, a summary) before it. :class:`WindowedMemory` owns that window and delegates to it
+what they expose unchanged; :class:`BlockLayout` is the one place that joins a block and a
+window (header lines, text or chat) and splits a token budget between them. ``lengths`` count
+the window's steps only.
 """
 
 from __future__ import annotations
@@ -63,6 +53,10 @@ class Block(NamedTuple):
     items: Sequence[Any]
     costs: Sequence[int] | Callable[[], Sequence[int]]
     body: Callable[[Sequence[Any]], str] = _lines
+
+    def item_costs(self) -> Sequence[int]:
+        """:attr:`costs`, computed when given as a callable."""
+        return self.costs() if callable(self.costs) else self.costs
 
 
 @dataclass(frozen=True)
@@ -196,14 +190,13 @@ class BlockLayout:
 
                 held = memory.held(i)
                 newest = memory.tokens(i, held - 1) if held else 0
-                costs = block.costs() if callable(block.costs) else block.costs
-                kept[j], inner[j] = self.split(b, costs, overhead, window, newest)
+                kept[j], inner[j] = self.split(b, block.item_costs(), overhead, window, newest)
         base = memory.fetch(history_length, ids, max_tokens=inner)
         compose = self._composer(chat)
         contexts = base.contexts
-        for j, k in enumerate(kept):
-            if k:
-                items, _, body = blocks[j]  # type: ignore[misc]
+        for j, (k, block) in enumerate(zip(kept, blocks, strict=True)):
+            if k and block is not None:
+                items, body = block.items, block.body
                 text = items[0] if k == 1 and body is _lines else body(items[:k])
                 contexts[j] = compose(text, contexts[j])
         return Fetched(contexts, base.lengths), kept

@@ -34,6 +34,10 @@ _REGISTRY: Registry[BaseMemory] = Registry(
         "window": "agent_memory.memory.window:HistoryMemory",
         # The window strategy's former name: configs that say ``strategy: history`` keep working.
         "history": "agent_memory.memory.window:HistoryMemory",
+        # The window strategy with a fixed history length (memory=none: 0, memory=full: -1;
+        # agent_memory.config.FIXED_HISTORY), whatever env.history_length says.
+        "none": "agent_memory.memory.window:HistoryMemory",
+        "full": "agent_memory.memory.window:HistoryMemory",
         "compaction": "agent_memory.memory.compaction.strategy:CompactionMemory",
         "retrieval": "agent_memory.memory.retrieval.strategy:RetrievalMemory",
         "episodic": "agent_memory.memory.episodic.strategy:EpisodicMemory",

@@ -1,10 +1,8 @@
-"""Frozen settings of memory strategies: a strategy's own parameters, validated in one place.
+"""Frozen settings of memory strategies: a strategy's own parameters, declared and validated once.
 
-A strategy with many parameters keeps its keyword constructor (configs bind ``memory.params`` to
-its signature) and hands them to a frozen dataclass of :class:`Settings`, whose
-``__post_init__`` validates and normalises them (with :mod:`agent_memory.checks`); the strategy
-then reads ``self.settings``. :class:`SettingsAttributes` lets ``memory.top_k`` read
-``memory.settings.top_k``.
+A strategy keeps its keyword constructor (configs bind ``memory.params`` to its signature) and
+hands the arguments to its frozen :class:`Settings` dataclass, whose ``__post_init__`` validates
+them; ``configs/memory/*.yaml`` and the constructor defaults are tested equal to its defaults.
 
 Example:
     >>> from dataclasses import dataclass
@@ -28,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Settings", "SettingsAttributes"]
 
@@ -59,10 +57,10 @@ class Settings:
         return {name: getattr(self, name) for name in self.field_names()}
 
 
-class SettingsAttributes:
-    """Mixin: the fields of ``self.settings`` read as attributes (``memory.top_k``)."""
+class SettingsAttributes(Generic[S]):
+    """Mixin: the fields of ``self.settings`` (an ``S``) read as attributes (``memory.top_k``)."""
 
-    settings: Settings
+    settings: S
 
     def __getattr__(self, name: str) -> Any:
         # Only called when normal lookup fails: the settings answer what the instance lacks.

@@ -1,23 +1,12 @@
 """One SQLite database shared by the processes of one host: the storage layer under the episodic
 memory's episode store and the blackboard's notes.
 
-* **One connection per process**, opened lazily. A connection inherited across ``fork`` is never
-  used in the child (SQLite forbids it; closing it could disturb the parent's locks): the child
-  opens its own. Instances pickle without their connection and reconnect when unpickled, so a
-  memory can travel to a Ray actor.
-* **WAL journal** (readers never block the writer), the ``synchronous`` pragma (``NORMAL``
-  survives process kills, ``FULL`` also power loss) and SQLite's busy handler
-  (``busy_timeout_s``). WAL needs the processes on one host, not a network file system.
-* **Writes** (:meth:`SQLiteDatabase.write`) run in one ``BEGIN IMMEDIATE`` transaction (the write
-  lock is taken up front, so a transaction never fails half-way upgrading a read lock). While the
-  database stays locked past the busy handler, the transaction is retried with jittered
-  exponential backoff, up to ``max_wait_s`` in all; then :class:`StoreBusyError`. Reads retry
-  the same way. A writer killed with SIGKILL loses at most its open transaction.
-* **Schema**: the ``CREATE ... IF NOT EXISTS`` statements are run (in one write transaction) when
-  ``PRAGMA user_version`` is below the schema version or one of the schema's tables is missing;
-  a database of a newer version is refused.
-* ``path=None`` (or ``":memory:"``): a private in-process database: no WAL, not shared, and not
-  carried across ``fork`` or pickling (the new process starts empty).
+One connection per process, opened lazily (never one inherited across ``fork``; instances
+pickle without it, so a memory can travel to a Ray actor). WAL journal (one host, not a network
+file system), ``synchronous`` (``NORMAL`` survives process kills, ``FULL`` power loss too). Each
+write is one ``BEGIN IMMEDIATE`` transaction, retried with jittered backoff while the database
+stays locked, up to ``max_wait_s`` (then :class:`StoreBusyError`): a writer killed with SIGKILL
+loses at most its open transaction. ``path=None``: a private in-process database.
 
 Example:
     >>> db = SQLiteDatabase(None, schema="CREATE TABLE IF NOT EXISTS kv (k TEXT, v TEXT)")

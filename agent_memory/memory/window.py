@@ -1,23 +1,13 @@
-"""``HistoryMemory``: the window memory (the ``window`` strategy: sliding window, token budget or
-whole episode), and the per-env step store every "block + window" strategy builds on.
+"""``HistoryMemory``: the window memory (strategies ``window``, ``none``, ``full``: sliding
+window, token budget or whole episode), and the per-env step store every "block + window"
+strategy builds on.
 
-Each step is rendered by the formatter and its tokens counted once, when it is stored; ``fetch``
-only slices and joins cached renderings, and a token budget is met with a binary search over
-per-env prefix sums of token counts. Fetch cost therefore depends on the window, never on how long
-the episode has run. With ``capacity`` set, storage is bounded too: an env keeps its newest
-``capacity`` steps (O(window) memory) while step numbers stay absolute.
-
-Steps are kept as value tuples with one key tuple per episode (dicts are built when a record is
-read), which keeps the store path free of per-env dicts and the garbage collector's work small.
-
-Other strategies read a window memory through its public read API only: per env, the steps it
-holds (``held``, ``first_step``; ``held_counts``, ``first_steps`` for all envs), their fields
-(``column``), cached renderings (``renderings``, ``renderings_at``) and token counts
-(``tokens``, ``tokens_at``, ``step_tokens``), and how many of the newest steps a fetch would show
-(``window_steps``); :meth:`HistoryMemory.keep_newest` drops the oldest held steps (compaction).
-
-(About 500 lines: one data structure, its store, fetch, state and read API, which all work on
-the same private per-env lists; splitting it would expose them.)
+Each step is rendered and its tokens counted once, when stored; ``fetch`` only slices and joins
+cached renderings and meets a token budget by binary search over per-env prefix sums, so fetch
+cost depends on the window, never on the episode's length. ``capacity`` bounds storage too
+(O(window) per env) while step numbers stay absolute. Other strategies read it through its
+public read API (``held``, ``first_step``, ``column``, ``renderings``, ``tokens``,
+``window_steps``, ...) and :meth:`HistoryMemory.keep_newest`.
 """
 
 from __future__ import annotations
@@ -218,6 +208,8 @@ class HistoryMemory(BaseMemory):
     def __getitem__(self, env_id: int) -> list[dict[str, Any]]:
         i = check_env_index(env_id, self.num_envs)
         keys = self._keys[i]
+        if keys is None:  # no step stored in this episode
+            return []
         return [dict(zip(keys, row, strict=True)) for row in self._held(self._rows[i])]
 
     def num_steps(self, env_id: int) -> int:
@@ -364,11 +356,11 @@ class HistoryMemory(BaseMemory):
         """A copy of everything needed to restore this memory (JSON-able if the records are)."""
         envs = []
         for i in self._all_ids:
-            records = self[i]
+            records, keys = self[i], self._keys[i]
             envs.append(
                 {
                     "start": self.num_steps(i) - len(records),
-                    "keys": None if self._keys[i] is None else list(self._keys[i]),
+                    "keys": None if keys is None else list(keys),
                     "records": copy.deepcopy(records),
                     "rendered": copy.deepcopy(self._held(self._rendered[i])),
                     "tokens": self.step_tokens(i),
@@ -397,8 +389,8 @@ class HistoryMemory(BaseMemory):
             and state.get("token_counter") == self._counter.name
         )
         for i, env in enumerate(state["envs"]):
-            keys = None if env["keys"] is None else tuple(env["keys"])
-            self._keys[i] = keys
+            keys = tuple(env["keys"] or ())  # () (saved as None): no step stored
+            self._keys[i] = keys or None
             self._rows[i] = [tuple(copy.deepcopy(r[k]) for k in keys) for r in env["records"]]
             self._start[i] = int(env["start"])
             if same:

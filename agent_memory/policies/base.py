@@ -1,26 +1,10 @@
 """The policy interface and the registry of policies by name (``policy=random`` in configs).
 
-A policy answers a batch of prompts with one response per prompt. Two ways, one contract:
-
-* :meth:`Policy.generate` returns a :class:`~agent_memory.protocol.Generation` per prompt: the
-  text and, for policies that sample tokens (``hf``, ``openai``), the prompt and response token
-  ids with the sampling log-probs. The rollout calls this.
-* :meth:`Policy.act` returns the texts only.
-
-A policy implements one of them; the other follows. Text-only policies (``random``,
-``scripted``, ``prompt_oracle``) implement ``act`` and their generations carry no tokens.
-
-The rollout calls the policy with the prompts of live envs only. ``meta`` holds one dict per
-prompt: always ``traj_uid`` and ``step`` (the episode and its step number, e.g. for a per-request
-seed), plus the fields the policy lists in :attr:`Policy.needs` (computing an oracle action costs
-env time, so it is opt-in):
-
-=====================  ===============================================================
-``admissible_actions`` the env's admissible actions (None where not finite)
-``oracle_action``      the env's expert action (``env.unwrapped.oracle_action()``)
-``task``               the episode's task text
-``raw_obs``            the env's current observation text
-=====================  ===============================================================
+A policy answers a batch of prompts, one response each: :meth:`Policy.generate` gives
+:class:`~agent_memory.protocol.Generation` objects (with token ids and log-probs for policies
+that sample tokens), :meth:`Policy.act` the texts; a policy implements one, the other follows.
+``meta`` holds one dict per prompt: ``traj_uid`` and ``step``, plus the opt-in fields listed in
+:attr:`Policy.needs` (``admissible_actions``, ``oracle_action``, ``task``, ``raw_obs``).
 
 Example:
     >>> from agent_memory.policies import make_policy
@@ -31,6 +15,7 @@ Example:
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, TypeVar
@@ -86,10 +71,23 @@ class Policy:
     #: ``"service"`` — one instance in a policy service that batches the workers' concurrent
     #: requests (a local model).
     runs_in: ClassVar[Literal["worker", "service"]] = "service"
+    #: Whether :meth:`agenerate` awaits its answers (a server's client) rather than computing
+    #: them: the rollout worker then keeps one request in flight per env instead of one call.
+    answers_async: ClassVar[bool] = False
+    #: The sampling temperature (None: the policy draws from no distribution; 0: greedy).
+    temperature: float | None = None
+    #: Requests the policy may keep in flight (a server's client; None: not a client). The
+    #: engine splits it between the workers' copies with :meth:`set_concurrency`.
+    concurrency: int | None = None
+    #: The policy's counters (requests, tokens, ...), or None when it keeps none.
+    stats: Any = None
 
     def __init__(self, parser: ActionParser | None = None) -> None:
         self.parser = parser or ActionParser()
         self.version = 0
+        #: Batches answered so far: the position of the policy's sampling stream (a trainer's
+        #: checkpoint keeps it, so a resumed run draws what an uninterrupted one would).
+        self.calls = 0
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -108,6 +106,32 @@ class Policy:
         """One :class:`~agent_memory.protocol.Generation` per prompt, in order (no token
         fields unless the policy samples tokens)."""
         return [Generation(text, policy_version=self.version) for text in self.act(prompts, meta)]
+
+    async def agenerate(
+        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
+    ) -> list[Generation]:
+        """:meth:`generate`, awaitable (a server's client overrides it with real requests)."""
+        return self.generate(prompts, meta)
+
+    def greedy(self) -> Policy:
+        """This policy answering at temperature 0 (an evaluation): a shallow copy sharing its
+        model and weights; itself when it draws from no distribution."""
+        if self.temperature is None:
+            return self
+        twin = copy.copy(self)
+        twin.temperature = 0.0
+        return twin
+
+    def set_concurrency(self, concurrency: int) -> None:
+        """This copy's share of :attr:`concurrency` (set by the engine)."""
+        raise TypeError(f"{type(self).__name__} keeps no requests in flight (concurrency=None)")
+
+    def take_stats(self) -> Any:
+        """The counters since the last call (and start new ones); None when it keeps none."""
+        stats = self.stats
+        if stats is not None:
+            self.stats = type(stats)()
+        return stats
 
     def for_workers(self, num_workers: int) -> Policy:
         """The copy each of ``num_workers`` rollout workers runs (``runs_in == "worker"``):

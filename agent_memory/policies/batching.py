@@ -1,14 +1,10 @@
 """``BatchingPolicy``: many concurrent callers, one model that wants full batches.
 
-In an asynchronous rollout each env asks for its next response as soon as its own step is done,
-so a local model (``hf``, a policy being trained) gets a stream of single-prompt requests. This
-wrapper collects them: a batch goes to the wrapped policy when it holds ``max_batch_size``
-prompts, or ``max_wait_ms`` after its first prompt arrived — whichever comes first — and each
-caller gets back exactly its own generations. The policy runs in a worker thread, so requests keep
-arriving (and the next batch keeps filling) while a batch generates. One batch runs at a time.
-
-Use it from asyncio code (``await batcher.agenerate(prompts, meta)``); the rollout's policy service
-actor holds one.
+An asynchronous rollout sends a local model a stream of single-prompt requests; this wrapper
+sends them on in batches of up to ``max_batch_size`` prompts, at most ``max_wait_ms`` after the
+first arrived, and gives each caller its own generations. The model runs in a worker thread, so
+the next batch fills while one generates. Use it from asyncio code (``await
+batcher.agenerate(prompts, meta)``).
 
 Example:
     >>> import asyncio
@@ -72,6 +68,7 @@ class _Pending:
     prompts: list[Prompt]
     meta: list[Mapping[str, Any]]
     future: asyncio.Future[list[Generation]]
+    alone: bool = False
 
 
 class BatchingPolicy:
@@ -95,9 +92,13 @@ class BatchingPolicy:
         self._worker: asyncio.Task[None] | None = None
 
     async def agenerate(
-        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
+        self,
+        prompts: Sequence[Prompt],
+        meta: Sequence[Mapping[str, Any]] | None = None,
+        alone: bool = False,
     ) -> list[Generation]:
-        """This caller's generations, from a batch shared with whoever asked meanwhile."""
+        """This caller's generations, from a batch shared with whoever asked meanwhile
+        (``alone``: a batch of their own, never split nor joined: a lockstep step's)."""
         if not prompts:
             return []
         meta = [{} for _ in prompts] if meta is None else list(meta)
@@ -107,7 +108,7 @@ class BatchingPolicy:
         if self._queue is None or self._worker is None or self._worker.done():
             self._queue = asyncio.Queue()
             self._worker = loop.create_task(self._serve(self._queue))
-        pending = _Pending(list(prompts), meta, loop.create_future())
+        pending = _Pending(list(prompts), meta, loop.create_future(), alone)
         self.stats.requests += 1
         await self._queue.put(pending)
         return await pending.future
@@ -120,11 +121,13 @@ class BatchingPolicy:
         self._worker = None
 
     async def _serve(self, queue: asyncio.Queue[_Pending]) -> None:
+        carry: _Pending | None = None  # a batch of its own that arrived while one filled
         while True:
-            batch = [await queue.get()]
+            batch = [carry or await queue.get()]
+            carry = None
             size = len(batch[0].prompts)
             deadline = time.monotonic() + self.max_wait_s
-            while size < self.max_batch_size:
+            while size < self.max_batch_size and not batch[0].alone:
                 left = deadline - time.monotonic()
                 try:
                     nxt = (
@@ -133,6 +136,9 @@ class BatchingPolicy:
                         else await asyncio.wait_for(queue.get(), left)
                     )
                 except (asyncio.QueueEmpty, TimeoutError):
+                    break
+                if nxt.alone:
+                    carry = nxt
                     break
                 batch.append(nxt)
                 size += len(nxt.prompts)

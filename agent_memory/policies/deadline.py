@@ -1,12 +1,8 @@
 """An ``httpx`` transport that enforces a total deadline per request.
 
-httpx's timeouts bound each *phase* (connect, each write, each read): a server that sends one byte
-every 1.5 s never trips a 3 s read timeout and can keep a request alive for minutes. Here every
-socket operation's timeout is cut to the time left before the request's deadline, so nothing —
-connecting, sending, waiting, or a drip-fed answer, headers included — outlives it. The deadline
-is set per request by :func:`deadline` (thread-local: each request thread has its own).
-
-Built on httpcore's public connection pool with a network backend that wraps the default one.
+httpx's timeouts bound each phase, so a server drip-feeding its answer can keep a request alive
+for minutes. Here every socket operation's timeout is cut to the time left before the deadline
+:func:`deadline` sets (per thread), so nothing outlives it.
 
 Example:
     >>> import httpx

@@ -1,40 +1,12 @@
 """``hf``: a local Hugging Face causal LM (``transformers`` + ``torch``, extra ``llm``).
 
-The model and tokenizer load from a local directory (``save_pretrained`` output) or by hub id
-from the local Hugging Face cache, always with ``local_files_only=True``: nothing is ever
-downloaded (``HF_HUB_OFFLINE`` is honoured trivially). Prompts are generated in batches of
-``batch_size`` with left padding (the pad token defaults to EOS when the tokenizer has none),
-sorted by length so a batch pads little; the responses come back in prompt order and hold only
-the newly generated text, cut at the first EOS and at the first ``stop`` string.
-
-What :meth:`HFPolicy.generate` records, per response, comes from the same forward passes that
-sampled it: the prompt ids the model was conditioned on (after the chat template and any
-truncation), the sampled ids (up to and including EOS, or the token that completed a stop
-string), and each sampled token's log-probability under the distribution it was drawn from —
-the model's logits after the generation config's processors, temperature, top-k and top-p
-(``transformers``' ``output_scores``), log-softmaxed. Greedy decoding (``temperature=0``) records
-the log-softmax of the processed logits without temperature. Left padding does not change them:
-positions follow the attention mask.
-
-Prompts and the chat template (``use_chat_template``):
-
-- ``"auto"`` (default): use the tokenizer's chat template when it has one. A text prompt then
-  becomes one user message, and the template adds the generation prompt.
-- ``True``: the same, but a tokenizer without a chat template is refused at construction.
-- ``False``: text prompts are tokenized as they are (with the tokenizer's special tokens, e.g. BOS).
-
-A chat message list (the ``chat`` formatter) needs a chat template: without one it is refused
-with a ``ValueError`` (a made-up rendering would give the model a format it was not trained on).
-:meth:`HFPolicy.render_prompt` shows the exact text the model gets.
-
-A prompt longer than the model's context leaves room for ``max_new_tokens`` by dropping its
-oldest tokens (logged, and counted in ``stats.truncated_prompts``) instead of crashing.
-
-Sampling: ``temperature=0`` is greedy; otherwise sampling with ``temperature``, ``top_p`` and
-``top_k`` (0 = off). Other generation settings (e.g. ``repetition_penalty``) come from the model's
-``generation_config.json``. With ``seed`` set, call ``k`` (from 0) of :meth:`HFPolicy.act` samples
-under ``torch.manual_seed(seed + k)`` inside a forked RNG, so a rerun reproduces the rollout and
-the global torch RNG is left alone.
+The model loads from a ``save_pretrained`` directory or a cached hub id, never downloading.
+Prompts go through the chat template (``use_chat_template``, see
+:mod:`agent_memory.policies.rendering`), are generated in left-padded batches sorted by length,
+and come back in order, cut at EOS or a ``stop`` string. Each response records the prompt ids,
+the sampled ids and their log-probs under the distribution they were drawn from (the processed
+logits of the same forward passes), so rows are trainable. Over-long prompts lose their oldest
+tokens; with ``seed``, call ``k`` samples under ``seed + k`` in a forked RNG.
 
 Example:
     >>> from agent_memory.policies import make_policy
@@ -44,10 +16,6 @@ Example:
     FileNotFoundError: path must be a directory saved by save_pretrained() (config.json,
     weights, tokenizer_config.json) or the id of a hub repo already in the local Hugging Face
     cache, got '/no/such/model' (not a directory, not a cached hub id); nothing is downloaded
-
-(About 520 lines: loading, chat rendering, batched sampling and the log-probs of the same
-forward passes are one pipeline whose parts share the model, the tokenizer and the padding;
-the incremental renderer and local-model lookup already live in their own modules.)
 """
 
 from __future__ import annotations
@@ -61,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agent_memory.checks import check_int, is_number
+from agent_memory.checks import check_int, check_stop, is_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt
 from agent_memory.policies.local_model import resolve_model
@@ -115,42 +83,21 @@ class GenerationStats:
 class HFPolicy(Policy):
     """Answers prompts with a local Hugging Face causal LM (see the module docstring).
 
-    Args:
-        path: a local directory holding the model and its tokenizer (``save_pretrained``), or
-            a hub id (``"org/name"``) already in the local Hugging Face cache; or None with
-            ``model`` and ``tokenizer``.
-        model, tokenizer: a loaded ``transformers`` model and its tokenizer to generate with
-            instead (e.g. a trainer's live model: generation runs in eval mode and restores the
-            model's mode after).
-        max_new_tokens: the most tokens generated per response.
-        temperature: 0 for greedy decoding, else the sampling temperature.
-        top_p: nucleus sampling mass (1.0 = off).
-        top_k: keep the ``top_k`` likeliest tokens when sampling (0 = off).
-        batch_size: prompts per ``generate`` call.
-        device: ``"cpu"`` (default), ``"auto"`` (CUDA, else MPS, else CPU) or a torch device
-            string such as ``"cuda:1"``; the whole model goes to that one device.
-        dtype: ``"auto"`` (the checkpoint's dtype), ``"float32"``, ``"float16"`` or
-            ``"bfloat16"``.
-        seed: makes sampling reproducible (see the module docstring).
-        use_chat_template: ``"auto"``, ``True`` or ``False`` (see the module docstring).
-        stop: strings that end a response; the text is cut before the first one found.
-        num_threads: when set, ``torch.set_num_threads(num_threads)`` (process-wide). On a
-            small shared CPU, 1 thread ran a tiny model ~7x faster than 2 here.
-        incremental: within an episode (``meta["traj_uid"]``), render a growing chat
-            incrementally: the model conditions on the ids it saw and sampled before (see
-            :mod:`agent_memory.policies.rendering`; needed for ``rollout.layout=episode``).
-        parser: the env's action parser (unused for generation; kept for the interface).
-
-    Raises:
-        FileNotFoundError: ``path`` is neither a local model directory nor a cached hub id.
-        ImportError: torch or transformers is missing.
-        ValueError: a setting out of range, naming the expected and the given value.
+    Give ``path`` (a model directory or cached hub id), or a loaded ``model`` and its
+    ``tokenizer`` (e.g. a trainer's live model: generation runs in eval mode, then restores its
+    mode). ``temperature=0`` is greedy; ``top_k=0`` and ``top_p=1`` are off; other generation
+    settings come from the model's ``generation_config.json``. ``device`` is ``"cpu"``,
+    ``"auto"`` or a torch device; ``num_threads`` sets torch's (process-wide) thread count.
 
     Attributes:
-        stats: :class:`GenerationStats` since construction.
-        last_stats: :class:`GenerationStats` of the last ``act`` call.
-        model, tokenizer: the loaded ``transformers`` objects.
+        stats, last_stats: :class:`GenerationStats` since construction and of the last call.
+        model, tokenizer: the ``transformers`` objects (None once closed).
     """
+
+    temperature: float
+
+    model: Any
+    tokenizer: Any
 
     def __init__(
         self,
@@ -178,30 +125,12 @@ class HFPolicy(Policy):
         check_int("top_k", top_k, 0)
         check_int("seed", seed, 0, allow_none=True)
         check_int("num_threads", num_threads, 1, allow_none=True)
-        if not is_number(temperature) or not temperature >= 0:
-            raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-        if not is_number(top_p) or not 0 < top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        _check_sampling(temperature, top_p)
         check_use_chat_template(use_chat_template)
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
-        if stop is not None:
-            stop = [stop] if isinstance(stop, str) else list(stop)
-            if not stop or not all(isinstance(s, str) and s for s in stop):
-                raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
-        for module in ("torch", "transformers"):
-            if importlib.util.find_spec(module) is None:
-                raise ImportError(
-                    f"the hf policy needs torch and transformers ({module!r} is missing): "
-                    'pip install "agent-memory[llm]"'
-                )
-
-        if (path is None) == (model is None) or (model is None) != (tokenizer is None):
-            raise ValueError(
-                "pass either path (a local model directory or a cached hub id) or both model "
-                f"and tokenizer, got path={path!r}, model={type(model).__name__}, "
-                f"tokenizer={type(tokenizer).__name__}"
-            )
+        stops = check_stop(stop) or []
+        _check_source(path, model, tokenizer)
         model_dir = None if path is None else resolve_model(path, key="path")
         self.path = model_dir
         self.max_new_tokens = max_new_tokens
@@ -210,10 +139,9 @@ class HFPolicy(Policy):
         self.top_k = top_k
         self.batch_size = batch_size
         self.seed = seed
-        self.stop: list[str] = list(stop or [])
+        self.stop: list[str] = stops
         self.stats = GenerationStats()
         self.last_stats = GenerationStats()
-        self._calls = 0
         if num_threads is not None:
             import torch
 
@@ -247,9 +175,11 @@ class HFPolicy(Policy):
         version = tuple(int(x) for x in re.findall(r"\d+", transformers.__version__)[:2])
         dtype_arg = "dtype" if version >= (4, 56) else "torch_dtype"
         torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
-        self.model = AutoModelForCausalLM.from_pretrained(
+        # Any: transformers' stubs type PreTrainedModel.to() as taking the model, not a device.
+        model: Any = AutoModelForCausalLM.from_pretrained(
             str(model_dir), local_files_only=True, **{dtype_arg: torch_dtype}
         )
+        self.model = model
         self.model.to(self.device).eval()
         self._set_eos()
 
@@ -321,11 +251,11 @@ class HFPolicy(Policy):
         if self.seed is not None:
             devices = [self.device] if self.device.type == "cuda" else []
             with torch.random.fork_rng(devices=devices):
-                torch.manual_seed(self.seed + self._calls)
+                torch.manual_seed(self.seed + self.calls)
                 self._generate_all(ids, order, out, call)
         else:
             self._generate_all(ids, order, out, call)
-        self._calls += 1
+        self.calls += 1
         self.stats.add(call)
         self.last_stats = call
         done = [g for g in out if g is not None]
@@ -374,20 +304,7 @@ class HFPolicy(Policy):
     def _generate(self, batch: list[list[int]]) -> tuple[list[Generation], int, float]:
         import torch
 
-        truncated = 0
-        if self._context is not None:
-            room = self._context - self.max_new_tokens
-            if any(len(x) > room for x in batch):
-                truncated = sum(len(x) > room for x in batch)
-                log.warning(
-                    "hf policy: %d prompt(s) longer than the %d tokens the context leaves "
-                    "(context %d - max_new_tokens %d): their oldest tokens are dropped",
-                    truncated,
-                    room,
-                    self._context,
-                    self.max_new_tokens,
-                )
-                batch = [x[-room:] for x in batch]
+        batch, truncated = self._truncate(batch)
         width = max(len(x) for x in batch)
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch])
@@ -410,30 +327,57 @@ class HFPolicy(Policy):
         self.model.train(training)
         elapsed = time.perf_counter() - t0
         sampling = self.sampling_params()
-        out = []
-        for row, (tokens, logps) in enumerate(zip(new.tolist(), chosen.tolist(), strict=True)):
-            end = next((j + 1 for j, t in enumerate(tokens) if t in self._eos), None)
-            finish = "stop" if end is not None else "length"
-            stop_at = None if stopper is None else stopper.stopped_at[row]
-            if stop_at is not None and (end is None or stop_at < end):
-                end, finish = stop_at, "stop"
-            end = len(tokens) if end is None else end
-            body = tokens[:end]
-            text = self.tokenizer.decode(
-                [t for t in body if t not in self._eos], skip_special_tokens=True
+        out = [
+            self._generation(
+                batch[row], tokens, logps, None if stopper is None else stopper.stopped_at[row],
+                sampling,
             )
-            out.append(
-                Generation(
-                    text=_cut(text, self.stop),
-                    prompt_ids=list(batch[row]),
-                    response_ids=body,
-                    response_logprobs=logps[:end],
-                    finish_reason=finish,
-                    policy_version=self.version,
-                    sampling=sampling,
-                )
-            )
+            for row, (tokens, logps) in enumerate(zip(new.tolist(), chosen.tolist(), strict=True))
+        ]  # fmt: skip
         return out, truncated, elapsed
+
+    def _truncate(self, batch: list[list[int]]) -> tuple[list[list[int]], int]:
+        """``batch`` with prompts too long for the context cut to their newest tokens, and how
+        many were cut."""
+        if self._context is None:
+            return batch, 0
+        room = self._context - self.max_new_tokens
+        truncated = sum(len(x) > room for x in batch)
+        if not truncated:
+            return batch, 0
+        log.warning(
+            "hf policy: %d prompt(s) longer than the %d tokens the context leaves "
+            "(context %d - max_new_tokens %d): their oldest tokens are dropped",
+            truncated,
+            room,
+            self._context,
+            self.max_new_tokens,
+        )
+        return [x[-room:] for x in batch], truncated
+
+    def _generation(
+        self, prompt: list[int], tokens: list[int], logps: list[float], stop_at: int | None,
+        sampling: SamplingParams,
+    ) -> Generation:  # fmt: skip
+        """One row's generation: its tokens cut after the first EOS or the stop string's."""
+        end = next((j + 1 for j, t in enumerate(tokens) if t in self._eos), None)
+        finish = "stop" if end is not None else "length"
+        if stop_at is not None and (end is None or stop_at < end):
+            end, finish = stop_at, "stop"
+        end = len(tokens) if end is None else end
+        body = tokens[:end]
+        text = self.tokenizer.decode(
+            [t for t in body if t not in self._eos], skip_special_tokens=True
+        )
+        return Generation(
+            text=_cut(text, self.stop),
+            prompt_ids=list(prompt),
+            response_ids=body,
+            response_logprobs=logps[:end],
+            finish_reason=finish,
+            policy_version=self.version,
+            sampling=sampling,
+        )
 
     def sampling_params(self) -> SamplingParams:
         """How this policy samples (recorded with each response)."""
@@ -466,6 +410,30 @@ class HFPolicy(Policy):
             return_dict_in_generate=True,
         )
         return config
+
+
+def _check_sampling(temperature: float, top_p: float) -> None:
+    if not is_number(temperature) or not temperature >= 0:
+        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+    if not is_number(top_p) or not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+
+
+def _check_source(path: object, model: object, tokenizer: object) -> None:
+    """torch and transformers are installed, and exactly one of ``path`` or the model and its
+    tokenizer is given."""
+    for module in ("torch", "transformers"):
+        if importlib.util.find_spec(module) is None:
+            raise ImportError(
+                f"the hf policy needs torch and transformers ({module!r} is missing): "
+                'pip install "agent-memory[llm]"'
+            )
+    if (path is None) == (model is None) or (model is None) != (tokenizer is None):
+        raise ValueError(
+            "pass either path (a local model directory or a cached hub id) or both model "
+            f"and tokenizer, got path={path!r}, model={type(model).__name__}, "
+            f"tokenizer={type(tokenizer).__name__}"
+        )
 
 
 def _stop_criteria(tokenizer: Any, stops: list[str], start: int, rows: int) -> Any:

@@ -1,11 +1,7 @@
-"""Where a model lives on this machine: a local directory, or a hub id already in the local
-Hugging Face cache. Nothing is downloaded, whatever ``HF_HUB_OFFLINE`` says.
-
-And the name a loaded model's forward pass gives its key/value cache (:func:`cache_keyword`,
-:func:`returned_cache`): transformers 5.x renamed ``past_key_values`` to ``cache``, in the
-keyword and in the output (5.24 warns on the old name, 5.40 removes it; pyproject.toml stops
-before 5.40), while the releases before the rename, down to the 4.44 floor, know only
-``past_key_values``.
+"""Where a model lives on this machine (a local directory or a hub id already in the Hugging Face
+cache; nothing is downloaded), and the name a forward pass gives its key/value cache
+(transformers 5.x renamed ``past_key_values`` to ``cache``: :func:`cache_keyword`,
+:func:`returned_cache` work with both).
 
 Example:
     >>> resolve_model("/no/such/model")
@@ -21,6 +17,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -107,6 +104,7 @@ def cache_keyword(model: Any) -> str:
         >>> cache_keyword(Old())
         'past_key_values'
     """
+    params: Mapping[str, inspect.Parameter]
     try:
         params = inspect.signature(model.forward).parameters
     except (AttributeError, TypeError, ValueError):

@@ -1,54 +1,13 @@
-"""``openai``: a policy answered by any OpenAI-compatible server (vLLM, SGLang, Ollama, llama.cpp
-server, OpenAI itself), over ``httpx`` with bounded concurrency, timeouts and retries.
+"""``openai``: a policy answered by any OpenAI-compatible server (vLLM, SGLang, Ollama, OpenAI),
+one request per prompt over a shared keep-alive ``httpx`` client, ``concurrency`` in flight.
 
-``act`` is synchronous for callers. It sends one request per prompt, at most ``concurrency`` of them
-in flight, and gives the responses back in prompt order, whatever order they finish in. The
-requests run on a pool of threads sharing one keep-alive ``httpx.Client``, ``concurrency`` of them
-at a time (:meth:`OpenAIPolicy.set_concurrency` moves the limit at run time; measured
-here 3-5x the throughput of ``httpx.AsyncClient`` on the same server); both start on the first
-call, and :meth:`OpenAIPolicy.close` (or leaving a ``with`` block) stops the threads and closes
-the connections.
-
-Modes:
-
-- ``"chat"``: ``POST {base_url}/chat/completions`` with ``messages``. A text prompt becomes one user
-  message; a message list (the ``chat`` formatter) is sent as it is, and the server applies the
-  model's chat template.
-- ``"completion"``: ``POST {base_url}/completions`` with ``prompt``. Text prompts only: a message
-  list is refused with a ``ValueError`` before anything is sent, because only the server knows the
-  model's chat template and a generic rendering would silently give the model a prompt format it
-  was not trained on (use ``mode="chat"``, or a text formatter).
-
-Failures never end a rollout — except a server that is not there. Connection errors, timeouts,
-408, 429 and 5xx are retried up to
-``max_retries`` times with exponential backoff and jitter (never sooner than a ``Retry-After``
-header of a 429/503 asks); other 4xx are bugs in the request and fail at once with the server's
-message. A prompt that still fails is answered ``""``, which the action parser treats as an invalid
-action (the documented invalid-action path); the failure is counted in :attr:`OpenAIPolicy.stats`,
-its message kept in :attr:`OpenAIPolicy.last_errors`, and a warning is logged once per call.
-But when the server has never answered and ``dead_calls`` whole calls in a row got no HTTP answer
-at all (refused, reset or timed out), :class:`ServerUnavailable` is raised, naming the URL: a run
-against a server that is down fails in seconds instead of finishing with only invalid actions.
-
-``timeout`` bounds each request in total (connecting, sending, waiting and receiving: a server
-that drip-feeds its answer byte by byte cannot keep a request alive past it), see
-:mod:`agent_memory.policies.deadline`.
-
-Token ids (``return_tokens=True``): each request asks the server for the prompt's and the
-response's token ids and the sampled tokens' log-probs (vLLM's and SGLang's own field names, see
-:mod:`agent_memory.policies.openai_protocol`), and :meth:`OpenAIPolicy.generate` records them as
-the server reports them — never a re-tokenisation. A server that answers without them stops the
-run with :class:`TokenIdsMissing` (nothing would be trainable). Token-in (``token_in=True``, with
-a local ``tokenizer``): the prompt is rendered here with the model's chat template and sent as
-token ids to ``/v1/completions``, so what is recorded is exactly what the server saw. With a local
-``tokenizer``, every prompt the server reports is compared with the local rendering and the
-differences are counted (``stats.prompt_id_mismatches``).
-
-Seeds: with ``seed`` set, a prompt of episode ``traj_uid`` at step ``step`` (the rollout passes
-both in ``meta``) carries a seed derived from ``(seed, traj_uid, step)`` — the same whatever order
-the requests go out in, so an asynchronous rollout samples what a lockstep one does; without that
-meta, the k-th prompt the policy sends (counting from 0 over its life) carries ``seed + k``.
-Identical prompts (a GRPO group) still get different samples. Retries of a prompt keep its seed.
+Modes: ``"chat"`` (``/chat/completions``; the server applies the chat template) or
+``"completion"`` (``/completions``; text prompts only, or token ids with ``token_in``). Failures
+never end a rollout: transient ones are retried with backoff, and a prompt that still fails is
+answered ``""`` (an invalid action) and counted; only a server that never answers raises
+:class:`ServerUnavailable`. With ``return_tokens`` the token ids and log-probs are recorded as
+the server reports them, never re-tokenised. With ``seed``, a request's seed derives from
+``(seed, traj_uid, step)`` (else ``seed + k`` for the k-th prompt), whatever the send order.
 
 Example:
     >>> policy = OpenAIPolicy("http://127.0.0.1:8000/v1", "Qwen2.5-7B-Instruct", max_tokens=256)
@@ -56,10 +15,6 @@ Example:
     OpenAIPolicy(base_url='http://127.0.0.1:8000/v1', model='Qwen2.5-7B-Instruct', mode='chat',
                  concurrency=8, api_key=None)
     >>> policy.close()  # nothing was started: no request was made
-
-(About 530 lines: the policy's request building, answer checking and token bookkeeping;
-the wire shapes are in ``openai_protocol.py`` and the transport, retries and deadlines in
-``openai_runtime.py`` and ``deadline.py``.)
 """
 
 from __future__ import annotations
@@ -76,7 +31,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from agent_memory.checks import check_choice, check_int, is_number
+from agent_memory.checks import check_choice, check_int, check_stop, is_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, episode_seed
 from agent_memory.policies.local_model import resolve_model
@@ -132,54 +87,24 @@ class ServerUnavailable(RuntimeError):
 class OpenAIPolicy(Policy):
     """Answers prompts with an OpenAI-compatible server (see the module docstring).
 
-    In an asynchronous rollout each worker runs a copy (:meth:`for_workers`) and every env's
-    request goes out on its own as soon as its step is done.
-
-    Args:
-        base_url: the API root, e.g. ``"http://localhost:8000/v1"`` (vLLM, SGLang),
-            ``"http://localhost:11434/v1"`` (Ollama) or ``"https://api.openai.com/v1"``.
-        model: the model name the server serves.
-        api_key: sent as ``Authorization: Bearer ...``; by default read from the environment
-            variable named by ``api_key_env``; no header when neither is set (local servers).
-            Never logged nor shown in ``repr``.
-        api_key_env: the environment variable holding the key.
-        mode: ``"chat"`` (chat completions) or ``"completion"`` (text completions).
-        temperature, top_p, max_tokens, stop, seed: sampling parameters, sent only when set (the
-            server's defaults apply otherwise); see the module docstring for ``seed``.
-        extra_body: more request fields, merged into every request body last (e.g.
-            ``{"top_k": 20, "chat_template_kwargs": {"enable_thinking": False}}`` for vLLM).
-        concurrency: maximum requests in flight.
-        timeout: seconds a request may take in total (connecting, sending, generating and
-            receiving the answer); a request over it is retried.
-        max_retries: retries per prompt after its first attempt.
-        backoff: ``(base, max)`` seconds: retry ``k`` (from 0) waits between half of and the full
-            ``min(max, base * 2**k)`` (jitter), and never less than a ``Retry-After`` header asks.
-        max_retry_after: the longest ``Retry-After`` honoured, in seconds (a longer one is cut to
-            this, so a misconfigured server cannot stall the rollout for hours).
-        headers: more HTTP headers for every request.
-        dead_calls: calls in a row with no HTTP answer at all, before the server has ever
-            answered, after which :class:`ServerUnavailable` is raised (0: never).
-        return_tokens: ask for and record token ids and log-probs (see the module docstring).
-        server: ``"vllm"`` or ``"sglang"``: whose field names ask for token ids.
-        token_in: send prompts as token ids rendered with ``tokenizer`` (``/v1/completions``).
-        tokenizer: a local tokenizer directory or a cached hub id (the served model's): renders
-            token-in prompts and checks the server's prompt ids.
-        use_chat_template: for local rendering, as the ``hf`` policy takes it.
-        incremental: with ``token_in``, render an episode's growing chat incrementally (see
-            :mod:`agent_memory.policies.rendering`; needed for ``rollout.layout=episode``).
-        parser: the env's action parser (unused for generation; kept for the interface).
-
-    Raises:
-        ValueError: a setting out of range, naming the expected and the given value.
+    Sampling fields are sent explicitly (None: the neutral value); ``extra_body`` is merged into
+    every request last. ``timeout`` bounds a request in total; retries wait ``backoff=(base,
+    max)`` doubling with jitter, at least a ``Retry-After`` (capped at ``max_retry_after``).
+    ``dead_calls`` calls in a row without any HTTP answer from a server that never answered
+    raise :class:`ServerUnavailable` (0: never). ``server`` picks the token-id field names
+    (``"openai"``: the plain API, no token ids). ``token_in`` renders prompts locally with
+    ``tokenizer`` and sends ids; ``incremental`` renders an episode's growing chat incrementally.
+    The API key (``api_key`` or the ``api_key_env`` variable) is never logged nor shown.
 
     Attributes:
-        stats: :class:`ClientStats` since construction (or :meth:`reset_stats`).
-        last_stats: :class:`ClientStats` of the last ``act`` call.
-        last_errors: ``{index in the last call's prompts: error message}`` for prompts answered
-            ``""`` in the last call.
+        stats, last_stats: :class:`ClientStats` since construction and of the last call.
+        last_errors: ``{prompt index: message}`` for the last call's prompts answered ``""``.
     """
 
+    concurrency: int
+
     runs_in: ClassVar = "worker"
+    answers_async: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -216,16 +141,7 @@ class OpenAIPolicy(Policy):
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
-        if importlib.util.find_spec("httpx") is None:
-            raise ImportError('the openai policy needs httpx: pip install "httpx>=0.27"')
-        if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
-            raise ValueError(
-                f"base_url must be an http(s) URL like 'http://localhost:8000/v1', got {base_url!r}"
-            )
-        if not isinstance(model, str) or not model:
-            raise ValueError(f"model must be a non-empty model name, got {model!r}")
-        check_choice("mode", mode, ("chat", "completion"))
-        check_choice("server", server, ("vllm", "sglang", "openai"))
+        _check_endpoint(base_url, model, mode, server)
         check_int("concurrency", concurrency, 1)
         check_int("max_retries", max_retries, 0)
         check_int("dead_calls", dead_calls, 0)
@@ -233,69 +149,18 @@ class OpenAIPolicy(Policy):
         check_int("seed", seed, 0, allow_none=True)
         if not is_number(timeout) or timeout <= 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        if temperature is not None and (not is_number(temperature) or temperature < 0):
-            raise ValueError(f"temperature must be a number >= 0 or None, got {temperature!r}")
-        if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
-            raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
-        check_int("top_k", top_k, -1, allow_none=True)
-        if min_p is not None and (not is_number(min_p) or not 0 <= min_p <= 1):
-            raise ValueError(f"min_p must be in [0, 1] or None, got {min_p!r}")
-        if repetition_penalty is not None and (
-            not is_number(repetition_penalty) or repetition_penalty <= 0
-        ):
-            raise ValueError(
-                f"repetition_penalty must be a number > 0 or None, got {repetition_penalty!r}"
-            )
-        for name, value in (
-            ("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)
-        ):  # fmt: skip
-            if value is not None and (not is_number(value) or not -2 <= value <= 2):
-                raise ValueError(f"{name} must be in [-2, 2] or None, got {value!r}")
+        _check_sampling(
+            temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty,
+            frequency_penalty,
+        )  # fmt: skip
         return_tokens = return_tokens or token_in
         if server == "openai":
-            vllm_only = {"top_k": top_k, "min_p": min_p, "repetition_penalty": repetition_penalty}
-            given = [k for k, v in vllm_only.items() if v is not None]
-            if given or return_tokens:
-                what = ", ".join(given) if given else "return_tokens=True"
-                raise ValueError(
-                    f"server='openai' (the plain OpenAI API) takes no {what}: it returns no token "
-                    "ids and knows no top_k, min_p or repetition_penalty. Pass "
-                    "return_tokens=False for text only, or server='vllm' / 'sglang'"
-                )
-        backoff = tuple(backoff) if isinstance(backoff, Sequence) else (backoff,)
-        if len(backoff) != 2 or not all(is_number(b) for b in backoff):
-            raise ValueError(f"backoff must be two numbers (base, max) in seconds, got {backoff!r}")
-        if not 0 <= backoff[0] <= backoff[1]:
-            raise ValueError(f"backoff must satisfy 0 <= base <= max, got {backoff!r}")
-        if token_in and tokenizer is None:
-            raise ValueError(
-                "token_in=True renders prompts locally: pass tokenizer=<the served model's local "
-                "tokenizer directory or cached hub id>"
-            )
-        if incremental and not token_in:
-            raise ValueError(
-                "incremental=True renders token-id prompts: pass token_in=True (and a tokenizer)"
-            )
-        if token_in and mode != "completion":
-            raise ValueError(
-                "token_in=True sends token ids, which only /v1/completions takes: pass "
-                "mode='completion' (the chat template is applied locally)"
-            )
+            _check_plain_openai(top_k, min_p, repetition_penalty, return_tokens)
+        backoff_s = _check_backoff(backoff)
+        _check_token_in(token_in, tokenizer, incremental, mode)
         if not is_number(max_retry_after) or max_retry_after < 0:
             raise ValueError(f"max_retry_after must be a number >= 0, got {max_retry_after!r}")
-        if stop is not None:
-            stop_list = [stop] if isinstance(stop, str) else list(stop)
-            if not stop_list or not all(isinstance(s, str) and s for s in stop_list):
-                raise ValueError(f"stop must be a non-empty string or a list of them, got {stop!r}")
-            stop = stop_list
-            if return_tokens and tokenizer is None:
-                raise ValueError(
-                    f"stop={stop!r} with return_tokens=True needs a tokenizer: a server cuts the "
-                    "text before a stop string but returns the ids of the whole token holding "
-                    "it, so the text would not be what the recorded ids say. Pass "
-                    "tokenizer=<the served model's directory> (the response text is then "
-                    "decoded from the ids), or drop stop, or return_tokens=False"
-                )
+        stops = _check_stop(stop, return_tokens, tokenizer)
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise ValueError(f"extra_body must be a dict, got {type(extra_body).__name__}")
 
@@ -311,7 +176,7 @@ class OpenAIPolicy(Policy):
         self.presence_penalty = presence_penalty
         self.frequency_penalty = frequency_penalty
         self.max_tokens = max_tokens
-        self.stop: list[str] | None = stop
+        self.stop = stops
         self.seed = seed
         # Plain containers (a Hydra DictConfig is a Mapping, but not JSON-serialisable).
         self.extra_body: dict[str, Any] = _plain(extra_body or {})
@@ -321,7 +186,7 @@ class OpenAIPolicy(Policy):
         self.max_concurrency = concurrency
         self.timeout = float(timeout)
         self.max_retries = max_retries
-        self.backoff = (float(backoff[0]), float(backoff[1]))
+        self.backoff = backoff_s
         self.max_retry_after = float(max_retry_after)
         self.dead_calls = dead_calls
         self.return_tokens = return_tokens
@@ -335,7 +200,7 @@ class OpenAIPolicy(Policy):
         self._sender = Sender(
             self.url, mode, server, self.timeout, max_retries, self.backoff,
             self.max_retry_after, self.return_tokens, random.Random(seed),
-            None if stop is None or self.renderer is None else self.renderer.tokenizer,
+            None if stops is None or self.renderer is None else self.renderer.tokenizer,
         )  # fmt: skip
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
         self._headers = dict(headers or {})
@@ -543,10 +408,6 @@ class OpenAIPolicy(Policy):
                 "(policy.params.return_tokens=false)"
             )
 
-    def reset_stats(self) -> None:
-        """Zero :attr:`stats` (e.g. between evaluation phases)."""
-        self.stats = ClientStats()
-
     def close(self) -> None:
         """Close the connections and stop the request threads. Idempotent."""
         with self._lock:
@@ -648,8 +509,10 @@ class OpenAIPolicy(Policy):
         """Tell an incremental renderer what each episode's model saw and sampled."""
         if self.renderer is not None and self.renderer.incremental and meta is not None:
             for prompt, m, g in zip(prompts, meta, out, strict=True):
-                if m.get("traj_uid") is not None and g.has_tokens:
-                    self.renderer.remember(m["traj_uid"], prompt, g.prompt_ids, g.response_ids)
+                prompt_ids, response_ids = g.prompt_ids, g.response_ids
+                if m.get("traj_uid") is None or prompt_ids is None or response_ids is None:
+                    continue  # not an episode's, or no token ids
+                self.renderer.remember(m["traj_uid"], prompt, prompt_ids, response_ids)
         return out
 
     def _seeds(self, n: int, meta: Sequence[Mapping[str, Any]] | None) -> list[int | None]:
@@ -658,7 +521,7 @@ class OpenAIPolicy(Policy):
             return [None] * n
         with self._lock:  # concurrent callers get disjoint ranges of sequential seeds
             first, self._sent = self._sent, self._sent + n
-        seeds = []
+        seeds: list[int | None] = []
         for i in range(n):
             m = meta[i] if meta is not None else {}
             if "traj_uid" in m and "step" in m:
@@ -720,10 +583,10 @@ class OpenAIPolicy(Policy):
             self._dead_in_a_row = 0 if call.answered else self._dead_in_a_row + 1
             dead = not self._answered and 0 < self.dead_calls <= self._dead_in_a_row
         if dead:
-            first = call.errors[min(call.errors)] if call.errors else "no answer"
+            last = call.errors[min(call.errors)] if call.errors else "no answer"
             raise ServerUnavailable(
                 f"the server at {self.url} never answered: every request of the first "
-                f"{self._dead_in_a_row} calls failed without an HTTP response (last: {first}). "
+                f"{self._dead_in_a_row} calls failed without an HTTP response (last: {last}). "
                 f"Is it running? Check policy.params.base_url={self.base_url!r}"
             )
         if call.errors:
@@ -738,6 +601,101 @@ class OpenAIPolicy(Policy):
                 call.errors[first],
             )
         return out
+
+
+def _check_endpoint(base_url: str, model: str, mode: str, server: str) -> None:
+    if importlib.util.find_spec("httpx") is None:
+        raise ImportError('the openai policy needs httpx: pip install "httpx>=0.27"')
+    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+        raise ValueError(
+            f"base_url must be an http(s) URL like 'http://localhost:8000/v1', got {base_url!r}"
+        )
+    if not isinstance(model, str) or not model:
+        raise ValueError(f"model must be a non-empty model name, got {model!r}")
+    check_choice("mode", mode, ("chat", "completion"))
+    check_choice("server", server, ("vllm", "sglang", "openai"))
+
+
+def _check_sampling(
+    temperature: float | None, top_p: float | None, top_k: int | None, min_p: float | None,
+    repetition_penalty: float | None, presence_penalty: float | None,
+    frequency_penalty: float | None,
+) -> None:  # fmt: skip
+    """The sampling fields, each None (the server's default) or in its range."""
+    if temperature is not None and (not is_number(temperature) or temperature < 0):
+        raise ValueError(f"temperature must be a number >= 0 or None, got {temperature!r}")
+    if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
+    check_int("top_k", top_k, -1, allow_none=True)
+    if min_p is not None and (not is_number(min_p) or not 0 <= min_p <= 1):
+        raise ValueError(f"min_p must be in [0, 1] or None, got {min_p!r}")
+    if repetition_penalty is not None and (
+        not is_number(repetition_penalty) or repetition_penalty <= 0
+    ):
+        raise ValueError(
+            f"repetition_penalty must be a number > 0 or None, got {repetition_penalty!r}"
+        )
+    for name, value in (
+        ("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)
+    ):  # fmt: skip
+        if value is not None and (not is_number(value) or not -2 <= value <= 2):
+            raise ValueError(f"{name} must be in [-2, 2] or None, got {value!r}")
+
+
+def _check_plain_openai(
+    top_k: int | None, min_p: float | None, repetition_penalty: float | None, return_tokens: bool
+) -> None:
+    """``server='openai'`` takes none of the fields only vLLM and SGLang know."""
+    vllm_only = {"top_k": top_k, "min_p": min_p, "repetition_penalty": repetition_penalty}
+    given = [k for k, v in vllm_only.items() if v is not None]
+    if given or return_tokens:
+        what = ", ".join(given) if given else "return_tokens=True"
+        raise ValueError(
+            f"server='openai' (the plain OpenAI API) takes no {what}: it returns no token "
+            "ids and knows no top_k, min_p or repetition_penalty. Pass "
+            "return_tokens=False for text only, or server='vllm' / 'sglang'"
+        )
+
+
+def _check_backoff(backoff: Sequence[float]) -> tuple[float, float]:
+    given = tuple(backoff) if isinstance(backoff, Sequence) else (backoff,)
+    if len(given) != 2 or not all(is_number(b) for b in given):
+        raise ValueError(f"backoff must be two numbers (base, max) in seconds, got {given!r}")
+    if not 0 <= given[0] <= given[1]:
+        raise ValueError(f"backoff must satisfy 0 <= base <= max, got {given!r}")
+    return float(given[0]), float(given[1])
+
+
+def _check_token_in(token_in: bool, tokenizer: str | None, incremental: bool, mode: str) -> None:
+    if token_in and tokenizer is None:
+        raise ValueError(
+            "token_in=True renders prompts locally: pass tokenizer=<the served model's local "
+            "tokenizer directory or cached hub id>"
+        )
+    if incremental and not token_in:
+        raise ValueError(
+            "incremental=True renders token-id prompts: pass token_in=True (and a tokenizer)"
+        )
+    if token_in and mode != "completion":
+        raise ValueError(
+            "token_in=True sends token ids, which only /v1/completions takes: pass "
+            "mode='completion' (the chat template is applied locally)"
+        )
+
+
+def _check_stop(
+    stop: str | Sequence[str] | None, return_tokens: bool, tokenizer: str | None
+) -> list[str] | None:
+    stops = check_stop(stop)
+    if stops is not None and return_tokens and tokenizer is None:
+        raise ValueError(
+            f"stop={stops!r} with return_tokens=True needs a tokenizer: a server cuts the "
+            "text before a stop string but returns the ids of the whole token holding "
+            "it, so the text would not be what the recorded ids say. Pass "
+            "tokenizer=<the served model's directory> (the response text is then "
+            "decoded from the ids), or drop stop, or return_tokens=False"
+        )
+    return stops
 
 
 def _sampling_text(sampling: SamplingParams) -> str:

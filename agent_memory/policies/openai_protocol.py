@@ -1,21 +1,7 @@
-"""The OpenAI-compatible wire format, as vLLM and SGLang speak it: what to ask for to get token
-ids and log-probs back, and how to read an answer into text, ids, log-probs and a finish reason.
-
-Field names are the servers' own (read in their protocol code):
-
-* **vLLM** (>= 0.10.2): ``return_token_ids: true`` puts ``token_ids`` (and, on
-  ``/v1/completions``, ``prompt_token_ids``) on each choice; on ``/v1/chat/completions``
-  ``prompt_token_ids`` sits at the top level of the response. Log-probs come from ``logprobs``
-  (an int on completions: ``0`` = the sampled token only; a bool plus ``top_logprobs`` on chat) as
-  ``choices[i].logprobs.token_logprobs`` (completions) or ``choices[i].logprobs.content[j].logprob``
-  (chat). Servers started with ``--return-tokens-as-token-ids`` (or asked with
-  ``return_tokens_as_token_ids``) spell tokens ``"token_id:<id>"``: ids are read from those when
-  ``token_ids`` is missing. vLLM's log-probs are the raw model's unless the server runs with
-  ``--logprobs-mode processed_logprobs`` (the distribution actually sampled from).
-* **SGLang**: ``return_token_ids`` on completions (``token_ids`` / ``prompt_token_ids`` per
-  choice); on chat ``return_prompt_token_ids`` and ``return_meta_info``, whose
-  ``meta_info.output_token_logprobs`` lists ``[logprob, token_id, text]`` per sampled token.
-* A token-id prompt (token-in) is a ``prompt`` that is a list of ints, on ``/v1/completions``.
+"""The OpenAI-compatible wire format as vLLM (>= 0.10.2) and SGLang speak it: the fields that ask
+for token ids and log-probs (each server's own names: vLLM's ``return_token_ids`` and
+``logprobs``, SGLang's ``return_meta_info``...), and reading an answer into text, ids, log-probs
+and a finish reason, from whichever fields the server filled (``token_id:<id>`` tokens included).
 
 Example:
     >>> answer = {"choices": [{"text": "up", "finish_reason": "stop", "token_ids": [454, 2],
@@ -223,32 +209,10 @@ def logprobs_kind(data: Any, mode: Mode) -> LogprobsKind:
 def _sampled(choice: Mapping[str, Any]) -> tuple[list[int] | None, list[float] | None]:
     """The sampled ids and their log-probs, from whichever fields the server filled."""
     ids = _ints(choice.get("token_ids"), "token_ids")
-    tokens: list[Any] | None = None
-    logprobs: list[float] | None = None
-    lp = choice.get("logprobs")
-    if isinstance(lp, Mapping):
-        if lp.get("token_logprobs") is not None:  # completions
-            logprobs = _floats(lp["token_logprobs"], "logprobs.token_logprobs")
-            tokens = lp.get("tokens")
-        elif lp.get("content") is not None:  # chat
-            content = lp["content"]
-            if not isinstance(content, Sequence) or not all(
-                isinstance(c, Mapping) for c in content
-            ):
-                raise MalformedAnswer("logprobs.content must be a list of objects")
-            logprobs = _floats([c.get("logprob") for c in content], "logprobs.content[].logprob")
-            tokens = [c.get("token") for c in content]
+    tokens, logprobs = _openai_logprobs(choice.get("logprobs"))
     meta = choice.get("meta_info")
     if isinstance(meta, Mapping) and meta.get("output_token_logprobs") is not None:  # SGLang
-        triples = meta["output_token_logprobs"]
-        if not isinstance(triples, Sequence) or not all(
-            isinstance(t, Sequence) and len(t) >= 2 for t in triples
-        ):
-            raise MalformedAnswer(
-                "meta_info.output_token_logprobs must be [logprob, token id, text] lists"
-            )
-        logprobs = _floats([t[0] for t in triples], "meta_info.output_token_logprobs")
-        ids = ids if ids is not None else _ints([t[1] for t in triples], "output_token_logprobs")
+        logprobs, ids = _sglang_logprobs(meta["output_token_logprobs"], ids)
     if (
         ids is None
         and tokens
@@ -260,6 +224,36 @@ def _sampled(choice: Mapping[str, Any]) -> tuple[list[int] | None, list[float] |
             f"{len(ids)} token ids but {len(logprobs)} log-probs: expected one log-prob per token"
         )
     return ids, logprobs
+
+
+def _openai_logprobs(lp: Any) -> tuple[list[Any] | None, list[float] | None]:
+    """The tokens and log-probs of an OpenAI-style ``logprobs`` field (completions or chat)."""
+    if not isinstance(lp, Mapping):
+        return None, None
+    if lp.get("token_logprobs") is not None:  # completions
+        return lp.get("tokens"), _floats(lp["token_logprobs"], "logprobs.token_logprobs")
+    content = lp.get("content")
+    if content is None:
+        return None, None
+    if not isinstance(content, Sequence) or not all(isinstance(c, Mapping) for c in content):
+        raise MalformedAnswer("logprobs.content must be a list of objects")  # chat
+    logprobs = _floats([c.get("logprob") for c in content], "logprobs.content[].logprob")
+    return [c.get("token") for c in content], logprobs
+
+
+def _sglang_logprobs(triples: Any, ids: list[int] | None) -> tuple[list[float], list[int] | None]:
+    """The log-probs of SGLang's ``meta_info.output_token_logprobs``, and its ids unless ``ids``
+    are already known."""
+    if not isinstance(triples, Sequence) or not all(
+        isinstance(t, Sequence) and len(t) >= 2 for t in triples
+    ):
+        raise MalformedAnswer(
+            "meta_info.output_token_logprobs must be [logprob, token id, text] lists"
+        )
+    logprobs = _floats([t[0] for t in triples], "meta_info.output_token_logprobs")
+    if ids is None:
+        ids = _ints([t[1] for t in triples], "output_token_logprobs")
+    return logprobs, ids
 
 
 def _ints(values: Any, name: str) -> list[int] | None:

@@ -57,18 +57,14 @@ class ClientStats:
     """Counters of an :class:`OpenAIPolicy` (cumulative in ``stats``, one call in ``last_stats``).
 
     Attributes:
-        calls: ``act`` calls.
-        prompts: prompts answered (successfully or with ``""``).
-        requests: HTTP requests sent, retries included.
-        retries: requests that were retries.
+        calls, prompts: ``act`` calls; prompts answered (successfully or with ``""``).
+        requests, retries: HTTP requests sent (retries included); those that were retries.
         failures: prompts answered ``""`` because every attempt failed.
         truncated: responses the server cut at ``max_tokens`` (``finish_reason == "length"``).
-        total_latency_s: seconds spent waiting on requests, summed over requests.
-        wall_s: seconds spent in ``act``, summed over calls.
-        prompt_tokens: the servers' ``usage.prompt_tokens``, summed.
-        completion_tokens: the servers' ``usage.completion_tokens``, summed.
-        prompt_id_mismatches: prompts whose token ids as the server reported them differ from
-            the local tokenizer's rendering (only counted with a local ``tokenizer``).
+        total_latency_s, wall_s: seconds waiting on requests (summed); seconds in ``act``.
+        prompt_tokens, completion_tokens: the servers' ``usage`` counts, summed.
+        prompt_id_mismatches: prompts whose server-reported ids differ from the local rendering
+            (counted only with a local ``tokenizer``).
     """
 
     calls: int = 0
@@ -271,22 +267,13 @@ class LogprobsNotSampled(RuntimeError):
 
 @dataclass
 class Sender:
-    """How one prompt's requests go out: the endpoint, the total deadline per request, retries
-    with backoff (and ``Retry-After``), and what an answer must hold.
-
-    Attributes:
-        url: the endpoint.
-        mode: ``"chat"`` or ``"completion"``.
-        server: whose token field names were asked for (for error messages).
-        timeout: seconds per request, in total.
-        max_retries: retries after the first attempt.
-        backoff: ``(base, max)`` seconds.
-        max_retry_after: the longest ``Retry-After`` honoured.
-        return_tokens: token ids and log-probs are required in every answer.
-        jitter: the backoff's random source.
-        tokenizer: with stop strings and ``return_tokens``, the served model's tokenizer: a
-            response a stop string ended gets the text of its ids (the server cut its text
-            inside the last token, see :class:`~agent_memory.policies.openai_protocol.Answer`).
+    """How one prompt's requests go out: the endpoint, the total deadline per request
+    (``timeout``), retries with backoff (``(base, max)`` seconds, at least a ``Retry-After`` up to
+    ``max_retry_after``, random ``jitter``), and what an answer must hold (``return_tokens``: ids
+    and log-probs). ``server`` names the token fields in error messages. ``tokenizer``: with stop
+    strings and ``return_tokens``, a response a stop string ended gets the text of its ids (the
+    server cut its text inside the last token, see
+    :class:`~agent_memory.policies.openai_protocol.Answer`).
     """
 
     url: str

@@ -1,23 +1,14 @@
 """``PromptRenderer``: a prompt (text or chat messages) as the exact token ids a model gets.
 
-With a chat template (``use_chat_template`` ``"auto"`` when the tokenizer has one, or ``True``), a
-text prompt becomes one user message and the template adds the generation prompt; a message list
-is rendered as it is. Without one, text is tokenized as it is (with the tokenizer's special
-tokens, e.g. BOS), and a message list is refused: a made-up rendering would give the model a
-format it was not trained on. Shared by the ``hf`` policy and the ``openai`` policy's token-in
-mode, so both condition the model on the same ids.
+With a chat template (``use_chat_template`` ``"auto"`` or ``True``) a text prompt becomes one user
+message; without one, text is tokenized as it is and a message list is refused (a made-up
+rendering would give the model a format it was not trained on). Shared by the ``hf`` policy and
+the ``openai`` policy's token-in mode, so both condition the model on the same ids.
 
-**Incremental (token-in/token-out) rendering** (``incremental=True``): within an episode whose chat
-prompt only grows — turn k+1's messages are turn k's, then an assistant message, then new
-user/tool messages — turn k+1's ids are turn k's prompt ids, then the response ids the model
-actually sampled, then the new messages' tokens: the template's text after the assistant turn's end
-token (as TRL and verl render tool results), tokenized alone. A turn whose sampled ids do not end
-with the template's end-of-turn tokens (cut by ``max_tokens`` or a stop string) gets them inserted
-before the new messages (``<|im_end|>`` for Qwen), so the sequence is the chat the template renders
-for that turn. What the model conditions on is then
-exactly what it saw and produced before, never a re-tokenisation of its own output (which BPE can
-split differently); the assistant message's text in the prompt is not used. A prompt that does not
-extend the episode's previous one is rendered whole, as without ``incremental``.
+``incremental=True`` (token-in/token-out): an episode's next prompt is its previous prompt ids,
+the response ids actually sampled (plus the end-of-turn tokens if they were cut), then the new
+messages' tokens; the model never conditions on a re-tokenisation of its own output. A prompt
+that does not extend the episode's previous one is rendered whole.
 
 Example:
     >>> from agent_memory.models import build_tiny_lm
@@ -45,6 +36,15 @@ def check_use_chat_template(value: Any) -> bool | Literal["auto"]:
     if not (isinstance(value, bool) or value == "auto"):
         raise ValueError(f"use_chat_template must be True, False or 'auto', got {value!r}")
     return value
+
+
+def _as_messages(prompt: object) -> list[dict[str, Any]] | None:
+    """``prompt`` as a list of chat messages, or None if it is not a non-empty list of them."""
+    if isinstance(prompt, str) or not isinstance(prompt, Sequence) or not prompt:
+        return None
+    if not all(isinstance(m, Mapping) and "role" in m and "content" in m for m in prompt):
+        return None
+    return [dict(m) for m in prompt]
 
 
 @dataclass(frozen=True)
@@ -103,11 +103,7 @@ class PromptRenderer:
             if not self.templated:
                 return prompt
             messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
-        elif (
-            isinstance(prompt, Sequence)
-            and prompt
-            and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in prompt)
-        ):
+        elif (chat := _as_messages(prompt)) is not None:
             if not self.templated:
                 why = (
                     "use_chat_template=False"
@@ -118,7 +114,7 @@ class PromptRenderer:
                     f"prompt {index} is a chat message list but {why}: use a text formatter, or "
                     "a model whose tokenizer has a chat template"
                 )
-            messages = [dict(m) for m in prompt]
+            messages = chat
         else:
             raise ValueError(
                 f"prompt {index} must be a string or a non-empty list of chat messages "

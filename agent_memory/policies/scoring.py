@@ -1,33 +1,12 @@
 """``score``: a local causal LM that chooses among the admissible actions by their likelihood.
 
-GLAM-style (Carta et al., 2023, "Grounding Large Language Models in Interactive Environments with
-Online Reinforcement Learning"): instead of writing its answer token by token, the model scores
-each admissible action ``a`` by the log-likelihood of the response that would take it,
-
-    score(a) = sum_j log p(y_j | prompt, y_<j),   y = tokens of parser.format(a), then EOS,
-
-and the policy samples from ``softmax(score / temperature)`` over the actions (``temperature=0``:
-the best-scoring action). The response ``y`` is exactly what the ``hf`` policy would have to
-generate to take ``a`` (the parser's format, then the end token), so a model trained in one action
-mode can act in the other. Every answer is admissible: the action distribution has no mass
-outside the env's list.
-
-What :meth:`ScoringPolicy.generate` records per prompt (a
-:class:`~agent_memory.protocol.Generation`):
-``prompt_ids`` (after the chat template), ``response_ids`` (the chosen action's tokens, EOS
-included), ``response_logprobs`` (the model's log-probability of each of those tokens, the parts
-of its score), and ``choice``, an :class:`~agent_memory.protocol.ActionChoice` holding every
-candidate's token ids, the chosen index and the chosen action's log-probability under the action
-distribution it was sampled from. A trainer recomputes that distribution from the same ids with
-:func:`score_candidates` (the function the policy itself scores with).
-
-An env step whose only admissible action is forced (one candidate) is answered without a forward
-pass unless ``score_forced=True``: the action's probability is 1 whatever the weights, so its
-action log-prob is 0 and ``response_logprobs`` is None.
-
-The prompt and candidates share one forward pass of the prompt: the candidates are run on the
-prompt's key/value cache, repeated per candidate. A prompt too long for the model's context
-loses its oldest tokens (logged), as in the ``hf`` policy.
+GLAM-style (Carta et al., 2023): each admissible action ``a`` scores the log-likelihood of the
+response that takes it (``parser.format(a)`` then EOS, what the ``hf`` policy would generate),
+and the policy samples from ``softmax(score / temperature)`` (0: the best). Every answer is
+admissible. Each :class:`~agent_memory.protocol.Generation` records the chosen response's ids and
+log-probs and an :class:`~agent_memory.protocol.ActionChoice` a trainer rescored with
+:func:`score_candidates`. A forced action (one candidate) needs no forward pass unless
+``score_forced``.
 
 Example:
     >>> import tempfile
@@ -196,25 +175,15 @@ def _select_cache(cache: Any, index: torch.Tensor) -> Any:
 class ScoringPolicy(Policy):
     """Chooses among the admissible actions by the model's likelihood of each (module docstring).
 
-    Args:
-        path: a local model directory or a cached hub id; or None with ``model`` and
-            ``tokenizer`` (e.g. a trainer's live model).
-        model, tokenizer: a loaded ``transformers`` model and its tokenizer.
-        temperature: of the softmax over action scores; 0 takes the best-scoring action.
-        batch_size: prompts per forward pass (each with all its candidates).
-        device, dtype, use_chat_template, num_threads: as the ``hf`` policy's.
-        seed: makes sampling reproducible: the draw for step ``s`` of episode ``traj_uid``
-            (the rollout's meta) comes from ``numpy.random.default_rng([seed,
-            crc32(traj_uid), s])``, whatever the batch it arrives in; prompts without those
-            fields draw from call ``k``'s stream ``default_rng([seed, k])``.
-        append_eos: end each candidate with the tokenizer's end token (what a generating model
-            would emit after the action).
-        score_forced: also run the model on steps with a single admissible action.
-        parser: the env's action parser: the response text is ``parser.format(action)``.
-
-    Raises:
-        FileNotFoundError, ImportError, ValueError: as the ``hf`` policy.
+    Takes a model as the ``hf`` policy does (``path``, or ``model`` and ``tokenizer``; ``device``,
+    ``dtype``, ``use_chat_template``, ``num_threads`` likewise). ``temperature`` is the action
+    softmax's (0: the best). ``seed``: step ``s`` of episode ``traj_uid`` draws from
+    ``numpy.random.default_rng([seed, crc32(traj_uid), s])`` whatever its batch; prompts without
+    that meta from call ``k``'s ``default_rng([seed, k])``. ``append_eos`` ends each candidate with
+    the end token; ``score_forced`` also scores single-candidate steps.
     """
+
+    temperature: float
 
     needs = frozenset({"admissible_actions"})
 
@@ -251,7 +220,6 @@ class ScoringPolicy(Policy):
         self.seed = seed
         self.append_eos = append_eos
         self.score_forced = score_forced
-        self.calls = 0
         self.stats = GenerationStats()
         self.last_stats = GenerationStats()
         eos = self._lm._eos
@@ -283,7 +251,8 @@ class ScoringPolicy(Policy):
         tokenized without special tokens, then EOS (with ``append_eos``)."""
         text = self.parser.format(str(action))
         ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        return [*ids, self._eos] if self.append_eos else ids
+        # __init__ refuses append_eos without an end token, so _eos is set when it is on.
+        return [*ids, self._eos] if self.append_eos and self._eos is not None else ids
 
     def sampling_params(self) -> SamplingParams:
         """How this policy samples (temperature of the action softmax; recorded per response)."""

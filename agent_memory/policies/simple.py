@@ -16,15 +16,10 @@ __all__ = ["PromptOraclePolicy", "RandomPolicy", "ScriptedPolicy"]
 class RandomPolicy(Policy):
     """Uniform over each env's admissible actions, written in the parser's format.
 
-    Args:
-        parser: the env's action parser (responses are ``parser.format(action)``).
-        seed: seeds the policy: a prompt whose meta names its episode and step (the rollout
-            passes ``traj_uid`` and ``step``) draws from an RNG seeded by
-            :func:`~agent_memory.policies.base.episode_seed` (the same draw whatever order the
-            prompts come in); others draw from the policy's own RNG in turn.
-        actions: what to draw from where the env has no finite admissible set (e.g.
-            ``["<search>capital</search>", "<answer>yes</answer>"]``, already formatted);
-            without them such envs get an empty response (the invalid-action path).
+    ``seed``: a prompt whose meta names its episode and step draws from an RNG seeded by
+    :func:`~agent_memory.policies.base.episode_seed` (the same draw in any order), others from the
+    policy's own RNG. ``actions``: what to draw from (already formatted) where the env has no finite
+    admissible set; without them such envs get an empty response (an invalid action).
 
     Example:
         >>> p = RandomPolicy(seed=1, actions=["<answer>42</answer>"])

@@ -5,8 +5,14 @@
 
 from __future__ import annotations
 
-from agent_memory.rollout.advantages import discounted_returns, gae, gigpo, group_normalize, grpo
-from agent_memory.rollout.runner import run_rollout
+from agent_memory.rollout.driver.advantages import (
+    discounted_returns,
+    gae,
+    gigpo,
+    group_normalize,
+    grpo,
+)
+from agent_memory.rollout.driver.runner import run_rollout
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
 
 __all__ = [

@@ -1,10 +1,7 @@
 """Values a rollout writes, made safe for JSON and Arrow whatever the model or env produced.
 
-A response may be 50 MB of text, a string with a lone surrogate (which UTF-8 cannot encode), bytes,
-an int or a dict; a reward may be NaN. None of that may cost the run its outputs: text is capped
-(the original length kept beside it), lone surrogates become ``?``
-(:func:`~agent_memory.text.utf8_safe`), non-strings are written as their ``repr``, and
-non-finite floats as ``null`` (counted).
+Text is capped (its full length kept), lone surrogates become ``?``, non-strings are written as
+their ``repr`` and non-finite floats as ``null`` (counted), so no value costs a run its outputs.
 
 Example:
     >>> capped_text("<think>\\ud83d</think>", max_chars=100)

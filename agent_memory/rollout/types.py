@@ -94,14 +94,8 @@ class FinishedEpisode:
     """Worker -> driver (asynchronous engine): an episode that ended on sub-env ``env``.
 
     Attributes:
-        env: the sub-env it ran on.
-        traj_uid: the episode.
-        steps: its steps.
-        won: the env's verdict.
         error: what ended it early (an env failure, or its reset's), if anything did.
         final_prompt: the prompt after its last step.
-        stale: it was abandoned because an answer came from weights more than
-            ``rollout.max_policy_lag`` versions newer than its first: the driver runs it again.
         requests: the policy requests sent for it (one per step: none after it ended).
     """
 
@@ -111,24 +105,19 @@ class FinishedEpisode:
     won: bool = False
     error: str | None = None
     final_prompt: Any = None
-    stale: bool = False
     requests: int = 0
 
 
 @dataclass(frozen=True)
 class EpisodeBatch:
     """Worker -> driver (asynchronous engine): the episodes that ended since the worker's last
-    message, pickled once by the worker.
-
-    Ray serializes a message with cloudpickle, whose Python-level hooks run for every object it
-    meets: for a batch of step records (a dataclass, a prompt, a generation per step) that cost
-    the worker about twice the standard C pickler's time (and is paid on the process that steps
-    the envs). The worker pickles the batch with the C pickler; Ray then ships one bytes object.
+        message, pickled once by the worker with the C pickler (Ray's cloudpickle costs the process
+        that steps the envs about twice the time); Ray then ships one bytes object.
 
     Example:
-        >>> batch = EpisodeBatch.pack([FinishedEpisode(3, "g0-t1", won=True)])
-        >>> [(ep.env, ep.traj_uid, ep.won) for ep in batch.unpack()]
-        [(3, 'g0-t1', True)]
+            >>> batch = EpisodeBatch.pack([FinishedEpisode(3, "g0-t1", won=True)])
+            >>> [(ep.env, ep.traj_uid, ep.won) for ep in batch.unpack()]
+            [(3, 'g0-t1', True)]
     """
 
     payload: bytes

@@ -1,14 +1,6 @@
-"""What the mock server asks a backend for, what it gets back, and the hash backend.
-
-The server turns HTTP JSON into a :class:`GenerationRequest` (prompt token ids + typed sampling
-parameters), a backend answers with a :class:`BackendAnswer` (sampled token ids, the log-prob of
-each, optional ranked alternatives, text, finish reason), and the server renders that in vLLM's or
-SGLang's JSON. So the server is independent of how answers are made:
-
-* :class:`HashBackend` (here): the answer is ``answer(prompt_text, seed)``, a pure function, so an
-  asynchronous and a lockstep rollout get identical answers whatever the arrival order. Log-probs
-  are a fixed synthetic value.
-* :class:`~agent_memory.serving.model_backend.ModelBackend`: a real (tiny) Hugging Face model.
+"""What the mock server asks a backend for (:class:`GenerationRequest`), what it gets back
+(:class:`BackendAnswer`), and :class:`HashBackend`, whose answer is a pure function of prompt and
+seed, so asynchronous and lockstep rollouts get identical answers in any arrival order.
 
 Example:
     >>> backend = HashBackend()
@@ -65,28 +57,14 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class RequestSampling:
-    """How to sample one answer (vLLM's ``SamplingParams`` fields and meanings).
+    """How to sample one answer: vLLM's ``SamplingParams`` fields with their meanings and neutral
+    values (``top_k`` 0 or -1, ``top_p`` 1, ``min_p`` 0, ``repetition_penalty`` 1: off).
 
-    Attributes:
-        max_tokens: Most tokens to generate (>= 1); reaching it gives ``finish_reason="length"``.
-        temperature: 0 = greedy; otherwise logits are divided by it.
-        top_p: Nucleus mass in (0, 1]; 1 = off.
-        top_k: Keep the k most likely tokens; 0 or -1 = off.
-        seed: Per-request seed: the same seed and prompt give the same answer. None: the
-            backend's own RNG (deterministic in request order only).
-        stop: Stop strings: generation ends once the text contains one; the text is cut before
-            it (the token ids keep the token that completed it, as vLLM does).
-        ignore_eos: Keep generating after EOS (to ``max_tokens``); the hash backend's answers
-            end at their EOS regardless.
-        top_logprobs: Ranked alternatives wanted per position (0 = none).
-        min_p: Drop tokens below ``min_p`` times the likeliest one's probability; 0 = off.
-        repetition_penalty: Multiplicative penalty on tokens of the prompt and the output so
-            far; 1 = off.
-        presence_penalty: Subtracted from the logit of each token in the output so far; 0 = off.
-        frequency_penalty: Subtracted once per occurrence in the output so far; 0 = off.
-        stop_token_ids: Tokens that end the answer (kept in the ids; ``stop_reason`` is the id).
-        include_stop_str_in_output: Keep the matched stop string (or stop token's text) in the
-            text.
+    ``seed`` None samples from the backend's own RNG (deterministic in request order only). A
+    ``stop`` string ends the answer and is cut from the text (the ids keep the token that
+    completed it); a ``stop_token_ids`` token ends it with ``stop_reason`` the id;
+    ``include_stop_str_in_output`` keeps either's text. ``ignore_eos`` generates on to
+    ``max_tokens`` (not in the hash backend). ``top_logprobs``: ranked alternatives per position.
     """
 
     max_tokens: int
@@ -280,27 +258,13 @@ _PIECE = re.compile(r"\w+|[^\w\s]+")
 
 
 class HashBackend:
-    """Answers ``answer(prompt_text, seed)``: deterministic, instant, no model.
+    """Answers ``answer(prompt_text, seed)`` verbatim: deterministic, instant, no model.
 
-    ``prompt_text`` is the completion prompt as sent, the decoded ids of a token-id prompt, or the
-    rendered chat template for chat requests; ``seed`` is the request's ``seed`` (None if unset).
-    The answer is returned verbatim as the text (cut at ``max_tokens`` or a stop string).
-
-    Token ids: with ``tokenizer_path`` (e.g. from
-    :func:`~agent_memory.models.tiny.build_tiny_lm`), that tokenizer's (word level; unknown words
-    are ``[UNK]``); without, one id per pre-tokenizer piece (``\\w+|[^\\w\\s]+``) from a stable
-    hash (BLAKE2b, ids 4 .. 2**31-1; ids 0-3 are the special tokens). Every answer ends with EOS
-    (id 3) unless cut. Log-probs are SYNTHETIC: every token gets ``logprob``, and the only
-    "alternative" listed is the token itself.
-
-    Args:
-        answer: ``(prompt_text, seed) -> answer text``; must be a pure function.
-        tokenizer_path: A saved Hugging Face tokenizer directory, or None for hashed ids.
-        logprob: The log-prob reported for every token.
-        model_name: The served model name.
-        chat_template: Template for chat requests when there is no tokenizer (with one, the
-            tokenizer's own template is used).
-        context_length: Most prompt + completion tokens.
+    ``prompt_text`` is the prompt as sent, decoded from ids, or the rendered chat (the
+    tokenizer's template, else ``chat_template``). Token ids come from ``tokenizer_path``'s
+    tokenizer, else from a stable BLAKE2b hash of each pre-tokenizer piece (ids >= 4; 0-3 are the
+    special tokens); answers end with EOS (id 3) unless cut. Log-probs are SYNTHETIC: every token
+    gets ``logprob``.
 
     Example:
         >>> b = HashBackend(lambda prompt, seed: "<action>up</action>")
@@ -413,7 +377,8 @@ class HashBackend:
         stop_ids = set(params.stop_token_ids)
         include = params.include_stop_str_in_output
         ids: list[int] = []
-        finish, stop_reason, shown = "length", None, 0  # shown: characters of text so far
+        stop_reason: str | int | None = None
+        finish, shown = "length", 0  # shown: characters of text so far
         cut = 0
         for k, (token_id, token_end) in enumerate(stream):
             ids.append(token_id)

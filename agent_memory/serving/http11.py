@@ -1,9 +1,6 @@
-"""A minimal asyncio HTTP/1.1 JSON server: keep-alive connections, ``Content-Length`` bodies,
-one coroutine per connection (hundreds of idle keep-alive connections cost no threads).
-
-It parses the request line, headers and body, calls ``handler(method, path, body)`` and writes
-``(status, payload)`` back as JSON (``bytes`` payloads are sent as they are). Chunked request
-bodies are refused (411): JSON clients send a ``Content-Length``.
+"""A minimal asyncio HTTP/1.1 JSON server: keep-alive, ``Content-Length`` bodies (chunked ones
+get 411), one coroutine per connection; ``handler(method, path, body)`` returns
+``(status, payload)``, written as JSON (``bytes`` as they are).
 
 Example:
     >>> import asyncio, urllib.request

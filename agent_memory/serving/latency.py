@@ -1,8 +1,6 @@
-"""Per-request service times for the mock server: a heavy-tailed log-normal (what LLM servers
-look like to a rollout driver: most answers fast, a few very slow) and a fixed one (for tests).
-
-The server draws one value per request, in arrival order, and sleeps that long while the
-request holds a capacity slot.
+"""Per-request service times for the mock server: a heavy-tailed log-normal (most answers fast, a
+few very slow, as LLM servers look to a rollout driver) and a fixed one (for tests). The server
+draws one per request and sleeps that long while the request holds a slot.
 
 Example:
     >>> lat = LogNormalLatency(median_s=0.05, p99_s=1.0, seed=0)
@@ -41,16 +39,10 @@ class Latency(Protocol):
 
 @dataclass
 class LogNormalLatency:
-    """Log-normal service times with a given median and 99th percentile.
+    """Log-normal service times with a given median and 99th percentile (``p99_s == median_s``: a
+    constant), from this object's own RNG (``seed``), capped at ``cap_s`` seconds.
 
-    ``mu = ln(median_s)``, ``sigma = ln(p99_s / median_s) / Z99``. With the defaults (median
-    50 ms, p99 1 s) the mean is ~116 ms and one request in a hundred takes over a second.
-
-    Args:
-        median_s: The median, seconds (> 0).
-        p99_s: The 99th percentile, seconds (>= median_s; equal gives a constant).
-        seed: Seed of this object's own RNG (the global ``random`` state is not used).
-        cap_s: Largest value returned (a guard against a rare multi-minute draw), seconds.
+    ``mu = ln(median_s)``, ``sigma = ln(p99_s / median_s) / Z99``.
 
     Example:
         >>> a, b = LogNormalLatency(seed=1), LogNormalLatency(seed=1)

@@ -1,12 +1,9 @@
 """Load generator: how many requests per second the mock server sustains.
 
-``connections`` keep-alive connections each send requests back to back (the next as soon as
-the previous answer arrives) for ``duration_s``; the client is raw asyncio streams, so it costs
-less than the server it measures. By default the server runs in its own process
-(``python -m agent_memory.serving.mock_openai --hash``, zero latency) so client and server do
-not share a GIL::
-
-    python -m agent_memory.serving.loadgen --connections 64 --duration 5
+``connections`` keep-alive connections send requests back to back for ``duration_s`` over raw
+asyncio streams (cheaper than the server measured). The CLI (``python -m
+agent_memory.serving.loadgen --connections 64``) runs the server in its own process, so the two do
+not share a GIL.
 
 Example:
     >>> from agent_memory.serving import HashBackend, MockOpenAIServer

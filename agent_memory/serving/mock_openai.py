@@ -1,27 +1,13 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1 that speaks vLLM's (or SGLang's) exact JSON,
 for token-in/token-out tests and asynchronous-rollout benchmarks, without a GPU.
 
-* Endpoints: ``GET /v1/models``, ``GET /health``, ``POST /v1/completions`` (``prompt`` text or
-  token ids), ``POST /v1/chat/completions``; with ``dialect="sglang"`` also SGLang's native
-  ``POST /generate``. Shapes: :mod:`agent_memory.serving.responses`; fields and checks:
-  :mod:`agent_memory.serving.requests`.
-* Answers come from a backend: :class:`~agent_memory.serving.backends.HashBackend` (a pure
-  function of prompt and seed) or :class:`~agent_memory.serving.model_backend.ModelBackend` (a tiny
-  Hugging Face model sampled as vLLM samples; per-token log-probs raw by default, as vLLM's, or
-  of the distribution actually sampled from with ``logprobs_mode="processed_logprobs"``).
-* Generation defaults as vLLM's ``--generation-config auto`` (its default): in the vLLM dialect,
-  each sampling field a request leaves out (``temperature``, ``top_p``, ``top_k``, ``min_p``,
-  ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``; chat's ``max_tokens`` from
-  ``max_new_tokens``) takes the value of the model's ``generation_config.json``;
-  ``generation_config="vllm"``: vLLM's neutral defaults.
-* Capacity and latency, like a real server's scheduler: at most ``max_in_flight`` requests are
-  processed at once; the rest wait in a FIFO queue (vLLM and SGLang queue, they do not refuse).
-  A request holding a slot sleeps one draw of ``latency`` then generates. Waiting is not "in
-  flight"; :meth:`MockOpenAIServer.stats` reports mean in flight, utilization and idle time.
-* One asyncio event loop in a background thread (HTTP/1.1 keep-alive, hundreds of open
-  connections cost no threads); a blocking backend runs in one worker thread. Bound to
-  127.0.0.1 only, and bounded in time: after ``max_lifetime_s`` it stops accepting and shuts
-  down.
+Answers come from a backend (:class:`~agent_memory.serving.backends.HashBackend`, or a tiny model
+sampled as vLLM samples: :class:`~agent_memory.serving.model_backend.ModelBackend`); request and
+response shapes live in :mod:`~agent_memory.serving.requests` and
+:mod:`~agent_memory.serving.responses`. Like a real server it queues requests beyond
+``max_in_flight`` and holds each for a ``latency`` draw; it runs one asyncio loop in a background
+thread and shuts down after ``max_lifetime_s``. CLI: ``python -m agent_memory.serving.mock_openai
+--model DIR`` (or ``--hash``) ``--port 8000``.
 
 Example:
     >>> import json, urllib.request
@@ -35,13 +21,6 @@ Example:
     ...     stats = server.stats()
     >>> choice["text"], choice["prompt_token_ids"], choice["finish_reason"], stats.requests
     ('go up', [7, 8, 9], 'stop', 1)
-
-CLI (try ``policy=openai`` locally)::
-
-    python -m agent_memory.serving.mock_openai --model /path/to/tiny_lm --port 8000 \\
-        [--latency-median 0.05 --latency-p99 1.0 --max-in-flight 32 --dialect vllm] \\
-        [--logprobs-mode processed_logprobs --generation-config vllm]
-    python -m agent_memory.serving.mock_openai --hash --port 8000
 """
 
 from __future__ import annotations
@@ -89,32 +68,17 @@ class _BackendError(RequestError):
 
 
 class MockOpenAIServer:
-    """An OpenAI-compatible server on ``127.0.0.1`` in a background thread.
+    """An OpenAI-compatible server on ``127.0.0.1`` in a background thread (module docstring).
 
-    Args:
-        backend: Makes the answers (:class:`HashBackend`, :class:`ModelBackend`, or any
-            :class:`~agent_memory.serving.backends.Backend`).
-        latency: Per-request service time slept while holding a slot (e.g.
-            ``LogNormalLatency(median_s=0.05, p99_s=1.0)``); None for none.
-        max_in_flight: Requests processed at once; later ones queue (FIFO).
-        dialect: ``"vllm"`` or ``"sglang"`` JSON shapes.
-        port: TCP port; 0 picks a free one (see :attr:`port`).
-        max_lifetime_s: Shut down this long after :meth:`start`, whatever happens.
-        model_name: Served model name (default the backend's); in the vLLM dialect a request
-            naming another model gets vLLM's 404.
-        generation_config: ``"auto"`` (vLLM's default): in the vLLM dialect, sampling fields a
-            request leaves out take the model's generation-config values (the backend's
-            ``generation_config_fields``, when it has them; see
-            :func:`~agent_memory.serving.sampling.diff_sampling_params`). ``"vllm"``: vLLM's
-            neutral defaults. The SGLang dialect always uses the neutral ones.
+    ``port=0`` picks a free port; in the vLLM dialect a request naming another model than
+    ``model_name`` gets vLLM's 404. ``generation_config="auto"`` (vLLM's default): in the vLLM
+    dialect, sampling fields a request leaves out take the backend's ``generation_config_fields``
+    (see :func:`~agent_memory.serving.sampling.diff_sampling_params`); ``"vllm"`` and the SGLang
+    dialect use the neutral defaults.
 
     Attributes:
-        default_sampling_params: What ``generation_config`` gave: field -> default value (vLLM's
+        default_sampling_params: field -> default value, what ``generation_config`` gave (vLLM's
             ``default_sampling_params``; ``max_tokens`` applies to chat requests without one).
-
-    Raises:
-        ValueError: bad arguments.
-        OSError: the port could not be bound (raised by :meth:`start`).
     """
 
     def __init__(

@@ -1,26 +1,11 @@
 """A real (tiny) Hugging Face causal LM behind the mock server, with vLLM's sampling semantics.
 
-Per step, as vLLM 0.32 does it (:mod:`agent_memory.serving.sampling` has the details and the
-vLLM files): float32 logits -> penalties (repetition over prompt + output, frequency and presence
-over the output) -> greedy ``argmax`` when ``temperature`` is 0, else ``/ temperature`` ->
-``min_p`` -> top-k -> top-p -> sample (seeded ``torch.Generator``). The answer ends as vLLM's
-does: EOS (the tokenizer's), a stop token id (the request's ``stop_token_ids`` and the extra EOS
-ids of the model's ``generation_config.json``: ``stop_reason`` is the id), ``max_tokens``, or a
-stop string (``stop_reason`` is the string; the text is cut before it, or after it with
-``include_stop_str_in_output``; the ids keep the token that completed it).
-
-Which log-probs are reported (``logprobs_mode``, vLLM's ``--logprobs-mode``):
-
-* ``"raw_logprobs"`` (default, as in vLLM): ``log_softmax(logits)`` of the model, before any
-  processing.
-* ``"processed_logprobs"``: the log-probability of each sampled token UNDER THE DISTRIBUTION IT
-  WAS SAMPLED FROM (after penalties, temperature, min-p, top-k, top-p; tokens filtered out are
-  ``-inf``), what an importance-sampling correction needs. For greedy requests it is
-  ``log_softmax`` of the penalised logits.
-
-:func:`~agent_memory.serving.sampling.processed_logprobs` is the processing itself, and
-:func:`~agent_memory.serving.sampling.teacher_forced_logprobs` recomputes every reported value
-from one forward pass over ``prompt + response``.
+Each step samples as vLLM does (:mod:`agent_memory.serving.sampling`), over a KV cache, from a
+seeded ``torch.Generator``; an answer ends as vLLM's: EOS, a stop token id (the request's or the
+generation config's extra EOS ids), ``max_tokens``, or a stop string. ``logprobs_mode`` picks the
+reported log-probs, as vLLM's ``--logprobs-mode``: ``"raw_logprobs"`` (the default: the model's
+own ``log_softmax``) or ``"processed_logprobs"`` (the distribution actually sampled from, what an
+importance-sampling correction needs).
 
 Example:
     >>> import tempfile
@@ -40,14 +25,17 @@ Example:
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from agent_memory.serving.backends import (
     BackendAnswer,
     ChatMessage,
+    FinishReason,
     GenerationRequest,
+    RequestSampling,
     check_stop_strings,
 )
 from agent_memory.serving.sampling import (
@@ -58,31 +46,22 @@ from agent_memory.serving.sampling import (
     processed_logprobs,
 )
 
+if TYPE_CHECKING:
+    import torch
+
 __all__ = ["GREEDY_EPS", "LogprobsMode", "ModelBackend", "processed_logprobs"]
 
 LogprobsMode = Literal["processed_logprobs", "raw_logprobs"]
 
 
 class ModelBackend:
-    """A Hugging Face causal LM (e.g. from :func:`~agent_memory.models.tiny.build_tiny_lm`).
-
-    One request at a time (a lock around the model: requests are tiny, and the server runs
-    this backend in one worker thread anyway); a KV cache makes each step one token.
-
-    Args:
-        path: A ``save_pretrained`` directory with model and tokenizer (loaded offline).
-        device: Torch device.
-        logprobs_mode: ``"raw_logprobs"`` (default, as vLLM's; the model's own softmax) or
-            ``"processed_logprobs"`` (the sampling distribution); see the module docstring.
-        model_name: Served model name; default the directory name.
-        seed: Seed of the RNG used by requests that send no ``seed``.
+    """A Hugging Face causal LM (e.g. from :func:`~agent_memory.models.tiny.build_tiny_lm`), loaded
+    offline from ``path``; one request at a time (a lock), ``seed`` seeds requests without one.
 
     Attributes:
-        generation_config_fields: The non-default fields of the model's generation config
-            (``generation_config.json``), as vLLM reads them; the server takes its default
-            sampling parameters from them (``MockOpenAIServer(generation_config="auto")``).
-        eos_token_id: The tokenizer's EOS (vLLM's); the generation config's other EOS ids end
-            answers as stop tokens.
+        generation_config_fields: the non-default fields of the model's ``generation_config.json``,
+            as vLLM reads them (the server's defaults under ``generation_config="auto"``).
+        eos_token_id: the tokenizer's EOS; the generation config's other EOS ids are stop tokens.
 
     Example:
         >>> import tempfile
@@ -115,10 +94,13 @@ class ModelBackend:
         self.path = path
         self.device = torch.device(device)
         self.logprobs_mode: LogprobsMode = logprobs_mode
-        self.tokenizer: Any = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-        self.model: Any = AutoModelForCausalLM.from_pretrained(
+        # Any: transformers' stubs get .to(device) and decode()'s return type wrong.
+        tokenizer: Any = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+        self.tokenizer: Any = tokenizer
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
             str(path), local_files_only=True, dtype=torch.float32
-        ).to(self.device)
+        )
+        self.model: Any = loaded.to(self.device)
         self.model.eval()
         config = self.model.config
         self.model_name = model_name or path.name
@@ -139,8 +121,8 @@ class ModelBackend:
             eos = eos[0] if isinstance(eos, list) else eos
         self.eos_token_id = int(eos)
         self._extra_stop_ids = frozenset(int(e) for e in listed) - {self.eos_token_id}
-        self._tokens = [
-            self.tokenizer.decode([i], skip_special_tokens=False) for i in range(self.vocab_size)
+        self._tokens: list[str] = [
+            tokenizer.decode([i], skip_special_tokens=False) for i in range(self.vocab_size)
         ]
         self._lock = threading.Lock()
         self._rng = torch.Generator(device="cpu").manual_seed(seed)
@@ -179,95 +161,119 @@ class ModelBackend:
         """Sample up to ``max_tokens`` tokens; see the module docstring for the semantics."""
         import torch
 
-        from agent_memory.policies.local_model import cache_keyword, returned_cache
-
-        cache_arg = cache_keyword(self.model)
         p = request.params
-        temperature = effective_temperature(p.temperature)
-        greedy = temperature < GREEDY_EPS
-        penalties = {
-            "repetition_penalty": p.repetition_penalty,
-            "presence_penalty": p.presence_penalty,
-            "frequency_penalty": p.frequency_penalty,
-        }
-        penalised = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
         stop_ids = set(p.stop_token_ids) | (set() if p.ignore_eos else self._extra_stop_ids)
+        answer = _Answer()
         with self._lock, torch.inference_mode():
             rng = self._rng
             if p.seed is not None:
                 rng = torch.Generator(device="cpu").manual_seed(p.seed)
-            ids: list[int] = []
-            logprobs: list[float] = []
-            tops: list[tuple[tuple[int, float], ...]] = []
-            finish: str = "length"
-            stop_reason: str | int | None = None
-            text, cut = "", None
-            step_input = torch.tensor([request.prompt_ids], device=self.device)
-            past = None
-            prompt_mask = counts = None
-            shown: list[int] = []
-            for _ in range(p.max_tokens):
-                out = self.model(input_ids=step_input, use_cache=True, **{cache_arg: past})
-                past = returned_cache(out)
-                logits = out.logits[0, -1].float().cpu()
-                if penalised and prompt_mask is None:
-                    vocab = logits.shape[-1]
-                    prompt_ids = torch.tensor(request.prompt_ids, dtype=torch.long)
-                    prompt_mask = torch.bincount(prompt_ids, minlength=vocab + 1)[:vocab] > 0
-                    counts = torch.zeros(vocab, dtype=torch.long)
-                x = apply_penalties(logits, prompt_mask, counts, **penalties)
-                processed = processed_logprobs(x, temperature, p.top_k, p.top_p, p.min_p)
-                if greedy:
-                    token = int(torch.argmax(x))
-                else:
-                    token = int(torch.multinomial(processed.exp(), 1, generator=rng))
-                reported = (
-                    processed
-                    if self.logprobs_mode == "processed_logprobs"
-                    else torch.log_softmax(logits, dim=-1)
-                )
-                ids.append(token)
-                logprobs.append(float(reported[token]))
-                if p.top_logprobs:
-                    values, indices = torch.topk(reported, min(p.top_logprobs, reported.numel()))
-                    tops.append(tuple(zip(indices.tolist(), values.tolist(), strict=True)))
-                else:
-                    tops.append(())
-                if counts is not None:
-                    counts[token] += 1
-                # vLLM's order: EOS, stop token ids, length (engine core), then stop strings on
-                # the new text (detokenizer; a stop token's text only when it is included).
-                done, shown = True, ids
-                if token == self.eos_token_id and not p.ignore_eos:
-                    finish = "stop"
-                    shown = ids if p.include_stop_str_in_output else ids[:-1]
-                elif token in stop_ids:
-                    finish, stop_reason = "stop", token
-                    shown = ids if p.include_stop_str_in_output else ids[:-1]
-                else:
-                    done = len(ids) >= p.max_tokens
-                if p.stop:
-                    before, text = text, self.decode(shown)
-                    new_chars = max(len(text) - len(before), 0)
-                    found = check_stop_strings(
-                        text, new_chars, p.stop, p.include_stop_str_in_output
-                    )
-                    if found is not None:
-                        finish, stop_reason = "stop", found[0]
-                        cut = None if found[1] == -1 else found[1]
-                        break
-                if done:
+            for token, reported in self._sample(request, rng):
+                answer.add(token, reported, p.top_logprobs)
+                if self._ends(answer, token, p, stop_ids):
                     break
-                step_input = torch.tensor([[token]], device=self.device)
             if not p.stop:
-                text = self.decode(shown)
-            elif cut is not None:
-                text = text[:cut]
+                answer.text = self.decode(answer.shown)
+            elif answer.cut is not None:
+                answer.text = answer.text[: answer.cut]
         return BackendAnswer(
-            token_ids=tuple(ids),
-            logprobs=tuple(logprobs),
-            top_logprobs=tuple(tops),
-            text=text,
-            finish_reason=finish,  # type: ignore[arg-type]
-            stop_reason=stop_reason,
+            token_ids=tuple(answer.ids),
+            logprobs=tuple(answer.logprobs),
+            top_logprobs=tuple(answer.tops),
+            text=answer.text,
+            finish_reason=answer.finish,
+            stop_reason=answer.stop_reason,
         )
+
+    def _sample(
+        self, request: GenerationRequest, rng: torch.Generator
+    ) -> Iterator[tuple[int, torch.Tensor]]:
+        """Each sampled token with the log-probs reported for its step (``logprobs_mode``),
+        for up to ``max_tokens`` steps, one forward pass over the KV cache each."""
+        import torch
+
+        from agent_memory.policies.local_model import cache_keyword, returned_cache
+
+        p = request.params
+        cache_arg = cache_keyword(self.model)
+        temperature = effective_temperature(p.temperature)
+        greedy = temperature < GREEDY_EPS
+        penalised = p.repetition_penalty != 1.0 or p.presence_penalty or p.frequency_penalty
+        step_input = torch.tensor([request.prompt_ids], device=self.device)
+        past = None
+        prompt_mask = counts = None
+        for _ in range(p.max_tokens):
+            out = self.model(input_ids=step_input, use_cache=True, **{cache_arg: past})
+            past = returned_cache(out)
+            logits = out.logits[0, -1].float().cpu()
+            if penalised and prompt_mask is None:
+                vocab = logits.shape[-1]
+                prompt_ids = torch.tensor(request.prompt_ids, dtype=torch.long)
+                prompt_mask = torch.bincount(prompt_ids, minlength=vocab + 1)[:vocab] > 0
+                counts = torch.zeros(vocab, dtype=torch.long)
+            x = apply_penalties(
+                logits, prompt_mask, counts,
+                repetition_penalty=p.repetition_penalty,
+                presence_penalty=p.presence_penalty,
+                frequency_penalty=p.frequency_penalty,
+            )  # fmt: skip
+            processed = processed_logprobs(x, temperature, p.top_k, p.top_p, p.min_p)
+            if greedy:
+                token = int(torch.argmax(x))
+            else:
+                token = int(torch.multinomial(processed.exp(), 1, generator=rng))
+            raw = self.logprobs_mode != "processed_logprobs"
+            yield token, torch.log_softmax(logits, dim=-1) if raw else processed
+            if counts is not None:
+                counts[token] += 1
+            step_input = torch.tensor([[token]], device=self.device)
+
+    def _ends(self, answer: _Answer, token: int, p: RequestSampling, stop_ids: set[int]) -> bool:
+        """Whether ``token`` (just added) ends ``answer``, in vLLM's order: EOS, stop token ids,
+        length (engine core), then stop strings on the new text (detokenizer; a stop token's
+        text only when it is included)."""
+        ids = answer.ids
+        done, answer.shown = True, ids
+        if token == self.eos_token_id and not p.ignore_eos:
+            answer.finish = "stop"
+            answer.shown = ids if p.include_stop_str_in_output else ids[:-1]
+        elif token in stop_ids:
+            answer.finish, answer.stop_reason = "stop", token
+            answer.shown = ids if p.include_stop_str_in_output else ids[:-1]
+        else:
+            done = len(ids) >= p.max_tokens
+        if p.stop:
+            before, answer.text = answer.text, self.decode(answer.shown)
+            new_chars = max(len(answer.text) - len(before), 0)
+            found = check_stop_strings(answer.text, new_chars, p.stop, p.include_stop_str_in_output)
+            if found is not None:
+                answer.finish, answer.stop_reason = "stop", found[0]
+                answer.cut = None if found[1] == -1 else found[1]
+                return True
+        return done
+
+
+@dataclass
+class _Answer:
+    """An answer being sampled: its tokens so far, the ids its text shows, how it ended."""
+
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    tops: list[tuple[tuple[int, float], ...]] = field(default_factory=list)
+    finish: FinishReason = "length"
+    stop_reason: str | int | None = None
+    text: str = ""
+    cut: int | None = None
+    shown: list[int] = field(default_factory=list)
+
+    def add(self, token: int, reported: torch.Tensor, top_logprobs: int) -> None:
+        """Record ``token`` with its reported log-prob (and the top ones when asked)."""
+        import torch
+
+        self.ids.append(token)
+        self.logprobs.append(float(reported[token]))
+        if top_logprobs:
+            values, indices = torch.topk(reported, min(top_logprobs, reported.numel()))
+            self.tops.append(tuple(zip(indices.tolist(), values.tolist(), strict=True)))
+        else:
+            self.tops.append(())

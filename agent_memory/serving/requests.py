@@ -1,19 +1,9 @@
 """Request JSON -> typed requests, with vLLM's / SGLang's field names, defaults and checks.
 
-Field names and defaults follow vLLM's ``CompletionRequest`` / ``ChatCompletionRequest`` and
-SGLang's ``CompletionRequest`` / ``ChatCompletionRequest`` / ``GenerateReqInput``. Unknown
-fields are ignored (both servers accept extra fields). What the mock server does not do is refused
-with a 400 that says what to send instead: ``n`` > 1, ``stream``, ``echo``, batches of prompts,
-more than :data:`MAX_LOGPROBS` log-probs per position.
-
-Sampling fields (:class:`SamplingOptions`) and the ranges vLLM's ``SamplingParams`` accepts
-(out of range: a 400 naming the field): ``temperature`` [0, 2], ``top_p`` (0, 1], ``top_k``
-integer >= -1 (0 and -1: off), ``min_p`` [0, 1], ``repetition_penalty`` > 0,
-``presence_penalty`` and ``frequency_penalty`` [-2, 2]; also ``seed``, ``stop``,
-``stop_token_ids``, ``ignore_eos``, ``include_stop_str_in_output``. A field left out (or null) is
-None here: the server fills it from its default sampling parameters (the model's
-``generation_config.json`` under ``generation_config="auto"``, as vLLM does), else the neutral
-value (:data:`NEUTRAL_SAMPLING`).
+Unknown fields are ignored, as both servers do; what the mock does not support (``n`` > 1,
+``stream``, ``echo``, prompt batches, too many log-probs) and sampling fields out of vLLM's
+ranges are refused with a 400 naming the field. A sampling field left out is None here: the
+server fills it from its defaults (:data:`NEUTRAL_SAMPLING` or the model's generation config).
 
 Example:
     >>> req = parse_completion({"prompt": [5, 6], "logprobs": 1, "return_token_ids": True})

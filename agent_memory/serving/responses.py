@@ -1,31 +1,9 @@
-"""Typed results -> response JSON, in vLLM's or SGLang's exact shapes.
+"""Typed results -> response JSON, in vLLM 0.32's or SGLang's exact shapes.
 
-vLLM 0.32 (``entrypoints/openai/completion|chat_completion/serving.py`` and ``protocol.py``):
-
-* completions: ``choices[i].token_ids`` / ``choices[i].prompt_token_ids`` (only with
-  ``return_token_ids``, else null); ``logprobs = {text_offset, token_logprobs, tokens,
-  top_logprobs}`` where each ``top_logprobs`` dict holds the sampled token first, then the
-  ``logprobs`` most likely ones (so up to ``logprobs + 1`` entries), keyed by token text or
-  ``"token_id:N"`` (``return_tokens_as_token_ids``); ``text_offset`` advances by the length of
-  each returned token string.
-* chat: ``choices[i].token_ids`` but ``prompt_token_ids`` at the response TOP level;
-  ``logprobs.content[i] = {token, logprob, bytes, top_logprobs: [{token, logprob, bytes}]}`` where
-  ``top_logprobs`` is the first ``top_logprobs`` entries of the same sampled-first list.
-* every choice carries ``stop_reason``: the matched stop string, the stop token id that ended it,
-  or null (EOS, length);
-* log-probs (sampled and alternatives) are clamped to >= -9999.0, so a token the sampling
-  filters removed (``-inf`` in processed log-probs) reads -9999.0; errors are
-  ``{"error": {message, type, param, code}}``;
-* the 0.32 keys whose values the mock never fills are null (``routed_experts``,
-  ``completion_tokens_details``, ``ec_transfer_params``, ``metrics``, chat's ``prompt_text``);
-  the chat message has no ``tool_calls`` key (vLLM drops it when empty).
-
-SGLang (``entrypoints/openai/protocol.py``, ``managers/io_struct.py``): choices carry
-``matched_stop`` (the EOS id or the stop string) and drop ``token_ids`` / ``prompt_token_ids`` /
-``meta_info`` when not asked for; ``text_offset`` is -1 ("not supported yet" upstream); alternatives
-are ranked without the sampled-first entry; native ``/generate`` answers ``{text, output_ids,
-meta_info}`` with ``meta_info.output_token_logprobs`` as ``[logprob, token_id, text | null]``.
-OpenAI-route errors are flat: ``{"object": "error", message, type, param, code}``.
+Token ids only when asked for (vLLM's chat puts ``prompt_token_ids`` at the top level), top
+log-probs keyed by token text or ``"token_id:N"``, every log-prob clamped to >= -9999.0, vLLM's
+``stop_reason`` or SGLang's ``matched_stop``, SGLang's native ``/generate`` ``meta_info``, and each
+server's error body.
 """
 
 from __future__ import annotations

@@ -1,39 +1,10 @@
-"""vLLM's sampling arithmetic on CPU, and teacher forcing with it.
+"""vLLM's sampling arithmetic on CPU (vLLM 0.32's PyTorch-native path), and teacher forcing.
 
-What vLLM 0.32 (V1 engine, the CPU / PyTorch-native path) does to a row of logits before it
-samples, step by step, with the file each step lives in:
-
-1. ``logits.to(float32)``; with ``--logprobs-mode raw_logprobs`` (vLLM's default) the reported
-   log-probs are ``log_softmax`` of these, before anything below (``v1/sample/sampler.py``).
-2. Penalties (``model_executor/layers/utils.py`` ``apply_penalties``, ``_custom_ops.py``
-   ``apply_repetition_penalties_torch``), in this order:
-
-   * repetition, over tokens in the prompt OR the output so far:
-     ``logits *= where(logits > 0, 1 / r, r)``;
-   * frequency, over the output so far: ``logits -= f * count(token in output)``;
-   * presence, over the output so far: ``logits -= p * (token in output)``.
-
-3. Greedy (``temperature < 1e-5``, i.e. exactly 0: ``SamplingParams`` raises any temperature in
-   ``(0, 0.01)`` to 0.01): the token is ``argmax`` of the penalised logits and the processed
-   log-probs are their ``log_softmax``; ``top_k``, ``top_p`` and ``min_p`` play no part
-   (``SamplingParams`` resets them for greedy requests).
-4. Temperature: ``logits /= temperature`` (``Sampler.apply_temperature``).
-5. ``min_p`` (``v1/sample/logits_processor/builtin.py`` ``MinPLogitsProcessor``): tokens whose
-   probability is below ``min_p * max probability`` get ``-inf``.
-6. Top-k, then top-p (``v1/sample/ops/topk_topp_sampler.py``):
-
-   * top-k only (``apply_top_k_only``): tokens below the k-th largest logit get ``-inf`` (ties
-     with it are kept);
-   * with top-p (``apply_top_k_top_p_pytorch``): sort ascending; top-k masks values below the
-     k-th largest; ``probs = softmax(sorted)``, ``cum = cumsum(probs)``; a token is dropped when
-     ``cum <= 1 - top_p`` (the mass of it and every less likely token), except the most likely
-     one, which is always kept.
-
-7. ``--logprobs-mode processed_logprobs`` reports ``log_softmax`` of the result (``-inf`` for
-   dropped tokens; the serving layer clamps at -9999.0).
-
-``top_k`` is off when 0, -1 or >= the vocabulary; ``top_p`` is off at 1. GPU builds of vLLM run
-the same steps in fused kernels (Triton top-k/top-p), equal up to float rounding and ties.
+Per row of float32 logits, in vLLM's order: penalties (repetition over prompt and output,
+frequency and presence over the output), then greedy ``argmax`` at temperature 0, else
+``/ temperature``, ``min_p``, top-k, top-p. ``raw_logprobs`` (vLLM's default) reports
+``log_softmax`` of the logits before any of it; ``processed_logprobs`` that of the result
+(``-inf`` for dropped tokens). ``top_k`` is off at 0, -1 or >= the vocabulary; ``top_p`` at 1.
 
 Example:
     >>> import torch
@@ -149,13 +120,16 @@ def apply_penalties(
         else output_counts.to(x.device)
     )
     output = counts > 0
-    f32 = {"dtype": torch.float32, "device": x.device}
+
+    def f32(value: float) -> torch.Tensor:
+        return torch.tensor(value, dtype=torch.float32, device=x.device)
+
     # apply_repetition_penalties_torch: float32 penalties, 1.0 where the token was not seen.
-    penalties = torch.where(prompt | output, torch.tensor(repetition_penalty, **f32), 1.0)
+    penalties = torch.where(prompt | output, f32(repetition_penalty), 1.0)
     x *= torch.where(x > 0, 1.0 / penalties, penalties)
     # apply_penalties: "We follow the definition in OpenAI API".
-    x -= torch.tensor(frequency_penalty, **f32) * counts
-    x -= torch.tensor(presence_penalty, **f32) * output
+    x -= f32(frequency_penalty) * counts
+    x -= f32(presence_penalty) * output
     return x
 
 

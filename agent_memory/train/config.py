@@ -133,11 +133,12 @@ class TrainerConfig:
         _need(_num(self.lr, 0) and self.lr > 0, "trainer.lr", "a number > 0", self.lr, 0.001)
         _need(_num(self.clip_ratio, 0) and self.clip_ratio > 0, "trainer.clip_ratio",
               "a number > 0", self.clip_ratio, 0.2)  # fmt: skip
-        for key, example in (
+        floats: tuple[tuple[str, float], ...] = (
             ("weight_decay", 0.0), ("kl_coef", 0.0), ("entropy_coef", 0.0), ("value_coef", 0.5),
-        ):  # fmt: skip
+        )  # fmt: skip
+        for key, fexample in floats:
             v = getattr(self, key)
-            _need(_num(v, 0), f"trainer.{key}", "a number >= 0", v, example)
+            _need(_num(v, 0), f"trainer.{key}", "a number >= 0", v, fexample)
         _need(_num(self.max_grad_norm, 0) and self.max_grad_norm > 0, "trainer.max_grad_norm",
               "a number > 0", self.max_grad_norm, 1.0)  # fmt: skip
         _need(self.device == "auto" or self.device.startswith(("cpu", "cuda", "mps")),

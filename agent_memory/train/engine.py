@@ -1,26 +1,22 @@
 """The trainer's view of the rollout engine: start, collect, new weights, close.
 
-:class:`RolloutEngine` wraps the lockstep :class:`~agent_memory.rollout.collector.Collector`
-(Ray workers stay up for the whole run; the policy runs in this process, once per step for every
-live env). :meth:`RolloutEngine.update_policy` is the single place where the trainer tells the
-engine "new weights, version v": with the in-process lockstep policy, which holds the trainer's
-live model, the weights are already there and only the version is bumped, before any episode of
-the next iteration starts. An asynchronous engine (policy actors, a serving process) broadcasts
-the weights here instead, and its staleness bound (``rollout.max_policy_lag``) decides whether
-episodes may span versions.
-
-Episodes get iteration-unique ids (``it3-g0-t1``), so the ``score`` policy's per-step sampling
-draws never depend on which worker slot or batch position an episode lands in.
+:class:`RolloutEngine` runs the one rollout engine
+(:class:`~agent_memory.rollout.driver.collector.Collector`): the trainer's policy (its live model)
+answers from a :class:`~agent_memory.rollout.worker.service.PolicyService` actor, which gets the
+trainer's weights after every update (:meth:`RolloutEngine.update_policy`); evaluation is a
+greedy collect. Episodes get iteration-unique ids (``it3-g0-t1``), so per-step sampling draws
+never depend on which worker slot or batch an episode lands in.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from agent_memory.config import JobConfig
 from agent_memory.policies import Policy
-from agent_memory.rollout.collector import Collector
+from agent_memory.rollout.driver.collector import Collector
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
 
 __all__ = ["RolloutEngine", "eval_specs", "train_specs"]
@@ -58,20 +54,21 @@ class RolloutEngine:
     Args:
         job: the validated job (env, memory, rollout).
         policy: the sampling policy (holding the trainer's live model).
-        eval_policy: the greedy policy evaluation answers with (the same live model).
+        model: the live model whose weights :meth:`update_policy` sends.
         run_id: names the run's worker marks.
     """
 
     def __init__(
-        self, job: JobConfig, policy: Policy, eval_policy: Policy, run_id: str | None = None
+        self, job: JobConfig, policy: Policy, model: Any, run_id: str | None = None
     ) -> None:
         self.policy = policy
-        self.eval_policy = eval_policy
+        self.model = model
         self.collector = Collector(job, policy=policy, run_id=run_id)
         self.num_episodes = job.rollout.num_episodes
 
     def start(self, max_episodes: int) -> None:
-        """Start the workers, sized for ``max_episodes`` episodes at a time."""
+        """Start the workers (sized for ``max_episodes`` episodes at a time) and the policy
+        service, which takes a copy of the model as it is now."""
         self.collector.start(max_episodes)
 
     def collect(
@@ -79,24 +76,32 @@ class RolloutEngine:
         on_episode: Callable[[Trajectory], None] | None = None,
     ) -> list[Trajectory]:  # fmt: skip
         """Play ``specs`` with the sampling policy (or greedily with ``evaluate``)."""
-        return self.collector.collect(
-            specs, on_episode=on_episode, policy=self.eval_policy if evaluate else None
-        )
+        return self.collector.collect(specs, on_episode=on_episode, greedy=evaluate)
 
     @property
     def last_env_steps(self) -> int:
         """Env-steps of the last :meth:`collect`."""
-        return int(getattr(self.collector, "last_env_steps", 0))
+        return self.collector.last_env_steps
 
     def update_policy(self, version: int) -> float:
-        """New weights, version ``version``: every episode collected from now on is answered by
-        them. Returns the seconds the sync took."""
+        """New weights, version ``version``: the model's current weights go to the policy
+        service, and every episode collected from now on is answered by them. Returns the
+        seconds the sync took."""
         t0 = time.perf_counter()
-        # Lockstep, in-process: the policies hold the live model; only the version is news.
         self.policy.version = version
-        self.eval_policy.version = version
+        if self.collector.service is not None:
+            weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+            self.collector.update_policy(weights, version)
         return time.perf_counter() - t0
 
+    def policy_calls(self) -> int:
+        """The policy's calls so far (its sampling stream's position, kept by checkpoints)."""
+        if self.collector.service is None:
+            return self.policy.calls
+        import ray
+
+        return int(ray.get(self.collector.service.policy_calls.remote()))
+
     def close(self) -> None:
-        """End the workers."""
+        """End the workers and the policy service."""
         self.collector.close()

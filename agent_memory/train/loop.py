@@ -10,8 +10,9 @@ One iteration:
    of :func:`~agent_memory.train.loss.policy_loss` (token-level clipped ratio against the
    recorded sampling log-probs, k3 KL to a frozen reference, entropy bonus) plus PPO's value
    loss, gradients clipped to ``trainer.max_grad_norm``;
-4. **weight sync**: :meth:`~agent_memory.train.engine.RolloutEngine.update_policy` — version
-   ``v + 1`` answers every episode of the next iteration;
+4. **weight sync**: :meth:`~agent_memory.train.engine.RolloutEngine.update_policy` sends the
+   weights to the rollout engine's policy service — version ``v + 1`` answers every episode of
+   the next iteration;
 5. **evaluate** every ``trainer.eval_every`` iterations (and before the first): greedy, on the
    held-out seeds ``trainer.eval_seed ..`` that training never samples (config-checked);
 6. **log** the iteration's metrics; **checkpoint** every ``trainer.save_every`` iterations and
@@ -36,10 +37,10 @@ import numpy as np
 
 from agent_memory.failures import run_status
 from agent_memory.policies import make_policy
-from agent_memory.rollout.advantages import TrajectoryValues, compute_advantages
-from agent_memory.rollout.cluster import init_ray
-from agent_memory.rollout.preflight import preflight
-from agent_memory.rollout.runner import run_log
+from agent_memory.rollout.driver.advantages import TrajectoryValues, compute_advantages
+from agent_memory.rollout.driver.cluster import init_ray
+from agent_memory.rollout.driver.preflight import preflight
+from agent_memory.rollout.driver.runner import run_log
 from agent_memory.rollout.types import Trajectory
 from agent_memory.train.checkpoint import (
     TrainerState,
@@ -53,7 +54,7 @@ from agent_memory.train.logprobs import ValueHead, forward, prompt_hidden
 from agent_memory.train.loss import policy_loss, value_loss
 from agent_memory.train.metrics import MetricsLogger
 from agent_memory.train.model import build_tiny_for_env, load_model, pick_device
-from agent_memory.train.samples import ActionMode, Sample, build_samples
+from agent_memory.train.samples import ActionMode, Sample, build_samples, is_stale
 
 __all__ = ["episode_metrics", "train", "update"]
 
@@ -77,7 +78,7 @@ def train(
     Raises:
         ConfigError: a ``trainer.model`` that is no model, a ``trainer.resume`` that names no
             checkpoint (:func:`~agent_memory.train.config.check_model`), or what
-            :func:`~agent_memory.rollout.preflight.preflight` refuses: before Ray starts or a
+            :func:`~agent_memory.rollout.driver.preflight.preflight` refuses: before Ray starts or a
             model loads.
     """
     check_model(cfg.trainer)
@@ -123,17 +124,16 @@ def train(
             )  # fmt: skip
             log.info("resumed from %s at iteration %d", ckpt, state.iteration)
 
-        # ---- the rollout policies: they hold the live model (weights are shared, not copied)
+        # ---- the rollout policy: the engine's policy service copies it; updates send weights
         params_in = {k: v for k, v in cfg.policy.params.items() if k != "path"}
         parser = cfg.env.parser.build()
         common = {"model": model, "tokenizer": tokenizer, "parser": parser}
         policy = make_policy(cfg.policy.name, **common, **{"seed": t.seed, **params_in})
-        eval_policy = make_policy(cfg.policy.name, **common, **{**params_in, "temperature": 0.0})
-        _set_calls(policy, state.policy_calls)
+        policy.calls = state.policy_calls  # the sampling stream resumes where it stopped
         pad_id = tokenizer.pad_token_id
 
         ray_started = init_ray(r.ray_address)  # False when Ray is up already (a sweep, tests)
-        engine = RolloutEngine(cfg, policy, eval_policy)
+        engine = RolloutEngine(cfg, policy, model)
         engine.update_policy(state.policy_version)
         logger = MetricsLogger(
             out, t.logger, config=_flat_config(cfg), project=t.wandb_project, run_name=out.name,
@@ -166,7 +166,11 @@ def train(
                 if value_head is not None:
                     values = estimate_values(model, value_head, policy, trajs, pad_id)
                 compute_advantages(trajs, cfg.algo, values=values)
-                samples = build_samples(trajs, mode, keep_forced=value_head is not None)
+                min_version = state.policy_version - r.max_policy_lag
+                samples = build_samples(
+                    trajs, mode, keep_forced=value_head is not None, min_version=min_version
+                )
+                stale = sum(is_stale(s, min_version) for tr in trajs for s in tr.steps)
 
                 # 3. update on the recorded ids and sampling log-probs
                 t0 = time.perf_counter()
@@ -194,7 +198,7 @@ def train(
                 state.iteration = it + 1
                 state.env_steps += env_steps
                 state.episodes += len(trajs)
-                state.policy_calls = _get_calls(policy)
+                state.policy_calls = engine.policy_calls()
                 state.extra["last_eval"] = last_eval
                 row.update(
                     {
@@ -204,6 +208,7 @@ def train(
                         "policy_version": state.policy_version,
                         **episode_metrics(trajs, "train"),
                         **stats,
+                        "samples/stale": float(stale),
                         "speed/env_steps_per_s": env_steps / rollout_s if rollout_s else 0.0,
                         "time/rollout_s": rollout_s,
                         "time/update_s": update_s,
@@ -375,18 +380,6 @@ def estimate_values(
         )
         k += n
     return out
-
-
-def _get_calls(policy: Any) -> int:
-    return int(getattr(policy, "calls", getattr(policy, "_calls", 0)))
-
-
-def _set_calls(policy: Any, calls: int) -> None:
-    """Restore the policy's sampling-call counter (its RNG stream position) on resume."""
-    if hasattr(policy, "calls"):
-        policy.calls = calls
-    elif hasattr(policy, "_calls"):
-        policy._calls = calls
 
 
 def _flat_config(cfg: TrainConfig) -> dict[str, Any]:

@@ -2,10 +2,12 @@
 
 Every iteration logs one row with the same columns (:data:`COLUMNS`; a value not measured that
 iteration, e.g. eval success between evaluations or the value loss without a value head, is left
-empty in the CSV and not sent elsewhere). The CSV is flushed after each row, so a run that fails
-keeps every row it logged. W&B runs in offline mode (``WANDB_MODE=offline`` unless the user set
-another mode): it needs no network and writes its files under the run's ``wandb/`` directory
-(``wandb sync`` uploads them later).
+empty in the CSV and not sent elsewhere). Every sink gets the same names: TensorBoard's tags and
+W&B's keys are the CSV's column names (``iteration`` is their step), and a metric outside
+:data:`COLUMNS` is refused rather than sent to some sinks only. The CSV is flushed after each
+row, so a run that fails keeps every row it logged. W&B runs in offline mode
+(``WANDB_MODE=offline`` unless the user set another mode): it needs no network and writes its
+files under the run's ``wandb/`` directory (``wandb sync`` uploads them later).
 
 Example:
     >>> import tempfile, pathlib
@@ -37,6 +39,7 @@ COLUMNS: tuple[str, ...] = (
     "train/return",
     "train/episode_length",
     "train/valid_action_ratio",
+    "train/prompt_tokens_per_episode",
     "eval/success",
     "eval/return",
     "eval/episode_length",
@@ -52,6 +55,7 @@ COLUMNS: tuple[str, ...] = (
     "ratio",
     "grad_norm",
     "samples",
+    "samples/stale",
     "tokens/prompt",
     "tokens/response",
     "tokens/prompt_per_episode",
@@ -88,6 +92,8 @@ class MetricsLogger:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.out_dir / "metrics.csv"
         fresh = not (append and self.path.exists())
+        if not fresh:
+            _match_header(self.path)
         self._file = self.path.open("w" if fresh else "a", newline="", encoding="utf-8")
         self._csv = csv.DictWriter(self._file, fieldnames=COLUMNS, extrasaction="ignore")
         if fresh:
@@ -120,12 +126,22 @@ class MetricsLogger:
             )  # fmt: skip
 
     def log(self, row: Mapping[str, Any]) -> None:
-        """Log one iteration's metrics (keys of :data:`COLUMNS`; others go to TB/W&B only)."""
+        """Log one iteration's metrics, under the same names in every sink.
+
+        Raises:
+            ValueError: a key that is not one of :data:`COLUMNS` (add it there).
+        """
+        unknown = [k for k in row if k not in COLUMNS]
+        if unknown:
+            raise ValueError(
+                f"metrics {unknown} are not columns of metrics.csv: add them to COLUMNS "
+                "(agent_memory/train/metrics.py), so that every sink gets the same names"
+            )
         clean = {k: v for k, v in row.items() if _is_value(v)}
         self._csv.writerow({k: clean.get(k, "") for k in COLUMNS})
         self._file.flush()
         step = int(clean.get("iteration", 0))
-        scalars = {k: float(v) for k, v in clean.items() if k != "iteration"}
+        scalars = {k: float(clean[k]) for k in COLUMNS[1:] if k in clean}
         if self._tb is not None:
             for k, v in scalars.items():
                 self._tb.add_scalar(k, v, step)
@@ -149,6 +165,22 @@ class MetricsLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _match_header(path: Path) -> None:
+    """Rewrite an existing ``metrics.csv`` under :data:`COLUMNS` when its header differs (a run
+    resumed by a version with other columns): appended rows then line up with the header."""
+    with path.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        if tuple(reader.fieldnames or ()) == COLUMNS:
+            return
+        rows = list(reader)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="ignore", restval="")
+        writer.writeheader()
+        writer.writerows(rows)
+    os.replace(tmp, path)
 
 
 def _is_value(v: Any) -> bool:

@@ -49,7 +49,7 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
     """The texts a model sees and writes in ``job``'s env: every prompt of ``episodes``
     episodes (played here with uniformly random admissible actions, through the job's memory
     and template), and every admissible action in the parser's format."""
-    from agent_memory.rollout.worker import build_env
+    from agent_memory.rollout.worker.worker import build_env
 
     env = build_env(job, 1)
     parser = job.env.parser.build()
@@ -83,7 +83,8 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
 
     words = words_from_texts(env_texts(job, cfg.vocab_episodes, seed))
     path = build_tiny_lm(
-        out, words, arch=cfg.arch, hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
+        out, words, arch=cfg.arch,  # type: ignore[arg-type]  # checked by TinyModelConfig
+        hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
         context=cfg.context, seed=seed, init_range=cfg.init_range,
         tie_embeddings=cfg.tie_embeddings, lowercase=cfg.lowercase,
     )  # fmt: skip

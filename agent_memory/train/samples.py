@@ -34,9 +34,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from agent_memory.rollout.types import Trajectory
+from agent_memory.rollout.types import StepRecord, Trajectory
 
-__all__ = ["ActionMode", "Sample", "build_samples"]
+__all__ = ["ActionMode", "Sample", "build_samples", "is_stale"]
 
 #: ``generate``: token-by-token responses (``hf``); ``score``: a choice among admissible actions.
 ActionMode = Literal["generate", "score"]
@@ -72,8 +72,18 @@ class Sample:
         return self.candidates is not None and len(self.candidates) == 1
 
 
+def is_stale(step: StepRecord, min_version: int | None) -> bool:
+    """Whether ``step`` was answered by weights older than ``min_version``."""
+    v = None if step.generation is None else step.generation.policy_version
+    return min_version is not None and v is not None and v < min_version
+
+
 def build_samples(
-    trajs: Sequence[Trajectory], mode: ActionMode, *, keep_forced: bool = False
+    trajs: Sequence[Trajectory],
+    mode: ActionMode,
+    *,
+    keep_forced: bool = False,
+    min_version: int | None = None,
 ) -> list[Sample]:
     """The samples of every step of ``trajs`` (in order) whose advantage is known.
 
@@ -82,6 +92,8 @@ def build_samples(
         mode: the action mode the rollout policy used.
         keep_forced: keep ``score`` steps with a single admissible action (a value head
             learns from them).
+        min_version: leave out steps answered by older weights (``rollout.max_policy_lag``:
+            the learner's version minus the lag); the others of their episode stay.
 
     Raises:
         ValueError: a step without the recorded ids and log-probs the mode needs.
@@ -89,7 +101,7 @@ def build_samples(
     out = []
     for t in trajs:
         for s in t.steps:
-            if s.advantage is None or s.ret is None:
+            if s.advantage is None or s.ret is None or is_stale(s, min_version):
                 continue
             g = s.generation
             where = f"trajectory {t.spec.traj_uid} step {s.step}"

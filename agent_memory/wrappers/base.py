@@ -72,9 +72,16 @@ class OwnsHistory:
     _figures: dict[str, np.ndarray]
 
     def _setup(
-        self, num_envs: int, options: HistoryOptions | None, settings: Mapping[str, Any]
+        self,
+        num_envs: int,
+        options: HistoryOptions | None,
+        settings: Mapping[str, Any],
+        unknown: Mapping[str, Any],
     ) -> None:
-        self._parts = WrapperParts.build(num_envs, HistoryOptions.merge(options, settings))
+        """Build the parts from ``options`` with the keyword ``settings`` that are not at their
+        default put over them (``unknown``: misspelt keywords, refused with a hint)."""
+        given = {**HistoryOptions.changed(settings), **unknown}
+        self._parts = WrapperParts.build(num_envs, HistoryOptions.merge(options, given))
         self._prompts = [""] * num_envs
         self._figures = {key: np.zeros(num_envs, dtype=np.int64) for key in FIGURES}
 

@@ -14,17 +14,11 @@ __all__ = ["CatchErrors"]
 
 
 class CatchErrors(gym.Wrapper):
-    """Turns an exception in ``step`` into a truncated step with ``info["error"]``, and one in
-    ``reset`` into an empty observation with the error, so a vector env keeps running its other
-    sub-envs. The env's last observation is repeated.
-
-    ``SystemExit`` raised by the env (``sys.exit`` in a simulator) is caught like any other
-    exception; ``KeyboardInterrupt`` is not (Ctrl-C must still stop the program).
-
-    After an exception the env's state is unknown — and so is the state of the wrappers
-    ``gym.make`` added around it (the env checker, for one, is left half-initialised by a failed
-    first ``reset`` and then breaks every later ``step``). With ``make``, the next ``reset``
-    starts from a fresh env built by ``make()``, so one failure never poisons the slot.
+    """Turns an exception in ``step`` into a truncated step with ``info["error"]`` (the last
+    observation repeated), and one in ``reset`` into an empty observation with the error, so a
+    vector env keeps running its other sub-envs. ``SystemExit`` is caught, ``KeyboardInterrupt``
+    is not. After a failure the state of the env (and of the wrappers ``gym.make`` added) is
+    unknown: with ``make``, the next ``reset`` starts from a fresh env.
 
     Args:
         env: the env (usually ``make()``'s first result).

@@ -1,21 +1,13 @@
-"""The step flow both wrappers share: one model response per acting env, in order
+"""The step flow both wrappers share (the single-env one runs it over one env), per acting env:
 
-1. **intercept**: a memory action (``<record>``, ``<retrieve>``) goes to the memory, whose reply
-   is reported in ``info["memory_reply"]``; the env gets the no-op;
-2. **parse**: the parser turns every other response into the env's action, or an invalid verdict;
-3. **fallback**: an invalid response's env gets the parser's fallback action
-   (:meth:`StepFlow.plan` ends here, and the wrapper steps the env);
-4. **store**: the observation acted on, the action as the history shows it (the parsed action,
-   ``[invalid: reason]``, or the memory action as written), the thought and the extras;
-5. **verdict**: the parser's, then the env's own (``info["is_action_valid"]``);
-6. **penalty**: ``invalid_penalty`` added to the reward of an invalid step, and the reward to
-   the episode's return (:meth:`StepFlow.record` ends here);
-7. **hand-over**: an ended episode goes to the memory's ``end_episodes`` hook and to
-   ``info["episode_history"]`` (:meth:`~agent_memory.wrappers.recorder.EpisodeRecorder.handover`;
-   *when* depends on the vector env's autoreset mode, so the wrappers call it).
-
-The single-env wrapper is the vector flow over one env, so both give the same prompts, infos,
-records and episodes.
+1. intercept: a memory action (``<record>``, ``<retrieve>``) goes to the memory (its reply to
+   ``info["memory_reply"]``); the env gets the no-op;
+2. parse: any other response becomes the env's action, or an invalid verdict;
+3. fallback: an invalid response's env gets the fallback action (end of :meth:`StepFlow.plan`);
+4. store: the observation acted on, the action as shown, the thought and the extras;
+5. verdict: the parser's, then the env's own (``info["is_action_valid"]``);
+6. penalty: ``invalid_penalty`` added to invalid steps' rewards (end of :meth:`StepFlow.record`);
+7. hand-over of ended episodes, done by the wrappers (*when* depends on the autoreset mode).
 """
 
 from __future__ import annotations

@@ -1,21 +1,16 @@
 """Holding sub-envs back: a vector step in which only some envs act.
 
-A Gymnasium vector env steps every sub-env on every ``step``. :class:`Holdable` wraps one sub-env
-so that, while its ``hold`` flag is set, ``step`` and ``reset`` return its last observation
-without touching the env (reward 0, neither terminated nor truncated, an empty info): a held
-Code env runs no code, a held TextWorld env loads no game, and no counter in or below it moves.
-:class:`~agent_memory.wrappers.VectorHistoryWrapper` sets the flags through the vector env's
-``set_attr`` (Sync and Async alike) for ``step(actions, mask=...)``; the rollout worker sets them
-to park envs with nothing to play.
-
-``Holdable`` must be the outermost wrapper of each sub-env (a wrapper outside it would still run
-for a held env): :func:`make_vec_holdable` builds such a vector env.
+A Gymnasium vector env steps every sub-env on every ``step``. While its ``hold`` flag is set, a
+:class:`Holdable` sub-env returns its last observation without touching the env (reward 0, an
+empty info), so ``VectorHistoryWrapper.step(actions, mask=...)`` and the rollout worker can park
+envs. ``Holdable`` must be each sub-env's outermost wrapper: :func:`make_vec_holdable` builds such
+a vector env.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, SupportsFloat
+from typing import Any, Literal, Protocol, SupportsFloat, cast
 
 import gymnasium as gym
 import numpy as np
@@ -71,7 +66,7 @@ def make_vec_holdable(
     num_envs: int,
     *,
     vectorization_mode: Literal["sync", "async"] = "sync",
-    wrappers: Sequence[Callable[[gym.Env], gym.Env]] = (),
+    wrappers: Sequence[Callable[[gym.Env], gym.Wrapper]] = (),
     **kwargs: Any,
 ) -> VectorEnv:
     """A vector env of ``num_envs`` ``gym.make(env_id, **kwargs)`` sub-envs that can be held:
@@ -92,6 +87,14 @@ def make_vec_holdable(
         env_id, num_envs, vectorization_mode=vectorization_mode, vector_kwargs=vector_kwargs,
         wrappers=[*wrappers, Holdable], **kwargs,
     )  # fmt: skip
+
+
+class _BroadcastingVectorEnv(Protocol):
+    """What Sync and Async vector envs add to ``VectorEnv``, and holding sub-envs needs."""
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]: ...
+
+    def set_attr(self, name: str, values: Any) -> None: ...
 
 
 class SubEnvHolds:
@@ -122,8 +125,8 @@ class SubEnvHolds:
             if isinstance(self.env, SyncVectorEnv):  # only the envs whose flag changes
                 for i in changed.tolist():
                     self.env.envs[i].set_wrapper_attr("hold", bool(hold[i]))
-            else:  # one message to every sub-env process
-                self.env.set_attr("hold", hold.tolist())
+            else:  # one message to every sub-env process (it has set_attr: _check passed)
+                cast(_BroadcastingVectorEnv, self.env).set_attr("hold", hold.tolist())
             self.flags = hold.copy()
         cleared = hold & finished
         if cleared.any():
@@ -138,7 +141,7 @@ class SubEnvHolds:
 
     def _check(self) -> None:
         try:
-            able = list(self.env.call("has_wrapper_attr", "hold"))
+            able = list(cast(_BroadcastingVectorEnv, self.env).call("has_wrapper_attr", "hold"))
         except Exception as e:  # a vector env without call(): it cannot hold either
             raise ValueError(
                 f"step(mask=...) holds sub-envs back, but {type(self.env).__name__} cannot say "

@@ -1,9 +1,7 @@
 """``HistoryOptions``: every setting of the history wrappers, in one frozen, validated place.
 
-Both wrappers take the same settings. They are listed (and checked) once, here; the wrappers'
-constructors take them as keywords (``VectorHistoryWrapper(env, history_length=2, ...)``) or as
-``options=HistoryOptions(...)`` and forward them to :meth:`HistoryOptions.merge`, so a new setting
-is added in one place and every caller gets the same error for the same mistake.
+The wrappers take the settings as keywords or as ``options=HistoryOptions(...)`` and validate them
+here (:meth:`HistoryOptions.merge`), so every caller gets the same error for the same mistake.
 
 Example:
     >>> from agent_memory.wrappers import HistoryOptions
@@ -33,7 +31,10 @@ from agent_memory.prompts import PromptTemplate
 from agent_memory.suggest import did_you_mean
 from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
-__all__ = ["HistoryOptions"]
+__all__ = ["HistoryOptions", "TemplateSpec"]
+
+#: What ``template`` accepts: a template, its arguments, a ``no_history`` string or None.
+TemplateSpec = PromptTemplate | Mapping[str, Any] | str | None
 
 #: Settings that only shape the memory the wrapper builds itself (with ``memory=None``).
 _MEMORY_SETTINGS = {"formatter": "simple", "max_tokens": None, "bounded": False}
@@ -41,43 +42,38 @@ _MEMORY_SETTINGS = {"formatter": "simple", "max_tokens": None, "bounded": False}
 
 @dataclass(frozen=True)
 class HistoryOptions:
-    """The settings of :class:`~agent_memory.wrappers.VectorHistoryWrapper` and
-    :class:`~agent_memory.wrappers.HistoryWrapper` (the one list of them).
+    """The settings of both history wrappers (the one list of them).
 
-    ``template`` and ``token_counter`` are built here (:attr:`prompt_template`, :attr:`counter`),
-    so a bad value fails when the options are made, with the same message from either wrapper.
+    ``template`` and ``token_counter`` are built here, so a bad value fails when the options are
+    made, with the same message from either wrapper.
 
     Attributes:
-        history_length: steps of history in each prompt: 0 none, -1 the whole episode, k the
-            last k.
-        memory: a memory strategy (:mod:`agent_memory.memory`) with one history per env; by
-            default a :class:`~agent_memory.memory.HistoryMemory` built from ``formatter``,
-            ``max_tokens`` and ``bounded`` (which are refused alongside a given memory: it was
-            built with its own).
-        formatter: how steps are written into the prompt (``simple``, ``search``, ``code``,
-            ``chat``, ``transcript``, ``jinja`` or a registered name).
-        template: the task's :class:`~agent_memory.prompts.PromptTemplate` (or its config).
-        parser: turns model responses into env actions (None: responses go to the env as is).
-        token_counter: counts the figures' tokens and the budgets (see
-            :mod:`agent_memory.tokens`).
-        max_tokens: token budget of the history part of each prompt.
-        max_prompt_tokens: token budget of each whole prompt: the history gets what the rest of
-            the prompt leaves (the newest whole steps that fit); a budget below the template's
-            own frame is refused when the wrapper is built.
-        bounded: keep only ``history_length`` steps per env (O(window) memory); handed-over
-            episodes then hold only the last steps (``first_step`` says where they start).
-        obs_to_text: turns an inner observation into text (default: ``str``).
+        history_length: steps of history per prompt: 0 none, -1 the whole episode, k the last k.
+        memory: a memory strategy with one history per env; by default a
+            :class:`~agent_memory.memory.HistoryMemory` built from ``formatter``, ``max_tokens``
+            and ``bounded`` (refused beside a given memory).
+        formatter: how steps are written (``simple``, ``search``, ``code``, ``chat``,
+            ``transcript``, ``jinja`` or a registered name).
+        template: the :class:`~agent_memory.prompts.PromptTemplate` (or its config).
+        parser: turns responses into env actions (None: responses go to the env as is).
+        token_counter: counts the figures' tokens and the budgets (:mod:`agent_memory.tokens`).
+        max_tokens: token budget of each prompt's history.
+        max_prompt_tokens: token budget of each whole prompt: the history gets what the rest
+            leaves; a budget below the template's own frame is refused.
+        bounded: keep only ``history_length`` steps per env; handed-over episodes then hold only
+            the last steps (``first_step`` says where they start).
+        obs_to_text: turns an observation into text (default: ``str``).
 
     Raises:
-        ValueError: a value out of range, ``bounded`` with a whole-episode window, or a
-            memory-building setting given with a ``memory``.
+        ValueError: a value out of range, ``bounded`` with ``history_length=-1``, or a
+            memory-building setting beside a ``memory``.
         TypeError: a value of the wrong type.
     """
 
     history_length: int = 3
     memory: BaseMemory | None = None
     formatter: FormatterSpec = "simple"
-    template: PromptTemplate | Mapping[str, Any] | str | None = None
+    template: TemplateSpec = None
     parser: ActionParser | None = None
     token_counter: TokenCounterSpec = "estimate"
     max_tokens: int | None = None
@@ -124,7 +120,9 @@ class HistoryOptions:
                 )
         bounded_capacity(self.history_length, self.bounded)  # refuses bounded with -1
         # Built once (the fields keep the values as given, so equal settings compare equal).
-        fix(self, "_template", PromptTemplate.from_config(self.template))
+        # from_config reads any mapping, though it is annotated with dict.
+        template = dict(self.template) if isinstance(self.template, Mapping) else self.template
+        fix(self, "_template", PromptTemplate.from_config(template))
         fix(self, "_counter", make_token_counter(self.token_counter))
 
     @property
@@ -167,3 +165,14 @@ class HistoryOptions:
                 "settings as keywords or as options=HistoryOptions(...)"
             )
         return dataclasses.replace(options, **settings) if settings else options
+
+    @classmethod
+    def changed(cls, settings: Mapping[str, Any]) -> dict[str, Any]:
+        """The ``settings`` that are not their field's default (the same value of the same
+        type): what a wrapper's keywords put over its ``options``."""
+        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
+        return {
+            k: v
+            for k, v in settings.items()
+            if not (v is defaults[k] or (type(v) is type(defaults[k]) and v == defaults[k]))
+        }

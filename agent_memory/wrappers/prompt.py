@@ -1,23 +1,11 @@
 """``PromptBuilder``: each env's prompt from its state and its memory, budget included.
 
-A prompt is the template's rendering of the task, the step count, the history the memory fetches,
-the current observation and the admissible actions: one text, or with a chat-message memory
-(``output == "messages"``) a message list (an optional system message, the history turns, then
-the rendering as the last user turn).
-
-**The budget** (``max_prompt_tokens``) is decided in one pass per build:
-
-1. the *frame* of each env's prompt (everything but the history) is counted, and the history gets
-   what is left: one ``fetch`` for all envs, in which the memory keeps the newest whole steps
-   that fit (its per-step counts);
-2. the joined prompts are counted as the model will see them. A real tokenizer is not additive
-   over the joins, so a prompt may still be over by a few tokens; such a prompt drops whole
-   steps, oldest first, found by a binary search over the window (at most ``log2(window)``
-   fetches of that env alone), down to no memory context at all.
-
-So the history never pushes a prompt over the budget, also with tokenizers that are not additive
-(a prompt over it with no history at all is the observation's doing, and is left as it is), and a
-budget below the template's own frame is refused when the builder is made.
+The template renders the task, step count, fetched history, observation and admissible actions:
+one text, or with a chat memory a message list. With ``max_prompt_tokens`` the history gets what
+the frame (the prompt without history) leaves, in one ``fetch`` for all envs; since tokenizers are
+not additive over joins, a joined prompt still over budget drops whole steps, oldest first (a
+binary search over the window). So the history never pushes a prompt over the budget; a budget
+below the template's own frame is refused when the builder is made.
 """
 
 from __future__ import annotations

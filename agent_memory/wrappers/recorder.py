@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+import numpy as np
+
 from agent_memory.memory import HistoryMemory
 from agent_memory.protocol import Episode
 from agent_memory.text import utf8_safe
@@ -141,7 +143,7 @@ class EpisodeRecorder:
                 record[key] = [values[i] for i in ids]
         self.memory.store(record, env_ids=list(ids))
 
-    def add_rewards(self, ids: Sequence[int], rewards: Sequence[float]) -> None:
+    def add_rewards(self, ids: Sequence[int], rewards: Sequence[float] | np.ndarray) -> None:
         """Add the step rewards of ``ids`` to their returns."""
         self.state.add_rewards(ids, rewards)
 
@@ -152,8 +154,8 @@ class EpisodeRecorder:
             self.state.show(ids, [shown(j) for j in range(len(ids))])
 
     def handover(
-        self, ids: Sequence[int], finals: Sequence[str], terminated: Sequence[bool],
-        truncated: Sequence[bool], won: Sequence[bool] | None = None,
+        self, ids: Sequence[int], finals: Sequence[str], terminated: Sequence[bool] | np.ndarray,
+        truncated: Sequence[bool] | np.ndarray, won: Sequence[bool] | None = None,
     ) -> list[Episode]:  # fmt: skip
         """The episodes of ``ids`` as :class:`~agent_memory.protocol.Episode` dicts, given to
         the memory's ``end_episodes`` hook before their history is cleared."""

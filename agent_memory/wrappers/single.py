@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, SupportsFloat
+from collections.abc import Callable, Mapping
+from typing import Any, Never, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 
+from agent_memory.formatting import FormatterSpec
+from agent_memory.memory import BaseMemory
+from agent_memory.parsing import ActionParser
 from agent_memory.protocol import EPISODE_HISTORY, WON, Episode
+from agent_memory.tokens import TokenCounterSpec
 from agent_memory.wrappers.base import FIGURES, OwnsHistory
-from agent_memory.wrappers.options import HistoryOptions
+from agent_memory.wrappers.options import HistoryOptions, TemplateSpec
 from agent_memory.wrappers.prompt import PromptText
 
 __all__ = ["HistoryWrapper"]
@@ -19,18 +23,17 @@ __all__ = ["HistoryWrapper"]
 class HistoryWrapper(OwnsHistory, gym.Wrapper):
     """Owns the interaction history of one ``gymnasium.Env`` and returns prompts as observations.
 
-    Same behaviour and settings as :class:`~agent_memory.wrappers.VectorHistoryWrapper` for
-    one env — the same step flow (:mod:`agent_memory.wrappers.flow`) runs over an env count of
-    one — so ``n`` single envs wrapped in ``HistoryWrapper`` give the same prompts as one
-    ``VectorHistoryWrapper`` over ``make_vec(id, n)``. ``info`` values are scalars; the finished
-    episode is handed over in ``info["episode_history"]`` on its last step, and ``reset`` hands
-    over an unfinished one it discards.
+    The step flow of :class:`~agent_memory.wrappers.VectorHistoryWrapper` over one env, so
+    ``n`` wrapped single envs give the same prompts as one wrapped ``make_vec(id, n)``. ``info``
+    values are scalars; a finished episode is handed over in ``info["episode_history"]``.
 
     Args:
         env: the env.
-        options: the settings as one :class:`~agent_memory.wrappers.HistoryOptions`.
-        **settings: the same settings as keywords (see
-            :class:`~agent_memory.wrappers.HistoryOptions`), put over ``options``.
+        history_length, memory, formatter, template, parser, token_counter, max_tokens,
+            max_prompt_tokens, bounded, obs_to_text: the settings, documented (and validated)
+            once, on :class:`~agent_memory.wrappers.HistoryOptions`.
+        options: the settings as one :class:`~agent_memory.wrappers.HistoryOptions`; the
+            keywords that are not at their default are put over it.
 
     Example:
         >>> import gymnasium as gym
@@ -48,10 +51,30 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
     """
 
     def __init__(
-        self, env: gym.Env, *, options: HistoryOptions | None = None, **settings: Any
+        self,
+        env: gym.Env,
+        *,
+        history_length: int = 3,
+        memory: BaseMemory | None = None,
+        formatter: FormatterSpec = "simple",
+        template: TemplateSpec = None,
+        parser: ActionParser | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        max_tokens: int | None = None,
+        max_prompt_tokens: int | None = None,
+        bounded: bool = False,
+        obs_to_text: Callable[[Any], str] | None = None,
+        options: HistoryOptions | None = None,
+        **unknown: Never,  # none is accepted: caught to name the setting meant
     ) -> None:
         super().__init__(env)
-        self._setup(1, options, settings)
+        settings = {
+            "history_length": history_length, "memory": memory, "formatter": formatter,
+            "template": template, "parser": parser, "token_counter": token_counter,
+            "max_tokens": max_tokens, "max_prompt_tokens": max_prompt_tokens,
+            "bounded": bounded, "obs_to_text": obs_to_text,
+        }  # fmt: skip
+        self._setup(1, options, settings, unknown)
         self.observation_space = PromptText()
         if self.parser is not None:
             self.action_space = PromptText()

@@ -124,7 +124,7 @@ class EpisodeState:
             if ADMISSIBLE_ACTIONS in info:
                 self._admissible[i] = _listify(info[ADMISSIBLE_ACTIONS])
 
-    def add_rewards(self, ids: Sequence[int], rewards: Sequence[float]) -> None:
+    def add_rewards(self, ids: Sequence[int], rewards: Sequence[float] | np.ndarray) -> None:
         """Add each env's step reward to its return."""
         self._returns[list(ids)] += rewards
 

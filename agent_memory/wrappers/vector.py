@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Never
 
 import numpy as np
 from gymnasium import spaces
@@ -11,11 +12,15 @@ from gymnasium.logger import warn
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
+from agent_memory.formatting import FormatterSpec
+from agent_memory.memory import BaseMemory
+from agent_memory.parsing import ActionParser
 from agent_memory.protocol import EPISODE_HISTORY, WON, Episode
+from agent_memory.tokens import TokenCounterSpec
 from agent_memory.wrappers.base import FIGURES, OwnsHistory
-from agent_memory.wrappers.flow import Verdicts, object_array
+from agent_memory.wrappers.flow import Plan, Verdicts, object_array
 from agent_memory.wrappers.hold import SubEnvHolds
-from agent_memory.wrappers.options import HistoryOptions
+from agent_memory.wrappers.options import HistoryOptions, TemplateSpec
 from agent_memory.wrappers.prompt import PromptText
 from agent_memory.wrappers.vector_env import (
     async_worker_keeps_autoreset,
@@ -27,42 +32,41 @@ from agent_memory.wrappers.vector_env import (
 __all__ = ["VectorHistoryWrapper"]
 
 
+@dataclass
+class _Outcome:
+    """What the inner env's step gave, with the held envs' reward and ends zeroed."""
+
+    texts: list[str]  # each acting env's observation as text ("" for held envs)
+    rewards: np.ndarray
+    terminated: np.ndarray
+    truncated: np.ndarray
+    info: dict[str, Any]
+
+    @property
+    def done(self) -> np.ndarray:
+        return self.terminated | self.truncated
+
+
 class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
     """Owns one interaction history per sub-env: stores each step, renders each env's prompt.
 
-    On ``step(responses)`` it parses each model response into the env's action (when a
-    ``parser`` is given), steps the inner env, stores for every env that really stepped the
-    observation its action was taken on, the action and the thought (plus any ``extras``), and
-    returns one prompt per env built from the task, the step count, the history, the current
-    observation and the admissible actions. Episode boundaries follow the inner env's
-    ``autoreset_mode``:
-
-    * ``NEXT_STEP``: the step after a done is the env's reset step; its response is ignored by
-      the env and is not stored, and the history restarts from the reset observation.
-    * ``SAME_STEP``: the last step is stored, the episode (with ``info["final_obs"]`` as its
-      final observation) is handed over, and the history restarts from the reset observation.
-    * ``DISABLED``: a finished env waits for ``reset(options={"reset_mask": mask})``; only the
-      masked envs' histories are cleared (the mask is read before the inner env pops it).
-      ``step(actions, mask=mask)`` steps only the masked envs (see :meth:`step`).
-
-    A finished episode is handed over in ``info["episode_history"]`` (``_episode_history``
-    masks the envs) on the step it ends, before its history is ever cleared; a ``reset()`` hands
-    over unfinished episodes it discards. ``info`` also gets, per env: ``raw_obs`` (the env's
-    observation text), ``history_steps``, ``context_chars``, ``context_tokens`` (with the
-    configured counter), ``episode_step`` (steps taken in the episode) and, with a parser,
-    ``is_action_valid``, ``invalid_reason``, ``parsed_action``, ``thought`` and
-    ``invalid_penalty`` (the explicit reward term added for invalid actions).
+    ``step(responses)`` parses each response (with a ``parser``), steps the inner env, stores the
+    observation acted on, the action, the thought and any ``extras`` of every env that really
+    stepped, and returns one prompt per env. Episodes end as the inner env's ``autoreset_mode``
+    says (NEXT_STEP: the reset step is not stored; SAME_STEP: the last observation is
+    ``info["final_obs"]``; DISABLED: ``reset(options={"reset_mask": m})`` clears the masked envs)
+    and are handed over in ``info["episode_history"]`` first. ``info`` also gets, per env,
+    ``raw_obs``, the figures (``history_steps``, ``context_chars``, ``context_tokens``,
+    ``episode_step``) and, with a parser, ``is_action_valid``, ``invalid_reason``,
+    ``parsed_action``, ``thought`` and ``invalid_penalty``.
 
     Args:
-        env: any ``gymnasium.vector.VectorEnv`` (Sync, Async with ``shared_memory=False`` for
-            text observations, ``make_vec`` with ``wrappers=...``, or your own).
-        options: the settings as one :class:`~agent_memory.wrappers.HistoryOptions`.
-        **settings: the same settings as keywords (``history_length``, ``memory``,
-            ``formatter``, ``template``, ``parser``, ``token_counter``, ``max_tokens``,
-            ``max_prompt_tokens``, ``bounded``, ``obs_to_text``: documented once, on
-            :class:`~agent_memory.wrappers.HistoryOptions`), put over ``options`` when both are
-            given. They are forwarded rather than restated so that both wrappers and the
-            options share one list and one validation.
+        env: any ``gymnasium.vector.VectorEnv`` (Async needs ``shared_memory=False`` for text).
+        history_length, memory, formatter, template, parser, token_counter, max_tokens,
+            max_prompt_tokens, bounded, obs_to_text: the settings, documented (and validated)
+            once, on :class:`~agent_memory.wrappers.HistoryOptions`.
+        options: the settings as one :class:`~agent_memory.wrappers.HistoryOptions`; the
+            keywords that are not at their default are put over it.
 
     Example:
         >>> import gymnasium as gym
@@ -89,13 +93,33 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
     """
 
     def __init__(
-        self, env: VectorEnv, *, options: HistoryOptions | None = None, **settings: Any
+        self,
+        env: VectorEnv,
+        *,
+        history_length: int = 3,
+        memory: BaseMemory | None = None,
+        formatter: FormatterSpec = "simple",
+        template: TemplateSpec = None,
+        parser: ActionParser | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        max_tokens: int | None = None,
+        max_prompt_tokens: int | None = None,
+        bounded: bool = False,
+        obs_to_text: Callable[[Any], str] | None = None,
+        options: HistoryOptions | None = None,
+        **unknown: Never,  # none is accepted: caught to name the setting meant
     ) -> None:
         super().__init__(env)
         self._mode = autoreset_mode_of(env)
         self._async = isinstance(env.unwrapped, AsyncVectorEnv)
         refuse_text_on_shared_memory(env)
-        self._setup(self.num_envs, options, settings)
+        settings = {
+            "history_length": history_length, "memory": memory, "formatter": formatter,
+            "template": template, "parser": parser, "token_counter": token_counter,
+            "max_tokens": max_tokens, "max_prompt_tokens": max_prompt_tokens,
+            "bounded": bounded, "obs_to_text": obs_to_text,
+        }  # fmt: skip
+        self._setup(self.num_envs, options, settings, unknown)
         self.single_observation_space = PromptText()
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         if self.parser is not None:
@@ -119,7 +143,10 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         return self._mode
 
     def reset(
-        self, *, seed: int | list[int | None] | None = None, options: dict[str, Any] | None = None
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
     ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Reset all envs, or only those in ``options["reset_mask"]``; start their histories."""
         mask = None
@@ -132,7 +159,8 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         gone, handed = recorder.abandon(ids)
         again = self._reset_again_on_next_step(ids)
         self._holds.release(mask)  # only the envs that reset: a held env stays held
-        obs, info = self.env.reset(seed=seed, options=options)
+        # VectorEnv.reset is annotated with an int seed; Sync and Async take one per env too.
+        obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
         texts = [recorder.obs_to_text(obs[i]) for i in ids]
         recorder.start(ids, texts, infos_at(info, ids))
         self._pending_reset[ids] = False
@@ -172,70 +200,22 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
                 partial mask without DISABLED, or sub-envs that cannot be held.
             RuntimeError: a finished env acts before its reset (DISABLED).
         """
-        n = self.num_envs
-        if isinstance(actions, (str, bytes)) or len(actions) != n:
-            got = type(actions).__name__ if isinstance(actions, (str, bytes)) else len(actions)
-            raise ValueError(f"expected {n} actions (one per env), got {got}")
-        if extras is not None:
-            for key, values in extras.items():
-                if isinstance(values, (str, bytes)) or len(values) != n:
-                    raise ValueError(f"extras[{key!r}] must hold {n} values (one per env)")
-        acting = np.ones(n, dtype=bool) if mask is None else self._step_mask(mask)
-        if self._mode == AutoresetMode.DISABLED and (self._finished & acting).any():
-            raise RuntimeError(
-                f"env(s) {np.flatnonzero(self._finished & acting).tolist()} finished their "
-                "episode and autoreset_mode is DISABLED: call reset(options={'reset_mask': "
-                "mask}) for them before stepping (or leave them out of step's mask)"
-            )
+        acting = self._acting(actions, extras, mask)
         resetting = self._pending_reset & acting
         live_ids = np.flatnonzero(acting & ~resetting).tolist()
-        flow, recorder = self._parts.flow, self._parts.recorder
+        flow = self._parts.flow
         plan = flow.plan(actions, live_ids)
-        env_actions = [
-            plan.env_actions[i] if i in plan.env_actions else flow.idle_action(actions[i])
-            for i in range(n)
-        ]
-        if mask is not None or self._holds.flags.any():
-            self._inner_done[self._holds.set(~acting, self._inner_done)] = False
-        obs, rewards, terminated, truncated, info = self.env.step(self._batch(env_actions))
-        # New arrays: the penalty must not touch the env's own buffers; held envs report nothing.
-        rewards = np.where(acting, np.asarray(rewards, dtype=np.float64), 0.0)
-        terminated = np.logical_and(terminated, acting)
-        truncated = np.logical_and(truncated, acting)
-        done = terminated | truncated
-        texts = [recorder.obs_to_text(o) if acting[i] else "" for i, o in enumerate(obs)]
-
+        out = self._step_inner(actions, plan, acting, mask is not None)
         # Store, verdict and penalty for every env that really stepped (see flow.py).
-        step_infos = self._step_infos(info, live_ids, done)
-        verdicts = flow.record(plan, step_infos, rewards, extras)
+        step_infos = self._step_infos(out.info, live_ids, out.done)
+        verdicts = flow.record(plan, step_infos, out.rewards, extras)
         if verdicts is not None:
-            self._add_verdicts(info, verdicts, acting)
-
-        # Episode boundaries, per autoreset mode.
-        ended = [i for i in live_ids if done[i]]
-        going = [i for i in live_ids if not done[i]]
-        recorder.observe(going, [texts[i] for i in going], [step_infos[i] for i in going])
-        if self._mode == AutoresetMode.NEXT_STEP:
-            restarted = np.flatnonzero(resetting).tolist()
-            recorder.start(restarted, [texts[i] for i in restarted], infos_at(info, restarted))
-            finals = [texts[i] for i in ended]
-            self._pending_reset = done.copy()
-        elif self._mode == AutoresetMode.SAME_STEP:
-            finals = [recorder.obs_to_text(info["final_obs"][i]) for i in ended]
-        else:  # DISABLED
-            finals = [texts[i] for i in ended]
-            self._finished[ended] = True
-            self._inner_done[ended] = True
-        won = [bool(step_infos[i].get(WON, False)) for i in ended]
-        handed = recorder.handover(ended, finals, terminated[ended], truncated[ended], won)
-        if self._mode == AutoresetMode.SAME_STEP:
-            recorder.start(ended, [texts[i] for i in ended], infos_at(info, ended))
-        elif ended:  # the final observation is what the env shows until it resets
-            recorder.observe(ended, finals, [{} for _ in ended])
-
+            self._add_verdicts(out.info, verdicts, acting)
+        ended = [i for i in live_ids if out.done[i]]
+        handed = self._move_episodes_on(out, step_infos, live_ids, ended, resetting)
         self._build(np.flatnonzero(acting).tolist())
-        self._report(info, acting, ended, handed)
-        return self.prompts, rewards, terminated, truncated, info
+        self._report(out.info, acting, ended, handed)
+        return self.prompts, out.rewards, out.terminated, out.truncated, out.info
 
     def close(self, **kwargs: Any) -> None:
         """Close the memory (files, connections), then the inner env."""
@@ -264,6 +244,85 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
                 "agent_memory.wrappers.make_vec_holdable(env_id, n)) to step some envs only"
             )
         return acting
+
+    def _acting(
+        self,
+        actions: Sequence[Any],
+        extras: Mapping[str, Sequence[Any]] | None,
+        mask: Sequence[bool] | np.ndarray | None,
+    ) -> np.ndarray:
+        """Check ``step``'s arguments; the envs that act (all without a ``mask``)."""
+        n = self.num_envs
+        if isinstance(actions, (str, bytes)) or len(actions) != n:
+            got = type(actions).__name__ if isinstance(actions, (str, bytes)) else len(actions)
+            raise ValueError(f"expected {n} actions (one per env), got {got}")
+        for key, values in (extras or {}).items():
+            if isinstance(values, (str, bytes)) or len(values) != n:
+                raise ValueError(f"extras[{key!r}] must hold {n} values (one per env)")
+        acting = np.ones(n, dtype=bool) if mask is None else self._step_mask(mask)
+        if self._mode == AutoresetMode.DISABLED and (self._finished & acting).any():
+            raise RuntimeError(
+                f"env(s) {np.flatnonzero(self._finished & acting).tolist()} finished their "
+                "episode and autoreset_mode is DISABLED: call reset(options={'reset_mask': "
+                "mask}) for them before stepping (or leave them out of step's mask)"
+            )
+        return acting
+
+    def _step_inner(
+        self, actions: Sequence[Any], plan: Plan, acting: np.ndarray, masked: bool
+    ) -> _Outcome:
+        """Hold the envs that do not act, step the inner env, and zero what held envs report
+        (in new arrays: the penalty must not touch the env's own buffers)."""
+        flow = self._parts.flow
+        env_actions = [
+            plan.env_actions[i] if i in plan.env_actions else flow.idle_action(actions[i])
+            for i in range(self.num_envs)
+        ]
+        if masked or self._holds.flags.any():
+            self._inner_done[self._holds.set(~acting, self._inner_done)] = False
+        obs, rewards, terminated, truncated, info = self.env.step(self._batch(env_actions))
+        to_text = self._parts.recorder.obs_to_text
+        return _Outcome(
+            texts=[to_text(o) if acting[i] else "" for i, o in enumerate(obs)],
+            rewards=np.where(acting, np.asarray(rewards, dtype=np.float64), 0.0),
+            terminated=np.logical_and(terminated, acting),
+            truncated=np.logical_and(truncated, acting),
+            info=info,
+        )
+
+    def _move_episodes_on(
+        self,
+        out: _Outcome,
+        step_infos: Mapping[int, Mapping[str, Any]],
+        live_ids: list[int],
+        ended: list[int],
+        resetting: np.ndarray,
+    ) -> list[Episode]:
+        """Observe the envs that go on; end, hand over and restart the others, as the
+        autoreset mode says. Returns the episodes handed over (one per env of ``ended``)."""
+        recorder, texts, info = self._parts.recorder, out.texts, out.info
+        going = [i for i in live_ids if not out.done[i]]
+        recorder.observe(going, [texts[i] for i in going], [step_infos[i] for i in going])
+        if self._mode == AutoresetMode.NEXT_STEP:
+            # This step reset the envs that ended last step; those ending now reset next step.
+            restarted = np.flatnonzero(resetting).tolist()
+            recorder.start(restarted, [texts[i] for i in restarted], infos_at(info, restarted))
+            self._pending_reset = out.done.copy()
+            finals = [texts[i] for i in ended]
+        elif self._mode == AutoresetMode.SAME_STEP:
+            # The env already reset: the last observation is in final_obs, texts[i] starts anew.
+            finals = [recorder.obs_to_text(info["final_obs"][i]) for i in ended]
+        else:  # DISABLED: the envs wait, finished, for a masked reset
+            finals = [texts[i] for i in ended]
+            self._finished[ended] = True
+            self._inner_done[ended] = True
+        won = [bool(step_infos[i].get(WON, False)) for i in ended]
+        handed = recorder.handover(ended, finals, out.terminated[ended], out.truncated[ended], won)
+        if self._mode == AutoresetMode.SAME_STEP:
+            recorder.start(ended, [texts[i] for i in ended], infos_at(info, ended))
+        elif ended:  # the final observation is what the env shows until it resets
+            recorder.observe(ended, finals, [{} for _ in ended])
+        return handed
 
     def _reset_again_on_next_step(self, ids: list[int]) -> list[int]:
         """Envs of ``ids`` that Gymnasium's AsyncVectorEnv will reset again on the next step.

@@ -6,9 +6,9 @@ import random
 import re
 
 import pytest
+from bench_lib.verl_reference import ReferenceSearchMemory, ReferenceSimpleMemory
 
 from agent_memory.compat.verl import SearchMemory, SimpleMemory
-from agent_memory.compat.verl_reference import ReferenceSearchMemory, ReferenceSimpleMemory
 
 
 def _random_text(rng: random.Random) -> str:

@@ -19,10 +19,10 @@ import re
 import gymnasium as gym
 import numpy as np
 import pytest
+from bench_lib.verl_reference import ReferenceSimpleMemory
 
 import agent_memory.envs as _bundled  # noqa: F401  (registers the bundled ids)
 from agent_memory.compat.verl import MemoryEnvironmentManager
-from agent_memory.compat.verl_reference import ReferenceSimpleMemory
 from agent_memory.config import ConfigError, EnvConfig, JobConfig, ParserConfig
 
 KWARGS = {"num_distractors": 2, "num_choices": 2}

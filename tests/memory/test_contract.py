@@ -39,6 +39,8 @@ def _params(name: str, tmp: Path) -> dict[str, Any]:
     return {
         "window": {},
         "history": {},
+        "none": {},
+        "full": {},
         "compaction": {"trigger_steps": 4, "keep_last": 2, "summary_max_tokens": 16},
         "retrieval": {"top_k": 2, "similarity_threshold": -1},
         "episodic": {"path": tmp / "episodic.sqlite", "retention": "persistent"},
@@ -49,6 +51,8 @@ def _params(name: str, tmp: Path) -> dict[str, Any]:
 
 #: The built-in strategies (a name another test module registers is not one of them).
 BUILTIN = sorted(_REGISTRY._builtins)
+#: Names of the window strategy (HistoryMemory).
+WINDOW_ALIASES = ("window", "history", "none", "full")
 FORMATTERS = [
     (name, fmt)
     for name in BUILTIN
@@ -110,8 +114,8 @@ def tokens(ctx: Any) -> int:
 
 def test_every_builtin_strategy_is_tested():
     assert set(BUILTIN) <= set(available_memories())
-    assert {"window", "history", "compaction", "retrieval", "episodic", "blackboard",
-            "conversation"} == set(BUILTIN)  # fmt: skip
+    assert {"window", "history", "none", "full", "compaction", "retrieval", "episodic",
+            "blackboard", "conversation"} == set(BUILTIN)  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "formatter"), FORMATTERS)
@@ -204,7 +208,7 @@ def test_reset_store_getitem_num_steps_and_state_round_trip(tmp_path, name):
     assert mem.fetch(-1).lengths[0] == 0
     mem.store({"observation": ["again"], "action": ["wait"]}, env_ids=[0])
     assert mem.num_steps(0) == 1 and mem[0] == [{"observation": "again", "action": "wait"}]
-    other = HistoryMemory(NUM_ENVS) if name not in ("window", "history") else None
+    other = HistoryMemory(NUM_ENVS) if name not in WINDOW_ALIASES else None
     if other is not None:  # a state of another kind is refused, with the kind named
         with pytest.raises(ValueError, match="cannot load state: expected kind="):
             clone.load_state_dict(other.state_dict())

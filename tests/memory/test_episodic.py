@@ -297,7 +297,9 @@ def test_chat_formatter_gets_the_block_as_a_message(tmp_path):
 
 
 def test_agent_mode_record_and_retrieve_through_intercept(tmp_path):
-    mem = _mem(tmp_path, control="agent", max_memory_actions=2, show_replies=1)
+    mem = _mem(
+        tmp_path, control="agent", max_memory_actions=2, show_replies=1, retention="persistent"
+    )
     assert AGENT_INSTRUCTIONS in mem.block(0)  # the hint shows from the start
     mem.on_episode_start(0, TASK, "start")
     assert mem.intercept(0, "<think>go</think><action>right</action>") is None
@@ -316,7 +318,7 @@ def test_agent_mode_record_and_retrieve_through_intercept(tmp_path):
     note = mem.store_.rows()[-1]
     assert (note.kind, note.won, note.ret, note.length) == ("note", True, 1.0, 1)
     # Another env of another run (same persistent namespace) finds the note.
-    other = _mem(tmp_path, 1, control="agent")
+    other = _mem(tmp_path, 1, control="agent", retention="persistent")
     other.on_episode_start(0, TASK, "start")
     assert "The hole is below the start." in other.intercept(0, "<retrieve>hole</retrieve>")
     assert other.intercept(0, "<retrieve>zebra</retrieve>") == "Memory: nothing matches 'zebra'."
@@ -374,7 +376,7 @@ def test_session_rows_are_shared_by_runs_and_end_with_the_session(tmp_path):
         ValueError,
         match=re.escape(
             "end_session() deletes a session's rows, but this memory's retention is "
-            "'persistent': expected 'session'"
+            "'single_run': expected 'session'"
         ),
     ):
         _mem(tmp_path).end_session()
@@ -396,7 +398,9 @@ def test_session_ttl_expires_idle_sessions(tmp_path):
 
 
 def _persistent_child(path: str) -> None:
-    mem = EpisodicMemory(1, path=path, env_name="lake", run_id="child-run", session_id="x")
+    mem = EpisodicMemory(
+        1, path=path, env_name="lake", run_id="child-run", session_id="x", retention="persistent"
+    )
     _play(mem, 0, ["right", "down"], won=True)
     mem.close()
 
@@ -407,19 +411,21 @@ def test_persistent_rows_survive_processes_and_prune(tmp_path):
     proc.start()
     proc.join(60)
     assert proc.exitcode == 0
-    mem = EpisodicMemory(1, path=path, env_name="lake", session_id="y")  # new run and session
+    # A new run and session.
+    mem = EpisodicMemory(1, path=path, env_name="lake", session_id="y", retention="persistent")
     assert "Actions (2): right; down" in mem.on_episode_start(0, TASK, "start")
     assert mem.store_.rows()[0].run_id == "child-run"
     mem.close()
     capped = EpisodicMemory(
-        1, path=path, env_name="lake", max_rows=3, prune_every=2, max_rows_per_task=None
-    )
+        1, path=path, env_name="lake", max_rows=3, prune_every=2, max_rows_per_task=None,
+        retention="persistent",
+    )  # fmt: skip
     for t in range(4):
         _play(capped, 0, ["up"] * (t + 1), won=False, first_obs=f"level {t}")
     assert [r.length for r in capped.store_.rows()] == [2, 3, 4]  # pruned to the newest 3
     capped.store_.db.write(lambda c: c.execute("UPDATE memories SET created_at = 0 WHERE id < 5"))
     assert capped.maintain() == 0
-    aged = EpisodicMemory(1, path=path, max_age_s=60.0)
+    aged = EpisodicMemory(1, path=path, max_age_s=60.0, retention="persistent")
     assert [r.length for r in aged.store_.rows()] == [4]
     capped.close()
     aged.close()
@@ -439,7 +445,7 @@ def test_max_rows_per_task_keeps_the_best(tmp_path):
 
 
 def test_end_after_reset_same_step_order_and_unfinished_episodes(tmp_path):
-    mem = _mem(tmp_path, control="both")
+    mem = _mem(tmp_path, control="both", retention="persistent")
     mem.on_episode_start(0, TASK, "start")
     mem.intercept(0, "<record>note in episode 1</record>")
     mem.reset([0])  # SAME_STEP: the wrapper restarts the env before the rollout ends it
@@ -450,7 +456,8 @@ def test_end_after_reset_same_step_order_and_unfinished_episodes(tmp_path):
     unfinished = _episode(["up"], won=None)
     unfinished.update(terminated=False, truncated=False)
     assert mem.on_episode_end(1, unfinished) is None
-    assert _mem(tmp_path, record_unfinished=True).on_episode_end(1, unfinished) is not None
+    other = _mem(tmp_path, record_unfinished=True, retention="persistent")
+    assert other.on_episode_end(1, unfinished) is not None
     row = mem.store_.rows()[-1]
     assert row.won is None and "outcome unknown" in mem.on_episode_start(1, TASK, "start")
     mem.close()
@@ -470,7 +477,10 @@ def test_batched_start_and_end(tmp_path):
 
 
 def test_state_dict_round_trips_exactly(tmp_path):
-    mem = _mem(tmp_path, 2, control="both", capacity=3, max_tokens=500, session_id="s")
+    mem = _mem(
+        tmp_path, 2, control="both", capacity=3, max_tokens=500, session_id="s",
+        retention="persistent",
+    )  # fmt: skip
     _play(mem, 0, ["right"], won=True)
     mem.on_episode_start(0, TASK, "start")
     mem.intercept(0, "<retrieve>right</retrieve>")
@@ -486,7 +496,7 @@ def test_state_dict_round_trips_exactly(tmp_path):
         "session_id": "s",
         "control": "both",
     }
-    clone = _mem(tmp_path, 2, control="both", capacity=3, max_tokens=500)
+    clone = _mem(tmp_path, 2, control="both", capacity=3, max_tokens=500, retention="persistent")
     clone.load_state_dict(json.loads(json.dumps(state)))
     assert clone.state_dict() == state and clone.run_id == mem.run_id
     for hl in (0, 1, 3):

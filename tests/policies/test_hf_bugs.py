@@ -75,7 +75,7 @@ def test_preflight_tells_to_change_policy_params_path(policy):
     from hydra import compose, initialize_config_dir
 
     from agent_memory.config import ConfigError, load_job, register_configs
-    from agent_memory.rollout.preflight import preflight
+    from agent_memory.rollout.driver.preflight import preflight
 
     register_configs()
     overrides = [f"policy={policy}", "policy.params.path=/nonexistent"]

@@ -15,7 +15,7 @@ from agent_memory.config import (
     PolicyConfig,
     RolloutConfig,
 )
-from agent_memory.rollout.cluster import local_token_auth
+from agent_memory.rollout.driver.cluster import local_token_auth
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -7,7 +7,13 @@ import re
 import numpy as np
 import pytest
 
-from agent_memory.rollout.advantages import discounted_returns, gae, gigpo, group_normalize, grpo
+from agent_memory.rollout.driver.advantages import (
+    discounted_returns,
+    gae,
+    gigpo,
+    group_normalize,
+    grpo,
+)
 
 
 def test_grpo_normalises_returns_per_trajectory_within_groups():

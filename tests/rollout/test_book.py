@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from agent_memory.rollout.book import EpisodeBook
+from agent_memory.rollout.driver.book import EpisodeBook
 from agent_memory.rollout.types import EpisodeSpec
 
 

@@ -10,28 +10,15 @@ import pytest
 
 from agent_memory.policies.simple import ScriptedPolicy
 from agent_memory.rollout import run_rollout
-from agent_memory.rollout.async_collector import make_collector
-from agent_memory.rollout.collector import Collector
+from agent_memory.rollout.driver.collector import Collector
 from tests.rollout.conftest import make_job
 
 pytestmark = pytest.mark.usefixtures("ray_session", "engine")
 
 
-class CountingPolicy(ScriptedPolicy):
-    """The scripted policy, recording how many prompts each call answered."""
-
-    def __init__(self, parser=None) -> None:
-        super().__init__(parser)
-        self.calls: list[int] = []
-
-    def act(self, prompts, meta=None):
-        self.calls.append(len(prompts))
-        return super().act(prompts, meta)
-
-
 def test_group_members_start_from_the_same_state():
     job = make_job("agent_memory/Sokoban-v0", groups=3, size=3, policy="random")
-    trajs = make_collector(job).run()
+    trajs = Collector(job).run()
     assert len(trajs) == 9
     first = {}
     for t in trajs:
@@ -41,15 +28,13 @@ def test_group_members_start_from_the_same_state():
 
 
 def test_no_generation_for_finished_envs_and_scripted_success():
-    policy = CountingPolicy()
+    policy = ScriptedPolicy()
     job = make_job("agent_memory/Recall-v0", groups=3, size=2, workers=2, envs=2, num_distractors=2)
-    collector = make_collector(job, policy=policy)
+    collector = Collector(job, policy=policy)
     trajs = collector.run()
     steps = sum(len(t.steps) for t in trajs)
     # One request per real step: none for an env whose episode ended.
     assert collector.stats.policy_requests == steps == collector.stats.env_steps
-    if job.rollout.mode == "lockstep":  # the driver's policy object answered every call
-        assert sum(policy.calls) == steps and max(policy.calls) <= 4  # never more than live envs
     assert all(t.won and t.terminated and not t.truncated for t in trajs)
     assert [s.step for s in trajs[0].steps] == list(range(1, len(trajs[0].steps) + 1))
 
@@ -57,7 +42,7 @@ def test_no_generation_for_finished_envs_and_scripted_success():
 def test_truncation_is_kept_apart_from_termination():
     job = make_job("agent_memory/Sokoban-v0", policy="random", groups=2, size=2)
     job.env.max_steps = 2
-    trajs = make_collector(job).run()
+    trajs = Collector(job).run()
     for t in trajs:
         assert len(t.steps) <= 2
         assert t.terminated != t.truncated  # exactly one way to end
@@ -68,7 +53,7 @@ def test_an_env_exception_ends_only_its_episode():
     job = make_job("tests.rollout.flaky:Flaky-v0", groups=4, size=1, workers=1, envs=4)
     job.env.parser.tag = None  # Flaky takes bare actions
     job.policy.name = "random"
-    trajs = make_collector(job).run()
+    trajs = Collector(job).run()
     crashed = [t for t in trajs if t.error]
     fine = [t for t in trajs if not t.error]
     assert [t.spec.seed % 2 for t in crashed] == [1, 1]  # odd seeds crash at step 3
@@ -146,7 +131,7 @@ def test_too_many_cpus_per_worker_is_a_clear_error():
         ValueError,
         match=r"needs 128 CPUs but the Ray cluster has \d+: lower rollout\.num_cpus_per_worker",
     ):
-        make_collector(job).run()
+        Collector(job).run()
 
 
 def test_a_worker_that_cannot_restart_leaves_its_episodes_to_the_others():
@@ -164,7 +149,7 @@ def test_a_worker_that_cannot_restart_leaves_its_episodes_to_the_others():
             killed.append(late[0])
             os.kill(collector.worker_pid(late[0]), signal.SIGKILL)
 
-    collector = make_collector(job, on_step=kill_late_worker)
+    collector = Collector(job, on_step=kill_late_worker)
     trajs = collector.run()
     assert killed and collector.stats.workers_lost == 1
     assert len(trajs) == 8 and all(t.won for t in trajs)
@@ -175,15 +160,15 @@ def test_a_worker_that_cannot_restart_leaves_its_episodes_to_the_others():
 def test_async_sub_envs_with_the_scripted_oracle():
     job = make_job("agent_memory/Recall-v0", groups=2, size=2, workers=1, envs=4, num_distractors=2)
     job.rollout.vectorization = "async"
-    trajs = make_collector(job).run()
+    trajs = Collector(job).run()
     assert len(trajs) == 4 and all(t.won and len(t.steps) == 4 for t in trajs)
 
 
 def test_workers_stay_up_across_collect_calls():
-    from agent_memory.rollout.collector import episode_specs
+    from agent_memory.rollout.driver.collector import episode_specs
 
     job = make_job("agent_memory/Recall-v0", groups=2, size=2, workers=2, envs=2, num_distractors=1)
-    collector = make_collector(job)
+    collector = Collector(job)
     collector.start()
     try:
         pids = [collector.worker_pid(w) for w in range(2)]
@@ -198,10 +183,10 @@ def test_workers_stay_up_across_collect_calls():
 
 
 def test_a_version_update_between_collects_reaches_every_row(engine):
-    from agent_memory.rollout.collector import episode_specs
+    from agent_memory.rollout.driver.collector import episode_specs
 
     job = make_job("agent_memory/Recall-v0", groups=2, size=2, workers=2, envs=2, num_distractors=1)
-    collector = make_collector(job)
+    collector = Collector(job)
     collector.start()
     try:
         first = collector.collect(episode_specs(2, 2, seed=0))

@@ -1,11 +1,13 @@
-"""Both engines produce the same trajectories whatever order the answers arrive in.
+"""The engine (both modes) produces the reference loop's trajectories whatever order the answers
+arrive in.
 
 A real mock OpenAI-compatible server on loopback answers from a hash of (prompt, request seed);
 the openai client derives each request's seed from (policy seed, traj_uid, step) (see
 :func:`~agent_memory.policies.base.episode_seed`), so an answer depends on its episode and step
 only. The server's heavy-tailed random latency makes requests finish out of order, and the
-asynchronous engine sends them in a different order from the lockstep one (which the test
-checks, so that it cannot pass by both engines happening to run alike). Several workers with
+engine sends them in a different order from the in-process reference loop
+(:func:`~agent_memory.rollout.reference.play`; the test checks it, so that it cannot pass by both
+happening to run alike). Several workers with
 several envs each, more episodes than envs (freed envs take waiting episodes), episodes of
 different lengths.
 """
@@ -18,9 +20,10 @@ import threading
 import pytest
 
 from agent_memory.config import PolicyConfig
-from agent_memory.rollout.advantages import compute_advantages
-from agent_memory.rollout.async_collector import make_collector
-from agent_memory.rollout.outputs import step_rows
+from agent_memory.rollout.driver.advantages import compute_advantages
+from agent_memory.rollout.driver.collector import Collector, build_policy, episode_specs
+from agent_memory.rollout.driver.outputs import step_rows
+from agent_memory.rollout.reference import play
 from agent_memory.serving import HashBackend, LogNormalLatency, MockOpenAIServer
 from tests.rollout.conftest import ENGINE, make_job
 
@@ -56,7 +59,7 @@ def server():
         yield srv, answers
 
 
-def _run(mode: str, base_url: str) -> tuple[list[str], list[dict]]:
+def _job(base_url: str, mode: str = "async"):
     ENGINE["mode"] = mode
     try:
         job = make_job(
@@ -71,36 +74,50 @@ def _run(mode: str, base_url: str) -> tuple[list[str], list[dict]]:
         params={"base_url": base_url, "model": "hash", "seed": 1234, "concurrency": 16,
                 "timeout": 30.0, "max_retries": 2},
     )  # fmt: skip
-    collector = make_collector(job)
-    try:
-        trajs = collector.run()
-    finally:
-        collector.policy.close()  # the lockstep engine's client threads live in this process
+    return job
+
+
+def _rows(job, trajs) -> tuple[list[str], list[dict]]:
     compute_advantages(trajs, job.algo)
-    rows = step_rows(trajs)
-    return [t.spec.traj_uid for t in trajs], rows
+    return [t.spec.traj_uid for t in trajs], step_rows(trajs)
 
 
-def test_async_and_lockstep_trajectories_are_identical(server):
+def _engine(mode: str, base_url: str) -> tuple[list[str], list[dict]]:
+    job = _job(base_url, mode)
+    return _rows(job, Collector(job).run())
+
+
+def _reference(base_url: str) -> tuple[list[str], list[dict]]:
+    job = _job(base_url)
+    policy = build_policy(job)
+    try:
+        trajs = play(job, episode_specs(6, 4, job.rollout.seed), policy)
+    finally:
+        policy.close()  # its client threads live in this process
+    return _rows(job, trajs)
+
+
+@pytest.mark.parametrize("mode", ["async", "lockstep"])
+def test_the_engine_and_the_reference_loop_give_identical_trajectories(server, mode):
     srv, answers = server
-    lock_ids, lock_rows = _run("lockstep", srv.base_url)
-    lock_asked, answers.asked = answers.asked, []
-    async_ids, async_rows = _run("async", srv.base_url)
-    async_asked = answers.asked
+    ref_ids, ref_rows = _reference(srv.base_url)
+    ref_asked, answers.asked = answers.asked, []
+    ids, rows = _engine(mode, srv.base_url)
+    asked = answers.asked
 
     # The runs really differ in the order the server was asked ...
-    assert sorted(lock_asked) == sorted(async_asked)
-    assert lock_asked != async_asked
+    assert sorted(ref_asked) == sorted(asked)
+    assert ref_asked != asked
     # ... and the work is not trivial: many steps, episodes of different lengths and outcomes.
-    assert lock_ids == [f"g{g}-t{m}" for g in range(6) for m in range(4)]
-    lengths = {r["traj_uid"]: r["step"] for r in lock_rows}
-    assert len(set(lengths.values())) >= 3 and len(lock_rows) >= 60
-    assert {r["is_action_valid"] for r in lock_rows} == {True, False}
-    assert len({r["advantage"] for r in lock_rows}) >= 3
+    assert ref_ids == [f"g{g}-t{m}" for g in range(6) for m in range(4)]
+    lengths = {r["traj_uid"]: r["step"] for r in ref_rows}
+    assert len(set(lengths.values())) >= 3 and len(ref_rows) >= 60
+    assert {r["is_action_valid"] for r in ref_rows} == {True, False}
+    assert len({r["advantage"] for r in ref_rows}) >= 3
 
     # Same episodes in the same order, and the same rows, every column: prompts, responses,
     # rewards, advantages, per-request seeds, token ids.
-    assert async_ids == lock_ids
-    assert len(async_rows) == len(lock_rows)
-    for a, b in zip(async_rows, lock_rows, strict=True):
-        assert a == b, f"{a['traj_uid']} step {a['step']}: async {a} != lockstep {b}"
+    assert ids == ref_ids
+    assert len(rows) == len(ref_rows)
+    for a, b in zip(rows, ref_rows, strict=True):
+        assert a == b, f"{a['traj_uid']} step {a['step']}: {mode} {a} != reference {b}"

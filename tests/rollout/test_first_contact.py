@@ -23,9 +23,9 @@ from agent_memory.config import (
     load_job,
     register_configs,
 )
-from agent_memory.rollout import preflight as checks
-from agent_memory.rollout.outputs import summarize
-from agent_memory.rollout.stats import RolloutStats
+from agent_memory.rollout.driver import preflight as checks
+from agent_memory.rollout.driver.outputs import summarize
+from agent_memory.rollout.driver.stats import RolloutStats
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
 
 REPO = Path(__file__).resolve().parents[2]

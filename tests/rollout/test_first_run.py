@@ -13,7 +13,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from agent_memory.rollout.writer import readable
+from agent_memory.rollout.driver.writer import readable
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -55,7 +55,7 @@ def test_a_failing_run_prints_the_error_and_exits_1(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=300, env=env,
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr[-3000:]
-    assert "\nRollout failed: agent_memory.rollout.pool.WorkerSetupError: " in proc.stderr
+    assert "\nRollout failed: agent_memory.rollout.driver.pool.WorkerSetupError: " in proc.stderr
     assert "ValueError: FaultyEnv cannot start: fault='init' is set" in proc.stderr
     assert "Traceback" not in proc.stderr and "\x1b" not in proc.stderr
     assert f"What finished is in {out}" in proc.stderr

@@ -14,7 +14,7 @@ import pytest
 from agent_memory.config import PolicyConfig
 from agent_memory.policies.openai_client import ServerUnavailable
 from agent_memory.rollout import run_rollout
-from agent_memory.rollout.collector import build_policy
+from agent_memory.rollout.driver.collector import build_policy
 from tests.rollout.conftest import make_job
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -115,8 +115,7 @@ def test_a_dead_server_fails_the_run_fast_naming_the_url(tmp_path):
 def _async_openai_collect(job, base_url: str, concurrency: int, num_episodes: int, check):
     """Play ``num_episodes`` of ``job`` on the async engine with an ``openai`` policy of
     ``concurrency`` against ``base_url``; ``check(collector)`` runs after the collect."""
-    from agent_memory.rollout.async_collector import AsyncCollector
-    from agent_memory.rollout.collector import episode_specs
+    from agent_memory.rollout.driver.collector import Collector, episode_specs
 
     job.rollout.mode = "async"
     job.policy = PolicyConfig(
@@ -124,7 +123,7 @@ def _async_openai_collect(job, base_url: str, concurrency: int, num_episodes: in
         params={"base_url": base_url, "model": "hash", "concurrency": concurrency,
                 "timeout": 10.0},
     )  # fmt: skip
-    collector = AsyncCollector(job)
+    collector = Collector(job)
     collector.start()
     try:
         trajectories = collector.collect(episode_specs(num_episodes, 1, 0))

@@ -21,7 +21,7 @@ from agent_memory.config import ConfigError, load_job, register_configs
 from agent_memory.policies import policy_factory
 from agent_memory.prompts import PromptTemplate
 from agent_memory.rollout import run_rollout
-from agent_memory.rollout.preflight import preflight
+from agent_memory.rollout.driver.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
@@ -474,7 +474,7 @@ EPISODE_INVALID = [
         id="window",
     ),
     pytest.param(
-        [*EPISODE, "memory=compaction", "memory.history_length=-1"],
+        [*EPISODE, "memory=compaction", "env.history_length=-1"],
         "so every turn's prompt must extend the previous one, but memory.strategy='compaction' "
         "rewrites earlier turns (it summarises, retrieves or trims them): pass memory=full, or "
         "rollout.layout=step",

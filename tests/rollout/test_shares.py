@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from agent_memory.rollout.shares import fair_shares
+from agent_memory.rollout.driver.shares import fair_shares
 
 
 @pytest.mark.parametrize(

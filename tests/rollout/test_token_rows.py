@@ -15,9 +15,15 @@ import pytest
 from agent_memory.config import PolicyConfig
 from agent_memory.protocol import Generation
 from agent_memory.rollout import run_rollout
-from agent_memory.rollout.layouts import LayoutError, PrefixBroken, episode_sample
+from agent_memory.rollout.driver.groups import Groups
+from agent_memory.rollout.driver.layouts import LayoutError, PrefixBroken, episode_sample
+from agent_memory.rollout.driver.writer import (
+    EPISODE_COLUMNS,
+    ROW_COLUMNS,
+    RolloutWriter,
+    row_schema,
+)
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
-from agent_memory.rollout.writer import EPISODE_COLUMNS, ROW_COLUMNS, RolloutWriter, row_schema
 from tests.rollout.conftest import make_job
 
 torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
@@ -153,8 +159,9 @@ def test_a_broken_episode_loses_only_its_episode_sample(tmp_path):
     bad = _steps(([1, 2], [3, 9]), ([1, 2, 8, 9, 4], [5]))  # e.g. cut to fit a context
     bad.spec = EpisodeSpec("g0", "g0-t1", 0, 1, 1)
     writer = RolloutWriter(tmp_path, job)
-    writer.add(good)
-    writer.add(bad)
+    groups = Groups(job.rollout.group_size, job.algo, on_group=writer.add_group)
+    groups.add(good)
+    groups.add(bad)
     writer.close({"status": "ok"})
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok"

@@ -132,3 +132,18 @@ def test_options_are_frozen():
     with pytest.raises(AttributeError):
         opts.history_length = 5  # type: ignore[misc]
     assert (opts.capacity, HistoryOptions(history_length=0, bounded=True).capacity) == (None, 1)
+
+
+@pytest.mark.parametrize("wrapper", [VectorHistoryWrapper, HistoryWrapper])
+def test_wrapper_signatures_list_every_setting_with_its_default(wrapper):
+    import dataclasses
+    import inspect
+
+    params = inspect.signature(wrapper).parameters
+    fields = dataclasses.fields(HistoryOptions)
+    assert {f.name: f.default for f in fields} == {f.name: params[f.name].default for f in fields}
+    assert all(params[f.name].kind is inspect.Parameter.KEYWORD_ONLY for f in fields)
+    # A keyword left at its default keeps the options' value; any other value goes over it.
+    opts = HistoryOptions(history_length=5, bounded=True)
+    kept = VectorHistoryWrapper(_venv(), options=opts, history_length=3)
+    assert kept.options is opts

@@ -14,7 +14,7 @@ from agent_memory.config import EnvConfig, JobConfig, TemplateConfig
 from agent_memory.parsing import ActionParser
 from agent_memory.prompts import PromptTemplate
 from agent_memory.protocol import EpisodeAssignment
-from agent_memory.rollout.worker import RolloutWorker
+from agent_memory.rollout.worker.worker import RolloutWorker
 from agent_memory.wrappers import EnvView, HistoryWrapper, VectorHistoryWrapper
 
 TASK = "Recall the colour you were shown first."

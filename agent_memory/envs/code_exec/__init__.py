@@ -1,21 +1,10 @@
 """The Code environment (``agent_memory/Code-v0``): CodeAct / AppWorld-style tasks in a sandbox.
 
 The agent answers questions about a fictitious shop by writing Python that calls a preloaded
-``api`` module, one ``<code>...</code>`` block per step, and submits with ``<answer>...</answer>``.
-
-* :mod:`agent_memory.envs.code_exec.env` — :class:`CodeEnv`, the Gymnasium env (action format,
-  observation,
-  reward, ``state_key``, oracle).
-* :mod:`agent_memory.envs.code_exec.sandbox` — one sandbox per episode: a supervisor process that
-  owns the
-  env's pipes and a runner process for the code, behind seccomp, an unprivileged uid, a private
-  read-only root, network namespace, Landlock, a cgroup, rlimits and an audit hook; what each
-  layer does and does not protect against is documented there.
-* :mod:`agent_memory.envs.code_exec.sandbox_child` — the code of those two processes (standard
-  library only).
-* :mod:`agent_memory.envs.code_exec.cgroup` — the per-sandbox cgroup (total memory and task limits).
-* :mod:`agent_memory.envs.code_exec.api` — the shop data (deterministic) and its API.
-* :mod:`agent_memory.envs.code_exec.tasks` — 45 questions with exact answers and scripted solutions.
+``api`` module (one ``<code>...</code>`` block per step) and submits ``<answer>...</answer>``.
+Modules: ``env`` (:class:`CodeEnv`), ``sandbox`` (one sandbox per episode; what each security
+layer does and does not protect against is documented there), ``sandbox_child`` (the code of its
+processes), ``cgroup``, ``api`` (the shop) and ``tasks`` (questions with exact answers).
 
 Example:
     >>> import gymnasium as gym

@@ -127,7 +127,7 @@ def _generate(seed: int) -> dict:
         }
         for i in range(40)
     ]
-    products = []
+    products: list[dict] = []
     for category, nouns in _CATEGORIES.items():
         adjectives = rng.sample(_ADJECTIVES, len(nouns))
         for adjective, noun in zip(adjectives, nouns, strict=True):

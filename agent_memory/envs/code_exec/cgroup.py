@@ -1,26 +1,11 @@
 """A cgroup per sandbox (parent side): a total memory and task limit for all its processes.
 
-:func:`create` makes a leaf cgroup beneath this process's own cgroup (so the sandbox stays
-inside whatever limits the env itself runs under), in whichever hierarchy holds each controller:
-
-* **cgroup v2** (the unified hierarchy has ``memory`` and ``pids``): one directory with
-  ``memory.max``, ``memory.swap.max = 0``, ``memory.oom.group = 1`` and ``pids.max``. The kernel
-  only lets a cgroup hand controllers to children if no process lives in it (except at the
-  root), so this works when the env runs in the root cgroup or in a delegated, empty one;
-* **cgroup v1** (``memory`` and ``pids`` mounted as separate hierarchies, as on this project's
-  development machine): a directory in each, with ``memory.limit_in_bytes`` (and
-  ``memory.memsw.limit_in_bytes`` where swap accounting exists) and ``pids.max``.
-
-The supervisor is moved in before it receives its init frame, so every process and thread of the
-sandbox is counted from the start. :meth:`Cgroup.kill` kills whatever is in it (``cgroup.kill`` or
-a loop over ``cgroup.procs``); :meth:`Cgroup.remove` removes the directories. Cgroups left behind
-by an env that was SIGKILLed (empty by then: their sandbox exits with its parent) are removed by
-the next :func:`create` (in any process).
-
-Where no cgroup can be created (not root, no delegation, a container's non-empty cgroup), the
-layer reports ``"off (<reason>)"`` and the fallback bounds hold: ``RLIMIT_NPROC`` for the
-sandbox's own uid (process count) and ``RLIMIT_AS`` per process (memory per process x process
-count; with seccomp only the runner process runs code).
+:func:`create` makes a leaf cgroup beneath this process's own, in whichever hierarchy holds each
+controller (v2: ``memory.max``, ``memory.swap.max = 0``, ``memory.oom.group = 1``, ``pids.max``,
+which v2 only allows beneath an empty or root cgroup; v1: ``memory.limit_in_bytes``,
+``memory.memsw.limit_in_bytes``, ``pids.max``), and removes those that SIGKILLed envs left. The
+supervisor is moved in before its init frame, so every process of the sandbox counts. Where none
+can be made, the layer reports ``"off (<reason>)"`` and the rlimits bound the sandbox instead.
 """
 
 from __future__ import annotations

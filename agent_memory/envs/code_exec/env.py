@@ -1,41 +1,18 @@
 """CodeEnv: answer questions about a shop API by running Python in a sandbox (CodeAct style).
 
-Actions (the env parses the tagged form itself; text around the tag, e.g. a thought, is ignored):
+* ``<code>source</code>`` runs the code in the episode's sandbox, a persistent process (variables
+  survive between steps); the observation is its output, a trailing expression's repr or the
+  traceback, head and tail kept beyond ``max_obs_chars``. A missing closing tag is accepted.
+* ``<answer>text</answer>`` ends the episode: reward 1.0 and ``won`` if it matches the answer
+  (:func:`~agent_memory.envs.code_exec.tasks.is_correct`); a tag, not a sandbox function, so the
+  sandboxed code cannot tamper with the reward.
+* Anything else (no tag, both tags, several or empty blocks, over :data:`MAX_CODE_LINES` lines or
+  :data:`MAX_ANSWER_CHARS` characters) is invalid: the state is unchanged. Parsing is linear.
 
-* ``<code>python source</code>`` runs the code in the episode's sandbox (a persistent process:
-  variables and imports survive between steps, like a Jupyter kernel). The observation is what it
-  printed (stdout and stderr), the repr of a trailing expression (like a REPL), or the traceback
-  (last lines), with head and tail kept around an omission marker beyond ``max_obs_chars``. A
-  Markdown fence inside the tag is stripped. A missing closing tag is accepted (LLM stop
-  sequences often cut it off).
-* ``<answer>text</answer>`` submits the final answer and ends the episode (``terminated``):
-  reward 1.0 and ``won`` if it matches the task's answer after normalisation
-  (:func:`~agent_memory.envs.code_exec.tasks.is_correct`), else 0.0. Submitting is a tag, not a
-  function in
-  the sandbox, so the reward never depends on anything the sandboxed code can tamper with.
-
-Anything else (no tag, both kinds of tags, several blocks, an empty block, a ``<code>`` block of
-more than :data:`MAX_CODE_LINES` lines, an ``<answer>`` over :data:`MAX_ANSWER_CHARS` characters)
-is invalid: no process work, the state is unchanged, ``is_action_valid=False`` and
-``invalid_reason`` says why. Parsing is linear in the action's length, without backtracking
-regexes (``scripts/bench_parse.py`` times 1 MB of hostile text).
-
-The sandbox (:mod:`agent_memory.envs.code_exec.sandbox`) starts at ``reset`` (a new process and
-temp dir per
-episode; the previous one is killed and removed) and is killed at ``close``. A step over
-``timeout_s`` (or a crash, or a CPU/memory kill) restarts the process: **the episode's variables
-and imports are lost** (files in its working dir are kept) and the observation says so.
-
-``state_key`` = ``stable_hash("code", task id, submitted?, sorted (name, type name) of the
-sandbox's user-visible variables)``: steps that built the same variables on the same task group
-together in GiGPO whatever the order of the code, an invalid action or a step that defines
-nothing keeps the key, and a restart (state lost) returns to the reset key. Values are not hashed
-(two runs may compute different numbers under the same names; equal keys mean "equivalent
-progress", which is what step grouping needs).
-
-``oracle_action()`` follows each task's script from the true state: the fetch step until its
-variables exist in the sandbox, then the compute step (it prints ``result``), then
-``<answer>...</answer>`` with the task's answer.
+A timeout or crash restarts the process: the episode's variables are lost (files are kept) and
+the observation says so. ``state_key`` hashes the task, whether an answer was submitted and the
+sorted (name, type) of the sandbox's variables (not their values: equal keys mean equivalent
+progress). ``oracle_action()`` follows the task's script from the true state.
 """
 
 from __future__ import annotations
@@ -252,7 +229,8 @@ class CodeEnv(gym.Env[str, str]):
         >>> env.close()
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
+    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 1}  # noqa: RUF012
     tasks: ClassVar[tuple[Task, ...]] = TASKS
 
     def __init__(

@@ -1,104 +1,31 @@
 """A persistent, resource-limited Python process per episode, behind kernel-enforced layers.
 
-:class:`Sandbox` starts ``python -I -S agent_memory/envs/code_exec/sandbox_child/boot.py`` (the
-*supervisor*)
-in a fresh temporary working dir and talks to it over two private pipes with length-prefixed JSON
-frames. The supervisor builds the sandbox, forks the *runner* that executes the code and relays
-checked answers (:mod:`agent_memory.envs.code_exec.sandbox_child` documents the processes and the
-protocol).
-Variables and imports persist across :meth:`Sandbox.run` calls, like a Jupyter kernel; output is
-kept as head and tail, so frames stay small; the parent reads with ``poll`` and a deadline, and a
-dead process shows up as EOF or a "died" frame (reported in the result, never raised).
+:class:`Sandbox` starts a *supervisor* (``python -I -S sandbox_child/boot.py``) in a fresh working
+dir and talks to it over two pipes with length-prefixed JSON frames; the supervisor builds the
+sandbox, forks the *runner* that executes the code and relays checked answers
+(:mod:`agent_memory.envs.code_exec.sandbox_child`). Variables persist across :meth:`Sandbox.run`
+calls, like a Jupyter kernel, and nothing user code does makes it raise. After a timeout, crash or
+limit kill the process restarts with an empty namespace (``restarted=True``; files are kept).
 
-What it does, layer by layer (:attr:`Sandbox.layers` reports each as ``"on (...)"`` or
-``"off (<reason>)"``; every kernel layer is set up before any user code runs):
+Layers, each reported by :attr:`Sandbox.layers` as ``"on (...)"`` or ``"off (<reason>)"``
+(``require=`` refuses to run with one off): ``protocol`` (frames user code cannot forge),
+``seccomp`` (no processes, ``execve``, sockets or unneeded kernel surface), ``privileges`` (a uid
+of its own, no capabilities), ``filesystem`` (a private read-only root without ``/tmp``, ``/home``
+or the project), ``network`` (new network and IPC namespaces), ``landlock`` (reads and writes
+confined), ``cgroup`` (total memory and tasks), ``rlimits`` (per process, plus a wall-clock
+timeout) and ``audit_hook`` (friendly errors only, not a boundary). With a layer off the others
+still hold (e.g. Landlock confines reads without the private root).
 
-* ``protocol`` — **frames user code cannot forge.** Only the supervisor holds the env's pipes;
-  it never runs user code and is not dumpable (its memory and descriptors are out of reach). The
-  runner talks to the supervisor only: what user code writes there is accepted at most as the
-  answer of the run it is part of (which it controls anyway by printing), checked against that
-  run's sequence number and rebuilt field by field (bounded, typed); stale or ill-typed frames are
-  dropped, bytes that are not a frame end the run as ``"died"``. Later observations can never
-  shift, and nothing the code does makes :meth:`run` raise.
-* ``seccomp`` — a BPF filter (``no_new_privs`` first): no process creation (``clone`` only with
-  ``CLONE_THREAD``: threads work), no ``execve``, no sockets of any family (``AF_UNIX`` stream
-  pairs excepted: ``asyncio``), no ``ptrace``/``process_vm_*``, ``mount``, ``setns``/``unshare``,
-  ``bpf``, ``keyctl``, ``kexec``, modules, ``personality``, ``perf_event_open``, ``io_uring``,
-  ``userfaultfd``, ``setsid``; refusals are ``EPERM``. x86_64 and aarch64.
-* ``privileges`` — as root: an unprivileged uid/gid of its own (``uid_base`` + the supervisor's
-  pid: unique among live sandboxes, so ``RLIMIT_NPROC`` and signals are per sandbox), no groups,
-  empty capability sets (bounding set too), ``no_new_privs``; the working dir is chowned to it
-  (root without ``CAP_SYS_ADMIN``: the same uid, mapped into the user namespace the other layers
-  then need). Not root: a user namespace, with every capability dropped in it. Where that uid
-  could not read the Python installation (no view here), uid 0 is kept without capabilities,
-  and the layer says so.
-* ``filesystem`` — a mount namespace whose root is a new read-only ``tmpfs`` (``pivot_root``)
-  holding only the Python installation, ``/usr``, ``/lib*``, a few ``/etc`` files, ``/dev/null``
-  and friends, a fresh ``/proc`` (other users' processes hidden) and the working dir at its usual
-  path (writable, ``noexec``). ``/tmp`` (Ray's sockets under ``/tmp/ray``), ``/root``, ``/home``,
-  ``/run`` and the project — ``tasks.py``, whose answers are computed in the env process only —
-  do not exist inside. The preloaded ``api`` is read before the view is built.
-* ``network`` — new network and IPC namespaces (only a loopback that is down; no host SysV IPC).
-* ``landlock`` — reads only beneath the paths above, writes only beneath the working dir, no
-  TCP bind/connect, no signals or abstract sockets outside the sandbox (by kernel ABI).
-* ``cgroup`` — total limits for all the sandbox's processes and threads: ``memory_mb`` + 64 MiB
-  and ``processes`` (cgroup v2 ``memory.max``/``pids.max``, or the v1 equivalents), made by the
-  env process beneath its own cgroup; :mod:`agent_memory.envs.code_exec.cgroup` says where this
-  works.
-* ``rlimits`` — per process: ``RLIMIT_CPU``, ``RLIMIT_AS`` (``MemoryError``), ``RLIMIT_FSIZE``
-  (``EFBIG``), ``RLIMIT_CORE=0``, ``RLIMIT_NOFILE``, and ``RLIMIT_NPROC = processes`` when the
-  uid is the sandbox's own. Plus a wall-clock timeout per run enforced by the env process.
-* ``audit_hook`` — friendly ``PermissionError`` messages for writes outside the working dir,
-  processes, network, ``ctypes``, signals. **Not a boundary** (pure Python can switch it off; the
-  tests do exactly that before every attack).
-* Always: ``python -I -S`` (standard library only), a scrubbed environment (``PATH``, ``HOME``,
-  ``TMPDIR``, ``LANG``), stdin/stdout/stderr on ``/dev/null``, its own session (killed as a group,
-  with the cgroup, on timeout, restart, :meth:`~Sandbox.close` and garbage collection), and an
-  orphan watchdog: if the env process dies, the supervisor kills the runner, empties the working
-  dir and exits.
-
-After a timeout, a crash or a limit kill, **the process's state is lost**: a new process starts
-with an empty namespace (the preloaded ``api`` is there again); files in the working dir are kept.
-The result says so (``restarted=True`` and a ``note``).
-
-When a layer is unavailable: without seccomp (another architecture, an old kernel) processes can
-be created, bounded only by the cgroup or ``RLIMIT_NPROC``, and host Unix sockets are reachable
-unless the private view hides them; without the mount namespace (no ``CAP_SYS_ADMIN`` and no user
-namespaces, e.g. under Docker's default seccomp profile) Landlock is the only read confinement;
-without Landlock as well, everything the uid may read is readable, the answers in ``tasks.py``
-included if it is world-readable, and the code's uid owns its working dir (the env checks that the
-dir is still the one it made before root touches it again). Without a cgroup the totals fall back
-to ``RLIMIT_NPROC`` (process count, only with a uid of its own) x ``RLIMIT_AS`` (memory per
-process). :class:`Sandbox` takes ``require=(...)`` to refuse to start rather than run with a layer
-off.
-
-What it does NOT protect against, even with every layer on:
-
-* Kernel bugs (the seccomp filter shrinks the surface; it does not remove it) and side channels
-  (timing, CPU caches, ``/proc`` and ``/sys`` files that stay readable such as CPU topology).
-* Reads of what the view keeps: the Python installation, ``/usr``, ``/lib*``, ``/etc/passwd``.
-  ``stat`` and path existence are not restricted beyond what the view contains.
-* Resource use within the limits: CPU time up to ``cpu_s`` per process, disk inside the working
-  dir (bounded per file by ``RLIMIT_FSIZE``, not in total), memory up to ``memory_mb``.
-* Whatever user code does to its own sandbox: it can print anything, forge its own run's answer,
-  crash or hang its process, kill its supervisor where Landlock cannot scope signals (the env
-  restarts both), or delete files in its working dir.
-
-On the development machine (Linux 6.18 x86_64, Landlock ABI 7, cgroup v1 memory and pids, root)
-every layer is on. Start-up (spawn to "ready") and the cost per run are measured by
-``scripts/bench_sandbox.py`` (see the README); the two processes hold about 12 MiB (PSS) per
-sandbox, against 8 MiB for the former single process. ``reset`` does not wait for start-up: the
-processes boot while the agent thinks; the first code step waits if needed.
+Not protected, even with every layer on: kernel bugs and side channels; reads of what the view
+keeps (the Python installation, ``/usr``, ``/lib*``, a few ``/etc`` files); resource use within the
+limits; and what user code does to its own sandbox (forge its own run's answer, crash, delete its
+files).
 
 Example:
     >>> with Sandbox(SandboxLimits(timeout_s=10.0)) as box:
     ...     _ = box.run("x = 20")
     ...     box.run("x + 22").text
     '42\\n'
-
-(About 650 lines: the parent's half of one protocol — start, limits, framed I/O, deadlines
-and teardown share the process handles; the child's half, seccomp and cgroups are in their
-own modules.)
 """
 
 from __future__ import annotations
@@ -289,24 +216,19 @@ def _cleanup(state: dict) -> None:
 class Sandbox:
     """One sandboxed Python process with a persistent namespace and an isolated working dir.
 
+    It starts in the constructor (the first :meth:`run` waits for it); ``close()`` kills it and
+    removes the working dir and the cgroup. The layer switches exist to measure and test each
+    layer: leave them on.
+
     Args:
         limits: resource limits (see :class:`SandboxLimits`).
-        landlock: apply Landlock when the kernel supports it.
-        isolate_network: enter new network and IPC namespaces when allowed.
-        seccomp: install the seccomp filter (x86_64, aarch64).
-        drop_privileges: as root, run as an unprivileged uid of the sandbox's own; otherwise
-            drop every capability.
-        cgroup: limit the sandbox's total memory and tasks with a cgroup where one can be made.
-        private_fs: give the sandbox its own read-only root (mount namespace) where allowed.
-        preload: module name -> source file loaded in the sandbox before it is locked down and
-            bound in its namespace (default: the shop ``api``).
+        landlock, isolate_network, seccomp, drop_privileges, cgroup, private_fs: turn each layer
+            (see the module docstring) on where the kernel allows it.
+        preload: module name -> source file loaded before the sandbox is locked down (default:
+            the shop ``api``).
         uid_base: the sandbox's uid is ``uid_base`` + the supervisor's pid (root only).
-        require: layer names (keys of :attr:`layers`) that must be on: otherwise the first
-            :meth:`run` (or :attr:`layers`) raises ``RuntimeError`` naming them.
-
-    The process starts in the constructor (start-up continues in the background; the first
-    :meth:`run` waits for it). ``close()`` kills it and removes the working dir and the cgroup.
-    The switches exist to measure and test each layer; leave them on.
+        require: layers (keys of :attr:`layers`) that must be on, else the first :meth:`run` (or
+            :attr:`layers`) raises ``RuntimeError`` naming them.
 
     Attributes:
         boot_seconds: spawn-to-ready time of the current process (set once it is ready).

@@ -1,23 +1,12 @@
 """Deterministic generator of the Search-QA corpus: fictitious entities, passages and questions.
 
-Everything is invented (people, cities, countries, companies and their relations), so world
-knowledge does not help: an agent must search the corpus. The world has
-
-* countries (``capital``), cities (``country``), companies (``founded_by``, ``founded_in``,
-  ``headquarters``) and people (``born_in``, ``birth_year``, ``employer``);
-* one passage per entity (Wikipedia-like: title = the entity's name, text = its facts);
-* distractors by construction: every first name and surname is shared by two people, every
-  company stem by two companies (``Zorvex Labs`` / ``Zorvex Motors``), and some cities have a
-  look-alike (``Velmora`` / ``Port Velmora``) in another country;
-* 1-hop questions (one passage answers them) and 2-hop questions (the answer of the first search
-  names the entity of the second: "In which city was the founder of Zorvex Labs born?").
-
-Randomness only comes from :meth:`random.Random.random` with an int seed, whose sequence Python
-guarantees across versions, so the same seed gives the same corpus everywhere
-(:attr:`Corpus.corpus_id` is a digest of the content; the tests pin it). Generation takes a few
-milliseconds, so nothing is shipped: ``python -m agent_memory.envs.search_qa --seed 0 --out
-corpus.json``
-dumps a corpus for inspection.
+Everything is invented, so world knowledge does not help: an agent must search. Countries,
+cities, companies and people get one passage each; names are shared on purpose as distractors
+(first names and surnames by two people, company stems by two companies, look-alike cities).
+A question takes 1 hop (one passage answers it) or 2 (the first answer names the second entity).
+Only ``Random.random()`` (stable across Python versions) is drawn, so a seed gives the same corpus
+everywhere (:attr:`Corpus.corpus_id` digests it); ``python -m agent_memory.envs.search_qa`` dumps
+one.
 """
 
 from __future__ import annotations
@@ -176,29 +165,59 @@ def generate_corpus(seed: int = 0) -> Corpus:
         raise ValueError(f"corpus_seed must be an int >= 0, got {seed!r}")
     rng = _Rng(seed)
     names = _Names(rng)
-    facts: dict[tuple[str, str], str] = {}
+    # Every step draws from rng in turn: their order is part of the corpus.
+    world = _World()
+    _add_places(world, rng, names)
+    _add_people_and_companies(world, rng, names)
+    documents = _passages(world, rng, names)
+    questions = _questions(world, documents, rng)
+    corpus = Corpus(seed=seed, documents=documents, questions=questions, facts=world.facts)
+    digest = hashlib.sha256(
+        json.dumps(corpus.to_dict(), sort_keys=True).encode("utf-8")
+    ).hexdigest()[:16]
+    return Corpus(
+        seed=seed, documents=documents, questions=questions, facts=world.facts, corpus_id=digest
+    )
 
-    # --- Countries and cities --------------------------------------------------------------
-    countries = [names.word(2, "ia") for _ in range(NUM_COUNTRIES)]
+
+@dataclass
+class _World:
+    """The entities drawn so far and their facts ((subject, relation) -> object)."""
+
+    facts: dict[tuple[str, str], str] = field(default_factory=dict)
+    countries: list[str] = field(default_factory=list)
+    cities: list[str] = field(default_factory=list)
+    capitals: dict[str, str] = field(default_factory=dict)  # country -> city
+    people: list[str] = field(default_factory=list)
+    companies: list[str] = field(default_factory=list)
+
+
+def _add_places(world: _World, rng: _Rng, names: _Names) -> None:
+    """Countries, cities (some with a look-alike name) and each country's capital."""
+    facts = world.facts
+    world.countries = [names.word(2, "ia") for _ in range(NUM_COUNTRIES)]
     base_cities = [names.word(rng.between(2, 3)) for _ in range(NUM_BASE_CITIES)]
     patterns = list(_CITY_LOOKALIKES)
     rng.shuffle(patterns)
     lookalikes = [
         patterns[i].format(base_cities[i]) for i in range(NUM_LOOKALIKE_CITIES)
     ]  # same name token as a base city: a retrieval distractor
-    cities = base_cities + lookalikes
-    order = list(cities)
+    world.cities = base_cities + lookalikes
+    order = list(world.cities)
     rng.shuffle(order)
-    per_country = len(cities) // NUM_COUNTRIES
-    capitals: dict[str, str] = {}
-    for c, country in enumerate(countries):
+    per_country = len(world.cities) // NUM_COUNTRIES
+    for c, country in enumerate(world.countries):
         members = order[c * per_country : (c + 1) * per_country]
         for city in members:
             facts[(city, "country")] = country
-        capitals[country] = rng.choice(members)
-        facts[(country, "capital")] = capitals[country]
+        world.capitals[country] = rng.choice(members)
+        facts[(country, "capital")] = world.capitals[country]
 
-    # --- People (shared first names and surnames) and companies ----------------------------
+
+def _add_people_and_companies(world: _World, rng: _Rng, names: _Names) -> None:
+    """People (shared first names and surnames) and companies (two per stem), each founded by
+    one of the first people; everyone works for a company."""
+    facts, cities = world.facts, world.cities
     half = NUM_PEOPLE // 2
     firsts = [names.word(2) for _ in range(half)]
     lasts = [names.word(rng.between(2, 3)) for _ in range(half)]
@@ -226,10 +245,14 @@ def generate_corpus(seed: int = 0) -> Corpus:
         facts[(founder, "employer")] = company
     for person in people[len(companies) :]:
         facts[(person, "employer")] = rng.choice(companies)
+    world.people, world.companies = people, companies
 
-    # --- Passages --------------------------------------------------------------------------
+
+def _passages(world: _World, rng: _Rng, names: _Names) -> tuple[Document, ...]:
+    """One Wikipedia-like passage per entity: people, companies, cities, then countries."""
+    facts, capitals = world.facts, world.capitals
     texts: list[tuple[str, str, str]] = []  # (title, text, kind)
-    for person in people:
+    for person in world.people:
         employer = facts[(person, "employer")]
         born = int(facts[(person, "birth_year")])
         since = max(born + rng.between(22, 30), int(facts[(employer, "founded_in")]) + 1)
@@ -246,7 +269,7 @@ def generate_corpus(seed: int = 0) -> Corpus:
         texts.append(
             (person, f"{opening} {surname} has worked for {employer} since {since}.", "person")
         )
-    for company in companies:
+    for company in world.companies:
         industry = rng.choice(_INDUSTRIES)
         article = "an" if industry[0] in "aeiou" else "a"
         founder, year = facts[(company, "founded_by")], facts[(company, "founded_in")]
@@ -266,7 +289,7 @@ def generate_corpus(seed: int = 0) -> Corpus:
                 "company",
             )
         )
-    for city in cities:
+    for city in world.cities:
         country = facts[(city, "country")]
         river = names.word(2)
         population = rng.between(20, 2000) * 1000
@@ -279,7 +302,7 @@ def generate_corpus(seed: int = 0) -> Corpus:
                 "city",
             )
         )
-    for country in countries:
+    for country in world.countries:
         currency, language = names.word(2).lower(), names.word(2, "ish")
         texts.append(
             (
@@ -289,19 +312,47 @@ def generate_corpus(seed: int = 0) -> Corpus:
                 "country",
             )
         )
-    documents = tuple(
+    return tuple(
         Document(doc_id=f"doc-{i:03d}", title=title, text=text, kind=kind)
         for i, (title, text, kind) in enumerate(texts)
     )
-    doc_of = {d.title: d.doc_id for d in documents}
 
-    # --- Questions -------------------------------------------------------------------------
-    raw: list[tuple[str, str, tuple[tuple[str, str], ...]]] = []  # (kind, text, chain)
+
+#: A question before numbering: (kind, text, chain of (entity, relation) hops).
+_RawQuestion = tuple[str, str, tuple[tuple[str, str], ...]]
+
+
+def _questions(world: _World, documents: Sequence[Document], rng: _Rng) -> tuple[Question, ...]:
+    """Every 1- and 2-hop question, shuffled, numbered and split into train and test."""
+    raw = _question_chains(world)
+    rng.shuffle(raw)
+    doc_of = {d.title: d.doc_id for d in documents}
+    questions = []
+    for i, (kind, text, chain) in enumerate(raw):
+        hops = tuple(Hop(entity=e, relation=r, doc_id=doc_of[e]) for e, r in chain)
+        last_entity, last_relation = chain[-1]
+        questions.append(
+            Question(
+                qid=f"q{i:04d}",
+                text=text,
+                answer=world.facts[(last_entity, last_relation)],
+                hops=hops,
+                kind=kind,
+                split="test" if i % TEST_EVERY == TEST_EVERY - 1 else "train",
+            )
+        )
+    return tuple(questions)
+
+
+def _question_chains(world: _World) -> list[_RawQuestion]:
+    """The questions about each person, company, city and country, in that order."""
+    facts, capitals = world.facts, world.capitals
+    raw: list[_RawQuestion] = []
 
     def add(kind: str, text: str, *chain: tuple[str, str]) -> None:
         raw.append((kind, text, chain))
 
-    for p in people:
+    for p in world.people:
         add("born_in", f"In which city was {p} born?", (p, "born_in"))
         add("birth_year", f"In what year was {p} born?", (p, "birth_year"))
         add("employer", f"Which company does {p} work for?", (p, "employer"))
@@ -321,7 +372,7 @@ def generate_corpus(seed: int = 0) -> Corpus:
                 (p, "employer"),
                 (company, "founded_by"),
             )
-    for c in companies:
+    for c in world.companies:
         founder, hq = facts[(c, "founded_by")], facts[(c, "headquarters")]
         add("founded_by", f"Who founded {c}?", (c, "founded_by"))
         add("founded_in", f"In what year was {c} founded?", (c, "founded_in"))
@@ -344,7 +395,7 @@ def generate_corpus(seed: int = 0) -> Corpus:
             (c, "headquarters"),
             (hq, "country"),
         )
-    for city in cities:
+    for city in world.cities:
         country = facts[(city, "country")]
         add("country", f"In which country is {city}?", (city, "country"))
         if capitals[country] != city:
@@ -354,31 +405,9 @@ def generate_corpus(seed: int = 0) -> Corpus:
                 (city, "country"),
                 (country, "capital"),
             )
-    for country in countries:
+    for country in world.countries:
         add("capital", f"What is the capital of {country}?", (country, "capital"))
-
-    rng.shuffle(raw)
-    questions = []
-    for i, (kind, text, chain) in enumerate(raw):
-        hops = tuple(Hop(entity=e, relation=r, doc_id=doc_of[e]) for e, r in chain)
-        last_entity, last_relation = chain[-1]
-        questions.append(
-            Question(
-                qid=f"q{i:04d}",
-                text=text,
-                answer=facts[(last_entity, last_relation)],
-                hops=hops,
-                kind=kind,
-                split="test" if i % TEST_EVERY == TEST_EVERY - 1 else "train",
-            )
-        )
-    corpus = Corpus(seed=seed, documents=documents, questions=tuple(questions), facts=facts)
-    digest = hashlib.sha256(
-        json.dumps(corpus.to_dict(), sort_keys=True).encode("utf-8")
-    ).hexdigest()[:16]
-    return Corpus(
-        seed=seed, documents=documents, questions=tuple(questions), facts=facts, corpus_id=digest
-    )
+    return raw
 
 
 @lru_cache(maxsize=8)

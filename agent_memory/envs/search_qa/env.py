@@ -46,25 +46,12 @@ INVALID_HELP: Final = (
 class SearchQAEnv(gym.Env[str, str]):
     """Search-R1 style question answering over a generated corpus of fictitious entities.
 
-    Each episode asks one question (1-hop, or 2-hop: the first search names the entity of the
-    second). Actions are what the LLM writes in Search-R1:
-
-    * ``<search>query</search>``: the observation is the top-``top_k`` BM25 passages as
-      ``<information>Doc 1(Title: ...) text\\nDoc 2(Title: ...) ...</information>``
-      (Search-R1's / verl-agent's format); reward 0.
-    * ``<answer>text</answer>``: ends the episode (``terminated``); reward 1.0 and
-      ``won=True`` iff the SQuAD-normalised answer equals the gold one, else 0.0.
-    * anything else (no tag, both tags, repeated tags, empty query or answer, over
-      :data:`~agent_memory.envs.search_qa.parsing.MAX_ACTION_CHARS` characters): invalid; the state
-      is
-      unchanged, ``is_action_valid=False``, and the observation explains the expected format.
-
-    ``info`` holds ``task`` (the question), ``won``, ``state_key``, ``question_id``, ``hops``
-    and ``retrieved_doc_ids`` (the passages of this step's search), plus ``is_action_valid`` /
-    ``invalid_reason`` after a step. There is no ``admissible_actions``: any query is an action,
-    so the set is not finite. ``state_key`` hashes (corpus, question id, sorted ids of every
-    passage retrieved so far): what the agent can know, whatever wording or order of queries
-    found it; invalid actions leave it unchanged.
+    Each episode asks one question. ``<search>query</search>`` returns the top-``top_k`` BM25
+    passages in Search-R1's ``<information>Doc 1(Title: ...) ...</information>`` format (reward
+    0); ``<answer>text</answer>`` ends the episode, with reward 1.0 and ``won`` iff the
+    SQuAD-normalised answer is right; anything else is invalid (the state is unchanged). ``info``
+    adds ``question_id``, ``hops`` and ``retrieved_doc_ids``, and has no ``admissible_actions``
+    (any query is an action). ``state_key`` hashes the question and the passages retrieved so far.
 
     Args:
         top_k: passages returned per search, in ``[1, number of passages]``.

@@ -9,7 +9,7 @@ episode then terminates with ``won=True``). Truncation comes from the registered
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, Final, Literal
 
 import gymnasium as gym
 
@@ -41,33 +41,61 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _check_search(
+    search_depth: int, max_generation_attempts: int, num_gen_steps: int | None, max_nodes: int
+) -> None:
+    """Refuse generation and solver settings out of range."""
+    if not _is_int(search_depth) or search_depth < 3:
+        raise ValueError(
+            f"search_depth must be an int >= 3 (reverse play reaches search_depth - 2 "
+            f"pulls), got {search_depth!r}"
+        )
+    if not _is_int(max_generation_attempts) or max_generation_attempts < 1:
+        raise ValueError(
+            f"max_generation_attempts must be an int >= 1, got {max_generation_attempts!r}"
+        )
+    if num_gen_steps is not None and (not _is_int(num_gen_steps) or num_gen_steps < 1):
+        raise ValueError(f"num_gen_steps must be None or an int >= 1, got {num_gen_steps!r}")
+    if not _is_int(max_nodes) or max_nodes < 1:
+        raise ValueError(f"solver_max_nodes must be an int >= 1, got {max_nodes!r}")
+
+
+def _check_room(dim_room: Any, num_boxes: Any) -> None:
+    """Refuse a generated room's size or box count out of range."""
+    if (
+        not isinstance(dim_room, tuple | list)
+        or len(dim_room) != 2
+        or not all(_is_int(d) and d >= 5 for d in dim_room)
+    ):
+        raise ValueError(f"dim_room must be two ints >= 5, got {dim_room!r}")
+    # Generation needs a free cell for the player and one to pull into.
+    max_boxes = (dim_room[0] - 2) * (dim_room[1] - 2) - 2
+    if not _is_int(num_boxes) or not 1 <= num_boxes <= max_boxes:
+        raise ValueError(
+            f"num_boxes must be an int between 1 and {max_boxes} for dim_room "
+            f"{tuple(dim_room)}, got {num_boxes!r}"
+        )
+
+
 class SokobanEnv(gym.Env[str, str]):
     r"""Sokoban with text observations and text actions, on procedurally generated levels.
 
-    Each ``reset`` generates a new guaranteed-solvable level from the env's RNG (gym-sokoban's
-    reverse-play generator, see :mod:`agent_memory.envs.sokoban.generation`), or reloads the fixed
-    ``level``.
-    The observation is the grid in verl-agent's symbols followed by a one-line legend.
+    Each ``reset`` generates a new solvable level from the env's RNG
+    (:mod:`agent_memory.envs.sokoban.generation`), or reloads the fixed ``level``. The
+    observation is the grid in verl-agent's symbols, then a one-line legend.
 
     Args:
-        dim_room: Grid size ``(rows, cols)`` including the outer wall, each at least 5 (a
-            two-item list, as Hydra passes it, works too).
+        dim_room: ``(rows, cols)`` including the outer wall, each at least 5.
         num_boxes: Boxes (and targets) per generated level.
-        search_depth: Reverse-play DFS time-to-live (gym-sokoban's ``ttl``; gym-sokoban uses
-            300, verl-agent/RAGEN configs 30). The default 100 gives the same 6x6 one-box levels
-            as 300 (checked on 500 seeds) at ~0.6 ms per level, and stays fast on larger rooms.
-        max_generation_attempts: Generation tries per reset (a try fails when no box can be
-            pulled off its target) before
+        search_depth: Reverse-play DFS time-to-live (gym-sokoban's ``ttl``).
+        max_generation_attempts: Generation tries per reset before
             :class:`~agent_memory.envs.sokoban.generation.LevelGenerationError`.
-        num_gen_steps: Random-walk length of the room topology; ``None`` is gym-sokoban's
-            ``int(1.7 * (rows + cols))``.
-        random_player_moves: After reverse play, let the player take 1-3 random steps as
-            verl-agent does (so it does not always start next to a box).
-        level: A fixed level as a text grid (see :meth:`Level.from_grid`) or a :class:`Level`;
-            when given, every reset loads it and ``dim_room``/``num_boxes`` come from it.
-        grid_format: ``"verl"`` renders every cell as verl-agent does (``" X \t"``, byte for
-            byte); ``"compact"`` uses one character per cell (fewer tokens).
-        solver_max_nodes: State cap for :meth:`oracle_action`'s solver.
+        num_gen_steps: Random-walk length of the room; ``None``: ``int(1.7 * (rows + cols))``.
+        random_player_moves: Let the player take 1-3 random steps after reverse play.
+        level: A fixed level (a text grid or a :class:`Level`); it sets the room and the boxes.
+        grid_format: ``"verl"`` (verl-agent's ``" X \t"`` cells, byte for byte) or
+            ``"compact"`` (one character per cell).
+        solver_max_nodes: State cap of :meth:`oracle_action`'s solver.
         render_mode: ``"ansi"`` makes :meth:`render` return the observation text.
 
     Example:
@@ -95,7 +123,8 @@ class SokobanEnv(gym.Env[str, str]):
         (10.9, True)
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
 
     def __init__(
         self,
@@ -114,39 +143,14 @@ class SokobanEnv(gym.Env[str, str]):
             raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
         if grid_format not in ("verl", "compact"):
             raise ValueError(f"grid_format must be 'verl' or 'compact', got {grid_format!r}")
-        if not _is_int(search_depth) or search_depth < 3:
-            raise ValueError(
-                f"search_depth must be an int >= 3 (reverse play reaches search_depth - 2 "
-                f"pulls), got {search_depth!r}"
-            )
-        if not _is_int(max_generation_attempts) or max_generation_attempts < 1:
-            raise ValueError(
-                f"max_generation_attempts must be an int >= 1, got {max_generation_attempts!r}"
-            )
-        if num_gen_steps is not None and (not _is_int(num_gen_steps) or num_gen_steps < 1):
-            raise ValueError(f"num_gen_steps must be None or an int >= 1, got {num_gen_steps!r}")
-        if not _is_int(solver_max_nodes) or solver_max_nodes < 1:
-            raise ValueError(f"solver_max_nodes must be an int >= 1, got {solver_max_nodes!r}")
-
+        _check_search(search_depth, max_generation_attempts, num_gen_steps, solver_max_nodes)
         self._fixed_level: Level | None = None
         if level is not None:
             self._fixed_level = level if isinstance(level, Level) else Level.from_grid(level)
             dim_room = (self._fixed_level.height, self._fixed_level.width)
             num_boxes = self._fixed_level.num_boxes
         else:
-            if (
-                not isinstance(dim_room, tuple | list)
-                or len(dim_room) != 2
-                or not all(_is_int(d) and d >= 5 for d in dim_room)
-            ):
-                raise ValueError(f"dim_room must be two ints >= 5, got {dim_room!r}")
-            # Generation needs a free cell for the player and one to pull into.
-            max_boxes = (dim_room[0] - 2) * (dim_room[1] - 2) - 2
-            if not _is_int(num_boxes) or not 1 <= num_boxes <= max_boxes:
-                raise ValueError(
-                    f"num_boxes must be an int between 1 and {max_boxes} for dim_room "
-                    f"{tuple(dim_room)}, got {num_boxes!r}"
-                )
+            _check_room(dim_room, num_boxes)
         self.dim_room: tuple[int, int] = (int(dim_room[0]), int(dim_room[1]))
         self.num_boxes = int(num_boxes)
         self.search_depth = search_depth

@@ -1,24 +1,11 @@
 """Guaranteed-solvable Sokoban levels by reverse play, after gym-sokoban's ``room_utils.py``.
 
-The algorithm (mpSchrader/gym-sokoban, as adapted by verl-agent):
-
-1. **Topology**: a random walk of ``num_gen_steps`` steps stamps random 3x3 masks of floor onto a
-   wall grid (direction changes with probability ``p_change_directions``); the outer ring stays
-   wall.
-2. **Placement**: the player, then each box, on a random free floor cell; boxes start ON their
-   targets (the solved state).
-3. **Reverse play**: a depth-first search over *pull* moves (the player steps away and drags a box
-   that was behind it) with a time-to-live of ``search_depth`` and at most 300 000 explored
-   states. Each state is scored ``box_swaps * sum(manhattan(box, its target))`` and scores 0 when
-   any box or the player stands on a target; the first best-scoring state becomes the level.
-   Every pull is undone by a push, so the level is solvable by construction.
-4. **Player shuffle** (verl-agent): with probability 0.8 (displacement 1) or 0.5 (otherwise) the
-   player takes 1-3 random non-pushing steps, so it does not always start next to a box.
-
-A score of 0 (no box could be pulled off its target) or too little floor is a failed attempt;
-:func:`generate_level` retries with the same RNG and raises :class:`LevelGenerationError` after
-``max_attempts``. All randomness comes from the ``numpy.random.Generator`` passed in (the env's
-``np_random``), so levels are deterministic per seed.
+A random walk carves the room; the player and the boxes are placed, each box on its target; a
+depth-first search over *pull* moves (time-to-live ``search_depth``) keeps the best-scoring state
+(``box_swaps * sum of box-target distances``); then, as in verl-agent, the player may take 1-3
+random steps. Every pull is undone by a push, so each level is solvable. A failed attempt is
+retried with the same RNG up to ``max_attempts`` (then :class:`LevelGenerationError`); the
+``numpy.random.Generator`` passed in is the only randomness, so levels are deterministic per seed.
 """
 
 from __future__ import annotations

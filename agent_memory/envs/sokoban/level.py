@@ -7,6 +7,7 @@ guaranteed by the generator).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
@@ -102,45 +103,21 @@ class Level:
             ValueError: on an unknown symbol, a border that is not wall, not exactly one player,
                 no boxes, or a box count that differs from the target count.
         """
-        if not isinstance(grid, str):
-            raise ValueError(f"level must be a str grid, got {type(grid).__name__}")
-        lines = grid.replace("\r", "").split("\n")
-        while lines and not lines[0].strip():
-            lines.pop(0)
-        while lines and not lines[-1].strip():
-            lines.pop()
-        rows = [line.split() if "\t" in line else list(line.rstrip()) for line in lines]
-        height = len(rows)
-        width = max((len(row) for row in rows), default=0)
-        if height < 3 or width < 3:
-            raise ValueError(f"level must have at least 3 rows and 3 columns, got {height}x{width}")
+        rows = _grid_rows(grid)
+        height, width = len(rows), max(len(row) for row in rows)
         walls: set[int] = set()
         targets: set[int] = set()
         boxes: set[int] = set()
         players: list[int] = []
-        for r, row in enumerate(rows):
-            for c in range(width):
-                symbol = row[c] if c < len(row) else WALL
-                if symbol not in _PARSE:
-                    raise ValueError(
-                        f"unknown symbol {symbol!r} at row {r}, column {c}; expected one of "
-                        "# _ O X √ P S (or XSB # - . $ * @ + and space)"
-                    )
-                is_wall, is_target, has_box, has_player = _PARSE[symbol]
-                on_border = r in (0, height - 1) or c in (0, width - 1)
-                if on_border and not is_wall:
-                    raise ValueError(
-                        f"level border must be walls, got {symbol!r} at row {r}, column {c}"
-                    )
-                index = r * width + c
-                if is_wall:
-                    walls.add(index)
-                if is_target:
-                    targets.add(index)
-                if has_box:
-                    boxes.add(index)
-                if has_player:
-                    players.append(index)
+        for index, (is_wall, is_target, has_box, has_player) in _parsed_cells(rows, width):
+            if is_wall:
+                walls.add(index)
+            if is_target:
+                targets.add(index)
+            if has_box:
+                boxes.add(index)
+            if has_player:
+                players.append(index)
         if len(players) != 1:
             raise ValueError(f"level must have exactly 1 player (P or S), got {len(players)}")
         if not boxes:
@@ -191,3 +168,42 @@ class Level:
             "".join(cell.format(self.symbol(r * self.width + c)) for c in range(self.width))
             for r in range(self.height)
         )
+
+
+def _grid_rows(grid: str) -> list[list[str]]:
+    """The rows of symbols of a text grid (see :meth:`Level.from_grid`), at least 3 x 3."""
+    if not isinstance(grid, str):
+        raise ValueError(f"level must be a str grid, got {type(grid).__name__}")
+    lines = grid.replace("\r", "").split("\n")
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    while lines and not lines[-1].strip():
+        lines.pop()
+    rows = [line.split() if "\t" in line else list(line.rstrip()) for line in lines]
+    height = len(rows)
+    width = max((len(row) for row in rows), default=0)
+    if height < 3 or width < 3:
+        raise ValueError(f"level must have at least 3 rows and 3 columns, got {height}x{width}")
+    return rows
+
+
+def _parsed_cells(
+    rows: list[list[str]], width: int
+) -> Iterator[tuple[int, tuple[bool, bool, bool, bool]]]:
+    """Each cell's index and (wall, target, box, player), row by row; short rows are padded
+    with walls, and a symbol that is unknown, or not a wall on the border, is refused."""
+    height = len(rows)
+    for r, row in enumerate(rows):
+        for c in range(width):
+            symbol = row[c] if c < len(row) else WALL
+            if symbol not in _PARSE:
+                raise ValueError(
+                    f"unknown symbol {symbol!r} at row {r}, column {c}; expected one of "
+                    "# _ O X √ P S (or XSB # - . $ * @ + and space)"
+                )
+            on_border = r in (0, height - 1) or c in (0, width - 1)
+            if on_border and not _PARSE[symbol][0]:
+                raise ValueError(
+                    f"level border must be walls, got {symbol!r} at row {r}, column {c}"
+                )
+            yield r * width + c, _PARSE[symbol]

@@ -16,6 +16,8 @@ from agent_memory.envs.sokoban.level import ACTIONS, Level
 
 #: Default cap on expanded states.
 DEFAULT_MAX_NODES: Final = 200_000
+#: A search state: the player's square and the boxes' squares.
+_State = tuple[int, frozenset[int]]
 
 
 class SolverLimitError(RuntimeError):
@@ -79,7 +81,7 @@ def solve(level: Level, max_nodes: int = DEFAULT_MAX_NODES) -> list[str] | None:
     steps = tuple(zip(ACTIONS, (-width, width, -1, 1), strict=True))
     start = (level.player, level.boxes)
     # state -> (previous state, action); walking back from the goal gives the plan.
-    parents: dict[tuple[int, frozenset[int]], tuple | None] = {start: None}
+    parents: dict[_State, tuple[_State, str] | None] = {start: None}
     queue = deque([start])
     expanded = 0
     while queue:
@@ -107,10 +109,11 @@ def solve(level: Level, max_nodes: int = DEFAULT_MAX_NODES) -> list[str] | None:
             parents[child] = (state, action)
             if child[1] == targets:
                 plan: list[str] = []
-                node: tuple = child
-                while parents[node] is not None:
-                    node, taken = parents[node]
+                back = parents[child]
+                while back is not None:
+                    node, taken = back
                     plan.append(taken)
+                    back = parents[node]
                 return plan[::-1]
             queue.append(child)
     return None

@@ -9,7 +9,7 @@ import re
 import warnings
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Final, Literal
+from typing import Any, Final, Literal
 
 import gymnasium as gym
 
@@ -110,19 +110,16 @@ class TextWorldEnv(gym.Env[str, str]):
     """TextWorld text adventures (``tw-simple``, ``tw-coin_collector``, ``tw-treasure_hunter``,
     ``tw-cooking``), generated locally with TextWorld's own generator and cached on disk.
 
-    The env holds a pool of ``num_games`` games (seeds ``game_seed``, ``game_seed + 1``, ...),
-    each generated the first time it is needed. ``reset(seed=...)`` draws the game with the env's
-    RNG (equal seeds, equal games: a GRPO group plays one game), ``options={"game_index": i}`` picks
-    one. An action is one of ``info["admissible_actions"]`` (case and spacing are forgiven); any
-    other text is not sent to the game: the state stays, the step counts, ``is_action_valid`` is
-    False. The reward is the change of the game's score; ``terminated`` once it is won or lost.
+    ``reset(seed=...)`` draws one of ``num_games`` games (equal seeds, equal games: a GRPO group
+    plays one game; ``options={"game_index": i}`` picks one). Actions are the admissible commands
+    (case and spacing forgiven); other text is not sent to the game. The reward is the change of
+    the score; ``terminated`` once the game is won or lost.
 
     Args:
         challenge: The TextWorld challenge.
-        settings: The challenge's settings (``tw-make <challenge> --help``), e.g. ``{"level": 3}``;
-            missing keys take the defaults in
+        settings: The challenge's settings, e.g. ``{"level": 3}``; missing keys take
             :data:`~agent_memory.envs.textworld_games.DEFAULT_SETTINGS`.
-        game_seed: Seed of the first game of the pool.
+        game_seed: Seed of the first game of the pool (game ``i`` has ``game_seed + i``).
         num_games: Games in the pool.
         cache_dir: Where games are cached; default ``$AGENT_MEMORY_CACHE/textworld``, else
             ``$XDG_CACHE_HOME/agent_memory/textworld``, else ``~/.cache/agent_memory/textworld``.
@@ -147,7 +144,8 @@ class TextWorldEnv(gym.Env[str, str]):
         >>> env.close(); cache.cleanup()
     """
 
-    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 4}
+    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
 
     def __init__(
         self,
@@ -340,7 +338,7 @@ class TextWorldEnv(gym.Env[str, str]):
     def state_key(self) -> str:
         """Hash of the game's identity and its true state: the world facts, score and outcome."""
         facts = tuple(sorted(str(fact) for fact in self._state["_facts"]))
-        game_key = self.game(self.game_index).key
+        game_key = self.game(self._episode_game()).key
         state = self._state
         outcome = (state["score"], state["won"], state["lost"])
         return stable_hash("textworld", game_key, facts, outcome)
@@ -362,8 +360,14 @@ class TextWorldEnv(gym.Env[str, str]):
             return None, f"{shown!r} is not an admissible command; use an admissible action"
         return by_norm[wanted], ""
 
+    def _episode_game(self) -> int:
+        """The index of the current episode's game."""
+        if self.game_index is None:
+            raise RuntimeError("TextWorldEnv: call reset() first")
+        return self.game_index
+
     def _info(self) -> dict[str, Any]:
-        state, cap = self._state, self.max_obs_length
+        state, cap, index = self._state, self.max_obs_length, self._episode_game()
         return {
             ADMISSIBLE_ACTIONS: self.admissible_actions(),
             WON: bool(state["won"]),
@@ -374,6 +378,6 @@ class TextWorldEnv(gym.Env[str, str]):
             STATE_KEY: self.state_key(),
             "description": feedback_text(state["description"] or "", cap),
             "inventory": feedback_text(state["inventory"] or "", cap),
-            "game_index": self.game_index,
-            "game_seed": self.game_seed + self.game_index,
+            "game_index": index,
+            "game_seed": self.game_seed + index,
         }

@@ -1,20 +1,11 @@
 """Generate TextWorld games locally and keep them in a disk cache shared by processes.
 
-A game is made with TextWorld's own generator, in this process, through its Python API (what
-``tw-make <challenge>`` does): ``textworld.challenges.CHALLENGES[name]`` makes the ``Game`` and
-``textworld.generator.compile_game`` compiles it with the Inform 7 tools shipped in the wheel.
-In-process generation is deterministic (same seed -> same game, whatever was generated before)
-and reuses TextWorld's loaded knowledge bases, so a pool costs ~1-4 s a game after the first.
-
-Cache layout: ``<cache_dir>/<challenge>-seed<seed>-<key>/`` holds ``tw-game.z8``,
-``tw-game.json`` and ``meta.json``; ``key`` hashes (challenge, settings, seed, TextWorld version).
-Several processes (Ray workers) may ask for the same game at once: an exclusive ``fcntl.flock``
-per game lets one generate while the others wait, and the game is generated into a temporary
-directory renamed into place in one atomic step, so a reader never sees a half-written game and a
-killed generator leaves no broken entry.
-
-:func:`ensure_games` makes a whole pool and reports progress once per game, as each completes: a
-bar on stderr (``progress=True``: which game it is generating, how many are done) or your callback.
+Games are made in this process through TextWorld's Python API (what ``tw-make`` does):
+deterministic per seed, and the knowledge bases load once. A game lives in
+``<cache_dir>/<challenge>-seed<seed>-<key>/`` (``key`` hashes challenge, settings, seed and
+TextWorld version); a per-game ``flock`` lets one process generate it while the others wait, into
+a temporary directory renamed into place, so no reader sees a half-written game.
+:func:`ensure_games` makes a pool and reports progress once per game.
 """
 
 from __future__ import annotations

@@ -1,27 +1,12 @@
 """``BlackboardMemory``: each env's recent window plus notes shared across envs and processes.
 
-After DevAll's blackboard store and MARSYS's shared-memory sketch, built for rollouts: an
-append-only log of notes (author, env id, group id, step, timestamp, text) in SQLite, WAL mode,
-at a configurable path, so every rollout worker (a separate process, e.g. a Ray actor on the same
-machine) that opens the same path reads and writes the same board. Writers never lose notes:
-each post is one ``BEGIN IMMEDIATE`` transaction, retried while another writer holds the lock
-(:class:`~agent_memory.memory.sqlite.SQLiteDatabase`). WAL needs the processes on one host (not a
-network file system).
-
-* **who sees what**: ``scope="group"``: an env sees the notes of its group (set per env with
-  :meth:`BlackboardMemory.set_groups`, e.g. the GRPO group of envs that share a task; every env
-  starts in group ``"default"``); ``scope="global"``: every note on the board.
-* **retrieval**: recency only (no embeddings): the newest ``top_n`` visible notes go, newest
-  first, under ``header`` before the recent window. Without notes the context is byte-identical
-  to :class:`~agent_memory.memory.HistoryMemory`'s.
-* **trimming**: at each post, the board keeps its newest ``max_notes`` notes and drops those older
-  than ``max_age_seconds`` (reads skip expired notes too).
-* **what is posted**: :meth:`~BlackboardMemory.post` (any text), :meth:`~BlackboardMemory.
-  on_episode_end` (the digest of a finished episode, :func:`~agent_memory.memory.digest.
-  episode_digest` with its outcome, on one line), and with ``post_actions=True`` every stored
-  step's action.
-* **budget**: ``max_tokens`` covers the whole context: the window first (the oldest window steps
-  go first), then the newest notes that fit in what it leaves; nothing is split.
+Notes (author, env, group, step, time, text) go to an append-only SQLite board (WAL) at
+``path``: every rollout worker on the host that opens the same path reads and writes the same
+board, and no post is lost to a concurrent writer. An env sees its group's notes
+(``scope="group"``, groups set with :meth:`BlackboardMemory.set_groups`) or all of them
+(``"global"``); the newest ``top_n`` go, under ``header``, before its window. Episode digests are
+posted at an episode's end (and every action with ``post_actions``); the board keeps its newest
+``max_notes``, younger than ``max_age_seconds``. A budget covers notes and window, window first.
 
 Example:
     >>> mem = BlackboardMemory(num_envs=2, top_n=2)  # path=None: a private in-memory board
@@ -61,7 +46,7 @@ from agent_memory.tokens import TokenCounterSpec
 __all__ = ["BlackboardMemory"]
 
 
-class BlackboardMemory(SettingsAttributes, WindowedMemory):
+class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
     """Per-env recent window + the newest notes of a board shared across envs and processes.
 
     Args:
@@ -137,7 +122,8 @@ class BlackboardMemory(SettingsAttributes, WindowedMemory):
     @property
     def path(self) -> str | None:
         """The board's SQLite file (None: a private in-memory board)."""
-        return self.settings.path
+        path = self.settings.path
+        return None if path is None else os.fspath(path)
 
     @property
     def board_name(self) -> str:
@@ -176,6 +162,7 @@ class BlackboardMemory(SettingsAttributes, WindowedMemory):
         if steps is None:
             steps = [self._window.num_steps(i) for i in ids]
         s = self.settings
+        assert s.author is not None  # set by BlackboardSettings.__post_init__
         now = float(s.clock())
         cap = s.note_chars
         rows = [
@@ -292,7 +279,7 @@ class BlackboardMemory(SettingsAttributes, WindowedMemory):
             self._cache, self._cache_key, self._cache_until = {}, key, float("inf")
         todo = [g for g in dict.fromkeys(self._group_key(i) for i in ids) if g not in self._cache]
         if todo:
-            groups = None if s.scope == "global" else todo
+            groups = None if s.scope == "global" else [g for g in todo if g is not None]
             found = self.board.recent(s.board, groups, s.top_n, self._min_ts())
             counter = self.token_counter
             for g, notes in found.items():

@@ -73,10 +73,11 @@ class Offloads(dict[int, str]):
         return self[step]
 
 
-class _Previewing:
+class _Previewing(Formatter):
     """Put before a formatter's own class by :func:`previewing`: renders an observation longer
-    than ``offload_limit`` characters as its preview."""
+    than ``offload_limit`` characters as its preview, and renders with ``_own`` (that class)."""
 
+    _own: type[Formatter]
     offload_key: str
     offload_limit: int
     offload_chars: int
@@ -97,7 +98,7 @@ class _Previewing:
         key = self.offload_key
         if key in record:
             record = {**record, key: self._shown(record[key], step)}
-        return super().render(record, step)  # type: ignore[misc]
+        return self._own.render(self, record, step)
 
     def render_batch(self, columns: Mapping[str, Sequence[Any]], steps: Sequence[int]) -> list[Any]:
         column = columns.get(self.offload_key)
@@ -109,12 +110,11 @@ class _Previewing:
         ):
             shown = [self._shown(o, s) for o, s in zip(column, steps, strict=True)]
             columns = {**columns, self.offload_key: shown}
-        return super().render_batch(columns, steps)  # type: ignore[misc]
+        return self._own.render_batch(self, columns, steps)
 
     def __reduce__(self) -> tuple[Any, ...]:
         # The class is made at run time: pickle the formatter it wraps and the limits.
-        own = type(self).__mro__[2]
-        inner = object.__new__(own)
+        inner: Formatter = object.__new__(self._own)
         inner.__dict__.update(
             {k: v for k, v in self.__dict__.items() if not k.startswith("offload_")}
         )
@@ -148,12 +148,12 @@ def previewing(formatter: Formatter, limit: int, chars: int) -> Formatter:
         cls = type(
             f"Previewing{own.__name__}",
             (_Previewing, own),
-            {"_batch_calls_render": batch_calls_render, "__module__": __name__},
+            {"_own": own, "_batch_calls_render": batch_calls_render, "__module__": __name__},
         )
         _CLASSES[own] = cls
-    fmt = object.__new__(cls)
+    fmt: _Previewing = object.__new__(cls)
     fmt.__dict__.update(formatter.__dict__)
-    fmt.offload_key = getattr(formatter, "obs_key", "observation")  # type: ignore[attr-defined]
-    fmt.offload_limit = limit  # type: ignore[attr-defined]
-    fmt.offload_chars = min(chars, limit)  # type: ignore[attr-defined]
+    fmt.offload_key = getattr(formatter, "obs_key", "observation")
+    fmt.offload_limit = limit
+    fmt.offload_chars = min(chars, limit)
     return fmt

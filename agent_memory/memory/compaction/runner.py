@@ -82,8 +82,8 @@ class SummaryRunner:
             self.worker = worker
             return None, "timeout", f"no summary within summary_timeout={timeout}s"
         if "err" in box:
-            e = box["err"]
-            return None, "error", f"{type(e).__name__}: {e}"
+            err = box["err"]
+            return None, "error", f"{type(err).__name__}: {err}"
         try:
             return check(box.get("out")), None, None
         except ValueError as e:

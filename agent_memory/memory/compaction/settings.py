@@ -30,9 +30,9 @@ and folds the rest once more than trigger_steps are held), got keep_last=5, trig
 
     max_tokens: int | None = None
     capacity: int | None = None
-    trigger_steps: int | None = 20
+    trigger_steps: int | None = 8
     trigger_ratio: float | None = 0.8
-    keep_last: int = 5
+    keep_last: int = 3
     summarizer: SummarizerSpec = "extractive"
     summary_max_tokens: int = 256
     summary_timeout: float | None = 30.0

@@ -1,42 +1,14 @@
 """``CompactionMemory``: a window of recent steps plus a running summary of the older ones.
 
-After AgentScope's ``AutoContextMemory`` and MARSYS's managed memory, done per env and batched:
-
-* **When**: at store time (amortised, never inside ``fetch``), for each env that holds more than
-  ``trigger_steps`` verbatim steps, or whose verbatim steps plus summary exceed
-  ``trigger_ratio * max_tokens`` tokens (or more than ``capacity`` steps, a hard cap).
-* **What**: the newest ``keep_last`` steps stay verbatim; the older ones are folded into the env's
-  running summary by a pluggable
-  :class:`~agent_memory.memory.compaction.summarizers.Summarizer` (one batched call for all envs
-  due at that store). The summary is kept within ``summary_max_tokens``.
-* **Never blocks forever**: a summarizer that may block (a model call) runs in a worker thread
-  with ``summary_timeout``; on timeout or error the folded steps are dropped and the summary
-  gets a ``"[k earlier steps dropped (steps a-b)]"`` marker instead. Every compaction is
-  recorded in :attr:`CompactionMemory.events` (env, step, tokens before/after, steps folded,
-  summarizer, fallback, duration).
-* **Offloading**: an observation longer than ``offload_chars`` is shown in the context as a
-  preview with an id (``[obs#3 offloaded: 2,048 chars; preview: ...]``, rendered by a
-  :func:`~agent_memory.memory.compaction.offload.previewing` formatter); the full text stays in
-  the memory (and its state) and :meth:`CompactionMemory.load_offloaded` returns it.
-  ``memory[i]`` keeps the full observations.
-
-``fetch`` returns the summary block (``"Summary of steps 1-20:\\n..."``; with a chat formatter
-a leading user or system message) followed by the verbatim window: ``history_length`` limits the
-verbatim part, step numbers stay absolute, and a token budget covers the whole context, summary
-included, whole steps only. The budget goes to the newest step, then the summary, then older
-steps: a summary is left out when it does not fit next to the newest step (a
-:class:`~agent_memory.memory.block_window.BlockLayout` with ``newest_step`` priority). Lengths
-count verbatim steps. An env holds between ``keep_last`` and
-``trigger_steps`` verbatim steps; with a window shorter than that, the held steps between the
-summary and the window are not shown (step numbers make the gap visible): choose
-``trigger_steps`` close to ``history_length`` when the gap matters, at the price of more
-frequent (smaller) compactions.
-
-Event fields: ``env_id``, ``step`` (the env's step count), ``trigger`` (``steps`` or ``tokens``),
-``first_step`` / ``last_step`` / ``steps_folded``, ``tokens_before`` / ``tokens_after`` (verbatim
-steps plus summary block), ``summary_tokens``, ``summarizer`` (its name), ``fallback`` (None,
-``"timeout"``, ``"error"`` or ``"busy"``: a timed-out call still running), ``error`` (the reason)
-and ``duration_s`` (the batched summarizer call that served this event).
+Per env, at store time (never inside ``fetch``): once an env holds more than ``trigger_steps``
+verbatim steps (or its steps plus summary exceed ``trigger_ratio * max_tokens``, or more than
+``capacity`` steps), all but the newest ``keep_last`` are folded into its summary by a pluggable
+:class:`~agent_memory.memory.compaction.summarizers.Summarizer`, one batched call for all envs
+due. A model summarizer runs with ``summary_timeout``; on timeout or error the folded steps are
+dropped behind a marker, so a compaction never blocks forever. Observations longer than
+``offload_chars`` are shown as a preview with an id, reloadable with
+:meth:`CompactionMemory.load_offloaded`. ``fetch`` gives the summary block, then the verbatim
+window; a token budget goes to the newest step, then the summary, then older steps.
 """
 
 from __future__ import annotations
@@ -72,8 +44,13 @@ from agent_memory.tokens import TokenCounterSpec
 __all__ = ["CompactionMemory"]
 
 
-class CompactionMemory(SettingsAttributes, WindowedMemory):
+class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
     """Recent steps verbatim, older steps folded into a per-env summary (see the module docs).
+
+    :attr:`events` records each compaction: ``env_id``, ``step``, ``trigger`` (``steps`` or
+    ``tokens``), ``first_step`` / ``last_step`` / ``steps_folded``, ``tokens_before`` /
+    ``tokens_after``, ``summary_tokens``, ``summarizer``, ``fallback`` (None, ``"timeout"``,
+    ``"error"`` or ``"busy"``), ``error`` and ``duration_s``.
 
     Args:
         num_envs, formatter, max_tokens, token_counter: as for
@@ -138,9 +115,9 @@ class CompactionMemory(SettingsAttributes, WindowedMemory):
         max_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        trigger_steps: int | None = 20,
+        trigger_steps: int | None = 8,
         trigger_ratio: float | None = 0.8,
-        keep_last: int = 5,
+        keep_last: int = 3,
         summarizer: SummarizerSpec = "extractive",
         summary_max_tokens: int = 256,
         summary_timeout: float | None = 30.0,
@@ -347,7 +324,7 @@ class CompactionMemory(SettingsAttributes, WindowedMemory):
 
     def _block_tokens(self, i: int) -> int:
         block = self._block[i]
-        return 0 if block is None else block.costs[0]
+        return 0 if block is None else block.item_costs()[0]
 
     def _compact(self, due: list[tuple[int, str]]) -> None:
         s, window, counter = self.settings, self._window, self.token_counter

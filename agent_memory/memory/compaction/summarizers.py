@@ -1,21 +1,10 @@
-"""Summarizers: fold old steps into a running summary (used by
+"""Summarizers: fold old steps into a running summary (for
 :class:`~agent_memory.memory.compaction.CompactionMemory`).
 
-A summarizer gets the previous summary, the steps being folded and a token budget, and returns
-the new summary: ``summarize(previous_summary, steps, max_tokens, counter=...) -> str``.
-:meth:`Summarizer.summarize_batch` answers several envs at once (the memory folds every env due
-at a store in one call, so a model-backed summarizer makes one batched request).
-
-Built-ins, selectable by name (``summarizer=extractive`` in configs):
-
-* ``extractive`` (:class:`ExtractiveSummarizer`, the default): deterministic, needs no model. It
-  keeps one line per folded step (the first line of the observation not already in the summary
-  and the action) and fits the budget by dropping the middle.
-* ``llm`` (:class:`LLMSummarizer`): asks any :class:`~agent_memory.policies.Policy` (an
-  OpenAI-compatible server, a local model) to update the summary.
-
-(About 500 lines: the summarizer interface, its registry, the budget fitting both built-ins use
-and the two built-ins, which are read together when writing a summarizer.)
+``summarize(previous_summary, steps, max_tokens, counter=...) -> str``;
+:meth:`Summarizer.summarize_batch` answers every env due at a store in one call (one batched
+model request). Built-ins by name: ``extractive`` (:class:`ExtractiveSummarizer`, the default,
+no model) and ``llm`` (:class:`LLMSummarizer`, any :class:`~agent_memory.policies.Policy`).
 
 Example:
     >>> s = make_summarizer("extractive")
@@ -295,19 +284,12 @@ def make_summarizer(spec: SummarizerSpec = "extractive", **kwargs: Any) -> Summa
 class ExtractiveSummarizer(Summarizer):
     """A deterministic summary that needs no model: one line per folded step.
 
-    What it keeps, per step ``k``: ``"k: <line> -> <action>"`` where ``<line>`` is the first
-    line of the observation that no line of the summary shows yet (whitespace-normalised; a
-    line longer than ``max_line_chars`` is cut to its first sentence, then capped) and ``<action>``
-    the action's first line. Repeated lines are thus written once: a step that shows nothing new
-    becomes ``"k: -> <action>"``, and runs of such steps with the same action merge into
-    ``"k1-k2: -> <action>"``. An offloaded observation gets its reload id (``[obs#k]``).
-    Thoughts are left out. Without an observation/action key in the records, the rendered step
-    text is used instead. Only the first ``64 * max_line_chars`` characters of an observation or
-    action are read (a step's cost is bounded whatever its size).
-
-    When the summary exceeds its budget, the earliest lines (up to half the budget, then fixed)
-    and the newest lines stay; lines in between are dropped and counted in a
-    ``"[... n lines omitted ...]"`` marker, so an early cue survives a long episode.
+    Step ``k`` becomes ``"k: <line> -> <action>"``: the first observation line the summary does
+    not show yet (whitespace-normalised, capped at ``max_line_chars``) and the action's first
+    line; a step with nothing new is ``"k: -> <action>"``, and runs of those with one action
+    merge (``"k1-k2: -> <action>"``). Over budget, the earliest and the newest lines stay and
+    the middle is dropped behind a ``"[... n lines omitted ...]"`` marker, so an early cue
+    survives a long episode.
 
     Args:
         max_line_chars: cap on each kept observation/action line.
@@ -334,55 +316,64 @@ class ExtractiveSummarizer(Summarizer):
     ) -> str:
         count = counter or make_token_counter("estimate")
         lines = previous_summary.splitlines() if previous_summary else []
-        cap = self.max_line_chars
-        scan = 64 * cap
         # Lines already in the summary: those its step lines show, plus those met in this call.
         seen = _shown_lines(lines)
         for s in steps:
-            source = str(s.observation if s.observation is not None else s.text)
-            if len(source) > scan:  # whole lines of the part read (one cut line if none ends)
-                head = source[:scan]
-                cut = max(head.rfind("\n"), head.rfind("\r"))
-                source = head[:cut] if cut > 0 else head
-            new = ""
-            for raw in source.splitlines():
-                if raw in seen:  # the common case for observations that repeat line by line
-                    continue
-                seen.add(raw)
-                line = raw.strip()
-                if not line:
-                    continue
-                if len(line) > cap or "  " in line or "\t" in line:
-                    line = _clip_line(line, cap)
-                if line != raw:
-                    if line in seen:
-                        continue
-                    seen.add(line)
-                new = line
-                break
-            act = s.action
-            if act is not None:
-                act = str(act).strip()[:scan]
-                if len(act) > cap or "\n" in act or "  " in act or "\t" in act:
-                    first = next((a for a in act.splitlines() if a.strip()), "")
-                    act = _clip_line(first, cap)
+            new = self._new_line(str(s.observation if s.observation is not None else s.text), seen)
+            act = None if s.action is None else self._action_line(str(s.action))
             if new:
                 ref = f" [{s.offload_id}]" if s.offload_id else ""
-                line = f"{s.step}: {new}{ref}" + ("" if act is None else f" -> {act}")
-            elif act is not None:
-                m = _RUN.match(lines[-1]) if lines else None
-                last = None if m is None else int(m.group(2) or m.group(1))
-                if m is not None and m.group(3) == act and last == s.step - 1:
-                    lines[-1] = f"{m.group(1)}-{s.step}: -> {act}"
-                    continue
-                line = f"{s.step}: -> {act}"
-            else:
-                continue
-            lines.append(line)
+                lines.append(f"{s.step}: {new}{ref}" + ("" if act is None else f" -> {act}"))
+            elif act is not None and not _extend_run(lines, s.step, act):
+                lines.append(f"{s.step}: -> {act}")
         return _fit_lines(lines, max_tokens, count)
+
+    def _new_line(self, source: str, seen: set[str]) -> str:
+        """The first line of ``source`` the summary does not show yet, clipped ("": none); the
+        lines read are added to ``seen``."""
+        cap = self.max_line_chars
+        scan = 64 * cap
+        if len(source) > scan:  # whole lines of the part read (one cut line if none ends)
+            head = source[:scan]
+            cut = max(head.rfind("\n"), head.rfind("\r"))
+            source = head[:cut] if cut > 0 else head
+        for raw in source.splitlines():
+            if raw in seen:  # the common case for observations that repeat line by line
+                continue
+            seen.add(raw)
+            line = raw.strip()
+            if not line:
+                continue
+            if len(line) > cap or "  " in line or "\t" in line:
+                line = _clip_line(line, cap)
+            if line != raw:
+                if line in seen:
+                    continue
+                seen.add(line)
+            return line
+        return ""
+
+    def _action_line(self, action: str) -> str:
+        """The action's first non-empty line, clipped."""
+        cap = self.max_line_chars
+        act = action.strip()[: 64 * cap]
+        if len(act) > cap or "\n" in act or "  " in act or "\t" in act:
+            first = next((a for a in act.splitlines() if a.strip()), "")
+            act = _clip_line(first, cap)
+        return act
 
     def __repr__(self) -> str:
         return f"ExtractiveSummarizer(max_line_chars={self.max_line_chars})"
+
+
+def _extend_run(lines: list[str], step: int, action: str) -> bool:
+    """Extend the summary's last line to ``step`` when it is a run of steps that showed nothing
+    new, with the same ``action``, up to ``step - 1`` (``"k1-k2: -> action"``)."""
+    m = _RUN.match(lines[-1]) if lines else None
+    if m is None or m.group(3) != action or int(m.group(2) or m.group(1)) != step - 1:
+        return False
+    lines[-1] = f"{m.group(1)}-{step}: -> {action}"
+    return True
 
 
 DEFAULT_SUMMARY_PROMPT = (

@@ -19,7 +19,7 @@ import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, Protocol
 
 __all__ = [
     "ROLES",
@@ -136,13 +136,13 @@ def check_message(
         raise ValueError(f"role must be one of {sorted(ROLES)}, got {role!r}")
     if content is not None and not isinstance(content, str):
         raise TypeError(f"content must be a str or None, got {type(content).__name__}")
-    calls = None
+    calls: list[dict[str, Any]] | None = None
     if tool_calls is not None:
         if role != "assistant":
             raise ValueError(
                 f"tool_calls are only allowed on assistant messages, got role {role!r}"
             )
-        calls = []
+        checked: list[dict[str, Any]] = []
         for tc in tool_calls:
             if not isinstance(tc, Mapping) or not isinstance(tc.get("id"), str) or not tc["id"]:
                 raise ValueError(
@@ -150,8 +150,8 @@ def check_message(
                     "format {'id': ..., 'type': 'function', 'function': {'name': ..., "
                     f"'arguments': ...}}}}), got {tc!r:.120}"
                 )
-            calls.append(copy.deepcopy(dict(tc)))
-        calls = calls or None
+            checked.append(copy.deepcopy(dict(tc)))
+        calls = checked or None
     if role == "tool":
         if not isinstance(tool_call_id, str) or not tool_call_id:
             raise ValueError(
@@ -177,9 +177,15 @@ def message_text(m: Message) -> str:
     return text
 
 
+class Counts(Protocol):
+    """Token counts by message index (a list, or :class:`TokenCounts`)."""
+
+    def __getitem__(self, k: int, /) -> int: ...
+
+
 def select_messages(
     messages: Sequence[Message],
-    counts: Sequence[int],
+    counts: Counts,
     budget: int | None,
     lo: int = 0,
     cuts: Sequence[int] | None = None,
@@ -205,32 +211,7 @@ def select_messages(
         ([0], 0)
     """
     n = len(messages)
-    pending: dict[str, int] = {}
-    need: dict[int, set[str]] = {}
-    members: dict[int, list[int]] = {}
-    answered: set[int] = set()
-    for k in range(lo, n):
-        m = messages[k]
-        if m.role == "assistant" and m.tool_calls:
-            ids = [str(tc.get("id")) for tc in m.tool_calls]
-            need[k] = set(ids)
-            members[k] = []
-            for cid in ids:
-                pending[cid] = k
-        elif m.role == "tool":
-            a = pending.get(str(m.tool_call_id))
-            if a is not None:
-                members[a].append(k)
-                need[a].discard(str(m.tool_call_id))
-                answered.add(k)
-    dropped = {k for k in range(lo, n) if messages[k].role == "tool" and k not in answered}
-    blocked: set[int] = set()  # cut points inside a complete unit
-    for a, rest in need.items():
-        if rest:
-            dropped.add(a)
-            dropped.update(members[a])
-        elif members[a]:
-            blocked.update(range(a + 1, max(members[a]) + 1))
+    dropped, blocked = _tool_units(messages, lo)
     allowed = None if cuts is None else set(cuts)
     best, cost = n, 0
     for k in range(n - 1, lo - 1, -1):
@@ -241,6 +222,39 @@ def select_messages(
         if k not in blocked and (allowed is None or k in allowed):
             best = k
     return [k for k in range(best, n) if k not in dropped], best
+
+
+def _tool_units(messages: Sequence[Message], lo: int) -> tuple[set[int], set[int]]:
+    """The tool exchanges of ``messages[lo:]``: the indices to leave out (a call missing a
+    result, with its results; a result whose call is not in range) and the cut points inside a
+    complete exchange."""
+    pending: dict[str, int] = {}
+    need: dict[int, set[str]] = {}
+    members: dict[int, list[int]] = {}
+    answered: set[int] = set()
+    for k in range(lo, len(messages)):
+        m = messages[k]
+        if m.role == "assistant" and m.tool_calls:
+            ids = [str(tc.get("id")) for tc in m.tool_calls]
+            need[k], members[k] = set(ids), []
+            pending.update(dict.fromkeys(ids, k))
+        elif m.role == "tool":
+            a = pending.get(str(m.tool_call_id))
+            if a is not None:
+                members[a].append(k)
+                need[a].discard(str(m.tool_call_id))
+                answered.add(k)
+    dropped = {
+        k for k in range(lo, len(messages)) if messages[k].role == "tool" and k not in answered
+    }
+    blocked: set[int] = set()
+    for a, rest in need.items():
+        if rest:
+            dropped.add(a)
+            dropped.update(members[a])
+        elif members[a]:
+            blocked.update(range(a + 1, max(members[a]) + 1))
+    return dropped, blocked
 
 
 class TokenCounts:

@@ -1,27 +1,12 @@
 """``ConversationMemory``: per-env chat message records with ids, tool calls and safe trimming.
 
-After the CodeAct agent's ``ConversationManager`` (messages plus an id index) and MARSYS's
-``ConversationMemory`` (message records with tool calls, ``to_llm_format``), batched over envs and
-usable as a :class:`~agent_memory.memory.BaseMemory` inside the wrappers:
-
-* :class:`Message` records: ``role`` (system / user / assistant / tool), ``content``,
-  ``tool_calls``, ``tool_call_id``, ``name``, ``metadata``, ``timestamp``, a unique ``id`` and
-  the ``step`` it belongs to. Lookup by id is a dict access; by role, a per-role list.
-* :meth:`ConversationMemory.to_llm_format` gives OpenAI-format messages and, when trimming to a
-  token budget, never separates a tool call from its results: an assistant message with
-  ``tool_calls`` and the tool messages answering it are kept or dropped together, and a call
-  whose results are not all there yet (or a result whose call is gone) is left out. A leading
-  system message is always kept; the rest is the newest messages that fit.
-* As a memory: ``store(record)`` with the wrapper's keys appends, per env, a user message (the
-  observation) and an assistant message (the action; with a non-empty ``thought`` it reads
-  ``"<think>{thought}</think>\\n<action>{action}</action>"``, see ``thought_format``). A step is
-  those messages plus whatever :meth:`~ConversationMemory.add_message` adds until the next
-  store. ``fetch`` returns message lists over the last ``history_length`` steps within the token
-  budget, cut only at step starts (never inside a step or a tool exchange); ``memory[i]`` is the
-  step records.
-
-Token counts are made once per message (its content plus a newline, and its tool calls as JSON,
-as the ``chat`` formatter counts), so a budget costs a binary search over prefix sums.
+A :class:`~agent_memory.memory.BaseMemory` whose contexts are message lists, for agents that
+call tools: a stored step is a user message (the observation) and an assistant message (the
+action, with its ``thought`` per ``thought_format``), plus what
+:meth:`~ConversationMemory.add_message` adds until the next store. Trimming to a window or a
+token budget cuts only at step starts and never separates a tool call from its results; a
+leading system message is always kept. Tokens are counted once per message, so a budget costs a
+binary search over prefix sums.
 """
 
 from __future__ import annotations
@@ -68,7 +53,7 @@ __all__ = ["ConversationMemory"]
 _STATE_VERSION = 1
 
 
-class ConversationMemory(SettingsAttributes, BaseMemory):
+class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
     """Per-env chat messages with ids; a :class:`BaseMemory` whose contexts are message lists.
 
     Args:
@@ -255,40 +240,17 @@ class ConversationMemory(SettingsAttributes, BaseMemory):
             return
         envs = self._envs
         steps = [envs[i].start + len(envs[i].rows) + 1 for i in ids]
-        fmt = self._formatter
-        rendered = fmt.render_batch(columns, steps)
-        thoughts = columns.get("thought")
-        tf = self.settings.thought_format
-        replace_thought = (
-            thoughts is not None
-            and tf is not None
-            and isinstance(fmt, ChatFormatter)
-            and fmt.assistant_format is None
-        )
-        actions = columns.get(getattr(fmt, "action_key", "action"))
+        rendered = self._formatter.render_batch(columns, steps)
+        assistant = self._assistant_contents(columns, len(ids))
         now = time.time()
         new: list[Message] = []
         owners: list[ConversationLog] = []
         seqs: list[int] = []
         for j, (i, msgs) in enumerate(zip(ids, rendered, strict=True)):
-            c, step = envs[i], steps[j]
-            uid, seq = c.uid, c.seq
-            thought = thoughts[j] if replace_thought else None  # type: ignore[index]
+            c, seq = envs[i], envs[i].seq
             for d in msgs:
-                role = d.get("role")
-                if role not in ROLES:
-                    raise ValueError(
-                        f"the formatter rendered a message with role {role!r}: expected one of "
-                        f"{sorted(ROLES)}"
-                    )
-                content = d.get("content")
-                if thought and role == "assistant" and actions is not None:
-                    content = tf.format(thought=thought, action=actions[j])  # type: ignore
                 seq += 1
-                calls, call_id, nm = d.get("tool_calls"), d.get("tool_call_id"), d.get("name")
-                new.append(
-                    Message(f"{uid}-{seq}", role, content, calls, call_id, nm, {}, now, step)
-                )
+                new.append(_message(d, f"{c.uid}-{seq}", assistant[j], now, steps[j]))
                 owners.append(c)
             seqs.append(seq)
         counts = self._counter.count_many([message_text(m) for m in new])
@@ -298,16 +260,7 @@ class ConversationMemory(SettingsAttributes, BaseMemory):
             c.seq = seq
             c.step_starts.append(len(c.messages))
         for c, m, n in zip(owners, new, counts, strict=True):
-            c.messages.append(m)
-            cum = c.cum
-            cum.append(cum[-1] + n)
-            c.by_id[m.id] = m
-            c.by_role[m.role].append(m)
-            if m.tool_calls or m.tool_call_id is not None or m.name is not None:
-                c.llm.append(m.to_llm())
-                c.has_tools = c.has_tools or bool(m.tool_calls) or m.role == "tool"
-            else:
-                c.llm.append({"role": m.role, "content": m.content})
+            c.append(m, n)
         rows = list(zip(*columns.values(), strict=True))
         for i, row in zip(ids, rows, strict=True):
             c = envs[i]
@@ -317,6 +270,25 @@ class ConversationMemory(SettingsAttributes, BaseMemory):
             c.rows.append(row)
             if self.capacity is not None and len(c.rows) > 2 * self.capacity:
                 self._trim(i, self.capacity)  # amortised O(1): once per capacity steps
+
+    def _assistant_contents(self, columns: Mapping[str, Sequence[Any]], n: int) -> list[str | None]:
+        """Per env of a store: its assistant message's content when its record has a non-empty
+        ``thought`` (``thought_format``), else None (the formatter's content stands)."""
+        fmt, tf = self._formatter, self.settings.thought_format
+        thoughts = columns.get("thought")
+        actions = columns.get(getattr(fmt, "action_key", "action"))
+        if (
+            thoughts is None
+            or actions is None
+            or tf is None
+            or not isinstance(fmt, ChatFormatter)
+            or fmt.assistant_format is not None
+        ):
+            return [None] * n
+        return [
+            tf.format(thought=t, action=a) if t else None
+            for t, a in zip(thoughts, actions, strict=True)
+        ]
 
     def fetch(
         self,
@@ -357,7 +329,9 @@ class ConversationMemory(SettingsAttributes, BaseMemory):
     def __getitem__(self, env_id: int) -> list[dict[str, Any]]:
         c = self._envs[check_env_index(env_id, self.num_envs)]
         keys = c.keys
-        return [dict(zip(keys, row, strict=True)) for row in c.rows]  # type: ignore[arg-type]
+        if keys is None:  # no step stored in this episode
+            return []
+        return [dict(zip(keys, row, strict=True)) for row in c.rows]
 
     def num_steps(self, env_id: int) -> int:
         c = self._envs[check_env_index(env_id, self.num_envs)]
@@ -487,3 +461,18 @@ class ConversationMemory(SettingsAttributes, BaseMemory):
             f"max_tokens={self.max_tokens}, token_counter={self._counter.name!r}, "
             f"capacity={self.capacity}, ids={self.settings.ids!r})"
         )
+
+
+def _message(
+    d: Mapping[str, Any], uid: str, assistant: str | None, now: float, step: int
+) -> Message:
+    """A rendered chat message as a :class:`Message` (``assistant``: the content of an assistant
+    message instead of the formatter's, when not None)."""
+    role = d.get("role")
+    if role not in ROLES:
+        raise ValueError(
+            f"the formatter rendered a message with role {role!r}: expected one of {sorted(ROLES)}"
+        )
+    content = assistant if assistant is not None and role == "assistant" else d.get("content")
+    calls, call_id, name = d.get("tool_calls"), d.get("tool_call_id"), d.get("name")
+    return Message(uid, role, content, calls, call_id, name, {}, now, step)

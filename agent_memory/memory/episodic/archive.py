@@ -1,19 +1,13 @@
 """What :class:`~agent_memory.memory.episodic.EpisodicMemory` reads from and writes to its
-:class:`~agent_memory.memory.episodic.store.EpisodeStore`: finished episodes are recorded as
-digests (:func:`~agent_memory.memory.digest.episode_digest`), past episodes retrieved and
-searched, agent notes recorded, and the retention applied.
+:class:`~agent_memory.memory.episodic.store.EpisodeStore`: episode digests, retrieval, search,
+agent notes and retention.
 
-Relevance: episodes of the same task key first (best first: won, higher return, fewer steps,
-newer), then episodes of other tasks whose task text is lexically similar (content-word cosine
->= ``min_similarity``, or a ``similarity`` callable such as an embedding model); failures are
-shown with their outcome as lessons unless ``include_failures=False``. The task key is
-``env_name`` plus a hash of the task text and, with ``key_by="task_and_observation"`` (the
-default), of the episode's first observation: bundled envs repeat one task sentence across levels
-(Sokoban, FrozenLake), the first observation tells the levels apart.
-
-Retention: ``single_run`` rows are visible to the run id that wrote them and deleted when the
-memory closes; ``session`` rows are shared by the runs of one session id and deleted by
-``end_session`` or after ``session_ttl_s`` idle; ``persistent`` rows stay on disk, pruned by
+Relevance: episodes of the same task key first (won, higher return, fewer steps, newer), then
+those of tasks with similar text (``min_similarity``); failures show as lessons unless
+``include_failures=False``. A task key hashes the task text and, by default, the first
+observation (bundled envs repeat one task sentence across levels). Retention: ``single_run``
+rows belong to one run id and go when it closes (``purge_on_close``); ``session`` rows to one
+session id, until ``end_session`` or ``session_ttl_s``; ``persistent`` rows stay, pruned by
 ``max_age_s`` / ``max_rows``.
 """
 
@@ -104,6 +98,7 @@ class EpisodeArchive:
             if isinstance(s.similarity, str)
             else s.similarity
         )
+        assert s.path is not None  # set by EpisodicSettings.__post_init__
         self.store_ = EpisodeStore(
             s.path, busy_timeout_s=s.busy_timeout_s, max_wait_s=s.max_wait_s,
             synchronous=s.synchronous,
@@ -151,36 +146,13 @@ class EpisodeArchive:
         if len(episodes) != len(ids):
             raise ValueError(f"expected {len(ids)} episodes (one per env), got {len(episodes)}")
         rows: list[MemoryRow | None] = []
-        outcomes = []
+        outcomes: list[tuple[str, bool | None, float | None, int]] = []
         for i, episode in zip(ids, episodes, strict=True):
             ep = self._identity(i, episode)
-            records = episode.get("records") or []
-            task = str(episode.get("task") or ep.task or "")
-            first_obs = records[0].get("observation") if records else None
-            if int(episode.get("first_step", 1) or 1) > 1:
-                first_obs = None
-            key = episode.get("task_key") or ep.task_key or self.task_key(task, first_obs)
-            won = episode.get("won")
-            won = None if won is None else bool(won)
-            ret = episode.get("return")
-            ret = None if ret is None else float(ret)
-            length = int(episode.get("num_steps", len(records)))
-            term, trunc = bool(episode.get("terminated")), bool(episode.get("truncated"))
-            finished = term or trunc
-            row = None
-            if s.control != "agent" and (finished or s.record_unfinished):
-                digest = episode_digest(
-                    episode, max_actions=s.digest_max_actions, obs_chars=s.digest_obs_chars,
-                    max_chars=s.digest_max_chars,
-                )  # fmt: skip
-                row = MemoryRow(
-                    "episode", key, task, digest, won=won, ret=ret, length=length,
-                    terminated=term, truncated=trunc, episode_uid=ep.uid, env_name=s.env_name,
-                    started_at=ep.started_at,
-                )  # fmt: skip
+            row, outcome = self._episode_row(ep, episode)
             rows.append(row)
             if s.control != "static" and ep.uid is not None:
-                outcomes.append((ep.uid, won, ret, length))
+                outcomes.append((ep.uid, *outcome))
             ep.ended = True
         real = [r for r in rows if r is not None]
         ids_new = iter(
@@ -194,6 +166,35 @@ class EpisodeArchive:
         if self._recorded // s.prune_every != before:
             self.maintain()
         return out
+
+    def _episode_row(
+        self, ep: EpisodeState, episode: Mapping[str, Any]
+    ) -> tuple[MemoryRow | None, tuple[bool | None, float | None, int]]:
+        """The digest row of an ended episode (None: not recorded, under agent control or
+        unfinished without ``record_unfinished``) and its outcome (won, return, length)."""
+        s = self.settings
+        records = episode.get("records") or []
+        won, ret = episode.get("won"), episode.get("return")
+        length = int(episode.get("num_steps", len(records)))
+        outcome = (None if won is None else bool(won), None if ret is None else float(ret), length)
+        term, trunc = bool(episode.get("terminated")), bool(episode.get("truncated"))
+        if s.control == "agent" or not (term or trunc or s.record_unfinished):
+            return None, outcome
+        task = str(episode.get("task") or ep.task or "")
+        # The first observation identifies the task only when the episode's start is held.
+        whole = int(episode.get("first_step", 1) or 1) == 1
+        first_obs = records[0].get("observation") if records and whole else None
+        key = episode.get("task_key") or ep.task_key or self.task_key(task, first_obs)
+        digest = episode_digest(
+            episode, max_actions=s.digest_max_actions, obs_chars=s.digest_obs_chars,
+            max_chars=s.digest_max_chars,
+        )  # fmt: skip
+        row = MemoryRow(
+            "episode", key, task, digest, won=outcome[0], ret=outcome[1], length=length,
+            terminated=term, truncated=trunc, episode_uid=ep.uid, env_name=s.env_name,
+            started_at=ep.started_at,
+        )  # fmt: skip
+        return row, outcome
 
     def _identity(self, i: int, episode: Mapping[str, Any]) -> EpisodeState:
         """The episode ``episode`` belongs to: one reset before it was ended (SAME_STEP), else
@@ -255,12 +256,12 @@ class EpisodeArchive:
         for env ``env_id``'s task and for won episodes), best first."""
         limit = self.settings.top_k if limit is None else limit
         key = None if env_id is None else self._eps[check_env_index(env_id, self.num_envs)].task_key
-        cands: dict[int, MemoryRow] = {}
+        cands: dict[int | None, MemoryRow] = {}  # by id (rows read from the store have one)
         if key is not None:
             for row in self.store_.best(self.scope, key, limit=50, kinds=("episode", "note")):
-                cands[row.id] = row  # type: ignore[index]
+                cands[row.id] = row
         for row in self.store_.recent(self.scope, limit=max_candidates):
-            cands.setdefault(row.id, row)  # type: ignore[arg-type]
+            cands.setdefault(row.id, row)
         rows = list(cands.values())
         if not rows:
             return []

@@ -33,7 +33,7 @@ class EpisodicSettings(Settings):
     Example:
         >>> s = EpisodicSettings(path="/tmp/e.sqlite", run_id="run-1", top_k=2)
         >>> s.scope()
-        Scope(retention='persistent', namespace='default', run_id='run-1', session_id=None)
+        Scope(retention='single_run', namespace='default', run_id='run-1', session_id=None)
         >>> EpisodicSettings(path="/tmp/e.sqlite", top_k=0)
         Traceback (most recent call last):
         ...
@@ -41,7 +41,7 @@ class EpisodicSettings(Settings):
     """
 
     path: str | os.PathLike[str] | None = None
-    retention: Retention = "persistent"
+    retention: Retention = "single_run"
     control: Control = "static"
     namespace: str = "default"
     run_id: str | None = None

@@ -1,27 +1,13 @@
 """``EpisodeStore``: the SQLite table behind the ``episodic`` memory strategy.
 
-One table of *memories*: digests of finished episodes (``kind="episode"``) and notes an agent wrote
-(``kind="note"``), each tagged with its task key, outcome, retention policy and the namespace /
-run / session that wrote it. A :class:`Scope` says which rows a memory sees and owns:
-
-==============  =================================================================================
-retention       rows seen (and deleted by)
-==============  =================================================================================
-``single_run``  the rows of one run id; :meth:`EpisodeStore.delete_scope` at the run's close
-``session``     the rows of one session id (several runs / Ray workers); deleted by an explicit
-                :meth:`EpisodeStore.delete_scope`, or when the session has been idle longer
-                than a TTL (:meth:`EpisodeStore.expire_sessions`)
-``persistent``  every persistent row of the namespace, across sessions and processes; optional
-                pruning by age and row count (:meth:`EpisodeStore.prune`)
-==============  =================================================================================
-
-Concurrency is :class:`~agent_memory.memory.sqlite.SQLiteDatabase`'s: WAL mode (readers never
-block the writer), every write one ``BEGIN IMMEDIATE`` transaction, SQLite's busy handler waits
-``busy_timeout_s`` for the lock and a retry loop with jittered backoff covers the rest, up to
-``max_wait_s``; one connection per process (one inherited across ``fork`` is never used), and
-instances pickle without it. A writer killed with SIGKILL loses at most its open transaction:
-SQLite rolls it back on the next open, and committed rows stay (``synchronous=NORMAL`` is durable
-against process death; ``FULL`` also against power loss).
+One table of memories: finished episodes' digests (``kind="episode"``) and agents' notes
+(``kind="note"``), each with its task key, outcome, retention and the namespace / run / session
+that wrote it. A :class:`Scope` says which rows a memory sees and owns: ``single_run`` one run
+id's (deleted by :meth:`EpisodeStore.delete_scope` at the run's close), ``session`` one session
+id's (deleted explicitly or by :meth:`EpisodeStore.expire_sessions`), ``persistent`` the
+namespace's (pruned by :meth:`EpisodeStore.prune`). Concurrency and crash safety are
+:class:`~agent_memory.memory.sqlite.SQLiteDatabase`'s: a writer killed with SIGKILL loses at most
+its open transaction.
 
 Example:
     >>> import os, tempfile
@@ -289,7 +275,8 @@ class EpisodeStore:
                         writer,
                     ),
                 )
-                ids.append(int(cur.lastrowid))
+                assert cur.lastrowid is not None  # set by every INSERT
+                ids.append(cur.lastrowid)
             if keep_per_task is not None:
                 for key in dict.fromkeys(r.task_key for r in rows if r.kind == "episode"):
                     c.execute(_PRUNE_TASK.format(where=where), (*params, key, keep_per_task))

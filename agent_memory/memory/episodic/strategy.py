@@ -1,53 +1,15 @@
 """``EpisodicMemory``: the per-env window plus a memory of past episodes, across episodes and runs.
 
-Finished episodes are recorded as compact digests (the actions taken, the last observation) with
-their outcome, return, length, task key, timestamps and run / session ids in an
-:class:`~agent_memory.memory.episodic.store.EpisodeStore` (SQLite in WAL mode, safe for concurrent
-Ray workers). When an episode starts, the most relevant past episodes are retrieved into a marked
-block of its prompt::
-
-    Past episodes of this task:
-    1. [this task] won in 6 steps (return 1.00)
-       Actions (6): right; right; down; down; right; down
-       Last observation: ...
-
-Relevance (same task first, then similar tasks), task keys and retention (``single_run``,
-``session``, ``persistent``): see :mod:`~agent_memory.memory.episodic.archive`, which records,
-retrieves and prunes.
-
-Control modes, after AgentScope's long-term memory:
-
-* ``static``: the framework records at episode end and retrieves at episode start.
-* ``agent``: the model manages memory itself by writing ``<record>note</record>`` or
-  ``<retrieve>query</retrieve>`` instead of an env action; :meth:`EpisodicMemory.intercept`
-  answers it and the reply is shown in the env's next prompt.
-* ``both``: both at once.
-
-Wiring (what a wrapper or rollout calls, per env ``i``; batched forms take lists of envs):
-
-1. ``on_episode_start(i, task, observation)`` / ``start_episodes`` once the env has reset (after
-   ``reset([i])``), with ``info["task"]`` and the reset observation: clears the window,
-   retrieves, returns the block (also :meth:`EpisodicMemory.block`).
-2. Prompts: ``fetch`` returns ``block + "\n\n" + window`` (chat: a block message first; a
-   :class:`~agent_memory.memory.block_window.BlockLayout` with block priority: a budget counts
-   the block first and leaves it out when it alone does not fit), so every prompt shows the
-   block, from an episode's first step on. Or ``in_fetch=False``: ``fetch`` is the plain window
-   and the template shows ``block(i)`` in every prompt.
-3. ``intercept(i, response)`` on every model response, before parsing. ``None``: an ordinary
-   response, parse it and step the env. A ``str``: it was a memory action, already executed;
-   the reply is in the env's block from the next prompt on and is returned for logging. The
-   env must not get the response: give it the parser's no-op fallback (the step counts toward
-   the time limit, which bounds a model that only talks to memory) with no invalid penalty.
-   At most ``max_memory_actions`` per episode; later ones return None and reach the parser.
-4. ``on_episode_end(i, episode)`` / ``end_episodes`` with the wrapper's handed-over episode dict
-   plus ``return`` (sum of the episode's rewards) and ``won`` (``info["won"]`` of its last
-   step), before the env's next episode starts, so that it is already retrievable then.
-5. ``close()`` at the end of the run (``single_run`` deletes the run's rows); ``end_session()``
-   when a session ends.
-
-``state_dict`` holds the window (exactly, see :class:`~agent_memory.memory.HistoryMemory`) and each
-env's episode state (task, key, block, replies); the store lives on disk, the state records its
-path, namespace, run and session ids, and :meth:`EpisodicMemory.load_state_dict` adopts those ids.
+Finished episodes are recorded as digests (actions, last observation, outcome) in an
+:class:`~agent_memory.memory.episodic.store.EpisodeStore` (SQLite, WAL: safe for concurrent Ray
+workers); when an episode starts, the most relevant past ones (see
+:mod:`~agent_memory.memory.episodic.archive`) open its prompts in a marked block. Control:
+``static`` (the framework records and retrieves), ``agent`` (the model writes
+``<record>note</record>`` or ``<retrieve>query</retrieve>`` instead of an env action;
+:meth:`EpisodicMemory.intercept` answers, and the env gets the parser's no-op with no penalty)
+or ``both``. The wrappers call ``start_episodes`` after a reset, ``intercept`` on every
+response, ``end_episodes`` (with ``return`` and ``won``) before the env's next episode, and
+``close`` at the end of the run.
 
 Example:
     >>> import os, tempfile
@@ -110,7 +72,7 @@ AGENT_INSTRUCTIONS = (
 )
 
 
-class EpisodicMemory(SettingsAttributes, EpisodeArchive, WindowedMemory):
+class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, WindowedMemory):
     """A per-env window (a :class:`HistoryMemory`) plus retrieval of past episodes of the task.
 
     (``fetch_when_empty``: the block of past episodes is shown from an episode's first prompt.)
@@ -171,7 +133,7 @@ class EpisodicMemory(SettingsAttributes, EpisodeArchive, WindowedMemory):
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
         path: str | os.PathLike[str] | None = None,
-        retention: Retention = "persistent",
+        retention: Retention = "single_run",
         control: Control = "static",
         namespace: str = "default",
         run_id: str | None = None,

@@ -18,7 +18,7 @@ import hashlib
 import math
 import re
 from collections.abc import Callable, Sequence
-from typing import Literal
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -34,8 +34,8 @@ __all__ = [
     "task_key_of",
 ]
 
-#: ``(query, docs) -> scores`` in [0, 1].
-Similarity = Callable[[str, Sequence[str]], Sequence[float]]
+#: ``(query, docs) -> scores`` in [0, 1] (a sequence or a numpy array).
+Similarity = Callable[[str, Sequence[str]], Sequence[float] | np.ndarray]
 KeyBy = Literal["task", "task_and_observation"]
 
 
@@ -192,6 +192,13 @@ class TaskIndex:
         return cand[np.argsort(-rank, kind="stable")].tolist()
 
 
+@runtime_checkable
+class _Dense(Protocol):
+    """A dense encoder: ``embed(texts)`` -> unit rows."""
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray: ...
+
+
 class EmbeddingSimilarity:
     """``similarity="embedding:<encoder>"``: cosine of a dense encoder's unit vectors (clipped
     to [0, 1]), from :mod:`agent_memory.memory.search`.
@@ -205,12 +212,13 @@ class EmbeddingSimilarity:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self.encoder = make_encoder(name.split(":", 1)[1])
-        if not hasattr(self.encoder, "embed"):
+        encoder = make_encoder(name.split(":", 1)[1])
+        if not isinstance(encoder, _Dense):
             raise ValueError(
                 f"similarity={name!r}: expected a dense encoder (e.g. embedding:hashing, "
-                f"embedding:minilm), got {type(self.encoder).__name__}"
+                f"embedding:minilm), got {type(encoder).__name__}"
             )
+        self.encoder = encoder
 
     def __call__(self, query: str, docs: Sequence[str]) -> np.ndarray:
         if not docs:

@@ -11,8 +11,8 @@ few numpy calls on a padded score matrix.
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterator, Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -31,6 +31,19 @@ from agent_memory.memory.window import HistoryMemory
 
 __all__ = ["Entry", "StepRanking", "window_bounds"]
 
+
+@runtime_checkable
+class _Lexical(Protocol):
+    """A lexical encoder (``bm25``): token tuples, and the BM25 parameters of its index."""
+
+    k1: float
+    b: float
+
+    def encode(self, texts: Sequence[str]) -> list[tuple[str, ...]]: ...
+
+
+#: A row of the score matrix: (entry, candidates, steps indexed, held steps not indexed).
+_Row = tuple[int, int, int, int]
 #: One ranking request: (env, query item, query text, query words, w_lo, n): the candidates are
 #: the env's held steps before position ``w_lo`` of its ``n`` held steps.
 Entry = tuple[int, Any, str | None, frozenset[str] | None, int, int]
@@ -68,21 +81,27 @@ class StepRanking:
 
     def _init_indexes(self, encoder: EncoderSpec, index: IndexName) -> None:
         """Build the encoder and an empty index per env (``index``: validated by the settings)."""
-        self.encoder = make_encoder(encoder)
-        dense = self.encoder.kind == "dense"
-        if index == "auto":
-            index = "numpy" if dense else "bm25"
-        if (index == "bm25") == dense:
+        self.encoder = enc = make_encoder(encoder)
+        dense = enc.kind == "dense"
+        name: Literal["numpy", "faiss", "bm25"] = (
+            ("numpy" if dense else "bm25") if index == "auto" else index
+        )
+        if (name == "bm25") == dense:
             raise ValueError(
-                f"index {index!r} does not fit the {self.encoder.kind} encoder "
-                f"{self.encoder.spec()['name']!r}: use index='auto' (numpy/faiss for dense "
-                "encoders, bm25 for the bm25 encoder)"
+                f"index {name!r} does not fit the {enc.kind} encoder {enc.spec()['name']!r}: "
+                "use index='auto' (numpy/faiss for dense encoders, bm25 for the bm25 encoder)"
             )
-        self.index_name = index
-        if dense:
-            self._index_kwargs: dict[str, Any] = {"dim": self.encoder.dim}  # type: ignore[attr-defined]
+        self.index_name = name
+        self._index_kwargs: dict[str, Any]
+        if isinstance(enc, Embedder):
+            self._index_kwargs = {"dim": enc.dim}
+        elif isinstance(enc, _Lexical):
+            self._index_kwargs = {"k1": enc.k1, "b": enc.b}
         else:
-            self._index_kwargs = {"k1": self.encoder.k1, "b": self.encoder.b}  # type: ignore[attr-defined]
+            raise ValueError(
+                f"encoder {enc.spec()['name']!r} is neither dense (an Embedder) nor lexical "
+                "(encode, k1, b)"
+            )
         self._stop = stop_words()
         self._word_cache: dict[str, frozenset[str]] = {}
         # Per env, aligned with the newest held steps (exactly ``capacity`` at most, while the
@@ -106,13 +125,13 @@ class StepRanking:
         w_lo = window_bounds(n, hl)
         if not self.settings.top_k or w_lo == 0:
             return []
-        q = self._encode_queries([query])[0]  # type: ignore[index]
+        q = self._encode([query])[0]
         out: list[tuple[int, float, float]] = []
         self._rank([(i, q, query, None, w_lo, n)], out)
         return out
 
     def _new_index(self) -> VectorIndex:
-        return make_index(self.index_name, **self._index_kwargs)  # type: ignore[arg-type]
+        return make_index(self.index_name, **self._index_kwargs)
 
     def _clear(self, i: int) -> None:
         self._index[i].clear()
@@ -127,7 +146,8 @@ class StepRanking:
         enc = self.encoder
         if isinstance(enc, Embedder):
             return enc.embed(texts)
-        return enc.encode(texts)  # type: ignore[attr-defined]
+        assert isinstance(enc, _Lexical)  # checked by _init_indexes
+        return enc.encode(texts)
 
     def _encode_queries(self, queries: Sequence[str | None] | None) -> list[Any] | None:
         if queries is None:
@@ -182,9 +202,8 @@ class StepRanking:
         the env's indexed steps before position ``w_lo`` of its ``n`` held steps. Returns per
         entry the positions (among the env's held steps) to retrieve, best first.
         """
-        s = self.settings
         out: list[list[int]] = [[] for _ in entries]
-        rows: list[tuple[int, int, int, int]] = []  # (entry, stop, steps indexed, offset)
+        rows: list[_Row] = []
         for k, (i, _q, _t, _w, w_lo, n) in enumerate(entries):
             m = len(self._index[i])
             off = n - m  # held steps this index does not have (none while both are in step)
@@ -192,6 +211,31 @@ class StepRanking:
                 rows.append((k, w_lo - off, m, off))
         if not rows:
             return out
+        sims, cand = self._similarities(entries, rows)
+        valid = sims > -np.inf
+        score = self._rerank(entries, rows, sims, cand, valid)
+        score[~valid] = -np.inf
+        # Best first; ties go to the newer step. Invalid (-inf) candidates sort last.
+        order = np.lexsort((-cand, -score), axis=1).tolist()
+        cand_l, valid_l = cand.tolist(), valid.tolist()
+        sims_l, score_l = sims.tolist(), score.tolist()
+        first_steps = self.window.first_steps
+        for r, (k, stop, _m, off) in enumerate(rows):
+            i = entries[k][0]
+            base = first_steps[i] - 1 + off  # absolute index of index position 0
+            ranked = [(o, cand_l[r][o]) for o in order[r] if valid_l[r][o]]
+            for o, p in self._pick(i, ranked, stop, base):
+                out[k].append(p + off)
+                if trace is not None:
+                    trace.append((base + p + 1, sims_l[r][o], score_l[r][o]))
+        return out
+
+    def _similarities(
+        self, entries: list[Entry], rows: list[_Row]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per row: the similarities of its candidates (``-inf``: below the threshold or
+        padding), reduced to the best ``top_k * rerank_pool``, and their index positions."""
+        s = self.settings
         width = max(r[1] for r in rows)
         sims = np.full((len(rows), width), -np.inf, dtype=np.float32)
         for r, (k, stop, _m, _off) in enumerate(rows):
@@ -200,64 +244,62 @@ class StepRanking:
         if s.similarity_threshold > -1:
             sims[sims < s.similarity_threshold] = -np.inf
         pool = s.top_k * s.rerank_pool
-        if width > pool:
-            cand = np.argpartition(sims, width - pool, axis=1)[:, width - pool :]
-            sims = np.take_along_axis(sims, cand, axis=1)
-        else:
-            cand = np.broadcast_to(np.arange(width), sims.shape)
-        valid = sims > -np.inf
+        if width <= pool:
+            return sims, np.broadcast_to(np.arange(width), sims.shape)
+        cand = np.argpartition(sims, width - pool, axis=1)[:, width - pool :]
+        return np.take_along_axis(sims, cand, axis=1), cand
+
+    def _rerank(
+        self, entries: list[Entry], rows: list[_Row], sims: np.ndarray, cand: np.ndarray,
+        valid: np.ndarray,
+    ) -> np.ndarray:  # fmt: skip
+        """``(1 - w) * similarity + w * f``, ``f`` the recency or the word overlap (Jaccard)."""
+        s = self.settings
         score = sims.astype(np.float64)
         w = s.rerank_weight
-        if s.rerank == "recency" and w:
+        if not w or s.rerank == "none":
+            return score
+        if s.rerank == "recency":
             m_col = np.array([r[2] for r in rows], dtype=np.float64)[:, None]
-            age = m_col - 1 - cand
-            score = (1 - w) * score + w * np.power(0.5, age / s.recency_half_life)
-        elif s.rerank == "lexical" and w:
-            jac = np.zeros(score.shape)
-            for r, (k, _stop, _m, _off) in enumerate(rows):
-                i, _q, qtext, qwords, _w_lo, _n = entries[k]
-                if qwords is None:
-                    qwords = self._words_of(qtext or "")
-                ws, nq, vals = self._wordsets[i], len(qwords), []
-                for p, ok in zip(cand[r].tolist(), valid[r].tolist(), strict=True):
-                    if ok:
-                        d = ws[p]
-                        inter = len(qwords & d)
-                        union = nq + len(d) - inter
-                        vals.append(inter / union if union else 0.0)
-                    else:
-                        vals.append(0.0)
-                jac[r] = vals
-            score = (1 - w) * score + w * jac
-        score[~valid] = -np.inf
-        # Best first; ties go to the newer step. Invalid (-inf) candidates sort last.
-        order = np.lexsort((-cand, -score), axis=1).tolist()
-        cand_l, valid_l = cand.tolist(), valid.tolist()
-        sims_l, score_l = sims.tolist(), score.tolist()
-        top_k, dedup = s.top_k, s.dedup
-        first_steps = self.window.first_steps
-        for r, (k, stop, _m, off) in enumerate(rows):
-            i = entries[k][0]
-            texts = self._texts[i]
-            seen: set[str] = set(texts[stop:]) if dedup else set()
-            base = first_steps[i] - 1 + off  # absolute index of index position 0
-            picked = out[k]
-            for o in order[r]:
-                if not valid_l[r][o]:
-                    break
-                p = cand_l[r][o]
-                if dedup:
-                    text = texts[p]
-                    if text in seen:
-                        continue
-                    seen.add(text)
-                    # Show the newest candidate with this text (float noise must not pick a
-                    # copy at random).
-                    occ = self._occ[i][text]
-                    p = occ[bisect_left(occ, base + stop) - 1] - base
-                picked.append(p + off)
-                if trace is not None:
-                    trace.append((base + p + 1, sims_l[r][o], score_l[r][o]))
-                if len(picked) == top_k:
-                    break
-        return out
+            return (1 - w) * score + w * np.power(0.5, (m_col - 1 - cand) / s.recency_half_life)
+        jac = np.zeros(score.shape)
+        for r, (k, _stop, _m, _off) in enumerate(rows):
+            i, _q, qtext, qwords, _w_lo, _n = entries[k]
+            if qwords is None:
+                qwords = self._words_of(qtext or "")
+            ws = self._wordsets[i]
+            jac[r] = [
+                _jaccard(qwords, ws[p]) if ok else 0.0
+                for p, ok in zip(cand[r].tolist(), valid[r].tolist(), strict=True)
+            ]
+        return (1 - w) * score + w * jac
+
+    def _pick(
+        self, i: int, ranked: list[tuple[int, int]], stop: int, base: int
+    ) -> Iterator[tuple[int, int]]:
+        """Env ``i``'s best ``top_k`` of its ``ranked`` (column, index position) candidates;
+        with ``dedup``, each text once (at its newest candidate: float noise must not pick a
+        copy at random) and none the window (positions from ``stop`` on) shows."""
+        top_k = self.settings.top_k
+        if not self.settings.dedup:
+            yield from ranked[:top_k]
+            return
+        texts, occ = self._texts[i], self._occ[i]
+        seen = set(texts[stop:])
+        picked = 0
+        for o, p in ranked:
+            if picked == top_k:
+                return
+            text = texts[p]
+            if text in seen:
+                continue
+            seen.add(text)
+            picked += 1
+            positions = occ[text]
+            yield o, positions[bisect_left(positions, base + stop) - 1] - base
+
+
+def _jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    inter = len(a & b)
+    union = len(a) + len(b) - inter
+    return inter / union if union else 0.0

@@ -1,30 +1,12 @@
 """``RetrievalMemory``: the recent window plus the most relevant older steps of the same episode.
 
-The prompt gets, per env, the last ``history_length`` steps verbatim (exactly what
-:class:`~agent_memory.memory.HistoryMemory` gives) and, before them under a marked block, up to
-``top_k`` OLDER steps of the same episode that are most similar to a query -- RAG within an
-episode, after DevAll's simple memory store (threshold, rerank, dedup). Pipeline per env:
-
-1. **query**: the text passed in ``fetch(..., queries=[...])`` (the wrappers pass the CURRENT
-   observation), else the most recent stored step's text (``query_source="last_step"``).
-2. **score**: cosine similarity (dense encoders) or normalised BM25 (``bm25``) of the query with
-   every held step older than the window; those below ``similarity_threshold`` are dropped
-   (``-1`` keeps all).
-3. **rerank**: the best ``top_k * rerank_pool`` are rescored as
-   ``(1 - rerank_weight) * similarity + rerank_weight * f`` with ``f`` the word overlap (Jaccard)
-   of query and step (``rerank="lexical"``, DevAll's semantic rerank) or the step's recency
-   ``0.5 ** (age / recency_half_life)`` (``"recency"``); ``"none"`` keeps the similarity order.
-4. **dedup**: in rank order, a step whose text equals an already chosen step's, or a step's in the
-   recent window, is skipped (an identical observation is shown once).
-5. **render**: the ``top_k`` best, in chronological order with their ABSOLUTE step numbers (the
-   formatter's cached renderings), under ``header``; then ``window_header`` and the window. When
-   nothing is retrieved the context is byte-identical to HistoryMemory's.
-
-A token budget (``max_tokens``) covers the whole context: the lowest-ranked retrieved steps are
-dropped first (the block header with the last of them), then the oldest window steps; a step is
-never split (a :class:`~agent_memory.memory.block_window.BlockLayout` with window priority).
-``lengths`` count the window's steps only: the retrieved steps are in the context, not counted.
-Step texts are encoded once, at store time, batched across envs; fetch only scores.
+RAG within an episode: per env, the last ``history_length`` steps verbatim (as
+:class:`~agent_memory.memory.HistoryMemory` shows them) and, before them in a marked block, up to
+``top_k`` older steps most similar to a query (the current observation the wrappers pass, else
+the newest step with ``query_source="last_step"``): cosine or BM25 scores above
+``similarity_threshold``, reranked by word overlap or recency, deduplicated, shown in step order
+with their absolute step numbers. Steps are encoded once, at store time. A token budget drops
+the lowest-ranked retrieved steps first; ``lengths`` count the window's steps only.
 
 Example:
     >>> mem = RetrievalMemory(num_envs=1, top_k=1, similarity_threshold=0.1)
@@ -71,7 +53,7 @@ __all__ = ["RetrievalMemory"]
 _CHAT_LABEL = "Step 1000000:\n"
 
 
-class RetrievalMemory(SettingsAttributes, StepRanking, WindowedMemory):
+class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, WindowedMemory):
     """Recent window + top-k relevant older steps of the same episode (see the module docstring).
 
     Args:

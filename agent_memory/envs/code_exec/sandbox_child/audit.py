@@ -23,6 +23,8 @@ DESCRIPTION = (
     "refused with a message; not a boundary)"
 )
 
+#: What an audit event names a file by: a path or an open file descriptor.
+_PathArg = str | bytes | os.PathLike[str] | os.PathLike[bytes] | int
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 #: audit event -> ((path argument index, dir_fd argument index or None), ...) of paths it changes.
 _PATH_EVENTS: dict[str, tuple[tuple[int, int | None], ...]] = {
@@ -86,7 +88,7 @@ def make_hook(workdir: str) -> Callable[[str, tuple], None]:
     get_ident = _thread.get_ident
     busy: set[int] = set()  # per thread: another thread's events must never skip the checks
 
-    def resolve(path: object, dir_fd: object) -> str:
+    def resolve(path: _PathArg, dir_fd: object) -> str:
         if isinstance(path, int):  # an fd (fchmod, ftruncate): check the file it points to
             return realpath(f"/proc/self/fd/{path}")
         path = os.fsdecode(fspath(path))
@@ -94,7 +96,7 @@ def make_hook(workdir: str) -> Callable[[str, tuple], None]:
             path = join(os.readlink(f"/proc/self/fd/{dir_fd}"), path)
         return realpath(path)
 
-    def check(event: str, path: object, dir_fd: object = None) -> None:
+    def check(event: str, path: _PathArg | None, dir_fd: object = None) -> None:
         if path is None or (event == "sqlite3.connect" and path in (":memory:", "")):
             return
         real = resolve(path, dir_fd)
@@ -103,7 +105,7 @@ def make_hook(workdir: str) -> Callable[[str, tuple], None]:
                 f"sandbox: {event} refused: {path!r} is outside the working directory {root}"
             )
 
-    def check_proc(path: object) -> None:
+    def check_proc(path: _PathArg) -> None:
         parts = resolve(path, None).split(os.sep)
         if len(parts) > 2 and parts[1] == "proc" and parts[2].isdigit() and parts[2] != own_pid:
             raise PermissionError(f"sandbox: reading other processes' /proc is refused: {path!r}")

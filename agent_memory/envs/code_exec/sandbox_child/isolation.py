@@ -180,20 +180,7 @@ def build_view(workdir: str, user_namespace: bool) -> tuple[str, list[str]]:
     """
     sysapi.mount(None, "/", None, sysapi.MS_REC | sysapi.MS_PRIVATE)
     ro = sysapi.MS_RDONLY | sysapi.MS_NOSUID | sysapi.MS_NODEV
-    binds: list[tuple[str, int]] = []  # (path, remount flags)
-    links: dict[str, str] = dict(_DEV_LINKS)
-    for path in _SYSTEM_DIRS:
-        if os.path.islink(path):
-            links[path] = os.readlink(path)
-        elif os.path.isdir(path):
-            binds.append((path, ro))
-    covered = [p for p, _ in binds] + list(links)  # a linked dir is reached through its link
-    for path in python_dirs():
-        if not any(path == c or path.startswith(c + "/") for c in covered):
-            binds.append((path, ro))
-    binds += [(p, ro) for p in (*_ETC_FILES, *_OTHER_READS) if os.path.exists(p)]
-    binds += [(p, sysapi.MS_NOSUID) for p in _DEVICES if os.path.exists(p)]
-    binds.append((workdir, sysapi.MS_NOSUID | sysapi.MS_NODEV | sysapi.MS_NOEXEC))
+    binds, links = _view_contents(workdir, ro)
     fds = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path, _ in binds}
     root = workdir  # any directory will do as the mount point of the new root
     sysapi.mount("tmpfs", root, "tmpfs", sysapi.MS_NOSUID | sysapi.MS_NODEV,
@@ -207,15 +194,7 @@ def build_view(workdir: str, user_namespace: bool) -> tuple[str, list[str]]:
     finally:
         for fd in fds.values():
             os.close(fd)
-    os.chdir(root)
-    how = "pivot_root"
-    try:
-        sysapi.pivot_root(".", ".")
-        sysapi.check(sysapi.libc.umount2(b".", sysapi.MNT_DETACH), "umount2")
-    except OSError:  # e.g. the current root is not a mount point (a chroot)
-        sysapi.check(sysapi.libc.chroot(b"."), "chroot")
-        how = "chroot"
-    os.chdir("/")
+    how = _enter_root(root)
     os.chdir(workdir)
     reads = [p for p, flags in binds if p != workdir]
     reads += [p for p in links if not p.startswith("/dev/")]
@@ -229,7 +208,42 @@ def build_view(workdir: str, user_namespace: bool) -> tuple[str, list[str]]:
     return state, reads
 
 
-def _populate(root: str, binds: list[tuple[str, int]], fds: dict[str, int], links: dict) -> str:
+def _view_contents(workdir: str, ro: int) -> tuple[list[tuple[str, int]], dict[str, str]]:
+    """What the view holds: binds (path, remount flags) and symlinks (path -> target)."""
+    binds: list[tuple[str, int]] = []
+    links: dict[str, str] = dict(_DEV_LINKS)
+    for path in _SYSTEM_DIRS:
+        if os.path.islink(path):
+            links[path] = os.readlink(path)
+        elif os.path.isdir(path):
+            binds.append((path, ro))
+    covered = [p for p, _ in binds] + list(links)  # a linked dir is reached through its link
+    for path in python_dirs():
+        if not any(path == c or path.startswith(c + "/") for c in covered):
+            binds.append((path, ro))
+    binds += [(p, ro) for p in (*_ETC_FILES, *_OTHER_READS) if os.path.exists(p)]
+    binds += [(p, sysapi.MS_NOSUID) for p in _DEVICES if os.path.exists(p)]
+    binds.append((workdir, sysapi.MS_NOSUID | sysapi.MS_NODEV | sysapi.MS_NOEXEC))
+    return binds, links
+
+
+def _enter_root(root: str) -> str:
+    """Make ``root`` the root directory (and the cwd ``/``); returns how it was done."""
+    os.chdir(root)
+    how = "pivot_root"
+    try:
+        sysapi.pivot_root(".", ".")
+        sysapi.check(sysapi.libc.umount2(b".", sysapi.MNT_DETACH), "umount2")
+    except OSError:  # e.g. the current root is not a mount point (a chroot)
+        sysapi.check(sysapi.libc.chroot(b"."), "chroot")
+        how = "chroot"
+    os.chdir("/")
+    return how
+
+
+def _populate(
+    root: str, binds: list[tuple[str, int]], fds: dict[str, int], links: dict[str, str]
+) -> str:
     """Fill the new root: the binds, the links, /tmp and /proc; returns how /proc is mounted."""
     for path, flags in binds:
         target = root + path

@@ -112,8 +112,9 @@ def _type_name(value: object) -> str:
         return "?"
 
 
-def run(code: str, namespace: dict, step: int, cap: int, hidden: set[int]) -> dict:
-    """Run one code cell; the trailing expression's repr is printed like in a REPL."""
+def run(code: str, namespace: dict, step: int | None, cap: int, hidden: set[int]) -> dict:
+    """Run one code cell (``step`` names it in tracebacks); the trailing expression's repr is
+    printed like in a REPL."""
     out = Capture(cap)
     saved = sys.stdout, sys.stderr
     sys.stdout = sys.stderr = out
@@ -122,7 +123,11 @@ def run(code: str, namespace: dict, step: int, cap: int, hidden: set[int]) -> di
         filename = f"<step {step}>"
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
         tree = ast.parse(code, filename, "exec")
-        last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+        last = tree.body[-1] if tree.body else None
+        if isinstance(last, ast.Expr):
+            tree.body.pop()
+        else:
+            last = None
         exec(compile(tree, filename, "exec"), namespace)
         if last is not None:
             value = eval(compile(ast.Expression(last.value), filename, "eval"), namespace)

@@ -1,28 +1,11 @@
-"""A seccomp filter (classic BPF, installed with ``prctl``; no library needed).
+"""A seccomp filter in classic BPF, installed with ``prctl``: it needs nothing but the kernel, and
+the tests read the program back.
 
-Why raw BPF rather than libseccomp or a binding: it needs nothing but the kernel (no shared
-library that a CI image may lack, no compiler for a binding), it is a few dozen instructions that
-the tests read back, and the syscall numbers it uses are checked against libseccomp's tables by a
-test where libseccomp is installed.
-
-What the filter does (every refusal is ``EPERM``, so user code sees a clean ``PermissionError``):
-
-* **No new processes, threads allowed**: ``clone`` only with ``CLONE_THREAD`` and no namespace
-  flag (Python threads); ``fork``, ``vfork`` refused; ``clone3`` answers ``ENOSYS`` (its flags
-  are in memory the filter cannot read; the C library then falls back to ``clone``). ``execve``
-  and ``execveat`` are refused: no other program ever runs in the sandbox.
-* **No sockets**: ``socket`` for every family (``AF_UNIX``, ``AF_INET*``, ``AF_NETLINK``,
-  ``AF_PACKET``, ...); ``socketpair`` only for ``AF_UNIX`` + ``SOCK_STREAM`` (an already
-  connected pair private to the process, which ``asyncio`` needs for its self-pipe; a datagram
-  pair is refused because it could ``sendto`` a path).
-* **No kernel attack surface the tasks do not need**: ``ptrace``, ``process_vm_*``,
-  ``pidfd_getfd``, ``process_madvise``, ``kcmp``, ``mount``/``umount2``/the new mount API,
-  ``pivot_root``, ``chroot``, ``bpf``, ``keyctl``/``add_key``/``request_key``, ``kexec_*``,
-  module loading, ``setns``/``unshare``, ``personality``, ``perf_event_open``, ``io_uring_*``,
-  ``userfaultfd``, ``open_by_handle_at``, ``setsid``/``setpgid`` (the sandbox stays in its
-  process group), ``prctl(PR_SET_PDEATHSIG)`` (the runner keeps dying with its supervisor), and
-  a few admin calls (``reboot``, ``swapon``, ``acct``, ...).
-* Syscalls of another ABI (``int 0x80`` on x86_64, x32) are all refused.
+Every refusal is ``EPERM`` (a clean ``PermissionError``): new processes (``clone`` only for
+threads; ``clone3`` answers ``ENOSYS`` so that the C library falls back to ``clone``), ``execve``,
+sockets (``socketpair`` only for ``AF_UNIX`` streams, which ``asyncio`` needs), the kernel surface
+the tasks do not need (:data:`DENIED`: ``ptrace``, ``mount``, ``bpf``, ``io_uring_*``, ``setsid``,
+...), ``prctl(PR_SET_PDEATHSIG)``, and every syscall of another ABI (``int 0x80``, x32).
 
 Example:
     >>> prog = build_filter("x86_64")
@@ -131,9 +114,10 @@ def build_filter(machine: str) -> list[tuple[int, int, int, int]]:
     """
     table, arch = sysapi.SYSCALLS[machine], _AUDIT_ARCH[machine]
     denied = sorted({table[name] for name in DENIED if name in table})
-    prog: list[tuple[str, int, object, object, int]] = []  # (label, code, jt, jf, k)
+    # (label, code, jt, jf, k); a jump is an offset or the label it goes to.
+    prog: list[tuple[str, int, int | str, int | str, int]] = []
 
-    def emit(code: int, k: int = 0, jt: object = 0, jf: object = 0, label: str = "") -> None:
+    def emit(code: int, k: int = 0, jt: int | str = 0, jf: int | str = 0, label: str = "") -> None:
         prog.append((label, code, jt, jf, k))
 
     emit(_LD_ABS_W, _ARCH)

@@ -1,23 +1,12 @@
 """The supervisor: owns the env's pipes, builds the sandbox, forks the runner, relays answers.
 
-Started by :mod:`.boot` (``python -I -S``, its own session). Protocol with the env:
-
-1. The env sends ``{"op": "init", ...}`` (working dir, limits, layer switches, modules to preload).
-2. The supervisor preloads the modules (``api``: read and run *now*, before the view hides their
-   files), enters the network/IPC and mount namespaces, builds the private view (as root, or
-   inside a user namespace), hands the working dir to the sandbox's uid, forks the runner (which
-   hardens itself), then drops its own privileges (same uid, no capabilities, not dumpable) and
-   installs the same seccomp filter. It answers ``{"op": "ready", "layers": {...}}``, or
-   ``{"op": "failed", "why"}``.
-3. For each ``{"op": "exec", "seq", "code"}`` it forwards the cell to the runner and waits for a
-   result frame of that ``seq``; frames of another ``seq`` or of the wrong shape (forged by user
-   code) are dropped; the one accepted is rebuilt (:func:`.protocol.clean_result`) and sent on. If
-   the runner dies, or writes bytes that are not a frame (the stream cannot be trusted after
-   that), the answer is ``{"op": "died", "code" | "why"}`` and the supervisor exits; the env starts
-   a new sandbox process.
-
-If the env process dies (checked every 0.5 s, or seen as EOF), the supervisor kills the runner,
-empties the working dir (nobody else will) and exits.
+On ``{"op": "init", ...}`` it preloads the modules (before the view hides their files), enters the
+namespaces, builds the view, forks the runner, drops its own privileges, installs seccomp and
+answers ``{"op": "ready", "layers"}`` (or ``"failed"``). Each ``{"op": "exec", "seq", "code"}``
+goes to the runner; only a well-formed result of that ``seq`` comes back, rebuilt
+(:func:`.protocol.clean_result`). If the runner dies or writes bytes that are not a frame, the
+answer is ``{"op": "died"}`` and the supervisor exits. If the env process dies, the supervisor
+kills the runner, empties the working dir and exits.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """One job per distinct configuration in a context-length sweep.
 
 ``-m memory=none,window,full env.history_length=1,3,6`` is a cartesian product: Hydra launches
-nine jobs, but ``memory=none`` and ``memory=full`` set ``memory.history_length`` (0 and -1), which
-overrides ``env.history_length`` — three identical jobs each. So before a sweep's job runs
+nine jobs, but ``memory=none`` and ``memory=full`` fix the history length (0 and -1) whatever
+``env.history_length`` says — three identical jobs each. So before a sweep's job runs
 anything, it claims its *effective* configuration in the sweep directory (:func:`job_key`: the
 validated job with the window in effect in place of ``env.history_length``, and the memory config's
 name, which labels its rows); a job whose configuration an earlier job of the sweep claimed returns
@@ -11,17 +11,17 @@ at once and says which job it repeats. A job that fails gives its claim back.
 Example:
     >>> import tempfile
     >>> from agent_memory.config import JobConfig, MemoryConfig
-    >>> def job(env_k, memory_k):
-    ...     j = JobConfig(memory=MemoryConfig(history_length=memory_k))
+    >>> def job(env_k, strategy):
+    ...     j = JobConfig(memory=MemoryConfig(strategy=strategy))
     ...     j.env.history_length = env_k
-    ...     return job_key(j, "none")
-    >>> job(1, 0) == job(3, 0), job(1, None) == job(3, None)
+    ...     return job_key(j, strategy)
+    >>> job(1, "none") == job(3, "none"), job(1, "window") == job(3, "window")
     (True, False)
     >>> sweep = tempfile.mkdtemp()
-    >>> with claim_job(sweep, job(1, 0), "0_memory=none,env.history_length=1") as first:
+    >>> with claim_job(sweep, job(1, "none"), "0_memory=none,env.history_length=1") as first:
     ...     first is None  # claimed: this job runs
     True
-    >>> with claim_job(sweep, job(3, 0), "1_memory=none,env.history_length=3") as first:
+    >>> with claim_job(sweep, job(3, "none"), "1_memory=none,env.history_length=3") as first:
     ...     first  # the job this one repeats
     '0_memory=none,env.history_length=1'
 """

@@ -18,20 +18,20 @@ Who answers (:attr:`~agent_memory.policies.Policy.runs_in`):
   in one batch for every env waiting — no round trip to the driver;
 * a client of a server (``openai``): each env's request goes out on its own, up to the client's
   share of ``concurrency``;
-* a local model: a :class:`~agent_memory.rollout.service.PolicyService` actor, which batches the
+* a local model: a :class:`~agent_memory.rollout.worker.service.PolicyService` actor, which batches
+  the
   concurrent requests of every worker.
 
 Every request carries the episode's ``traj_uid`` and ``step`` (per-request seeds make the
-answers independent of arrival order), and every answer its ``policy_version``: an answer newer
-than the episode's first by more than ``rollout.max_policy_lag`` abandons the episode, which the
-driver runs again from its start under the new weights. An answer for an episode that has ended
-(its env failed meanwhile) is dropped, never applied to another episode.
+answers independent of arrival order), and every answer its ``policy_version``: an episode that
+spans a weight update keeps its steps, each with the version that answered it (the trainer
+decides what a stale step is worth: ``rollout.max_policy_lag``). An answer for an episode that
+has ended (its env failed meanwhile) is dropped, never applied to another episode.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import pickle
 from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -40,10 +40,10 @@ from functools import partial
 from typing import Any
 
 from agent_memory.failures import describe_exception
+from agent_memory.policies import Policy
 from agent_memory.protocol import EpisodeAssignment, Generation
-from agent_memory.rollout.book import RunningEpisode
-from agent_memory.rollout.records import policy_inputs, step_record
-from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode
+from agent_memory.rollout.types import FinishedEpisode
+from agent_memory.rollout.worker.records import Playing, policy_inputs, step_record
 
 __all__ = ["EpisodeLoop", "PolicyFailed", "answers_inline"]
 
@@ -84,15 +84,12 @@ def answers_inline(policy: Any) -> bool:
         ...     base_url="http://127.0.0.1:8000/v1", model="m"))
         (True, False)
     """
-    return not hasattr(getattr(policy, "generate", None), "remote") and not hasattr(
-        policy, "agenerate"
-    )
+    return isinstance(policy, Policy) and not policy.answers_async
 
 
 @dataclass
 class _Live:
-    run: RunningEpisode
-    version: int | None = None  # the policy version of the episode's first answer
+    run: Playing
     request: asyncio.Future[Generation] | None = None
     requests: int = 0
 
@@ -104,24 +101,25 @@ class EpisodeLoop:
         worker: the rollout worker (its ``reset_envs`` and ``step``).
         policy: a :class:`~agent_memory.policies.Policy` that runs in the worker, or a Ray
             handle of a policy service (an object with ``generate.remote``).
-        max_policy_lag: the newest answer an episode accepts is this many versions past its
-            first.
         max_response_chars: the rows' cap on raw responses.
         report_interval_s: the longest finished episodes wait to be sent together (see
             :meth:`run`).
+        lockstep: ``rollout.mode=lockstep``: a barrier — every live env's answer is in before
+            the envs step, together, and a policy service gets all of them in one request,
+            answered as a batch of its own.
     """
 
     def __init__(
         self,
         worker: Any,
         policy: Any,
-        max_policy_lag: int,
         max_response_chars: int,
         report_interval_s: float = 0.0,
+        lockstep: bool = False,
     ) -> None:
         self.worker = worker
+        self.lockstep = lockstep
         self.policy = policy
-        self.max_policy_lag = max_policy_lag
         self.max_response_chars = max_response_chars
         self.report_interval_s = report_interval_s
         #: Set when what has ended must go to the driver now, not at the end of the interval:
@@ -144,7 +142,7 @@ class EpisodeLoop:
         self.closing = False
         #: Set by :meth:`drain`: nothing waits at the driver to be given out.
         self.drained = False
-        self._remote = hasattr(getattr(policy, "generate", None), "remote")
+        self._remote = not isinstance(policy, Policy)  # a policy service's Ray handle
         self._inline = answers_inline(policy)
 
     def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
@@ -287,12 +285,11 @@ class EpisodeLoop:
         failed = []
         for res in self.worker.reset_envs(assignments):
             a = by_env[res.env]
-            spec = EpisodeSpec(a.group_uid, a.traj_uid, -1, -1, a.seed)
             if res.error is not None:
                 failed.append(FinishedEpisode(res.env, a.traj_uid, [], error=res.error))
                 self.freed.add(res.env)
             else:
-                self.live[res.env] = _Live(RunningEpisode(spec, 1, 0, view=res.view))
+                self.live[res.env] = _Live(Playing(a.traj_uid, res.view))
                 self.asking.add(res.env)
         return failed
 
@@ -317,6 +314,13 @@ class EpisodeLoop:
                 self.live[env].request = fut
                 self.answered.append((env, fut))
             return
+        if self.lockstep and self._remote:  # one request, answered as a batch of its own
+            batch = loop.create_task(self.policy.generate.remote(prompts, metas, True))
+            for k, env in enumerate(waiting):
+                task = loop.create_task(self._nth(batch, k))
+                task.add_done_callback(partial(self._on_answer, env))
+                self.live[env].request = task
+            return
         for env, prompt, meta in zip(waiting, prompts, metas, strict=True):
             task = loop.create_task(self._one(prompt, meta))
             task.add_done_callback(partial(self._on_answer, env))
@@ -330,12 +334,21 @@ class EpisodeLoop:
         if self._remote:
             out = await self.policy.generate.remote([prompt], [meta])
         else:
-            out = self.policy.agenerate([prompt], [meta])
-            out = await out if inspect.isawaitable(out) else out
+            out = await self.policy.agenerate([prompt], [meta])
         return out[0]
 
+    @staticmethod
+    async def _nth(batch: asyncio.Future[list[Generation]], k: int) -> Generation:
+        return (await batch)[k]
+
     async def _wait(self) -> None:
-        """Until at least one request of a live env is answered (or work arrives)."""
+        """Until at least one request of a live env is answered (or work arrives); lockstep:
+        until every live env's request is."""
+        if self.lockstep:
+            while any(v.request is not None and not v.request.done() for v in self.live.values()):
+                self.wake.clear()
+                await self.wake.wait()
+            return
         if not self.answered:
             await self.wake.wait()  # set by an answer, assign() or finish()
 
@@ -353,17 +366,6 @@ class EpisodeLoop:
                 g = fut.result()
             except Exception as e:
                 raise PolicyFailed(describe_exception(e), e) from e
-            v = g.policy_version
-            if lv.version is None:
-                lv.version = v
-            elif v is not None and v - lv.version > self.max_policy_lag:
-                del self.live[env]  # answered by weights too new for this episode: run it again
-                self.freed.add(env)
-                self.worker.abandon([env])
-                out.append(
-                    FinishedEpisode(env, lv.run.spec.traj_uid, [], stale=True, requests=lv.requests)
-                )
-                continue
             ready[env] = g
         if not ready:
             return out
@@ -376,7 +378,7 @@ class EpisodeLoop:
                 out.append(
                     FinishedEpisode(
                         res.env,
-                        lv.run.spec.traj_uid,
+                        lv.run.traj_uid,
                         lv.run.steps,
                         won=res.won,
                         error=res.error,

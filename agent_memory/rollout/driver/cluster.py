@@ -13,10 +13,13 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import time
 
 __all__ = ["init_ray", "local_token_auth"]
 
 log = logging.getLogger(__name__)
+
+_OBJECT_STORE_MIB = 100  # a local instance's object store
 
 
 def local_token_auth() -> None:
@@ -31,7 +34,10 @@ def local_token_auth() -> None:
         # Ray caches its auth settings at first use (an earlier `import ray` may have read
         # them): refresh them as Ray's own token set-up does, or the driver keeps the old mode
         # while the processes it starts use the new one.
-        from ray._raylet import AuthenticationTokenLoader, Config
+        from ray._raylet import (  # type: ignore[attr-defined]  # compiled, no stubs
+            AuthenticationTokenLoader,
+            Config,
+        )
 
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
@@ -47,24 +53,35 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
 
     if ray.is_initialized():
         return False
+    # Ray's start takes seconds (20 to 60 on a loaded machine) and prints nothing meanwhile.
+    t0 = time.perf_counter()
     if address:
+        log.info("Ray: joining the cluster at rollout.ray_address=%s ...", address)
         ray.init(address=address, log_to_driver=False)
         ctx = ray.get_runtime_context()
         nodes = [n for n in ray.nodes() if n.get("Alive")]
         log.info(
-            "Ray: joined the cluster at %s (rollout.ray_address=%s): %d nodes, %g CPUs",
-            ctx.gcs_address, address, len(nodes), ray.cluster_resources().get("CPU", 0),
+            "Ray: joined the cluster at %s (rollout.ray_address=%s) in %.1f s: %d nodes, %g CPUs",
+            ctx.gcs_address, address, time.perf_counter() - t0, len(nodes),
+            ray.cluster_resources().get("CPU", 0),
         )  # fmt: skip
         return True
     local_token_auth()
     cpus = num_cpus or os.cpu_count() or 1
+    log.info(
+        "Ray: starting a local instance (num_cpus=%d, object store %d MiB, no dashboard; "
+        "rollout.ray_address=null) ...", cpus, _OBJECT_STORE_MIB,
+    )  # fmt: skip
     ray.init(
         # "local": always a new instance, never a cluster some earlier `ray start` left.
         address="local",
         num_cpus=cpus,
         include_dashboard=False,
-        object_store_memory=100 * 2**20,
+        object_store_memory=_OBJECT_STORE_MIB * 2**20,
         log_to_driver=False,
     )
-    log.info("Ray: started a local instance with %d CPUs (rollout.ray_address=null)", cpus)
+    log.info(
+        "Ray: started a local instance with %d CPUs in %.1f s (rollout.ray_address=null)",
+        cpus, time.perf_counter() - t0,
+    )  # fmt: skip
     return True

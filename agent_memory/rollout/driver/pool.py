@@ -19,13 +19,13 @@ from typing import Any
 from agent_memory.config import JobConfig
 from agent_memory.failures import clean_text, first_line
 from agent_memory.protocol import CrashReport, WorkerStatus
-from agent_memory.rollout.book import EpisodeBook, Slot
-from agent_memory.rollout.stats import RolloutStats
-from agent_memory.rollout.worker import RolloutWorker, marks_dir
+from agent_memory.rollout.driver.book import EpisodeBook, Slot
+from agent_memory.rollout.driver.stats import RolloutStats
+from agent_memory.rollout.worker.worker import RolloutWorker, marks_dir
 
 __all__ = ["WorkerPool", "WorkerSetupError"]
 
-log = logging.getLogger("agent_memory.rollout.collector")
+log = logging.getLogger("agent_memory.rollout.driver.collector")
 
 
 class WorkerSetupError(RuntimeError):
@@ -57,6 +57,7 @@ class WorkerPool:
         self.restarts: list[int] = []
         self.pids: dict[int, int] = {}
         self.envs_per_worker = 0
+        self._policy_ref: Any = None  # self.policy in Ray's object store (see start)
 
     # ------------------------------------------------------------------ life cycle
 
@@ -93,21 +94,21 @@ class WorkerPool:
         actor = ray.remote(RolloutWorker).options(
             num_cpus=r.num_cpus_per_worker, max_restarts=r.max_restarts, max_task_retries=0
         )
+        # The policy goes to each worker by a call, not as a constructor argument: Ray keeps
+        # a restartable actor's large arguments (a client policy's tokenizer) and any actor
+        # handle in them (a policy service's) in its object store, and logs an error line
+        # ("core_worker.cc: ... has constructor arguments in the object store and
+        # max_restarts > 0") for each such actor. It is put there once and sent again after
+        # a restart (see _wait_until_back).
+        self._policy_ref = None if self.policy is None else ray.put(self.policy)
         self.workers = [
-            actor.remote(
-                w,
-                self.job,
-                envs_per_worker,
-                self.meta_fields,
-                marks_dir(self.run_id, w),
-                self.policy,
-            )
+            actor.remote(w, self.job, envs_per_worker, self.meta_fields, marks_dir(self.run_id, w))
             for w in range(num_workers)
         ]
         self.envs_per_worker = envs_per_worker
         self.alive = [True] * num_workers
         self.restarts = [0] * num_workers
-        statuses, failed = self.gather({w: a.status.remote() for w, a in enumerate(self.workers)})
+        statuses, failed = self.gather({w: self._ready(a) for w, a in enumerate(self.workers)})
         self.pids = {w: s.pid for w, s in statuses.items()}
         errors = {w: s.init_error for w, s in statuses.items() if s.init_error is not None}
         errors.update(failed)
@@ -122,6 +123,13 @@ class WorkerPool:
             num_workers, envs_per_worker, r.vectorization, r.mode,
         )  # fmt: skip
 
+    def _ready(self, worker: Any) -> Any:
+        """Give ``worker`` (just started or restarted) the run's policy; the ref of its status
+        (:meth:`RolloutWorker.set_policy`)."""
+        if self._policy_ref is None:
+            return worker.status.remote()
+        return worker.set_policy.remote(self._policy_ref)
+
     def shutdown(self) -> None:
         """Close every live worker's envs and memory (files, sandboxes), then end the actors."""
         import ray
@@ -131,6 +139,7 @@ class WorkerPool:
             ray.wait(closing, num_returns=len(closing), timeout=30)
         for worker in self.workers:
             ray.kill(worker)
+        self._policy_ref = None
 
     def slots(self, w: int | None = None) -> list[Slot]:
         """The slots of worker ``w`` (of every live worker when None)."""
@@ -223,7 +232,7 @@ class WorkerPool:
         while time.monotonic() < deadline:
             try:
                 left = max(0.1, deadline - time.monotonic())
-                status = ray.get(self.workers[w].status.remote(), timeout=left)
+                status = ray.get(self._ready(self.workers[w]), timeout=left)
                 self.pids[w] = status.pid
                 return status
             except ActorUnavailableError:

@@ -1,5 +1,5 @@
 """Can this job make ``rollout.layout=episode`` samples? The checks
-:func:`~agent_memory.rollout.preflight.preflight` (and the TRL adapter) run before anything
+:func:`~agent_memory.rollout.driver.preflight.preflight` (and the TRL adapter) run before anything
 starts: the history, memory, budgets and formatter of the config, and the built policy's
 renderer and chat template.
 """
@@ -15,14 +15,14 @@ __all__ = ["APPEND_ONLY_MEMORIES", "chat_template_rewrites", "check_episode_layo
 
 
 def history_key(job: JobConfig) -> str:
-    """The override that sets the job's history length (the memory's, when it overrides the
-    env's)."""
-    return "env.history_length" if job.memory.history_length is None else "memory.history_length"
+    """The override that sets the job's history length (the memory strategy, when it fixes it)."""
+    fixed = job.memory.fixed_history_length
+    return "env.history_length" if fixed is None else f"memory={job.memory.strategy}"
 
 
 #: Memory strategies that keep the episode's steps as they were (``history`` is ``window``'s
 #: former name); the others summarise, retrieve or trim, which rewrites earlier turns.
-APPEND_ONLY_MEMORIES = ("window", "history")
+APPEND_ONLY_MEMORIES = ("window", "history", "full", "none")
 
 
 def check_episode_layout(job: JobConfig, policy: Any = None) -> None:
@@ -58,10 +58,13 @@ turn's prompt anew: pass env.formatter=transcript, or rollout.layout=step
     why += "must extend the previous one"
     key = history_key(job)
     if job.history_length != -1:
+        got, fix = f"{key}={job.history_length}", f"{key}=-1 (or memory=full)"
+        if job.memory.fixed_history_length is not None:  # memory=none: no history at all
+            got, fix = f"{key} (history length {job.history_length})", "memory=full"
         raise ConfigError(
-            f"rollout.layout=episode {why}: it needs the whole history, got "
-            f"{key}={job.history_length}: pass {key}=-1 (or memory=full), or rollout.layout=step",
-            key=key,
+            f"rollout.layout=episode {why}: it needs the whole history, got {got}: pass {fix}, "
+            "or rollout.layout=step",
+            key="env.history_length" if key.startswith("env.") else "memory.strategy",
         )
     mem = job.memory
     if mem.strategy not in APPEND_ONLY_MEMORIES:
@@ -81,12 +84,12 @@ turn's prompt anew: pass env.formatter=transcript, or rollout.layout=step
                 key=f"memory.{name}",
             )
     spec = job.env.formatter
-    name = spec.get("name") if isinstance(spec, Mapping) else spec
-    if name != "transcript":
+    formatter = spec.get("name") if isinstance(spec, Mapping) else spec
+    if formatter != "transcript":
         raise ConfigError(
             "rollout.layout=episode needs the model's own conversation, one message per turn, "
-            f"but env.formatter={name!r} writes the history into each turn's prompt anew: pass "
-            "env.formatter=transcript, or rollout.layout=step",
+            f"but env.formatter={formatter!r} writes the history into each turn's prompt anew: "
+            "pass env.formatter=transcript, or rollout.layout=step",
             key="env.formatter",
         )
     if policy is not None:

@@ -20,12 +20,12 @@ from agent_memory.config import JobConfig
 from agent_memory.failures import first_line, run_status
 from agent_memory.policies import Policy
 from agent_memory.prepare import prepare_env
-from agent_memory.rollout.async_collector import AsyncCollector, make_collector
-from agent_memory.rollout.cluster import init_ray
-from agent_memory.rollout.collector import Collector
-from agent_memory.rollout.outputs import summarize
-from agent_memory.rollout.preflight import preflight
-from agent_memory.rollout.writer import RolloutWriter
+from agent_memory.rollout.driver.cluster import init_ray
+from agent_memory.rollout.driver.collector import Collector
+from agent_memory.rollout.driver.groups import Groups
+from agent_memory.rollout.driver.outputs import summarize
+from agent_memory.rollout.driver.preflight import preflight
+from agent_memory.rollout.driver.writer import RolloutWriter
 
 __all__ = ["bind_run_paths", "run_log", "run_rollout"]
 
@@ -87,7 +87,7 @@ def run_rollout(
     ``memory`` names the memory config). A literal ``{output_dir}`` / ``{run_id}`` in a string
     memory param becomes ``output_dir`` / a fresh id shared by every worker of this run.
 
-    First :func:`~agent_memory.rollout.preflight.preflight` checks the job in this process: a
+    First :func:`~agent_memory.rollout.driver.preflight.preflight` checks the job in this process: a
     bad config raises :class:`~agent_memory.config.ConfigError` before Ray starts and before
     anything is written.
 
@@ -105,7 +105,8 @@ def run_rollout(
     out.mkdir(parents=True, exist_ok=True)
     with run_log(out / "rollout.log"):
         writer = RolloutWriter(out, job)
-        collector: Collector | AsyncCollector | None = None
+        groups = Groups(job.rollout.group_size, job.algo, on_group=writer.add_group)
+        collector: Collector | None = None
         started = False
         status, error, ray_seconds = "ok", None, 0.0
         bar = None
@@ -119,14 +120,14 @@ def run_rollout(
             prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
             started = init_ray(job.rollout.ray_address)
             ray_seconds = time.perf_counter() - t0
-            collector = make_collector(job, policy=checked.policy, on_step=on_step, run_id=run_id)
+            collector = Collector(job, policy=checked.policy, on_step=on_step, run_id=run_id)
             if job.rollout.progress:
                 from tqdm import tqdm
 
                 bar = tqdm(total=job.rollout.num_episodes, desc="episodes", unit="ep")
             collector.run(
                 progress=(lambda t: bar.update(1)) if bar is not None else None,
-                on_episode=writer.add,
+                on_episode=groups.add,
             )
         except BaseException as e:
             status, error = run_status(e)
@@ -137,6 +138,8 @@ def run_rollout(
             summary = _summary(job, collector, labels, status, error)
             summary["ray_init_seconds"] = ray_seconds
             summary["wall_time_seconds"] = time.perf_counter() - t0
+            for group in groups.incomplete():
+                writer.add_group(group)
             writer.close(summary)
             if status == "ok":
                 per_episode = summary["episode_prompt_tokens"]
@@ -162,10 +165,10 @@ def run_rollout(
 
 
 def _summary(
-    job: JobConfig, collector: Collector | AsyncCollector | None,
+    job: JobConfig, collector: Collector | None,
     labels: dict[str, Any] | None, status: str, error: str | None,
 ) -> dict[str, Any]:  # fmt: skip
-    from agent_memory.rollout.stats import RolloutStats
+    from agent_memory.rollout.driver.stats import RolloutStats
 
     trajs = [] if collector is None or collector.book is None else collector.book.trajectories()
     stats = RolloutStats() if collector is None else collector.stats
@@ -177,7 +180,7 @@ def _summary(
     if labels:
         summary["memory"] = labels.get("memory", summary["memory"])
         summary["config"] = dict(labels)
-    policy_stats = getattr(getattr(collector, "policy", None), "stats", None)
-    if hasattr(policy_stats, "as_dict"):  # e.g. the openai client's requests, retries, failures
+    policy_stats = None if collector is None else collector.policy.stats
+    if policy_stats is not None:  # e.g. the openai client's requests, retries, failures
         summary["policy_stats"] = policy_stats.as_dict()
     return summary

@@ -1,19 +1,9 @@
 """``RolloutWriter``: a run's files, written as its episodes finish, so no run loses what it did.
 
-* ``trajectories.jsonl`` — each group's rows are appended (and flushed) as soon as its last member
-  finishes: GRPO and GiGPO normalise within a group, so that is when its advantages exist. When
-  the run stops early (a failure, Ctrl-C), :meth:`RolloutWriter.close` appends the finished
-  members of incomplete groups with ``advantage``/``return`` null.
-* ``trajectories.parquet`` — the same rows, written at close with the explicit
-  :func:`row_schema` (the same column types in every run, all-null columns included; chat
-  prompts and parsed actions as JSON text).
-* ``episodes.jsonl`` / ``episodes.parquet`` — with ``rollout.layout=episode``, one sample per
-  episode (:mod:`agent_memory.rollout.layouts`), written as its group completes, the same way.
-* ``summary.json`` — at close, written to a temp file and renamed into place: ``"status"`` is
-  ``"ok"``, ``"failed"`` (with ``"error"``) or ``"interrupted"``; floats are rounded for reading.
-
-Every value is made safe first (:mod:`agent_memory.rollout.jsonsafe`): lone surrogates, bytes,
-dicts and NaN never cost the run its outputs.
+``trajectories.jsonl`` (and ``episodes.jsonl`` with ``rollout.layout=episode``) get each group's
+rows as the driver hands it over; Parquet (with the explicit :func:`row_schema`) and an
+atomically replaced ``summary.json`` come at close. Every value is made safe first
+(:mod:`agent_memory.rollout.jsonsafe`). The files and columns: docs/output-schema.md.
 """
 
 from __future__ import annotations
@@ -26,10 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.config import JobConfig
-from agent_memory.rollout.advantages import compute_advantages
+from agent_memory.rollout.driver.layouts import LayoutError, episode_sample
+from agent_memory.rollout.driver.outputs import step_rows
 from agent_memory.rollout.jsonsafe import jsonable
-from agent_memory.rollout.layouts import LayoutError, episode_sample
-from agent_memory.rollout.outputs import step_rows
 from agent_memory.rollout.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -166,7 +155,6 @@ class RolloutWriter:
         self._episodes_jsonl = (
             self.paths["episodes_jsonl"].open("w", encoding="utf-8") if self.episodes else None
         )
-        self._open: dict[str, list[Trajectory]] = {}
         self._rows: list[dict[str, Any]] = []
         self._episode_rows: list[dict[str, Any]] = []
         # Episodes with step rows but no episode sample (e.g. a prompt the policy cut to fit
@@ -174,23 +162,15 @@ class RolloutWriter:
         self.layout_errors: list[dict[str, str]] = []
         self.counts: dict[str, int] = {}
 
-    def add(self, traj: Trajectory) -> None:
-        """A finished episode: its group's rows are written once the group is complete."""
-        group = self._open.setdefault(traj.spec.group_uid, [])
-        group.append(traj)
-        if len(group) == self.job.rollout.group_size:
-            del self._open[traj.spec.group_uid]
-            compute_advantages(group, self.job.algo)
-            self._write(group)
+    def add_group(self, group: Sequence[Trajectory]) -> None:
+        """A group's rows (advantages computed, or null for an incomplete group at the end)."""
+        self._write(group)
 
     def close(self, summary: dict[str, Any]) -> dict[str, Path]:
-        """Write what is left: incomplete groups (advantages null), Parquet, ``summary.json``.
+        """Write Parquet and ``summary.json``.
 
         Returns the paths written (also put in ``summary["outputs"]``).
         """
-        for group in self._open.values():
-            self._write(group)
-        self._open.clear()
         self._jsonl.close()
         if self._episodes_jsonl is not None:
             self._episodes_jsonl.close()

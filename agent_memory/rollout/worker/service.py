@@ -32,21 +32,41 @@ class PolicyService:
 
     def __init__(self, policy: Policy, max_batch_size: int = 32, max_wait_ms: float = 5.0) -> None:
         self.policy = policy
+        self.greedy: Policy | None = None
         self.batcher = BatchingPolicy(
             policy, max_batch_size=max_batch_size, max_wait_ms=max_wait_ms
         )
 
     async def generate(
-        self, prompts: Sequence[Any], meta: Sequence[Mapping[str, Any]] | None = None
+        self,
+        prompts: Sequence[Any],
+        meta: Sequence[Mapping[str, Any]] | None = None,
+        alone: bool = False,
     ) -> list[Generation]:
-        """The generations of ``prompts``, from a batch shared with other callers."""
-        return await self.batcher.agenerate(prompts, meta)
+        """The generations of ``prompts``, from a batch shared with other callers (``alone``:
+        a batch of their own, as ``rollout.mode=lockstep`` asks)."""
+        return await self.batcher.agenerate(prompts, meta, alone=alone)
+
+    def set_greedy(self, greedy: bool) -> None:
+        """Answer greedily (an evaluation's collect) or by the policy's own sampling."""
+        if greedy and self.greedy is None:
+            self.greedy = self.policy.greedy()
+        self.batcher.policy = self.greedy if greedy and self.greedy else self.policy
 
     def set_weights(self, state_dict: Mapping[str, Any], version: int) -> int:
         """Load new weights (a model's ``state_dict``) and call them ``version``."""
-        self.policy.model.load_state_dict(state_dict)
+        model: Any = getattr(self.policy, "model", None)  # a local model's policy (hf, score)
+        if model is None:
+            raise TypeError(f"{type(self.policy).__name__} has no model to load weights into")
+        model.load_state_dict(state_dict)
         self.policy.version = version
+        if self.greedy is not None:  # shares the model
+            self.greedy.version = version
         return version
+
+    def policy_calls(self) -> int:
+        """How many batches the sampling policy has answered (its sampling stream's position)."""
+        return self.policy.calls
 
     def stats(self) -> dict[str, Any]:
         """The batcher's counters (requests, batches, mean batch size, busy seconds)."""

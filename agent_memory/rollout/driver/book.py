@@ -1,10 +1,8 @@
 """``EpisodeBook``: the episodes of a run — waiting, running on a slot, or finished.
 
-The driver's single record of where every episode is, whatever engine steps them. An episode
-waits in order (re-runs go to the front), runs on a slot (a worker's sub-env), and finishes once,
-as a :class:`~agent_memory.rollout.types.Trajectory` (won, lost, truncated or with an error).
-Nothing is lost or duplicated: when a worker dies, each of its episodes either goes back to the
-queue or, after ``max_attempts`` crashes of its own, finishes with an error.
+The driver's single record of where every episode is, whatever engine steps them, so nothing is
+lost or duplicated: when a worker dies, each of its episodes goes back to the queue (re-runs go
+to the front) or, after ``max_attempts`` crashes of its own, finishes with an error.
 
 Example:
     >>> from agent_memory.rollout.types import EpisodeSpec
@@ -37,7 +35,6 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from agent_memory.protocol import PromptView
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
 
 __all__ = ["EpisodeBook", "RunningEpisode", "Slot"]
@@ -55,18 +52,16 @@ class _Waiting:
 
 @dataclass
 class RunningEpisode:
-    """An episode on a slot: its spec, the prompt it must answer next, its steps so far.
+    """An episode on a slot: its spec, which start it is, its steps once they are in.
 
     Attributes:
         attempt: which start of the episode this is (1 for the first).
         crashes: earlier starts that ended with this episode taking its worker down.
-        view: the next prompt (None until its env has reset).
     """
 
     spec: EpisodeSpec
     attempt: int
     crashes: int
-    view: PromptView | None = None
     steps: list[StepRecord] = field(default_factory=list)
 
 

@@ -1,12 +1,8 @@
 """How the asynchronous engine splits a server client's ``concurrency`` among its workers.
 
-Each worker runs its own copy of a client policy (``openai``), with a share of the requests in
-flight. An even split wastes the server's capacity whenever the workers' live envs are uneven —
-at the end of every run, when one worker's last episodes are still playing and another's are
-done, and after a worker restarts: a worker with 3 live envs uses 3 of its 16 slots while
-another queues its 20 envs' requests behind its 16. The driver, which knows every worker's live
-envs, re-splits the total max-min fairly by those counts (:func:`fair_shares`) whenever they
-change, so the requests in flight stay at ``concurrency`` while there are envs to ask.
+An even split wastes the server's capacity whenever the workers' live envs are uneven (the end
+of a run, a restarted worker), so the driver re-splits the total max-min fairly by those counts
+(:func:`fair_shares`) whenever they change.
 
 Example:
     >>> fair_shares(32, {0: 128, 1: 128})  # both busy: the even split

@@ -1,6 +1,6 @@
 """``check_policy_env``: a policy that plays the env's oracle needs an env that has one.
 
-:func:`~agent_memory.rollout.preflight.preflight` refuses an env *class* without
+:func:`~agent_memory.rollout.driver.preflight.preflight` refuses an env *class* without
 ``oracle_action()`` for ``policy=scripted`` / ``policy=prompt_oracle``. Some classes have the
 method but not always an oracle behind it: a :class:`~agent_memory.envs.text_adapter.TextAdapter`
 built
@@ -29,7 +29,7 @@ from agent_memory.config import ConfigError, JobConfig
 
 if TYPE_CHECKING:
     from agent_memory.policies import Policy
-    from agent_memory.rollout.preflight import EnvCheck
+    from agent_memory.rollout.driver.preflight import EnvCheck
 
 __all__ = ["check_policy_env", "env_has_oracle"]
 
@@ -43,7 +43,7 @@ def check_policy_env(
 
     Args:
         job: the validated job.
-        env: ``job.env`` as :func:`~agent_memory.rollout.preflight.resolve_env` resolved it
+        env: ``job.env`` as :func:`~agent_memory.rollout.driver.preflight.resolve_env` resolved it
             (None: resolved here).
         policy: the run's policy when the caller built it (its ``needs`` are read instead of
             ``job.policy.name``'s).
@@ -53,11 +53,13 @@ def check_policy_env(
             (key ``policy.name``), naming the policy, the env id, what is missing and the fix.
     """
     name = job.policy.name
-    needs = getattr(policy if policy is not None else _factory(name), "needs", frozenset())
+    needs: frozenset[str] = getattr(
+        policy if policy is not None else _factory(name), "needs", frozenset()
+    )
     if "oracle_action" not in needs:
         return
     if env is None:
-        from agent_memory.rollout.preflight import resolve_env
+        from agent_memory.rollout.driver.preflight import resolve_env
 
         env = resolve_env(job.env)
     cls = env.env_class
@@ -117,7 +119,7 @@ def _factory(name: str) -> Any:
 def _build(env: EnvCheck) -> Any:
     """One env made by ``env``'s entry point, as ``gym.make`` would (without its wrappers), or
     None when it cannot be built here (the workers then report that themselves)."""
-    from agent_memory.rollout.preflight import MAKE_KWARGS
+    from agent_memory.rollout.driver.preflight import MAKE_KWARGS
 
     kwargs = {k: v for k, v in env.kwargs.items() if k not in MAKE_KWARGS}
     try:

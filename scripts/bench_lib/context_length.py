@@ -11,12 +11,12 @@ Table columns: episodes, mean / p95 / max prompt tokens per step, mean prompt to
 step number, tokens per step) over all steps and after the window's warm-up (steps past
 ``history_length + 1``), and success rate. Jobs of a sweep that amount to the same strategy
 (``memory=full`` with any ``env.history_length``) count once (and the benchmark script runs them
-once: :mod:`agent_memory.bench.sweep`).
+once: :mod:`bench_lib.sweep`).
 
 Plots: ``<env>.png``, prompt tokens per step, one line per strategy; ``<env>_success.png`` where a
 strategy was swept over the window: success rate and mean tokens per step against k, in two panels
 (no second y axis). Every series of a figure has its own colour, line style and marker, and a
-strategy keeps its style in every figure (:mod:`agent_memory.bench.styles`).
+strategy keeps its style in every figure (:mod:`bench_lib.styles`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from agent_memory.bench.styles import assign_styles
+from bench_lib.styles import assign_styles
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -224,7 +224,7 @@ def write_report(root: str | Path, title: str = "Context length per step") -> Pa
 
 def tokens_figure(env: str, strategies: dict[str, list[dict[str, Any]]], counter: str) -> Figure:
     """Prompt tokens against the step of the episode: one line (the mean over episodes) per
-    strategy, each in its own style (:mod:`agent_memory.bench.styles`); with at most
+    strategy, each in its own style (:mod:`bench_lib.styles`); with at most
     :data:`MAX_BANDS` strategies, a band shows min..max over episodes."""
     from matplotlib.figure import Figure
 

@@ -1,27 +1,8 @@
-"""Advantage estimators over finished trajectories: GRPO, GiGPO and PPO's GAE.
+"""Advantage estimators over finished trajectories: GRPO, GiGPO and PPO's GAE (docs/rollouts.md).
 
-Inputs are plain arrays per trajectory, so the functions are independent of how rollouts were
-collected. All work in O(total steps).
-
-* **GRPO** — each trajectory's return (sum of its rewards) is normalised within its group:
-  ``(R - mean) / (std + eps)`` with the sample std (``ddof=1``, as verl's GRPO); every step of the
-  trajectory gets that advantage. Statistics are over trajectories, not steps, so long episodes do
-  not weigh more. A group of one has advantage 0 (nothing to compare against).
-* **GiGPO** (Feng et al., 2025) — the GRPO episode advantage plus ``step_weight`` times a step
-  advantage: steps of the same group whose pre-action states share a ``state_key`` form a step
-  group, and each step's discounted return ``G_t = r_t + gamma * G_{t+1}`` is normalised within
-  its step group (a step group of one gets 0).
-* **PPO / GAE(gamma, lambda)** — ``delta_t = r_t + gamma * V_{t+1} - V_t``; after the last step,
-  ``V`` is 0 when the episode terminated and the value of the final state when it was truncated
-  (the episode did not end, the time limit did: bootstrap). Returns are ``A + V``.
-
-**Non-finite rewards** (NaN, ±inf: a broken reward function or env) are treated as missing, so
-one bad trajectory never turns its whole group's advantages into NaN: a trajectory with any
-non-finite reward gets advantage 0 at every step (no learning signal, and nothing for a trainer
-to mask) and is left out of every group statistic (GRPO's and GiGPO's episode groups, GiGPO's
-step groups), which the other members then compute among themselves; GAE gives it advantages 0
-and returns equal to its values (no policy or value signal). :func:`group_normalize` does the
-same per value. Trainers that want to see such trajectories find them by their rewards.
+Inputs are plain arrays per trajectory, so the estimators do not depend on how rollouts were
+collected. A non-finite reward marks its trajectory as missing: advantage 0 at every step, and
+left out of every group statistic, so one broken reward never turns a whole group into NaN.
 
 Example:
     >>> import numpy as np
@@ -33,7 +14,7 @@ from __future__ import annotations
 
 import importlib
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -64,19 +45,19 @@ def group_normalize(
         >>> group_normalize([1.0, float("nan"), 3.0], ["a", "a", "a"], normalize_std=False).tolist()
         [-1.0, 0.0, 1.0]
     """
-    values = np.asarray(values, dtype=np.float64)
-    if len(values) != len(groups):
-        raise ValueError(f"got {len(values)} values but {len(groups)} group ids")
-    finite = np.isfinite(values)
+    x = np.asarray(values, dtype=np.float64)
+    if len(x) != len(groups):
+        raise ValueError(f"got {len(x)} values but {len(groups)} group ids")
+    finite = np.isfinite(x)
     members: dict[Hashable, list[int]] = defaultdict(list)
     for j, g in enumerate(groups):
         if finite[j]:  # a missing value joins no group and keeps its 0
             members[g].append(j)
-    out = np.zeros_like(values)
+    out = np.zeros_like(x)
     for idx in members.values():
         if len(idx) < 2:
             continue
-        v = values[idx]
+        v = x[idx]
         centered = v - v.mean()
         out[idx] = centered / (v.std(ddof=1) + eps) if normalize_std else centered
     return out
@@ -242,6 +223,9 @@ class TrajectoryValues:
     final: float = 0.0
 
 
+Estimates = tuple[list[np.ndarray], list[np.ndarray]]
+
+
 def compute_advantages(
     trajs: Sequence[Trajectory], algo: AlgoConfig,
     values: Mapping[str, TrajectoryValues] | None = None,
@@ -261,62 +245,94 @@ def compute_advantages(
     if not trajs:
         return
     rewards = [np.array([s.reward for s in t.steps], dtype=np.float64) for t in trajs]
-    groups = [t.spec.group_uid for t in trajs]
-    if algo.name == "grpo":
-        advs = grpo(rewards, groups, normalize_std=algo.normalize_std, eps=algo.epsilon)
-        rets = [np.full(len(r), r.sum()) for r in rewards]
-    elif algo.name == "gigpo":
-        keys = [[anchor(t, s) for s in t.steps] for t in trajs]
-        advs = gigpo(
-            rewards, groups, keys, gamma=algo.gamma, step_weight=algo.step_weight,
-            normalize_std=algo.normalize_std, eps=algo.epsilon,
-        )  # fmt: skip
-        rets = [discounted_returns(r, algo.gamma) for r in rewards]
-    elif values is not None:
-        advs, rets = [], []
-        for t, r in zip(trajs, rewards, strict=True):
-            given = values.get(t.spec.traj_uid)
-            if given is None or len(given.steps) != len(r):
-                raise ValueError(
-                    f"values for trajectory {t.spec.traj_uid}: expected {len(r)} step values, "
-                    f"got {None if given is None else len(given.steps)}"
-                )
-            a, ret = gae(
-                r, np.asarray(given.steps, dtype=np.float64), terminated=t.terminated,
-                final_value=float(given.final), gamma=algo.gamma, lam=algo.lam,
-            )  # fmt: skip
-            advs.append(a)
-            rets.append(ret)
-    else:
-        value_fn = load_value_fn(algo.value_fn)
-        prompts = [s.prompt for t in trajs for s in t.steps]
-        values = np.asarray(value_fn(prompts), dtype=np.float64)
-        if values.shape != (len(prompts),):
-            raise ValueError(
-                f"algo.value_fn returned {values.shape} values for {len(prompts)} prompts"
-            )
-        bootstrap = [t for t in trajs if not t.terminated]
-        finals = dict(
-            zip(
-                (id(t) for t in bootstrap),
-                value_fn([t.final_prompt for t in bootstrap]) if bootstrap else [],
-                strict=True,
-            )
-        )
-        advs, rets, start = [], [], 0
-        for t, r in zip(trajs, rewards, strict=True):
-            v = values[start : start + len(r)]
-            start += len(r)
-            a, ret = gae(
-                r, v, terminated=t.terminated, final_value=float(finals.get(id(t), 0.0)),
-                gamma=algo.gamma, lam=algo.lam,
-            )  # fmt: skip
-            advs.append(a)
-            rets.append(ret)
+    estimate = _ESTIMATORS.get(algo.name, _ppo_estimates)
+    advs, rets = estimate(trajs, rewards, algo, values)
     for t, a, ret in zip(trajs, advs, rets, strict=True):
         for s, av, rv in zip(t.steps, a, ret, strict=True):
             s.advantage = float(av)
             s.ret = float(rv)
+
+
+def _grpo_estimates(
+    trajs: Sequence[Trajectory], rewards: list[np.ndarray], algo: AlgoConfig, _values: Any
+) -> Estimates:
+    groups = [t.spec.group_uid for t in trajs]
+    advs = grpo(rewards, groups, normalize_std=algo.normalize_std, eps=algo.epsilon)
+    return advs, [np.full(len(r), r.sum()) for r in rewards]
+
+
+def _gigpo_estimates(
+    trajs: Sequence[Trajectory], rewards: list[np.ndarray], algo: AlgoConfig, _values: Any
+) -> Estimates:
+    groups = [t.spec.group_uid for t in trajs]
+    keys = [[anchor(t, s) for s in t.steps] for t in trajs]
+    advs = gigpo(
+        rewards, groups, keys, gamma=algo.gamma, step_weight=algo.step_weight,
+        normalize_std=algo.normalize_std, eps=algo.epsilon,
+    )  # fmt: skip
+    return advs, [discounted_returns(r, algo.gamma) for r in rewards]
+
+
+def _ppo_estimates(
+    trajs: Sequence[Trajectory], rewards: list[np.ndarray], algo: AlgoConfig,
+    values: Mapping[str, TrajectoryValues] | None,
+) -> Estimates:  # fmt: skip
+    """GAE with the ``values`` given (each checked as its turn comes), else ``algo.value_fn``'s."""
+    per_traj: Iterable[tuple[np.ndarray, float]]
+    if values is None:
+        per_traj = _value_fn_values(trajs, rewards, algo)
+    else:
+        per_traj = (_given_values(t, r, values) for t, r in zip(trajs, rewards, strict=True))
+    advs, rets = [], []
+    for t, r, (v, final) in zip(trajs, rewards, per_traj, strict=True):
+        a, ret = gae(
+            r, v, terminated=t.terminated, final_value=final, gamma=algo.gamma, lam=algo.lam
+        )
+        advs.append(a)
+        rets.append(ret)
+    return advs, rets
+
+
+def _given_values(
+    t: Trajectory, r: np.ndarray, values: Mapping[str, TrajectoryValues]
+) -> tuple[np.ndarray, float]:
+    given = values.get(t.spec.traj_uid)
+    if given is None or len(given.steps) != len(r):
+        raise ValueError(
+            f"values for trajectory {t.spec.traj_uid}: expected {len(r)} step values, "
+            f"got {None if given is None else len(given.steps)}"
+        )
+    return np.asarray(given.steps, dtype=np.float64), float(given.final)
+
+
+def _value_fn_values(
+    trajs: Sequence[Trajectory], rewards: list[np.ndarray], algo: AlgoConfig
+) -> list[tuple[np.ndarray, float]]:
+    """``algo.value_fn``'s values of every step's prompt and, for the episodes that did not
+    terminate, of their final prompt."""
+    value_fn = load_value_fn(algo.value_fn)
+    prompts = [s.prompt for t in trajs for s in t.steps]
+    computed = np.asarray(value_fn(prompts), dtype=np.float64)
+    if computed.shape != (len(prompts),):
+        raise ValueError(
+            f"algo.value_fn returned {computed.shape} values for {len(prompts)} prompts"
+        )
+    bootstrap = [t for t in trajs if not t.terminated]
+    final_values = value_fn([t.final_prompt for t in bootstrap]) if bootstrap else []
+    finals = dict(zip(map(id, bootstrap), final_values, strict=True))
+    out, start = [], 0
+    for t, r in zip(trajs, rewards, strict=True):
+        out.append((computed[start : start + len(r)], float(finals.get(id(t), 0.0))))
+        start += len(r)
+    return out
+
+
+#: ``algo.name`` -> its estimator (an unknown name gets PPO's, as it always has).
+_ESTIMATORS: dict[str, Callable[..., Estimates]] = {
+    "grpo": _grpo_estimates,
+    "gigpo": _gigpo_estimates,
+    "ppo": _ppo_estimates,
+}
 
 
 def anchor(t: Trajectory, s: Any) -> Any:

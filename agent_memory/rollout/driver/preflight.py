@@ -60,8 +60,8 @@ from typing import Any
 
 from agent_memory.config import ConfigError, EnvConfig, JobConfig
 from agent_memory.policies import Policy
-from agent_memory.rollout.layout_checks import check_episode_layout, history_key
-from agent_memory.rollout.oracle_check import check_policy_env
+from agent_memory.rollout.driver.layout_checks import check_episode_layout, history_key
+from agent_memory.rollout.driver.oracle_check import check_policy_env
 from agent_memory.signatures import BUILD_ERRORS, bind_params, build_or_blame
 from agent_memory.suggest import did_you_mean
 
@@ -230,7 +230,7 @@ episodes at once), or a smaller share of a CPU per worker, e.g. rollout.num_cpus
         )
     episodes = most_episodes(job)
     fit = None if have is None else max(1, int(have / share + CPU_SLACK))
-    if fit is not None and r.num_workers > fit and fit <= episodes:
+    if have is not None and fit is not None and r.num_workers > fit and fit <= episodes:
         envs = max(r.envs_per_worker, math.ceil(episodes / fit))
         smaller = math.floor(100 * have / r.num_workers) / 100
         raise ConfigError(
@@ -276,7 +276,8 @@ def most_episodes(job: JobConfig) -> int:
 def cluster_cpus(address: str | None) -> tuple[float | None, str]:
     """The CPUs the run's Ray cluster has, found without starting (or importing) Ray, and
     whose they are (for a message): the running instance's when Ray is up in this process,
-    else those of the local instance :func:`~agent_memory.rollout.cluster.init_ray` would start
+    else those of the local instance :func:`~agent_memory.rollout.driver.cluster.init_ray` would
+    start
     (this machine's); None for a cluster joined by address (known once joined)."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
@@ -329,7 +330,7 @@ def resolve_env(env: EnvConfig) -> EnvCheck:
         ) from None
     entry = spec.entry_point
     try:
-        creator = entry if callable(entry) else load_env_creator(entry)
+        creator = entry if callable(entry) else load_env_creator(str(entry))
     except Exception as e:
         raise ConfigError(
             f"env.id={env.id!r}: its entry point {entry!r} does not import "
@@ -356,7 +357,7 @@ def _kwargs_left_over(creator: Callable[..., Any], given: Mapping[str, Any]) -> 
     """How to drop kwargs another env's config left in ``env.kwargs`` (e.g. Sokoban's defaults
     under a custom ``env.id``): Hydra merges ``env.kwargs={}`` into them, only ``~key`` deletes."""
     try:
-        params = inspect.signature(creator).parameters
+        params: Mapping[str, Any] = inspect.signature(creator).parameters
     except (TypeError, ValueError):
         params = {}
     extra = [k for k in given if k not in params] or list(given)
@@ -509,7 +510,7 @@ def _check_writable(path: str, key: str) -> None:
 
 
 def _check_value_fn(spec: str) -> None:
-    from agent_memory.rollout.advantages import load_value_fn
+    from agent_memory.rollout.driver.advantages import load_value_fn
 
     try:
         load_value_fn(spec)
@@ -522,7 +523,7 @@ def _check_value_fn(spec: str) -> None:
 
 def _policy(job: JobConfig, env: EnvCheck) -> Policy:
     from agent_memory.policies import available_policies, policy_factory
-    from agent_memory.rollout.collector import build_policy
+    from agent_memory.rollout.driver.collector import build_policy
 
     name = job.policy.name
     if name not in available_policies():
@@ -545,7 +546,7 @@ def _policy(job: JobConfig, env: EnvCheck) -> Policy:
 
 def _check_needs(name: str, policy: Any, env: EnvCheck) -> None:
     """A policy that needs the env's oracle cannot play an env class without one."""
-    needs = getattr(policy, "needs", frozenset())
+    needs: frozenset[str] = getattr(policy, "needs", frozenset())
     cls = env.env_class
     if "oracle_action" in needs and cls is not None and not hasattr(cls, "oracle_action"):
         raise ConfigError(

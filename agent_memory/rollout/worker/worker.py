@@ -1,6 +1,7 @@
 """``RolloutWorker``: one Ray actor owning one wrapped vector env that holds many sub-envs.
 
-The driver (:mod:`agent_memory.rollout.collector`) decides which episode each sub-env plays and
+The driver (:mod:`agent_memory.rollout.driver.collector`) decides which episode each sub-env plays
+and
 when; the worker only executes: ``reset_envs`` starts episodes (each with its group's seed, via a
 partial reset), ``step`` applies responses and reports what happened to every live env. Every
 message is one of the typed dataclasses of :mod:`agent_memory.protocol`.
@@ -19,7 +20,8 @@ Failures stay as small as they can:
 * an exception in the worker's own step (e.g. its memory's database stayed locked past its
   retries) ends the episodes of that call, not the run;
 * a sub-env that kills the process is named by its call mark when the worker comes back
-  (:mod:`agent_memory.rollout.watchdog`), and a call that runs past ``rollout.step_timeout_s``
+  (:mod:`agent_memory.rollout.worker.watchdog`), and a call that runs past
+  ``rollout.step_timeout_s``
   ends the process on purpose — Ray restarts the worker either way;
 * the constructor never raises: its error is reported by :meth:`RolloutWorker.status`, so a
   deterministic set-up failure is not restarted ``max_restarts`` times.
@@ -40,6 +42,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 from agent_memory.config import JobConfig
 from agent_memory.failures import describe_exception
 from agent_memory.memory import make_memory
+from agent_memory.policies import Policy
 from agent_memory.protocol import (
     EpisodeAssignment,
     PromptView,
@@ -47,9 +50,9 @@ from agent_memory.protocol import (
     StepResult,
     WorkerStatus,
 )
-from agent_memory.rollout.episode_loop import EpisodeLoop, answers_inline
 from agent_memory.rollout.types import EpisodeBatch
-from agent_memory.rollout.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
+from agent_memory.rollout.worker.episode_loop import EpisodeLoop, answers_inline
+from agent_memory.rollout.worker.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter
 from agent_memory.wrappers import Holdable, VectorHistoryWrapper
 from agent_memory.wrappers.errors import CatchErrors
@@ -69,7 +72,7 @@ def _make_env(
 ) -> gym.Env:  # fmt: skip
     import agent_memory.envs  # noqa: F401  (registers the bundled ids in this process)
 
-    extra = {} if max_steps is None else {"max_episode_steps": max_steps}
+    extra: dict[str, Any] = {} if max_steps is None else {"max_episode_steps": max_steps}
     env = gym.make(env_id, **extra, **dict(kwargs))
     return env if marks is None else MarkCalls(env, marks, index)
 
@@ -92,6 +95,7 @@ def build_env(
         partial(_make_sub_env, job.env.id, job.env.max_steps, dict(job.env.kwargs), marks, i)
         for i in range(num_envs)
     ]
+    venv: AsyncVectorEnv | SyncVectorEnv
     if job.rollout.vectorization == "async":
         venv = AsyncVectorEnv(fns, shared_memory=False, autoreset_mode=AutoresetMode.DISABLED)
     else:
@@ -122,7 +126,7 @@ class RolloutWorker:
         meta_fields: per-env fields the policy needs besides the prompt
             (``admissible_actions``, ``oracle_action``, ``task``, ``raw_obs``).
         marks_root: directory of this worker's call marks (see
-            :mod:`~agent_memory.rollout.watchdog`); None: no marks, no step time limit.
+            :mod:`~agent_memory.rollout.worker.watchdog`); None: no marks, no step time limit.
         policy: what the worker answers with itself in the asynchronous engine (None: the
             driver calls the policy, lockstep).
     """
@@ -157,7 +161,7 @@ class RolloutWorker:
             # No env is reset until it gets an episode, and only envs with a response step:
             # an env with nothing to play does no work (no game loaded, no sandbox).
             self.env = build_env(job, num_envs, self.marks)
-            if policy is not None and hasattr(policy, "prepare"):
+            if isinstance(policy, Policy):
                 policy.prepare()  # the first step pays no client set-up
         except Exception as e:  # reported by status(): a set-up error is not worth a restart
             self.init_error = describe_exception(e)
@@ -172,6 +176,20 @@ class RolloutWorker:
         """The worker's process, its set-up error if any, and what its predecessor left."""
         crashes, self.crashes = self.crashes, ()
         return WorkerStatus(os.getpid(), self.init_error, crashes)
+
+    def set_policy(self, policy: Any) -> WorkerStatus:
+        """Answer with ``policy`` from now on (as the constructor's ``policy``); returns
+        :meth:`status`. The driver's pool sends the policy this way after the constructor, and
+        again after each restart: a restartable actor's constructor argument must not live in
+        Ray's object store (Ray logs a ``core_worker.cc`` error line for one), and a client
+        policy with its tokenizer, or a policy service's actor handle, does."""
+        self.policy = policy
+        if self.init_error is None and isinstance(policy, Policy):
+            try:
+                policy.prepare()
+            except Exception as e:  # reported by status(), as the constructor's errors
+                self.init_error = describe_exception(e)
+        return self.status()
 
     def pid(self) -> int:
         """The worker's process id (tests kill it to check recovery)."""
@@ -284,7 +302,7 @@ class RolloutWorker:
     ) -> AsyncIterator[EpisodeBatch]:
         """Play ``assignments`` (and what :meth:`assign` adds) on their own, with the worker's
         policy, yielding the episodes that have ended, packed (a Ray streaming call; see
-        :mod:`agent_memory.rollout.episode_loop` and :class:`EpisodeBatch`). Ends after
+        :mod:`agent_memory.rollout.worker.episode_loop` and :class:`EpisodeBatch`). Ends after
         :meth:`finish`, once its episodes have. ``policy_version``: the version the worker's
         own policy answers with from now on (the driver's, after a weight update; a restarted
         worker starts from its first). ``stream``: this call's number, which :meth:`assign`
@@ -295,7 +313,10 @@ class RolloutWorker:
             self.policy.version = policy_version
         r = self.job.rollout
         interval = r.report_interval_for(r.depth_for(answers_inline(self.policy)))
-        loop = EpisodeLoop(self, self.policy, r.max_policy_lag, r.max_response_chars, interval)
+        loop = EpisodeLoop(
+            self, self.policy, r.max_response_chars, interval,
+            lockstep=r.mode == "lockstep",
+        )  # fmt: skip
         self.loops[stream] = loop
         for early in self.early.pop(stream, []):
             if early is None:
@@ -333,21 +354,14 @@ class RolloutWorker:
 
     async def set_concurrency(self, concurrency: int) -> None:
         """The worker's share of its client policy's requests in flight (see
-        :mod:`agent_memory.rollout.shares`); ignored by a policy without one."""
-        if self.policy is not None and hasattr(self.policy, "set_concurrency"):
+        :mod:`agent_memory.rollout.driver.shares`); ignored by a policy without one."""
+        if isinstance(self.policy, Policy) and self.policy.concurrency is not None:
             self.policy.set_concurrency(concurrency)
 
     def policy_stats(self) -> Any:
         """The counters of the policy this worker runs (e.g. the openai client's requests and
         retries) since the last call, or None for a policy without counters."""
-        stats = getattr(self.policy, "stats", None)
-        if stats is not None and hasattr(self.policy, "reset_stats"):
-            self.policy.reset_stats()
-        return stats
-
-    def abandon(self, envs: Sequence[int]) -> None:
-        """The episodes on ``envs`` are given up (the driver runs them again elsewhere)."""
-        self.live[list(envs)] = False
+        return self.policy.take_stats() if isinstance(self.policy, Policy) else None
 
     def close(self) -> None:
         """Close the envs and the memory; remove the call marks."""
@@ -420,5 +434,6 @@ class RolloutWorker:
         inner = self.env.unwrapped
         if isinstance(inner, SyncVectorEnv):
             return {i: inner.envs[i].get_wrapper_attr("oracle_action")() for i in ids}
+        assert isinstance(inner, AsyncVectorEnv)
         every = inner.call("oracle_action")  # async: one call reaches every sub-env at once
         return {i: every[i] for i in ids}

@@ -1,56 +1,76 @@
-"""``AsyncCollector``: the asynchronous engine — no env waits for another env's generation.
+"""``Collector``: the rollout engine — no env waits for another env's generation.
 
 The driver only hands out episodes and takes finished ones: each Ray worker plays its envs on its
-own (:mod:`agent_memory.rollout.episode_loop`), stepping each env as soon as its own answer is
-back and streaming finished episodes to the driver. While more episodes wait than the run has
-envs, the driver queues each env's next episodes on its worker ahead of time
-(``rollout.queue_depth`` of them, by the policy unless set: see
-:meth:`~agent_memory.config.RolloutConfig.depth_for`;
-:meth:`~agent_memory.rollout.book.EpisodeBook.queue`), so a freed env starts the next one at once
-without a round trip; the last ones go to whichever env frees first, so none waits behind a slow
-episode. Assignments carry their place in each env's sequence
-(:attr:`~agent_memory.protocol.EpisodeAssignment.order`): Ray may deliver an async actor's
-calls out of order, the worker still plays them in the driver's. The policy runs beside the envs
-in each worker (cheap policies, clients of a server: the driver moves a client's ``concurrency``
-between the workers by their live envs, see :mod:`~agent_memory.rollout.shares`) or in one
-:class:`~agent_memory.rollout.service.PolicyService` that batches every worker's concurrent
-requests (a local model).
+own (:mod:`agent_memory.rollout.worker.episode_loop`), stepping each env as soon as its own answer
+is back
+and streaming finished episodes to the driver. While more episodes wait than the run has envs, the
+driver queues each env's next episodes on its worker ahead of time (``rollout.queue_depth``), so a
+freed env starts the next one without a round trip. The policy runs beside the envs in each worker
+(cheap policies; clients of a server, whose ``concurrency`` the driver splits between the workers:
+:mod:`~agent_memory.rollout.driver.shares`) or in one
+:class:`~agent_memory.rollout.worker.service.PolicyService`
+that batches every worker's requests (a local model; new weights: :meth:`Collector.update_policy`).
 
-It keeps everything the lockstep engine (:class:`~agent_memory.rollout.collector.Collector`, the
-reference) guarantees, through the same :class:`~agent_memory.rollout.book.EpisodeBook` and
-:class:`~agent_memory.rollout.pool.WorkerPool`: groups start from one seed, finished envs cost no
-generation, an env's exception ends only its episode, a dead worker's episodes run again (only
-the culprit is charged), no episode is lost or finished twice. With per-request seeds derived
-from ``(traj_uid, step)`` and a deterministic policy, both engines produce the same
-trajectories whatever the arrival order. Same API: :meth:`run`, or :meth:`start` /
-:meth:`collect` / :meth:`close` for a trainer.
+``rollout.mode=lockstep`` is a barrier in this engine, not a second one: each worker steps its live
+envs together once all their answers are in. Groups start from one seed, finished envs cost no
+generation, an env's exception ends only its episode, a dead worker's episodes run again (only the
+culprit is charged), no episode is lost or finished twice (see docs/failures.md).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
 from agent_memory.config import JobConfig
-from agent_memory.policies import Policy
+from agent_memory.policies import Policy, make_policy
 from agent_memory.protocol import EpisodeAssignment
-from agent_memory.rollout.book import Slot
-from agent_memory.rollout.collector import Collector
-from agent_memory.rollout.engine import Engine
-from agent_memory.rollout.episode_loop import PolicyFailed, answers_inline
-from agent_memory.rollout.service import PolicyService
-from agent_memory.rollout.shares import fair_shares
-from agent_memory.rollout.types import EpisodeSpec, FinishedEpisode, Trajectory
+from agent_memory.rollout.driver.book import EpisodeBook, Slot
+from agent_memory.rollout.driver.cluster import init_ray
+from agent_memory.rollout.driver.pool import WorkerPool, WorkerSetupError
+from agent_memory.rollout.driver.shares import fair_shares
+from agent_memory.rollout.driver.stats import RolloutStats
+from agent_memory.rollout.types import EpisodeBatch, EpisodeSpec, FinishedEpisode, Trajectory
+from agent_memory.rollout.worker.episode_loop import PolicyFailed, answers_inline
+from agent_memory.rollout.worker.service import PolicyService
 
-__all__ = ["AsyncCollector", "make_collector"]
+__all__ = [
+    "Collector",
+    "PolicyFailed",
+    "RolloutFailed",
+    "RolloutStats",
+    "WorkerSetupError",
+    "build_policy",
+    "episode_specs",
+    "init_ray",
+]
 
-log = logging.getLogger("agent_memory.rollout.collector")
+log = logging.getLogger("agent_memory.rollout.driver.collector")
 
 
-class AsyncCollector(Engine):
+class RolloutFailed(RuntimeError):
+    """The run could not finish its episodes (e.g. every worker died for good)."""
+
+
+def episode_specs(num_groups: int, group_size: int, seed: int) -> list[EpisodeSpec]:
+    """``num_groups x group_size`` episodes; a group's members share the seed ``seed + group``.
+
+    Example:
+        >>> [(s.traj_uid, s.seed) for s in episode_specs(2, 2, seed=7)]
+        [('g0-t0', 7), ('g0-t1', 7), ('g1-t0', 8), ('g1-t1', 8)]
+    """
+    return [
+        EpisodeSpec(f"g{g}", f"g{g}-t{m}", g, m, seed + g)
+        for g in range(num_groups)
+        for m in range(group_size)
+    ]
+
+
+class Collector:
     """Runs a job's episodes on Ray workers that play them on their own (see the module).
 
     Args:
@@ -66,12 +86,22 @@ class AsyncCollector(Engine):
         self,
         job: JobConfig,
         policy: Policy | None = None,
-        on_step: Callable[[AsyncCollector], None] | None = None,
+        on_step: Callable[[Collector], None] | None = None,
         run_id: str | None = None,
         max_batch_size: int = 32,
         max_wait_ms: float = 5.0,
     ) -> None:
-        super().__init__(job, policy, on_step, run_id)
+        self.job = job
+        self.policy = policy or build_policy(job)
+        self.on_step = on_step
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.stats = RolloutStats()
+        self.pool = WorkerPool(job, self.run_id, self.stats, sorted(self.policy.needs))
+        self.book: EpisodeBook | None = None
+        #: Slots with nothing to play; they take re-runs when a worker dies.
+        self.parked: set[Slot] = set()
+        #: Env-steps of the last :meth:`collect`.
+        self.last_env_steps = 0
         self.service: Any = None
         self.max_batch_size = max_batch_size
         self.max_wait_ms = max_wait_ms
@@ -90,10 +120,38 @@ class AsyncCollector(Engine):
         self._order: dict[Slot, int] = {}  # each slot's next EpisodeAssignment.order
         self._stream_id: dict[int, int] = {}  # each worker's newest stream's number
         #: Each worker's share of a client policy's ``concurrency`` as last sent (None: the
-        #: policy has no shares). See :mod:`agent_memory.rollout.shares`.
+        #: policy has no shares). See :mod:`agent_memory.rollout.driver.shares`.
         self.shares: dict[int, int] | None = None
 
     # ------------------------------------------------------------------ public
+
+    def run(
+        self,
+        progress: Callable[[Trajectory], None] | None = None,
+        on_episode: Callable[[Trajectory], None] | None = None,
+    ) -> list[Trajectory]:
+        """Run the job's episodes (``rollout.num_groups x group_size`` from ``rollout.seed``)
+        on workers started for them; returns the trajectories in episode order.
+
+        Args:
+            progress: called with each finished trajectory (e.g. a progress bar).
+            on_episode: called with each finished trajectory before ``progress`` (e.g. the
+                output writer, so that a failing run keeps what finished).
+
+        Raises:
+            WorkerSetupError: a worker's constructor raised (its own message and frames).
+            RolloutFailed: no worker is left while episodes remain.
+        """
+        r = self.job.rollout
+        specs = episode_specs(r.num_groups, r.group_size, r.seed)
+        t0 = time.perf_counter()
+        try:
+            self.start(len(specs))
+            self.stats.setup_time = time.perf_counter() - t0
+            return self.collect(specs, progress=progress, on_episode=on_episode)
+        finally:
+            self.stats.wall_time = time.perf_counter() - t0
+            self.close()
 
     def start(self, num_episodes: int | None = None) -> None:
         """Start the policy service (a local model) and the workers; they stay up across
@@ -105,7 +163,7 @@ class AsyncCollector(Engine):
         workers = min(r.num_workers, n)
         if self.policy.runs_in == "worker":
             self.pool.policy = self.policy.for_workers(workers)
-            if hasattr(self.pool.policy, "set_concurrency"):
+            if self.pool.policy.concurrency is not None:
                 # Each worker (re)starts with the copy's share (set_concurrency goes to the
                 # workers' copies, never to this one).
                 self.shares = dict.fromkeys(range(workers), self.pool.policy.concurrency)
@@ -121,16 +179,48 @@ class AsyncCollector(Engine):
         specs: Sequence[EpisodeSpec],
         progress: Callable[[Trajectory], None] | None = None,
         on_episode: Callable[[Trajectory], None] | None = None,
+        greedy: bool = False,
     ) -> list[Trajectory]:
-        """Run ``specs`` on the started workers; returns their trajectories in order.
+        """Run ``specs`` on the started workers (a trainer calls this once per iteration);
+        returns their trajectories in order.
+
+        Args:
+            specs: the episodes.
+            progress, on_episode: as :meth:`run`.
+            greedy: answer at temperature 0 (an evaluation), with the policy service's model.
 
         Raises:
             RolloutFailed: no worker is left while episodes remain.
             PolicyFailed: the policy raised (e.g. its server never answered).
+            ValueError: ``greedy`` with a policy that runs in the workers.
         """
+        if greedy:
+            if self.service is None:
+                raise ValueError(
+                    f"greedy collection answers with the policy service's model, but policy "
+                    f"{type(self.policy).__name__} runs in the workers (runs_in='worker')"
+                )
+            import ray
+
+            ray.get(self.service.set_greedy.remote(True))
+        try:
+            return self._collect(specs, progress, on_episode)
+        finally:
+            if greedy and self.service is not None:
+                import ray
+
+                ray.get(self.service.set_greedy.remote(False))
+
+    def _collect(
+        self,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[Trajectory], None] | None,
+        on_episode: Callable[[Trajectory], None] | None,
+    ) -> list[Trajectory]:
         import ray
 
         self.book = book = self._new_book(specs, progress, on_episode)
+        steps0 = self.stats.env_steps
         self._slots = sum(self.pool.envs_per_worker for ok in self.pool.alive if ok)
         self._plan = {}
         t_loop = time.perf_counter()
@@ -140,10 +230,11 @@ class AsyncCollector(Engine):
             self._send()
             while self._streams:
                 ready, _ = ray.wait(list(self._streams), num_returns=1)
-                gen = ready[0]
+                gen: Any = ready[0]  # an ObjectRefGenerator (a streaming call)
                 w = self._streams[gen]
                 try:
-                    ended = ray.get(next(gen)).unpack()
+                    batch: EpisodeBatch = ray.get(next(gen))
+                    ended = batch.unpack()
                 except StopIteration:
                     self._ended(gen)
                     continue
@@ -163,6 +254,7 @@ class AsyncCollector(Engine):
         finally:
             self.stats.loop_time += time.perf_counter() - t_loop
             self.stats.episodes_rerun += book.reruns
+            self.last_env_steps = self.stats.env_steps - steps0
             self._gather_policy_stats()
         return book.trajectories()
 
@@ -194,8 +286,8 @@ class AsyncCollector(Engine):
         retries, failures) to the driver's policy, where the summary reads them."""
         import ray
 
-        total = getattr(self.policy, "stats", None)
-        if self.policy.runs_in != "worker" or not hasattr(total, "add"):
+        total = self.policy.stats
+        if self.policy.runs_in != "worker" or total is None:
             return
         live = [w for w, ok in zip(self.pool.workers, self.pool.alive, strict=True) if ok]
         for ref in [w.policy_stats.remote() for w in live]:
@@ -207,6 +299,37 @@ class AsyncCollector(Engine):
                 total.add(stats)
 
     # ------------------------------------------------------------------ internals
+
+    def _new_book(
+        self,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[Trajectory], None] | None,
+        on_episode: Callable[[Trajectory], None] | None,
+    ) -> EpisodeBook:
+        """The book of a :meth:`collect`: each finished trajectory goes to ``on_episode``,
+        then to ``progress``."""
+
+        def finished(traj: Trajectory) -> None:
+            if on_episode is not None:
+                on_episode(traj)
+            if progress is not None:
+                progress(traj)
+
+        return EpisodeBook(specs, self.job.rollout.max_episode_attempts, on_finish=finished)
+
+    def _check_done(self, book: EpisodeBook) -> None:
+        """Raise :class:`RolloutFailed` when episodes wait but no worker is left to run them."""
+        if not book.done:
+            raise RolloutFailed(
+                "every rollout worker died and none can be restarted "
+                f"(rollout.max_restarts={self.job.rollout.max_restarts}); "
+                f"{len(book.finished)} of {len(book.specs)} episodes finished. Last failure: "
+                f"{self.stats.failures[-1] if self.stats.failures else '?'}"
+            )
+
+    def worker_pid(self, w: int) -> int:
+        """Process id of worker ``w``."""
+        return self.pool.pid(w)
 
     def _feed(self, slots: Sequence[Slot], *, queue_only: bool = False) -> None:
         """Give free slots the next waiting episodes, and each busy one up to ``depth``
@@ -287,13 +410,10 @@ class AsyncCollector(Engine):
                 f"has {None if running is None else running.spec.traj_uid} running there"
             )
         self.stats.policy_requests += msg.requests
-        if msg.stale:
-            book.interrupt(slot, charge=False, reason="")
-        else:
-            running.steps = msg.steps
-            self.stats.env_steps += len(msg.steps)
-            self.stats.policy_calls += len(msg.steps)
-            book.finish(slot, won=msg.won, error=msg.error, final_prompt=msg.final_prompt)
+        running.steps = msg.steps
+        self.stats.env_steps += len(msg.steps)
+        self.stats.policy_calls += len(msg.steps)
+        book.finish(slot, won=msg.won, error=msg.error, final_prompt=msg.final_prompt)
         if book.promote(slot) is not None:
             self._feed([slot], queue_only=True)
         else:
@@ -318,9 +438,9 @@ class AsyncCollector(Engine):
         """Worker ``w``'s stream failed: the policy's error fails the run; a dead worker's
         episodes are settled by the pool and run again."""
         cause = getattr(e, "cause", None)
-        if isinstance(cause, PolicyFailed):  # the policy's own error, as the lockstep engine's
-            error = cause.error if isinstance(cause.error, Exception) else None
-            raise (error or PolicyFailed(str(cause))) from None
+        if isinstance(cause, PolicyFailed):  # the policy's own error, raised here
+            own = cause.error if isinstance(cause.error, Exception) else None
+            raise (own or PolicyFailed(str(cause))) from None
         book = self.book
         assert book is not None
         error = self.pool.failure(w, e)
@@ -339,7 +459,7 @@ class AsyncCollector(Engine):
 
     def _reshare(self) -> None:
         """Re-split a client policy's ``concurrency`` by the workers' live envs and send the
-        shares that changed (see :mod:`agent_memory.rollout.shares`).
+        shares that changed (see :mod:`agent_memory.rollout.driver.shares`).
 
         A worker whose share drops below its requests in flight lets them finish: while they
         do, the workers together may have up to that difference more than ``concurrency`` in
@@ -353,19 +473,20 @@ class AsyncCollector(Engine):
         for w, _ in book.running:
             if w in demand:
                 demand[w] += 1
+        assert self.policy.concurrency is not None  # shares exist for a client only
         for w, share in fair_shares(self.policy.concurrency, demand).items():
             if share != self.shares[w]:
                 self.shares[w] = share
                 self.pool.workers[w].set_concurrency.remote(share)
 
 
-def make_collector(
-    job: JobConfig,
-    policy: Policy | None = None,
-    on_step: Callable[[Any], None] | None = None,
-    run_id: str | None = None,
-) -> Collector | AsyncCollector:
-    """The engine ``rollout.mode`` names: :class:`AsyncCollector` (``async``) or the lockstep
-    :class:`~agent_memory.rollout.collector.Collector` (``lockstep``); same API."""
-    engine = AsyncCollector if job.rollout.mode == "async" else Collector
-    return engine(job, policy=policy, on_step=on_step, run_id=run_id)
+def build_policy(job: JobConfig) -> Policy:
+    """The job's policy, with the env's parser (so scripted/random answers parse); defaults for
+    ``random`` (the env's ``random_actions``, the rollout seed) and ``prompt_oracle`` (env id)."""
+    params = dict(job.policy.params)
+    if job.policy.name == "random":
+        params.setdefault("actions", list(job.env.random_actions))
+        params.setdefault("seed", job.rollout.seed)
+    if job.policy.name == "prompt_oracle":
+        params.setdefault("env_id", job.env.id)
+    return make_policy(job.policy.name, parser=job.env.parser.build(), **params)

@@ -1,0 +1,123 @@
+"""``play``: the in-process episode loop (no Ray, no threads) the engine is checked against.
+
+One :class:`~agent_memory.rollout.worker.worker.RolloutWorker` in this process, its live envs
+stepped
+together once per policy call, rows built by
+:func:`~agent_memory.rollout.worker.records.step_record`
+as the engine builds them. With per-request seeds (``(traj_uid, step)``) and a deterministic
+policy, the engine's trajectories equal these whatever order its answers arrive in.
+
+Example:
+    >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig, RolloutConfig
+    >>> from agent_memory.rollout.driver.collector import episode_specs
+    >>> job = JobConfig(env=EnvConfig(id="agent_memory/Recall-v0"), policy=PolicyConfig("scripted"),
+    ...                 rollout=RolloutConfig(envs_per_worker=2))
+    >>> trajs = play(job, episode_specs(2, 2, seed=0))
+    >>> [(t.spec.traj_uid, t.won, len(t.steps)) for t in trajs]
+    [('g0-t0', True, 7), ('g0-t1', True, 7), ('g1-t0', True, 7), ('g1-t1', True, 7)]
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from agent_memory.config import JobConfig
+from agent_memory.policies import Policy
+from agent_memory.protocol import EpisodeAssignment
+from agent_memory.rollout.driver.book import EpisodeBook, Slot
+from agent_memory.rollout.types import EpisodeSpec, Trajectory
+from agent_memory.rollout.worker.records import Playing, policy_inputs, step_record
+from agent_memory.rollout.worker.worker import RolloutWorker
+
+__all__ = ["play"]
+
+
+def play(
+    job: JobConfig,
+    specs: Sequence[EpisodeSpec],
+    policy: Policy | None = None,
+    *,
+    worker: RolloutWorker | None = None,
+    next_turn: Callable[[Playing], bool] | None = None,
+) -> list[Trajectory]:
+    """Play ``specs`` on the envs of one worker in this process; their trajectories in order
+    (see the module docstring).
+
+    Args:
+        job: the env, memory, template and parser.
+        specs: the episodes.
+        policy: answers them (default: built from ``job.policy``).
+        worker: the worker whose envs play (kept across calls by a caller that plays often);
+            default: one of ``min(rollout.envs_per_worker, len(specs))`` envs, closed at the end.
+        next_turn: asked before each turn after the first; False cuts the episode there (its
+            last step is marked truncated), e.g. before its context could overflow.
+
+    Raises:
+        RuntimeError: the envs could not be built (the worker's set-up error).
+    """
+    from agent_memory.rollout.driver.collector import build_policy
+
+    policy = policy or build_policy(job)
+    own = worker is None
+    if worker is None:
+        n = max(1, min(job.rollout.envs_per_worker, len(specs)))
+        worker = RolloutWorker(0, job, n, meta_fields=sorted(policy.needs), policy=policy)
+    book = EpisodeBook(specs, max_attempts=1)
+    playing: dict[Slot, Playing] = {}
+
+    def finish(slot: Slot, *, won: bool = False, error: str | None = None, final: Any = None):
+        book.running[slot].steps = playing.pop(slot).steps
+        book.finish(slot, won=won, error=error, final_prompt=final)
+
+    try:
+        _start(worker, book, playing, [(0, i) for i in range(min(worker.num_envs, len(specs)))])
+        while playing:
+            asked = [s for s, run in playing.items() if run.steps and next_turn is not None]
+            cut = [s for s in asked if not next_turn(playing[s])]  # type: ignore[misc]
+            if cut:
+                for slot in cut:
+                    playing[slot].steps[-1].truncated = True
+                    finish(slot)
+                worker.reset_envs([], park=[i for _, i in cut])
+                _start(worker, book, playing, cut)
+                continue
+            live = sorted(playing)
+            gens = policy.generate(*policy_inputs([playing[s] for s in live]))
+            freed: list[Slot] = []
+            for res in worker.step({i: g.text for (_, i), g in zip(live, gens, strict=True)}):
+                slot = (0, res.env)
+                run = playing[slot]
+                gen = gens[live.index(slot)]
+                run.steps.append(step_record(run, gen, res, job.rollout.max_response_chars))
+                if res.done:
+                    finish(slot, won=res.won, error=res.error, final=res.next.prompt)
+                    freed.append(slot)
+                else:
+                    run.view = res.next
+            _start(worker, book, playing, freed)
+    finally:
+        if own:
+            worker.close()
+    return book.trajectories()
+
+
+def _start(
+    worker: RolloutWorker, book: EpisodeBook, playing: dict[Slot, Playing], slots: list[Slot]
+) -> None:
+    """The next waiting episode on each of ``slots`` (an env that cannot reset ends it)."""
+    while slots:
+        plan = {}
+        for slot in slots:
+            run = book.start(slot)
+            if run is not None:
+                s = run.spec
+                plan[slot] = EpisodeAssignment(slot[1], s.traj_uid, s.group_uid, s.seed)
+        slots = []
+        for res in worker.reset_envs(list(plan.values())) if plan else []:
+            slot = (0, res.env)
+            if res.view is None:  # the env could not reset: the episode ends with the error
+                book.finish(slot, error=res.error)
+                slots.append(slot)
+            else:
+                playing[slot] = Playing(plan[slot].traj_uid, res.view)
