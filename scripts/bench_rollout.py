@@ -27,8 +27,8 @@ import gymnasium as gym
 
 import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import AlgoConfig, EnvConfig, JobConfig, PolicyConfig, RolloutConfig
-from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.driver.collector import Collector, init_ray
+from agent_memory.rollout.messages import EpisodeAssignment
 
 
 def job(

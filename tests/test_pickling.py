@@ -11,7 +11,8 @@ import pytest
 
 from agent_memory.pickling import by_position
 from agent_memory.protocol import Generation, SamplingParams
-from agent_memory.rollout.types import EpisodeBatch, FinishedEpisode, StepRecord
+from agent_memory.rollout.messages import EpisodeBatch, FinishedEpisode
+from agent_memory.rollout.types import StepRecord
 
 
 def _step(n: int) -> StepRecord:

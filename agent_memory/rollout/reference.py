@@ -24,8 +24,8 @@ from typing import Any
 
 from agent_memory.config import JobConfig
 from agent_memory.policies import Policy
-from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.driver.book import EpisodeBook, Slot
+from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
 from agent_memory.rollout.worker.records import Playing, policy_inputs, step_record
 from agent_memory.rollout.worker.worker import RolloutWorker

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import pickle
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agent_memory.pickling import by_position
 from agent_memory.protocol import Generation
 
-__all__ = ["EpisodeBatch", "EpisodeSpec", "FinishedEpisode", "StepRecord", "Trajectory"]
+__all__ = ["EpisodeSpec", "StepRecord", "Trajectory"]
 
 
 @dataclass(frozen=True)
@@ -86,55 +84,3 @@ class Trajectory:
         truncated (the time limit struck on the final step) counts once, as terminated: GAE
         does not bootstrap it and summaries do not count it twice."""
         return bool(self.steps) and bool(self.steps[-1].truncated) and not self.terminated
-
-
-@by_position
-@dataclass
-class FinishedEpisode:
-    """Worker -> driver (asynchronous engine): an episode that ended on sub-env ``env``.
-
-    Attributes:
-        error: what ended it early (an env failure, or its reset's), if anything did.
-        final_prompt: the prompt after its last step.
-        requests: the policy requests sent for it (one per step: none after it ended).
-    """
-
-    env: int
-    traj_uid: str
-    steps: list[StepRecord] = field(default_factory=list)
-    won: bool = False
-    error: str | None = None
-    final_prompt: Any = None
-    requests: int = 0
-
-
-@dataclass(frozen=True)
-class EpisodeBatch:
-    """Worker -> driver (asynchronous engine): the episodes that ended since the worker's last
-        message, pickled once by the worker with the C pickler (Ray's cloudpickle costs the process
-        that steps the envs about twice the time); Ray then ships one bytes object.
-
-    Example:
-            >>> batch = EpisodeBatch.pack([FinishedEpisode(3, "g0-t1", won=True)])
-            >>> [(ep.env, ep.traj_uid, ep.won) for ep in batch.unpack()]
-            [(3, 'g0-t1', True)]
-    """
-
-    payload: bytes
-
-    @classmethod
-    def pack(cls, episodes: Sequence[FinishedEpisode]) -> EpisodeBatch:
-        """One message for ``episodes``: the C pickler's, or cloudpickle's when a field holds
-        what only cloudpickle writes (e.g. a function, or a class Ray shipped by value)."""
-        episodes = list(episodes)
-        try:
-            return cls(pickle.dumps(episodes, protocol=pickle.HIGHEST_PROTOCOL))
-        except Exception:
-            from ray import cloudpickle
-
-            return cls(cloudpickle.dumps(episodes, protocol=pickle.HIGHEST_PROTOCOL))
-
-    def unpack(self) -> list[FinishedEpisode]:
-        """The episodes, in the order they were packed."""
-        episodes: list[FinishedEpisode] = pickle.loads(self.payload)
-        return episodes

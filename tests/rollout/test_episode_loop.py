@@ -8,9 +8,8 @@ import re
 
 import pytest
 
-from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.driver.collector import build_policy
-from agent_memory.rollout.types import EpisodeBatch, FinishedEpisode
+from agent_memory.rollout.messages import EpisodeAssignment, EpisodeBatch, FinishedEpisode
 from agent_memory.rollout.worker.worker import RolloutWorker
 from tests.rollout.conftest import make_job
 

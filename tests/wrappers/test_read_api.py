@@ -13,7 +13,7 @@ import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import EnvConfig, JobConfig, TemplateConfig
 from agent_memory.parsing import ActionParser
 from agent_memory.prompts import PromptTemplate
-from agent_memory.protocol import EpisodeAssignment
+from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.worker.worker import RolloutWorker
 from agent_memory.wrappers import EnvView, HistoryWrapper, VectorHistoryWrapper
 

@@ -28,13 +28,13 @@ from typing import Any
 
 from agent_memory.config import JobConfig
 from agent_memory.policies import Policy, make_policy
-from agent_memory.protocol import EpisodeAssignment
 from agent_memory.rollout.driver.book import EpisodeBook, Slot
 from agent_memory.rollout.driver.cluster import init_ray
 from agent_memory.rollout.driver.pool import WorkerPool, WorkerSetupError
 from agent_memory.rollout.driver.shares import fair_shares
 from agent_memory.rollout.driver.stats import RolloutStats
-from agent_memory.rollout.types import EpisodeBatch, EpisodeSpec, FinishedEpisode, Trajectory
+from agent_memory.rollout.messages import EpisodeAssignment, EpisodeBatch, FinishedEpisode
+from agent_memory.rollout.types import EpisodeSpec, Trajectory
 from agent_memory.rollout.worker.episode_loop import PolicyFailed, answers_inline
 from agent_memory.rollout.worker.service import PolicyService
 

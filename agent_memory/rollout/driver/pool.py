@@ -18,9 +18,9 @@ from typing import Any
 
 from agent_memory.config import JobConfig
 from agent_memory.failures import clean_text, first_line
-from agent_memory.protocol import CrashReport, WorkerStatus
 from agent_memory.rollout.driver.book import EpisodeBook, Slot
 from agent_memory.rollout.driver.stats import RolloutStats
+from agent_memory.rollout.messages import CrashReport, WorkerStatus
 from agent_memory.rollout.worker.worker import RolloutWorker, marks_dir
 
 __all__ = ["WorkerPool", "WorkerSetupError"]

@@ -5,8 +5,8 @@ soon as its own answer is back: the worker keeps one request in flight per live 
 the first answers to arrive, steps exactly those envs (one masked vector step: a micro-batch of
 whatever arrived), and sends each env's next request at once. A finished episode goes to the
 driver within ``rollout.report_interval_s``, with whatever else ended meanwhile (a streamed
-:class:`~agent_memory.rollout.types.EpisodeBatch` of
-:class:`~agent_memory.rollout.types.FinishedEpisode`). The
+:class:`~agent_memory.rollout.messages.EpisodeBatch` of
+:class:`~agent_memory.rollout.messages.FinishedEpisode`). The
 driver hands an env its next episode ahead of time (an assignment for a busy env waits in that
 env's queue), so a freed env starts it at once, in the same pass, without a round trip to the
 driver — no env waits for another env's generation, nor for the driver, and the server never
@@ -41,8 +41,8 @@ from typing import Any
 
 from agent_memory.failures import describe_exception
 from agent_memory.policies import Policy
-from agent_memory.protocol import EpisodeAssignment, Generation
-from agent_memory.rollout.types import FinishedEpisode
+from agent_memory.protocol import Generation
+from agent_memory.rollout.messages import EpisodeAssignment, FinishedEpisode
 from agent_memory.rollout.worker.records import Playing, policy_inputs, step_record
 
 __all__ = ["EpisodeLoop", "PolicyFailed", "answers_inline"]

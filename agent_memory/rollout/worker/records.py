@@ -3,7 +3,8 @@
 engine, the reference loop and the TRL adapter).
 
 Example:
-    >>> from agent_memory.protocol import Generation, PromptView, StepResult
+    >>> from agent_memory.protocol import Generation
+    >>> from agent_memory.rollout.messages import PromptView, StepResult
     >>> view = PromptView("Go.", context_tokens=2, context_chars=3, history_steps=0)
     >>> run = Playing("g0-t0", view)
     >>> policy_inputs([run])
@@ -19,8 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_memory.protocol import Generation, PromptView, StepResult
+from agent_memory.protocol import Generation
 from agent_memory.rollout.jsonsafe import capped_text
+from agent_memory.rollout.messages import PromptView, StepResult
 from agent_memory.rollout.types import StepRecord
 
 __all__ = ["Playing", "policy_inputs", "step_record"]

@@ -46,7 +46,7 @@ from typing import Any, Literal, SupportsFloat
 
 import gymnasium as gym
 
-from agent_memory.protocol import CrashReport
+from agent_memory.rollout.messages import CrashReport
 
 __all__ = ["CallMarks", "CallWatchdog", "MarkCalls"]
 

@@ -43,14 +43,14 @@ from agent_memory.config import JobConfig
 from agent_memory.failures import describe_exception
 from agent_memory.memory import make_memory
 from agent_memory.policies import Policy
-from agent_memory.protocol import (
+from agent_memory.rollout.messages import (
     EpisodeAssignment,
+    EpisodeBatch,
     PromptView,
     ResetResult,
     StepResult,
     WorkerStatus,
 )
-from agent_memory.rollout.types import EpisodeBatch
 from agent_memory.rollout.worker.episode_loop import EpisodeLoop, answers_inline
 from agent_memory.rollout.worker.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter

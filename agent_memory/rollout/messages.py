@@ -1,0 +1,207 @@
+"""The messages between the rollout driver and its Ray workers: frozen dataclasses (never plain
+dicts), the only things that cross that process boundary.
+
+Driver -> worker: :class:`EpisodeAssignment`. Worker -> driver: :class:`ResetResult`,
+:class:`StepResult` (each with the next :class:`PromptView`), :class:`WorkerStatus` (with
+:class:`CrashReport`), and the finished episodes, :class:`FinishedEpisode`, packed in an
+:class:`EpisodeBatch`.
+
+Example:
+    >>> view = PromptView(prompt="Go.", context_tokens=1, context_chars=3, history_steps=0)
+    >>> StepResult(env=0, reward=1.0, terminated=True, truncated=False, is_action_valid=True,
+    ...            next=view).done
+    True
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from agent_memory.pickling import by_position
+from agent_memory.protocol import Prompt
+from agent_memory.rollout.types import StepRecord
+
+__all__ = [
+    "CrashReport",
+    "EpisodeAssignment",
+    "EpisodeBatch",
+    "FinishedEpisode",
+    "PromptView",
+    "ResetResult",
+    "StepResult",
+    "WorkerStatus",
+]
+
+
+@dataclass(frozen=True)
+class EpisodeAssignment:
+    """Driver -> worker: sub-env ``env`` starts episode ``traj_uid`` from ``seed``.
+
+    Members of a group share ``seed`` (they start from the same state); ``group_uid`` is given to
+    memories that share notes within a group. ``order``: the assignment's place among those the
+    driver sent for this env in the current call stream (0, 1, 2...): the worker plays an env's
+    episodes in that order, whatever order the messages arrive in (Ray does not keep the order
+    of an async actor's calls).
+    """
+
+    env: int
+    traj_uid: str
+    group_uid: str
+    seed: int
+    order: int = 0
+
+
+@dataclass(frozen=True)
+class PromptView:
+    """Worker -> driver: one env's next prompt, its figures, and what the policy asked for.
+
+    Attributes:
+        prompt: what the policy answers.
+        context_tokens: the prompt's tokens (the configured token counter).
+        context_chars: the prompt's characters.
+        history_steps: past steps shown in the prompt.
+        meta: the fields the policy lists in ``Policy.needs`` (admissible actions, oracle...).
+        observation: the env's current observation as text, without history or template.
+    """
+
+    prompt: Prompt
+    context_tokens: int
+    context_chars: int
+    history_steps: int
+    meta: dict[str, Any] = field(default_factory=dict)
+    observation: str | None = None
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """Worker -> driver: what came of one env's step.
+
+    ``reward`` includes the invalid-action penalty; ``truncated`` (time limit or ``error``) is
+    False when ``terminated``. ``is_action_valid``: the response parsed to an action the env
+    accepted, else ``invalid_reason``; ``parsed_action`` and ``thought`` are what the parser
+    found. ``state_key`` (GiGPO's step groups) and ``won`` come from the env. ``error``: the
+    traceback's last lines when the env or its memory failed (the episode ends). ``next``: the
+    prompt after the step.
+    """
+
+    env: int
+    reward: float
+    terminated: bool
+    truncated: bool
+    is_action_valid: bool
+    next: PromptView
+    invalid_reason: str | None = None
+    parsed_action: Any = None
+    thought: str | None = None
+    state_key: str | None = None
+    won: bool = False
+    error: str | None = None
+
+    @property
+    def done(self) -> bool:
+        """The episode ended with this step."""
+        return self.terminated or self.truncated or self.error is not None
+
+
+@dataclass(frozen=True)
+class ResetResult:
+    """Worker -> driver: an episode's first prompt, or the error its env's reset raised."""
+
+    env: int
+    view: PromptView | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class CrashReport:
+    """What a worker's previous process was doing in an env when it died.
+
+    Attributes:
+        env: the sub-env that was inside ``phase`` and never returned.
+        phase: ``"reset"`` or ``"step"``.
+        reason: ``"died"`` (the process ended: ``os._exit``, a segfault, a kill) or
+            ``"timeout"`` (the worker ended itself after ``rollout.step_timeout_s``).
+        seconds: how long the call had run when the process ended (None when unknown).
+        traj_uid: the episode the env was playing (None when unknown): the driver may not
+            have heard yet that the env's previous episode ended, so the env index alone can
+            name the wrong one.
+    """
+
+    env: int
+    phase: Literal["reset", "step"]
+    reason: Literal["died", "timeout"]
+    seconds: float | None = None
+    traj_uid: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    """A worker's answer to ``status()``: its process, and why it cannot work if it cannot.
+
+    Attributes:
+        pid: the worker's process id.
+        init_error: the exception its constructor raised (type, message and the last frames of
+            its traceback), or None when it is ready. A constructor error is deterministic: the
+            driver does not restart the worker for it.
+        crashes: what the previous process of this worker was doing when it died (empty for a
+            first start, or when the process died outside any env call).
+    """
+
+    pid: int
+    init_error: str | None = None
+    crashes: tuple[CrashReport, ...] = ()
+
+
+@by_position
+@dataclass
+class FinishedEpisode:
+    """Worker -> driver (asynchronous engine): an episode that ended on sub-env ``env``.
+
+    Attributes:
+        error: what ended it early (an env failure, or its reset's), if anything did.
+        final_prompt: the prompt after its last step.
+        requests: the policy requests sent for it (one per step: none after it ended).
+    """
+
+    env: int
+    traj_uid: str
+    steps: list[StepRecord] = field(default_factory=list)
+    won: bool = False
+    error: str | None = None
+    final_prompt: Any = None
+    requests: int = 0
+
+
+@dataclass(frozen=True)
+class EpisodeBatch:
+    """Worker -> driver (asynchronous engine): the episodes that ended since the worker's last
+        message, pickled once by the worker with the C pickler (Ray's cloudpickle costs the process
+        that steps the envs about twice the time); Ray then ships one bytes object.
+
+    Example:
+            >>> batch = EpisodeBatch.pack([FinishedEpisode(3, "g0-t1", won=True)])
+            >>> [(ep.env, ep.traj_uid, ep.won) for ep in batch.unpack()]
+            [(3, 'g0-t1', True)]
+    """
+
+    payload: bytes
+
+    @classmethod
+    def pack(cls, episodes: Sequence[FinishedEpisode]) -> EpisodeBatch:
+        """One message for ``episodes``: the C pickler's, or cloudpickle's when a field holds
+        what only cloudpickle writes (e.g. a function, or a class Ray shipped by value)."""
+        episodes = list(episodes)
+        try:
+            return cls(pickle.dumps(episodes, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception:
+            from ray import cloudpickle
+
+            return cls(cloudpickle.dumps(episodes, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def unpack(self) -> list[FinishedEpisode]:
+        """The episodes, in the order they were packed."""
+        episodes: list[FinishedEpisode] = pickle.loads(self.payload)
+        return episodes
