@@ -100,3 +100,23 @@ def test_readme_links_resolve(page):
 def test_readme_is_short():
     lines = (REPO / "README.md").read_text(encoding="utf-8").splitlines()
     assert len(lines) <= 250, f"README.md has {len(lines)} lines; move detail to docs/"
+
+
+_CHECKPOINT = re.compile(r"\biter_(\w+)")
+
+
+def test_the_docs_name_checkpoint_directories_as_the_trainer_writes_them():
+    """``checkpoints/iter_000002/`` (zero-padded: they sort in order), not ``iter_N``."""
+    from agent_memory.train.checkpoint import checkpoint_name
+
+    placeholder = "N" * len(checkpoint_name(0).removeprefix("iter_"))
+    pages = [REPO / "README.md", *sorted(DOCS.rglob("*.md"))]
+    wrong = [
+        f"{page.relative_to(REPO)}: iter_{name}"
+        for page in pages
+        for name in _CHECKPOINT.findall(page.read_text(encoding="utf-8"))
+        if name != placeholder
+        and not (name.isdigit() and checkpoint_name(int(name)) == f"iter_{name}")
+    ]
+    assert not wrong, f"checkpoint directories are named like {checkpoint_name(2)}: {wrong}"
+    assert "checkpoints/iter_000002/" in (DOCS / "training.md").read_text(encoding="utf-8")

@@ -10,6 +10,11 @@ them):
   run as written and their outputs (``outputs/``, ``multirun/``) land in that directory.
   ``<!-- writes: GLOB ... -->`` lists files the block must have written there (what the page
   promises).
+* A reader may run a block in a checkout of this repository (``python scripts/rollout.py`` is run
+  from its root): what a block leaves behind must be in a directory the checkout's ``.gitignore``
+  ignores (``outputs/``, ``multirun/``), or be the reader's own files that the block writes on
+  purpose (e.g. their env's module), named by ``<!-- yours: NAME ... -->`` (top-level names).
+  Nothing else may be left, in the block's directory or in the repository's root.
 * ``<!-- after: the block above -->`` runs a ```bash block after the page's previous ```bash block,
   in the same directory (that block's code runs first): for a page that builds on a file the block
   above wrote.
@@ -21,6 +26,7 @@ The blocks import this checkout (``PYTHONPATH``), and TextWorld games go to a te
 
 from __future__ import annotations
 
+import fnmatch
 import os
 import re
 import subprocess
@@ -153,6 +159,39 @@ def test_every_block_is_runnable_or_says_why_not() -> None:
             )
 
 
+def _ignore_patterns() -> list[str]:
+    """The repository's ``.gitignore`` patterns (it has no negations nor nested paths)."""
+    lines = (REPO / ".gitignore").read_text(encoding="utf-8").splitlines()
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    assert not [p for p in patterns if p.startswith("!") or "/" in p.strip("/")], patterns
+    return patterns
+
+
+def untracked(root: Path, names: set[str]) -> list[str]:
+    """The entries of ``names`` (top-level names in ``root``) that a checkout's ``.gitignore``
+    does not ignore: what ``git status`` would list as untracked, were ``root`` the checkout.
+
+    Example:
+        >>> import tempfile
+        >>> root = Path(tempfile.mkdtemp())
+        >>> for name in ("outputs", "out", "__pycache__"):
+        ...     (root / name).mkdir()
+        >>> (root / "notes.txt").touch()
+        >>> untracked(root, {"outputs", "out", "__pycache__", "notes.txt"})
+        ['notes.txt', 'out']
+    """
+    patterns = _ignore_patterns()
+
+    def ignored(name: str) -> bool:
+        is_dir = (root / name).is_dir()
+        return any(
+            fnmatch.fnmatch(name, p.strip("/")) and (is_dir or not p.endswith("/"))
+            for p in patterns
+        )
+
+    return sorted(n for n in names if not ignored(n))
+
+
 @pytest.mark.parametrize(
     "block", BLOCKS, ids=[f"{b.page}:L{b.line}-{b.lang or 'text'}" for b in BLOCKS]
 )
@@ -162,15 +201,29 @@ def test_readme_block_runs_as_written(block: Block, tmp_path: Path) -> None:
         pytest.skip(f"{block.where} says: not run: {reason}")
     if block.lang not in RUNNABLE:
         pytest.fail(f"{block.where}: ```{block.lang} without <!-- not run: REASON -->")
+    repo_before = set(os.listdir(REPO))
     if block.lang == "python":
         script = tmp_path / "block.py"
         script.write_text(block.code, encoding="utf-8")
+        ours = {"block.py"}
         _run([sys.executable, str(script)], tmp_path, block)
     else:
         for name in ("scripts", "configs"):
             (tmp_path / name).symlink_to(REPO / name, target_is_directory=True)
+        ours = {"scripts", "configs"}
         _run(["bash", "-euo", "pipefail", "-c", block.code], tmp_path, block)
     for pattern in (block.marker("writes") or "").split():
         assert list(tmp_path.glob(pattern)), (
             f"{block.where} promises {pattern}; found none under {tmp_path}"
         )
+    yours = {name.strip("/") for name in (block.marker("yours") or "").split()}
+    left = set(os.listdir(tmp_path)) - ours - {"cache"}  # cache: _env's AGENT_MEMORY_CACHE
+    assert yours <= left, f"{block.where}: <!-- yours: --> names {sorted(yours - left)}, not left"
+    stray = untracked(tmp_path, left - yours)
+    assert not stray, (
+        f"{block.where} leaves {stray}, which a checkout does not ignore: a reader who runs the "
+        "block in the repository's root gets them as untracked files. Write outputs under "
+        "outputs/ (or name the reader's own files in <!-- yours: NAME ... -->)"
+    )
+    in_repo = untracked(REPO, set(os.listdir(REPO)) - repo_before)
+    assert not in_repo, f"{block.where} wrote {in_repo} into the repository's root"

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_memory.rollout.writer import EPISODE_COLUMNS, ROW_COLUMNS
+from agent_memory.rollout.driver.writer import EPISODE_COLUMNS, ROW_COLUMNS
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "output-schema.md"
 _ROW = re.compile(r"^\| `([^`]+)` \| `([^`]+)` \| (.*) \|$")

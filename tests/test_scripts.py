@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.test_run_logs import ray_errors
+
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
     "rollout.num_groups=1", "rollout.group_size=2", "rollout.num_workers=1",
@@ -21,9 +23,9 @@ TINY = [
 ]  # fmt: skip
 
 
-def run(
+def run_proc(
     args: list[str], env: dict[str, str] | None = None, timeout: int = 600, cwd: Path = REPO
-) -> str:
+) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})},
@@ -31,7 +33,13 @@ def run(
     assert proc.returncode == 0, (
         f"{args}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
     )
-    return proc.stdout
+    return proc
+
+
+def run(
+    args: list[str], env: dict[str, str] | None = None, timeout: int = 600, cwd: Path = REPO
+) -> str:
+    return run_proc(args, env, timeout, cwd).stdout
 
 
 def summaries(root: Path) -> dict[str, dict]:
@@ -170,12 +178,23 @@ def test_sandbox_and_parse_benchmarks_run_with_tiny_budgets():
 
 
 def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
-    out = run([
+    proc = run_proc([
         "scripts/train.py", "trainer.iterations=2", "trainer.eval_every=1",
         "trainer.eval_episodes=4", "trainer.tiny.vocab_episodes=4", "trainer.tiny.hidden=16",
         "trainer.tiny.layers=1", "trainer.logger=[csv,tensorboard]", "trainer.progress=false",
         "env.kwargs.num_distractors=1", *TINY, f"hydra.run.dir={tmp_path}",
     ])  # fmt: skip
+    out = proc.stdout
+    # The workers get the policy service's handle by a call, not as a constructor argument
+    # (tests/test_run_logs.py): Ray logs no error line on a healthy run.
+    assert ray_errors(proc.stderr) == [], proc.stderr[-3000:]
+    log = (tmp_path / "train.log").read_text(encoding="utf-8")
+    starting = log.index("Ray: starting a local instance (num_cpus=")
+    assert (
+        starting
+        < log.index("Ray: started a local instance with ")
+        < log.index(" rollout workers x ")
+    )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["iterations"] == 2 and '"status": "ok"' in out
     rows = (tmp_path / "metrics.csv").read_text().splitlines()

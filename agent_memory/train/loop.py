@@ -30,6 +30,7 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -56,9 +57,62 @@ from agent_memory.train.metrics import MetricsLogger
 from agent_memory.train.model import build_tiny_for_env, load_model, pick_device
 from agent_memory.train.samples import ActionMode, Sample, build_samples, is_stale
 
-__all__ = ["episode_metrics", "train", "update"]
+__all__ = ["Learner", "build_learner", "episode_metrics", "iteration", "train", "update"]
 
 log = logging.getLogger("agent_memory.train")
+
+
+@dataclass
+class Learner:
+    """What the update changes and a checkpoint keeps: the model and its optimiser, the value
+    head (PPO), the frozen reference (KL), the minibatch shuffler, the loop's counters."""
+
+    model: Any
+    tokenizer: Any
+    model_path: str | Path
+    optimizer: Any
+    shuffler: Any
+    state: TrainerState
+    value_head: Any = None
+    reference: Any = None
+
+    def save(self, out: Path) -> None:
+        save_checkpoint(
+            out, self.state, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
+            shuffler=self.shuffler, value_head=self.value_head, reference=self.reference,
+        )  # fmt: skip
+
+
+def build_learner(cfg: TrainConfig, out: Path, device: Any, dtype: Any) -> Learner:
+    """The model (a checkpoint's, a local one, or the tiny demo model built into ``out``), its
+    optimiser and the rest of :class:`Learner`, resumed from ``trainer.resume`` if set."""
+    import torch
+
+    t = cfg.trainer
+    ckpt = find_checkpoint(t.resume) if t.resume else None
+    if ckpt is not None:
+        model_path: str | Path = ckpt / "model"
+    elif t.model == "tiny":
+        model_path = build_tiny_for_env(cfg, t.tiny, out / "tiny_model", seed=cfg.rollout.seed)
+    else:
+        model_path = t.model
+    model, tokenizer = load_model(model_path, device, dtype)
+    model.train()
+    value_head = ValueHead(model.config.hidden_size).to(device) if cfg.algo.name == "ppo" else None
+    reference = None
+    if t.kl_coef > 0:  # frozen copy of the starting weights
+        reference = copy.deepcopy(model).eval().requires_grad_(False)
+    params = [*model.parameters(), *(value_head.parameters() if value_head else [])]
+    optimizer = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay)
+    shuffler = torch.Generator().manual_seed(t.seed)
+    state = TrainerState()
+    if ckpt is not None:
+        state = load_checkpoint(
+            ckpt, optimizer=optimizer, shuffler=shuffler, value_head=value_head,
+            reference=reference,
+        )  # fmt: skip
+        log.info("resumed from %s at iteration %d", ckpt, state.iteration)
+    return Learner(model, tokenizer, model_path, optimizer, shuffler, state, value_head, reference)
 
 
 def train(
@@ -78,8 +132,8 @@ def train(
     Raises:
         ConfigError: a ``trainer.model`` that is no model, a ``trainer.resume`` that names no
             checkpoint (:func:`~agent_memory.train.config.check_model`), or what
-            :func:`~agent_memory.rollout.driver.preflight.preflight` refuses: before Ray starts or a
-            model loads.
+            :func:`~agent_memory.rollout.driver.preflight.preflight` refuses: before Ray starts or
+            a model loads.
     """
     check_model(cfg.trainer)
     import torch
@@ -97,138 +151,42 @@ def train(
     preflight(cfg, policy=make_policy("random"))  # env, memory, template: before any model
 
     with run_log(out / "train.log"):
-        # ---- the model (a checkpoint's, a local one, or the tiny demo model built here)
-        ckpt = find_checkpoint(t.resume) if t.resume else None
-        if ckpt is not None:
-            model_path: str | Path = ckpt / "model"
-        elif t.model == "tiny":
-            model_path = build_tiny_for_env(cfg, t.tiny, out / "tiny_model", seed=r.seed)
-        else:
-            model_path = t.model
-        model, tokenizer = load_model(model_path, device, dtype)
-        model.train()
-        value_head = (
-            ValueHead(model.config.hidden_size).to(device) if cfg.algo.name == "ppo" else None
-        )
-        reference = None
-        if t.kl_coef > 0:  # frozen copy of the starting weights
-            reference = copy.deepcopy(model).eval().requires_grad_(False)
-        params = [*model.parameters(), *(value_head.parameters() if value_head else [])]
-        optimizer = torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay)
-        shuffler = torch.Generator().manual_seed(t.seed)
-        state = TrainerState()
-        if ckpt is not None:
-            state = load_checkpoint(
-                ckpt, optimizer=optimizer, shuffler=shuffler, value_head=value_head,
-                reference=reference,
-            )  # fmt: skip
-            log.info("resumed from %s at iteration %d", ckpt, state.iteration)
-
-        # ---- the rollout policy: the engine's policy service copies it; updates send weights
+        learner = build_learner(cfg, out, device, dtype)
+        state = learner.state
+        # The rollout policy: the engine's policy service copies it; updates send the weights.
         params_in = {k: v for k, v in cfg.policy.params.items() if k != "path"}
-        parser = cfg.env.parser.build()
-        common = {"model": model, "tokenizer": tokenizer, "parser": parser}
-        policy = make_policy(cfg.policy.name, **common, **{"seed": t.seed, **params_in})
+        policy = make_policy(
+            cfg.policy.name, model=learner.model, tokenizer=learner.tokenizer,
+            parser=cfg.env.parser.build(), **{"seed": t.seed, **params_in},
+        )  # fmt: skip
         policy.calls = state.policy_calls  # the sampling stream resumes where it stopped
-        pad_id = tokenizer.pad_token_id
 
         ray_started = init_ray(r.ray_address)  # False when Ray is up already (a sweep, tests)
-        engine = RolloutEngine(cfg, policy, model)
+        engine = RolloutEngine(cfg, policy, learner.model)
         engine.update_policy(state.policy_version)
         logger = MetricsLogger(
             out, t.logger, config=_flat_config(cfg), project=t.wandb_project, run_name=out.name,
-            append=ckpt is not None,
+            append=t.resume is not None,
         )  # fmt: skip
-        status, error, last_eval = "ok", None, dict(state.extra.get("last_eval", {}))
-        bar = None
-        if t.progress:
-            from tqdm import tqdm
-
-            bar = tqdm(total=t.iterations, initial=state.iteration, desc="iterations", unit="it")
+        status, error = "ok", None
+        last_eval = dict(state.extra.get("last_eval", {}))
+        bar = _progress(t.progress, t.iterations, state.iteration)
         try:
             engine.start(max(r.num_episodes, t.eval_episodes))
             if state.iteration == 0 and t.eval_every:  # where learning starts from
                 last_eval = evaluate(engine, t.eval_episodes, t.eval_seed)
                 logger.log({"iteration": 0, "env_steps": 0, "episodes": 0, **last_eval})
-
             for it in range(state.iteration, t.iterations):
-                t_iter = time.perf_counter()
-                if t.anneal_lr:  # a function of the iteration: a resumed run continues it
-                    for group in optimizer.param_groups:
-                        group["lr"] = t.lr * (1.0 - it / t.iterations)
-                # 1. collect with the current weights
-                t0 = time.perf_counter()
-                trajs = engine.collect(train_specs(it, r.num_groups, r.group_size, r.seed))
-                rollout_s = time.perf_counter() - t0
-
-                # 2. advantages (PPO: from the value head)
-                values = None
-                if value_head is not None:
-                    values = estimate_values(model, value_head, policy, trajs, pad_id)
-                compute_advantages(trajs, cfg.algo, values=values)
-                min_version = state.policy_version - r.max_policy_lag
-                samples = build_samples(
-                    trajs, mode, keep_forced=value_head is not None, min_version=min_version
-                )
-                stale = sum(is_stale(s, min_version) for tr in trajs for s in tr.steps)
-
-                # 3. update on the recorded ids and sampling log-probs
-                t0 = time.perf_counter()
-                stats = update(
-                    model, samples, mode, optimizer=optimizer, shuffler=shuffler, cfg=cfg,
-                    pad_id=pad_id, value_head=value_head, reference=reference,
-                )  # fmt: skip
-                update_s = time.perf_counter() - t0
-
-                # 4. the new weights answer from the next episode on
-                state.policy_version += 1
-                sync_s = engine.update_policy(state.policy_version)
-
-                # 5. greedy evaluation on held-out seeds
-                row: dict[str, Any] = {}
-                eval_s = 0.0
-                if t.eval_every and ((it + 1) % t.eval_every == 0 or it + 1 == t.iterations):
-                    t0 = time.perf_counter()
-                    last_eval = evaluate(engine, t.eval_episodes, t.eval_seed)
-                    eval_s = time.perf_counter() - t0
-                    row.update(last_eval)
-
-                # 6. log, checkpoint
-                env_steps = sum(len(tr.steps) for tr in trajs)
-                state.iteration = it + 1
-                state.env_steps += env_steps
-                state.episodes += len(trajs)
-                state.policy_calls = engine.policy_calls()
+                row = iteration(cfg, it, learner, engine, policy, mode)
+                last_eval = row.pop("_eval", last_eval)
                 state.extra["last_eval"] = last_eval
-                row.update(
-                    {
-                        "iteration": it + 1,
-                        "env_steps": state.env_steps,
-                        "episodes": state.episodes,
-                        "policy_version": state.policy_version,
-                        **episode_metrics(trajs, "train"),
-                        **stats,
-                        "samples/stale": float(stale),
-                        "speed/env_steps_per_s": env_steps / rollout_s if rollout_s else 0.0,
-                        "time/rollout_s": rollout_s,
-                        "time/update_s": update_s,
-                        "time/weight_sync_s": sync_s,
-                        "time/eval_s": eval_s,
-                        "time/iteration_s": time.perf_counter() - t_iter,
-                    }
-                )
                 logger.log(row)
                 if (t.save_every and (it + 1) % t.save_every == 0) or it + 1 == t.iterations:
-                    save_checkpoint(
-                        out, state, model=model, tokenizer=tokenizer, optimizer=optimizer,
-                        shuffler=shuffler, value_head=value_head, reference=reference,
-                    )  # fmt: skip
+                    learner.save(out)
                 if bar is not None:
                     bar.update(1)
-                    bar.set_postfix(
-                        train=f"{row['train/success']:.2f}",
-                        eval=f"{last_eval.get('eval/success', float('nan')):.2f}",
-                    )
+                    shown = last_eval.get("eval/success", float("nan"))
+                    bar.set_postfix(train=f"{row['train/success']:.2f}", eval=f"{shown:.2f}")
                 if on_iteration is not None:
                     on_iteration(it + 1)
         except BaseException as e:
@@ -251,11 +209,93 @@ def train(
                 "episodes": state.episodes,
                 "policy_version": state.policy_version,
                 "action_mode": mode,
-                "model": str(model_path),
+                "model": str(learner.model_path),
                 **last_eval,
             }
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
+
+
+def iteration(
+    cfg: TrainConfig, it: int, learner: Learner, engine: RolloutEngine, policy: Any,
+    mode: ActionMode,
+) -> dict[str, Any]:  # fmt: skip
+    """Iteration ``it``: collect, advantages, update, weights to the engine, evaluation when
+    due; the metrics row (with ``_eval``: this iteration's evaluation, when there was one)."""
+    t, r, state = cfg.trainer, cfg.rollout, learner.state
+    t_iter = time.perf_counter()
+    if t.anneal_lr:  # a function of the iteration: a resumed run continues it
+        for group in learner.optimizer.param_groups:
+            group["lr"] = t.lr * (1.0 - it / t.iterations)
+    pad_id = learner.tokenizer.pad_token_id
+    # 1. collect with the current weights
+    t0 = time.perf_counter()
+    trajs = engine.collect(train_specs(it, r.num_groups, r.group_size, r.seed))
+    rollout_s = time.perf_counter() - t0
+
+    # 2. advantages (PPO: from the value head); steps older than the lag allows are left out
+    values = None
+    if learner.value_head is not None:
+        values = estimate_values(learner.model, learner.value_head, policy, trajs, pad_id)
+    compute_advantages(trajs, cfg.algo, values=values)
+    min_version = state.policy_version - r.max_policy_lag
+    samples = build_samples(
+        trajs, mode, keep_forced=learner.value_head is not None, min_version=min_version
+    )
+    stale = sum(is_stale(s, min_version) for tr in trajs for s in tr.steps)
+
+    # 3. update on the recorded ids and sampling log-probs
+    t0 = time.perf_counter()
+    stats = update(
+        learner.model, samples, mode, optimizer=learner.optimizer, shuffler=learner.shuffler,
+        cfg=cfg, pad_id=pad_id, value_head=learner.value_head, reference=learner.reference,
+    )  # fmt: skip
+    update_s = time.perf_counter() - t0
+
+    # 4. the new weights answer from the next episode on
+    state.policy_version += 1
+    sync_s = engine.update_policy(state.policy_version)
+
+    # 5. greedy evaluation on held-out seeds
+    row: dict[str, Any] = {}
+    eval_s = 0.0
+    if t.eval_every and ((it + 1) % t.eval_every == 0 or it + 1 == t.iterations):
+        t0 = time.perf_counter()
+        row["_eval"] = evaluate(engine, t.eval_episodes, t.eval_seed)
+        eval_s = time.perf_counter() - t0
+        row.update(row["_eval"])
+
+    # 6. the counters and the metrics row
+    env_steps = sum(len(tr.steps) for tr in trajs)
+    state.iteration = it + 1
+    state.env_steps += env_steps
+    state.episodes += len(trajs)
+    state.policy_calls = engine.policy_calls()
+    row.update({
+        "iteration": it + 1,
+        "env_steps": state.env_steps,
+        "episodes": state.episodes,
+        "policy_version": state.policy_version,
+        **episode_metrics(trajs, "train"),
+        **stats,
+        "samples/stale": float(stale),
+        "speed/env_steps_per_s": env_steps / rollout_s if rollout_s else 0.0,
+        "time/rollout_s": rollout_s,
+        "time/update_s": update_s,
+        "time/weight_sync_s": sync_s,
+        "time/eval_s": eval_s,
+        "time/iteration_s": time.perf_counter() - t_iter,
+    })  # fmt: skip
+    return row
+
+
+def _progress(enabled: bool, total: int, initial: int) -> Any:
+    """A progress bar over iterations, or None."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc="iterations", unit="it")
 
 
 def evaluate(engine: RolloutEngine, episodes: int, seed: int) -> dict[str, float]:

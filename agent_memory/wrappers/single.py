@@ -29,11 +29,13 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
 
     Args:
         env: the env.
-        history_length, memory, formatter, template, parser, token_counter, max_tokens,
-            max_prompt_tokens, bounded, obs_to_text: the settings, documented (and validated)
-            once, on :class:`~agent_memory.wrappers.HistoryOptions`.
         options: the settings as one :class:`~agent_memory.wrappers.HistoryOptions`; the
             keywords that are not at their default are put over it.
+
+    The keyword settings (``history_length``, ``memory``, ``formatter``, ``template``,
+    ``parser``, ``token_counter``, ``max_tokens``, ``max_prompt_tokens``, ``bounded``,
+    ``obs_to_text``) are documented, and validated, once: on
+    :class:`~agent_memory.wrappers.HistoryOptions`.
 
     Example:
         >>> import gymnasium as gym

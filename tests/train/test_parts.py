@@ -9,7 +9,7 @@ import pytest
 
 from agent_memory.config import AlgoConfig
 from agent_memory.protocol import ActionChoice, Generation
-from agent_memory.rollout.advantages import TrajectoryValues, compute_advantages
+from agent_memory.rollout.driver.advantages import TrajectoryValues, compute_advantages
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
 from agent_memory.train import COLUMNS, MetricsLogger, build_samples, find_checkpoint, read_metrics
 

@@ -30,10 +30,15 @@ from agent_memory.config import JobConfig
 from agent_memory.policies import Policy, make_policy
 from agent_memory.rollout.driver.book import EpisodeBook, Slot
 from agent_memory.rollout.driver.cluster import init_ray
-from agent_memory.rollout.driver.pool import WorkerPool, WorkerSetupError
+from agent_memory.rollout.driver.pool import WorkerPool, WorkerSetupError, crash_reason
 from agent_memory.rollout.driver.shares import fair_shares
 from agent_memory.rollout.driver.stats import RolloutStats
-from agent_memory.rollout.messages import EpisodeAssignment, EpisodeBatch, FinishedEpisode
+from agent_memory.rollout.messages import (
+    CrashReport,
+    EpisodeAssignment,
+    EpisodeBatch,
+    FinishedEpisode,
+)
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
 from agent_memory.rollout.worker.episode_loop import PolicyFailed, answers_inline
 from agent_memory.rollout.worker.service import PolicyService
@@ -412,7 +417,6 @@ class Collector:
         self.stats.policy_requests += msg.requests
         running.steps = msg.steps
         self.stats.env_steps += len(msg.steps)
-        self.stats.policy_calls += len(msg.steps)
         book.finish(slot, won=msg.won, error=msg.error, final_prompt=msg.final_prompt)
         if book.promote(slot) is not None:
             self._feed([slot], queue_only=True)
@@ -444,7 +448,9 @@ class Collector:
         book = self.book
         assert book is not None
         error = self.pool.failure(w, e)
-        slots = self.pool.recover(w, error, book)
+        crashes, back = self.pool.recover(w, error)
+        self._settle_lost(w, crashes)
+        slots = self.pool.slots(w) if back else []
         self.parked -= {s for s in self.parked if s[0] == w}
         if self.shares is not None:  # a restarted worker starts from its first share
             if self.pool.alive[w]:
@@ -456,6 +462,30 @@ class Collector:
             self._feed(sorted(self.parked))
         self._reshare()
         self._send()
+
+    def _settle_lost(self, w: int, crashes: dict[int, CrashReport]) -> None:
+        """Worker ``w`` lost its process: each of its episodes runs again, or finishes with the
+        error when its env took the process down (``crashes``) once too often or ran past
+        ``rollout.step_timeout_s``; queued episodes a crash names as started are dropped."""
+        book = self.book
+        assert book is not None
+        book.drop_queued(
+            w, lambda slot, uid: (c := crashes.get(slot[1])) is not None and c.traj_uid == uid
+        )
+        for slot in book.on_worker(w):
+            crash = crashes.get(slot[1])
+            if crash is not None and crash.reason == "timeout":
+                self.stats.step_timeouts += 1
+                book.finish(
+                    slot, error=f"the env's {crash.phase} ran {crash.seconds} s, longer than "
+                    f"rollout.step_timeout_s={self.job.rollout.step_timeout_s}: the worker was "
+                    "restarted",
+                )  # fmt: skip
+            elif crash is not None or not crashes:
+                # This env took the process down, or nobody can tell which did: charge it.
+                book.interrupt(slot, charge=True, reason=crash_reason(crash, w))
+            else:
+                book.interrupt(slot, charge=False, reason="")
 
     def _reshare(self) -> None:
         """Re-split a client policy's ``concurrency`` by the workers' live envs and send the

@@ -127,7 +127,7 @@ def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[s
         "env_steps_per_second": _ratio(len(steps), stats.loop_time),
         "setup_seconds": stats.setup_time,
         "loop_seconds": stats.loop_time,
-        "policy_calls": stats.policy_calls,
+        "policy_requests": stats.policy_requests,
         "worker_restarts": stats.worker_restarts,
         "workers_lost": stats.workers_lost,
         "episodes_rerun": stats.episodes_rerun,

@@ -18,7 +18,7 @@ from typing import Any
 
 from agent_memory.config import JobConfig
 from agent_memory.failures import clean_text, first_line
-from agent_memory.rollout.driver.book import EpisodeBook, Slot
+from agent_memory.rollout.driver.book import Slot
 from agent_memory.rollout.driver.stats import RolloutStats
 from agent_memory.rollout.messages import CrashReport, WorkerStatus
 from agent_memory.rollout.worker.worker import RolloutWorker, marks_dir
@@ -185,9 +185,9 @@ class WorkerPool:
 
     # ------------------------------------------------------------------ failures
 
-    def recover(self, w: int, error: str, book: EpisodeBook) -> list[Slot]:
-        """Worker ``w`` died (or raised): settle its episodes in ``book``, wait for its restart.
-        Returns its slots for new episodes (none if it cannot come back)."""
+    def recover(self, w: int, error: str) -> tuple[dict[int, CrashReport], bool]:
+        """Worker ``w`` died (or raised): wait for its restart. Returns what its previous
+        process was doing in which env when it died (by env), and whether it is back."""
         self.stats.failures.append(f"worker {w}: {error}")
         log.warning("rollout worker %d failed: %s", w, first_line(error))
         self.restarts[w] += 1
@@ -196,31 +196,14 @@ class WorkerPool:
         if self.restarts[w] <= self.job.rollout.max_restarts:
             status = self._wait_until_back(w)
         crashes = {} if status is None else {c.env: c for c in status.crashes}
-        book.drop_queued(
-            w, lambda slot, uid: (c := crashes.get(slot[1])) is not None and c.traj_uid == uid
-        )
-        for slot in book.on_worker(w):
-            crash = crashes.get(slot[1])
-            if crash is not None and crash.reason == "timeout":
-                limit = self.job.rollout.step_timeout_s
-                self.stats.step_timeouts += 1
-                book.finish(
-                    slot, error=f"the env's {crash.phase} ran {crash.seconds} s, longer than "
-                    f"rollout.step_timeout_s={limit}: the worker was restarted",
-                )  # fmt: skip
-            elif crash is not None or not crashes:
-                # This env took the process down, or nobody can tell which did: charge it.
-                book.interrupt(slot, charge=True, reason=_crash_reason(crash, w))
-            else:
-                book.interrupt(slot, charge=False, reason="")
         if status is None or status.init_error is not None:
             if status is not None:
                 self.stats.failures.append(f"worker {w} could not restart: {status.init_error}")
             self.alive[w] = False
             self.stats.workers_lost += 1
             log.warning("rollout worker %d is gone; %d workers left", w, sum(self.alive))
-            return []
-        return self.slots(w)
+            return crashes, False
+        return crashes, True
 
     def _wait_until_back(self, w: int, timeout: float = 120.0) -> WorkerStatus | None:
         """Wait while Ray restarts worker ``w`` (calls fail as "unavailable" meanwhile); its
@@ -242,7 +225,7 @@ class WorkerPool:
         return None
 
 
-def _crash_reason(crash: CrashReport | None, w: int) -> str:
+def crash_reason(crash: CrashReport | None, w: int) -> str:
     if crash is None:
         return f"worker {w} died while this episode ran on it"
     return f"the env's {crash.phase} ended its worker process ({w})"

@@ -11,9 +11,10 @@ __all__ = ["RolloutStats"]
 class RolloutStats:
     """Counters the summary reports."""
 
+    #: Steps of the finished episodes (the rows written).
     env_steps: int = 0
-    policy_calls: int = 0
-    #: Prompts the policy answered (lockstep: summed over calls; async: the workers' requests).
+    #: Requests the workers sent the policy: one per step played, the steps of attempts a
+    #: crash ended included (they are not in env_steps).
     policy_requests: int = 0
     worker_restarts: int = 0
     workers_lost: int = 0
