@@ -37,9 +37,11 @@ def _recorded(trajs) -> list[float]:
     return [s.generation.choice.logprob for t in trajs for s in t.steps]
 
 
-def test_an_update_sends_the_weights_and_the_rows_are_the_new_models(tmp_path):
+@pytest.mark.parametrize("mode", ["async", "lockstep"])
+def test_an_update_sends_the_weights_and_the_rows_are_the_new_models(tmp_path, mode):
     job = make_job("agent_memory/Recall-v0", policy="score", groups=2, size=2, workers=1, envs=4,
                    num_distractors=1)  # fmt: skip
+    job.rollout.mode = mode  # lockstep: a worker's prompts go to the service as one batch
     job.env.history_length = 2
     tiny = TinyModelConfig(hidden=16, layers=1, heads=2, context=256, vocab_episodes=8)
     model, tokenizer = load_model(

@@ -119,7 +119,7 @@ class WorkerPool:
                 f"failed):\n{errors[w]}"
             )
         log.info(
-            "%d rollout workers x %d envs (%s vectorization, %s engine)",
+            "%d rollout workers x %d envs (%s vectorization, %s mode)",
             num_workers, envs_per_worker, r.vectorization, r.mode,
         )  # fmt: skip
 

@@ -315,7 +315,7 @@ class EpisodeLoop:
                 self.answered.append((env, fut))
             return
         if self.lockstep and self._remote:  # one request, answered as a batch of its own
-            batch = loop.create_task(self.policy.generate.remote(prompts, metas, True))
+            batch = loop.create_task(self._batch(prompts, metas))
             for k, env in enumerate(waiting):
                 task = loop.create_task(self._nth(batch, k))
                 task.add_done_callback(partial(self._on_answer, env))
@@ -336,6 +336,10 @@ class EpisodeLoop:
         else:
             out = await self.policy.agenerate([prompt], [meta])
         return out[0]
+
+    async def _batch(self, prompts: list[Any], metas: list[dict[str, Any]]) -> list[Generation]:
+        """One request for every waiting env, answered as a batch of its own (lockstep)."""
+        return await self.policy.generate.remote(prompts, metas, True)
 
     @staticmethod
     async def _nth(batch: asyncio.Future[list[Generation]], k: int) -> Generation:
