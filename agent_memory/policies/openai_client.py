@@ -273,6 +273,12 @@ class OpenAIPolicy(Policy):
         """:meth:`act` for async callers: the texts of :meth:`agenerate`."""
         return [g.text for g in await self.agenerate(prompts, meta)]
 
+    def greedy(self) -> OpenAIPolicy:
+        """This client at temperature 0 (its ``None`` sends the neutral 1.0, so it samples)."""
+        twin = self.for_workers(1)  # a copy with its own connections, the same budget
+        twin.temperature = 0.0
+        return twin
+
     def for_workers(self, num_workers: int) -> OpenAIPolicy:
         """A copy with ``concurrency / num_workers`` requests in flight (at least 1), so the
         workers together keep about ``concurrency`` in flight; it opens its own connections.

@@ -73,8 +73,11 @@ def play(
     try:
         _start(worker, book, playing, [(0, i) for i in range(min(worker.num_envs, len(specs)))])
         while playing:
-            asked = [s for s, run in playing.items() if run.steps and next_turn is not None]
-            cut = [s for s in asked if not next_turn(playing[s])]  # type: ignore[misc]
+            cut = (
+                []
+                if next_turn is None
+                else [s for s, run in playing.items() if run.steps and not next_turn(run)]
+            )
             if cut:
                 for slot in cut:
                     playing[slot].steps[-1].truncated = True

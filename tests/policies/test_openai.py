@@ -267,6 +267,18 @@ def test_unset_sampling_params_are_sent_off_and_messages_pass_through(server):
     assert all("Authorization" not in r["headers"] for r in server.requests)
 
 
+def test_the_greedy_twin_sends_temperature_zero_and_the_policy_keeps_its_own(server):
+    with OpenAIPolicy(server.base_url, "m", api_key="", **FAST) as policy:
+        greedy = policy.greedy()
+        try:
+            greedy.act(["a"])
+            policy.act(["b"])
+        finally:
+            greedy.close()
+    sent = {b["messages"][0]["content"]: b["temperature"] for b in server.bodies()}
+    assert sent == {"a": 0.0, "b": NEUTRAL["temperature"]}
+
+
 def test_completion_mode_posts_prompts_and_refuses_message_lists(server):
     with OpenAIPolicy(server.base_url, "m", mode="completion", max_tokens=5, **FAST) as policy:
         assert policy.act(["a", "b"]) == ["echo:a", "echo:b"]

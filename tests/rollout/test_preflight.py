@@ -474,6 +474,13 @@ EPISODE_INVALID = [
         id="window",
     ),
     pytest.param(
+        [*EPISODE, "memory=none"],
+        "rollout.layout=episode trains one sample per episode on the whole conversation, so "
+        "every turn's prompt must extend the previous one: it needs the whole history, got "
+        "memory=none (history length 0): pass memory=full, or rollout.layout=step",
+        id="no-history",
+    ),
+    pytest.param(
         [*EPISODE, "memory=compaction", "env.history_length=-1"],
         "so every turn's prompt must extend the previous one, but memory.strategy='compaction' "
         "rewrites earlier turns (it summarises, retrieves or trims them): pass memory=full, or "

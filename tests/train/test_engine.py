@@ -33,6 +33,17 @@ def _recomputed(model, pad_id: int, trajs) -> list[float]:
     return out
 
 
+def _score_policy(job, tmp_path):
+    """A tiny model built for ``job``'s env, and the score policy sampling from it."""
+    tiny = TinyModelConfig(hidden=16, layers=1, heads=2, context=256, vocab_episodes=8)
+    model, tokenizer = load_model(
+        build_tiny_for_env(job, tiny, tmp_path / "m", seed=0), "cpu", None
+    )
+    policy = make_policy("score", model=model, tokenizer=tokenizer, parser=job.env.parser.build(),
+                         seed=0, temperature=1.0)  # fmt: skip
+    return model, tokenizer, policy
+
+
 def _recorded(trajs) -> list[float]:
     return [s.generation.choice.logprob for t in trajs for s in t.steps]
 
@@ -43,12 +54,7 @@ def test_an_update_sends_the_weights_and_the_rows_are_the_new_models(tmp_path, m
                    num_distractors=1)  # fmt: skip
     job.rollout.mode = mode  # lockstep: a worker's prompts go to the service as one batch
     job.env.history_length = 2
-    tiny = TinyModelConfig(hidden=16, layers=1, heads=2, context=256, vocab_episodes=8)
-    model, tokenizer = load_model(
-        build_tiny_for_env(job, tiny, tmp_path / "m", seed=0), "cpu", None
-    )
-    policy = make_policy("score", model=model, tokenizer=tokenizer, parser=job.env.parser.build(),
-                         seed=0, temperature=1.0)  # fmt: skip
+    model, tokenizer, policy = _score_policy(job, tmp_path)
     pad = tokenizer.pad_token_id
     engine = RolloutEngine(job, policy, model)
     engine.start(4)
@@ -97,12 +103,7 @@ def test_an_episode_that_spans_an_update_is_kept_with_each_steps_version(tmp_pat
     job = make_job("agent_memory/FrozenLake-v0", policy="score", groups=3, size=3, workers=1,
                    envs=3)  # fmt: skip
     job.env.max_steps = 10
-    tiny = TinyModelConfig(hidden=16, layers=1, heads=2, context=256, vocab_episodes=8)
-    model, tokenizer = load_model(
-        build_tiny_for_env(job, tiny, tmp_path / "m", seed=0), "cpu", None
-    )
-    policy = make_policy("score", model=model, tokenizer=tokenizer, parser=job.env.parser.build(),
-                         seed=0, temperature=1.0)  # fmt: skip
+    model, _, policy = _score_policy(job, tmp_path)
     engine = RolloutEngine(job, policy, model)
     engine.start(4)
 

@@ -139,6 +139,7 @@ class EpisodeLoop:
         #: request): a pass touches these envs only, never every live env.
         self.asking: set[int] = set()
         self.answered: list[tuple[int, asyncio.Future[Generation]]] = []
+        self.in_flight = 0  # requests sent and not answered yet (the lockstep barrier waits)
         self.closing = False
         #: Set by :meth:`drain`: nothing waits at the driver to be given out.
         self.drained = False
@@ -320,13 +321,16 @@ class EpisodeLoop:
                 task = loop.create_task(self._nth(batch, k))
                 task.add_done_callback(partial(self._on_answer, env))
                 self.live[env].request = task
+            self.in_flight += len(waiting)
             return
         for env, prompt, meta in zip(waiting, prompts, metas, strict=True):
             task = loop.create_task(self._one(prompt, meta))
             task.add_done_callback(partial(self._on_answer, env))
             self.live[env].request = task
+        self.in_flight += len(waiting)
 
     def _on_answer(self, env: int, request: asyncio.Future[Generation]) -> None:
+        self.in_flight -= 1
         self.answered.append((env, request))
         self.wake.set()
 
@@ -349,7 +353,7 @@ class EpisodeLoop:
         """Until at least one request of a live env is answered (or work arrives); lockstep:
         until every live env's request is."""
         if self.lockstep:
-            while any(v.request is not None and not v.request.done() for v in self.live.values()):
+            while self.in_flight:
                 self.wake.clear()
                 await self.wake.wait()
             return
