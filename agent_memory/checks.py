@@ -82,8 +82,7 @@ def check_history_length(history_length: int) -> int:
 
 def bounded_capacity(history_length: int, bounded: bool) -> int | None:
     """Steps a memory keeps per env: None (whole episodes) unless ``bounded``, then the window
-    ``history_length`` (at least 1). The one home of the "bounded" rule (the wrappers' options
-    and the job config both ask here).
+    ``history_length`` (at least 1); the wrappers' options and the job config both ask here.
 
     Example:
         >>> bounded_capacity(5, False), bounded_capacity(5, True), bounded_capacity(0, True)

@@ -1,10 +1,8 @@
 """Hydra entry points whose config errors are one clear message, not a stack trace.
 
-:func:`hydra_main` is ``hydra.main(version_base="1.3", ...)`` that prints a config error
-(:class:`~agent_memory.config.ConfigError`, or Hydra's composition errors: a misspelled key gets
-"did you mean ...?") as its message alone and exits with :data:`CONFIG_ERROR_EXIT`; it also makes
-the launch directory importable. Other errors keep their traceback; ``HYDRA_FULL_ERROR=1`` leaves
-every error to Hydra.
+:func:`hydra_main` is ``hydra.main`` that prints a config error (a misspelled key gets "did you
+mean ...?") as its message alone and exits with :data:`CONFIG_ERROR_EXIT`. Other errors keep their
+traceback; ``HYDRA_FULL_ERROR=1`` leaves every error to Hydra.
 
 Example:
     >>> from omegaconf.errors import ConfigAttributeError
@@ -36,7 +34,7 @@ from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
 from agent_memory.config import ConfigError, unknown_key
-from agent_memory.failures import describe_exception
+from agent_memory.failures import RunFailed, describe_exception, first_line, is_sigterm
 from agent_memory.suggest import did_you_mean
 
 __all__ = [
@@ -49,15 +47,9 @@ CONFIG_ERROR_EXIT = 2
 
 
 def import_from_launch_dir() -> str:
-    """Put the launch directory (the current working directory, read before Hydra could change
-    it) on ``sys.path`` right after the script's own directory, as ``python -m`` puts it first;
-    returns it.
-
-    ``python scripts/rollout.py`` puts ``scripts/`` on the path, not the directory it is run
-    from, so ``env.id=my_envs:Corridor-v0`` could not import a ``my_envs.py`` lying there. Ray's
-    workers need nothing more: ``ray.init`` adds the driver's working directory to their path
-    (``JobConfig.py_driver_sys_path``), and ``hydra.job.chdir`` is false in every config here.
-    """
+    """Put the launch directory (the working directory, read before Hydra could change it) on
+    ``sys.path`` after the script's own directory, so ``env.id=my_envs:Corridor-v0`` imports a
+    ``my_envs.py`` there (Ray's workers get it from ``ray.init``); returns it."""
     here = os.getcwd()
     if here not in sys.path:
         sys.path.insert(1 if sys.path else 0, here)
@@ -68,11 +60,9 @@ def hydra_main(
     config_name: str, config_path: str = "../configs"
 ) -> Callable[[Callable[[DictConfig], Any]], Callable[..., Any]]:
     """``@hydra.main(version_base="1.3", config_path=..., config_name=...)`` whose config errors
-    print their message and exit with :data:`CONFIG_ERROR_EXIT` (see the module docstring).
-
-    ``config_path`` is relative to the file of the decorated function, as with ``hydra.main``.
-    The launch directory is importable (:func:`import_from_launch_dir`): ``env.id=module:Id``
-    finds a ``module.py`` in the directory the script is run from.
+    print their message and exit with :data:`CONFIG_ERROR_EXIT`; the launch directory is
+    importable (:func:`import_from_launch_dir`). ``config_path`` is relative to the decorated
+    function's file, as with ``hydra.main``.
     """
     import hydra
 
@@ -95,8 +85,8 @@ def hydra_main(
 def script_failures(what: str, kept: str, interrupted: str) -> Iterator[None]:
     """A script's run after its config is checked: a failure prints ``"{what} failed: <the
     error>"`` and ``kept`` (where the outputs so far are) and exits with status 1; Ctrl-C prints
-    ``"Interrupted; {interrupted}"`` and exits with 130. A :class:`ConfigError` passes through
-    (:func:`hydra_main` prints it; status 2).
+    ``"Interrupted (Ctrl-C); {interrupted}"`` and exits with 130 (SIGTERM: 143). A
+    :class:`ConfigError` passes through (:func:`hydra_main` prints it; status 2).
 
     Example:
         >>> with script_failures("Rollout", "What finished is in out/", "see out/"):
@@ -109,9 +99,13 @@ def script_failures(what: str, kept: str, interrupted: str) -> Iterator[None]:
         yield
     except ConfigError:
         raise
-    except KeyboardInterrupt:
-        sys.stderr.write(f"\nInterrupted; {interrupted}\n")
-        raise SystemExit(130) from None
+    except KeyboardInterrupt as e:
+        term = is_sigterm(e)
+        sys.stderr.write(f"\nInterrupted ({'SIGTERM' if term else 'Ctrl-C'}); {interrupted}\n")
+        raise SystemExit(143 if term else 130) from None
+    except RunFailed as e:
+        sys.stderr.write(f"{what} failed: {e}\n{kept}\n")
+        raise SystemExit(1) from None
     except Exception as e:
         sys.stderr.write(f"{what} failed: {describe_exception(e)}\n{kept}\n")
         raise SystemExit(1) from None
@@ -158,7 +152,7 @@ def config_error_message(error: BaseException) -> str | None:
     if isinstance(error, CompactHydraException):
         text = str(error).strip()
         if isinstance(cause, OmegaConfBaseException):
-            text += f": {_first_line(cause)}"
+            text += f": {first_line(str(cause)) or type(cause).__name__}"
         return text
     if isinstance(error, OmegaConfBaseException):
         return str(error).strip()
@@ -170,7 +164,7 @@ def _missing_config(error: Any) -> str:
     group, _, name = missing.rpartition("/")
     options = list(error.options or [])
     if not group or not options:
-        return _first_line(error)
+        return first_line(str(error)) or type(error).__name__
     hint = did_you_mean(name, options, prefix=f"{group}=")
     return (
         f"{group}={name}: configs/{group}/ has no {name}.yaml: "
@@ -197,7 +191,3 @@ def _unknown_override(error: BaseException, cause: Any) -> str:
         f"{full_key}: {where} has no {name!r} in this config ({', '.join(keys) or 'it is empty'}): "
         + (hint or f"to add it, write +{line} (checked against its constructor before Ray starts)")
     )
-
-
-def _first_line(error: BaseException) -> str:
-    return str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

@@ -1,12 +1,8 @@
 """Typed schemas of the Hydra configs (``configs/``), validated when a job starts.
 
-One dataclass per config group — ``env``, ``memory``, ``policy``, ``rollout``, ``algo`` — under
-:class:`JobConfig`. Hydra composes YAML files onto these schemas (types are checked then);
-:func:`load_job` turns the result into dataclasses, which runs each ``__post_init__``: a bad value
-fails before any worker starts, with a message naming the override that fixes it. Such errors are
-:class:`ConfigError` (a ``ValueError``); :func:`agent_memory.rollout.driver.preflight.preflight`
-checks
-what only building the job's pieces can tell (the env id, constructor params, budgets, ...).
+One dataclass per config group (``env``, ``memory``, ``policy``, ``rollout``, ``algo``) under
+:class:`JobConfig`; :func:`load_job` builds them, so each ``__post_init__`` refuses a bad value
+with a :class:`ConfigError` naming the override that fixes it (``preflight`` checks the rest).
 
 Example:
     >>> env = EnvConfig(id="agent_memory/Recall-v0")
@@ -23,6 +19,7 @@ rollout.group_size=8
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -83,6 +80,17 @@ def _need(ok: bool, key: str, want: str, got: Any, example: Any) -> None:
 
 def _is_int(v: Any) -> bool:
     return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _num(v: Any, low: float, high: float = float("inf")) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
+
+
+def _need_ints(node: Any, section: str, table: tuple[tuple[str, int, Any], ...]) -> None:
+    """Refuse each ``(field, low, example)`` of ``table`` whose value is not an int >= low."""
+    for key, low, example in table:
+        v = getattr(node, key)
+        _need(_is_int(v) and v >= low, f"{section}.{key}", f"an int >= {low}", v, example)
 
 
 @dataclass
@@ -157,9 +165,8 @@ FIXED_HISTORY: dict[str, int] = {"none": 0, "full": -1}
 
 @dataclass
 class MemoryConfig:
-    """The memory strategy (``agent_memory.memory.make_memory``) and its budgets. The history
-    length is not here: it is ``env.history_length`` (or fixed by the strategy, see
-    :data:`FIXED_HISTORY`)."""
+    """The memory strategy (``agent_memory.memory.make_memory``) and its budgets; the history
+    length is ``env.history_length`` (or fixed by the strategy: :data:`FIXED_HISTORY`)."""
 
     strategy: str = "window"
     max_tokens: Optional[int] = None
@@ -216,6 +223,7 @@ class RolloutConfig:
     max_episode_attempts: int = 2
     step_timeout_s: Optional[float] = 300.0
     max_response_chars: int = 100_000
+    failure_threshold: float = 1.0
     layout: str = "step"
     mode: str = "async"
     max_policy_lag: int = 0
@@ -226,29 +234,25 @@ class RolloutConfig:
     output_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
-        for key, example in (("num_groups", 4), ("group_size", 8), ("num_workers", 2)):
-            v = getattr(self, key)
-            _need(_is_int(v) and v >= 1, f"rollout.{key}", "an int >= 1", v, example)
-        _need(
-            _is_int(self.envs_per_worker) and self.envs_per_worker >= 1,
-            "rollout.envs_per_worker", "an int >= 1", self.envs_per_worker, 8,
-        )  # fmt: skip
+        _need_ints(self, "rollout", (
+            ("num_groups", 1, 4), ("group_size", 1, 8), ("num_workers", 1, 2),
+            ("envs_per_worker", 1, 8), ("max_restarts", 0, 2), ("max_episode_attempts", 1, 2),
+            ("max_policy_lag", 0, 0), ("max_response_chars", 1, 100000),
+        ))  # fmt: skip
         _need(
             isinstance(self.num_cpus_per_worker, (int, float)) and self.num_cpus_per_worker > 0,
             "rollout.num_cpus_per_worker", "a number > 0 (fractions allowed)",
             self.num_cpus_per_worker, 0.5,
         )  # fmt: skip
+        for key, choices in (
+            ("vectorization", ("sync", "async")), ("mode", ("async", "lockstep")),
+            ("layout", ("step", "episode")),
+        ):  # fmt: skip
+            v = getattr(self, key)
+            _need(v in choices, f"rollout.{key}", " or ".join(map(repr, choices)), v, choices[0])
         _need(
-            self.vectorization in ("sync", "async"),
-            "rollout.vectorization", "'sync' or 'async'", self.vectorization, "sync",
-        )  # fmt: skip
-        _need(
-            _is_int(self.max_restarts) and self.max_restarts >= 0,
-            "rollout.max_restarts", "an int >= 0", self.max_restarts, 2,
-        )  # fmt: skip
-        _need(
-            _is_int(self.max_episode_attempts) and self.max_episode_attempts >= 1,
-            "rollout.max_episode_attempts", "an int >= 1", self.max_episode_attempts, 2,
+            _num(self.failure_threshold, 0) and 0 < self.failure_threshold <= 1,
+            "rollout.failure_threshold", "a share in (0, 1]", self.failure_threshold, 1.0,
         )  # fmt: skip
         _need(
             self.step_timeout_s is None
@@ -257,34 +261,13 @@ class RolloutConfig:
             self.step_timeout_s, 300,
         )  # fmt: skip
         _need(
-            self.mode in ("lockstep", "async"),
-            "rollout.mode", "'async' or 'lockstep'", self.mode, "async",
-        )  # fmt: skip
-        _need(
-            _is_int(self.max_policy_lag) and self.max_policy_lag >= 0,
-            "rollout.max_policy_lag", "an int >= 0", self.max_policy_lag, 0,
-        )  # fmt: skip
-        _need(
             self.queue_depth is None or (_is_int(self.queue_depth) and self.queue_depth >= 1),
             "rollout.queue_depth", "null (by the policy) or an int >= 1", self.queue_depth, 1,
         )  # fmt: skip
         _need(
-            self.report_interval_s is None
-            or (
-                isinstance(self.report_interval_s, (int, float))
-                and not isinstance(self.report_interval_s, bool)
-                and self.report_interval_s >= 0
-            ),
+            self.report_interval_s is None or _num(self.report_interval_s, 0),
             "rollout.report_interval_s", "null (by rollout.queue_depth) or a number of seconds "
             ">= 0", self.report_interval_s, 0.02,
-        )  # fmt: skip
-        _need(
-            self.layout in ("step", "episode"),
-            "rollout.layout", "'step' or 'episode'", self.layout, "step",
-        )  # fmt: skip
-        _need(
-            _is_int(self.max_response_chars) and self.max_response_chars >= 1,
-            "rollout.max_response_chars", "an int >= 1", self.max_response_chars, 100000,
         )  # fmt: skip
 
     @property
@@ -293,10 +276,8 @@ class RolloutConfig:
 
     def depth_for(self, inline: bool) -> int:
         """The episodes the asynchronous engine queues ahead on each env: ``queue_depth``, or
-        by the policy: 4 for one the workers call inline (``random``, ``scripted``: every env
-        moves one step per pass, so an episode's time is its length), 1 for a server's or a
-        policy service's (an answer may take seconds: a slow episode would hold the ones
-        queued behind it while other envs stand free).
+        4 for a policy the workers call inline, 1 for a server's or a policy service's (a slow
+        answer would hold the episodes queued behind it while other envs stand free).
 
         Example:
             >>> RolloutConfig().depth_for(inline=True), RolloutConfig().depth_for(inline=False)
@@ -310,8 +291,7 @@ class RolloutConfig:
 
     def report_interval_for(self, depth: int) -> float:
         """The longest a worker holds finished episodes to send them together:
-        ``report_interval_s``, or 0.02 s per episode queued ahead on each env (an env keeps
-        playing what it holds while its next assignments are on their way).
+        ``report_interval_s``, or 0.02 s per episode queued ahead on each env.
 
         Example:
             >>> RolloutConfig().report_interval_for(4)
@@ -342,6 +322,11 @@ class AlgoConfig:
         )
         _need(0.0 <= self.gamma <= 1.0, "algo.gamma", "in [0, 1]", self.gamma, 0.95)
         _need(0.0 <= self.lam <= 1.0, "algo.lam", "in [0, 1]", self.lam, 0.95)
+        for key, example in (("epsilon", 1e-6), ("step_weight", 1.0)):
+            v = getattr(self, key)
+            _need(
+                _num(v, 0) and math.isfinite(v), f"algo.{key}", "a finite number >= 0", v, example
+            )
 
 
 @dataclass
@@ -405,12 +390,8 @@ def register_configs() -> None:
 def load_job(cfg: DictConfig | JobConfig, schema: type[JobConfig] = JobConfig) -> JobConfig:
     """Validate a composed config: dataclasses are built, every ``__post_init__`` runs.
 
-    ``schema`` is the dataclass the config was composed onto (a subclass of :class:`JobConfig`
-    with more sections, e.g. the trainer's ``TrainConfig``).
-
-    Keys the schema does not have (added with ``+``, which Hydra allows on typed nodes too) are
-    refused rather than dropped; free-form dicts (``env.kwargs``, ``memory.params``,
-    ``policy.params``) are checked against their constructors by ``preflight``.
+    ``schema`` is the dataclass the config was composed onto (e.g. the trainer's ``TrainConfig``).
+    Keys the schema does not have (added with ``+``) are refused rather than dropped.
 
     Raises:
         ConfigError: a bad, unknown or missing (``???``) value, with the override that fixes it.
@@ -445,9 +426,7 @@ REMOVED_KEYS: dict[str, tuple[str, str]] = {
 
 def unknown_key(full_key: str, keys: list[str], value: Any = None) -> ConfigError:
     """The error for a key its parent node does not have: the key that replaced it (see
-    :data:`REMOVED_KEYS`), else the nearest valid keys, then all.
-
-    ``value`` (the value the user gave, if any) is repeated in the suggestion.
+    :data:`REMOVED_KEYS`), else the nearest valid keys (with ``value``, if given), then all.
 
     Example:
         >>> print(unknown_key("rollout.group_sise", ["group_size", "seed"], value="8"))
@@ -458,7 +437,11 @@ rollout: group_size, seed)
 env.history_length (memory=none and memory=full fix it at 0 and -1): pass env.history_length=5
     """
     if full_key in REMOVED_KEYS:
-        return _removed_key(full_key, value)
+        new, why = REMOVED_KEYS[full_key]
+        example = "3" if value is None or str(value) == "null" else value
+        return ConfigError(
+            f"{full_key} is not a config key: {why}: pass {new}={example}", key=full_key
+        )
     parent, _, name = full_key.rpartition(".")
     prefix = f"{parent}." if parent else ""
     hint = did_you_mean(name, keys, prefix=prefix, suffix="" if value is None else f"={value}")
@@ -467,12 +450,6 @@ env.history_length (memory=none and memory=full fix it at 0 and -1): pass env.hi
         f"(keys of {parent or 'the job config'}: {', '.join(keys)})",
         key=full_key,
     )
-
-
-def _removed_key(full_key: str, value: Any) -> ConfigError:
-    new, why = REMOVED_KEYS[full_key]
-    example = "3" if value is None or str(value) == "null" else value
-    return ConfigError(f"{full_key} is not a config key: {why}: pass {new}={example}", key=full_key)
 
 
 def _check_keys(data: Any, cls: Any, path: str) -> None:

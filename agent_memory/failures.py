@@ -20,10 +20,23 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import re
+import signal
+import threading
 import traceback
+from collections.abc import Iterator
 
-__all__ = ["clean_text", "describe_exception", "first_line", "run_status"]
+__all__ = [
+    "RunFailed",
+    "Terminated",
+    "clean_text",
+    "describe_exception",
+    "first_line",
+    "is_sigterm",
+    "run_status",
+    "sigterm_interrupts",
+]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: Lines that only point at a span of the line above (``^^^^``, ``~~~~``).
@@ -84,7 +97,7 @@ def first_line(text: str | None) -> str:
 
 def run_status(error: BaseException) -> tuple[str, str]:
     """``(status, error)`` for the summary of a run that ``error`` ended: ``"interrupted"``
-    after Ctrl-C, else ``"failed"`` with the exception described.
+    after Ctrl-C or SIGTERM, else ``"failed"`` with the exception described.
 
     Example:
         >>> run_status(KeyboardInterrupt())
@@ -92,6 +105,63 @@ def run_status(error: BaseException) -> tuple[str, str]:
         >>> run_status(ValueError("bad"))[0]
         'failed'
     """
+    if is_sigterm(error):
+        return "interrupted", "SIGTERM"
     if isinstance(error, KeyboardInterrupt):
         return "interrupted", "KeyboardInterrupt (Ctrl-C)"
+    if isinstance(error, RunFailed):
+        return "failed", str(error)
     return "failed", describe_exception(error)
+
+
+class RunFailed(RuntimeError):
+    """A run that ended without an exception but whose episodes or policy requests failed at or
+    above ``rollout.failure_threshold``: its outputs are written, its status is ``"failed"``."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised in the main thread like Ctrl-C's ``KeyboardInterrupt`` (a run stops the
+    same way: ``"interrupted"``, what finished written), so that scripts exit with 143."""
+
+
+#: Set by the SIGTERM handler of :func:`sigterm_interrupts`: Ray re-raises a
+#: ``KeyboardInterrupt`` subclass that reaches it inside ``ray.get``/``ray.wait`` as a plain one.
+_SIGTERM = threading.Event()
+
+
+def is_sigterm(error: BaseException) -> bool:
+    """Whether ``error`` is the interrupt a SIGTERM raised (see :func:`sigterm_interrupts`)."""
+    return isinstance(error, Terminated) or (
+        isinstance(error, KeyboardInterrupt) and _SIGTERM.is_set()
+    )
+
+
+@contextlib.contextmanager
+def sigterm_interrupts() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` in the main thread (replacing, e.g.,
+    Ray's handler, which exits at once); the previous handler comes back after. A no-op outside
+    the main thread.
+
+    Example:
+        >>> import os, signal
+        >>> with sigterm_interrupts():
+        ...     try:
+        ...         os.kill(os.getpid(), signal.SIGTERM)
+        ...     except Terminated:
+        ...         print("stopping")
+        stopping
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        _SIGTERM.set()
+        raise Terminated()
+
+    _SIGTERM.clear()
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)

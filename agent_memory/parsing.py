@@ -1,12 +1,9 @@
 """LLM output -> env action ("projection"), with a documented path for every malformed output.
 
-:class:`ActionParser` extracts the action (``<action>up</action>``; an optional ``<think>``
-block is the step's thought), matches it against the admissible actions (exactly, then
-normalised) and maps it to an index when the env needs one. Every failure (no tag, an
-inadmissible action, ``None``, invalid UTF-8, a megabyte string...) gives an invalid
-:class:`ParsedAction` with its reason: the parser never raises on model output, the wrapper
-applies the fallback. Hostile text costs little: length is checked before any scan, tags are
-found in linear time, lone surrogates become ``"?"``.
+:class:`ActionParser` extracts the action (an optional ``<think>`` block is the step's thought)
+and matches it against the admissible actions (exactly, then normalised). Every failure gives an
+invalid :class:`ParsedAction` with its reason: the parser never raises on model output, and
+hostile text costs little (length checked first, linear-time tag search).
 
 Example:
     >>> parser = ActionParser()
@@ -24,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from agent_memory.checks import check_int
 from agent_memory.text import find_tags, utf8_safe
 
 __all__ = ["ActionParser", "ParsedAction", "normalize"]
@@ -53,10 +51,9 @@ class ParsedAction:
     """The outcome of parsing one response.
 
     Attributes:
-        action: what the env should receive when ``valid`` (the admissible action text, or its
-            index when the parser maps names to indices); ``None`` when invalid.
-        text: the action as it goes into the history: the action text when valid, else
-            ``"[invalid: <reason>]"`` so later prompts show the model what went wrong.
+        action: what the env should receive when ``valid`` (the action text, or its index with
+            ``action_names``); ``None`` when invalid.
+        text: the action as the history shows it (``"[invalid: <reason>]"`` when invalid).
         valid: whether the response yielded an admissible action.
         reason: why it is invalid (``None`` when valid).
         thought: the ``<think>`` content, or ``""``.
@@ -109,8 +106,7 @@ class ActionParser:
                 "on_invalid='noop' needs noop_action: the env action that changes nothing "
                 "(e.g. 'look' for TextWorld, or an index for a Discrete env)"
             )
-        if not isinstance(max_chars, int) or max_chars < 1:
-            raise ValueError(f"max_chars must be an int >= 1, got {max_chars!r}")
+        check_int("max_chars", max_chars, 1)
         for name, t in (("tag", tag), ("think_tag", think_tag)):
             if t is not None and (not isinstance(t, str) or not t or any(c in t for c in "<>/ ")):
                 raise ValueError(f"{name} must be a bare tag name like 'action', got {t!r}")

@@ -1,12 +1,9 @@
 """``prepare_env``: an env's one-off set-up, run by the driver before any worker builds the env.
 
-Some envs need assets before their first episode — TextWorld generates its games (seconds each).
-Left to the workers, that happens inside the Ray actors, whose output the driver does not show:
-the episode bar sits at ``0/16`` with no word of what is going on. An env class with a
-``prepare(*, progress, **kwargs)`` classmethod (or a factory function with such an attribute)
-gets it called here, in the calling process, with the kwargs the workers will pass to
-``gymnasium.make``, so that the work shows (a progress bar) and the workers find it done. Envs
-without ``prepare`` cost nothing.
+Some envs need assets before their first episode (TextWorld generates its games); inside the Ray
+workers that work would not show. An env class with a ``prepare(*, progress, **kwargs)``
+classmethod (or a factory function with such an attribute) gets it called here, with the kwargs
+the workers will pass to ``gymnasium.make``.
 
 Example:
     >>> prepare_env("agent_memory/Recall-v0", {"num_distractors": 2})  # nothing to prepare
@@ -20,10 +17,16 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["prepare_env"]
+__all__ = ["entry_point", "prepare_env"]
 
 
-def _entry_point(env_id: str) -> Any:
+def entry_point(env_id: str) -> Any:
+    """The class (or factory) registered as ``env_id`` (``"module:Env-v0"`` imports ``module``).
+
+    Example:
+        >>> entry_point("agent_memory/Recall-v0").__name__
+        'RecallEnv'
+    """
     import gymnasium as gym
 
     import agent_memory.envs  # noqa: F401  (registers the bundled ids)
@@ -45,15 +48,14 @@ def prepare_env(
     """Run the env's ``prepare`` with ``kwargs`` if it has one; True when it had.
 
     Args:
-        env_id: The registered Gymnasium id the workers will make.
-        kwargs: The keyword arguments they will pass to ``gymnasium.make``.
-        progress: Let the set-up show a progress bar (on stderr).
+        env_id: the registered Gymnasium id the workers will make.
+        kwargs: the keyword arguments they will pass to ``gymnasium.make``.
+        progress: let the set-up show a progress bar (on stderr).
 
     Raises:
-        Whatever the env's own checks raise for bad ``kwargs`` (e.g. ValueError), before any
-        worker starts.
+        Whatever the env's own checks raise for bad ``kwargs``, before any worker starts.
     """
-    entry = _entry_point(env_id)
+    entry = entry_point(env_id)
     hook = inspect.getattr_static(entry, "prepare", None)
     if isinstance(entry, type) and not isinstance(hook, classmethod | staticmethod):
         return False  # none, or an instance method that happens to be called so

@@ -82,8 +82,7 @@ class PromptTemplate:
     Args:
         no_history: the text of an episode's first step (or when ``history_length=0``).
         with_history: the text once the episode has history (must use ``{history}``).
-        task: the task description; when empty, the env's ``info["task"]`` (e.g. a TextWorld
-            game's objective) is used.
+        task: the task description (empty: the env's ``info["task"]``).
         system: chat formatter only: a system message put first (format fields allowed).
         action_quote: quote put around each admissible action.
         action_separator: between admissible actions.

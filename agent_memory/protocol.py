@@ -72,10 +72,8 @@ Episode = TypedDict(
 class SamplingParams:
     """How a response was sampled (recorded with it; None: not set, the backend's default).
 
-    The ``openai`` policy sends every field, so a server's defaults never apply unseen. Neutral
-    values: ``top_p`` 1, ``top_k`` 0, -1 or None, ``min_p`` 0, ``repetition_penalty`` 1 (prompt and
-    response tokens), ``presence_penalty`` and ``frequency_penalty`` 0 (response tokens); 0
-    ``temperature`` is greedy.
+    Neutral values: ``top_p`` 1, ``top_k`` 0, -1 or None, ``min_p`` 0, ``repetition_penalty`` 1,
+    ``presence_penalty`` and ``frequency_penalty`` 0; 0 ``temperature`` is greedy.
 
     Example:
         >>> SamplingParams(temperature=1.0, top_p=1.0, top_k=-1).untransformed
@@ -139,12 +137,10 @@ class ActionChoice:
 class Generation:
     """Policy -> rollout: one response, exactly as the model saw and produced it.
 
-    Token fields are None where no tokens are sampled or returned; when set they are the prompt
-    ids the model was conditioned on, the sampled ids (stop token included) and each one's
-    log-prob under the distribution it was drawn from: never a re-tokenisation.
-    ``finish_reason``: ``"stop"``, ``"length"``, ``"error"`` (the request failed; ``text`` is
-    ``""``) or None. ``choice``: the ``score`` policy's :class:`ActionChoice`
-    (``response_logprobs`` are then the parts of the chosen action's score).
+    Token fields, where set, are the prompt ids the model was conditioned on, the sampled ids
+    (stop token included) and their log-probs under the sampling distribution: never a
+    re-tokenisation. ``finish_reason``: ``"stop"``, ``"length"``, ``"error"`` (the request
+    failed; ``text`` is ``""``) or None. ``choice``: the ``score`` policy's :class:`ActionChoice`.
 
     Example:
         >>> g = Generation("<action>up</action>", prompt_ids=[5, 6], response_ids=[7, 3],

@@ -1,9 +1,8 @@
 """A registry of factories by name: what lets configs say ``formatter=chat`` or ``memory=window``.
 
-Formatters, policies, memory strategies, token counters... each keep one :class:`Registry`, so
-every registry refuses taken names and reports unknown ones the same way. Built-ins are
-``"module:attribute"`` strings imported on first lookup, so importing a registry never imports its
-implementations (nor their optional dependencies).
+Formatters, policies, memory strategies, token counters... each keep one :class:`Registry`.
+Built-ins are ``"module:attribute"`` strings imported on first lookup, so importing a registry
+never imports its implementations (nor their optional dependencies).
 
 Example:
     >>> from agent_memory.registry import Registry
@@ -101,8 +100,7 @@ class Registry(Generic[T]):
         Registering the same factory again under its name is allowed (a re-imported module).
 
         Raises:
-            ValueError: ``name`` holds another factory (a built-in included) and ``overwrite``
-                is False.
+            ValueError: ``name`` holds another factory and ``overwrite`` is False.
         """
 
         def add(f: F) -> F:
@@ -139,9 +137,8 @@ class Registry(Generic[T]):
         return self.get(name)(**kwargs)
 
     def build(self, spec: str | T | Mapping[str, Any], /, **kwargs: Any) -> T:
-        """Build from a name, a ``{"name": ..., **kwargs}`` mapping, or pass an instance through.
-
-        Mapping entries other than ``name`` become keyword arguments; ``kwargs`` override them.
+        """Build from a name, a ``{"name": ..., **kwargs}`` mapping (``kwargs`` override its
+        entries), or pass an instance through.
 
         Raises:
             ValueError: unknown name, or a mapping without ``name``.

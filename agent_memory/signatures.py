@@ -40,9 +40,8 @@ def bind_params(
     reserved: Mapping[str, str] | None = None,
     elsewhere: Callable[[str], str] | None = None,
 ) -> None:
-    """Refuse keys of ``given`` that ``factory`` does not take (naming the nearest valid ones),
-    keys set by another config key (``reserved``: name -> that key), and required parameters
-    ``given`` lacks.
+    """Refuse keys of ``given`` that ``factory`` does not take (naming the nearest valid ones)
+    or that another config key sets (``reserved``), and required parameters ``given`` lacks.
 
     Args:
         factory: the class or function the params are passed to as keyword arguments.
@@ -50,8 +49,7 @@ def bind_params(
         key: the config key they come from, for messages (``"memory.params"``).
         what: what is built, for messages (``"strategy 'retrieval'"``).
         reserved: parameters the caller passes itself.
-        elsewhere: ``name -> hint`` when a name is unknown and nothing close exists (e.g.
-            "top_k is a parameter of strategy retrieval").
+        elsewhere: ``name -> hint`` for an unknown name with nothing close to it.
 
     Example:
         >>> def make(top_k=3, header="x"):

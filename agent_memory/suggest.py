@@ -21,11 +21,8 @@ __all__ = ["close_matches", "did_you_mean"]
 
 
 def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
-    """Up to ``n`` of ``candidates`` closest to ``name``, best first: difflib's ratio >= 0.6
-    and within 0.1 of the best one (a clear winner is suggested alone).
-
-    A candidate that differs only in case comes first.
-    """
+    """Up to ``n`` of ``candidates`` closest to ``name``, best first: one that differs only in
+    case, then difflib's ratio >= 0.6 and within 0.1 of the best (a clear winner comes alone)."""
     pool = sorted({str(c) for c in candidates})
     same = [c for c in pool if c.lower() == name.lower() and c != name]
     scored = sorted(
@@ -40,11 +37,8 @@ def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> list[str]
 def did_you_mean(
     name: str, candidates: Iterable[str], *, prefix: str = "", suffix: str = ""
 ) -> str:
-    """``"did you mean <prefix><match><suffix>?"`` for the closest candidates, or ``""``.
-
-    ``prefix`` / ``suffix`` turn a bare name into what the user should type, e.g. the key path
-    ``"memory.params."`` before it or ``"=3"`` after it.
-    """
+    """``"did you mean <prefix><match><suffix>?"`` for the closest candidates, or ``""``
+    (``prefix`` / ``suffix`` turn a name into what to type, e.g. ``"memory.params."``, ``"=3"``)."""
     found = close_matches(name, candidates)
     if not found:
         return ""

@@ -23,10 +23,8 @@ def utf8_safe(text: str) -> str:
     r"""``text`` with every lone surrogate replaced by ``"?"``, so that it encodes as UTF-8
     (JSON with ``ensure_ascii=False``, SQLite, HTTP bodies); other text is returned as is.
 
-    A Python str can hold lone surrogates (``json.loads('"\\ud83d"')`` makes one, and so can a
-    detokenizer that splits an emoji); UTF-8 cannot encode them. The replacement is the UTF-8
-    encoder's own (C speed: a megabyte of surrogates costs milliseconds, where a regex or a
-    UTF-16 round trip to U+FFFD takes 50-400 ms).
+    A Python str can hold lone surrogates (a detokenizer that splits an emoji makes one); UTF-8
+    cannot encode them. The replacement is the UTF-8 encoder's own (C speed).
 
     Example:
         >>> utf8_safe("<think>\ud83d</think>"), utf8_safe("naïve")
@@ -43,8 +41,7 @@ def utf8_safe(text: str) -> str:
 
 def squash(text: str, max_chars: int | None = None) -> str:
     """``" ".join(text.split())``, cut to its first ``max_chars`` characters: the same result,
-    but reading only the words the cut keeps (a megabyte of words costs what ``max_chars`` of
-    them cost; a megabyte of whitespace, one C-speed scan).
+    but reading only the words the cut keeps.
 
     Example:
         >>> squash("  go   north\\t now "), squash("go north now", 7)
@@ -62,9 +59,8 @@ def find_tags(text: str, tags: Sequence[str], limit: int | None = None) -> list[
     """``(tag, content)`` of every ``<tag>…</tag>`` block in ``text`` for any of ``tags``, in
     order: what ``re.findall(r"<(t1|t2)>(.*?)</\1>", text, re.DOTALL)`` finds, in linear time.
 
-    That regex is quadratic on hostile text (each of 20,000 ``<record>`` without a close scans
-    to the end: seconds for 160 KB); this scan finds each tag's next opening once and gives up on
-    a tag as soon as it has no closing after an opening. ``limit`` stops after that many blocks.
+    That regex is quadratic on unclosed tags; this scan gives up on a tag as soon as it has no
+    closing after an opening. ``limit`` stops after that many blocks.
 
     Example:
         >>> find_tags("<a>1</a> <b>2 <a>3</a></b> <a>4", ["a", "b"])

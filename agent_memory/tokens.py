@@ -1,11 +1,9 @@
 """Token counters: how many tokens a piece of prompt text costs.
 
-A counter has ``__call__(text) -> int``, ``count_many(texts)`` and a ``name``.
 :func:`make_token_counter` builds one from a config value: ``"estimate"`` (default,
-``ceil(len / 4)``, never under-counting a sum of parts), ``"chars"``, ``"qwen"`` / ``"qwen3.5"``
-(offline Qwen tokenizers, extra ``qwen``), ``"hf:<path>"`` (a local tokenizer, extra ``hf``), or
-any ``str -> int`` callable; :func:`register_token_counter` adds names. Nothing downloads. Exact
-counters count long texts in pieces (:func:`split_pieces`) to stay linear on hostile input.
+``ceil(len / 4)``), ``"chars"``, ``"qwen"`` / ``"qwen3.5"`` (offline Qwen tokenizers, extra
+``qwen``), ``"hf:<path>"`` (a local tokenizer, extra ``hf``), or any ``str -> int`` callable;
+:func:`register_token_counter` adds names. Nothing downloads.
 
 Example:
     >>> count = make_token_counter("estimate")
@@ -24,6 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from agent_memory.checks import check_int
 from agent_memory.registry import Registry
 from agent_memory.text import utf8_safe
 
@@ -49,14 +48,11 @@ _BOUNDARY = re.compile(r"(?<=[^\W_]) ")
 
 
 def split_pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
-    """``text`` cut into pieces of at most ``size`` characters, for counting tokens piece by
-    piece.
+    """``text`` cut into pieces of at most ``size`` characters, for counting tokens piece by piece.
 
-    Each cut falls, where the text allows, on the first space after a letter or digit in the
-    second half of a piece: byte-level BPE pre-tokenizers (GPT-2, cl100k, Qwen) split there too,
-    so the pieces' counts add up to the text's. A piece whose second half has no such space
-    (a megabyte of one word or of whitespace) is cut at ``size``; its count may then differ
-    from the exact one by a token or so per cut.
+    Cuts fall, where the text allows, on a space after a letter or digit, where byte-level BPE
+    pre-tokenizers split too, so the pieces' counts add up to the text's (else off by about a
+    token per cut).
 
     Example:
         >>> split_pieces("go to the desk", size=8)
@@ -121,8 +117,7 @@ class EstimateCounter:
     """``ceil(len(text) / chars_per_token)``: a dependency-free estimate (default 4 chars/token)."""
 
     def __init__(self, chars_per_token: int = 4) -> None:
-        if not isinstance(chars_per_token, int) or chars_per_token < 1:
-            raise ValueError(f"chars_per_token must be an int >= 1, got {chars_per_token!r}")
+        check_int("chars_per_token", chars_per_token, 1)
         self.chars_per_token = chars_per_token
         self.name = f"estimate:{chars_per_token}"
 
@@ -222,9 +217,8 @@ class HFTokenizerCounter:
     Special tokens (BOS/EOS) are not added: the count is what the text adds to a prompt.
 
     Args:
-        path: a directory holding ``tokenizer.json`` or the file itself. Loaded with the
-            ``tokenizers`` library (extra ``hf``); if the directory has no ``tokenizer.json``
-            (a slow, Python-only tokenizer), ``transformers.AutoTokenizer`` loads it offline.
+        path: a directory holding ``tokenizer.json`` or the file itself (without one,
+            ``transformers.AutoTokenizer`` loads the directory offline).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:

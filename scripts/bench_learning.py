@@ -178,7 +178,11 @@ def main() -> None:
             ray.shutdown()
     text = table(results)
     command = "python scripts/bench_learning.py " + " ".join(
-        [*(["--quick"] if args.quick else []), *(["--only", *args.only] if args.only else [])]
+        [
+            *(["--quick"] if args.quick else []),
+            *(["--only", *args.only] if args.only else []),
+            *(["--set", *args.set] if args.set else []),
+        ]
     )
     (out / "learning.md").write_text(f"{text}\n\nProduced by: `{command.strip()}`\n")
     plot(results, out / "learning.png")

@@ -223,3 +223,37 @@ def test_bench_learning_quick(tmp_path):
         "Produced by: `python scripts/bench_learning.py --quick"
         in (tmp_path / "learning.md").read_text()
     )
+
+
+def test_sigterm_stops_a_rollout_like_ctrl_c_with_exit_143(tmp_path):
+    """SIGTERM (a scheduler's stop) mid-run: status "interrupted", summary written, exit 143,
+    and no Ray process of the run outlives the driver."""
+    proc = subprocess.Popen(
+        [sys.executable, "scripts/rollout.py", "env=gym", "env.id=tests.rollout.faulty:Faulty-v0",
+         "+env.kwargs.fault=hang", "+env.kwargs.bad_seed=0", "env.parser.tag=null",
+         "policy=random", *TINY, f"hydra.run.dir={tmp_path}"],
+        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        log = tmp_path / "rollout.log"
+        deadline = time.monotonic() + 300
+        while "rollout workers x" not in (log.read_text() if log.exists() else ""):
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the workers never started"
+            time.sleep(0.5)
+        time.sleep(2)  # the workers are stepping: both episodes hang at their step 2
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, err[-3000:]
+    assert f"Interrupted (SIGTERM); what finished is in {tmp_path}" in err
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["error"] == "SIGTERM"
+
+
+def test_bench_openai_client_quick():
+    out = run(["scripts/bench_openai_client.py", "--quick"])
+    assert "| client | client CPU us/request | requests/s |" in out, out
+    assert re.search(r"^\| ratio policy / baseline \| [\d.]+x \| [\d.]+x \|$", out, re.M), out

@@ -1,25 +1,10 @@
 """TRL adapter: a ``rollout_func`` for ``trl.GRPOTrainer`` that plays whole episodes in this
 project's envs, with its memories and prompt templates, using the trainer's current model.
 
-TRL 1.x calls ``rollout_func(prompts, trainer)`` once per generation batch with
-``num_generations`` consecutive copies of each dataset prompt, and wants exactly one row per
-prompt back: ``prompt_ids``, ``completion_ids``, ``logprobs`` and, for multi-turn episodes,
-``env_mask`` (1 on the model's tokens, 0 on tokens the env and the template added); extra keys are
-passed to the reward functions. This adapter returns the ``episode`` layout of
-:mod:`agent_memory.rollout.driver.layouts` — the whole conversation as one token sequence, checked
-token
-by token to be what the model saw — and, as extras, ``episode_return``, ``won`` and ``turns``
-(:func:`env_reward` turns ``episode_return`` into TRL's reward).
-
-A dataset prompt names the episode's start: ``"seed=17"`` (or ``"seed:17"``) plays reset seed 17;
-any other text is hashed to a seed. The copies of a prompt share that seed, so a GRPO group starts
-from one state. Generation runs on the trainer's model (eval mode during generation, at
-``trainer.args.temperature``, the temperature TRL computes its log-probs at), with incremental
-rendering (:mod:`agent_memory.policies.rendering`), so each turn conditions on the tokens the model
-sampled before. No vLLM is needed.
-
-The env config must keep a growing chat: ``env.history_length=-1`` with the ``transcript``
-formatter (checked when the function is made).
+Each dataset prompt names an episode's reset seed (:func:`seed_of`); one row per prompt comes
+back in the ``episode`` layout of :mod:`agent_memory.rollout.driver.layouts` (``prompt_ids``,
+``completion_ids``, ``logprobs``, ``env_mask``) plus ``episode_return``, ``won`` and ``turns``
+for the reward functions (:func:`env_reward`). The env's chat must grow (``transcript``).
 
 Example:
     >>> seed_of("seed=17"), seed_of("seed:3"), seed_of("push the box") == seed_of("push the box")
@@ -43,7 +28,10 @@ _SEED = re.compile(r"^\s*seed\s*[=:]\s*(\d+)\s*$")
 
 
 def seed_of(prompt: Any) -> int:
-    """The reset seed a dataset prompt names (see the module docstring)."""
+    """The reset seed a dataset prompt names: ``"seed=17"`` or ``"seed:17"``, else a hash of it.
+
+    The ``num_generations`` copies of a prompt share its seed: a GRPO group starts from one state.
+    """
     text = prompt if isinstance(prompt, str) else repr(prompt)
     m = _SEED.match(text)
     if m:
@@ -62,10 +50,8 @@ def env_reward(
 
 class EpisodeRunner:
     """Plays one episode per prompt with ``job``'s env, memory, template and parser on the
-    in-process reference loop (:func:`~agent_memory.rollout.reference.play`: the engine's envs
-    and row builder, no Ray), answering with a :class:`~agent_memory.policies.Policy` in
-    batches of the live episodes. Its envs are built once and kept (grown when a call has more
-    prompts).
+    in-process reference loop (:func:`~agent_memory.rollout.reference.play`, no Ray). Its envs
+    are built once and kept (grown when a call has more prompts).
 
     Args:
         job: the env, memory and parser config (``job.policy`` is not used).
@@ -90,11 +76,9 @@ class EpisodeRunner:
         """One finished (or cut) trajectory per prompt, in order.
 
         An episode is cut (its last step marked truncated) at ``max_turns``, or before a turn
-        that might not fit: when its context so far, plus the longest turn suffix seen yet (at
-        first: its first prompt's length), plus ``reserve`` new tokens could exceed
-        ``max_context`` tokens in all, or ``max_completion`` tokens after its first prompt. A
-        model given a prompt longer than its context drops the oldest tokens, and a trainer
-        cuts completions, either of which would make the episode's sample untrue.
+        whose context so far, plus the longest turn suffix seen yet, plus ``reserve`` could
+        exceed ``max_context`` tokens, or ``max_completion`` tokens after its first prompt: a
+        dropped or cut token would make the episode's sample untrue.
         """
         from agent_memory.rollout.reference import play
         from agent_memory.rollout.worker.worker import RolloutWorker
@@ -145,8 +129,10 @@ def _fits(tokens: int, first: int, max_context: int | None, max_completion: int 
 
 
 class RolloutFunc:
-    """TRL's ``rollout_func``: ``rollout_func(prompts, trainer) -> dict`` (see the module
-    docstring), made by :func:`make_rollout_func`.
+    """TRL's ``rollout_func(prompts, trainer) -> dict``, made by :func:`make_rollout_func`.
+
+    It samples with the trainer's model at ``trainer.args.temperature`` (TRL's log-prob
+    temperature), rendering incrementally so each turn extends the tokens sampled before.
 
     Attributes:
         job: the env, memory and parser config.
@@ -216,11 +202,8 @@ def _context_length(config: Any) -> int | None:
 def make_rollout_func(
     job: JobConfig, *, max_turns: int | None = None, max_new_tokens: int = 64
 ) -> RolloutFunc:
-    """A ``rollout_func`` for ``trl.GRPOTrainer`` (see the module docstring).
-
-    Episodes are cut before a turn that might overflow the model's context or the trainer's
-    ``max_completion_length`` (see :meth:`EpisodeRunner.run`), so every row is what the model
-    saw, token for token.
+    """A ``rollout_func`` for ``trl.GRPOTrainer``; every row is what the model saw, token for token
+    (episodes are cut before they could overflow, see :meth:`EpisodeRunner.run`).
 
     Args:
         job: the env, memory and parser config; its chat must grow (``env.history_length=-1``,

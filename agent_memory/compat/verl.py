@@ -1,22 +1,9 @@
 """verl-agent drop-in: ``SimpleMemory`` and ``SearchMemory`` with its exact signatures and output.
 
-Switch by changing one import::
-
-    # from agent_system.memory import SimpleMemory, SearchMemory
-    from agent_memory.compat.verl import SimpleMemory, SearchMemory
-
-Same methods (``reset(batch_size)``, ``store(record)``, ``fetch(history_length, obs_key,
-action_key) -> (contexts, valid_lengths)``, ``len``, ``[]``), byte-identical contexts, built on
-:class:`~agent_memory.memory.HistoryMemory`: steps are rendered once when stored, so a fetch joins
-cached lines instead of re-formatting the window every step. Differences, all on misuse: a record
-whose keys differ from the batch's raises a ``ValueError`` naming them (verl: a bare
-``AssertionError``), and a negative ``history_length`` raises (verl slices ``[-h:]``, which for
-h < 0 silently drops the *first* |h| steps). ``history_length=0`` returns every step, as verl's
-``[-0:]`` does.
-
-verl-agent's environment managers have a drop-in too:
-:class:`~agent_memory.compat.verl_env.MemoryEnvironmentManager` (re-exported here) answers its
-rollout loop with this project's envs, memories, templates and parsers.
+Switch by changing one import (``from agent_memory.compat.verl import SimpleMemory``); contexts
+are byte-identical, built on :class:`~agent_memory.memory.HistoryMemory`. Misuse raises where
+verl does not: record keys that differ from the batch's, and a negative ``history_length``.
+:class:`~agent_memory.compat.verl_env.MemoryEnvironmentManager` is re-exported here.
 
 Example:
     >>> mem = SimpleMemory()

@@ -1,39 +1,10 @@
 """verl-agent drop-in: an environment manager with ``EnvironmentManagerBase``'s interface, built
 from this project's env, memory, prompt template and parser config.
 
-verl-agent's ``TrajectoryCollector`` drives one manager per rollout batch (from
-``agent_system/multi_turn_rollout/rollout_loop.py``): ``reset(kwargs)`` once, then
-``step(text_actions)`` with all B decoded responses every turn — finished envs included — until
-every env is done or ``env.max_steps`` turns have passed, then ``success_evaluator(...)``. This
-manager answers that sequence with a :class:`~agent_memory.wrappers.VectorHistoryWrapper` (the
-same wrapped vector env a rollout worker runs): the prompt of each env is built by the job's
-memory and template, the response is parsed by the job's parser, and a finished env is held
-(``step(mask=...)``, autoreset DISABLED): the actions verl-agent keeps sending for it are ignored
-and never start a new episode. Envs come in groups of ``group_n`` consecutive envs that share a
-reset seed, as verl-agent's ``env.rollout.n`` groups do.
-
-Per-row ``env_kwargs`` come as verl-agent passes them: its dataset's ``env_kwargs`` column is
-collated into a 1-D numpy object array of dicts (``verl/utils/dataset/rl_dataset.py``
-``collate_fn``), each row repeated ``env.rollout.n`` times in a row (``DataProto.repeat(...,
-interleave=True)``), and popped into ``reset(kwargs=...)``; None when the dataset has no such
-column. Each dict is ``{"seed": int}``: that env's reset seed (a list or tuple of them works too).
-Given kwargs are always used or refused, never replaced by the manager's own seeds.
-
-What each call returns, as verl-agent's managers do:
-
-* ``reset(kwargs) -> (observations, infos)`` and ``step(text_actions) -> (observations, rewards,
-  dones, infos)``; ``observations`` is ``{"text": list[str], "image": None, "anchor": list[str]}``:
-  ``text`` the prompt the memory built, ``anchor`` the env's raw observation (GiGPO's step key).
-* ``rewards`` (float32) and ``dones`` (bool) numpy arrays of shape ``(B,)``. A finished env gets
-  reward 0 and ``done`` True on every later step, and its last observation again.
-* ``infos``: one dict per env with the same keys: ``won``, ``is_action_valid``,
-  ``invalid_reason``, ``parsed_action``, ``invalid_penalty`` (the parser's penalty, already in
-  this step's reward: verl-agent's trainer subtracts its own ``invalid_action_penalty_coef``
-  again unless ``use_invalid_action_penalty=False``), ``history_steps``, ``episode_step`` and
-  ``active`` (False for an env that was already done).
-* ``success_evaluator(total_infos=, total_batch_list=, episode_rewards=, episode_lengths=)`` ->
-  ``{"success_rate": np.ndarray}``: each env's ``won`` at its last active step, as verl-agent's
-  base manager computes it.
+It answers verl-agent's rollout loop (``reset(kwargs)``, then ``step(text_actions)`` every turn,
+then ``success_evaluator(...)``) with a :class:`~agent_memory.wrappers.VectorHistoryWrapper`; a
+finished env is held (never stepped or reset again) until the next ``reset``. See
+``docs/adapters.md`` for the observation and info layout and the invalid-action penalty.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig
@@ -66,11 +37,12 @@ __all__ = ["MemoryEnvironmentManager", "Observations"]
 
 #: Formatters whose prompts are chat message lists (verl-agent sends one text per env).
 CHAT_FORMATTERS = ("chat", "transcript")
-#: The keys of every info dict the manager returns.
-INFO_KEYS = (
-    "won", "is_action_valid", "invalid_reason", "parsed_action", "invalid_penalty",
-    "history_steps", "episode_step", "active",
-)  # fmt: skip
+#: The keys of every info dict the manager returns, with their values before the first step.
+_BLANK: dict[str, Any] = {
+    WON: False, "is_action_valid": True, "invalid_reason": None, "parsed_action": None,
+    "invalid_penalty": 0.0, "history_steps": 0, "episode_step": 0, "active": True,
+}  # fmt: skip
+INFO_KEYS = tuple(_BLANK)
 #: The keys of one row of ``env_kwargs``.
 ROW_KEYS = ("seed",)
 
@@ -84,16 +56,13 @@ class Observations(TypedDict):
 
 
 class MemoryEnvironmentManager:
-    """verl-agent's ``EnvironmentManagerBase`` interface over this project's wrapped vector env
-    (see the module docstring).
+    """verl-agent's ``EnvironmentManagerBase`` interface over this project's wrapped vector env.
 
     Args:
-        job: the env, memory, template and parser config (``job.policy`` is not used;
-            ``job.rollout.vectorization`` picks Sync or Async sub-envs).
+        job: the env, memory, template and parser config (``job.policy`` is not used).
         env_num: groups (verl-agent's ``data.train_batch_size``).
         group_n: envs per group sharing a reset seed (verl-agent's ``env.rollout.n``).
-        seed: the first reset without ``env_kwargs`` seeds the groups ``seed, seed + 1, ...``;
-            each such reset moves on by ``env_num``.
+        seed: resets without ``env_kwargs`` seed the groups ``seed, seed + 1, ...``, then on.
 
     Attributes:
         seeds: the reset seed of each env's current episode (empty before the first reset).
@@ -129,20 +98,15 @@ class MemoryEnvironmentManager:
         self._infos: list[dict[str, Any]] = [self._blank() for _ in range(self.num_envs)]
 
     def reset(self, kwargs: Any = None) -> tuple[Observations, list[dict[str, Any]]]:
-        """Start a new episode in every env.
+        """Start a new episode in every env; returns the observations and one info per env.
 
         Args:
-            kwargs: verl-agent's per-row ``env_kwargs``: one ``{"seed": int}`` per env, as a 1-D
-                numpy object array (what its rollout loop passes), a list or a tuple; None: the
-                groups get the manager's next seeds.
-
-        Returns:
-            The observations and one info dict per env.
+            kwargs: one ``{"seed": int}`` per env (a 1-D numpy object array, list or tuple), as
+                verl-agent passes ``env_kwargs``; None: the groups get the manager's next seeds.
 
         Raises:
             TypeError: ``kwargs`` is not one of those containers, or a row is not a dict.
-            ValueError: not one row per env (``env_num * group_n``), a 2-D array, a row whose
-                keys are not exactly ``seed``, or a seed that is not a non-negative int.
+            ValueError: not one row per env, a 2-D array, other keys than ``seed``, a bad seed.
         """
         seeds = self._seeds(kwargs)
         prompts, info = self.envs.reset(seed=seeds)
@@ -155,7 +119,11 @@ class MemoryEnvironmentManager:
     def step(
         self, text_actions: Sequence[str]
     ) -> tuple[Observations, np.ndarray, np.ndarray, list[dict[str, Any]]]:
-        """Act with one decoded response per env (finished envs' responses are ignored)."""
+        """Act with one decoded response per env (finished envs' responses are ignored).
+
+        Returns ``(observations, rewards, dones, infos)``: float32 and bool arrays of shape
+        ``(B,)`` (a finished env: 0 and True) and one info per env with the keys ``INFO_KEYS``.
+        """
         actions = [str(a) for a in np.asarray(text_actions, dtype=object).reshape(-1)]
         if len(actions) != self.num_envs:
             raise ValueError(
@@ -250,10 +218,7 @@ class MemoryEnvironmentManager:
 
     @staticmethod
     def _blank() -> dict[str, Any]:
-        return {
-            "won": False, "is_action_valid": True, "invalid_reason": None, "parsed_action": None,
-            "invalid_penalty": 0.0, "history_steps": 0, "episode_step": 0, "active": True,
-        }  # fmt: skip
+        return dict(_BLANK)
 
     def _update(self, prompts: Sequence[Any], info: Mapping[str, Any], acting: np.ndarray) -> None:
         for i in np.flatnonzero(acting).tolist():
@@ -267,14 +232,10 @@ class MemoryEnvironmentManager:
                 )
             self._texts[i] = prompt
             self._anchors[i] = str(env_value(info, "raw_obs", i, ""))
-            item = self._infos[i]
-            item["won"] = bool(env_value(info, WON, i, False))
-            item["is_action_valid"] = bool(env_value(info, "is_action_valid", i, True))
-            item["invalid_reason"] = env_value(info, "invalid_reason", i)
-            item["parsed_action"] = env_value(info, "parsed_action", i)
-            item["invalid_penalty"] = float(env_value(info, "invalid_penalty", i, 0.0))
-            item["history_steps"] = int(env_value(info, "history_steps", i, 0))
-            item["episode_step"] = int(env_value(info, "episode_step", i, 0))
+            for key, default in _BLANK.items():  # each value cast to its default's type
+                if key != "active":
+                    value = env_value(info, key, i, default)
+                    self._infos[i][key] = value if default is None else type(default)(value)
 
     def _observations(self) -> Observations:
         return {"text": list(self._texts), "image": None, "anchor": list(self._anchors)}

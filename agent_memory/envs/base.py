@@ -10,9 +10,12 @@ leaves the state unchanged. ``oracle_action()`` on the unwrapped env returns an 
 from __future__ import annotations
 
 import hashlib
+import numbers
 import string
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import Any, Final, Literal
 
+import gymnasium as gym
 from gymnasium import spaces
 
 from agent_memory.protocol import (
@@ -28,6 +31,8 @@ from agent_memory.protocol import (
 #: bundled envs print (Sokoban's box-on-target, typographic quotes and dashes in generated text).
 CHARSET: Final[str] = string.printable + "√…‘’“”–—•·°×é"
 _CHARSET_SET: Final[frozenset[str]] = frozenset(CHARSET)
+#: Unknown actions are echoed in ``invalid_reason`` up to this many characters.
+ECHO_CHARS: Final = 40
 
 __all__ = [
     "ADMISSIBLE_ACTIONS",
@@ -37,9 +42,15 @@ __all__ = [
     "STATE_KEY",
     "TASK",
     "WON",
+    "TextEnv",
+    "check_int",
+    "echo",
+    "is_int",
     "sanitize",
     "stable_hash",
+    "step_info",
     "text_space",
+    "unknown_action",
 ]
 
 
@@ -107,3 +118,89 @@ def stable_hash(*parts: Any) -> str:
         16
     """
     return hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).hexdigest()
+
+
+def is_int(value: Any) -> bool:
+    """Whether ``value`` is an integer (numpy ones too), a bool not counted.
+
+    Example:
+        >>> is_int(3), is_int(True), is_int(3.0)
+        (True, False, False)
+    """
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, low: int, hint: str = "") -> int:
+    """``value`` as an int, or a ``ValueError`` naming ``name`` if it is not an int >= ``low``.
+
+    Example:
+        >>> check_int("num_games", 2, 1)
+        2
+        >>> check_int("num_games", 0, 1)
+        Traceback (most recent call last):
+        ...
+        ValueError: num_games must be an int >= 1, got 0
+    """
+    if not is_int(value) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}{hint}, got {value!r}")
+    return int(value)
+
+
+def echo(action: str) -> str:
+    """``action`` cut to :data:`ECHO_CHARS` characters (then ``"..."``), to quote in a reason.
+
+    Example:
+        >>> echo("up"), echo("x" * 50)[-5:]
+        ('up', 'xx...')
+    """
+    return action if len(action) <= ECHO_CHARS else action[:ECHO_CHARS] + "..."
+
+
+def unknown_action(action: str, admissible: Sequence[str]) -> str:
+    """The ``invalid_reason`` of an action that names none of ``admissible``.
+
+    Example:
+        >>> unknown_action("jump", ["left", "right"])
+        "unknown action 'jump'; admissible actions: left, right"
+    """
+    return f"unknown action {echo(action)!r}; admissible actions: {', '.join(admissible)}"
+
+
+def step_info(info: dict[str, Any], invalid_reason: str | None = None) -> dict[str, Any]:
+    """``info`` with ``is_action_valid`` added, and ``invalid_reason`` unless it is None.
+
+    Example:
+        >>> step_info({}, "empty action")
+        {'is_action_valid': False, 'invalid_reason': 'empty action'}
+    """
+    info[IS_ACTION_VALID] = invalid_reason is None
+    if invalid_reason is not None:
+        info[INVALID_REASON] = invalid_reason
+    return info
+
+
+class TextEnv(gym.Env[str, str]):
+    """The base of the bundled text envs: the ``ansi`` render mode shows the last observation.
+
+    Args:
+        render_mode: ``"ansi"`` makes :meth:`render` return the last observation, or None.
+
+    Example:
+        >>> env = TextEnv(render_mode="ansi")
+        >>> env._last_obs = "You see a box."
+        >>> env.render()
+        'You see a box.'
+    """
+
+    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
+    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
+    _last_obs: str = ""
+
+    def __init__(self, render_mode: Literal["ansi"] | None = None) -> None:
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        self.render_mode = render_mode
+
+    def render(self) -> str | None:
+        """The last observation when ``render_mode == "ansi"``, else None."""
+        return self._last_obs if self.render_mode == "ansi" else None

@@ -12,20 +12,20 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final, Literal
 
-import gymnasium as gym
-
 from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
-    INVALID_REASON,
-    IS_ACTION_VALID,
     STATE_KEY,
     TASK,
     WON,
-    collapse_spaces,
+    TextEnv,
+    check_int,
     sanitize,
     stable_hash,
+    step_info,
     text_space,
+    unknown_action,
 )
+from agent_memory.envs.text_adapter import normalize_action
 
 __all__ = ["COLOURS", "DISTRACTOR_FACTS", "OBJECTS", "RecallEnv"]
 
@@ -71,30 +71,16 @@ _TASK: Final = (
     "Memory test: remember what you are told, say 'next' to move on, and answer the question at "
     "the end with one of the offered options."
 )
-_ECHO_CHARS: Final = 40
 
 Phase = Literal["cue", "distractor", "question", "done"]
 
 
-def _norm(text: str, max_chars: int | None = None) -> str:
-    return collapse_spaces(text, max_chars).casefold()
-
-
-def _int_at_least(name: str, value: Any, low: int, hint: str = "") -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}{hint}, got {value!r}")
-    return value
-
-
-class RecallEnv(gym.Env[str, str]):
+class RecallEnv(TextEnv):
     """A cue, ``num_distractors`` distractor steps, then a multiple-choice question about the cue.
 
-    Step 0 shows the cue ("Remember this: the <object> is <COLOUR>."), steps 1 .. N trivia (both
-    admit only ``"next"``), step N + 1 the question, whose admissible actions are the shuffled
-    colours: the right one gives reward 1 and ``won``, and any answer ends the episode. A window
-    of the last ``k`` steps reaches the cue iff ``k >= N + 1`` (or ``k = -1``); with ``k <= N`` an
-    agent can only guess. An invalid action changes nothing but is a stored step, pushing the cue
-    back. :meth:`solve_from_text` answers from a cue in the prompt, else the first option.
+    The cue and the trivia admit only ``"next"``; the question admits the shuffled colours, and
+    the right one gives reward 1 and ``won``. A window of the last ``k`` steps reaches the cue iff
+    ``k >= N + 1`` (or ``k = -1``). An invalid action changes nothing but pushes the cue back.
 
     Args:
         num_distractors: Distractor steps between cue and question (``N`` above).
@@ -130,9 +116,6 @@ class RecallEnv(gym.Env[str, str]):
         (1.0, True, True)
     """
 
-    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
-
     def __init__(
         self,
         num_distractors: int = 5,
@@ -140,7 +123,7 @@ class RecallEnv(gym.Env[str, str]):
         max_steps: int | None = None,
         render_mode: Literal["ansi"] | None = None,
     ) -> None:
-        self.num_distractors = _int_at_least("num_distractors", num_distractors, 0)
+        self.num_distractors = check_int("num_distractors", num_distractors, 0)
         if (
             isinstance(num_choices, bool)
             or not isinstance(num_choices, int)
@@ -153,15 +136,13 @@ class RecallEnv(gym.Env[str, str]):
         self.num_choices = num_choices
         if max_steps is None:
             max_steps = num_distractors + 5
-        self.max_steps = _int_at_least(
+        self.max_steps = check_int(
             "max_steps",
             max_steps,
             num_distractors + 2,
             f" (num_distractors + 2 = {num_distractors + 2} steps finish an episode)",
         )
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        self.render_mode = render_mode
+        super().__init__(render_mode)
 
         longest = max(len(f) for f in DISTRACTOR_FACTS) + sum(len(c) + 2 for c in COLOURS)
         self._max_obs_length = longest + 256
@@ -176,7 +157,6 @@ class RecallEnv(gym.Env[str, str]):
         self._options: list[str] = []
         self._facts: list[str] = []
         self._won = False
-        self._text = ""
 
     # -- solvers -------------------------------------------------------------------------------
 
@@ -184,9 +164,8 @@ class RecallEnv(gym.Env[str, str]):
     def solve_from_text(text: str, options: Sequence[str]) -> str:
         """Answer from the text alone: the option named by a cue found in ``text``, else a guess.
 
-        The cue used is the last one about the object the question asks for (or the last cue
-        when no question is found). Without a usable cue the guess is ``options[0]`` -- right
-        with probability ``1/num_choices``, as the env shuffles the options.
+        The cue used is the last one about the object asked for (else the last cue); without
+        one the guess is ``options[0]``, right with probability ``1/num_choices``.
 
         Args:
             text: Whatever the agent sees (e.g. the whole prompt with its history window).
@@ -209,7 +188,7 @@ class RecallEnv(gym.Env[str, str]):
         if cues:
             colour = cues[-1][1].casefold()
             for option in options:
-                if _norm(option) == colour:
+                if normalize_action(option) == colour:
                     return option
         return options[0]
 
@@ -239,8 +218,8 @@ class RecallEnv(gym.Env[str, str]):
         self._index = 0
         self._elapsed = 0
         self._won = False
-        self._text = self._observation()
-        return self._text, self._info()
+        self._last_obs = self._observation()
+        return self._last_obs, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._elapsed += 1
@@ -255,18 +234,11 @@ class RecallEnv(gym.Env[str, str]):
             else:
                 self._index += 1
                 self._phase = "distractor" if self._index <= self.num_distractors else "question"
-            self._text = self._observation(answer=choice)
+            self._last_obs = self._observation(answer=choice)
         terminated = self._phase == "done"
         truncated = not terminated and self._elapsed >= self.max_steps
-        info = self._info()
-        info[IS_ACTION_VALID] = choice is not None
-        if choice is None:
-            info[INVALID_REASON] = reason
-        return self._text, reward, terminated, truncated, info
-
-    def render(self) -> str | None:
-        """The current observation when ``render_mode == "ansi"``, else None."""
-        return self._text if self.render_mode == "ansi" else None
+        info = step_info(self._info(), reason if choice is None else None)
+        return self._last_obs, reward, terminated, truncated, info
 
     # -- internals -----------------------------------------------------------------------------
 
@@ -283,13 +255,12 @@ class RecallEnv(gym.Env[str, str]):
         admissible = self._admissible()
         if action in admissible:
             return action, ""
-        by_norm = {_norm(a): a for a in admissible}
+        by_norm = {normalize_action(a): a for a in admissible}
         # Case-folding never shortens text: past the longest name, an action matches none.
-        wanted = _norm(action, max(map(len, by_norm), default=0) + 1)
+        wanted = normalize_action(action, max(map(len, by_norm), default=0) + 1)
         if wanted in by_norm:
             return by_norm[wanted], ""
-        shown = action if len(action) <= _ECHO_CHARS else action[:_ECHO_CHARS] + "..."
-        return None, f"unknown action {shown!r}; admissible actions: {', '.join(admissible)}"
+        return None, unknown_action(action, admissible)
 
     def _observation(self, answer: str = "") -> str:
         if self._phase == "cue":

@@ -1,15 +1,9 @@
 """Turn any Discrete-action Gymnasium env into a text env, and solve tabular ones exactly.
 
-:class:`TextAdapter` is the reusable piece behind the bundled toy-text tasks
-(:mod:`agent_memory.envs.toy_text`):
-give it your env, a function that writes the observation as text and a name per action, and it
-speaks the text contract of :mod:`agent_memory.envs.base` (Text spaces, named actions,
-``admissible_actions``,
-``won``, ``state_key``, ``is_action_valid`` / ``invalid_reason``, ``oracle_action()``).
-
-:func:`greedy_policy` and :class:`TabularOracle` compute an optimal policy by value iteration on a
-Gymnasium transition table ``P[s][a] = [(prob, next_state, reward, terminated), ...]`` (what
-FrozenLake, CliffWalking and Taxi expose as ``env.unwrapped.P``) for use as ``oracle_fn``.
+:class:`TextAdapter` (behind :mod:`agent_memory.envs.toy_text`) takes your env, an observation
+writer and a name per action, and speaks the text contract of :mod:`agent_memory.envs.base`.
+:func:`greedy_policy` and :class:`TabularOracle` solve a Gymnasium transition table ``P`` by value
+iteration, for use as ``oracle_fn``.
 """
 
 from __future__ import annotations
@@ -24,15 +18,16 @@ from gymnasium import spaces
 
 from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
-    INVALID_REASON,
-    IS_ACTION_VALID,
     STATE_KEY,
     TASK,
     WON,
+    TextEnv,
     collapse_spaces,
     sanitize,
     stable_hash,
+    step_info,
     text_space,
+    unknown_action,
 )
 
 __all__ = [
@@ -57,9 +52,6 @@ StateKeyFn = Callable[[gym.Env, Any], str]
 OracleFn = Callable[[gym.Env, Any], "int | np.integer | str"]
 #: ``admissible_fn(env, obs) -> names``: the actions valid now (default: every name).
 AdmissibleFn = Callable[[gym.Env, Any], Sequence[str]]
-
-#: Invalid actions are echoed in ``invalid_reason`` only up to this many characters.
-_ECHO_CHARS = 40
 
 
 def normalize_action(text: str, max_chars: int | None = None) -> str:
@@ -96,22 +88,19 @@ def _default_won(env: gym.Env, obs: Any, reward: float, terminated: bool, info: 
     return terminated and reward > 0
 
 
-class TextAdapter(gym.Env[str, str]):
+class TextAdapter(TextEnv):
     """A text env over a Discrete-action env: named actions in, text observations out.
 
-    A ``gymnasium.Env`` owning the env (``adapter.env``), not a ``Wrapper``, so that
-    ``adapter.unwrapped`` is the text env (the contract puts ``oracle_action()`` there). Actions
-    match exactly, then after :func:`normalize_action`; anything else is invalid: the inner env is
-    not stepped, the reward is ``invalid_action_reward`` and ``info["invalid_reason"]`` says why.
-    The inner env's info keys pass through (contract keys win a clash).
+    It owns the env (``adapter.env``) rather than wrapping it, so ``adapter.unwrapped`` is the
+    text env. Actions match exactly, then after :func:`normalize_action`; anything else is invalid
+    (the inner env is not stepped). The inner env's info keys pass through.
 
     Args:
         env: The env to adapt (``spaces.Discrete`` actions).
-        obs_to_text: ``(env, obs) -> str``: what the agent sees (``env`` is the env you gave).
+        obs_to_text: ``(env, obs) -> str``: what the agent sees.
         action_names: One name per action, in index order (name ``i``: action ``start + i``).
         task: The task description put in ``info["task"]``.
-        won_fn: ``(env, obs, reward, terminated, info) -> bool``; default: terminated with a
-            positive reward.
+        won_fn: ``(env, obs, reward, terminated, info) -> bool``; default: terminated, reward > 0.
         state_key_fn: ``(env, obs) -> str``; default: a stable hash of the inner observation.
         oracle_fn: ``(env, obs) -> action index or name``, called by :meth:`oracle_action`.
         admissible_fn: ``(env, obs) -> names`` valid now; default: all ``action_names``.
@@ -160,9 +149,6 @@ class TextAdapter(gym.Env[str, str]):
         ('...@', 1.0, True)
     """
 
-    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
-
     def __init__(
         self,
         env: gym.Env,
@@ -203,14 +189,12 @@ class TextAdapter(gym.Env[str, str]):
                 f"action_names must differ after lower-casing and collapsing whitespace, "
                 f"got duplicates {dups} in {names}"
             )
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        super().__init__(render_mode)
         if max_obs_length < 1:
             raise ValueError(f"max_obs_length must be >= 1, got {max_obs_length}")
 
         self.env = env
         self.task = task
-        self.render_mode = render_mode
         self.invalid_action_reward = float(invalid_action_reward)
         self.max_obs_length = max_obs_length
         self._names: tuple[str, ...] = tuple(names)
@@ -230,7 +214,6 @@ class TextAdapter(gym.Env[str, str]):
         self.action_space = text_space(max(64, 2 * max(len(n) for n in names)))
 
         self._obs: Any = None
-        self._text = ""
         self._won = False
         self._terminated = False
         self._inner_info: dict[str, Any] = {}
@@ -249,10 +232,9 @@ class TextAdapter(gym.Env[str, str]):
 
     @property
     def has_oracle(self) -> bool:
-        """Whether :meth:`oracle_action` can answer: the adapter was given ``oracle_fn``.
+        """Whether :meth:`oracle_action` can answer (the adapter was given ``oracle_fn``).
 
-        The class always has ``oracle_action()``, so only the instance can tell; the rollout's
-        preflight reads this to refuse ``policy=scripted`` on an adapter without an oracle.
+        The rollout's preflight reads it to refuse ``policy=scripted`` without an oracle.
         """
         return self._oracle_fn is not None
 
@@ -295,8 +277,8 @@ class TextAdapter(gym.Env[str, str]):
         self._inner_info = dict(inner_info)
         self._won = False
         self._terminated = False
-        self._text = self._make_text(obs)
-        return self._text, self._info()
+        self._last_obs = self._make_text(obs)
+        return self._last_obs, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         index, reason = self._match(action)
@@ -309,10 +291,8 @@ class TextAdapter(gym.Env[str, str]):
                 )
                 index = None
         if index is None:
-            info = self._info()
-            info[IS_ACTION_VALID] = False
-            info[INVALID_REASON] = reason
-            return self._text, self.invalid_action_reward, self._terminated, False, info
+            info = step_info(self._info(), reason)
+            return self._last_obs, self.invalid_action_reward, self._terminated, False, info
 
         obs, reward, terminated, truncated, inner_info = self.env.step(self._start + index)
         reward = float(reward)
@@ -321,14 +301,8 @@ class TextAdapter(gym.Env[str, str]):
         self._inner_info = dict(inner_info)
         self._terminated = terminated
         self._won = bool(self._won_fn(self.env, obs, reward, terminated, self._inner_info))
-        self._text = self._make_text(obs)
-        info = self._info()
-        info[IS_ACTION_VALID] = True
-        return self._text, reward, terminated, truncated, info
-
-    def render(self) -> str | None:
-        """The current text observation when ``render_mode == "ansi"``, else None."""
-        return self._text if self.render_mode == "ansi" else None
+        self._last_obs = self._make_text(obs)
+        return self._last_obs, reward, terminated, truncated, step_info(self._info())
 
     def close(self) -> None:
         self.env.close()
@@ -344,9 +318,7 @@ class TextAdapter(gym.Env[str, str]):
         if index is None:
             index = self._normalized.get(normalize_action(action, self._norm_chars))
         if index is None:
-            shown = action if len(action) <= _ECHO_CHARS else action[:_ECHO_CHARS] + "..."
-            admissible = ", ".join(self.admissible_actions())
-            return None, f"unknown action {shown!r}; admissible actions: {admissible}"
+            return None, unknown_action(action, self.admissible_actions())
         return index, ""
 
     def _make_text(self, obs: Any) -> str:
@@ -386,15 +358,14 @@ def greedy_policy(
 ) -> np.ndarray:
     """The greedy policy of the optimal values of a tabular MDP (value iteration).
 
-    ``P[s][a]`` lists ``(probability, next_state, reward, terminated)`` as Gymnasium's toy-text
-    envs store it. A discount below 1 makes the greedy policy prefer shorter routes, so on a
-    deterministic table it follows a shortest path to the best outcome.
+    A discount below 1 prefers shorter routes: on a deterministic table the policy follows a
+    shortest path to the best outcome.
 
     Args:
-        P: The transition table (states and actions numbered from 0).
+        P: ``P[s][a]`` lists ``(probability, next_state, reward, terminated)``, as in Gymnasium.
         gamma: Discount in (0, 1].
         reward_fn: ``(state, action, next_state, reward, terminated) -> float`` replaces the
-            table's reward, e.g. 1 for reaching a goal and 0 otherwise.
+            table's reward.
         tol: Stop when no value changes by more than this.
         max_iterations: Upper bound on the sweeps.
 
@@ -444,8 +415,8 @@ def greedy_policy(
 class TabularOracle:
     """An ``oracle_fn`` for :class:`TextAdapter` over an env with a Gymnasium table ``P``.
 
-    The policy is computed by :func:`greedy_policy` on the first call, from ``env.unwrapped.P``,
-    and the observation is taken as the state index (true for FrozenLake, CliffWalking, Taxi).
+    The policy comes from :func:`greedy_policy` on ``env.unwrapped.P`` at the first call; the
+    observation is the state index (as in FrozenLake, CliffWalking and Taxi).
 
     Args:
         gamma: Discount passed to :func:`greedy_policy`.

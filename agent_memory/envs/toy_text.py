@@ -1,11 +1,9 @@
 """Gymnasium's toy-text games (FrozenLake, CliffWalking, Taxi) as text envs with exact oracles.
 
-Each factory builds the real Gymnasium env and adapts it with
-:class:`~agent_memory.envs.text_adapter.TextAdapter`. The text is written from the true state
-(Gymnasium's ANSI render shows the agent only by colour): a grid with ``@`` for the agent (rows
-and columns count from 0 at the top left) and a legend. Actions are named as Gymnasium defines
-them. Oracles run value iteration on the real transition table ``unwrapped.P``. The inner env has
-no time limit of its own: the registered ``agent_memory/...`` id's limit applies.
+Each factory adapts the real Gymnasium env with a :class:`~.text_adapter.TextAdapter`: the text
+is a grid with ``@`` for the agent and a legend (Gymnasium's ANSI render shows the agent only by
+colour), and oracles run value iteration on ``unwrapped.P``. The inner env has no time limit: the
+registered ``agent_memory/...`` id's applies.
 """
 
 from __future__ import annotations
@@ -63,9 +61,7 @@ def _grid(cells: list[list[str]]) -> str:
 
 
 def frozen_lake_text(env: gym.Env, obs: Any) -> str:
-    """FrozenLake as text: the map with ``@`` on the player, the position in words, a legend.
-
-    Works for any map, including a custom ``desc``.
+    """FrozenLake as text (any map): the map with ``@`` on the player, the position, a legend.
 
     Example:
         >>> env = gym.make("FrozenLake-v1", is_slippery=False)
@@ -127,23 +123,19 @@ def make_frozen_lake(
 ) -> TextAdapter:
     """FrozenLake-v1 as a text env (``agent_memory/FrozenLake-v0``).
 
-    Unlike Gymnasium, the ice is not slippery by default: an LLM agent should be able to reach
-    100% with a plan, and slippery ice makes success a matter of luck (pass ``is_slippery=True``).
+    Unlike Gymnasium, the ice is not slippery by default, so a plan can always succeed.
 
     Args:
         map_name: ``"4x4"`` or ``"8x8"``; ignored when ``desc`` is given.
-        desc: A custom map, e.g. ``["SFF", "FHF", "FFG"]``; with several ``S`` the start is
-            drawn among them at reset.
+        desc: A custom map, e.g. ``["SFF", "FHF", "FFG"]`` (one of several ``S`` drawn at reset).
         is_slippery: Moves may slip sideways (probability ``1 - success_rate``).
         success_rate: Probability of moving as intended on slippery ice.
         reward_schedule: Rewards for reaching a goal, a hole, a frozen tile.
         render_mode: ``"ansi"`` renders the text observation.
 
     Returns:
-        A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won`` means the goal was reached
-        and
-        ``oracle_action()`` follows the policy that best reaches the goal (shortest path on
-        non-slippery ice).
+        A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won``: the goal was reached;
+        ``oracle_action()`` best reaches the goal (shortest path on non-slippery ice).
 
     Example:
         >>> env = make_frozen_lake(desc=["SF", "HG"])
@@ -247,10 +239,8 @@ def make_cliff_walking(
         render_mode: ``"ansi"`` renders the text observation.
 
     Returns:
-        A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won`` means the goal was reached
-        (every step
-        costs -1, so the reward alone cannot say) and ``oracle_action()`` walks the best path:
-        on the non-slippery cliff, the 13-step path along its edge (return -13).
+        A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won``: the goal was reached;
+        ``oracle_action()`` walks the best path (13 steps along the edge when not slippery).
 
     Example:
         >>> env = make_cliff_walking()
@@ -351,9 +341,8 @@ def make_taxi(
         render_mode: ``"ansi"`` renders the text observation.
 
     Returns:
-        A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won`` means the passenger was
-        delivered and
-        ``oracle_action()`` drives the shortest route (return ``20 - (steps - 1)``).
+        A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won``: the passenger was
+        delivered; ``oracle_action()`` drives the shortest route.
 
     Example:
         >>> env = make_taxi()

@@ -1,14 +1,8 @@
 """The formatter interface and the name registry.
 
-A formatter turns stored steps into prompt context in two stages, so that the costly part runs once
-per step instead of once per step per fetch:
-
-1. :meth:`Formatter.render` — one step (its record and absolute step number) to its rendered form;
-   the memory calls it at store time and caches the result.
-2. :meth:`Formatter.join` — a window of rendered steps to the context (text or chat messages);
-   the memory calls it at fetch time. It must be cheap: a join, a cap.
-
-Register a formatter under a name and configs can select it without touching the library.
+A formatter renders each step once, at store time (:meth:`Formatter.render`; the memory caches
+it), and joins a window of rendered steps at fetch time (:meth:`Formatter.join`, which must be
+cheap). Register one under a name and configs can select it.
 
 Example:
     >>> from agent_memory.formatting import Formatter, register_formatter, make_formatter
@@ -30,6 +24,7 @@ from typing import Any, ClassVar, Literal, TypeVar
 from agent_memory.registry import Registry
 
 __all__ = [
+    "Configured",
     "Formatter",
     "FormatterSpec",
     "available_formatters",
@@ -39,12 +34,26 @@ __all__ = [
 ]
 
 
-class Formatter(ABC):
+class Configured:
+    """Built from keyword settings, kept in :attr:`config` (:meth:`spec` and ``repr`` show them)."""
+
+    def __init__(self, **config: Any) -> None:
+        self.config: dict[str, Any] = dict(config)
+
+    def spec(self) -> dict[str, Any]:
+        """Name and settings: equal specs give equal results."""
+        return {"name": getattr(self, "registry_name", type(self).__qualname__), **self.config}
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
+        return f"{type(self).__name__}({args})"
+
+
+class Formatter(Configured, ABC):
     """Renders one step at store time, joins a window of rendered steps at fetch time.
 
-    Subclasses implement :meth:`render`; the defaults join text with :attr:`separator`.
-    ``kwargs`` given to the constructor are kept in :attr:`config` so a memory can tell whether
-    cached renderings (e.g. in a saved state) were made by an equal formatter.
+    Subclasses implement :meth:`render`; the defaults join text with :attr:`separator`. The
+    constructor's ``kwargs`` are kept in :attr:`config` (equal configs render equal steps).
     """
 
     #: ``"text"``: contexts are ``str``; ``"messages"``: contexts are lists of chat messages.
@@ -52,22 +61,16 @@ class Formatter(ABC):
     #: Put between rendered steps by the default :meth:`join`.
     separator: str = "\n"
 
-    def __init__(self, **config: Any) -> None:
-        self.config: dict[str, Any] = dict(config)
-
     @abstractmethod
     def render(self, record: Mapping[str, Any], step: int) -> Any:
         """Render one step. ``step`` is the absolute 1-based step number within the episode."""
 
     def render_batch(self, columns: Mapping[str, Sequence[Any]], steps: Sequence[int]) -> list[Any]:
-        """Render one step for each of several envs.
+        """Render one step for each of several envs (the default calls :meth:`render`).
 
         Args:
-            columns: key -> one value per env (the shape :meth:`Memory.store` receives).
+            columns: key -> one value per env (the shape ``store`` receives).
             steps: each env's absolute step number.
-
-        The default builds each env's record and calls :meth:`render`; built-ins override it to
-        read the columns directly (no per-env dict on the hot path).
         """
         keys = list(columns)
         render = self.render
@@ -78,8 +81,7 @@ class Formatter(ABC):
 
     @property
     def keys(self) -> frozenset[str]:
-        """The record keys this formatter reads (empty: none declared). The wrappers store the
-        optional keys ``shown`` and ``response`` only for formatters that read them."""
+        """The record keys this formatter reads (empty: none declared)."""
         return frozenset()
 
     def join(self, rendered: Sequence[Any]) -> Any:
@@ -91,11 +93,7 @@ class Formatter(ABC):
         return [] if self.output == "messages" else ""
 
     def text_of(self, rendered: Any) -> str:
-        """The text a rendered step contributes to the prompt, for counting tokens.
-
-        Includes the separator that joins it to the next step, so per-step counts add up to
-        (at least) the joined context's count.
-        """
+        """The text a rendered step adds to the prompt, its separator included (for tokens)."""
         return rendered + self.separator
 
     def texts_of(self, rendered: Sequence[Any]) -> list[str]:
@@ -104,14 +102,6 @@ class Formatter(ABC):
             sep = self.separator
             return [r + sep for r in rendered]
         return [self.text_of(r) for r in rendered]
-
-    def spec(self) -> dict[str, Any]:
-        """Name and settings: equal specs render equal steps."""
-        return {"name": getattr(self, "registry_name", type(self).__qualname__), **self.config}
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
-        return f"{type(self).__name__}({args})"
 
 
 FormatterSpec = str | Formatter | Mapping[str, Any]

@@ -1,9 +1,7 @@
 """The built-in formatters: ``simple``, ``search``, ``code``, ``chat``, ``transcript``, ``jinja``.
 
-``simple``, ``search`` and ``code`` reproduce verl-agent byte for byte (its ``SimpleMemory``,
-``SearchMemory`` and AppWorld history); ``chat`` yields OpenAI-style messages; ``transcript``
-yields the conversation exactly as the policy had it (what it was shown, what it wrote); ``jinja``
-renders a user template per step, like the CodeAct agent's ``step.j2``.
+``simple``, ``search`` and ``code`` reproduce verl-agent byte for byte; ``chat`` and
+``transcript`` yield OpenAI-style messages; ``jinja`` renders a user template per step.
 
 Example:
     >>> from agent_memory.formatting import make_formatter
@@ -29,6 +27,7 @@ import jinja2
 import jinja2.meta
 import jinja2.sandbox
 
+from agent_memory.checks import check_int
 from agent_memory.formatting.base import Formatter
 
 __all__ = [
@@ -92,8 +91,7 @@ class SearchFormatter(_KeyedFormatter):
 class CodeFormatter(_KeyedFormatter):
     """AppWorld ``Code k:`` / ``Result k:`` blocks with a character cap (verl-agent's AppWorld).
 
-    When the joined history is longer than ``max_chars``, the newest ``max_chars`` characters are
-    kept and prefixed with ``"... "`` to mark the cut (``max_chars=None`` disables the cap).
+    A longer history keeps its newest ``max_chars`` characters after ``"... "`` (None: no cap).
 
     Example:
         >>> fmt = CodeFormatter(max_chars=20)
@@ -111,8 +109,7 @@ class CodeFormatter(_KeyedFormatter):
         action_key: str = "action",
         max_chars: int | None = 10000,
     ) -> None:
-        if max_chars is not None and (not isinstance(max_chars, int) or max_chars < 0):
-            raise ValueError(f"max_chars must be None or an int >= 0, got {max_chars!r}")
+        max_chars = check_int("max_chars", max_chars, 0, allow_none=True)
         super().__init__(obs_key=obs_key, action_key=action_key, max_chars=max_chars)
         self.max_chars = max_chars
 
@@ -195,12 +192,9 @@ class ChatFormatter(_KeyedFormatter):
 
 class TranscriptFormatter(ChatFormatter):
     """Each step as the policy had it: a user turn with what it was shown (the record's
-    ``shown``: the last user message of its chat prompt) and an assistant turn with what it
-    wrote (``response``: the raw response, capped at the parser's ``max_chars``).
+    ``shown``) and an assistant turn with what it wrote (``response``).
 
-    The wrappers store ``shown`` and ``response`` for formatters that read them, so with
-    ``history_length=-1`` (and no prompt budget) an episode's chat prompts are append-only: the
-    prompt of step k+1 is the prompt of step k, then the response to it, then the new user turn.
+    With ``history_length=-1`` (and no prompt budget) an episode's chat prompts are append-only.
 
     Example:
         >>> fmt = TranscriptFormatter()
@@ -231,11 +225,9 @@ DEFAULT_STEP_TEMPLATE = (
 class JinjaFormatter(Formatter):
     """Renders each step with a Jinja2 template (a string or a file), joined by ``separator``.
 
-    Template variables: ``step`` (absolute step number), ``max_steps`` (the episode's total step
-    budget, CodeAct's ``max_iterations``; ``None`` when not given), ``record`` (the whole record)
-    and every record key by name. ``thought``, ``result`` and ``observation`` are ``None`` when the
-    record lacks them, so templates can test them; any other unknown name is an error (a typo
-    should not render as empty text). Templates run in Jinja's sandbox.
+    Variables: ``step``, ``max_steps`` (``None`` when not given), ``record`` and every record key
+    (``thought``, ``result``, ``observation`` are ``None`` when missing; any other unknown name
+    is an error). Templates run in Jinja's sandbox.
 
     Example:
         >>> fmt = JinjaFormatter(max_steps=10)

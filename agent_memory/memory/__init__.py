@@ -1,16 +1,9 @@
 """Batched memories: one independent history per environment (see :class:`BaseMemory`).
 
-Strategies are selected by name with :func:`make_memory`: ``window`` (:class:`HistoryMemory`:
-the sliding window / token budget / whole-episode memory; ``history`` is its former name) and,
-one subpackage each, ``compaction``, ``retrieval``, ``episodic``, ``blackboard`` and
+Strategies are selected by name with :func:`make_memory`: ``window`` (:class:`HistoryMemory`)
+and, one subpackage each, ``compaction``, ``retrieval``, ``episodic``, ``blackboard`` and
 ``conversation``. Strategies that show a block before a per-env window subclass
-:class:`WindowedMemory` and lay the two out with one
-:class:`~agent_memory.memory.block_window.BlockLayout`.
-
-Layout: ``base`` (the contract), ``window`` (:class:`HistoryMemory`), ``block_window`` (the base
-and layout of block + window strategies), ``settings`` (the strategies' frozen settings),
-``sqlite`` (the SQLite layer of the stores), ``digest`` (the episode digest), ``search``
-(encoders and vector indexes), ``registry``, and the strategy subpackages.
+:class:`WindowedMemory`.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The batched memory contract every strategy implements.
-
-One independent history per environment. ``reset`` clears all envs or only the given ones,
-``store`` appends one step for each given env, ``fetch`` returns each env's formatted context and
-how many of the episode's most recent steps it shows. A config switch swaps strategies because
-they all share this interface.
+"""The batched memory contract every strategy implements (one history per environment), and the
+argument checks they share: a config switch swaps strategies because they share this interface.
 """
 
 from __future__ import annotations
@@ -15,7 +11,8 @@ from typing import Any, ClassVar, Literal, NamedTuple
 import numpy as np
 
 from agent_memory.checks import check_history_length, check_int, check_number
-from agent_memory.formatting import Formatter
+from agent_memory.formatting import Formatter, FormatterSpec, make_formatter
+from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
 __all__ = [
     "UNSET",
@@ -24,6 +21,7 @@ __all__ = [
     "EnvIds",
     "FetchRequest",
     "Fetched",
+    "RenderingMemory",
     "check_budget",
     "check_capacity",
     "check_env_index",
@@ -61,8 +59,7 @@ class Fetched(NamedTuple):
 
 
 class _CheckedIds(list[int]):
-    """Env ids :func:`normalize_env_ids` has validated for ``num_envs`` envs: given to it again
-    (a strategy passing them on to its window), they are returned as they are, in O(1)."""
+    """Env ids :func:`normalize_env_ids` has validated for ``num_envs`` envs (trusted again)."""
 
     __slots__ = ("every", "num_envs")
     every: bool
@@ -70,8 +67,7 @@ class _CheckedIds(list[int]):
 
 
 def normalize_env_ids(env_ids: EnvIds, num_envs: int) -> list[int]:
-    """Validate ``env_ids`` (None = all) and return them as a list of ints (not to be changed:
-    a list this returned is trusted when passed again).
+    """Validate ``env_ids`` (None = all) and return them as a list of ints (not to be changed).
 
     Raises:
         TypeError: not a sequence of integers (a boolean mask is refused: pass its indices).
@@ -127,8 +123,7 @@ def _checked(ids: Iterable[int], num_envs: int, every: bool = False) -> list[int
 
 
 def every_env(ids: Sequence[int]) -> bool:
-    """Whether ``ids`` came from ``normalize_env_ids(None, ...)``: every env, in order (a
-    memory then reads its per-env lists as they are)."""
+    """Whether ``ids`` came from ``normalize_env_ids(None, ...)``: every env, in order."""
     return type(ids) is _CheckedIds and ids.every
 
 
@@ -151,11 +146,7 @@ def check_budget(max_tokens: Any) -> int | None:
         ...
         ValueError: max_tokens must be None or an int >= 0, got -5
     """
-    if max_tokens is None:
-        return None
-    if not isinstance(max_tokens, int) or isinstance(max_tokens, bool) or max_tokens < 0:
-        raise ValueError(f"max_tokens must be None or an int >= 0, got {max_tokens!r}")
-    return max_tokens
+    return check_int("max_tokens", max_tokens, 0, allow_none=True)
 
 
 def resolve_budgets(max_tokens: Any, n: int, default: int | None = None) -> list[int | None] | None:
@@ -296,18 +287,14 @@ def check_record_keys(
     ids: Sequence[int],
     formatter: Any,
 ) -> set[tuple[str, ...] | None]:
-    """Check a record's ``keys`` against the episode keys of the envs in ``ids``.
-
-    ``episode_keys[i]`` is env ``i``'s key tuple, fixed by its episode's first store (None: the
-    env starts an episode, so the formatter's ``required_keys`` must be there). Keys listed in
-    another order are accepted. Changes nothing.
+    """Check a record's ``keys`` against ``episode_keys`` (per env: its episode's keys, None
+    before its first store) of the envs in ``ids``; keys in another order are accepted.
 
     Returns:
         The distinct episode key tuples of ``ids`` (``== {keys}``: nothing to reorder or fix).
 
     Raises:
-        ValueError: the formatter's required keys are missing, or the keys differ from an env's
-            episode keys (the message names the differing keys).
+        ValueError: the formatter's required keys are missing, or the keys differ from an env's.
     """
     seen = {episode_keys[i] for i in ids}
     if seen == {keys}:  # every env is mid-episode with these keys: nothing to check
@@ -337,18 +324,20 @@ def check_record_keys(
 class BaseMemory(ABC):
     """A batched memory: one independent history per environment.
 
-    Besides the abstract contract, the wrappers call optional hooks on every memory (the
-    defaults do nothing): :meth:`start_episodes`, :meth:`end_episodes`, :meth:`intercept` (a
-    memory action instead of an env action), :meth:`set_groups` and :meth:`close`.
-    :attr:`accepts_queries`: ``fetch`` takes ``queries`` (each env's current observation);
-    :attr:`fetch_when_empty`: ``fetch`` has something to show before an episode's first step.
-    ``max_tokens`` is the default budget of ``fetch`` (None: none).
+    The wrappers also call optional hooks (no-ops by default): :meth:`start_episodes`,
+    :meth:`end_episodes`, :meth:`intercept`, :meth:`set_groups` and :meth:`close`.
+    :attr:`accepts_queries`: ``fetch`` takes ``queries``; :attr:`fetch_when_empty`: ``fetch``
+    can show something before an episode's first step.
     """
 
     num_envs: int
     max_tokens: int | None = None
     accepts_queries: ClassVar[bool] = False
     fetch_when_empty: ClassVar[bool] = False
+    #: Version of the :meth:`state_dict` layout (:meth:`_state_header`, :meth:`_check_state`).
+    state_version: ClassVar[int] = 1
+    #: Every env id, validated (what :meth:`_ids` gives for None).
+    _all_ids: list[int]
 
     @property
     def formatter(self) -> Formatter | None:
@@ -357,14 +346,12 @@ class BaseMemory(ABC):
 
     @property
     def output(self) -> Literal["text", "messages"]:
-        """``"messages"`` when contexts are chat message lists (the wrappers then build chat
-        prompts), else ``"text"``; by default the ``formatter``'s ``output``."""
+        """``"messages"`` when contexts are chat message lists, else ``"text"`` (as formatted)."""
         return "messages" if getattr(self.formatter, "output", "text") == "messages" else "text"
 
     @property
     def record_keys(self) -> frozenset[str]:
-        """The record keys :attr:`formatter` declares it reads (empty without one): the wrappers
-        record only those of them that cost something to keep (a transcript's prompt ids)."""
+        """The record keys :attr:`formatter` declares it reads (empty without one)."""
         return self.formatter.keys if isinstance(self.formatter, Formatter) else frozenset()
 
     @abstractmethod
@@ -382,8 +369,7 @@ class BaseMemory(ABC):
         """Each env's formatted context over (at most) the last ``history_length`` steps.
 
         ``max_tokens``: an int, one budget per env in ``env_ids``, or None for no budget;
-        omitted: the memory's default. The wrappers pass it to fit history into a prompt budget
-        (and ``queries=`` too, to a memory that :attr:`accepts_queries`).
+        omitted: the memory's default.
         """
 
     @abstractmethod
@@ -404,6 +390,29 @@ class BaseMemory(ABC):
 
     def __len__(self) -> int:
         return self.num_envs
+
+    # ------------------------------------------------------------------ helpers
+
+    def _ids(self, env_ids: EnvIds) -> list[int]:
+        """``env_ids`` validated (all envs when None)."""
+        return self._all_ids if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
+
+    def _request(self, history_length: int, env_ids: EnvIds, max_tokens: Any) -> FetchRequest:
+        """A fetch's arguments validated (:func:`fetch_request`; ``capacity`` when it has one)."""
+        return fetch_request(
+            history_length, env_ids, max_tokens, num_envs=self.num_envs,
+            default=self.max_tokens, capacity=getattr(self, "capacity", None),
+        )  # fmt: skip
+
+    def _state_header(self) -> dict[str, Any]:
+        """The ``version`` / ``kind`` / ``num_envs`` fields every state starts with."""
+        return dict(version=self.state_version, kind=type(self).__name__, num_envs=self.num_envs)
+
+    def _check_state(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state of another kind, version or number of envs."""
+        check_state(
+            state, kind=type(self).__name__, version=self.state_version, num_envs=self.num_envs
+        )
 
     # ------------------------------------------------------------------ hooks (optional)
 
@@ -434,3 +443,32 @@ class BaseMemory(ABC):
 
     def close(self) -> None:  # noqa: B027  (optional hook: most memories hold no resources)
         """Release files and connections (no-op by default)."""
+
+
+class RenderingMemory(BaseMemory):
+    """A memory that renders and counts its steps itself (the shared arguments, validated)."""
+
+    def __init__(
+        self,
+        num_envs: int,
+        formatter: FormatterSpec,
+        max_tokens: int | None,
+        token_counter: TokenCounterSpec,
+        capacity: int | None,
+    ) -> None:
+        self.num_envs = check_num_envs(num_envs)
+        self.capacity = check_capacity(capacity)
+        self.max_tokens = check_budget(max_tokens)
+        self._formatter: Formatter = make_formatter(formatter)
+        self._counter = make_token_counter(token_counter)
+        self._all_ids = normalize_env_ids(None, self.num_envs)
+
+    @property
+    def formatter(self) -> Formatter:
+        """The formatter steps are rendered with."""
+        return self._formatter
+
+    @property
+    def token_counter(self) -> TokenCounter:
+        """The token counter used for per-step counts and budgets."""
+        return self._counter

@@ -1,29 +1,19 @@
 """Strategies that show a block before each env's recent window: their base class and layout.
 
 Retrieval, blackboard, episodic and compaction memories keep every env's steps in a
-:class:`~agent_memory.memory.HistoryMemory` and put a block of their own (older steps, notes,
-past episodes, a summary) before it. :class:`WindowedMemory` owns that window and delegates to it
-what they expose unchanged; :class:`BlockLayout` is the one place that joins a block and a
-window (header lines, text or chat) and splits a token budget between them. ``lengths`` count
-the window's steps only.
+:class:`~agent_memory.memory.HistoryMemory` window (:class:`WindowedMemory`) and put a block of
+their own before it; :class:`BlockLayout` joins block and window and splits a token budget
+between them. ``lengths`` count the window's steps only.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from agent_memory.formatting import Formatter, FormatterSpec
-from agent_memory.memory.base import (
-    BaseMemory,
-    EnvIds,
-    Fetched,
-    FetchRequest,
-    check_state,
-    fetch_request,
-    normalize_env_ids,
-)
+from agent_memory.memory.base import BaseMemory, EnvIds, Fetched, normalize_env_ids
 from agent_memory.memory.window import HistoryMemory
 from agent_memory.tokens import TokenCounter, TokenCounterSpec
 
@@ -36,6 +26,10 @@ __all__ = ["Block", "BlockLayout", "Priority", "WindowedMemory"]
 Priority = Literal["window", "block", "newest_step"]
 
 
+#: The memory arguments every strategy takes (the wrappers pass them to each).
+_SHARED = ("num_envs", "formatter", "max_tokens", "token_counter", "capacity")
+
+
 def _lines(items: Sequence[Any]) -> str:
     return "\n".join(items)
 
@@ -45,8 +39,7 @@ class Block(NamedTuple):
 
     Attributes:
         items: what the block may show, the one to keep first first (a budget keeps a prefix).
-        costs: each item's tokens, the separator after it included; a callable that gives them
-            when asked (only a budget needs them).
+        costs: each item's tokens (with the separator after it), or a callable giving them.
         body: the block's text (below the header) from the kept items; default: one per line.
     """
 
@@ -63,10 +56,9 @@ class Block(NamedTuple):
 class BlockLayout:
     """How a block and an env's recent window make one context, within a token budget.
 
-    Text: ``header`` line, the block, ``gap``, the ``window_header`` line, the window (without a
-    window: the block alone). Chat: one message (``role``) holding the header and the block, then
-    the window's messages. A token budget covers both, split as ``priority`` says; items of the
-    block are dropped from the end, whole steps of the window from the oldest.
+    Text: ``header`` line, the block, ``gap``, the ``window_header`` line, the window. Chat: one
+    message (``role``) holding the header and the block, then the window's messages. A token
+    budget is split as ``priority`` says.
 
     Args:
         header: the line that opens the block (``""``: none, the block carries its own).
@@ -93,9 +85,8 @@ class BlockLayout:
     priority: Priority = "window"
 
     def overhead(self, counter: TokenCounter, chat: bool, uncovered: str = "") -> int:
-        """Tokens of the lines a shown block adds besides its items: the header line and, in
-        text contexts, the window header line and ``uncovered`` (a separator the items' costs
-        do not include)."""
+        """Tokens a shown block adds besides its items: the header line and, in text contexts, the
+        window header line and ``uncovered`` (a separator the items' costs leave out)."""
         text = f"{self.header}\n" if self.header else ""
         if not chat:
             text += uncovered + (f"{self.window_header}\n" if self.window_header else "")
@@ -115,8 +106,7 @@ class BlockLayout:
             budget: the env's token budget (block and window).
             costs: the block items' tokens, in keeping order.
             overhead: tokens a shown block adds besides its items (:meth:`overhead`).
-            window: ``budget -> (steps, tokens)`` of the window a fetch shows with that budget
-                (None: no budget).
+            window: ``budget -> (steps, tokens)`` of the window shown with that budget (None: none).
             newest: tokens of the env's newest step (``"newest_step"`` priority).
 
         Example:
@@ -164,9 +154,8 @@ class BlockLayout:
         blocks: Sequence[Block | None],
         overhead: int | None = None,
     ) -> tuple[Fetched, list[int]]:
-        """Each env's block and window from ``memory`` (``ids``: validated env ids; ``budgets``:
-        one per env or None; ``blocks``: one per env, None for none; ``overhead``: as
-        :meth:`overhead` gives it, counted with the memory's counter when None).
+        """Each env's block and window from ``memory`` (``ids``: validated env ids; ``budgets``,
+        ``blocks``: one per env or None; ``overhead``: as :meth:`overhead` gives it).
 
         Returns:
             The contexts with the window's lengths, and per env how many block items were kept.
@@ -206,13 +195,10 @@ class WindowedMemory(BaseMemory):
     """A memory built around a :class:`~agent_memory.memory.HistoryMemory` window per env.
 
     Args:
-        num_envs, formatter, max_tokens, token_counter, capacity: the shared memory arguments,
-            passed to the window (validated there, with its messages).
+        num_envs, formatter, max_tokens, token_counter, capacity: passed to the window.
 
-    Subclasses implement :meth:`fetch` (usually with a :class:`BlockLayout`),
-    :meth:`state_dict` and :meth:`load_state_dict` (:meth:`_state_header` and
-    :meth:`_check_state` give the common ``kind`` / ``version`` / ``num_envs`` fields), and read
-    the window through its public read API (:attr:`window`).
+    Subclasses implement :meth:`fetch` (usually with a :class:`BlockLayout`), :meth:`state_dict`
+    and :meth:`load_state_dict`, and read the window through its public read API (:attr:`window`).
 
     Example:
         >>> class Shouting(WindowedMemory):
@@ -232,9 +218,6 @@ class WindowedMemory(BaseMemory):
         ([{'observation': 'a door', 'action': 'open'}], [0, 1], 3)
     """
 
-    #: Version of the subclass's :meth:`state_dict` layout.
-    state_version: ClassVar[int] = 1
-
     def __init__(
         self,
         num_envs: int,
@@ -250,6 +233,11 @@ class WindowedMemory(BaseMemory):
         )  # fmt: skip
         self.num_envs = num_envs
         self._all_ids = normalize_env_ids(None, num_envs)
+
+    @staticmethod
+    def _shared(arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The shared memory arguments among a subclass constructor's ``locals()``."""
+        return {k: arguments[k] for k in _SHARED}
 
     # ------------------------------------------------------------------ shared attributes
 
@@ -310,30 +298,3 @@ class WindowedMemory(BaseMemory):
     def step_tokens(self, env_id: int) -> list[int]:
         """Token counts of env ``env_id``'s held steps (see :meth:`HistoryMemory.step_tokens`)."""
         return self._window.step_tokens(env_id)
-
-    # ------------------------------------------------------------------ helpers
-
-    def _request(self, history_length: int, env_ids: EnvIds, max_tokens: Any) -> FetchRequest:
-        """A fetch's arguments validated against the window (:func:`fetch_request`)."""
-        return fetch_request(
-            history_length, env_ids, max_tokens, num_envs=self.num_envs,
-            default=self.max_tokens, capacity=self.capacity,
-        )  # fmt: skip
-
-    def _ids(self, env_ids: EnvIds) -> list[int]:
-        """``env_ids`` validated (all envs when None)."""
-        return self._all_ids if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
-
-    def _state_header(self) -> dict[str, Any]:
-        """The ``version`` / ``kind`` / ``num_envs`` fields every state starts with."""
-        return {
-            "version": self.state_version,
-            "kind": type(self).__name__,
-            "num_envs": self.num_envs,
-        }
-
-    def _check_state(self, state: Mapping[str, Any]) -> None:
-        """Refuse a state of another kind, version or number of envs."""
-        check_state(
-            state, kind=type(self).__name__, version=self.state_version, num_envs=self.num_envs
-        )

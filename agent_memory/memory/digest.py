@@ -1,6 +1,4 @@
-"""The one digest of a finished episode, as memories that remember episodes write it (the episodic
-memory's records, the blackboard's end-of-episode notes).
-"""
+"""The digest of a finished episode, as the episodic memory and the blackboard write it."""
 
 from __future__ import annotations
 
@@ -45,19 +43,10 @@ def episode_digest(
 ) -> str:  # fmt: skip
     """A bounded text digest of a handed-over episode: its actions and its last observation.
 
-    Lines (joined by ``sep``):
-
-    * with ``outcome``: ``Episode <outcome> after <n> steps.`` (:func:`episode_outcome`; a memory
-      that keeps the outcome in its own fields leaves it out);
-    * ``Actions (<count>): a; b; c``: the actions in order (each one, so that a reader can
-      replay them); invalid actions (``[invalid: ...]`` in the history: the env got a no-op)
-      are left out and counted, as are steps a bounded history no longer held; beyond
-      ``max_actions`` the middle ones are elided;
-    * ``Last observation: ...``: the final observation's first ``obs_chars`` characters (0:
-      no such line).
-
-    The whole digest is cut to ``max_chars``; no action is read past that many characters (a
-    hostile one may be megabytes).
+    Lines (joined by ``sep``): with ``outcome``, ``Episode <outcome> after <n> steps.``; then
+    ``Actions (<count>): a; b; c`` (invalid actions left out and counted; beyond
+    ``max_actions`` the middle ones elided); then ``Last observation: ...`` (its first
+    ``obs_chars`` characters; 0: no such line). The digest is cut to ``max_chars``.
 
     Example:
         >>> ep = {"records": [{"observation": "a", "action": "up"},

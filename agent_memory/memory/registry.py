@@ -1,9 +1,8 @@
 """Memory strategies by name, so a config switch (``memory=window``) swaps them inside the wrappers.
 
-Every strategy implements :class:`~agent_memory.memory.BaseMemory` and is built as
-``factory(num_envs=..., formatter=..., token_counter=..., max_tokens=..., capacity=..., **params)``
-— the shared arguments the wrappers pass, plus the strategy's own ``params`` from its config.
-A strategy that has no use for a shared argument accepts and ignores it.
+Every strategy is built as ``factory(num_envs=..., formatter=..., token_counter=...,
+max_tokens=..., capacity=..., **params)``: the shared arguments the wrappers pass (a strategy
+may ignore some), plus its own ``params`` from its config.
 
 Example:
     >>> from agent_memory.memory import make_memory
@@ -32,10 +31,8 @@ _REGISTRY: Registry[BaseMemory] = Registry(
     # break ``import agent_memory``.
     builtins={
         "window": "agent_memory.memory.window:HistoryMemory",
-        # The window strategy's former name: configs that say ``strategy: history`` keep working.
-        "history": "agent_memory.memory.window:HistoryMemory",
-        # The window strategy with a fixed history length (memory=none: 0, memory=full: -1;
-        # agent_memory.config.FIXED_HISTORY), whatever env.history_length says.
+        "history": "agent_memory.memory.window:HistoryMemory",  # the window's former name
+        # The window with a fixed history length (agent_memory.config.FIXED_HISTORY).
         "none": "agent_memory.memory.window:HistoryMemory",
         "full": "agent_memory.memory.window:HistoryMemory",
         "compaction": "agent_memory.memory.compaction.strategy:CompactionMemory",

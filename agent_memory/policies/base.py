@@ -1,10 +1,9 @@
 """The policy interface and the registry of policies by name (``policy=random`` in configs).
 
 A policy answers a batch of prompts, one response each: :meth:`Policy.generate` gives
-:class:`~agent_memory.protocol.Generation` objects (with token ids and log-probs for policies
-that sample tokens), :meth:`Policy.act` the texts; a policy implements one, the other follows.
-``meta`` holds one dict per prompt: ``traj_uid`` and ``step``, plus the opt-in fields listed in
-:attr:`Policy.needs` (``admissible_actions``, ``oracle_action``, ``task``, ``raw_obs``).
+:class:`~agent_memory.protocol.Generation` objects, :meth:`Policy.act` the texts; a policy
+implements one, the other follows. ``meta`` holds one dict per prompt: ``traj_uid`` and ``step``,
+plus the opt-in fields listed in :attr:`Policy.needs`.
 
 Example:
     >>> from agent_memory.policies import make_policy
@@ -18,6 +17,7 @@ from __future__ import annotations
 import copy
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
 from agent_memory.parsing import ActionParser
@@ -25,9 +25,11 @@ from agent_memory.protocol import Generation
 from agent_memory.registry import Registry
 
 __all__ = [
+    "Counters",
     "Policy",
     "Prompt",
     "available_policies",
+    "check_batch",
     "episode_seed",
     "make_policy",
     "policy_factory",
@@ -36,6 +38,48 @@ __all__ = [
 
 #: A prompt: text, or a chat message list (``chat`` formatter).
 Prompt = str | list[dict[str, str]]
+
+
+@dataclass
+class Counters:
+    """A policy's numeric counters (fields of subclasses), summed call by call.
+
+    Example:
+        >>> @dataclass
+        ... class Calls(Counters):
+        ...     calls: int = 0
+        >>> total = Calls(1)
+        >>> total.add(Calls(2))
+        >>> total.as_dict()
+        {'calls': 3}
+    """
+
+    def add(self, other: Counters) -> None:
+        """Add ``other``'s counters to these."""
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The counters as a plain dict (for logs and ``summary.json``)."""
+        return asdict(self)
+
+
+def check_batch(prompts: Sequence[Prompt], meta: Sequence[Any] | None = None) -> None:
+    """Refuse a single prompt given for a batch, and ``meta`` of another length.
+
+    Example:
+        >>> check_batch("go up")
+        Traceback (most recent call last):
+        ...
+        TypeError: generate takes a sequence of prompts, got a single str: wrap it in a list
+    """
+    if isinstance(prompts, (str, Mapping)):
+        raise TypeError(
+            f"generate takes a sequence of prompts, got a single {type(prompts).__name__}: "
+            "wrap it in a list"
+        )
+    if meta is not None and len(meta) != len(prompts):
+        raise ValueError(f"expected one meta per prompt ({len(prompts)}), got {len(meta)}")
 
 
 def episode_seed(seed: int, traj_uid: str, step: int) -> int:
@@ -56,12 +100,10 @@ class Policy:
     """Answers batches of prompts. Subclasses implement :meth:`act` or :meth:`generate`.
 
     Args:
-        parser: the env's action parser; policies that write actions themselves (random,
-            scripted) use :meth:`ActionParser.format` so their responses parse.
+        parser: the env's action parser (policies that write actions use its ``format``).
 
     Attributes:
-        version: the version of the weights that answer (0 for policies without weights; a
-            trainer increments it with each update it sends).
+        version: the weights' version (0 without weights; a trainer increments it per update).
     """
 
     #: Fields of ``meta`` this policy needs (see the module docstring).

@@ -2,9 +2,7 @@
 
 An asynchronous rollout sends a local model a stream of single-prompt requests; this wrapper
 sends them on in batches of up to ``max_batch_size`` prompts, at most ``max_wait_ms`` after the
-first arrived, and gives each caller its own generations. The model runs in a worker thread, so
-the next batch fills while one generates. Use it from asyncio code (``await
-batcher.agenerate(prompts, meta)``).
+first arrived. The model runs in a worker thread, so the next batch fills while one generates.
 
 Example:
     >>> import asyncio
@@ -40,10 +38,8 @@ class BatchStats:
     """Counters of a :class:`BatchingPolicy`.
 
     Attributes:
-        requests: calls to :meth:`BatchingPolicy.agenerate`.
-        prompts: prompts answered.
-        batches: calls to the wrapped policy.
-        full_batches: batches that reached ``max_batch_size``.
+        requests, prompts: calls to :meth:`BatchingPolicy.agenerate`; prompts answered.
+        batches, full_batches: calls to the wrapped policy; those of ``max_batch_size``.
         busy_s: seconds the wrapped policy spent generating.
     """
 
@@ -76,8 +72,7 @@ class BatchingPolicy:
 
     Args:
         policy: the policy that answers batches (its ``generate``).
-        max_batch_size: the most prompts per batch (a larger request is not split: it is a
-            batch of its own).
+        max_batch_size: the most prompts per batch (a larger request is a batch of its own).
         max_wait_ms: how long a batch's first prompt waits for more.
     """
 

@@ -1,12 +1,9 @@
 """``hf``: a local Hugging Face causal LM (``transformers`` + ``torch``, extra ``llm``).
 
 The model loads from a ``save_pretrained`` directory or a cached hub id, never downloading.
-Prompts go through the chat template (``use_chat_template``, see
-:mod:`agent_memory.policies.rendering`), are generated in left-padded batches sorted by length,
-and come back in order, cut at EOS or a ``stop`` string. Each response records the prompt ids,
-the sampled ids and their log-probs under the distribution they were drawn from (the processed
-logits of the same forward passes), so rows are trainable. Over-long prompts lose their oldest
-tokens; with ``seed``, call ``k`` samples under ``seed + k`` in a forked RNG.
+Prompts are generated in left-padded batches, cut at EOS or a ``stop`` string; each response
+records its ids and their log-probs under the distribution they were drawn from, so rows are
+trainable. With ``seed``, call ``k`` samples under ``seed + k`` in a forked RNG.
 
 Example:
     >>> from agent_memory.policies import make_policy
@@ -25,13 +22,13 @@ import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agent_memory.checks import check_int, check_stop, is_number
+from agent_memory.checks import check_choice, check_int, check_number, check_stop, is_number
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt
+from agent_memory.policies.base import Counters, Policy, Prompt, check_batch
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
 from agent_memory.protocol import Generation, SamplingParams
@@ -49,17 +46,15 @@ _DTYPES = ("auto", "float32", "float16", "bfloat16")
 
 
 @dataclass
-class GenerationStats:
+class GenerationStats(Counters):
     """Counters of an :class:`HFPolicy` (cumulative in ``stats``, one call in ``last_stats``).
 
     Attributes:
-        calls: ``act`` calls.
-        prompts: prompts answered.
-        batches: ``generate`` calls.
+        calls, prompts, batches: ``act`` calls; prompts answered; ``generate`` calls.
         prompt_tokens: prompt tokens fed to the model (after truncation, without padding).
         completion_tokens: tokens generated, up to EOS or the stop string's token.
         truncated_prompts: prompts cut to fit the model's context.
-        generate_s: seconds spent in ``generate`` (tokens/s = completion_tokens / generate_s).
+        generate_s: seconds spent in ``generate``.
     """
 
     calls: int = 0
@@ -70,24 +65,14 @@ class GenerationStats:
     truncated_prompts: int = 0
     generate_s: float = 0.0
 
-    def add(self, other: GenerationStats) -> None:
-        """Add ``other``'s counters to these."""
-        for name, value in asdict(other).items():
-            setattr(self, name, getattr(self, name) + value)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The counters as a plain dict."""
-        return asdict(self)
-
 
 class HFPolicy(Policy):
     """Answers prompts with a local Hugging Face causal LM (see the module docstring).
 
     Give ``path`` (a model directory or cached hub id), or a loaded ``model`` and its
-    ``tokenizer`` (e.g. a trainer's live model: generation runs in eval mode, then restores its
-    mode). ``temperature=0`` is greedy; ``top_k=0`` and ``top_p=1`` are off; other generation
-    settings come from the model's ``generation_config.json``. ``device`` is ``"cpu"``,
-    ``"auto"`` or a torch device; ``num_threads`` sets torch's (process-wide) thread count.
+    ``tokenizer`` (e.g. a trainer's live model). ``temperature=0`` is greedy; ``top_k=0`` and
+    ``top_p=1`` are off; other settings come from ``generation_config.json``. ``num_threads``
+    sets torch's (process-wide) thread count.
 
     Attributes:
         stats, last_stats: :class:`GenerationStats` since construction and of the last call.
@@ -125,10 +110,11 @@ class HFPolicy(Policy):
         check_int("top_k", top_k, 0)
         check_int("seed", seed, 0, allow_none=True)
         check_int("num_threads", num_threads, 1, allow_none=True)
-        _check_sampling(temperature, top_p)
+        check_number("temperature", temperature, low=0)
+        if not is_number(top_p) or not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
         check_use_chat_template(use_chat_template)
-        if dtype not in _DTYPES:
-            raise ValueError(f"dtype must be one of {list(_DTYPES)}, got {dtype!r}")
+        check_choice("dtype", dtype, _DTYPES)
         stops = check_stop(stop) or []
         _check_source(path, model, tokenizer)
         model_dir = None if path is None else resolve_model(path, key="path")
@@ -229,11 +215,7 @@ class HFPolicy(Policy):
             ValueError: a prompt that cannot be rendered (see :meth:`render_prompt`).
             RuntimeError: the policy was closed.
         """
-        if isinstance(prompts, (str, Mapping)):
-            raise TypeError(
-                f"generate takes a sequence of prompts, got a single {type(prompts).__name__}: "
-                "wrap it in a list"
-            )
+        check_batch(prompts, meta)
         if getattr(self, "model", None) is None:
             raise RuntimeError(f"the hf policy for {str(self.path)!r} is closed")
         episodes = [None] * len(prompts) if meta is None else [m.get("traj_uid") for m in meta]
@@ -410,13 +392,6 @@ class HFPolicy(Policy):
             return_dict_in_generate=True,
         )
         return config
-
-
-def _check_sampling(temperature: float, top_p: float) -> None:
-    if not is_number(temperature) or not temperature >= 0:
-        raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
-    if not is_number(top_p) or not 0 < top_p <= 1:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
 
 
 def _check_source(path: object, model: object, tokenizer: object) -> None:

@@ -39,10 +39,8 @@ def resolve_model(
     Args:
         path: a directory, or a hub id such as ``"Qwen/Qwen2.5-0.5B-Instruct"``.
         need: ``"model"`` requires a ``config.json``; ``"tokenizer"`` a tokenizer file.
-        key: the name the caller took ``path`` from, which errors name (the config layer maps
-            a constructor argument to its key, e.g. ``path`` to ``policy.params.path``, by the
-            names a message mentions; so a message mentions no other argument's name); default
-            ``"path"`` for a model, ``"tokenizer"`` for a tokenizer.
+        key: the argument name errors use (the config layer maps it to its key, e.g.
+            ``policy.params.path``); default ``"path"`` for a model, ``"tokenizer"`` else.
 
     Raises:
         FileNotFoundError: neither, or the directory lacks what ``need`` asks for.
@@ -93,10 +91,8 @@ def _cached_snapshot(repo_id: str) -> Path | None:
 
 def cache_keyword(model: Any) -> str:
     """The keyword ``model``'s forward takes a key/value cache by: ``"cache"`` where
-    transformers renamed it, else ``"past_key_values"``.
-
-    Read from the forward's signature (transformers' decorators keep it), or, behind a wrapper
-    that hides it (``**kwargs``), from the installed library's output classes.
+    transformers renamed it, else ``"past_key_values"`` (read from the forward's signature, or
+    the installed library's output classes behind a ``**kwargs`` wrapper).
 
     Example:
         >>> class Old:

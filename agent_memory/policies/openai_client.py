@@ -1,13 +1,8 @@
 """``openai``: a policy answered by any OpenAI-compatible server (vLLM, SGLang, Ollama, OpenAI),
-one request per prompt over a shared keep-alive ``httpx`` client, ``concurrency`` in flight.
-
-Modes: ``"chat"`` (``/chat/completions``; the server applies the chat template) or
-``"completion"`` (``/completions``; text prompts only, or token ids with ``token_in``). Failures
-never end a rollout: transient ones are retried with backoff, and a prompt that still fails is
-answered ``""`` (an invalid action) and counted; only a server that never answers raises
-:class:`ServerUnavailable`. With ``return_tokens`` the token ids and log-probs are recorded as
-the server reports them, never re-tokenised. With ``seed``, a request's seed derives from
-``(seed, traj_uid, step)`` (else ``seed + k`` for the k-th prompt), whatever the send order.
+one request per prompt, ``concurrency`` in flight: ``agenerate`` sends on the caller's event loop,
+``generate`` on the policy's private loop (one thread). Transient failures are retried; a prompt
+that still fails is answered ``""`` (an invalid action). With ``seed``, a request's seed derives
+from ``(seed, traj_uid, step)`` (else ``seed + k`` for the k-th prompt), whatever the send order.
 
 Example:
     >>> policy = OpenAIPolicy("http://127.0.0.1:8000/v1", "Qwen2.5-7B-Instruct", max_tokens=256)
@@ -20,9 +15,11 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 import logging
+import math
 import os
 import random
 import threading
@@ -31,9 +28,9 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from agent_memory.checks import check_choice, check_int, check_stop, is_number
+from agent_memory.checks import check_choice, check_int, check_number, check_stop, is_number
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt, episode_seed
+from agent_memory.policies.base import Policy, Prompt, check_batch, episode_seed
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.openai_protocol import (
     NEUTRAL_SAMPLING,
@@ -48,16 +45,17 @@ from agent_memory.policies.openai_protocol import (
     token_fields,
 )
 from agent_memory.policies.openai_runtime import (
-    JSON_HEADERS,
     THREAD_PREFIX,
     Call,
     ClientStats,
+    Connections,
     LogprobsNotSampled,
     Request,
     Runtime,
     Sender,
     ServerRefused,
     TokenIdsMissing,
+    closing,
     require_tokens,
 )
 from agent_memory.policies.rendering import PromptRenderer
@@ -80,21 +78,16 @@ GREEDY_EPS = 1e-5
 
 
 class ServerUnavailable(RuntimeError):
-    """The server never answered: every request of the first ``dead_calls`` calls was refused,
-    reset or timed out."""
+    """The server never answered: every request of the first ``dead_calls`` calls failed."""
 
 
 class OpenAIPolicy(Policy):
     """Answers prompts with an OpenAI-compatible server (see the module docstring).
 
     Sampling fields are sent explicitly (None: the neutral value); ``extra_body`` is merged into
-    every request last. ``timeout`` bounds a request in total; retries wait ``backoff=(base,
-    max)`` doubling with jitter, at least a ``Retry-After`` (capped at ``max_retry_after``).
-    ``dead_calls`` calls in a row without any HTTP answer from a server that never answered
-    raise :class:`ServerUnavailable` (0: never). ``server`` picks the token-id field names
-    (``"openai"``: the plain API, no token ids). ``token_in`` renders prompts locally with
-    ``tokenizer`` and sends ids; ``incremental`` renders an episode's growing chat incrementally.
-    The API key (``api_key`` or the ``api_key_env`` variable) is never logged nor shown.
+    every request last. ``timeout`` bounds a request in total. ``dead_calls`` calls in a row
+    without any HTTP answer raise :class:`ServerUnavailable` (0: never). The API key is never
+    logged nor shown.
 
     Attributes:
         stats, last_stats: :class:`ClientStats` since construction and of the last call.
@@ -149,17 +142,20 @@ class OpenAIPolicy(Policy):
         check_int("seed", seed, 0, allow_none=True)
         if not is_number(timeout) or timeout <= 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        _check_sampling(
-            temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty,
-            frequency_penalty,
-        )  # fmt: skip
+        self.temperature = temperature
+        self.top_p = top_p
+        self.top_k = top_k
+        self.min_p = min_p
+        self.repetition_penalty = repetition_penalty
+        self.presence_penalty = presence_penalty
+        self.frequency_penalty = frequency_penalty
+        _check_sampling({name: getattr(self, name) for name in NEUTRAL_SAMPLING})
         return_tokens = return_tokens or token_in
         if server == "openai":
             _check_plain_openai(top_k, min_p, repetition_penalty, return_tokens)
         backoff_s = _check_backoff(backoff)
         _check_token_in(token_in, tokenizer, incremental, mode)
-        if not is_number(max_retry_after) or max_retry_after < 0:
-            raise ValueError(f"max_retry_after must be a number >= 0, got {max_retry_after!r}")
+        check_number("max_retry_after", max_retry_after, low=0)
         stops = _check_stop(stop, return_tokens, tokenizer)
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise ValueError(f"extra_body must be a dict, got {type(extra_body).__name__}")
@@ -168,13 +164,6 @@ class OpenAIPolicy(Policy):
         self.model = model
         self.mode = mode
         self.url = f"{self.base_url}/{'chat/completions' if mode == 'chat' else 'completions'}"
-        self.temperature = temperature
-        self.top_p = top_p
-        self.top_k = top_k
-        self.min_p = min_p
-        self.repetition_penalty = repetition_penalty
-        self.presence_penalty = presence_penalty
-        self.frequency_penalty = frequency_penalty
         self.max_tokens = max_tokens
         self.stop = stops
         self.seed = seed
@@ -220,52 +209,31 @@ class OpenAIPolicy(Policy):
         self._sent = 0  # prompts sent over the policy's life (seed offsets)
         self._answered = False  # the server has answered at least once (any HTTP status)
         self._dead_in_a_row = 0
-        self._probe_lock = threading.Lock()
         #: Which log-probs the server reports (see :meth:`check_server`); None until known.
         self.logprobs_kind: LogprobsKind | None = None
         self._checked = False
 
-    # ------------------------------------------------------------------ public API
-
     def generate(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
     ) -> list[Generation]:
-        """One generation per prompt, in prompt order; a prompt whose requests failed gets
-        text ``""`` and ``finish_reason="error"`` (the invalid-action path).
+        """One generation per prompt, in order; a prompt whose requests failed gets text ``""``
+        and ``finish_reason="error"``.
 
         Raises:
-            ValueError: a prompt this mode cannot send (a message list in completion mode, a
-                malformed message list), before any request is made.
+            ValueError: a prompt this mode cannot send, before any request is made.
             ServerUnavailable: the server never answered (see ``dead_calls``).
             TokenIdsMissing: ``return_tokens`` and the server sent no token ids.
             RuntimeError: the policy was closed.
         """
         requests = self._requests(prompts, meta)
-        if not requests:
-            return []
-        self.check_server()
-        call = self._submit(requests)
-        try:
-            out = [f.result() for f in call.futures]
-        except BaseException:
-            for f in call.futures:  # an interrupted caller leaves no queued requests behind
-                f.cancel()
-            raise
-        return self._remember(prompts, meta, self._finish(call, out))
+        return self._ensure_runtime().run(self._call(prompts, meta, requests)) if requests else []
 
     async def agenerate(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
     ) -> list[Generation]:
-        """:meth:`generate` for async callers (e.g. async Ray actors): awaits without
-        blocking."""
+        """:meth:`generate` for async callers (e.g. async Ray actors), on their event loop."""
         requests = self._requests(prompts, meta)
-        if not requests:
-            return []
-        if not self._checked:
-            await asyncio.to_thread(self.check_server)
-        call = self._submit(requests)
-        out = await asyncio.gather(*(asyncio.wrap_future(f) for f in call.futures))
-        return self._remember(prompts, meta, self._finish(call, list(out)))
+        return await self._call(prompts, meta, requests) if requests else []
 
     async def aact(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
@@ -280,10 +248,8 @@ class OpenAIPolicy(Policy):
         return twin
 
     def for_workers(self, num_workers: int) -> OpenAIPolicy:
-        """A copy with ``concurrency / num_workers`` requests in flight (at least 1), so the
-        workers together keep about ``concurrency`` in flight; it opens its own connections.
-        The driver moves the shares between the workers as their envs run out
-        (:meth:`set_concurrency`), up to ``concurrency`` each."""
+        """A copy with ``concurrency / num_workers`` requests in flight (at least 1) and its own
+        connections; the driver moves the shares between workers (:meth:`set_concurrency`)."""
         import copy
 
         clone = copy.copy(self)
@@ -292,8 +258,7 @@ class OpenAIPolicy(Policy):
         return clone
 
     def set_concurrency(self, concurrency: int) -> None:
-        """At most ``concurrency`` requests in flight from now on (requests above a lowered
-        limit finish first; waiting ones start at once under a raised one).
+        """At most ``concurrency`` requests in flight from now on (those above it finish first).
 
         Raises:
             ValueError: not an int in ``[1, max_concurrency]``.
@@ -311,7 +276,7 @@ class OpenAIPolicy(Policy):
         if concurrency > self.max_concurrency:
             raise ValueError(
                 f"concurrency must be at most max_concurrency={self.max_concurrency} (the "
-                f"policy's threads and connections), got {concurrency}"
+                f"policy's connections), got {concurrency}"
             )
         with self._lock:
             self.concurrency = concurrency
@@ -319,60 +284,53 @@ class OpenAIPolicy(Policy):
                 self._runtime.slots.resize(concurrency)
 
     def prepare(self) -> None:
-        """Build the HTTP client (its TLS context alone takes ~0.1 s) and check the server
-        (:meth:`check_server`) before the first call."""
-        self._ensure_runtime()
+        """Build the HTTP client (of the event loop running in this thread, if one does) and
+        check the server (:meth:`check_server`) before the first call."""
+        runtime = self._ensure_runtime()
+        with contextlib.suppress(RuntimeError):  # no loop runs here
+            asyncio.get_running_loop()
+            runtime.connections()
         self.check_server()
 
     def check_server(self) -> None:
-        """Send one one-token request (once per policy copy, before its first prompt) to learn
-        what the server does with this policy's requests, and fail before any episode when it
-        cannot give what the rows need.
-
-        The request carries the policy's own fields with top-k 1 and two top log-probs: a
-        server that samples from the distribution its log-probs describe reports 0 for the
-        one token left and -9999 (-inf) for the next; one that reports the raw model's
-        log-probs (vLLM's default ``--logprobs-mode raw_logprobs``) reports two finite values.
-        Raw log-probs are kept only where they are the sampling distribution's: temperature 1
-        with nothing filtered or penalised (or greedy decoding). A server that does not answer
-        (refused, timed out, 408, 429, 5xx) is checked again at the next call.
+        """Send one one-token request (once per policy copy) to fail before any episode when the
+        server cannot give what rows need (raw log-probs are accepted only where they are the
+        sampling distribution's). A server that does not answer is checked again later.
 
         Raises:
             ServerRefused: the server answered 4xx (it refuses a field the policy sends).
             TokenIdsMissing: ``return_tokens`` and the answer holds no ids or log-probs.
             LogprobsNotSampled: raw log-probs with sampling that changes the distribution.
         """
-        if self._checked:
-            return
-        with self._probe_lock:
-            if not self._checked:
-                self._check(self._ensure_runtime())
+        if not self._checked:
+            runtime = self._ensure_runtime()
+            runtime.run(self._acheck(runtime))
 
-    def _check(self, runtime: Runtime) -> None:
+    async def _acheck(self, runtime: Runtime, conns: Connections | None = None) -> None:
+        """:meth:`check_server` on the running loop (its calls wait for one check)."""
+        conns = conns or runtime.connections()
+        async with conns.check_lock:
+            if not self._checked:
+                with conns.tracked():
+                    await self._check(conns, runtime)
+
+    async def _check(self, conns: Connections, runtime: Runtime) -> None:
         import httpx
 
-        from agent_memory.policies.deadline import deadline
-
-        body = self._fields()
-        for name in ("stop", "seed"):
-            body.pop(name, None)
-        if self.token_in and self.renderer is not None:
-            body["prompt"] = self.renderer.ids("Hi")
-        elif self.mode == "chat":
-            body["messages"] = [{"role": "user", "content": "Hi"}]
-        else:
-            body["prompt"] = "Hi"
-        body.update(self.extra_body)
-        body.update(
-            probe_fields(self.mode, self.server) if self.return_tokens else {"max_tokens": 1}
-        )
+        fields = self._fields()
+        fields.pop("stop", None)
+        local = self.renderer.ids("Hi") if self.token_in and self.renderer is not None else None
+        probe = probe_fields(self.mode, self.server) if self.return_tokens else {"max_tokens": 1}
+        body = {**fields, **self._prompt_field("Hi", 0, local), **self.extra_body, **probe}
         try:
-            with deadline(self.timeout):
-                response = runtime.client.post(
-                    self.url, content=json.dumps(body).encode(), headers=JSON_HEADERS
-                )
-        except (httpx.HTTPError, RuntimeError) as e:
+            response = await self._sender.post(conns.client, json.dumps(body).encode())
+        except (httpx.HTTPError, TimeoutError, RuntimeError) as e:
             log.debug("openai policy: server check got no answer (%s); checked again later", e)
+            return
+        except asyncio.CancelledError:
+            if not closing(runtime.slots):
+                raise
+            log.debug("openai policy: closed during the server check")
             return
         status = response.status_code
         if status in (408, 429) or status >= 500:
@@ -415,13 +373,13 @@ class OpenAIPolicy(Policy):
             )
 
     def close(self) -> None:
-        """Close the connections and stop the request threads. Idempotent."""
+        """Close the connections and stop the private loop; requests in flight or waiting for a
+        slot answer ``""``. Idempotent."""
         with self._lock:
             self._closed = True
-            if self._finalizer is not None:
-                self._finalizer()  # runs Runtime.shutdown once
-            self._runtime = None
-            self._finalizer = None
+            finalizer, self._finalizer, self._runtime = self._finalizer, None, None
+        if finalizer is not None:
+            finalizer()  # runs Runtime.shutdown once (not under the lock: its loop may need it)
 
     def __enter__(self) -> OpenAIPolicy:
         return self
@@ -433,10 +391,10 @@ class OpenAIPolicy(Policy):
             f"mode={self.mode!r}, concurrency={self.concurrency}, api_key={key})"
         )
 
-    # A policy may be shipped to a Ray actor: the copy starts its own threads and client there.
+    # A policy may be shipped to a Ray actor: the copy opens its own clients there.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_runtime", "_finalizer", "_lock", "_closed", "_probe_lock", "_checked"):
+        for name in ("_runtime", "_finalizer", "_lock", "_closed", "_checked"):
             state.pop(name, None)
         return state
 
@@ -446,44 +404,21 @@ class OpenAIPolicy(Policy):
         self._init_runtime_state()
         self._sent = sent
 
-    # ------------------------------------------------------------------ requests
-
     def _requests(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None
     ) -> list[Request]:
         """The requests, built (and checked) before anything is sent."""
-        if isinstance(prompts, (str, Mapping)):
-            raise TypeError(
-                f"generate takes a sequence of prompts, got a single {type(prompts).__name__}: "
-                "wrap it in a list"
-            )
-        if meta is not None and len(meta) != len(prompts):
-            raise ValueError(f"expected one meta per prompt ({len(prompts)}), got {len(meta)}")
+        check_batch(prompts, meta)
         fields = self._fields()
         seeds = self._seeds(len(prompts), meta)
         out = []
         for i, prompt in enumerate(prompts):
-            body = dict(fields)
             local = None
             if self.renderer is not None:
                 episode = None if meta is None else meta[i].get("traj_uid")
                 local = self.renderer.episode_ids(prompt, episode, i)
-            if self.token_in:
-                body["prompt"] = local
-            elif self.mode == "chat":
-                body["messages"] = messages_of(prompt, i)
-            elif isinstance(prompt, str):
-                body["prompt"] = prompt
-            else:
-                raise ValueError(
-                    f"prompt {i} is a {type(prompt).__name__} but mode='completion' sends text "
-                    "prompts only: use mode='chat' so the server applies the model's chat "
-                    "template to message lists, token_in=True to apply it here, or a text "
-                    "formatter"
-                )
-            if seeds[i] is not None:
-                body["seed"] = seeds[i]
-            body.update(self.extra_body)
+            seed = {} if seeds[i] is None else {"seed": seeds[i]}
+            body = {**fields, **self._prompt_field(prompt, i, local), **seed, **self.extra_body}
             try:
                 data = json.dumps(body).encode()
             except (TypeError, ValueError) as e:
@@ -491,19 +426,31 @@ class OpenAIPolicy(Policy):
             out.append(Request(data, local, self._sampling(body)))
         return out
 
+    def _prompt_field(self, prompt: Prompt, i: int, local: list[int] | None) -> dict[str, Any]:
+        """Prompt ``i``'s field of a request: ``local`` (its token ids) with ``token_in``."""
+        if self.token_in:
+            return {"prompt": local}
+        if self.mode == "chat":
+            return {"messages": messages_of(prompt, i)}
+        if isinstance(prompt, str):
+            return {"prompt": prompt}
+        raise ValueError(
+            f"prompt {i} is a {type(prompt).__name__} but mode='completion' sends text prompts "
+            "only: use mode='chat' so the server applies the model's chat template to message "
+            "lists, token_in=True to apply it here, or a text formatter"
+        )
+
     def _fields(self) -> dict[str, Any]:
         """The fields every request carries: each sampling field explicitly (see
         :data:`~agent_memory.policies.openai_protocol.NEUTRAL_SAMPLING`), the token fields."""
         fields: dict[str, Any] = {"model": self.model}
         for name, neutral in NEUTRAL_SAMPLING.items():
-            if self.server == "openai" and name not in OPENAI_SAMPLING:
-                continue
             value = getattr(self, name)
-            fields[name] = neutral if value is None else value
+            if self.server != "openai" or name in OPENAI_SAMPLING:
+                fields[name] = neutral if value is None else value
         for name in ("max_tokens", "stop"):
-            value = getattr(self, name)
-            if value is not None:
-                fields[name] = value
+            if getattr(self, name) is not None:
+                fields[name] = getattr(self, name)
         if self.return_tokens:
             fields.update(token_fields(self.mode, self.server))
         return fields
@@ -527,56 +474,64 @@ class OpenAIPolicy(Policy):
             return [None] * n
         with self._lock:  # concurrent callers get disjoint ranges of sequential seeds
             first, self._sent = self._sent, self._sent + n
-        seeds: list[int | None] = []
-        for i in range(n):
-            m = meta[i] if meta is not None else {}
-            if "traj_uid" in m and "step" in m:
-                seeds.append(episode_seed(self.seed, m["traj_uid"], m["step"]))
-            else:
-                seeds.append(self.seed + first + i)
-        return seeds
+        seed, metas = self.seed, meta if meta is not None else [{}] * n
+        return [
+            episode_seed(seed, m["traj_uid"], m["step"])
+            if "traj_uid" in m and "step" in m
+            else seed + first + i
+            for i, m in enumerate(metas)
+        ]
 
     @staticmethod
     def _sampling(body: Mapping[str, Any]) -> SamplingParams:
         """The sampling a request's body asks for (``extra_body`` merged in)."""
-
-        def get(name: str, kind: type) -> Any:
+        values: dict[str, Any] = {}
+        for name in SamplingParams.__dataclass_fields__:
             value = body.get(name)
-            return kind(value) if is_number(value) else None
-
-        return SamplingParams(
-            temperature=get("temperature", float),
-            top_p=get("top_p", float),
-            top_k=get("top_k", int),
-            max_tokens=get("max_tokens", int),
-            seed=get("seed", int),
-            min_p=get("min_p", float),
-            repetition_penalty=get("repetition_penalty", float),
-            presence_penalty=get("presence_penalty", float),
-            frequency_penalty=get("frequency_penalty", float),
-        )
+            kind: Any = int if name in ("top_k", "max_tokens", "seed") else float
+            values[name] = kind(value) if is_number(value) else None
+        return SamplingParams(**values)
 
     def _ensure_runtime(self) -> Runtime:
+        runtime = self._runtime
+        if runtime is not None:
+            return runtime
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"{self!r} is closed")
             if self._runtime is None:
-                self._runtime = Runtime(
-                    self.concurrency, self.timeout, self._headers, self.max_concurrency
-                )
+                self._runtime = Runtime(self.concurrency, self._headers, self.max_concurrency)
                 self._finalizer = weakref.finalize(self, self._runtime.shutdown)
             return self._runtime
 
-    def _submit(self, requests: list[Request]) -> Call:
+    async def _call(
+        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None,
+        requests: list[Request],
+    ) -> list[Generation]:  # fmt: skip
+        """Send ``requests`` (checking the server first) on the running loop."""
         runtime = self._ensure_runtime()
+        try:
+            conns = runtime.connections()
+        except RuntimeError as e:  # closed since
+            raise RuntimeError(f"{self!r} is closed") from e
+        if not self._checked:
+            await self._acheck(runtime, conns)
         call = Call(ClientStats(calls=1, prompts=len(requests)))
-        call.futures = [
-            runtime.pool.submit(
-                self._sender.send, runtime.client, i, request, call, self.version, runtime.slots
-            )
-            for i, request in enumerate(requests)
-        ]
-        return call
+        send, slots, version = self._sender.send, runtime.slots, self.version
+        if len(requests) == 1:
+            out = [await send(conns, 0, requests[0], call, version, slots)]
+        else:
+            tasks = [
+                asyncio.ensure_future(send(conns, i, request, call, version, slots))
+                for i, request in enumerate(requests)
+            ]
+            try:
+                out = list(await asyncio.gather(*tasks))
+            except BaseException:
+                for task in tasks:  # an interrupted caller leaves no requests queued behind
+                    task.cancel()
+                raise
+        return self._remember(prompts, meta, self._finish(call, out))
 
     def _finish(self, call: Call, out: list[Generation]) -> list[Generation]:
         stats = call.stats
@@ -622,30 +577,28 @@ def _check_endpoint(base_url: str, model: str, mode: str, server: str) -> None:
     check_choice("server", server, ("vllm", "sglang", "openai"))
 
 
-def _check_sampling(
-    temperature: float | None, top_p: float | None, top_k: int | None, min_p: float | None,
-    repetition_penalty: float | None, presence_penalty: float | None,
-    frequency_penalty: float | None,
-) -> None:  # fmt: skip
+#: The sampling fields' ranges: (low, high, low excluded, as errors name it); top_k: an int >= -1.
+_RANGES = {
+    "temperature": (0.0, math.inf, False, "a number >= 0"),
+    "top_p": (0.0, 1.0, True, "in (0, 1]"),
+    "min_p": (0.0, 1.0, False, "in [0, 1]"),
+    "repetition_penalty": (0.0, math.inf, True, "a number > 0"),
+    "presence_penalty": (-2.0, 2.0, False, "in [-2, 2]"),
+    "frequency_penalty": (-2.0, 2.0, False, "in [-2, 2]"),
+}
+
+
+def _check_sampling(values: Mapping[str, Any]) -> None:
     """The sampling fields, each None (the server's default) or in its range."""
-    if temperature is not None and (not is_number(temperature) or temperature < 0):
-        raise ValueError(f"temperature must be a number >= 0 or None, got {temperature!r}")
-    if top_p is not None and (not is_number(top_p) or not 0 < top_p <= 1):
-        raise ValueError(f"top_p must be in (0, 1] or None, got {top_p!r}")
-    check_int("top_k", top_k, -1, allow_none=True)
-    if min_p is not None and (not is_number(min_p) or not 0 <= min_p <= 1):
-        raise ValueError(f"min_p must be in [0, 1] or None, got {min_p!r}")
-    if repetition_penalty is not None and (
-        not is_number(repetition_penalty) or repetition_penalty <= 0
-    ):
-        raise ValueError(
-            f"repetition_penalty must be a number > 0 or None, got {repetition_penalty!r}"
-        )
-    for name, value in (
-        ("presence_penalty", presence_penalty), ("frequency_penalty", frequency_penalty)
-    ):  # fmt: skip
-        if value is not None and (not is_number(value) or not -2 <= value <= 2):
-            raise ValueError(f"{name} must be in [-2, 2] or None, got {value!r}")
+    for name, value in values.items():
+        if name == "top_k":
+            check_int(name, value, -1, allow_none=True)
+            continue
+        low, high, open_, shown = _RANGES[name]
+        if value is not None and (
+            not is_number(value) or value > high or (value <= low if open_ else value < low)
+        ):
+            raise ValueError(f"{name} must be {shown} or None, got {value!r}")
 
 
 def _check_plain_openai(

@@ -1,7 +1,6 @@
 """The OpenAI-compatible wire format as vLLM (>= 0.10.2) and SGLang speak it: the fields that ask
-for token ids and log-probs (each server's own names: vLLM's ``return_token_ids`` and
-``logprobs``, SGLang's ``return_meta_info``...), and reading an answer into text, ids, log-probs
-and a finish reason, from whichever fields the server filled (``token_id:<id>`` tokens included).
+for token ids and log-probs (each server's own names), and reading an answer into text, ids,
+log-probs and a finish reason from whichever fields the server filled.
 
 Example:
     >>> answer = {"choices": [{"text": "up", "finish_reason": "stop", "token_ids": [454, 2],
@@ -49,9 +48,7 @@ Server = Literal["vllm", "sglang", "openai"]
 LogprobsKind = Literal["processed", "raw", "unknown"]
 
 #: Every sampling field a request carries, at its "off" value: vLLM and SGLang fill a field a
-#: request leaves out from the model's generation_config.json (vLLM: ``--generation-config
-#: auto``, its default), so the policy sends each one. The plain OpenAI API takes only the first
-#: two and the penalties (``server="openai"``).
+#: request leaves out from the model's generation_config.json, so the policy sends each one.
 NEUTRAL_SAMPLING: dict[str, float | int] = {
     "temperature": 1.0,
     "top_p": 1.0,
@@ -86,8 +83,8 @@ class Answer:
         response_ids: the sampled ids (None if not returned).
         logprobs: one log-prob per sampled token (None if not returned).
         prompt_tokens, completion_tokens: the server's ``usage`` counts (0 when absent).
-        stop_reason: vLLM's ``stop_reason``: the stop string that ended the response (its
-            text is then cut before it, its ids are not), a stop token id, or None.
+        stop_reason: vLLM's: the stop string that ended the response (its text is cut before
+            it, its ids are not), a stop token id, or None.
     """
 
     text: str
@@ -109,15 +106,10 @@ def token_fields(mode: Mode, server: Server) -> dict[str, Any]:
     """
     if mode == "completion":
         return {"logprobs": 0, "return_token_ids": True}
+    chat = {"logprobs": True, "top_logprobs": 0, "return_token_ids": True}
     if server == "sglang":
-        return {
-            "logprobs": True,
-            "top_logprobs": 0,
-            "return_token_ids": True,
-            "return_prompt_token_ids": True,
-            "return_meta_info": True,
-        }
-    return {"logprobs": True, "top_logprobs": 0, "return_token_ids": True}
+        return {**chat, "return_prompt_token_ids": True, "return_meta_info": True}
+    return chat
 
 
 def read_answer(data: Any, mode: Mode) -> Answer:
@@ -134,7 +126,7 @@ def read_answer(data: Any, mode: Mode) -> Answer:
     usage = data.get("usage") if isinstance(data, Mapping) else None
     usage = usage if isinstance(usage, Mapping) else {}
     response_ids, logprobs = _sampled(choice)
-    prompt_ids = choice.get("prompt_token_ids")
+    stop, prompt_ids = choice.get("stop_reason"), choice.get("prompt_token_ids")
     if prompt_ids is None and isinstance(data, Mapping):
         prompt_ids = data.get("prompt_token_ids")  # vLLM chat: at the top level
     return Answer(
@@ -145,19 +137,14 @@ def read_answer(data: Any, mode: Mode) -> Answer:
         logprobs=logprobs,
         prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),
-        stop_reason=_stop_reason(choice.get("stop_reason")),
+        stop_reason=stop if isinstance(stop, (str, int)) and not isinstance(stop, bool) else None,
     )
 
 
-def _stop_reason(value: Any) -> str | int | None:
-    return value if isinstance(value, (str, int)) and not isinstance(value, bool) else None
-
-
 def probe_fields(mode: Mode, server: Server) -> dict[str, Any]:
-    """The fields of a one-token request that shows which log-probs a server reports.
-
-    Top-k 1 leaves one token in the sampling distribution: its processed log-prob is 0 and the
-    runner-up's -inf (reported as -9999), while the raw model's are two finite values.
+    """The fields of a one-token request that shows which log-probs a server reports: top-k 1
+    leaves one token, whose processed log-prob is 0 and the runner-up's -inf (reported -9999);
+    the raw model's are two finite values.
 
     Example:
         >>> probe_fields("completion", "vllm")
@@ -257,13 +244,10 @@ def _sglang_logprobs(triples: Any, ids: list[int] | None) -> tuple[list[float], 
 
 
 def _ints(values: Any, name: str) -> list[int] | None:
-    if values is None:
-        return None
     try:
-        out = [int(v) for v in values]
+        return None if values is None else [int(v) for v in values]
     except (TypeError, ValueError):
         raise MalformedAnswer(f"{name} must be a list of token ids, got {values!r}"[:200]) from None
-    return out
 
 
 def _floats(values: Any, name: str) -> list[float]:
@@ -293,11 +277,8 @@ def messages_of(prompt: Prompt, index: int) -> list[dict[str, Any]]:
                 )
             out.append(dict(m))
         return out
-    raise ValueError(
-        f"prompt {index} must be a string or a non-empty list of chat messages, got {prompt!r}"[
-            :300
-        ]
-    )
+    shown = f"prompt {index} must be a string or a non-empty list of chat messages, got {prompt!r}"
+    raise ValueError(shown[:300])
 
 
 def server_message(response: httpx.Response) -> str:

@@ -1,6 +1,6 @@
-"""The machinery under :class:`~agent_memory.policies.openai_client.OpenAIPolicy`: the request
-threads and keep-alive HTTP client of one policy, one ``generate`` call's futures and counters,
-and the counters themselves.
+"""The machinery under :class:`~agent_memory.policies.openai_client.OpenAIPolicy`: its HTTP
+clients (one ``httpx.AsyncClient`` per event loop that sends its requests), the bound on its
+requests in flight, the private event loop of its synchronous callers, and its counters.
 
 Example:
     >>> a, b = ClientStats(requests=2, retries=1), ClientStats(requests=3)
@@ -11,15 +11,18 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import random
 import threading
 import time
-from collections.abc import Mapping
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Literal
+from collections import deque
+from collections.abc import AsyncIterator, Coroutine, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from agent_memory.policies.base import Counters
 from agent_memory.policies.openai_protocol import (
     MAX_ERROR_CHARS,
     MalformedAnswer,
@@ -32,12 +35,12 @@ from agent_memory.protocol import Generation, SamplingParams
 if TYPE_CHECKING:
     import httpx
 
-    pass
-
 __all__ = [
     "THREAD_PREFIX",
     "ClientStats",
+    "Connections",
     "LogprobsNotSampled",
+    "Runtime",
     "Sender",
     "ServerRefused",
     "Slots",
@@ -47,24 +50,26 @@ __all__ = [
 
 log = logging.getLogger("agent_memory.policies.openai_client")
 JSON_HEADERS = {"Content-Type": "application/json"}
+T = TypeVar("T")
 
-#: Names of the request threads (``<prefix>_0``, ...).
+#: The name of the thread whose event loop sends synchronous callers' requests.
 THREAD_PREFIX = "agent-memory-openai-policy"
+#: What a request gets when the policy is closed under it (or before it had a slot).
+CLOSED = "the policy was closed"
 
 
 @dataclass
-class ClientStats:
+class ClientStats(Counters):
     """Counters of an :class:`OpenAIPolicy` (cumulative in ``stats``, one call in ``last_stats``).
 
     Attributes:
         calls, prompts: ``act`` calls; prompts answered (successfully or with ``""``).
         requests, retries: HTTP requests sent (retries included); those that were retries.
         failures: prompts answered ``""`` because every attempt failed.
-        truncated: responses the server cut at ``max_tokens`` (``finish_reason == "length"``).
+        truncated: responses the server cut at ``max_tokens``.
         total_latency_s, wall_s: seconds waiting on requests (summed); seconds in ``act``.
         prompt_tokens, completion_tokens: the servers' ``usage`` counts, summed.
-        prompt_id_mismatches: prompts whose server-reported ids differ from the local rendering
-            (counted only with a local ``tokenizer``).
+        prompt_id_mismatches: prompts whose server-reported ids differ from the local rendering.
     """
 
     calls: int = 0
@@ -79,20 +84,10 @@ class ClientStats:
     completion_tokens: int = 0
     prompt_id_mismatches: int = 0
 
-    def add(self, other: ClientStats) -> None:
-        """Add ``other``'s counters to these."""
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-
-    def as_dict(self) -> dict[str, Any]:
-        """The counters as a plain dict (for logs and ``summary.json``)."""
-        return asdict(self)
-
 
 @dataclass(frozen=True)
 class Request:
-    """One prompt's request: the JSON body, the token ids sent (token-in) or rendered locally
-    (with a ``tokenizer``), and how it samples."""
+    """One prompt's request: its JSON body, its token ids (sent, or rendered here), its sampling."""
 
     body: bytes
     prompt_ids: list[int] | None
@@ -101,134 +96,317 @@ class Request:
 
 @dataclass
 class Call:
-    """One ``generate`` call in progress: its futures and counters (updated from pool
-    threads)."""
+    """One ``generate`` call in progress and its counters (its requests share one loop: no lock)."""
 
     stats: ClientStats
-    futures: list[Future[Generation]] = field(default_factory=list)
     errors: dict[int, str] = field(default_factory=dict)
     start: float = field(default_factory=time.perf_counter)
-    lock: threading.Lock = field(default_factory=threading.Lock)
     #: Some request of the call got an HTTP response (whatever its status).
     answered: bool = False
 
     def count(
         self,
-        t0: float,
+        t0: float | None,
         *,
         usage: tuple[int, int, bool] | None = None,
         error: tuple[int, str, int] | None = None,
         retry: bool = False,
         mismatch: bool = False,
-        sent: bool = True,
     ) -> None:
-        """Record one finished request: its usage, a retry to come, or a prompt given up on
-        (``sent=False``: given up on before any request was sent)."""
-        latency = time.perf_counter() - t0
-        with self.lock:
-            s = self.stats
-            s.requests += sent
-            s.retries += retry
-            s.prompt_id_mismatches += mismatch
-            s.total_latency_s += latency if sent else 0.0
-            if usage is not None:
-                s.prompt_tokens += usage[0]
-                s.completion_tokens += usage[1]
-                s.truncated += usage[2]
-            if error is not None:
-                index, message, retries = error
-                s.failures += 1
-                self.errors[index] = f"{message} (after {retries} retries)" if retries else message
+        """Record one request sent at ``t0`` (None: none was): its usage, a retry to come, or
+        the prompt given up on."""
+        s = self.stats
+        s.requests += t0 is not None
+        s.retries += retry
+        s.prompt_id_mismatches += mismatch
+        s.total_latency_s += time.perf_counter() - t0 if t0 is not None else 0.0
+        if usage is not None:
+            s.prompt_tokens += usage[0]
+            s.completion_tokens += usage[1]
+            s.truncated += usage[2]
+        if error is not None:
+            index, message, retries = error
+            s.failures += 1
+            self.errors[index] = f"{message} (after {retries} retries)" if retries else message
+
+
+@dataclass(eq=False)
+class _Waiter:
+    """A coroutine waiting for a slot, on its event loop."""
+
+    future: asyncio.Future[None]
+    granted: bool = False
+
+    def settle(self, error: BaseException | None = None) -> bool:
+        """Wake it (from any thread) with a slot, or with ``error``; False: its loop is closed."""
+
+        def wake() -> None:
+            if not self.future.done():
+                if error is None:
+                    self.future.set_result(None)
+                else:
+                    self.future.set_exception(error)
+
+        loop = self.future.get_loop()
+        if asyncio._get_running_loop() is loop:
+            wake()
+            return True
+        try:
+            loop.call_soon_threadsafe(wake)
+        except RuntimeError:
+            return False
+        return True
 
 
 class Slots:
-    """A counting semaphore whose size can change while requests hold it: the requests a policy
-    has in flight. :meth:`close` releases every waiter.
+    """A counting semaphore for coroutines on any event loops (of any threads) whose size can
+    change while requests hold it; :meth:`close` fails every waiter.
 
     Example:
-        >>> slots = Slots(1)
-        >>> with slots:
+        >>> async def demo() -> tuple[int, int]:
+        ...     slots = Slots(1)
+        ...     await slots.acquire()
         ...     slots.resize(2)  # a second request may now start
-        ...     slots.in_use, slots.size
-        (1, 2)
+        ...     await slots.acquire()
+        ...     return slots.in_use, slots.size
+        >>> asyncio.run(demo())
+        (2, 2)
     """
 
     def __init__(self, size: int) -> None:
         self.size = size
         self.in_use = 0
         self.closed = False
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._waiters: deque[_Waiter] = deque()
 
     def resize(self, size: int) -> None:
         """At most ``size`` in use from now on (holders above it finish first)."""
-        with self._cond:
+        with self._lock:
             self.size = size
-            self._cond.notify_all()
+            self._wake()
 
     def close(self) -> None:
-        """Wake every waiter: :meth:`__enter__` raises for them from now on."""
-        with self._cond:
+        """Fail every waiter: :meth:`acquire` raises for them and from now on."""
+        with self._lock:
             self.closed = True
-            self._cond.notify_all()
+            waiters, self._waiters = list(self._waiters), deque()
+        for waiter in waiters:
+            waiter.settle(RuntimeError(CLOSED))
 
-    def acquire(self) -> None:
-        """Wait for a slot and take it.
+    async def acquire(self) -> None:
+        """Wait for a slot (first come, first served) and take it.
 
         Raises:
             RuntimeError: closed (before or while waiting).
         """
-        with self._cond:
-            self._cond.wait_for(lambda: self.closed or self.in_use < self.size)
+        with self._lock:
             if self.closed:
-                raise RuntimeError("the policy was closed")
-            self.in_use += 1
+                raise RuntimeError(CLOSED)
+            if self.in_use < self.size and not self._waiters:
+                self.in_use += 1
+                return
+            waiter = _Waiter(asyncio.get_running_loop().create_future())
+            self._waiters.append(waiter)
+        try:
+            await waiter.future
+        except BaseException:  # cancelled (perhaps just given a slot), or closed
+            with self._lock:
+                if waiter.granted:
+                    self.in_use -= 1
+                    self._wake()
+                else:
+                    with contextlib.suppress(ValueError):
+                        self._waiters.remove(waiter)
+            raise
 
     def release(self) -> None:
         """Give a slot back."""
-        with self._cond:
+        with self._lock:
             self.in_use -= 1
-            self._cond.notify()
+            self._wake()
 
-    def __enter__(self) -> Slots:
-        self.acquire()
-        return self
+    def _wake(self) -> None:
+        """Hand the free slots to the first waiters (the lock held)."""
+        while self._waiters and self.in_use < self.size:
+            waiter = self._waiters.popleft()
+            if waiter.settle():
+                waiter.granted = True
+                self.in_use += 1
 
-    def __exit__(self, *exc: object) -> None:
-        self.release()
+
+class Connections:
+    """One event loop's client (its keep-alive connections) and the requests in flight on it
+    (:meth:`Runtime.shutdown` cancels them)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, client: httpx.AsyncClient) -> None:
+        self.loop = loop
+        self.client = client
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.check_lock = asyncio.Lock()
+        self.closer: Any = None
+
+    @contextlib.contextmanager
+    def tracked(self, slots: Slots | None = None) -> Any:
+        """The current task is sending a request of this loop's while in the block (holding a
+        slot of ``slots``, given back at its end)."""
+        task = asyncio.current_task()
+        assert task is not None
+        self.tasks.add(task)
+        try:
+            yield
+        finally:
+            self.tasks.discard(task)
+            if slots is not None:
+                slots.release()
+
+    def end(self) -> None:
+        """Cancel the requests in flight and close the client (on the loop's thread)."""
+        for task in list(self.tasks):
+            task.cancel()
+        task = self.loop.create_task(self.closer.aclose())
+        _ENDING.add(task)
+        task.add_done_callback(_ENDING.discard)
+
+
+#: Clients being closed (the loop keeps only weak references to its tasks).
+_ENDING: set[asyncio.Task[Any]] = set()
 
 
 class Runtime:
-    """The request threads and the HTTP client of one policy: ``limit`` threads and
-    connections, of which ``concurrency`` carry requests at a time (:attr:`slots`, resizable up
-    to ``limit``)."""
+    """One policy copy's machinery: ``concurrency`` requests in flight (:attr:`slots`), a client
+    per event loop (``limit`` connections), and the private loop of synchronous callers."""
 
     def __init__(
-        self, concurrency: int, timeout: float, headers: Mapping[str, str], limit: int | None = None
+        self, concurrency: int, headers: Mapping[str, str], limit: int | None = None
     ) -> None:
+        self.slots = Slots(concurrency)
+        self.limit = max(limit or concurrency, concurrency)
+        self.headers = dict(headers)
+        self.loops: dict[asyncio.AbstractEventLoop, Connections] = {}
+        self.closed = False
+        self._private: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
+        self._lock = threading.Lock()
+
+    def connections(self) -> Connections:
+        """The running loop's client (made on its first request there).
+
+        Raises:
+            RuntimeError: closed.
+        """
+        loop = asyncio.get_running_loop()
+        conns = self.loops.get(loop)
+        return conns if conns is not None else self._open(loop)
+
+    def _open(self, loop: asyncio.AbstractEventLoop) -> Connections:
         import httpx
 
-        from agent_memory.policies.deadline import DeadlineTransport
+        from agent_memory.policies.openai_transport import Transport
 
-        limit = max(limit or concurrency, concurrency)
-        limits = httpx.Limits(max_connections=limit, max_keepalive_connections=limit)
-        self.client = httpx.Client(
-            headers=dict(headers),
-            timeout=httpx.Timeout(timeout),
-            transport=DeadlineTransport(limits),
-        )
-        self.slots = Slots(concurrency)
-        self.pool = ThreadPoolExecutor(limit, thread_name_prefix=THREAD_PREFIX)
-        self.closed = False
+        with self._lock:
+            if self.closed:
+                raise RuntimeError(CLOSED)
+            for old in [old for old in self.loops if old.is_closed()]:
+                del self.loops[old]
+            limits = httpx.Limits(max_connections=self.limit, max_keepalive_connections=self.limit)
+            # (No timeout: the transport has none per phase; each request has its deadline.)
+            client = httpx.AsyncClient(headers=self.headers, transport=Transport(limits))
+            conns = self.loops[loop] = Connections(loop, client)
+        # The loop closes the client when it shuts down (asyncio.run's shutdown_asyncgens): a
+        # policy used from a short-lived loop leaves no connections behind.
+        conns.closer = self._closer(conns)
+        with contextlib.suppress(StopIteration):
+            conns.closer.asend(None).send(None)  # to its yield: the loop now knows it
+        return conns
+
+    async def _closer(self, conns: Connections) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            with self._lock:
+                if self.loops.get(conns.loop) is conns:
+                    del self.loops[conns.loop]
+            await conns.client.aclose()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """``coro``'s result, run on the private loop (started on the first call, in a daemon
+        thread :data:`THREAD_PREFIX`): what a synchronous caller awaits, from any thread.
+
+        Raises:
+            RuntimeError: closed, or called from the private loop itself.
+        """
+        with self._lock:
+            if self.closed:
+                coro.close()
+                raise RuntimeError(CLOSED)
+            if self._private is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(target=_serve, args=(loop,), name=THREAD_PREFIX)
+                thread.daemon = True
+                thread.start()
+                self._private = loop, thread
+            loop, thread = self._private
+        if threading.current_thread() is thread:
+            coro.close()
+            raise RuntimeError("a synchronous call from the policy's own event loop")
+        future = asyncio.run_coroutine_threadsafe(coro, loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # an interrupted caller leaves no requests queued behind
+            raise
 
     def shutdown(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        # Closing the client first ends requests in flight (their threads see a closed pool);
-        # closing the slots ends the requests still waiting for one.
-        self.client.close()
+        """Fail the requests waiting for a slot, cancel those in flight (they get ``""``), close
+        the clients and stop the private loop. Idempotent."""
+        with self._lock:
+            if self.closed:
+                return
+            self.closed = True
+            loops, self.loops = list(self.loops.values()), {}
+            private, self._private = self._private, None
         self.slots.close()
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        mine = None
+        for conns in loops:
+            if private is not None and conns.loop is private[0]:
+                mine = conns
+            elif asyncio._get_running_loop() is conns.loop:
+                conns.end()
+            else:
+                with contextlib.suppress(RuntimeError):  # the loop is closed: nothing runs
+                    conns.loop.call_soon_threadsafe(conns.end)
+        if private is not None:
+            asyncio.run_coroutine_threadsafe(_settle(mine), private[0])
+            if threading.current_thread() is not private[1]:
+                private[1].join(timeout=30)
+
+
+async def _settle(conns: Connections | None) -> None:
+    """The private loop's last work: cancel its requests in flight, let every call on it end
+    (they answer ``""`` now), then stop the loop."""
+    try:
+        for task in list(conns.tasks if conns is not None else ()):
+            task.cancel()
+        others = asyncio.all_tasks() - {asyncio.current_task()}
+        if others:
+            await asyncio.wait(others, timeout=10)
+    finally:
+        asyncio.get_running_loop().stop()
+
+
+def _serve(loop: asyncio.AbstractEventLoop) -> None:
+    """Run ``loop`` until stopped, then end its tasks and close it (and so its client)."""
+    asyncio.set_event_loop(loop)
+    try:
+        loop.run_forever()
+        tasks = asyncio.all_tasks(loop)
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())  # closes the client
+    finally:
+        asyncio.set_event_loop(None)
+        loop.close()
 
 
 class TokenIdsMissing(RuntimeError):
@@ -255,26 +433,27 @@ def require_tokens(
 
 
 class ServerRefused(RuntimeError):
-    """The server answered the policy's first request with a 4xx: it refuses a field the
-    policy sends (a sampling or token field), so every later request would fail too."""
+    """The server refused the policy's first request (4xx): every later one would fail too."""
 
 
 class LogprobsNotSampled(RuntimeError):
-    """The server reports log-probs that are not those of the distribution it samples from
-    (vLLM's default ``--logprobs-mode raw_logprobs``), and the policy's sampling changes that
-    distribution (a temperature other than 1, top-k, top-p, min-p or a penalty)."""
+    """The server reports raw log-probs (vLLM's default), not those the policy samples from."""
+
+
+def closing(slots: Slots) -> bool:
+    """The policy's close cancelled the current task, and nothing else did (the cancellation
+    is then taken back: the request answers ``""``)."""
+    if not slots.closed:
+        return False
+    task = asyncio.current_task()
+    return task is not None and task.uncancel() == 0
 
 
 @dataclass
 class Sender:
-    """How one prompt's requests go out: the endpoint, the total deadline per request
-    (``timeout``), retries with backoff (``(base, max)`` seconds, at least a ``Retry-After`` up to
-    ``max_retry_after``, random ``jitter``), and what an answer must hold (``return_tokens``: ids
-    and log-probs). ``server`` names the token fields in error messages. ``tokenizer``: with stop
-    strings and ``return_tokens``, a response a stop string ended gets the text of its ids (the
-    server cut its text inside the last token, see
-    :class:`~agent_memory.policies.openai_protocol.Answer`).
-    """
+    """How one prompt's requests go out: the endpoint, the total deadline per request, retries
+    with backoff (at least a ``Retry-After`` up to ``max_retry_after``), and what an answer must
+    hold. ``tokenizer``: a response a stop string ended gets the text of its ids."""
 
     url: str
     mode: Literal["chat", "completion"]
@@ -287,76 +466,76 @@ class Sender:
     jitter: random.Random = field(default_factory=random.Random)
     tokenizer: Any = None
 
-    def send(
-        self, client: httpx.Client, index: int, request: Request, call: Call, version: int,
-        slots: Slots | None = None,
+    async def send(
+        self, conns: Connections, index: int, request: Request, call: Call, version: int,
+        slots: Slots,
     ) -> Generation:  # fmt: skip
-        """One prompt: its requests and retries (runs on a pool thread), holding one of
-        ``slots`` throughout (retries and their backoff included)."""
-        if slots is None:
-            return self._send(client, index, request, call, version)
-        try:
-            slots.acquire()
-        except RuntimeError as e:  # closed while waiting for a slot
-            error = (index, f"{type(e).__name__}: {e}", 0)
-            call.count(time.perf_counter(), error=error, sent=False)
-            return Generation(
-                "", finish_reason="error", policy_version=version, sampling=request.sampling
-            )
-        try:
-            return self._send(client, index, request, call, version)
-        finally:
-            slots.release()
-
-    def _send(
-        self, client: httpx.Client, index: int, request: Request, call: Call, version: int
-    ) -> Generation:
+        """One prompt: its requests and retries, holding one of ``slots`` throughout (its backoff
+        too: an overloaded server gets fewer requests, not the same number later)."""
         import httpx
 
-        from agent_memory.policies.deadline import deadline
-
+        try:
+            await slots.acquire()
+        except RuntimeError as e:  # closed while waiting for a slot
+            call.count(None, error=(index, f"{type(e).__name__}: {e}", 0))
+            return self._failed(request, version)
         attempt = 0
-        while True:
-            wait: float | None = None
-            t0 = time.perf_counter()
-            try:
-                with deadline(self.timeout):
-                    response = client.post(self.url, content=request.body, headers=JSON_HEADERS)
-            except httpx.TimeoutException:
-                error, retryable = f"timed out after {self.timeout:g} s", True
-            except httpx.TransportError as e:
-                error, retryable = f"{type(e).__name__}: {e}", True
-            except RuntimeError as e:  # the client was closed under this request
-                error, retryable = f"{type(e).__name__}: {e}", False
-            else:
-                call.answered = True
-                status = response.status_code
-                if status == 200:
-                    generation, error = self._read(response, request, call, t0, version)
-                    if generation is not None:
-                        return generation
-                    retryable = False
+        delay: float | None = None
+        with conns.tracked(slots):
+            while True:
+                wait: float | None = None
+                t0 = time.perf_counter()
+                try:
+                    if delay is not None:
+                        await asyncio.sleep(delay)
+                        t0 = time.perf_counter()
+                    response = await self.post(conns.client, request.body)
+                except (TimeoutError, httpx.TimeoutException):
+                    error, retryable = f"timed out after {self.timeout:g} s", True
+                except httpx.TransportError as e:
+                    error, retryable = f"{type(e).__name__}: {e}", True
+                except RuntimeError as e:  # the client was closed under this request
+                    error, retryable = f"{type(e).__name__}: {e}", False
+                except asyncio.CancelledError:
+                    if not closing(slots):
+                        raise
+                    error, retryable = f"RuntimeError: {CLOSED}", False
                 else:
-                    error = f"HTTP {status}: {server_message(response)}"
-                    retryable = status in (408, 429) or status >= 500
-                    if status in (429, 503):
-                        wait = retry_after(response.headers.get("retry-after"))
-            if not retryable or attempt >= self.max_retries:
-                call.count(t0, error=(index, error, attempt))
-                return Generation(
-                    "", finish_reason="error", policy_version=version, sampling=request.sampling
-                )
-            call.count(t0, retry=True)
-            delay = self._delay(attempt, wait)
-            log.debug("openai policy: prompt %d: %s; retry in %.2f s", index, error, delay)
-            attempt += 1
-            # The prompt keeps its thread (its slot) while it waits: an overloaded server gets
-            # fewer requests, not the same number later.
-            time.sleep(delay)
+                    call.answered = True
+                    status = response.status_code
+                    if status == 200:
+                        read = self._read(response, request, call, t0, version)
+                        if isinstance(read, Generation):
+                            return read
+                        error, retryable = read, False
+                    else:
+                        error = f"HTTP {status}: {server_message(response)}"
+                        retryable = status in (408, 429) or status >= 500
+                        if status in (429, 503):
+                            wait = retry_after(response.headers.get("retry-after"))
+                if not retryable or attempt >= self.max_retries:
+                    call.count(t0, error=(index, error, attempt))
+                    return self._failed(request, version)
+                call.count(t0, retry=True)
+                delay = self._delay(attempt, wait)
+                log.debug("openai policy: prompt %d: %s; retry in %.2f s", index, error, delay)
+                attempt += 1
+
+    async def post(self, client: httpx.AsyncClient, body: bytes) -> httpx.Response:
+        """POST ``body``: the whole request, however slowly the server drips its answer, within
+        ``timeout``."""
+        async with asyncio.timeout(self.timeout):
+            return await client.post(self.url, content=body, headers=JSON_HEADERS)
+
+    @staticmethod
+    def _failed(request: Request, version: int) -> Generation:
+        return Generation(
+            "", finish_reason="error", policy_version=version, sampling=request.sampling
+        )
 
     def _read(
         self, response: httpx.Response, request: Request, call: Call, t0: float, version: int
-    ) -> tuple[Generation | None, str]:
+    ) -> Generation | str:
         """The generation in a 200 answer, or why there is none (a malformed answer).
 
         Raises:
@@ -366,11 +545,11 @@ class Sender:
         try:
             data = response.json()
         except ValueError:
-            return None, f"malformed response (not JSON): {shown!r}"
+            return f"malformed response (not JSON): {shown!r}"
         try:
             answer = read_answer(data, self.mode)
         except MalformedAnswer as e:
-            return None, f"malformed response ({e}): {shown!r}"
+            return f"malformed response ({e}): {shown!r}"
         prompt_ids = answer.prompt_ids if answer.prompt_ids is not None else request.prompt_ids
         response_ids, logprobs = answer.response_ids, answer.logprobs
         if self.return_tokens:
@@ -393,17 +572,14 @@ class Sender:
         ):
             # What the model sampled, not the server's text cut inside its last token.
             text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
-        return (
-            Generation(
-                text=text,
-                prompt_ids=prompt_ids if self.return_tokens else None,
-                response_ids=response_ids if self.return_tokens else None,
-                response_logprobs=logprobs if self.return_tokens else None,
-                finish_reason=answer.finish_reason,
-                policy_version=version,
-                sampling=request.sampling,
-            ),
-            "",
+        return Generation(
+            text=text,
+            prompt_ids=prompt_ids if self.return_tokens else None,
+            response_ids=response_ids if self.return_tokens else None,
+            response_logprobs=logprobs if self.return_tokens else None,
+            finish_reason=answer.finish_reason,
+            policy_version=version,
+            sampling=request.sampling,
         )
 
     def _delay(self, attempt: int, wait: float | None) -> float:

@@ -1,14 +1,10 @@
 """``PromptRenderer``: a prompt (text or chat messages) as the exact token ids a model gets.
 
-With a chat template (``use_chat_template`` ``"auto"`` or ``True``) a text prompt becomes one user
-message; without one, text is tokenized as it is and a message list is refused (a made-up
-rendering would give the model a format it was not trained on). Shared by the ``hf`` policy and
-the ``openai`` policy's token-in mode, so both condition the model on the same ids.
-
-``incremental=True`` (token-in/token-out): an episode's next prompt is its previous prompt ids,
-the response ids actually sampled (plus the end-of-turn tokens if they were cut), then the new
-messages' tokens; the model never conditions on a re-tokenisation of its own output. A prompt
-that does not extend the episode's previous one is rendered whole.
+With a chat template a text prompt becomes one user message; without one, text is tokenized as
+it is and a message list is refused (a made-up rendering is a format the model was not trained
+on). Shared by the ``hf`` policy and the ``openai`` policy's token-in mode. With
+``incremental=True`` an episode's next prompt extends its previous prompt ids and the response ids
+actually sampled, so the model never conditions on a re-tokenisation of its own output.
 
 Example:
     >>> from agent_memory.models import build_tiny_lm

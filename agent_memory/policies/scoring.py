@@ -1,12 +1,9 @@
 """``score``: a local causal LM that chooses among the admissible actions by their likelihood.
 
 GLAM-style (Carta et al., 2023): each admissible action ``a`` scores the log-likelihood of the
-response that takes it (``parser.format(a)`` then EOS, what the ``hf`` policy would generate),
-and the policy samples from ``softmax(score / temperature)`` (0: the best). Every answer is
-admissible. Each :class:`~agent_memory.protocol.Generation` records the chosen response's ids and
-log-probs and an :class:`~agent_memory.protocol.ActionChoice` a trainer rescored with
-:func:`score_candidates`. A forced action (one candidate) needs no forward pass unless
-``score_forced``.
+response that takes it (``parser.format(a)`` then EOS), and the policy samples from
+``softmax(score / temperature)`` (0: the best). Each generation records an
+:class:`~agent_memory.protocol.ActionChoice` a trainer rescores with :func:`score_candidates`.
 
 Example:
     >>> import tempfile
@@ -28,9 +25,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
-from agent_memory.checks import check_int, is_number
+from agent_memory.checks import check_int, check_number
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt
+from agent_memory.policies.base import Policy, Prompt, check_batch
 from agent_memory.policies.hf import GenerationStats, HFPolicy, _context_length
 from agent_memory.policies.local_model import cache_keyword, returned_cache
 from agent_memory.protocol import ActionChoice, Generation, SamplingParams
@@ -50,10 +47,8 @@ class CandidateScores:
 
     Attributes:
         token_logprobs: ``(B, K, L)`` log-probability of each candidate token (0 on padding).
-        scores: ``(B, K)`` each candidate's summed log-probability; ``-inf`` where prompt ``b``
-            has fewer than ``K`` candidates.
-        prompt_hidden: ``(B, H)`` the last layer's hidden state at each prompt's last token
-            (a value head reads it), or None unless asked for.
+        scores: ``(B, K)`` each candidate's summed log-probability (``-inf`` where absent).
+        prompt_hidden: ``(B, H)`` the last hidden state at each prompt's last token, or None.
     """
 
     def __init__(
@@ -80,10 +75,9 @@ def score_candidates(
 ) -> CandidateScores:
     """Each candidate response's token log-probabilities given its prompt (teacher forcing).
 
-    One forward pass over the prompts (left-padded, positions from the attention mask), then one
-    over every candidate on the prompts' key/value cache (each prompt's cache repeated for its
-    candidates). Gradients flow when called outside ``torch.no_grad``. Shared by
-    :class:`ScoringPolicy` (sampling) and the trainer (recomputing the same log-probs).
+    One forward pass over the (left-padded) prompts, then one over every candidate on its
+    prompt's key/value cache. Gradients flow outside ``torch.no_grad``: the trainer recomputes
+    what :class:`ScoringPolicy` sampled with.
 
     Args:
         model: a ``transformers`` causal LM.
@@ -175,12 +169,10 @@ def _select_cache(cache: Any, index: torch.Tensor) -> Any:
 class ScoringPolicy(Policy):
     """Chooses among the admissible actions by the model's likelihood of each (module docstring).
 
-    Takes a model as the ``hf`` policy does (``path``, or ``model`` and ``tokenizer``; ``device``,
-    ``dtype``, ``use_chat_template``, ``num_threads`` likewise). ``temperature`` is the action
-    softmax's (0: the best). ``seed``: step ``s`` of episode ``traj_uid`` draws from
-    ``numpy.random.default_rng([seed, crc32(traj_uid), s])`` whatever its batch; prompts without
-    that meta from call ``k``'s ``default_rng([seed, k])``. ``append_eos`` ends each candidate with
-    the end token; ``score_forced`` also scores single-candidate steps.
+    Takes a model as the ``hf`` policy does. ``temperature`` is the action softmax's (0: the
+    best). With ``seed`` each episode step draws from its own stream, whatever its batch.
+    ``append_eos`` ends each candidate with the end token; ``score_forced`` also scores
+    single-candidate steps (else a forced action needs no forward pass).
     """
 
     temperature: float
@@ -205,8 +197,7 @@ class ScoringPolicy(Policy):
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
-        if not is_number(temperature) or not temperature >= 0:
-            raise ValueError(f"temperature must be a number >= 0, got {temperature!r}")
+        check_number("temperature", temperature, low=0)
         check_int("batch_size", batch_size, 1)
         check_int("seed", seed, 0, allow_none=True)
         # The hf policy loads the model, adopts a live one and renders prompts the same way.
@@ -266,11 +257,7 @@ class ScoringPolicy(Policy):
         Raises:
             ValueError: a prompt without a finite list of admissible actions.
         """
-        if isinstance(prompts, (str, Mapping)):
-            raise TypeError(
-                f"generate takes a sequence of prompts, got a single {type(prompts).__name__}: "
-                "wrap it in a list"
-            )
+        check_batch(prompts)
         if meta is None or len(meta) != len(prompts):
             raise ValueError(
                 "the score policy needs each prompt's admissible actions in meta "
@@ -340,9 +327,8 @@ class ScoringPolicy(Policy):
         return [g for g in out if g is not None]
 
     def _draw(self, rng: np.random.Generator, meta: Mapping[str, Any]) -> float:
-        """A uniform draw for one prompt: from the episode's own stream when the prompt names
-        its episode and step (so the draw does not depend on batch order), else from the
-        call's stream."""
+        """A uniform draw for one prompt: from ``default_rng([seed, crc32(traj_uid), step])``
+        when the prompt names its episode and step, else from the call's stream."""
         episode, step = meta.get("traj_uid"), meta.get("step")
         if self.seed is None or episode is None or not isinstance(step, int):
             return float(rng.random())

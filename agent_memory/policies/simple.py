@@ -16,10 +16,9 @@ __all__ = ["PromptOraclePolicy", "RandomPolicy", "ScriptedPolicy"]
 class RandomPolicy(Policy):
     """Uniform over each env's admissible actions, written in the parser's format.
 
-    ``seed``: a prompt whose meta names its episode and step draws from an RNG seeded by
-    :func:`~agent_memory.policies.base.episode_seed` (the same draw in any order), others from the
-    policy's own RNG. ``actions``: what to draw from (already formatted) where the env has no finite
-    admissible set; without them such envs get an empty response (an invalid action).
+    ``seed``: a prompt whose meta names its episode and step draws the same in any order.
+    ``actions``: what to draw from (already formatted) where the env has no finite admissible set;
+    without them such envs get an empty response (an invalid action).
 
     Example:
         >>> p = RandomPolicy(seed=1, actions=["<answer>42</answer>"])
@@ -111,26 +110,16 @@ def _text_solver(env_id: str | None) -> Any:
     """The env class's ``solve_from_text(text, options)``, when the env has one."""
     if env_id is None:
         return None
-    import importlib
+    from agent_memory.prepare import entry_point
 
-    import gymnasium as gym
-
-    import agent_memory.envs  # noqa: F401  (registers the bundled ids)
-
-    entry = gym.spec(env_id).entry_point
-    if isinstance(entry, str):
-        module, _, name = entry.partition(":")
-        entry = getattr(importlib.import_module(module), name)
-    return getattr(entry, "solve_from_text", None)
+    return getattr(entry_point(env_id), "solve_from_text", None)
 
 
 class PromptOraclePolicy(Policy):
     """An expert that uses only what its prompt shows, where the env can say how.
 
     Envs with a static ``solve_from_text(text, options)`` (Recall) are answered from the prompt
-    alone: success then measures what the history window (or another memory) kept. Other envs
-    get their true-state oracle, whose actions do not depend on the prompt — so every memory
-    strategy sees the same episodes. The context-length benchmark uses it.
+    alone, so success measures what the memory kept; other envs get their true-state oracle.
 
     Example:
         >>> p = PromptOraclePolicy(env_id="agent_memory/Recall-v0")

@@ -40,11 +40,9 @@ __all__ = [
 class EpisodeAssignment:
     """Driver -> worker: sub-env ``env`` starts episode ``traj_uid`` from ``seed``.
 
-    Members of a group share ``seed`` (they start from the same state); ``group_uid`` is given to
-    memories that share notes within a group. ``order``: the assignment's place among those the
-    driver sent for this env in the current call stream (0, 1, 2...): the worker plays an env's
-    episodes in that order, whatever order the messages arrive in (Ray does not keep the order
-    of an async actor's calls).
+    Members of a group share ``seed``; ``group_uid`` is given to memories that share notes
+    within a group. ``order``: the assignment's place among this env's in the current call stream
+    (0, 1, 2...): the worker plays them in that order, whatever order Ray delivers them in.
     """
 
     env: int
@@ -80,11 +78,8 @@ class StepResult:
     """Worker -> driver: what came of one env's step.
 
     ``reward`` includes the invalid-action penalty; ``truncated`` (time limit or ``error``) is
-    False when ``terminated``. ``is_action_valid``: the response parsed to an action the env
-    accepted, else ``invalid_reason``; ``parsed_action`` and ``thought`` are what the parser
-    found. ``state_key`` (GiGPO's step groups) and ``won`` come from the env. ``error``: the
-    traceback's last lines when the env or its memory failed (the episode ends). ``next``: the
-    prompt after the step.
+    False when ``terminated``; ``is_action_valid`` else ``invalid_reason``. ``error``: the
+    traceback's last lines when the env or its memory failed. ``next``: the prompt after the step.
     """
 
     env: int
@@ -122,12 +117,10 @@ class CrashReport:
     Attributes:
         env: the sub-env that was inside ``phase`` and never returned.
         phase: ``"reset"`` or ``"step"``.
-        reason: ``"died"`` (the process ended: ``os._exit``, a segfault, a kill) or
-            ``"timeout"`` (the worker ended itself after ``rollout.step_timeout_s``).
+        reason: ``"died"`` (``os._exit``, a segfault, a kill) or ``"timeout"`` (the watchdog).
         seconds: how long the call had run when the process ended (None when unknown).
-        traj_uid: the episode the env was playing (None when unknown): the driver may not
-            have heard yet that the env's previous episode ended, so the env index alone can
-            name the wrong one.
+        traj_uid: the episode the env was playing (None when unknown); the env index alone
+            can name the wrong one (the driver may not have heard its previous episode ended).
     """
 
     env: int
@@ -143,11 +136,9 @@ class WorkerStatus:
 
     Attributes:
         pid: the worker's process id.
-        init_error: the exception its constructor raised (type, message and the last frames of
-            its traceback), or None when it is ready. A constructor error is deterministic: the
-            driver does not restart the worker for it.
-        crashes: what the previous process of this worker was doing when it died (empty for a
-            first start, or when the process died outside any env call).
+        init_error: the exception its constructor raised (type, message, last frames), or None
+            when it is ready; the driver does not restart a worker for it (deterministic).
+        crashes: what the worker's previous process was doing when it died (may be empty).
     """
 
     pid: int
@@ -177,14 +168,13 @@ class FinishedEpisode:
 
 @dataclass(frozen=True)
 class EpisodeBatch:
-    """Worker -> driver (asynchronous engine): the episodes that ended since the worker's last
-        message, pickled once by the worker with the C pickler (Ray's cloudpickle costs the process
-        that steps the envs about twice the time); Ray then ships one bytes object.
+    """Worker -> driver: the episodes that ended since the worker's last message, pickled once
+    with the C pickler (faster than Ray's cloudpickle in the process that steps the envs).
 
     Example:
-            >>> batch = EpisodeBatch.pack([FinishedEpisode(3, "g0-t1", won=True)])
-            >>> [(ep.env, ep.traj_uid, ep.won) for ep in batch.unpack()]
-            [(3, 'g0-t1', True)]
+        >>> batch = EpisodeBatch.pack([FinishedEpisode(3, "g0-t1", won=True)])
+        >>> [(ep.env, ep.traj_uid, ep.won) for ep in batch.unpack()]
+        [(3, 'g0-t1', True)]
     """
 
     payload: bytes

@@ -1,10 +1,7 @@
 """``play``: the in-process episode loop (no Ray, no threads) the engine is checked against.
 
 One :class:`~agent_memory.rollout.worker.worker.RolloutWorker` in this process, its live envs
-stepped
-together once per policy call, rows built by
-:func:`~agent_memory.rollout.worker.records.step_record`
-as the engine builds them. With per-request seeds (``(traj_uid, step)``) and a deterministic
+stepped together once per policy call, rows built as the engine builds them. With a deterministic
 policy, the engine's trajectories equal these whatever order its answers arrive in.
 
 Example:
@@ -51,7 +48,7 @@ def play(
         worker: the worker whose envs play (kept across calls by a caller that plays often);
             default: one of ``min(rollout.envs_per_worker, len(specs))`` envs, closed at the end.
         next_turn: asked before each turn after the first; False cuts the episode there (its
-            last step is marked truncated), e.g. before its context could overflow.
+            last step marked truncated).
 
     Raises:
         RuntimeError: the envs could not be built (the worker's set-up error).

@@ -80,7 +80,6 @@ class Trajectory:
 
     @property
     def truncated(self) -> bool:
-        """The episode was cut off without ending. A last step that is both terminated and
-        truncated (the time limit struck on the final step) counts once, as terminated: GAE
-        does not bootstrap it and summaries do not count it twice."""
+        """The episode was cut off without ending (a last step both terminated and truncated
+        counts once, as terminated: GAE does not bootstrap it)."""
         return bool(self.steps) and bool(self.steps[-1].truncated) and not self.terminated

@@ -57,14 +57,11 @@ class ChatMessage:
 
 @dataclass(frozen=True)
 class RequestSampling:
-    """How to sample one answer: vLLM's ``SamplingParams`` fields with their meanings and neutral
-    values (``top_k`` 0 or -1, ``top_p`` 1, ``min_p`` 0, ``repetition_penalty`` 1: off).
+    """How to sample one answer: vLLM's ``SamplingParams`` fields, meanings and neutral values.
 
-    ``seed`` None samples from the backend's own RNG (deterministic in request order only). A
-    ``stop`` string ends the answer and is cut from the text (the ids keep the token that
-    completed it); a ``stop_token_ids`` token ends it with ``stop_reason`` the id;
-    ``include_stop_str_in_output`` keeps either's text. ``ignore_eos`` generates on to
-    ``max_tokens`` (not in the hash backend). ``top_logprobs``: ranked alternatives per position.
+    ``seed`` None samples from the backend's own RNG. A ``stop`` string is cut from the text
+    (the ids keep its token) unless ``include_stop_str_in_output``; ``ignore_eos`` is not in the
+    hash backend. ``top_logprobs``: ranked alternatives per position.
     """
 
     max_tokens: int
@@ -97,17 +94,13 @@ class BackendAnswer:
     """A backend's answer.
 
     Attributes:
-        token_ids: The sampled tokens, EOS included when the model stopped by itself.
-        logprobs: The log-probability of each sampled token (one per id).
-        top_logprobs: Per position, up to ``params.top_logprobs`` ``(token_id, logprob)`` pairs,
-            most likely first (empty tuples when none were asked for).
-        text: The answer text (special tokens skipped, cut before a matched stop string unless
-            ``include_stop_str_in_output``).
-        finish_reason: ``"stop"`` (EOS, stop token or stop string) or ``"length"``
-            (``max_tokens`` reached).
-        stop_reason: vLLM's: the matched stop string, the stop token id that ended the answer
-            (a ``stop_token_ids`` entry, or an extra EOS id of the model's generation config),
-            or None (EOS, length).
+        token_ids: the sampled tokens, EOS included when the model stopped by itself.
+        logprobs: the log-probability of each sampled token.
+        top_logprobs: per position, up to ``params.top_logprobs`` ``(token_id, logprob)`` pairs,
+            most likely first.
+        text: the answer text (special tokens skipped, cut at a matched stop string).
+        finish_reason: ``"stop"`` (EOS, stop token or stop string) or ``"length"``.
+        stop_reason: vLLM's: the matched stop string or stop token id, or None (EOS, length).
     """
 
     token_ids: tuple[int, ...]
@@ -123,12 +116,11 @@ class Backend(Protocol):
     """What the server needs from a backend.
 
     Attributes:
-        model_name: The served model name (``/v1/models``, the ``model`` field).
-        context_length: Most prompt + completion tokens.
-        vocab_size: Token ids must be below it; None when any id is accepted.
-        eos_token_id: The end-of-sequence id (SGLang reports it as ``matched_stop``).
-        blocking: True when :meth:`generate` is CPU-heavy: the server then runs it in a worker
-            thread instead of its event loop.
+        model_name: the served model name (``/v1/models``, the ``model`` field).
+        context_length: most prompt + completion tokens.
+        vocab_size: token ids must be below it; None when any id is accepted.
+        eos_token_id: the end-of-sequence id (SGLang reports it as ``matched_stop``).
+        blocking: :meth:`generate` is CPU-heavy: the server runs it in a worker thread.
     """
 
     model_name: str
@@ -176,15 +168,12 @@ def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
 def check_stop_strings(
     text: str, new_char_count: int, stops: Sequence[str], include_in_output: bool
 ) -> tuple[str, int] | None:
-    """vLLM's stop-string check after a token added ``new_char_count`` characters to ``text``
-    (``v1/engine/detokenizer.py`` ``check_stop_strings``).
+    """vLLM's stop-string check after a token added ``new_char_count`` characters to ``text``.
 
-    Only matches that reach into the new characters count (earlier text was checked before);
-    of several, the one that ends earliest wins, ties by list order.
+    Only matches reaching into the new characters count; the one that ends earliest wins.
 
     Returns:
-        ``(stop string, length to cut the text to)`` (``-1``: no cut), or None. The cut is the
-        stop string's start, or its end with ``include_in_output``.
+        ``(stop string, length to cut the text to)`` (``-1``: no cut), or None.
 
     Example:
         >>> check_stop_strings("go up now", 4, ["now", "up"], False)
@@ -260,11 +249,8 @@ _PIECE = re.compile(r"\w+|[^\w\s]+")
 class HashBackend:
     """Answers ``answer(prompt_text, seed)`` verbatim: deterministic, instant, no model.
 
-    ``prompt_text`` is the prompt as sent, decoded from ids, or the rendered chat (the
-    tokenizer's template, else ``chat_template``). Token ids come from ``tokenizer_path``'s
-    tokenizer, else from a stable BLAKE2b hash of each pre-tokenizer piece (ids >= 4; 0-3 are the
-    special tokens); answers end with EOS (id 3) unless cut. Log-probs are SYNTHETIC: every token
-    gets ``logprob``.
+    Token ids come from ``tokenizer_path``'s tokenizer, else from a stable hash of each
+    pre-tokenizer piece (ids >= 4). Log-probs are SYNTHETIC: every token gets ``logprob``.
 
     Example:
         >>> b = HashBackend(lambda prompt, seed: "<action>up</action>")

@@ -1,9 +1,7 @@
 """Load generator: how many requests per second the mock server sustains.
 
-``connections`` keep-alive connections send requests back to back for ``duration_s`` over raw
-asyncio streams (cheaper than the server measured). The CLI (``python -m
-agent_memory.serving.loadgen --connections 64``) runs the server in its own process, so the two do
-not share a GIL.
+``connections`` keep-alive connections send requests back to back for ``duration_s``. The CLI
+(``python -m agent_memory.serving.loadgen --connections 64``) runs the server in its own process.
 
 Example:
     >>> from agent_memory.serving import HashBackend, MockOpenAIServer
@@ -110,11 +108,9 @@ def run_load(
     """Drive a server on ``127.0.0.1:port`` (runs its own event loop; call from a plain thread).
 
     Args:
-        port: The server's port.
-        connections: Concurrent keep-alive connections, one request outstanding on each.
-        duration_s: How long to send.
-        path: Endpoint.
-        body: Request JSON (default: a short token-out completion).
+        port: the server's port.
+        connections: concurrent keep-alive connections, one request outstanding on each.
+        duration_s, path, body: how long to send, where, and what (default: a short completion).
     """
     return asyncio.run(_load(port, connections, duration_s, path, body or _BODY))
 

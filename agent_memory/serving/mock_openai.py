@@ -1,13 +1,9 @@
 """A real OpenAI-compatible HTTP server on 127.0.0.1 that speaks vLLM's (or SGLang's) exact JSON,
 for token-in/token-out tests and asynchronous-rollout benchmarks, without a GPU.
 
-Answers come from a backend (:class:`~agent_memory.serving.backends.HashBackend`, or a tiny model
-sampled as vLLM samples: :class:`~agent_memory.serving.model_backend.ModelBackend`); request and
-response shapes live in :mod:`~agent_memory.serving.requests` and
-:mod:`~agent_memory.serving.responses`. Like a real server it queues requests beyond
-``max_in_flight`` and holds each for a ``latency`` draw; it runs one asyncio loop in a background
-thread and shuts down after ``max_lifetime_s``. CLI: ``python -m agent_memory.serving.mock_openai
---model DIR`` (or ``--hash``) ``--port 8000``.
+Answers come from a backend (hash or tiny model); like a real server it queues requests beyond
+``max_in_flight`` and holds each for a ``latency`` draw. CLI: ``python -m
+agent_memory.serving.mock_openai --model DIR`` (or ``--hash``) ``--port 8000``.
 
 Example:
     >>> import json, urllib.request
@@ -36,6 +32,7 @@ import time
 import uuid
 from typing import Any
 
+from agent_memory.checks import check_int, check_number
 from agent_memory.serving.backends import Backend, BackendAnswer, GenerationRequest, HashBackend
 from agent_memory.serving.http11 import HOST, HttpServer
 from agent_memory.serving.latency import Latency, LogNormalLatency
@@ -70,15 +67,12 @@ class _BackendError(RequestError):
 class MockOpenAIServer:
     """An OpenAI-compatible server on ``127.0.0.1`` in a background thread (module docstring).
 
-    ``port=0`` picks a free port; in the vLLM dialect a request naming another model than
-    ``model_name`` gets vLLM's 404. ``generation_config="auto"`` (vLLM's default): in the vLLM
-    dialect, sampling fields a request leaves out take the backend's ``generation_config_fields``
-    (see :func:`~agent_memory.serving.sampling.diff_sampling_params`); ``"vllm"`` and the SGLang
-    dialect use the neutral defaults.
+    ``port=0`` picks a free port; shuts down after ``max_lifetime_s``. In the vLLM dialect a
+    request naming another model gets a 404, and with ``generation_config="auto"`` the fields it
+    leaves out take the backend's ``generation_config_fields`` (else the neutral defaults).
 
     Attributes:
-        default_sampling_params: field -> default value, what ``generation_config`` gave (vLLM's
-            ``default_sampling_params``; ``max_tokens`` applies to chat requests without one).
+        default_sampling_params: field -> default value, what ``generation_config`` gave.
     """
 
     def __init__(
@@ -95,14 +89,8 @@ class MockOpenAIServer:
     ) -> None:
         if dialect not in ("vllm", "sglang"):
             raise ValueError(f"dialect must be 'vllm' or 'sglang', got {dialect!r}")
-        if (
-            isinstance(max_in_flight, bool)
-            or not isinstance(max_in_flight, int)
-            or max_in_flight < 1
-        ):
-            raise ValueError(f"max_in_flight must be an int >= 1, got {max_in_flight!r}")
-        if not isinstance(max_lifetime_s, (int, float)) or not max_lifetime_s > 0:
-            raise ValueError(f"max_lifetime_s must be a number > 0, got {max_lifetime_s!r}")
+        check_int("max_in_flight", max_in_flight, 1)
+        check_number("max_lifetime_s", max_lifetime_s, low=0, low_open=True)
         if latency is not None and not isinstance(latency, Latency):
             raise TypeError(f"latency must have a sample() method, got {latency!r}")
         self.backend = backend
@@ -286,6 +274,14 @@ class MockOpenAIServer:
             raise RequestError(f"the prompt {text!r} encodes to no tokens; send some text")
         return prompt_ids, text
 
+    def _shape(self) -> dict[str, Any]:
+        """The keywords every OpenAI response body takes."""
+        return {
+            "model": self.model_name,
+            "dialect": self.dialect,
+            "token_text": self.backend.token_text,
+        }
+
     def _defaults(self) -> dict[str, Any]:
         """The default sampling parameters of this dialect's requests."""
         return self.default_sampling_params if self.dialect == "vllm" else {}
@@ -353,14 +349,7 @@ class MockOpenAIServer:
             self._max_tokens(len(prompt_ids), req.max_tokens), req.logprobs or 0, self._defaults()
         )
         gen = await self._run_backend(GenerationRequest(tuple(prompt_ids), text, params))
-        return completion_response(
-            req,
-            gen,
-            prompt_ids,
-            model=self.model_name,
-            dialect=self.dialect,
-            token_text=self.backend.token_text,
-        )
+        return completion_response(req, gen, prompt_ids, **self._shape())
 
     async def _chat(self, req: ChatRequest) -> dict[str, Any]:
         self._check_model(req.model)
@@ -390,15 +379,7 @@ class MockOpenAIServer:
                 text_in_logprobs=True,
                 e2e_latency=time.monotonic() - t0,
             )
-        return chat_response(
-            req,
-            gen,
-            prompt_ids,
-            model=self.model_name,
-            dialect=self.dialect,
-            token_text=self.backend.token_text,
-            meta_info=meta,
-        )
+        return chat_response(req, gen, prompt_ids, meta_info=meta, **self._shape())
 
     async def _generate_native(self, req: GenerateRequest) -> dict[str, Any]:
         prompt_ids, text = self._prompt(req.input_ids, req.text)

@@ -1,11 +1,8 @@
 """A real (tiny) Hugging Face causal LM behind the mock server, with vLLM's sampling semantics.
 
-Each step samples as vLLM does (:mod:`agent_memory.serving.sampling`), over a KV cache, from a
-seeded ``torch.Generator``; an answer ends as vLLM's: EOS, a stop token id (the request's or the
-generation config's extra EOS ids), ``max_tokens``, or a stop string. ``logprobs_mode`` picks the
-reported log-probs, as vLLM's ``--logprobs-mode``: ``"raw_logprobs"`` (the default: the model's
-own ``log_softmax``) or ``"processed_logprobs"`` (the distribution actually sampled from, what an
-importance-sampling correction needs).
+Each step samples as vLLM does (:mod:`agent_memory.serving.sampling`) from a seeded generator,
+and an answer ends as vLLM's does. ``logprobs_mode`` is vLLM's ``--logprobs-mode``:
+``"raw_logprobs"`` (the model's ``log_softmax``) or ``"processed_logprobs"`` (those sampled from).
 
 Example:
     >>> import tempfile
@@ -55,12 +52,11 @@ LogprobsMode = Literal["processed_logprobs", "raw_logprobs"]
 
 
 class ModelBackend:
-    """A Hugging Face causal LM (e.g. from :func:`~agent_memory.models.tiny.build_tiny_lm`), loaded
-    offline from ``path``; one request at a time (a lock), ``seed`` seeds requests without one.
+    """A Hugging Face causal LM loaded offline from ``path``; one request at a time, ``seed``
+    seeds requests without one.
 
     Attributes:
-        generation_config_fields: the non-default fields of the model's ``generation_config.json``,
-            as vLLM reads them (the server's defaults under ``generation_config="auto"``).
+        generation_config_fields: the non-default ``generation_config.json`` fields (vLLM's read).
         eos_token_id: the tokenizer's EOS; the generation config's other EOS ids are stop tokens.
 
     Example:
@@ -230,8 +226,7 @@ class ModelBackend:
 
     def _ends(self, answer: _Answer, token: int, p: RequestSampling, stop_ids: set[int]) -> bool:
         """Whether ``token`` (just added) ends ``answer``, in vLLM's order: EOS, stop token ids,
-        length (engine core), then stop strings on the new text (detokenizer; a stop token's
-        text only when it is included)."""
+        length, then stop strings on the new text."""
         ids = answer.ids
         done, answer.shown = True, ids
         if token == self.eos_token_id and not p.ignore_eos:

@@ -1,9 +1,8 @@
 """Request JSON -> typed requests, with vLLM's / SGLang's field names, defaults and checks.
 
 Unknown fields are ignored, as both servers do; what the mock does not support (``n`` > 1,
-``stream``, ``echo``, prompt batches, too many log-probs) and sampling fields out of vLLM's
-ranges are refused with a 400 naming the field. A sampling field left out is None here: the
-server fills it from its defaults (:data:`NEUTRAL_SAMPLING` or the model's generation config).
+``stream``, ``echo``, prompt batches) and out-of-range fields are refused with a 400 naming the
+field. A sampling field left out is None here: the server fills in its defaults.
 
 Example:
     >>> req = parse_completion({"prompt": [5, 6], "logprobs": 1, "return_token_ids": True})
@@ -101,9 +100,8 @@ class SamplingOptions:
     def params(
         self, max_tokens: int, top_logprobs: int, defaults: Mapping[str, Any] | None = None
     ) -> RequestSampling:
-        """These options with the resolved token limit and number of alternatives; each field
-        not sent takes ``defaults[field]`` if there, else :data:`NEUTRAL_SAMPLING`'s (vLLM's
-        priority: request, server default, neutral).
+        """These options with the token limit and number of alternatives; a field not sent takes
+        ``defaults[field]`` if there, else :data:`NEUTRAL_SAMPLING`'s (vLLM's priority).
 
         Example:
             >>> SamplingOptions(top_p=0.5).params(8, 0, {"temperature": 0.6, "top_p": 0.9})
@@ -111,21 +109,15 @@ class SamplingOptions:
             RequestSampling(max_tokens=8, temperature=0.6, top_p=0.5, top_k=0, ...)
         """
         defaults = defaults or {}
-        resolved = {
-            name: value
-            if (value := getattr(self, name)) is not None
-            else defaults.get(name, neutral)
+        resolved: dict[str, Any] = {
+            name: type(neutral)(
+                value if (value := getattr(self, name)) is not None else defaults.get(name, neutral)
+            )
             for name, neutral in NEUTRAL_SAMPLING.items()
         }
         return RequestSampling(
             max_tokens=max_tokens,
-            temperature=float(resolved["temperature"]),
-            top_p=float(resolved["top_p"]),
-            top_k=int(resolved["top_k"]),
-            min_p=float(resolved["min_p"]),
-            repetition_penalty=float(resolved["repetition_penalty"]),
-            presence_penalty=float(resolved["presence_penalty"]),
-            frequency_penalty=float(resolved["frequency_penalty"]),
+            **resolved,
             seed=self.seed,
             stop=self.stop,
             stop_token_ids=self.stop_token_ids,
@@ -151,12 +143,9 @@ class CompletionRequest:
 
 @dataclass(frozen=True)
 class ChatRequest:
-    """``POST /v1/chat/completions``. ``max_tokens`` None: the server's default (the model's
-    ``max_new_tokens`` under ``generation_config="auto"``), at most the context left.
-
-    ``input_ids`` (SGLang only) replaces the rendered template; ``return_prompt_token_ids`` and
-    ``return_meta_info`` are SGLang's.
-    """
+    """``POST /v1/chat/completions``. ``max_tokens`` None: the server's default, at most the
+    context left. ``input_ids`` (replacing the rendered template) and the last two flags are
+    SGLang's."""
 
     model: str | None
     messages: tuple[ChatMessage, ...]
@@ -235,6 +224,16 @@ def _token_ids(value: Any, name: str) -> tuple[int, ...] | None:
             raise RequestError(f"{name}: token ids must be >= 0, got {value!r}", param=name)
         return tuple(int(v) for v in value)
     return None
+
+
+def _input_ids(value: Any, param: str | None) -> tuple[int, ...]:
+    """``value`` as the token ids ``input_ids`` must be (``param``: the field the error names)."""
+    ids = _token_ids(value, "input_ids")
+    if ids is None:
+        raise RequestError(
+            f"input_ids must be a non-empty list of token ids, got {value!r}", param=param
+        )
+    return ids
 
 
 def _unsupported(body: dict[str, Any]) -> None:
@@ -412,12 +411,7 @@ def parse_chat(body: Any, dialect: Dialect = "vllm") -> ChatRequest:
         max_tokens = _int(body, "max_tokens", None, low=1)
     input_ids = None
     if dialect == "sglang" and body.get("input_ids") is not None:
-        input_ids = _token_ids(body["input_ids"], "input_ids")
-        if input_ids is None:
-            raise RequestError(
-                f"input_ids must be a non-empty list of token ids, got {body['input_ids']!r}",
-                param="input_ids",
-            )
+        input_ids = _input_ids(body["input_ids"], "input_ids")
     return ChatRequest(
         model=_model(body),
         messages=_messages(body.get("messages")),
@@ -454,11 +448,7 @@ def parse_generate(body: Any) -> GenerateRequest:
         )
     ids = None
     if input_ids is not None:
-        ids = _token_ids(input_ids, "input_ids")
-        if ids is None:
-            raise RequestError(
-                f"input_ids must be a non-empty list of token ids, got {input_ids!r}"
-            )
+        ids = _input_ids(input_ids, None)
     elif not (isinstance(text, str) and text):
         raise RequestError(
             f"send either a non-empty 'text' or 'input_ids'; got text={text!r}, input_ids=None"

@@ -177,36 +177,43 @@ def completion_response(
         if ids is not None:
             choice["token_ids"] = ids
             choice["prompt_token_ids"] = prompt
-        return {
-            "id": uuid.uuid4().hex,
-            "object": "text_completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [choice],
-            "usage": usage,
-            "metadata": None,
-        }
-    return {
-        "id": f"cmpl-{uuid.uuid4().hex}",
-        "object": "text_completion",
+        return _body(dialect, "text_completion", model, choice, usage)
+    choice = {
+        "index": 0,
+        "text": gen.text,
+        "logprobs": logprobs,
+        "finish_reason": gen.finish_reason,
+        "stop_reason": gen.stop_reason,
+        "token_ids": ids,
+        "prompt_logprobs": None,
+        "prompt_token_ids": prompt,
+        "routed_experts": None,
+    }
+    return _body(dialect, "text_completion", model, choice, usage)
+
+
+def _body(
+    dialect: Dialect, kind: str, model: str, choice: dict[str, Any], usage: Any, **extra: Any
+) -> dict[str, Any]:
+    """The response around its one ``choice`` (``kind``: the ``object`` field; ``extra``: vLLM's
+    fields after ``usage``)."""
+    sglang = dialect == "sglang"
+    prefix = "" if sglang else ("chatcmpl-" if kind == "chat.completion" else "cmpl-")
+    head = {
+        "id": prefix + uuid.uuid4().hex,
+        "object": kind,
         "created": int(time.time()),
         "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "text": gen.text,
-                "logprobs": logprobs,
-                "finish_reason": gen.finish_reason,
-                "stop_reason": gen.stop_reason,
-                "token_ids": ids,
-                "prompt_logprobs": None,
-                "prompt_token_ids": prompt,
-                "routed_experts": None,
-            }
-        ],
+        "choices": [choice],
+    }
+    if sglang:
+        return {**head, "usage": usage, "metadata": None}
+    return {
+        **head,
         "service_tier": None,
         "system_fingerprint": None,
         "usage": usage,
+        **extra,
         "kv_transfer_params": None,
         "ec_transfer_params": None,
         "metrics": None,
@@ -276,49 +283,29 @@ def chat_response(
             choice["token_ids"] = ids
         if meta_info is not None:
             choice["meta_info"] = meta_info
-        return {
-            "id": uuid.uuid4().hex,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": model,
-            "choices": [choice],
-            "usage": usage,
-            "metadata": None,
-        }
-    return {
-        "id": f"chatcmpl-{uuid.uuid4().hex}",
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {
-                    "role": "assistant",
-                    "content": gen.text,
-                    "refusal": None,
-                    "annotations": None,
-                    "audio": None,
-                    "function_call": None,
-                    "reasoning": None,  # no tool_calls: vLLM drops the key when empty
-                },
-                "logprobs": logprobs,
-                "finish_reason": gen.finish_reason,
-                "stop_reason": gen.stop_reason,
-                "token_ids": ids,
-                "routed_experts": None,
-            }
-        ],
-        "service_tier": None,
-        "system_fingerprint": None,
-        "usage": usage,
-        "prompt_logprobs": None,
-        "prompt_token_ids": list(prompt_ids) if req.return_token_ids else None,
-        "prompt_text": None,
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "metrics": None,
+        return _body(dialect, "chat.completion", model, choice, usage)
+    choice = {
+        "index": 0,
+        "message": {
+            "role": "assistant",
+            "content": gen.text,
+            "refusal": None,
+            "annotations": None,
+            "audio": None,
+            "function_call": None,
+            "reasoning": None,  # no tool_calls: vLLM drops the key when empty
+        },
+        "logprobs": logprobs,
+        "finish_reason": gen.finish_reason,
+        "stop_reason": gen.stop_reason,
+        "token_ids": ids,
+        "routed_experts": None,
     }
+    prompt = list(prompt_ids) if req.return_token_ids else None
+    return _body(
+        dialect, "chat.completion", model, choice, usage,
+        prompt_logprobs=None, prompt_token_ids=prompt, prompt_text=None,
+    )  # fmt: skip
 
 
 def sglang_meta_info(

@@ -84,18 +84,15 @@ def apply_penalties(
 ) -> torch.Tensor:
     """vLLM's penalties on ``[..., vocab]`` logits (a new float32 tensor).
 
-    Repetition over tokens in the prompt or the output (``logits > 0``: divided by it, else
-    multiplied), then frequency (``- f * count``) and presence (``- p * (count > 0)``) over the
-    output. All neutral (1, 0, 0): the logits unchanged.
+    Repetition over prompt and output tokens (positive logits divided, others multiplied), then
+    frequency (``- f * count``) and presence (``- p * (count > 0)``) over the output.
 
     Args:
         logits: ``[..., vocab]``.
-        prompt_mask: ``[..., vocab]`` (or ``[vocab]``) bool: token ``i`` occurs in the prompt.
-        output_counts: ``[..., vocab]`` (or ``[vocab]``) int: occurrences of token ``i`` in the
-            output so far.
-        repetition_penalty: > 0; 1 = off.
-        presence_penalty: In [-2, 2]; 0 = off.
-        frequency_penalty: In [-2, 2]; 0 = off.
+        prompt_mask: ``[..., vocab]`` (or ``[vocab]``) bool: the token occurs in the prompt.
+        output_counts: ``[..., vocab]`` (or ``[vocab]``) int: the token's count in the output.
+        repetition_penalty, presence_penalty, frequency_penalty: > 0; in [-2, 2]; in [-2, 2]
+            (1, 0, 0: off).
 
     Example:
         >>> import torch
@@ -173,19 +170,15 @@ def processed_logprobs(
 ) -> torch.Tensor:
     """Log-probabilities of the distribution vLLM samples from, over the last dimension.
 
-    vLLM's order (see the module docstring): penalties (:func:`apply_penalties`; they need
-    ``prompt_mask`` / ``output_counts``), then greedy (``temperature`` 0: ``log_softmax`` of the
-    penalised logits, no filters), else ``/ temperature``, ``min_p``, top-k and top-p, then
-    ``log_softmax``. Vectorised over leading dimensions (one set of parameters for all rows).
+    In vLLM's order (module docstring); greedy (``temperature`` 0) skips the filters. One set
+    of parameters for all rows.
 
     Args:
         logits: ``[..., vocab]`` float tensor.
         temperature: >= 0 (values in (0, 0.01) act as 0.01, as in vLLM).
-        top_k: 0 or -1 = off.
-        top_p: In (0, 1]; 1 = off.
-        min_p: In [0, 1]; 0 = off.
-        repetition_penalty, presence_penalty, frequency_penalty: see :func:`apply_penalties`.
-        prompt_mask, output_counts: the token context of each row, for the penalties.
+        top_k, top_p, min_p: 0 or -1 = off; in (0, 1], 1 = off; in [0, 1], 0 = off.
+        repetition_penalty, presence_penalty, frequency_penalty, prompt_mask, output_counts:
+            see :func:`apply_penalties`.
 
     Returns:
         ``[..., vocab]`` float32 log-probabilities (``-inf`` for filtered tokens).
@@ -246,24 +239,19 @@ def teacher_forced_logprobs(
 ) -> list[float]:
     """The log-prob of each response token under vLLM's processed sampling distribution.
 
-    One forward pass of ``model`` (a ``transformers`` causal LM) over ``prompt + response``; for
-    response position ``t`` the row that predicted it goes through :func:`processed_logprobs`
-    with the penalties of that step: repetition over ``prompt_ids`` and ``response_ids[:t]``,
-    presence and frequency over ``response_ids[:t]``. This is what vLLM with
-    ``--logprobs-mode processed_logprobs`` reports for the same request (up to float rounding
-    of the two forward passes). With ``temperature=1.0`` and the other arguments at their
-    defaults it is the model's raw ``log_softmax`` (vLLM's default ``raw_logprobs``).
+    One forward pass over ``prompt + response``, each row through :func:`processed_logprobs`
+    with that step's penalties: what vLLM with ``--logprobs-mode processed_logprobs`` reports
+    (up to float rounding); at the neutral defaults, the raw ``log_softmax``.
 
     Args:
-        model: Called as ``model(input_ids=LongTensor[1, n]).logits``; run in inference mode
-            on its own device (its parameters' device).
-        prompt_ids: The prompt's token ids (non-empty).
-        response_ids: The sampled token ids.
+        model: a causal LM, called as ``model(input_ids=LongTensor[1, n]).logits``.
+        prompt_ids: the prompt's token ids (non-empty).
+        response_ids: the sampled token ids.
         temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty,
             frequency_penalty: the request's sampling parameters (vLLM's meanings).
 
     Returns:
-        One float per response token (``-inf`` for a token the filters had removed).
+        One float per response token (``-inf`` for a token the filters removed).
 
     Raises:
         ValueError: an empty prompt.
@@ -334,15 +322,8 @@ def teacher_forced_logprobs(
 
 
 def load_generation_config(path: Any, model_config: Any = None) -> dict[str, Any]:
-    """The non-default fields of a model's generation config, as vLLM reads them
-    (``try_get_generation_config``): ``GenerationConfig.from_pretrained(path).to_diff_dict()``,
-    or, without a ``generation_config.json``, the one ``transformers`` derives from the model
-    config; ``{}`` when neither exists.
-
-    Args:
-        path: The model directory.
-        model_config: The model's ``PretrainedConfig`` (for the fallback), if at hand.
-    """
+    """The non-default fields of a model's generation config, as vLLM reads them (else the one
+    derived from ``model_config``, a ``PretrainedConfig``; ``{}`` when neither exists)."""
     from transformers import GenerationConfig
 
     try:
@@ -357,12 +338,9 @@ def load_generation_config(path: Any, model_config: Any = None) -> dict[str, Any
 def diff_sampling_params(
     generation_config: Mapping[str, Any], mode: GenerationConfigMode = "auto"
 ) -> dict[str, Any]:
-    """The default sampling parameters a vLLM server applies to what a request leaves out
-    (``ModelConfig.get_diff_sampling_param``).
+    """The default sampling parameters a vLLM server applies to what a request leaves out.
 
-    ``mode="vllm"``: none (vLLM's own neutral defaults). ``"auto"`` (vLLM's default): the
-    :data:`GENERATION_CONFIG_FIELDS` the model's generation config sets (not null), with
-    ``max_new_tokens`` renamed ``max_tokens``.
+    ``"vllm"``: none; ``"auto"``: the :data:`GENERATION_CONFIG_FIELDS` the config sets.
 
     Example:
         >>> fields = {"temperature": 0.6, "top_p": 0.95, "max_new_tokens": 64, "do_sample": True,

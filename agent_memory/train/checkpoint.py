@@ -1,21 +1,15 @@
 """Checkpoints: everything a run needs to continue exactly where it stopped.
 
-``<run>/checkpoints/iter_000010/`` holds
-
-* ``model/``: ``save_pretrained`` of the model and its tokenizer (loadable by any HF tool, and
-  by ``trainer.model=<that dir>`` to start a new run from it);
-* ``trainer_state.pt``: the optimizer, the value head and the frozen reference (when there are
-  any), the iteration, the policy's version and sampling-call counter, the env-steps and
-  episodes so far, and every RNG state (torch, numpy, python, the minibatch shuffler's);
-
-and ``<run>/checkpoints/latest`` names the newest one. A checkpoint is written to a temporary
+``<run>/checkpoints/iter_000010/`` holds ``model/`` (``save_pretrained``: loadable as
+``trainer.model=<that dir>``) and ``trainer_state.pt`` (optimizer, value head, reference, counters,
+RNG states); ``checkpoints/latest`` names the newest. A checkpoint is written to a temporary
 directory and renamed into place, so a run killed while saving keeps the previous one.
-``trainer.resume=<run dir or checkpoint dir>`` restores it all.
 """
 
 from __future__ import annotations
 
 import os
+import pickle
 import random
 import shutil
 from dataclasses import dataclass, field
@@ -57,9 +51,17 @@ def rng_states(shuffler: Any) -> dict[str, Any]:
     """Every RNG the loop draws from."""
     import torch
 
+    name, keys, pos, has_gauss, cached = np.random.get_state()
     states = {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
+        # Tensors and plain values only: the checkpoint loads with weights_only=True.
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached": float(cached),
+        },
         "python": random.getstate(),
         "shuffler": shuffler.get_state(),
     }
@@ -73,7 +75,9 @@ def set_rng_states(states: dict[str, Any], shuffler: Any) -> None:
     import torch
 
     torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
+    n = states["numpy"]
+    keys = n["keys"].numpy().astype(np.uint32)
+    np.random.set_state((n["name"], keys, n["pos"], n["has_gauss"], n["cached"]))
     random.setstate(states["python"])
     shuffler.set_state(states["shuffler"])
     if "cuda" in states and torch.cuda.is_available():
@@ -177,7 +181,13 @@ def load_checkpoint(
     are loaded from ``ckpt/model`` by the caller); returns the loop's counters."""
     import torch
 
-    data = torch.load(ckpt / STATE_FILE, weights_only=False)
+    try:  # tensors and plain values only: a checkpoint someone else wrote runs no code here
+        data = torch.load(ckpt / STATE_FILE, weights_only=True)
+    except pickle.UnpicklingError as e:
+        raise ValueError(
+            f"{ckpt / STATE_FILE} holds more than tensors and plain values, so it is not loaded "
+            f"(weights_only=True; it was not written by this version's trainer): {e}"
+        ) from e
     optimizer.load_state_dict(data["optimizer"])
     if value_head is not None and data["value_head"] is not None:
         value_head.load_state_dict(data["value_head"])

@@ -1,9 +1,7 @@
 """The trainer's typed config (``configs/trainer/``) and the training job (``configs/train.yaml``).
 
-:class:`TrainConfig` is a :class:`~agent_memory.config.JobConfig` (env, memory, policy, rollout,
-algo: the rollout path is the one ``scripts/rollout.py`` runs) plus a ``trainer`` section,
-:class:`TrainerConfig`. Bad values fail when the config is loaded, with the override that fixes
-them, before Ray starts or a model loads.
+:class:`TrainConfig` is a :class:`~agent_memory.config.JobConfig` plus a ``trainer`` section,
+:class:`TrainerConfig`; bad values fail when the config is loaded, before Ray starts.
 
 Example:
     >>> TrainerConfig(iterations=0)
@@ -20,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from agent_memory.config import ConfigError, JobConfig, load_job
+from agent_memory.config import ConfigError, JobConfig, _is_int, _need, _need_ints, _num, load_job
 
 __all__ = [
     "LOGGERS",
@@ -42,24 +40,10 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 LOGGERS = ("csv", "tensorboard", "wandb")
 
 
-def _need(ok: bool, key: str, want: str, got: Any, example: Any) -> None:
-    if not ok:
-        raise ConfigError(f"{key} must be {want}, got {got!r}: pass e.g. {key}={example}", key=key)
-
-
-def _int(v: Any, low: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and v >= low
-
-
-def _num(v: Any, low: float, high: float = float("inf")) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and low <= v <= high
-
-
 @dataclass
 class TinyModelConfig:
-    """The demo model built offline when ``trainer.model=tiny`` (see
-    :func:`agent_memory.models.build_tiny_lm`), with a word-level vocabulary from the env's own
-    prompts."""
+    """The demo model built offline when ``trainer.model=tiny``
+    (:func:`agent_memory.models.build_tiny_lm`), its vocabulary the env's own prompts' words."""
 
     arch: str = "llama"
     hidden: int = 64
@@ -75,12 +59,10 @@ class TinyModelConfig:
         _need(
             self.arch in ("llama", "gpt2"), "trainer.tiny.arch", "llama or gpt2", self.arch, "llama"
         )
-        for key, low, example in (
+        _need_ints(self, "trainer.tiny", (
             ("hidden", 1, 64), ("layers", 1, 2), ("heads", 1, 4), ("context", 8, 512),
             ("vocab_episodes", 1, 64),
-        ):  # fmt: skip
-            v = getattr(self, key)
-            _need(_int(v, low), f"trainer.tiny.{key}", f"an int >= {low}", v, example)
+        ))  # fmt: skip
         _need(
             self.hidden % self.heads == 0, "trainer.tiny.hidden",
             f"a multiple of trainer.tiny.heads ({self.heads})", self.hidden, self.heads * 16,
@@ -106,6 +88,7 @@ class TrainerConfig:
     entropy_coef: float = 0.0
     value_coef: float = 0.5
     max_grad_norm: float = 1.0
+    max_abs_weight: Optional[float] = 1.0e4
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"
@@ -123,13 +106,11 @@ class TrainerConfig:
     def __post_init__(self) -> None:
         _need(isinstance(self.model, str) and bool(self.model), "trainer.model",
               "'tiny' or a model directory / cached hub id", self.model, "tiny")  # fmt: skip
-        for key, low, example in (
+        _need_ints(self, "trainer", (
             ("iterations", 1, 100), ("epochs", 1, 2), ("minibatch_size", 1, 64),
             ("eval_every", 0, 10), ("eval_episodes", 1, 64), ("save_every", 0, 50),
             ("seed", 0, 0), ("eval_seed", 0, 1000000),
-        ):  # fmt: skip
-            v = getattr(self, key)
-            _need(_int(v, low), f"trainer.{key}", f"an int >= {low}", v, example)
+        ))  # fmt: skip
         _need(_num(self.lr, 0) and self.lr > 0, "trainer.lr", "a number > 0", self.lr, 0.001)
         _need(_num(self.clip_ratio, 0) and self.clip_ratio > 0, "trainer.clip_ratio",
               "a number > 0", self.clip_ratio, 0.2)  # fmt: skip
@@ -141,13 +122,16 @@ class TrainerConfig:
             _need(_num(v, 0), f"trainer.{key}", "a number >= 0", v, fexample)
         _need(_num(self.max_grad_norm, 0) and self.max_grad_norm > 0, "trainer.max_grad_norm",
               "a number > 0", self.max_grad_norm, 1.0)  # fmt: skip
+        _need(self.max_abs_weight is None or (_num(self.max_abs_weight, 0)
+              and 0 < self.max_abs_weight < float("inf")), "trainer.max_abs_weight",
+              "null (no check) or a finite number > 0", self.max_abs_weight, 10000.0)  # fmt: skip
         _need(self.device == "auto" or self.device.startswith(("cpu", "cuda", "mps")),
               "trainer.device", "auto, cpu, cuda or cuda:<n>", self.device, "auto")  # fmt: skip
         _need(self.dtype in ("auto", "float32", "bfloat16", "float16"), "trainer.dtype",
               "auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16 or float16",
               self.dtype, "auto")  # fmt: skip
-        _need(self.num_threads is None or _int(self.num_threads, 1), "trainer.num_threads",
-              "null or an int >= 1", self.num_threads, 1)  # fmt: skip
+        _need(self.num_threads is None or (_is_int(self.num_threads) and self.num_threads >= 1),
+              "trainer.num_threads", "null or an int >= 1", self.num_threads, 1)  # fmt: skip
         bad = [name for name in self.logger if name not in LOGGERS]
         _need(not bad, "trainer.logger", f"a list of {', '.join(LOGGERS)}", list(self.logger),
               "[csv,tensorboard]")  # fmt: skip
@@ -216,9 +200,8 @@ class TrainConfig(JobConfig):
 
 
 def register_train_configs() -> None:
-    """Register :class:`TrainConfig` with Hydra's ConfigStore as ``train_schema`` (train.yaml
-    lists it first in its defaults, so every composed training config is type-checked), and
-    ``scripts/train.py``'s ``--help`` text as ``hydra/help=train`` (:data:`TRAIN_HELP`)."""
+    """Register :class:`TrainConfig` with Hydra's ConfigStore as ``train_schema`` (first in
+    train.yaml's defaults) and :data:`TRAIN_HELP` as ``hydra/help=train``."""
     from hydra.core.config_store import ConfigStore
 
     store = ConfigStore.instance()
@@ -300,13 +283,11 @@ def load_train(cfg: Any) -> TrainConfig:
 
 def check_model(trainer: TrainerConfig) -> None:
     """Refuse a ``trainer.model`` that is no model on this machine, and a ``trainer.resume``
-    that names no checkpoint, before Ray starts or a model loads (they used to fail after both,
-    with a traceback). A checkpoint to resume from brings its own model: ``trainer.model`` is
-    then not read.
+    that names no checkpoint, before Ray starts or a model loads (a checkpoint to resume from
+    brings its own model: ``trainer.model`` is then not read).
 
     Raises:
-        ConfigError: naming ``trainer.model`` (or ``trainer.resume``), what was expected and
-            what was given.
+        ConfigError: naming ``trainer.model`` (or ``trainer.resume``), expected and given.
 
     Example:
         >>> check_model(TrainerConfig(model="/nonexistent"))

@@ -1,11 +1,9 @@
 """The trainer's view of the rollout engine: start, collect, new weights, close.
 
-:class:`RolloutEngine` runs the one rollout engine
-(:class:`~agent_memory.rollout.driver.collector.Collector`): the trainer's policy (its live model)
-answers from a :class:`~agent_memory.rollout.worker.service.PolicyService` actor, which gets the
-trainer's weights after every update (:meth:`RolloutEngine.update_policy`); evaluation is a
-greedy collect. Episodes get iteration-unique ids (``it3-g0-t1``), so per-step sampling draws
-never depend on which worker slot or batch an episode lands in.
+:class:`RolloutEngine` runs the :class:`~agent_memory.rollout.driver.collector.Collector` with the
+trainer's policy, whose service gets the weights after every update; evaluation is a greedy
+collect. Episode ids are iteration-unique (``it3-g0-t1``), so per-step sampling draws never depend
+on which worker slot or batch an episode lands in.
 """
 
 from __future__ import annotations
@@ -84,9 +82,8 @@ class RolloutEngine:
         return self.collector.last_env_steps
 
     def update_policy(self, version: int) -> float:
-        """New weights, version ``version``: the model's current weights go to the policy
-        service, and every episode collected from now on is answered by them. Returns the
-        seconds the sync took."""
+        """Send the model's current weights to the policy service as ``version``: they answer
+        every episode collected from now on. Returns the seconds the sync took."""
         t0 = time.perf_counter()
         self.policy.version = version
         if self.collector.service is not None:

@@ -1,17 +1,10 @@
 """Recomputing, with gradients, the log-probs the rollout policy sampled from, and the value head.
 
-The same processing as the sampler, on the same recorded ids:
-
-* ``generate`` (``hf`` policy): the model's logits at the positions that predicted each response
-  token, divided by the sampling temperature, log-softmaxed (the ``hf`` policy records
-  ``log_softmax(logits / T)`` of the sampled token; top-k/top-p are refused by the trainer's
-  config). Entropy is the full distribution's.
-* ``score`` (``score`` policy): :func:`~agent_memory.policies.scoring.score_candidates` (the very
-  function the policy sampled with) and ``log_softmax(scores / T)`` over the candidates; the
-  entropy is the action distribution's.
-
-Each returns ``(B, T)`` tensors with a mask (``T = 1`` in ``score`` mode: one action per sample),
-ready for :func:`~agent_memory.train.loss.policy_loss`.
+The same processing as the sampler, on the same recorded ids: ``generate`` (``hf``) takes
+``log_softmax(logits / T)`` at the positions that predicted each response token; ``score`` runs
+:func:`~agent_memory.policies.scoring.score_candidates` (the function the policy sampled with) and
+``log_softmax(scores / T)`` over the candidates. Each returns ``(B, T)`` tensors with a mask
+(``T = 1`` in ``score`` mode).
 """
 
 from __future__ import annotations

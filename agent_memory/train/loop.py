@@ -1,25 +1,10 @@
 """The training loop, top to bottom (CleanRL style): collect, advantages, update, sync, evaluate.
 
-One iteration:
-
-1. **collect** ``rollout.num_groups x rollout.group_size`` episodes with the current weights on
-   the Ray rollout workers (the job's env, memory and template; group ``g`` of iteration ``i``
-   starts from seed ``rollout.seed + i * num_groups + g``);
-2. **advantages**: GRPO / GiGPO as in a rollout; PPO's GAE from the value head's values;
-3. **update** on the recorded token ids: ``trainer.epochs`` passes over shuffled minibatches
-   of :func:`~agent_memory.train.loss.policy_loss` (token-level clipped ratio against the
-   recorded sampling log-probs, k3 KL to a frozen reference, entropy bonus) plus PPO's value
-   loss, gradients clipped to ``trainer.max_grad_norm``;
-4. **weight sync**: :meth:`~agent_memory.train.engine.RolloutEngine.update_policy` sends the
-   weights to the rollout engine's policy service — version ``v + 1`` answers every episode of
-   the next iteration;
-5. **evaluate** every ``trainer.eval_every`` iterations (and before the first): greedy, on the
-   held-out seeds ``trainer.eval_seed ..`` that training never samples (config-checked);
-6. **log** the iteration's metrics; **checkpoint** every ``trainer.save_every`` iterations and
-   at the end.
-
-A failure keeps the last checkpoint and every metrics row so far; ``summary.json`` says
-``"status": "failed"`` with the error.
+Each iteration collects ``rollout.num_groups x rollout.group_size`` episodes with the current
+weights (group ``g`` of iteration ``i`` starts from seed ``rollout.seed + i * num_groups + g``),
+computes advantages, updates the model on the recorded token ids, sends the weights to the
+rollout engine, evaluates greedily on held-out seeds every ``trainer.eval_every`` iterations,
+logs and checkpoints (docs/training.md). A failure keeps the last checkpoint and the metrics.
 """
 
 from __future__ import annotations
@@ -30,18 +15,18 @@ import logging
 import random
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from agent_memory.failures import run_status
+from agent_memory.failures import run_status, sigterm_interrupts
 from agent_memory.policies import make_policy
 from agent_memory.rollout.driver.advantages import TrajectoryValues, compute_advantages
 from agent_memory.rollout.driver.cluster import init_ray
 from agent_memory.rollout.driver.preflight import preflight
-from agent_memory.rollout.driver.runner import run_log
+from agent_memory.rollout.driver.runner import progress_bar, run_log
 from agent_memory.rollout.types import Trajectory
 from agent_memory.train.checkpoint import (
     TrainerState,
@@ -50,6 +35,7 @@ from agent_memory.train.checkpoint import (
     save_checkpoint,
 )
 from agent_memory.train.config import TrainConfig, check_model
+from agent_memory.train.divergence import check_update
 from agent_memory.train.engine import RolloutEngine, eval_specs, train_specs
 from agent_memory.train.logprobs import ValueHead, forward, prompt_hidden
 from agent_memory.train.loss import policy_loss, value_loss
@@ -123,17 +109,14 @@ def train(
     Args:
         cfg: the validated training config.
         out_dir: the run's directory.
-        on_iteration: called with the iteration number after each one is logged (tests use it
-            to stop a run midway).
+        on_iteration: called with the iteration number after each one is logged.
 
     Returns:
         The run's summary (also in ``summary.json``).
 
     Raises:
-        ConfigError: a ``trainer.model`` that is no model, a ``trainer.resume`` that names no
-            checkpoint (:func:`~agent_memory.train.config.check_model`), or what
-            :func:`~agent_memory.rollout.driver.preflight.preflight` refuses: before Ray starts or
-            a model loads.
+        ConfigError: what :func:`~agent_memory.train.config.check_model` or
+            :func:`~agent_memory.rollout.driver.preflight.preflight` refuses, before Ray starts.
     """
     check_model(cfg.trainer)
     import torch
@@ -165,30 +148,31 @@ def train(
         engine = RolloutEngine(cfg, policy, learner.model)
         engine.update_policy(state.policy_version)
         logger = MetricsLogger(
-            out, t.logger, config=_flat_config(cfg), project=t.wandb_project, run_name=out.name,
+            out, t.logger, config=asdict(cfg), project=t.wandb_project, run_name=out.name,
             append=t.resume is not None,
         )  # fmt: skip
         status, error = "ok", None
         last_eval = dict(state.extra.get("last_eval", {}))
-        bar = _progress(t.progress, t.iterations, state.iteration)
+        bar = progress_bar(t.progress, t.iterations, "iterations", "it", state.iteration)
         try:
-            engine.start(max(r.num_episodes, t.eval_episodes))
-            if state.iteration == 0 and t.eval_every:  # where learning starts from
-                last_eval = evaluate(engine, t.eval_episodes, t.eval_seed)
-                logger.log({"iteration": 0, "env_steps": 0, "episodes": 0, **last_eval})
-            for it in range(state.iteration, t.iterations):
-                row = iteration(cfg, it, learner, engine, policy, mode)
-                last_eval = row.pop("_eval", last_eval)
-                state.extra["last_eval"] = last_eval
-                logger.log(row)
-                if (t.save_every and (it + 1) % t.save_every == 0) or it + 1 == t.iterations:
-                    learner.save(out)
-                if bar is not None:
-                    bar.update(1)
-                    shown = last_eval.get("eval/success", float("nan"))
-                    bar.set_postfix(train=f"{row['train/success']:.2f}", eval=f"{shown:.2f}")
-                if on_iteration is not None:
-                    on_iteration(it + 1)
+            with sigterm_interrupts():  # a scheduler's stop ends the run like Ctrl-C
+                engine.start(max(r.num_episodes, t.eval_episodes))
+                if state.iteration == 0 and t.eval_every:  # where learning starts from
+                    last_eval = evaluate(engine, t.eval_episodes, t.eval_seed)
+                    logger.log({"iteration": 0, "env_steps": 0, "episodes": 0, **last_eval})
+                for it in range(state.iteration, t.iterations):
+                    row = iteration(cfg, it, learner, engine, policy, mode)
+                    last_eval = row.pop("_eval", last_eval)
+                    state.extra["last_eval"] = last_eval
+                    logger.log(row)
+                    if (t.save_every and (it + 1) % t.save_every == 0) or it + 1 == t.iterations:
+                        learner.save(out)
+                    if bar is not None:
+                        bar.update(1)
+                        shown = last_eval.get("eval/success", float("nan"))
+                        bar.set_postfix(train=f"{row['train/success']:.2f}", eval=f"{shown:.2f}")
+                    if on_iteration is not None:
+                        on_iteration(it + 1)
         except BaseException as e:
             status, error = run_status(e)
             raise
@@ -251,6 +235,7 @@ def iteration(
         cfg=cfg, pad_id=pad_id, value_head=learner.value_head, reference=learner.reference,
     )  # fmt: skip
     update_s = time.perf_counter() - t0
+    check_update(stats, learner.model, it + 1, t.max_abs_weight)  # before the engine gets it
 
     # 4. the new weights answer from the next episode on
     state.policy_version += 1
@@ -287,15 +272,6 @@ def iteration(
         "time/iteration_s": time.perf_counter() - t_iter,
     })  # fmt: skip
     return row
-
-
-def _progress(enabled: bool, total: int, initial: int) -> Any:
-    """A progress bar over iterations, or None."""
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, desc="iterations", unit="it")
 
 
 def evaluate(engine: RolloutEngine, episodes: int, seed: int) -> dict[str, float]:
@@ -406,23 +382,10 @@ def estimate_values(
             hidden = prompt_hidden(model, prompts[start : start + batch_size], pad_id=pad_id)
             values += value_head(hidden).tolist()
     out, k = {}, 0
-    final_of = dict(
-        zip(
-            (tr.spec.traj_uid for tr in finals),
-            values[-len(finals) :] if finals else [],
-            strict=True,
-        )
-    )
+    uids = [tr.spec.traj_uid for tr in finals]
+    final_of = dict(zip(uids, values[len(values) - len(finals) :], strict=True))
     for tr in trajs:
-        n = len(tr.steps)
-        out[tr.spec.traj_uid] = TrajectoryValues(
-            values[k : k + n], final_of.get(tr.spec.traj_uid, 0.0)
-        )
+        uid, n = tr.spec.traj_uid, len(tr.steps)
+        out[uid] = TrajectoryValues(values[k : k + n], final_of.get(uid, 0.0))
         k += n
     return out
-
-
-def _flat_config(cfg: TrainConfig) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    return asdict(cfg)

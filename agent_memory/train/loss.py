@@ -1,19 +1,15 @@
 """The policy-gradient loss, written out by hand (CleanRL style), and the value loss.
 
-Per response token ``t`` (or per action, for the ``score`` policy: the action is the one
-"token" of the action space) with the recorded sampling log-prob ``old``, the current
-log-prob ``new`` (recomputed at the sampling temperature) and the step's advantage ``A``:
+Per response token ``t`` (per action for the ``score`` policy), with the recorded sampling log-prob
+``old``, the current ``new`` (at the sampling temperature) and the step's advantage ``A``:
 
     ratio_t = exp(new_t - old_t)
     pg_t    = max(-A * ratio_t, -A * clip(ratio_t, 1 - eps, 1 + eps))      # PPO-clip
     kl_t    = exp(ref_t - new_t) - (ref_t - new_t) - 1                     # k3 (Schulman, 2020)
     loss    = mean_t(pg_t) + kl_coef * mean_t(kl_t) - entropy_coef * mean_t(entropy_t)
 
-``mean_t`` is the mean over every response token of the minibatch (``mask`` = 1): padding and
-prompt tokens (the env's text, the template, earlier turns) weigh nothing and get no gradient.
-The k3 estimator of KL(new || ref) is unbiased for samples drawn from ``new`` and never negative
-(the GRPO paper's choice). ``clip_fraction`` counts tokens whose ratio left ``[1-eps, 1+eps]``;
-``approx_kl`` is the k3 estimate of KL(old || new) (how far the update moved the policy).
+``mean_t`` is over the minibatch's response tokens (``mask`` = 1): padding and prompt tokens
+weigh nothing and get no gradient.
 
 Example:
     >>> import torch

@@ -1,13 +1,8 @@
 """Where the trainer's metrics go: a CSV (always), TensorBoard event files, Weights & Biases.
 
-Every iteration logs one row with the same columns (:data:`COLUMNS`; a value not measured that
-iteration, e.g. eval success between evaluations or the value loss without a value head, is left
-empty in the CSV and not sent elsewhere). Every sink gets the same names: TensorBoard's tags and
-W&B's keys are the CSV's column names (``iteration`` is their step), and a metric outside
-:data:`COLUMNS` is refused rather than sent to some sinks only. The CSV is flushed after each
-row, so a run that fails keeps every row it logged. W&B runs in offline mode
-(``WANDB_MODE=offline`` unless the user set another mode): it needs no network and writes its
-files under the run's ``wandb/`` directory (``wandb sync`` uploads them later).
+Every iteration logs one row of :data:`COLUMNS` (a value not measured is left empty); every sink
+gets the CSV's column names (a metric outside :data:`COLUMNS` is refused), and the CSV is flushed
+after each row. W&B runs offline unless ``WANDB_MODE`` says otherwise (``wandb sync`` uploads).
 
 Example:
     >>> import tempfile, pathlib
@@ -21,11 +16,12 @@ Example:
 from __future__ import annotations
 
 import csv
-import math
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from agent_memory.checks import is_number
 
 __all__ = ["COLUMNS", "MetricsLogger", "read_metrics"]
 
@@ -73,8 +69,7 @@ class MetricsLogger:
 
     Args:
         out_dir: the run's directory.
-        loggers: any of ``csv``, ``tensorboard`` (``out_dir/tensorboard/``), ``wandb``
-            (offline, ``out_dir/wandb/``). The CSV is written in every case.
+        loggers: any of ``csv`` (always written), ``tensorboard``, ``wandb`` (offline).
         config: the run's config (W&B stores it with the run).
         project, run_name: W&B's project and run name.
         append: continue an existing ``metrics.csv`` (a resumed run) instead of starting one.
@@ -137,7 +132,7 @@ class MetricsLogger:
                 f"metrics {unknown} are not columns of metrics.csv: add them to COLUMNS "
                 "(agent_memory/train/metrics.py), so that every sink gets the same names"
             )
-        clean = {k: v for k, v in row.items() if _is_value(v)}
+        clean = {k: v for k, v in row.items() if is_number(v)}
         self._csv.writerow({k: clean.get(k, "") for k in COLUMNS})
         self._file.flush()
         step = int(clean.get("iteration", 0))
@@ -181,10 +176,6 @@ def _match_header(path: Path) -> None:
         writer.writeheader()
         writer.writerows(rows)
     os.replace(tmp, path)
-
-
-def _is_value(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
 
 def read_metrics(path: str | Path) -> list[dict[str, float]]:

@@ -1,12 +1,8 @@
 """The model a run trains: a local Hugging Face causal LM, or the tiny demo model built offline.
 
-``trainer.model`` is a directory written by ``save_pretrained`` (model and tokenizer), a hub id
-already in the local Hugging Face cache (nothing is ever downloaded), or ``tiny``: a small
-random-weight LM built with :func:`~agent_memory.models.build_tiny_lm` into the run directory,
-its word-level vocabulary taken from the env's own prompts (episodes played in this process with
-random admissible actions — no answers are shown to the model: the vocabulary is only words).
-
-Precision: float32 on CPU, bfloat16 on a GPU (``trainer.dtype=auto``).
+``trainer.model`` is a ``save_pretrained`` directory, a hub id already in the local cache (nothing
+is downloaded), or ``tiny``: a small random-weight LM whose word-level vocabulary comes from the
+env's own prompts (docs/training.md).
 """
 
 from __future__ import annotations
@@ -33,6 +29,9 @@ def pick_device(device: str, dtype: str) -> tuple[Any, Any]:
         >>> import torch
         >>> pick_device("cpu", "auto")
         (device(type='cpu'), torch.float32)
+
+    Raises:
+        ConfigError: a device this machine does not have (``cuda`` without a GPU).
     """
     import torch
 
@@ -40,6 +39,19 @@ def pick_device(device: str, dtype: str) -> tuple[Any, Any]:
         dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     else:
         dev = torch.device(device)
+    available = {
+        "cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()
+    }  # fmt: skip
+    if not available.get(dev.type, True) or (
+        dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count()
+    ):
+        from agent_memory.config import ConfigError
+
+        raise ConfigError(
+            f"trainer.device={device!r}: this machine has no such device (CUDA devices: "
+            f"{torch.cuda.device_count() if available['cuda'] else 0}); pass trainer.device=auto "
+            "or trainer.device=cpu"
+        )
     if dtype == "auto":
         return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
     return dev, getattr(torch, dtype)

@@ -1,19 +1,8 @@
 """Training samples from finished trajectories: one per step, built from the recorded ids only.
 
-A step row becomes a :class:`Sample`: the prompt ids the model was conditioned on, the response
-ids it produced, the sampling log-probs recorded with them, and the step's advantage and return.
-Nothing is re-tokenised: a step without recorded ids (a policy that samples no tokens) is an
-error, not something to patch up from text.
-
-Two kinds, one per action mode:
-
-* ``generate`` (the ``hf`` policy): ``old_logprobs`` are the per-token sampling log-probs; the
-  loss is per response token.
-* ``score`` (the ``score`` policy): the sample also holds every candidate's ids and the chosen
-  index, and ``old_logprobs`` is ``[log pi(action)]``, the chosen action's log-prob under the
-  action distribution; the loss is per action. A step whose only admissible action was forced
-  has ``log pi = 0`` whatever the weights: it carries no policy gradient and is left out unless
-  a value head needs it (``keep_forced``; the policy loss then masks it out).
+Nothing is re-tokenised: a step without recorded ids is an error. In ``score`` mode a step whose
+only admissible action was forced has ``log pi = 0`` whatever the weights: it carries no policy
+gradient and is left out unless a value head needs it (``keep_forced``; its term is masked out).
 
 Example:
     >>> from agent_memory.protocol import ActionChoice, Generation
@@ -90,10 +79,9 @@ def build_samples(
     Args:
         trajs: finished trajectories with advantages computed.
         mode: the action mode the rollout policy used.
-        keep_forced: keep ``score`` steps with a single admissible action (a value head
-            learns from them).
-        min_version: leave out steps answered by older weights (``rollout.max_policy_lag``:
-            the learner's version minus the lag); the others of their episode stay.
+        keep_forced: keep ``score`` steps with a single admissible action (for a value head).
+        min_version: leave out steps answered by older weights (the others of their episode
+            stay).
 
     Raises:
         ValueError: a step without the recorded ids and log-probs the mode needs.

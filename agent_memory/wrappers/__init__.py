@@ -1,11 +1,7 @@
 """Gymnasium wrappers that own the interaction history: vector and single-env.
 
-Layout: :mod:`~agent_memory.wrappers.options` (the settings), :mod:`~agent_memory.wrappers.state`
-(per-env episode state), :mod:`~agent_memory.wrappers.recorder` (episodes: start, store,
-hand-over, sessions), :mod:`~agent_memory.wrappers.prompt` (prompts and their budget),
-:mod:`~agent_memory.wrappers.flow` (the step flow both wrappers share),
-:mod:`~agent_memory.wrappers.hold` (stepping some sub-envs only), and the wrappers
-(:mod:`~agent_memory.wrappers.vector`, :mod:`~agent_memory.wrappers.single`).
+The settings are in :mod:`~agent_memory.wrappers.options`, the parts both wrappers are made of in
+:mod:`~agent_memory.wrappers.base`, the wrappers in ``vector`` and ``single``.
 """
 
 from __future__ import annotations

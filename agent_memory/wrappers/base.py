@@ -1,15 +1,10 @@
 """What both history wrappers are made of, and what they expose of it.
 
-Each wrapper holds three parts over one memory and one per-env state:
-
-* :class:`~agent_memory.wrappers.recorder.EpisodeRecorder` — the running episodes: starts them,
-  stores steps, hands them over, saves sessions (the only writer of the state);
-* :class:`~agent_memory.wrappers.prompt.PromptBuilder` — each env's prompt, budget included;
-* :class:`~agent_memory.wrappers.flow.StepFlow` — responses to env actions, then store, verdict
-  and penalty.
-
-:class:`OwnsHistory` is the public surface both wrappers share: the settings, the memory, the
-latest prompts, ``current(i)`` and sessions.
+Each wrapper holds three parts over one memory and one per-env state: an
+:class:`~agent_memory.wrappers.recorder.EpisodeRecorder` (the running episodes), a
+:class:`~agent_memory.wrappers.prompt.PromptBuilder` (the prompts) and a
+:class:`~agent_memory.wrappers.flow.StepFlow` (responses to env actions, verdicts, penalties).
+:class:`OwnsHistory` is the public surface both wrappers share.
 """
 
 from __future__ import annotations
@@ -75,11 +70,13 @@ class OwnsHistory:
         self,
         num_envs: int,
         options: HistoryOptions | None,
-        settings: Mapping[str, Any],
+        keywords: Mapping[str, Any],
         unknown: Mapping[str, Any],
     ) -> None:
-        """Build the parts from ``options`` with the keyword ``settings`` that are not at their
-        default put over them (``unknown``: misspelt keywords, refused with a hint)."""
+        """Build the parts from ``options`` with the setting ``keywords`` (the wrapper's
+        ``locals()``) that are not at their default put over them (``unknown``: misspelt
+        keywords, refused with a hint)."""
+        settings = {name: keywords[name] for name in HistoryOptions.names()}
         given = {**HistoryOptions.changed(settings), **unknown}
         self._parts = WrapperParts.build(num_envs, HistoryOptions.merge(options, given))
         self._prompts = [""] * num_envs
@@ -160,10 +157,12 @@ class OwnsHistory:
         """Rebuild the prompts and figures of ``ids`` (the others keep theirs)."""
         ids = list(ids)
         built = self._parts.builder.build(ids)
+        prompts = self._prompts
         for i, p in zip(ids, built.prompts, strict=True):
-            self._prompts[i] = p
+            prompts[i] = p
+        at = np.array(ids, dtype=np.intp)
         for key in FIGURES:
-            self._figures[key][ids] = getattr(built, key)
+            self._figures[key][at] = getattr(built, key)
         self._parts.recorder.showed(ids, lambda j: shown_text(built.prompts[j]))
 
     def _close_memory(self) -> None:

@@ -15,10 +15,10 @@ __all__ = ["CatchErrors"]
 
 class CatchErrors(gym.Wrapper):
     """Turns an exception in ``step`` into a truncated step with ``info["error"]`` (the last
-    observation repeated), and one in ``reset`` into an empty observation with the error, so a
-    vector env keeps running its other sub-envs. ``SystemExit`` is caught, ``KeyboardInterrupt``
-    is not. After a failure the state of the env (and of the wrappers ``gym.make`` added) is
-    unknown: with ``make``, the next ``reset`` starts from a fresh env.
+    observation repeated), and one in ``reset`` into an empty observation with the error.
+
+    ``SystemExit`` is caught, ``KeyboardInterrupt`` is not. With ``make``, the next ``reset``
+    after a failure starts from a fresh env.
 
     Args:
         env: the env (usually ``make()``'s first result).

@@ -24,15 +24,13 @@ from agent_memory.protocol import INVALID_REASON, IS_ACTION_VALID
 from agent_memory.text import utf8_safe
 from agent_memory.wrappers.recorder import EpisodeRecorder
 
-__all__ = ["Plan", "StepFlow", "Verdicts", "object_array"]
+__all__ = ["Plan", "StepFlow", "Verdicts", "nones"]
 
 
-def object_array(values: Sequence[Any]) -> np.ndarray:
-    """A 1-D object array (``np.array`` would turn equal-length lists into a 2-D array)."""
-    arr = np.empty(len(values), dtype=object)
-    for j, v in enumerate(values):
-        arr[j] = v
-    return arr
+def nones(n: int) -> np.ndarray:
+    """A 1-D object array of ``n`` Nones (its entries are then set one by one: ``np.array``
+    would turn equal-length lists into a 2-D array)."""
+    return np.full(n, None, dtype=object)
 
 
 @dataclass
@@ -41,10 +39,8 @@ class Plan:
 
     Attributes:
         ids: the envs that act.
-        responses: env id -> the model's response.
-        env_actions: env id -> the action its env gets.
-        parsed: env id -> the parsed response (envs whose response was not a memory action,
-            with a parser).
+        responses, env_actions: env id -> the model's response; the action its env gets.
+        parsed: env id -> the parsed response (with a parser; not for memory actions).
         replies: env id -> the memory's reply to a memory action.
     """
 
@@ -102,26 +98,24 @@ class StepFlow:
         # A memory without memory actions needs no scan of the responses.
         self._intercepts = type(recorder.memory).intercept is not BaseMemory.intercept
 
-    def idle_action(self, response: Any) -> Any:
-        """The action an env that does not act gets (ignored by it): the fallback, with a
-        parser, else what was given."""
-        return response if self.parser is None else self.parser.fallback_action()
-
     def plan(self, responses: Sequence[Any], ids: Sequence[int]) -> Plan:
         """Intercept, parse and fall back for the envs in ``ids`` (``responses`` indexed by env)."""
         ids = list(ids)
         given = {i: responses[i] for i in ids}
-        if self.parser is None:
+        parser = self.parser
+        if parser is None:
             return Plan(ids, given, dict(given))
         replies = self._intercept(given)
         admissible = self.recorder.state.admissible
-        parsed = {
-            i: self.parser.parse(r, admissible(i)) for i, r in given.items() if i not in replies
-        }
-        fallback = self.parser.fallback_action()
-        actions = {
-            i: p.action if (p := parsed.get(i)) is not None and p.valid else fallback for i in ids
-        }
+        parse, fallback = parser.parse, parser.fallback_action()
+        parsed: dict[int, ParsedAction] = {}
+        actions: dict[int, Any] = {}
+        for i, r in given.items():  # one pass: parse, then the env's action
+            if i in replies:
+                actions[i] = fallback
+                continue
+            parsed[i] = p = parse(r, admissible(i))
+            actions[i] = p.action if p.valid else fallback
         return Plan(ids, given, actions, parsed, replies)
 
     def record(
@@ -131,22 +125,25 @@ class StepFlow:
         rewards: np.ndarray,
         extras: Mapping[str, Sequence[Any]] | None = None,
     ) -> Verdicts | None:
-        """Store the step of each acting env, judge it and add the penalty to ``rewards``
-        (indexed by env; changed in place). ``step_infos``: env id -> what its env's own step
-        reported. Returns the verdicts (None without a parser)."""
-        ids, parser, recorder = plan.ids, self.parser, self.recorder
-        raw = [plan.responses[i] for i in ids]
+        """Store the step of each acting env, judge it (``step_infos``: env id -> its step's
+        info) and add the penalty to ``rewards`` in place; the verdicts (None without a parser)."""
+        ids, parser, recorder, responses = plan.ids, self.parser, self.recorder, plan.responses
         if parser is None:
-            recorder.store(ids, raw, None, extras, raw)
+            recorder.store(ids, [responses[i] for i in ids], None, extras, responses)
             recorder.add_rewards(ids, rewards[ids])
             return None
         parsed = plan.parsed
-        # A memory action is stored as written (lone surrogates replaced, as the parser does).
-        texts = [parsed[i].text if i in parsed else utf8_safe(plan.responses[i]) for i in ids]
-        thoughts = (
-            [parsed[i].thought if i in parsed else "" for i in ids] if parser.think_tag else None
-        )
-        recorder.store(ids, texts, thoughts, extras, raw)
+        texts: list[str] = []
+        thoughts: list[str] = []
+        for i in ids:
+            p = parsed.get(i)
+            if p is None:  # a memory action: stored as written (lone surrogates replaced)
+                texts.append(utf8_safe(responses[i]))
+                thoughts.append("")
+            else:
+                texts.append(p.text)
+                thoughts.append(p.thought)
+        recorder.store(ids, texts, thoughts if parser.think_tag else None, extras, responses)
         verdicts = self._judge(plan, step_infos, parser.invalid_penalty)
         rewards += verdicts.invalid_penalty
         recorder.add_rewards(ids, rewards[ids])
@@ -155,12 +152,8 @@ class StepFlow:
     # ------------------------------------------------------------------ internals
 
     def _intercept(self, given: Mapping[int, Any]) -> dict[int, str]:
-        """Memory actions among the responses: env id -> the memory's reply.
-
-        Only a str within the parser's ``max_chars`` reaches the memory (lone surrogates
-        replaced, as the parser does): any other response goes to the parser, which rejects
-        it, before any memory scans it.
-        """
+        """Memory actions among the responses: env id -> the memory's reply (only a str within
+        the parser's ``max_chars`` reaches the memory; the parser rejects the others)."""
         if not self._intercepts:
             return {}
         assert self.parser is not None
@@ -177,20 +170,21 @@ class StepFlow:
     def _judge(
         self, plan: Plan, step_infos: Mapping[int, Mapping[str, Any]], invalid_penalty: float
     ) -> Verdicts:
+        # Arrays over every env, filled for the acting ones only (one pass over them).
         n = self.num_envs
         valid = np.ones(n, dtype=bool)
-        reasons: list[str | None] = [None] * n
-        actions: list[Any] = [None] * n
-        thoughts: list[str | None] = [None] * n
+        reasons, actions, thoughts = nones(n), nones(n), nones(n)
         for i, p in plan.parsed.items():  # a memory action: valid, no env action, no penalty
-            valid[i], reasons[i] = _verdict(p, step_infos[i])
+            ok, reason = _verdict(p, step_infos[i])
+            if not ok:
+                valid[i], reasons[i] = False, reason
             actions[i] = p.action
             thoughts[i] = p.thought
         return Verdicts(
             is_action_valid=valid,
-            invalid_reason=object_array(reasons),
-            parsed_action=object_array(actions),
-            thought=object_array(thoughts),
+            invalid_reason=reasons,
+            parsed_action=actions,
+            thought=thoughts,
             invalid_penalty=np.where(valid, 0.0, invalid_penalty),
             replies=plan.replies,
         )

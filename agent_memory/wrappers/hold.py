@@ -1,10 +1,8 @@
 """Holding sub-envs back: a vector step in which only some envs act.
 
-A Gymnasium vector env steps every sub-env on every ``step``. While its ``hold`` flag is set, a
-:class:`Holdable` sub-env returns its last observation without touching the env (reward 0, an
-empty info), so ``VectorHistoryWrapper.step(actions, mask=...)`` and the rollout worker can park
-envs. ``Holdable`` must be each sub-env's outermost wrapper: :func:`make_vec_holdable` builds such
-a vector env.
+A Gymnasium vector env steps every sub-env on every ``step``; while its ``hold`` flag is set, a
+:class:`Holdable` sub-env (the outermost wrapper) returns its last observation without touching
+the env, so envs can be parked. :func:`make_vec_holdable` builds such a vector env.
 """
 
 from __future__ import annotations
@@ -100,23 +98,45 @@ class _BroadcastingVectorEnv(Protocol):
 class SubEnvHolds:
     """The ``hold`` flags of a vector env's :class:`Holdable` sub-envs, as last set here.
 
-    Flags are sent only when they change: to the changed sub-envs of a SyncVectorEnv (a step
-    that holds all but one of many envs costs no pass over them), in one ``set_attr`` of any
-    other base vector env (vector wrappers do not forward it). Whether the sub-envs can be held
-    is checked once, the first time one is held.
+    Flags are sent only when they change (to the changed sub-envs of a SyncVectorEnv, else in
+    one ``set_attr``); whether the sub-envs can be held is checked the first time one is held.
     """
 
     def __init__(self, env: VectorEnv) -> None:
         self.env = env.unwrapped
         self.flags = np.zeros(env.num_envs, dtype=bool)
+        self._free = set(range(env.num_envs))  # the envs not held (their flag False)
         self._checked = False
 
-    def set(self, hold: np.ndarray, finished: np.ndarray) -> np.ndarray:
+    def hold_all_but(self, ids: Sequence[int]) -> None:
+        """Hold every env but ``ids``. A SyncVectorEnv's flags are read and sent only for
+        ``ids`` and the envs not held before: the cost follows them, not the batch."""
+        if not isinstance(self.env, SyncVectorEnv):
+            hold = np.ones_like(self.flags)
+            hold[list(ids)] = False
+            self.set(hold)
+            return
+        free = set(ids)
+        newly_held = self._free - free
+        if newly_held and not self._checked:
+            self._check()
+        flags, envs = self.flags, self.env.envs
+        for i in sorted(newly_held):
+            flags[i] = True
+            envs[i].set_wrapper_attr("hold", True)
+        for i in ids:
+            if flags[i]:
+                flags[i] = False
+                envs[i].set_wrapper_attr("hold", False)
+        self._free = free
+
+    def set(self, hold: np.ndarray, finished: np.ndarray | None = None) -> np.ndarray:
         """Hold exactly the envs in ``hold``; returns those of them that were in ``finished``.
 
         A finished sub-env (its last step ended the episode, no reset since) that is held gets
         a reset of the base vector env that its :class:`Holdable` answers without touching it:
-        with autoreset DISABLED, SyncVectorEnv refuses to step a finished sub-env, held or not.
+        with autoreset DISABLED, SyncVectorEnv refuses to step a finished sub-env, held or not
+        (None: the held envs will not be stepped, none needs it).
         """
         if hold.any() and not self._checked:
             self._check()
@@ -128,6 +148,9 @@ class SubEnvHolds:
             else:  # one message to every sub-env process (it has set_attr: _check passed)
                 cast(_BroadcastingVectorEnv, self.env).set_attr("hold", hold.tolist())
             self.flags = hold.copy()
+            self._free = set(np.flatnonzero(~hold).tolist())
+        if finished is None:
+            return np.zeros_like(hold)
         cleared = hold & finished
         if cleared.any():
             self.env.reset(options={"reset_mask": cleared.copy()})
@@ -137,7 +160,7 @@ class SubEnvHolds:
         """Hold no env of ``mask`` (None: no env at all)."""
         keep = np.zeros_like(self.flags) if mask is None else self.flags & ~mask
         if (keep != self.flags).any():
-            self.set(keep, np.zeros_like(self.flags))
+            self.set(keep)
 
     def _check(self) -> None:
         try:

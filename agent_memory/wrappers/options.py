@@ -1,7 +1,7 @@
 """``HistoryOptions``: every setting of the history wrappers, in one frozen, validated place.
 
-The wrappers take the settings as keywords or as ``options=HistoryOptions(...)`` and validate them
-here (:meth:`HistoryOptions.merge`), so every caller gets the same error for the same mistake.
+Both wrappers take the settings as keywords or as ``options=HistoryOptions(...)`` and validate
+them here, so every caller gets the same error for the same mistake.
 
 Example:
     >>> from agent_memory.wrappers import HistoryOptions
@@ -42,26 +42,20 @@ _MEMORY_SETTINGS = {"formatter": "simple", "max_tokens": None, "bounded": False}
 
 @dataclass(frozen=True)
 class HistoryOptions:
-    """The settings of both history wrappers (the one list of them).
-
-    ``template`` and ``token_counter`` are built here, so a bad value fails when the options are
-    made, with the same message from either wrapper.
+    """The settings of both history wrappers (the one list of them; built and checked here).
 
     Attributes:
         history_length: steps of history per prompt: 0 none, -1 the whole episode, k the last k.
-        memory: a memory strategy with one history per env; by default a
-            :class:`~agent_memory.memory.HistoryMemory` built from ``formatter``, ``max_tokens``
-            and ``bounded`` (refused beside a given memory).
-        formatter: how steps are written (``simple``, ``search``, ``code``, ``chat``,
-            ``transcript``, ``jinja`` or a registered name).
+        memory: a memory with one history per env; by default a
+            :class:`~agent_memory.memory.HistoryMemory` built from the next three settings.
+        formatter: how steps are written (``simple``, ``chat``, ... or a registered name).
         template: the :class:`~agent_memory.prompts.PromptTemplate` (or its config).
         parser: turns responses into env actions (None: responses go to the env as is).
         token_counter: counts the figures' tokens and the budgets (:mod:`agent_memory.tokens`).
         max_tokens: token budget of each prompt's history.
-        max_prompt_tokens: token budget of each whole prompt: the history gets what the rest
-            leaves; a budget below the template's own frame is refused.
-        bounded: keep only ``history_length`` steps per env; handed-over episodes then hold only
-            the last steps (``first_step`` says where they start).
+        max_prompt_tokens: token budget of each whole prompt; the history gets what is left.
+        bounded: keep only ``history_length`` steps per env (handed-over episodes then start
+            at their ``first_step``).
         obs_to_text: turns an observation into text (default: ``str``).
 
     Raises:
@@ -149,7 +143,7 @@ class HistoryOptions:
             TypeError: a setting that is not a field (with the nearest names), or ``options``
                 that is not a :class:`HistoryOptions`.
         """
-        names = [f.name for f in dataclasses.fields(cls)]
+        names = cls.names()
         for key in settings:
             if key not in names:
                 hint = did_you_mean(key, names)
@@ -165,6 +159,11 @@ class HistoryOptions:
                 "settings as keywords or as options=HistoryOptions(...)"
             )
         return dataclasses.replace(options, **settings) if settings else options
+
+    @classmethod
+    def names(cls) -> list[str]:
+        """The settings' names, in order."""
+        return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
     def changed(cls, settings: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,10 +2,7 @@
 
 The template renders the task, step count, fetched history, observation and admissible actions:
 one text, or with a chat memory a message list. With ``max_prompt_tokens`` the history gets what
-the frame (the prompt without history) leaves, in one ``fetch`` for all envs; since tokenizers are
-not additive over joins, a joined prompt still over budget drops whole steps, oldest first (a
-binary search over the window). So the history never pushes a prompt over the budget; a budget
-below the template's own frame is refused when the builder is made.
+the rest of the prompt leaves, and a prompt still over budget drops whole steps, oldest first.
 """
 
 from __future__ import annotations
@@ -20,15 +17,14 @@ from agent_memory.memory import BaseMemory
 from agent_memory.prompts import PromptTemplate
 from agent_memory.protocol import Prompt
 from agent_memory.tokens import TokenCounter
-from agent_memory.wrappers.state import EpisodeState
+from agent_memory.wrappers.state import EpisodeState, env_ids_arg
 
 __all__ = ["Built", "PromptBuilder", "PromptText", "prompt_text", "shown_text"]
 
 
 class PromptText(spaces.Text):
-    """A ``Text`` space holding any string up to ``max_length`` (prompts carry whatever text the
-    env and the model produced, so no fixed charset can bound them). Samples use printable ASCII.
-    """
+    """A ``Text`` space holding any string up to ``max_length`` (no fixed charset can bound a
+    prompt). Samples use printable ASCII."""
 
     def __init__(self, max_length: int = 10**7) -> None:
         super().__init__(max_length, min_length=0, charset=string.printable)
@@ -82,10 +78,8 @@ class PromptBuilder:
     """Builds prompts for any envs from the shared state and memory (see the module docstring).
 
     Args:
-        memory: the memory the history comes from.
-        state: the envs' state (read only).
-        template: the prompt template.
-        counter: counts the figures' tokens and the budget.
+        memory, state: the memory the history comes from; the envs' state (read only).
+        template, counter: the prompt template; counts the figures' tokens and the budget.
         history_length: 0 none, -1 the whole episode, k the last k steps.
         max_prompt_tokens: the budget of each whole prompt (None: none).
 
@@ -119,7 +113,8 @@ class PromptBuilder:
     def build(self, ids: Sequence[int]) -> Built:
         """The prompts of ``ids`` (in that order) with their figures."""
         memory, hl, budget = self.memory, self.history_length, self.max_prompt_tokens
-        steps = [memory.num_steps(i) for i in ids]
+        num_steps = memory.num_steps
+        steps = [num_steps(i) for i in ids]
         # Memories with something to show before the first step (shared notes, past episodes)
         # are fetched for every env.
         always = memory.fetch_when_empty
@@ -133,13 +128,17 @@ class PromptBuilder:
                 kwargs["max_tokens"] = self._history_budgets(hist, [step_of[i] for i in hist])
             if memory.accepts_queries:  # retrieval: relevance to the current observation
                 kwargs["queries"] = [self.state.observation(i) for i in hist]
-            fetched = memory.fetch(hl, env_ids=hist, **kwargs)
+            fetched = memory.fetch(hl, env_ids=env_ids_arg(hist, self.state.num_envs), **kwargs)
             contexts = dict(zip(hist, fetched.contexts, strict=True))
             lengths = dict(zip(hist, fetched.lengths, strict=True))
+        state, render = self.state, self._render
         prompts = [
-            self._render_env(i, contexts.get(i), lengths.get(i, 0), s)
-            for i, s in zip(ids, steps, strict=True)
-        ]
+            render(obs, task, admissible, contexts.get(i), lengths.get(i, 0), s)
+            for i, obs, task, admissible, s in zip(
+                ids, state.observations_of(ids), state.tasks_of(ids), state.admissibles_of(ids),
+                steps, strict=True,
+            )
+        ]  # fmt: skip
         chars, tokens = self._measure(prompts)
         if budget is not None:
             for j, i in enumerate(ids):
@@ -176,12 +175,12 @@ class PromptBuilder:
         )
 
     def _measure(self, prompts: Sequence[Prompt]) -> tuple[list[int], list[int]]:
-        """Characters and tokens of each prompt's text. A counter that needs only the length
-        (the default estimate) gets it without the text being built: no copy of a long prompt."""
+        """Characters and tokens of each prompt's text (a counter that needs only the length gets
+        it without the text being built)."""
         count_length = getattr(self.counter, "count_length", None)
         if count_length is not None:
-            chars = [_prompt_len(p) for p in prompts]
-            return chars, [count_length(c) for c in chars]
+            chars = [len(p) if isinstance(p, str) else _prompt_len(p) for p in prompts]
+            return chars, list(map(count_length, chars))
         texts = [prompt_text(p) for p in prompts]
         return [len(t) for t in texts], self.counter.count_many(texts)
 
@@ -200,8 +199,7 @@ class PromptBuilder:
 
     def _fit(self, i: int, length: int, step_count: int) -> tuple[Prompt, int, int, int]:
         """Env ``i``'s prompt with the longest window below ``length`` steps that fits the budget
-        (binary search: the fit is checked on every candidate, so the result always fits),
-        or with no memory context at all. Returns the prompt, its chars, tokens and window."""
+        (binary search), or with no memory context: the prompt, its chars, tokens and window."""
         assert self.max_prompt_tokens is not None
         queries = [self.state.observation(i)] if self.memory.accepts_queries else None
         best: tuple[Prompt, int, int, int] | None = None

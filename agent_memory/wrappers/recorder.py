@@ -1,16 +1,9 @@
 """``EpisodeRecorder``: each env's running episode, from its start to its hand-over.
 
-The recorder owns the memory (the stored steps) and the :class:`~agent_memory.wrappers.state.
-EpisodeState` (what the next prompt is built from). The wrappers tell it *when* an episode starts,
-moves on, stores a step or ends (that is where the autoreset modes differ); it keeps the memory
-and the state in step: ``start`` resets both and calls the memory's ``start_episodes`` hook,
-``handover`` builds the :class:`~agent_memory.protocol.Episode` and calls ``end_episodes``
-before anything is cleared, and ``state_dict`` is the whole session.
-
-Transcript records: when the memory's formatter reads the record keys ``shown`` (what the policy
-was shown at that step: the last user message of a chat prompt, the whole text prompt) or
-``response`` (what the model wrote, as text, capped), the recorder stores them with each step;
-otherwise it stores neither, so other configurations are unchanged.
+The recorder owns the memory and the :class:`~agent_memory.wrappers.state.EpisodeState` and
+keeps them in step; the wrappers tell it *when* an episode starts, stores a step or ends. Steps
+store ``shown`` (what the policy was shown) and ``response`` (what the model wrote) only when the
+memory's formatter reads those record keys.
 """
 
 from __future__ import annotations
@@ -24,7 +17,7 @@ from agent_memory.memory import HistoryMemory
 from agent_memory.protocol import Episode
 from agent_memory.text import utf8_safe
 from agent_memory.wrappers.options import HistoryOptions
-from agent_memory.wrappers.state import EnvView, EpisodeState
+from agent_memory.wrappers.state import EnvView, EpisodeState, env_ids_arg
 
 __all__ = ["TRANSCRIPT_KEYS", "EpisodeRecorder", "response_text"]
 
@@ -46,20 +39,23 @@ def response_text(response: Any, cap: int) -> str:
     return utf8_safe(text[:cap])
 
 
-class _SafeText:
-    """An ``obs_to_text`` whose str results encode as UTF-8 (lone surrogates replaced): they go
-    into the history, the prompts (HTTP bodies) and saved sessions."""
+def _safe_text(fn: Callable[[Any], str] | None) -> Callable[[Any], str]:
+    """An ``obs_to_text`` (None: ``str``) whose str results encode as UTF-8 (lone surrogates
+    replaced): they go into the history, the prompts (HTTP bodies) and saved sessions."""
+    if fn is None:
+        return _to_text
 
-    def __init__(self, fn: Callable[[Any], str]) -> None:
-        self.fn = fn
-
-    def __call__(self, obs: Any) -> str:
-        text = self.fn(obs)
+    def safe(obs: Any) -> str:
+        text = fn(obs)
         return utf8_safe(text) if isinstance(text, str) else text
+
+    return safe
 
 
 def _to_text(obs: Any) -> str:
-    return obs if isinstance(obs, str) else str(obs)
+    """The default ``obs_to_text``: ``str``, UTF-8 safe (one call per observation)."""
+    text = obs if isinstance(obs, str) else str(obs)
+    return text if text.isascii() else utf8_safe(text)
 
 
 class EpisodeRecorder:
@@ -70,8 +66,7 @@ class EpisodeRecorder:
         options: the wrapper's settings (the memory is built from them when none is given).
 
     Attributes:
-        memory: the memory holding every env's steps.
-        state: the per-env state (read it; only the recorder writes it).
+        memory, state: every env's steps; the per-env state (only the recorder writes it).
         obs_to_text: turns an inner observation into the text stored and shown.
         transcript_keys: which of ``shown`` / ``response`` the steps store.
     """
@@ -90,7 +85,7 @@ class EpisodeRecorder:
         self.num_envs = num_envs
         self.memory = memory
         self.state = EpisodeState(num_envs, options.prompt_template.task)
-        self.obs_to_text = _SafeText(options.obs_to_text or _to_text)
+        self.obs_to_text = _safe_text(options.obs_to_text)
         self.transcript_keys = memory.record_keys & TRANSCRIPT_KEYS
         self._cap = _DEFAULT_CAP if options.parser is None else options.parser.max_chars
 
@@ -115,16 +110,16 @@ class EpisodeRecorder:
         actions: Sequence[Any],
         thoughts: Sequence[str] | None,
         extras: Mapping[str, Sequence[Any]] | None,
-        responses: Sequence[Any],
+        responses: Mapping[int, Any],
     ) -> None:
-        """Store one step for each env in ``ids``: the observation it acted on, its action
-        (as the history shows it), its thought, the ``extras`` (indexed by env id) and, for
-        transcript records, what it was shown and the raw ``responses``."""
+        """Store one step for each env in ``ids``: the observation it acted on, its action, its
+        thought, the ``extras`` (indexed by env id) and the transcript keys (``responses``: the
+        model's response by env id)."""
         if not ids:
             return
         state = self.state
         record: dict[str, Sequence[Any]] = {
-            "observation": [state.observation(i) for i in ids],
+            "observation": state.observations_of(ids),
             "action": list(actions),
         }
         if thoughts is not None:
@@ -132,7 +127,7 @@ class EpisodeRecorder:
         if "shown" in self.transcript_keys:
             record["shown"] = [state.shown(i) for i in ids]
         if "response" in self.transcript_keys:
-            record["response"] = [response_text(r, self._cap) for r in responses]
+            record["response"] = [response_text(responses[i], self._cap) for i in ids]
         if extras:
             for key, values in extras.items():
                 if key in record:
@@ -141,7 +136,7 @@ class EpisodeRecorder:
                         f"({sorted(record)}); rename it"
                     )
                 record[key] = [values[i] for i in ids]
-        self.memory.store(record, env_ids=list(ids))
+        self.memory.store(record, env_ids=env_ids_arg(ids, self.num_envs))
 
     def add_rewards(self, ids: Sequence[int], rewards: Sequence[float] | np.ndarray) -> None:
         """Add the step rewards of ``ids`` to their returns."""

@@ -21,16 +21,11 @@ __all__ = ["read_session", "write_session"]
 
 
 def write_session(path: str | os.PathLike[str], state: Mapping[str, Any]) -> Path:
-    """Write ``state`` as UTF-8 JSON, atomically: the whole text is made first, then written to
-    a temp file beside ``path``, synced and renamed into place; on any failure the temp file is
-    removed and an existing file at ``path`` is left as it was.
-
-    Text that UTF-8 cannot hold (a lone surrogate in a record or an extra) is written as JSON
-    ``\\u`` escapes, which :func:`read_session` reads back exactly.
+    """Write ``state`` as UTF-8 JSON, atomically (a temp file beside ``path``, synced and renamed
+    into place); lone surrogates are written as ``\\u`` escapes, read back exactly.
 
     Raises:
-        TypeError: the state holds a value JSON cannot hold (e.g. bytes or an object in
-            ``extras``); nothing is written.
+        TypeError: the state holds a value JSON cannot hold; nothing is written.
     """
     path = Path(path)
     try:

@@ -23,19 +23,13 @@ __all__ = ["HistoryWrapper"]
 class HistoryWrapper(OwnsHistory, gym.Wrapper):
     """Owns the interaction history of one ``gymnasium.Env`` and returns prompts as observations.
 
-    The step flow of :class:`~agent_memory.wrappers.VectorHistoryWrapper` over one env, so
-    ``n`` wrapped single envs give the same prompts as one wrapped ``make_vec(id, n)``. ``info``
-    values are scalars; a finished episode is handed over in ``info["episode_history"]``.
+    The step flow of :class:`~agent_memory.wrappers.VectorHistoryWrapper` over one env (the same
+    prompts); ``info`` values are scalars.
 
     Args:
         env: the env.
-        options: the settings as one :class:`~agent_memory.wrappers.HistoryOptions`; the
-            keywords that are not at their default are put over it.
-
-    The keyword settings (``history_length``, ``memory``, ``formatter``, ``template``,
-    ``parser``, ``token_counter``, ``max_tokens``, ``max_prompt_tokens``, ``bounded``,
-    ``obs_to_text``) are documented, and validated, once: on
-    :class:`~agent_memory.wrappers.HistoryOptions`.
+        options: a :class:`~agent_memory.wrappers.HistoryOptions`; the keywords not at their
+            default (documented there) are put over it.
 
     Example:
         >>> import gymnasium as gym
@@ -70,13 +64,7 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
         **unknown: Never,  # none is accepted: caught to name the setting meant
     ) -> None:
         super().__init__(env)
-        settings = {
-            "history_length": history_length, "memory": memory, "formatter": formatter,
-            "template": template, "parser": parser, "token_counter": token_counter,
-            "max_tokens": max_tokens, "max_prompt_tokens": max_prompt_tokens,
-            "bounded": bounded, "obs_to_text": obs_to_text,
-        }  # fmt: skip
-        self._setup(1, options, settings, unknown)
+        self._setup(1, options, locals(), unknown)
         self.observation_space = PromptText()
         if self.parser is not None:
             self.action_space = PromptText()

@@ -1,13 +1,8 @@
 """Per-env episode state: one owner writes it, everyone else reads it.
 
-:class:`EpisodeState` holds, for each env, what its next prompt is built from and what its
-hand-over reports: the current observation text, the env's task, the admissible actions, the
-return so far, whether the running episode was already handed over, and the text its policy was
-last shown (for transcript records). Only
-:class:`~agent_memory.wrappers.recorder.EpisodeRecorder` writes it; the prompt builder, the step
-flow and the wrappers read it through its read methods, and users and the rollout worker through
-:class:`EnvView` (``env.current(i)``). Steps taken are not kept here: the memory counts them
-(``memory.num_steps(i)``), also when its storage is bounded.
+:class:`EpisodeState` holds, per env, what its next prompt is built from and what its hand-over
+reports. Only :class:`~agent_memory.wrappers.recorder.EpisodeRecorder` writes it; users read it
+through :class:`EnvView` (``env.current(i)``). Steps taken are counted by the memory.
 
 Example:
     >>> state = EpisodeState(2, task="Find the key.")
@@ -29,7 +24,7 @@ import numpy as np
 from agent_memory.protocol import ADMISSIBLE_ACTIONS, TASK
 from agent_memory.text import utf8_safe
 
-__all__ = ["EnvView", "EpisodeState"]
+__all__ = ["EnvView", "EpisodeState", "env_ids_arg"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +33,7 @@ class EnvView:
 
     Attributes:
         observation: the current observation as text (no history, no template).
-        task: the task as the prompt shows it: the template's configured task, else the env's
-            ``info["task"]``.
+        task: the task as the prompt shows it (the template's, else the env's).
         admissible_actions: the actions valid now (None where not finite or unknown).
         episode_step: steps taken in the running episode.
         episode_return: the sum of its rewards so far (penalties included).
@@ -50,6 +44,21 @@ class EnvView:
     admissible_actions: tuple[Any, ...] | None
     episode_step: int
     episode_return: float
+
+
+def env_ids_arg(ids: Sequence[int], num_envs: int) -> list[int] | None:
+    """What to pass a memory as ``env_ids``: None when ``ids`` are every env in order (the
+    memory's own list of them, checked once), else ``ids``."""
+    ids = list(ids)
+    return None if len(ids) == num_envs and ids == list(range(num_envs)) else ids
+
+
+def _object_array(values: Sequence[Any]) -> np.ndarray:
+    """A 1-D object array of ``values`` (each kept as is, lists included)."""
+    arr = np.empty(len(values), dtype=object)
+    for j, v in enumerate(values):
+        arr[j] = v
+    return arr
 
 
 def _listify(value: Any) -> list[Any] | None:
@@ -65,14 +74,14 @@ class EpisodeState:
 
     Args:
         num_envs: number of envs.
-        task: the template's configured task: when set, it is every env's task (it wins over
-            the env's generic ``info["task"]``).
+        task: the template's configured task: when set, every env's (over ``info["task"]``).
     """
 
     def __init__(self, num_envs: int, task: str = "") -> None:
         self.num_envs = num_envs
         self.configured_task = task
         self._obs: list[str] = [""] * num_envs
+        self._obs_array = _object_array(self._obs)  # the same texts, copied in one call
         self._env_tasks: list[str | None] = [None] * num_envs
         self._admissible: list[list[Any] | None] = [None] * num_envs
         self._returns = np.zeros(num_envs, dtype=np.float64)
@@ -84,6 +93,27 @@ class EpisodeState:
     def observation(self, i: int) -> str:
         """Env ``i``'s current observation text."""
         return self._obs[i]
+
+    def observations_of(self, ids: Sequence[int]) -> list[str]:
+        """The current observation texts of ``ids``, in that order."""
+        obs = self._obs
+        return [obs[i] for i in ids]
+
+    def tasks_of(self, ids: Sequence[int]) -> list[str | None]:
+        """:meth:`task` of each env of ``ids``."""
+        if self.configured_task:
+            return [self.configured_task] * len(ids)
+        tasks = self._env_tasks
+        return [tasks[i] for i in ids]
+
+    def admissibles_of(self, ids: Sequence[int]) -> list[list[Any] | None]:
+        """:meth:`admissible` of each env of ``ids``."""
+        admissible = self._admissible
+        return [admissible[i] for i in ids]
+
+    def observations(self) -> np.ndarray:
+        """Every env's current observation text (a new object array)."""
+        return self._obs_array.copy()
 
     def task(self, i: int) -> str | None:
         """Env ``i``'s task as its prompt shows it: the configured one, else the env's."""
@@ -109,8 +139,9 @@ class EpisodeState:
 
     def start(self, ids: Sequence[int], texts: Sequence[str], infos: Sequence[Mapping]) -> None:
         """New episodes in ``ids``, from their first observations and reset infos."""
+        obs, obs_array = self._obs, self._obs_array
         for i, text, info in zip(ids, texts, infos, strict=True):
-            self._obs[i] = text
+            obs[i] = obs_array[i] = text
             task = info.get(TASK)
             self._env_tasks[i] = utf8_safe(task) if isinstance(task, str) else task
             self._admissible[i] = _listify(info.get(ADMISSIBLE_ACTIONS))
@@ -119,8 +150,9 @@ class EpisodeState:
 
     def observe(self, ids: Sequence[int], texts: Sequence[str], infos: Sequence[Mapping]) -> None:
         """The envs in ``ids`` moved on within their episodes."""
+        obs, obs_array = self._obs, self._obs_array
         for i, text, info in zip(ids, texts, infos, strict=True):
-            self._obs[i] = text
+            obs[i] = obs_array[i] = text
             if ADMISSIBLE_ACTIONS in info:
                 self._admissible[i] = _listify(info[ADMISSIBLE_ACTIONS])
 
@@ -153,6 +185,7 @@ class EpisodeState:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (``shown`` may be absent: sessions saved before it)."""
         self._obs = list(state["last_obs"])
+        self._obs_array = _object_array(self._obs)
         self._env_tasks = list(state["tasks"])
         self._admissible = [None if a is None else list(a) for a in state["admissible"]]
         self._handed_over = np.array(state["handed_over"], dtype=bool)

@@ -18,10 +18,11 @@ from agent_memory.parsing import ActionParser
 from agent_memory.protocol import EPISODE_HISTORY, WON, Episode
 from agent_memory.tokens import TokenCounterSpec
 from agent_memory.wrappers.base import FIGURES, OwnsHistory
-from agent_memory.wrappers.flow import Plan, Verdicts, object_array
+from agent_memory.wrappers.flow import Plan, Verdicts, nones
 from agent_memory.wrappers.hold import SubEnvHolds
 from agent_memory.wrappers.options import HistoryOptions, TemplateSpec
 from agent_memory.wrappers.prompt import PromptText
+from agent_memory.wrappers.subset import SyncSubset
 from agent_memory.wrappers.vector_env import (
     async_worker_keeps_autoreset,
     autoreset_mode_of,
@@ -36,39 +37,29 @@ __all__ = ["VectorHistoryWrapper"]
 class _Outcome:
     """What the inner env's step gave, with the held envs' reward and ends zeroed."""
 
-    texts: list[str]  # each acting env's observation as text ("" for held envs)
+    texts: dict[int, str]  # each acting env's observation as text, by env id
     rewards: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
     info: dict[str, Any]
 
-    @property
-    def done(self) -> np.ndarray:
-        return self.terminated | self.truncated
+    def __post_init__(self) -> None:
+        self.done = self.terminated | self.truncated
 
 
 class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
     """Owns one interaction history per sub-env: stores each step, renders each env's prompt.
 
-    ``step(responses)`` parses each response (with a ``parser``), steps the inner env, stores the
-    observation acted on, the action, the thought and any ``extras`` of every env that really
-    stepped, and returns one prompt per env. Episodes end as the inner env's ``autoreset_mode``
-    says (NEXT_STEP: the reset step is not stored; SAME_STEP: the last observation is
-    ``info["final_obs"]``; DISABLED: ``reset(options={"reset_mask": m})`` clears the masked envs)
-    and are handed over in ``info["episode_history"]`` first. ``info`` also gets, per env,
-    ``raw_obs``, the figures (``history_steps``, ``context_chars``, ``context_tokens``,
-    ``episode_step``) and, with a parser, ``is_action_valid``, ``invalid_reason``,
-    ``parsed_action``, ``thought`` and ``invalid_penalty``.
+    ``step(responses)`` parses each response, steps the inner env, stores each acting env's step
+    and returns one prompt per env. Episodes end as the inner env's ``autoreset_mode`` says
+    (DISABLED: ``reset(options={"reset_mask": m})`` restarts the masked envs) and are handed over
+    in ``info["episode_history"]``. ``info`` also gets, per env, ``raw_obs``, the figures and,
+    with a parser, the verdicts (``is_action_valid``, ``invalid_reason``, ...).
 
     Args:
         env: any ``gymnasium.vector.VectorEnv`` (Async needs ``shared_memory=False`` for text).
-        options: the settings as one :class:`~agent_memory.wrappers.HistoryOptions`; the
-            keywords that are not at their default are put over it.
-
-    The keyword settings (``history_length``, ``memory``, ``formatter``, ``template``,
-    ``parser``, ``token_counter``, ``max_tokens``, ``max_prompt_tokens``, ``bounded``,
-    ``obs_to_text``) are documented, and validated, once: on
-    :class:`~agent_memory.wrappers.HistoryOptions`.
+        options: a :class:`~agent_memory.wrappers.HistoryOptions`; the keywords not at their
+            default (documented there) are put over it.
 
     Example:
         >>> import gymnasium as gym
@@ -115,13 +106,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         self._mode = autoreset_mode_of(env)
         self._async = isinstance(env.unwrapped, AsyncVectorEnv)
         refuse_text_on_shared_memory(env)
-        settings = {
-            "history_length": history_length, "memory": memory, "formatter": formatter,
-            "template": template, "parser": parser, "token_counter": token_counter,
-            "max_tokens": max_tokens, "max_prompt_tokens": max_prompt_tokens,
-            "bounded": bounded, "obs_to_text": obs_to_text,
-        }  # fmt: skip
-        self._setup(self.num_envs, options, settings, unknown)
+        self._setup(self.num_envs, options, locals(), unknown)
         self.single_observation_space = PromptText()
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         if self.parser is not None:
@@ -136,6 +121,9 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         self._inner_done = np.zeros(n, dtype=bool)
         self._holds = SubEnvHolds(env)
         self._warned_async = False
+        # A SyncVectorEnv with DISABLED autoreset and text spaces: only the envs that act (or
+        # reset) are called, so a step's cost follows them, not the batch.
+        self._subset = SyncSubset(env) if SyncSubset.fits(env) else None
 
     # ------------------------------------------------------------------ public
 
@@ -161,8 +149,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         gone, handed = recorder.abandon(ids)
         again = self._reset_again_on_next_step(ids)
         self._holds.release(mask)  # only the envs that reset: a held env stays held
-        # VectorEnv.reset is annotated with an int seed; Sync and Async take one per env too.
-        obs, info = self.env.reset(seed=seed, options=options)  # type: ignore[arg-type]
+        obs, info = self._reset_inner(ids, mask, seed, options)
         texts = [recorder.obs_to_text(obs[i]) for i in ids]
         recorder.start(ids, texts, infos_at(info, ids))
         self._pending_reset[ids] = False
@@ -185,37 +172,43 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         """Step the envs with the model's responses (one per env) and return the new prompts.
 
         Args:
-            actions: one response (or env action, without a parser) per env. Envs that are
-                finished, resetting or held may get any value (e.g. ``None``); it is ignored.
-            extras: more per-env values to store with this step (e.g. ``{"logprob": [...]}``);
-                one value per env, keys fixed per episode.
-            mask: which envs act (a bool array, one per env; None: all). The others are held:
-                their sub-envs are not stepped (each must be wrapped in
-                :class:`~agent_memory.wrappers.Holdable`), nothing is stored or handed over for
-                them, their reward is 0, neither terminated nor truncated, their prompts are
-                unchanged and the ``_key`` masks of ``info`` are False for them. Needs
-                ``autoreset_mode`` DISABLED (under NEXT_STEP and SAME_STEP the inner env steps
-                or autoresets every sub-env); a finished env may stay held until its reset.
+            actions: one response (or env action, without a parser) per env; ignored for envs
+                that are finished, resetting or held.
+            extras: more per-env values to store with this step (e.g. ``{"logprob": [...]}``).
+            mask: which envs act (None: all). The others are held: not stepped (each sub-env
+                wrapped in :class:`~agent_memory.wrappers.Holdable`), nothing stored, reward 0,
+                prompt unchanged, ``_key`` masks False. Needs ``autoreset_mode`` DISABLED.
+                Over a ``SyncVectorEnv`` with text spaces, only the acting sub-envs are called
+                (:class:`~agent_memory.wrappers.subset.SyncSubset`): the step costs what they
+                do, whatever the number of envs.
 
         Raises:
             ValueError: ``actions``, ``extras`` or ``mask`` of the wrong length or type, a
                 partial mask without DISABLED, or sub-envs that cannot be held.
             RuntimeError: a finished env acts before its reset (DISABLED).
         """
-        acting = self._acting(actions, extras, mask)
-        resetting = self._pending_reset & acting
-        live_ids = np.flatnonzero(acting & ~resetting).tolist()
+        acting, ids = self._acting(actions, extras, mask)
+        # Envs whose step is the inner env's autoreset (NEXT_STEP only): they store nothing.
+        restarted: list[int] = []
+        if self._mode == AutoresetMode.NEXT_STEP:
+            restarted = np.flatnonzero(self._pending_reset & acting).tolist()
+        skip = set(restarted)
+        live_ids = [i for i in ids if i not in skip] if skip else ids
         flow = self._parts.flow
         plan = flow.plan(actions, live_ids)
-        out = self._step_inner(actions, plan, acting, mask is not None)
+        if self._subset is not None:
+            out = self._step_subset(plan, ids)
+        else:
+            out = self._step_inner(actions, plan, acting, mask is not None)
         # Store, verdict and penalty for every env that really stepped (see flow.py).
         step_infos = self._step_infos(out.info, live_ids, out.done)
         verdicts = flow.record(plan, step_infos, out.rewards, extras)
         if verdicts is not None:
             self._add_verdicts(out.info, verdicts, acting)
-        ended = [i for i in live_ids if out.done[i]]
-        handed = self._move_episodes_on(out, step_infos, live_ids, ended, resetting)
-        self._build(np.flatnonzero(acting).tolist())
+        done = out.done
+        ended = [i for i in live_ids if done[i]]
+        handed = self._move_episodes_on(out, step_infos, live_ids, ended, restarted)
+        self._build(ids)
         self._report(out.info, acting, ended, handed)
         return self.prompts, out.rewards, out.terminated, out.truncated, out.info
 
@@ -252,8 +245,9 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         actions: Sequence[Any],
         extras: Mapping[str, Sequence[Any]] | None,
         mask: Sequence[bool] | np.ndarray | None,
-    ) -> np.ndarray:
-        """Check ``step``'s arguments; the envs that act (all without a ``mask``)."""
+    ) -> tuple[np.ndarray, list[int]]:
+        """Check ``step``'s arguments; the envs that act (all without a ``mask``), as a mask
+        and as ids."""
         n = self.num_envs
         if isinstance(actions, (str, bytes)) or len(actions) != n:
             got = type(actions).__name__ if isinstance(actions, (str, bytes)) else len(actions)
@@ -262,35 +256,70 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
             if isinstance(values, (str, bytes)) or len(values) != n:
                 raise ValueError(f"extras[{key!r}] must hold {n} values (one per env)")
         acting = np.ones(n, dtype=bool) if mask is None else self._step_mask(mask)
-        if self._mode == AutoresetMode.DISABLED and (self._finished & acting).any():
+        ids = np.flatnonzero(acting)
+        if self._mode == AutoresetMode.DISABLED and self._finished[ids].any():
             raise RuntimeError(
                 f"env(s) {np.flatnonzero(self._finished & acting).tolist()} finished their "
                 "episode and autoreset_mode is DISABLED: call reset(options={'reset_mask': "
                 "mask}) for them before stepping (or leave them out of step's mask)"
             )
-        return acting
+        return acting, ids.tolist()
 
     def _step_inner(
         self, actions: Sequence[Any], plan: Plan, acting: np.ndarray, masked: bool
     ) -> _Outcome:
         """Hold the envs that do not act, step the inner env, and zero what held envs report
         (in new arrays: the penalty must not touch the env's own buffers)."""
-        flow = self._parts.flow
-        env_actions = [
-            plan.env_actions[i] if i in plan.env_actions else flow.idle_action(actions[i])
-            for i in range(self.num_envs)
-        ]
+        parser = self._parts.options.parser
+        # The envs that do not act get the fallback (with a parser, else what was given).
+        env_actions = (
+            list(actions) if parser is None else [parser.fallback_action()] * self.num_envs
+        )
+        for i, a in plan.env_actions.items():
+            env_actions[i] = a
         if masked or self._holds.flags.any():
             self._inner_done[self._holds.set(~acting, self._inner_done)] = False
         obs, rewards, terminated, truncated, info = self.env.step(self._batch(env_actions))
         to_text = self._parts.recorder.obs_to_text
         return _Outcome(
-            texts=[to_text(o) if acting[i] else "" for i, o in enumerate(obs)],
+            texts={i: to_text(obs[i]) for i in np.flatnonzero(acting).tolist()},
             rewards=np.where(acting, np.asarray(rewards, dtype=np.float64), 0.0),
             terminated=np.logical_and(terminated, acting),
             truncated=np.logical_and(truncated, acting),
             info=info,
         )
+
+    def _step_subset(self, plan: Plan, ids: list[int]) -> _Outcome:
+        """:meth:`_step_inner` calling only the acting sub-envs (:class:`SyncSubset`): the
+        same outcome, at the cost of the envs that act."""
+        assert self._subset is not None
+        # The others are flagged held, as the full step does, and never called (a finished
+        # one needs no reset behind the scenes).
+        self._holds.hold_all_but(ids)
+        env_actions = plan.env_actions  # every acting env's: none resets on a step (DISABLED)
+        batch = [env_actions[i] for i in ids]
+        obs, rewards, terminated, truncated, info = self._subset.step(ids, batch)
+        to_text = self._parts.recorder.obs_to_text
+        return _Outcome(
+            {i: to_text(o) for i, o in obs.items()}, rewards, terminated, truncated, info
+        )
+
+    def _reset_inner(
+        self, ids: list[int], mask: np.ndarray | None, seed: Any, options: dict[str, Any] | None
+    ) -> tuple[Any, dict[str, Any]]:
+        """The inner env's reset of ``ids`` (all, or the masked ones): its observations (indexed
+        by env id) and info."""
+        if (
+            self._subset is not None
+            and mask is not None
+            and ids
+            and options is not None
+            and isinstance(options["reset_mask"], np.ndarray)  # what SyncVectorEnv accepts
+        ):
+            rest = {k: v for k, v in options.items() if k != "reset_mask"}
+            return self._subset.reset(ids, seed, rest)
+        # Sync and Async take one seed per env too (VectorEnv.reset is annotated with an int).
+        return self.env.reset(seed=seed, options=options)
 
     def _move_episodes_on(
         self,
@@ -298,16 +327,16 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         step_infos: Mapping[int, Mapping[str, Any]],
         live_ids: list[int],
         ended: list[int],
-        resetting: np.ndarray,
+        restarted: list[int],
     ) -> list[Episode]:
         """Observe the envs that go on; end, hand over and restart the others, as the
-        autoreset mode says. Returns the episodes handed over (one per env of ``ended``)."""
-        recorder, texts, info = self._parts.recorder, out.texts, out.info
-        going = [i for i in live_ids if not out.done[i]]
+        autoreset mode says (``restarted``: the envs the inner env reset on this step, under
+        NEXT_STEP). Returns the episodes handed over (one per env of ``ended``)."""
+        recorder, texts, info, done = self._parts.recorder, out.texts, out.info, out.done
+        going = [i for i in live_ids if not done[i]]
         recorder.observe(going, [texts[i] for i in going], [step_infos[i] for i in going])
         if self._mode == AutoresetMode.NEXT_STEP:
             # This step reset the envs that ended last step; those ending now reset next step.
-            restarted = np.flatnonzero(resetting).tolist()
             recorder.start(restarted, [texts[i] for i in restarted], infos_at(info, restarted))
             self._pending_reset = out.done.copy()
             finals = [texts[i] for i in ended]
@@ -329,10 +358,8 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
     def _reset_again_on_next_step(self, ids: list[int]) -> list[int]:
         """Envs of ``ids`` that Gymnasium's AsyncVectorEnv will reset again on the next step.
 
-        Gymnasium 1.4 bug: with ``shared_memory=False`` a worker clears its pending NEXT_STEP
-        autoreset on ``reset`` only in the shared-memory branch, so an env that finished before
-        a manual reset is reset again, unseeded, on the next step (its action ignored). The
-        wrapper then treats that step as the env's reset step, so the history stays exact.
+        Gymnasium 1.4 bug: with ``shared_memory=False`` an env that finished before a manual
+        reset is reset again on the next step; that step is then treated as its reset step.
         """
         if not (self._async and self._mode == AutoresetMode.NEXT_STEP):
             return []
@@ -375,11 +402,16 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         for key, values in verdicts.items():
             info[key] = values
             info[f"_{key}"] = acting.copy()
-        replies = verdicts.replies
-        if replies:
-            n = self.num_envs
-            info["memory_reply"] = object_array([replies.get(i) for i in range(n)])
-            info["_memory_reply"] = np.array([i in replies for i in range(n)])
+        if verdicts.replies:
+            self._put_some(info, "memory_reply", verdicts.replies)
+
+    def _put_some(self, info: dict[str, Any], key: str, by_env: Mapping[int, Any]) -> None:
+        """``info[key]``: the values of the envs in ``by_env`` (None elsewhere), with its mask."""
+        values, present = nones(self.num_envs), np.zeros(self.num_envs, dtype=bool)
+        for i, value in by_env.items():
+            values[i] = value
+            present[i] = True
+        info[key], info[f"_{key}"] = values, present
 
     def _report(
         self, info: dict[str, Any], acting: np.ndarray, ended: list[int], episodes: list[Episode]
@@ -388,14 +420,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         for key in FIGURES:
             info[key] = self._figures[key].copy()
             info[f"_{key}"] = acting.copy()
-        state = self._parts.recorder.state
-        info["raw_obs"] = object_array([state.observation(i) for i in range(self.num_envs)])
+        info["raw_obs"] = self._parts.recorder.state.observations()
         info["_raw_obs"] = acting.copy()
         if ended:
-            arr = np.empty(self.num_envs, dtype=object)
-            handed = np.zeros(self.num_envs, dtype=bool)
-            for i, ep in zip(ended, episodes, strict=True):
-                arr[i] = ep
-                handed[i] = True
-            info[EPISODE_HISTORY] = arr
-            info[f"_{EPISODE_HISTORY}"] = handed
+            self._put_some(info, EPISODE_HISTORY, dict(zip(ended, episodes, strict=True)))

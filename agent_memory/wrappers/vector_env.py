@@ -57,8 +57,7 @@ def env_value(info: Mapping[str, Any], key: str, i: int, default: Any = None) ->
 def env_values(
     info: Mapping[str, Any], key: str, ids: Sequence[int], default: Any = None
 ) -> list[Any]:
-    """:func:`env_value` for every env of ``ids`` (the key's array and mask are read once: a
-    step's per-env figures cost one list each, not one lookup per env and key).
+    """:func:`env_value` for every env of ``ids`` (the key's array and mask are read once).
 
     Example:
         >>> import numpy as np
@@ -69,21 +68,27 @@ def env_values(
     value = info.get(key)
     if value is None:
         return [default] * len(ids)
+    # Only the entries of ``ids`` are read: the cost follows them, not the batch.
     mask = info.get(f"_{key}")
-    flags = mask.tolist() if isinstance(mask, np.ndarray) else mask
-    if isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype != object:
-        items = value.tolist()  # Python scalars, as .item() gives
+    if isinstance(mask, np.ndarray):
+        flags = mask[list(ids)].tolist()
+    else:
+        flags = None if mask is None else [mask[i] for i in ids]
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        items = value[list(ids)].tolist()  # Python scalars, as .item() gives
+        if value.dtype == object:  # the objects as they are, numpy scalars made Python ones
+            generic = np.generic
+            items = [x.item() if isinstance(x, generic) else x for x in items]
         if flags is None:
-            return [items[i] for i in ids]
-        return [items[i] if flags[i] else default for i in ids]
-    out = []
-    for i in ids:
-        if flags is not None and not flags[i]:
-            out.append(default)
-            continue
-        item = value[i]
-        out.append(item.item() if isinstance(item, np.generic) else item)
-    return out
+            return items
+        return [item if flag else default for item, flag in zip(items, flags, strict=True)]
+    if flags is None:
+        return [_python(value[i]) for i in ids]
+    return [_python(value[i]) if flag else default for i, flag in zip(ids, flags, strict=True)]
+
+
+def _python(item: Any) -> Any:
+    return item.item() if isinstance(item, np.generic) else item
 
 
 def info_at(info: Mapping[str, Any], i: int) -> dict[str, Any]:

@@ -8,10 +8,13 @@ each prompt's list of faults is consumed one attempt at a time, then it succeeds
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 import pickle
 import re
+import signal
 import socket
 import threading
 import time
@@ -341,12 +344,13 @@ def test_a_workers_share_of_the_concurrency_can_move(server):
 
 
 def test_prepare_opens_the_client_and_checks_the_server_once(server):
+    before = len(_request_threads())
     policy = OpenAIPolicy(server.base_url, "m", **FAST)
     policy.prepare()  # what a rollout worker does at start-up
     policy.prepare()  # once is enough: the same client, no second check
-    assert [r["key"] for r in server.requests] == [CHECK] and not [
-        t for t in threading.enumerate() if t.name.startswith(THREAD_PREFIX)
-    ]
+    # A synchronous caller's requests run on the policy's one private loop thread.
+    assert [r["key"] for r in server.requests] == [CHECK]
+    assert len(_request_threads()) == before + 1
     assert policy.act(["a"]) == ["echo:a"]
     policy.close()
     with pytest.raises(RuntimeError, match="is closed"):
@@ -358,8 +362,7 @@ def test_set_concurrency_out_of_range_names_the_limit():
     with pytest.raises(
         ValueError,
         match=re.escape(
-            "concurrency must be at most max_concurrency=8 (the policy's threads and "
-            "connections), got 9"
+            "concurrency must be at most max_concurrency=8 (the policy's connections), got 9"
         ),
     ):
         policy.set_concurrency(9)
@@ -582,8 +585,8 @@ def test_close_releases_the_threads_and_connections(server):
     policy = OpenAIPolicy(server.base_url, "m", **FAST)
     assert len(_request_threads()) == before  # nothing starts before the first call
     assert policy.act(["a", "b", "c"]) == ["echo:a", "echo:b", "echo:c"]
-    client = policy._runtime.client
-    assert len(_request_threads()) > before
+    (client,) = [c.client for c in policy._runtime.loops.values()]  # the private loop's
+    assert len(_request_threads()) == before + 1
     policy.close()
     policy.close()  # idempotent
     assert client.is_closed and len(_request_threads()) == before
@@ -612,11 +615,136 @@ def test_pickled_policy_starts_its_own_client(server):
 
 
 def test_async_callers(server):
-    import asyncio
-
     with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
         out = asyncio.run(policy.aact(["a", "b"]))
+        assert not policy._runtime.loops  # the loop closed its client when it shut down
     assert out == ["echo:a", "echo:b"]
+
+
+# ---------------------------------------------------------------------- asyncio
+
+
+def test_agenerate_starts_no_thread_per_request():
+    """The worker's case: one single-prompt call per env, all at once, on its event loop."""
+    from agent_memory.serving import HashBackend, MockOpenAIServer
+
+    async def burst(policy: OpenAIPolicy) -> tuple[set[str], list[str]]:
+        await policy.agenerate(["warm"])  # the loop's client, the server check
+        # Threads that exist now may end meanwhile (an earlier test's): count only new ones.
+        before, started = {t.ident for t in threading.enumerate()}, set()
+
+        async def one(k: int) -> str:
+            (g,) = await policy.agenerate([f"p{k}"])
+            started.update(t.name for t in threading.enumerate() if t.ident not in before)
+            return g.text
+
+        texts = await asyncio.gather(*(one(k) for k in range(64)))
+        return started, list(texts)
+
+    backend = HashBackend(lambda prompt, seed: "go up")
+    with (
+        MockOpenAIServer(backend, max_in_flight=64) as server,
+        OpenAIPolicy(server.base_url, "hash", concurrency=64, **FAST) as policy,
+    ):
+        private = len(_request_threads())
+        started, texts = asyncio.run(burst(policy))
+        assert len(_request_threads()) == private  # nor the sync callers' loop thread
+    assert texts == ["go up"] * 64 and started == set()
+    assert policy.stats.requests == 65 and policy.stats.failures == 0
+
+
+def test_the_in_flight_bound_holds_under_agenerate(server):
+    prompts, later = [f"p{i}" for i in range(12)], [f"q{i}" for i in range(10)]
+    server.delays = {**dict.fromkeys(prompts, 0.03), **dict.fromkeys(later, 0.2)}
+
+    async def calls(policy: OpenAIPolicy) -> tuple[list[str], int, list[str]]:
+        first = await asyncio.gather(*(policy.aact([p]) for p in prompts))
+        peak, server.max_in_flight = server.max_in_flight, 0
+        waiting = asyncio.gather(*(policy.aact([p]) for p in later))
+        await asyncio.sleep(0.05)
+        policy.set_concurrency(5)  # raised while calls wait for a slot
+        return [t for (t,) in first], peak, [t for (t,) in await waiting]
+
+    with OpenAIPolicy(server.base_url, "m", concurrency=6, **FAST).for_workers(2) as policy:
+        first, peak, second = asyncio.run(calls(policy))
+    assert first == [f"echo:{p}" for p in prompts] and peak == 3
+    assert second == [f"echo:{p}" for p in later] and server.max_in_flight == 5
+
+
+def test_sync_and_async_callers_share_the_bound(server):
+    prompts = [f"p{i}" for i in range(8)]
+    server.delays = dict.fromkeys(prompts, 0.03)
+
+    async def both(policy: OpenAIPolicy) -> tuple[list[str], list[list[str]]]:
+        sync = asyncio.to_thread(policy.act, prompts)  # on the private loop, from a thread
+        return await asyncio.gather(sync, asyncio.gather(*(policy.aact([p]) for p in prompts)))
+
+    with OpenAIPolicy(server.base_url, "m", concurrency=2, **FAST) as policy:
+        texts, answers = asyncio.run(both(policy))
+        assert policy.act(["a"]) == ["echo:a"]  # and from a running loop's own thread:
+        assert asyncio.run(asyncio.to_thread(lambda: policy.act(["b"]))) == ["echo:b"]
+
+        async def inside() -> list[str]:
+            return policy.act(["c"])  # blocks this loop, not the policy's
+
+        assert asyncio.run(inside()) == ["echo:c"]
+    assert texts == [f"echo:{p}" for p in prompts] and answers == [[t] for t in texts]
+    assert server.max_in_flight == 2
+
+
+def test_closing_ends_agenerate_calls_in_flight_and_waiting(server):
+    server.delays = {"p0": 5.0, "p1": 5.0}
+    policy = OpenAIPolicy(
+        server.base_url, "m", concurrency=2, max_retries=0, timeout=8.0, return_tokens=False
+    ).for_workers(2)  # one slot
+
+    async def main() -> list[list[str]]:
+        await policy.aact(["warm"])
+        calls = asyncio.gather(policy.aact(["p0"]), policy.aact(["p1"]))
+        while not server.attempts("p0"):
+            await asyncio.sleep(0.005)
+        policy.close()  # from the loop's own thread, p0 in flight, p1 waiting for the slot
+        return list(await calls)
+
+    start = time.monotonic()
+    assert asyncio.run(main()) == [[""], [""]]
+    assert time.monotonic() - start < 4.0  # a hang guard: p0's answer would take 5 s
+    assert policy.stats.requests == 2 and policy.stats.failures == 2  # p1 was never sent
+    assert policy.last_errors == {0: "RuntimeError: the policy was closed"}
+
+
+def test_a_cancelled_agenerate_gives_its_slot_back(server):
+    server.delays = {"slow": 5.0}
+
+    async def main(policy: OpenAIPolicy) -> list[str]:
+        slow = asyncio.ensure_future(policy.aact(["slow"]))
+        queued = asyncio.ensure_future(policy.aact(["queued"]))
+        while not server.attempts("slow"):
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(0.02)  # "queued" waits for the one slot
+        for task in (queued, slow):
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+        return await policy.aact(["after"])
+
+    with OpenAIPolicy(server.base_url, "m", concurrency=1, **FAST) as policy:
+        assert asyncio.run(main(policy)) == ["echo:after"]
+    assert [r["key"] for r in server.requests] == [CHECK, "slow", "after"]
+
+
+def test_an_interrupted_sync_caller_leaves_no_requests_queued(server):
+    prompts = [f"p{i}" for i in range(6)]
+    server.delays = dict.fromkeys(prompts, 0.3)
+    with OpenAIPolicy(server.base_url, "m", concurrency=1, **FAST) as policy:
+        policy.prepare()
+        timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            policy.act(prompts)
+        timer.join()
+        assert policy.act(["after"]) == ["echo:after"]  # the interrupted one's slot is free
+    assert [r["key"] for r in server.requests] == [CHECK, "p0", "after"]
 
 
 def test_registered_as_openai(server):

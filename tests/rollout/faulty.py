@@ -9,6 +9,7 @@ Five steps of ``go`` to win. ``fault`` chooses what goes wrong, for episodes who
 * ``"hang"``: the step sleeps for an hour;
 * ``"nan"``: the step's reward is NaN;
 * ``"reset"``: ``reset`` raises (with any seed, for the first reset in each process only);
+* ``"broken"``: ``reset`` always raises (every episode fails);
 * ``"init"``: the constructor raises;
 * ``"lock"``: the observation after the step carries ``[lock]``, on which the ``locked_db``
   memory strategy (registered here too) raises SQLite's "database is locked" when it stores it.
@@ -51,7 +52,7 @@ class FaultyEnv(gym.Env):
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         _RESETS_IN_PROCESS[0] += 1
-        if self.fault == "reset" and _RESETS_IN_PROCESS[0] == 1:
+        if (self.fault == "reset" and _RESETS_IN_PROCESS[0] == 1) or self.fault == "broken":
             raise RuntimeError("the simulator failed to load its level")
         self.t, self.bad = 0, seed == self.bad_seed
         return "t0", {"admissible_actions": ["go"], "won": False, "state_key": "s0"}

@@ -7,6 +7,7 @@ import re
 import numpy as np
 import pytest
 
+from agent_memory.config import AlgoConfig, ConfigError
 from agent_memory.rollout.driver.advantages import (
     discounted_returns,
     gae,
@@ -121,3 +122,19 @@ def test_gae_with_a_non_finite_reward_gives_no_signal():
     for bad in (NAN, INF, -INF):
         adv, ret = gae(np.array([1.0, bad, 2.0]), v, terminated=False, final_value=2.0)
         assert adv.tolist() == [0.0, 0.0, 0.0] and ret.tolist() == v.tolist()
+
+
+def test_equal_returns_with_epsilon_zero_get_zero_advantage_not_nan():
+    """algo.epsilon=0 and a group whose returns are all equal: 0/0 was NaN (a null advantage
+    in every row of a complete group)."""
+    out = group_normalize([1.0, 1.0, 1.0, 0.0, 2.0], ["a", "a", "a", "b", "b"], eps=0.0)
+    assert out.tolist() == [0.0, 0.0, 0.0, -1 / 2**0.5, 1 / 2**0.5]
+
+
+@pytest.mark.parametrize(("key", "value"), [("step_weight", float("nan")), ("epsilon", -1.0),
+                                            ("epsilon", float("inf"))])  # fmt: skip
+def test_a_non_finite_or_negative_advantage_setting_is_refused(key, value):
+    with pytest.raises(ConfigError, match=re.escape(
+        f"algo.{key} must be a finite number >= 0, got {value!r}"
+    )):  # fmt: skip
+        AlgoConfig(**{key: value})

@@ -98,7 +98,7 @@ def test_a_killed_worker_is_restarted_and_its_episodes_rerun(tmp_path):
 def test_outputs_and_summary(tmp_path):
     job = make_job("agent_memory/Sokoban-v0", policy="random", groups=2, size=3, algo="gigpo")
     summary = run_rollout(job, tmp_path)
-    assert set(summary["outputs"]) == {"jsonl", "parquet", "summary"}
+    assert set(summary["outputs"]) == {"jsonl", "parquet", "summary", "errors"}
     import pyarrow.parquet as pq
 
     table = pq.read_table(tmp_path / "trajectories.parquet")

@@ -7,16 +7,22 @@ episode in ``trajectories.jsonl``, and a ``summary.json`` that says what happene
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import re
 from typing import ClassVar
 
 import pytest
 
+from agent_memory.failures import RunFailed
 from agent_memory.policies.simple import RandomPolicy
 from agent_memory.rollout import run_rollout
+from agent_memory.rollout.driver import writer as writer_module
 from agent_memory.rollout.driver.collector import RolloutFailed, WorkerSetupError
+from agent_memory.rollout.driver.outputs import MAX_LISTED_ERRORS
+from agent_memory.rollout.driver.writer import SUMMARY_RESERVE, RolloutWriter
 from tests.rollout.conftest import make_job
 
 pytestmark = pytest.mark.usefixtures("ray_session", "engine")
@@ -258,3 +264,105 @@ def test_a_crash_while_episodes_are_queued_ahead_charges_only_the_culprit(tmp_pa
     assert uids == sorted(f"g{g}-t0" for g in range(16) if g != 5)
     assert len(healthy) == 15 * 5 and all(r["won"] for r in healthy)  # each once, complete
     assert summary["worker_restarts"] == 2
+
+
+# --- a run's status tells the truth; every failed episode is named --------------------------
+
+
+def read_errors(path):
+    return [json.loads(line) for line in (path / "errors.jsonl").read_text().splitlines()]
+
+
+def test_a_run_whose_every_episode_failed_is_a_failed_run_naming_each_episode(tmp_path):
+    job = faulty_job("broken", groups=12, size=2, envs=4)  # 24 episodes, more than are listed
+    with pytest.raises(RunFailed, match=re.escape(
+        "24 of 24 episodes failed (rollout.failure_threshold=1.0); each is in errors.jsonl"
+    )):  # fmt: skip
+        run_rollout(job, tmp_path)
+    summary = read_summary(tmp_path)
+    assert summary["status"] == "failed" and summary["errors"] == 24
+    assert summary["error"].startswith("24 of 24 episodes failed")
+    assert len(summary["episode_errors"]) == MAX_LISTED_ERRORS < 24
+    errors = read_errors(tmp_path)
+    assert sorted(e["traj_uid"] for e in errors) == sorted(
+        f"g{g}-t{m}" for g in range(12) for m in range(2)
+    )
+    assert all("the simulator failed to load its level" in e["error"] for e in errors)
+    assert {e["seed"] for e in errors} == set(range(12))
+    assert "rollout failed after 24 of 24 episodes" in (tmp_path / "rollout.log").read_text()
+
+
+def test_some_failed_episodes_leave_the_run_ok_with_a_warning_and_errors_jsonl(tmp_path):
+    summary = run_rollout(faulty_job("sysexit", bad_seed=0), tmp_path)  # 2 of 6 fail
+    assert summary["status"] == "ok" and summary["errors"] == 2
+    assert sorted(e["traj_uid"] for e in read_errors(tmp_path)) == ["g0-t0", "g0-t1"]
+    log = (tmp_path / "rollout.log").read_text()
+    assert "[WARNING] rollout ok: 6 episodes" in log
+    assert "; 2 of 6 episodes failed (errors.jsonl); outputs in" in log
+
+
+def test_the_failure_threshold_makes_a_partly_failed_run_a_failed_run(tmp_path):
+    job = faulty_job("sysexit", bad_seed=0)
+    job.rollout.failure_threshold = 0.3
+    with pytest.raises(RunFailed, match=re.escape(
+        "2 of 6 episodes failed (rollout.failure_threshold=0.3)"
+    )):  # fmt: skip
+        run_rollout(job, tmp_path)
+    assert read_summary(tmp_path)["status"] == "failed"
+    healthy = [r for r in read_rows(tmp_path) if r["error"] is None]
+    assert len(healthy) == 4 * 5  # the healthy episodes' rows are all there
+
+
+class FullDisk:
+    """A raw file whose ``fails_at``-th write lands half its bytes, then the disk is full."""
+
+    def __init__(self, f, fails_at: int = 2) -> None:
+        self.f, self.writes, self.fails_at = f, 0, fails_at
+
+    def write(self, data) -> int:
+        self.writes += 1
+        if self.writes >= self.fails_at:
+            self.f.write(bytes(data[: max(1, len(data) // 2)]))
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return self.f.write(data)
+
+    def __getattr__(self, name):
+        return getattr(self.f, name)
+
+
+def test_a_full_disk_keeps_whole_lines_and_the_first_error(tmp_path, monkeypatch):
+    """The second group's rows hit a full disk half-way: trajectories.jsonl is cut back to the
+    first group's whole lines, the run fails with that error (not a later one from closing),
+    and summary.json says so."""
+    init = RolloutWriter.__init__
+
+    def full_disk_init(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        self._files["jsonl"] = FullDisk(self._files["jsonl"])
+
+    monkeypatch.setattr(RolloutWriter, "__init__", full_disk_init)
+    with pytest.raises(OSError, match=re.escape("[Errno 28] No space left on device")):
+        run_rollout(faulty_job("none", workers=1, envs=1), tmp_path)
+    lines = (tmp_path / "trajectories.jsonl").read_text().splitlines(keepends=True)
+    assert len(lines) == 2 * 5 and all(line.endswith("\n") for line in lines)  # group 1
+    assert {json.loads(line)["group_uid"] for line in lines} == {"g0"}
+    summary = read_summary(tmp_path)
+    assert summary["status"] == "failed" and "No space left on device" in summary["error"]
+
+
+def test_summary_json_is_reserved_from_the_start_and_written_in_place_on_a_full_disk(
+    tmp_path, monkeypatch
+):
+    writer = RolloutWriter(tmp_path, faulty_job("none"))
+    reserved = tmp_path / "summary.json"
+    assert json.loads(reserved.read_text())["status"] == "running"
+    assert reserved.stat().st_size == SUMMARY_RESERVE
+
+    def no_room(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(writer_module.os, "replace", no_room)
+    writer.close({"status": "ok", "episodes": 0})
+    summary = json.loads(reserved.read_text())
+    assert summary["status"] == "ok" and summary["outputs"]["errors"].endswith("errors.jsonl")
+    assert not (tmp_path / "summary.json.tmp").exists()

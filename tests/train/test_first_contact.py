@@ -131,3 +131,27 @@ def test_help_says_what_the_script_does_writes_and_how_to_run_it():
         assert part in out, part
     assert "powered by Hydra" not in out
     assert "== Config ==" not in out  # the composed config is --cfg job's, not the help's
+
+
+class _Planted:
+    """What a hostile checkpoint would pickle: unpickling it runs code (here: writes a file)."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.write_text, (Path(self.marker), "ran"))
+
+
+def test_a_checkpoint_holding_pickled_objects_is_refused_without_running_them(tmp_path):
+    import torch
+
+    from agent_memory.train.checkpoint import load_checkpoint
+
+    marker = tmp_path / "ran"
+    torch.save({"state": {}, "rng": _Planted(str(marker))}, tmp_path / STATE_FILE)
+    with pytest.raises(ValueError, match=re.escape(
+        f"{tmp_path / STATE_FILE} holds more than tensors and plain values, so it is not loaded"
+    )):  # fmt: skip
+        load_checkpoint(tmp_path, optimizer=None, shuffler=None)
+    assert not marker.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 
@@ -115,3 +116,36 @@ def test_generate_mode_trains_on_sampled_tokens(ray_session, tmp_path):
     assert summary["status"] == "ok" and summary["action_mode"] == "generate"
     [row] = [r for r in read_metrics(tmp_path / "metrics.csv") if r["iteration"] == 1]
     assert row["tokens/response"] > 0 and row["samples"] > 0
+
+
+def test_a_diverging_run_stops_with_a_message_and_a_failed_summary(ray_session, tmp_path):
+    """trainer.lr=1e6: the first update with a gradient wrecks the model. Before, the run went
+    on to the end (grad norm 0, uniform answers) and said "ok"."""
+    from agent_memory.train.divergence import TrainingDiverged
+
+    with pytest.raises(TrainingDiverged) as caught:
+        train(small_job(lr=1e6, anneal_lr=False, iterations=8), tmp_path)
+    found = re.fullmatch(
+        r"training diverged at iteration (\d+): (weight \S+ reached \S+ "
+        r"\(trainer.max_abs_weight=10000\)|loss/total is nan|grad_norm is nan); lower trainer.lr "
+        r"or trainer.max_grad_norm",
+        str(caught.value),
+    )
+    assert found, str(caught.value)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and str(caught.value) in summary["error"]
+    # the diverged update was neither counted nor sent to the engine
+    assert summary["iterations"] == int(found.group(1)) - 1
+
+
+def test_a_device_this_machine_lacks_is_a_config_error():
+    from agent_memory.config import ConfigError
+    from agent_memory.train.model import pick_device
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ConfigError, match=re.escape(
+        "trainer.device='cuda': this machine has no such device (CUDA devices: 0); pass "
+        "trainer.device=auto or trainer.device=cpu"
+    )):  # fmt: skip
+        pick_device("cuda", "auto")

@@ -1,10 +1,8 @@
 """The Code environment (``agent_memory/Code-v0``): CodeAct / AppWorld-style tasks in a sandbox.
 
 The agent answers questions about a fictitious shop by writing Python that calls a preloaded
-``api`` module (one ``<code>...</code>`` block per step) and submits ``<answer>...</answer>``.
-Modules: ``env`` (:class:`CodeEnv`), ``sandbox`` (one sandbox per episode; what each security
-layer does and does not protect against is documented there), ``sandbox_child`` (the code of its
-processes), ``cgroup``, ``api`` (the shop) and ``tasks`` (questions with exact answers).
+``api`` module, then submits ``<answer>...</answer>``. Modules: ``env``, ``sandbox`` (its security
+layers are documented there), ``sandbox_child``, ``cgroup``, ``api`` (the shop) and ``tasks``.
 
 Example:
     >>> import gymnasium as gym

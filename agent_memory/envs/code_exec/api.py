@@ -1,15 +1,8 @@
 """A fictitious online shop — the data API the Code env's tasks are about.
 
-This module is loaded twice: by the parent (``agent_memory.envs.code_exec.api``; the task generator
-computes the
-answers from :data:`DATA`) and inside every sandbox process, where it is preloaded as the module
-``api`` (the child loads this file by path, so it must stay standard-library only and import
-nothing from the ``envs`` package).
-
-The data is generated deterministically from a fixed seed with a private ``random.Random``: 40
-customers in 8 cities, 30 products in 5 categories and 420 orders from 2022 to 2024. Money is stored
-in integer cents and shown as floats with two decimals. Every function returns fresh copies, so code
-in the sandbox cannot corrupt the data by mutating what it gets back.
+Loaded by the parent (the tasks compute their answers from :data:`DATA`) and, by path, inside
+every sandbox as the module ``api``: so it stays standard-library only. The data is generated from
+a fixed seed; money is stored in integer cents; every function returns fresh copies.
 
 Example:
     >>> print(describe().splitlines()[0])
@@ -46,60 +39,19 @@ STATUSES = ("delivered", "cancelled", "returned")
 
 _SEED = 20240607
 _FIRST = (
-    "Ada",
-    "Bram",
-    "Cleo",
-    "Dario",
-    "Esme",
-    "Felix",
-    "Greta",
-    "Hugo",
-    "Ines",
-    "Jonah",
-    "Kira",
-    "Lars",
-    "Mira",
-    "Nico",
-    "Olga",
-    "Pavel",
-    "Quinn",
-    "Rosa",
-    "Silas",
-    "Tova",
-    "Ugo",
-    "Vera",
-    "Wren",
-    "Xavi",
-    "Yara",
-    "Zane",
-)
+    "Ada", "Bram", "Cleo", "Dario", "Esme", "Felix", "Greta", "Hugo", "Ines", "Jonah", "Kira",
+    "Lars", "Mira", "Nico", "Olga", "Pavel", "Quinn", "Rosa", "Silas", "Tova", "Ugo", "Vera",
+    "Wren", "Xavi", "Yara", "Zane",
+)  # fmt: skip
 _LAST = (
-    "Ashdown",
-    "Brightwater",
-    "Copperfield",
-    "Dunmore",
-    "Eastbrook",
-    "Fairweather",
-    "Greywood",
-    "Hollins",
-    "Ironside",
-    "Juniper",
-    "Kettleby",
-    "Larkspur",
-    "Merriweather",
-    "Northcott",
+    "Ashdown", "Brightwater", "Copperfield", "Dunmore", "Eastbrook", "Fairweather", "Greywood",
+    "Hollins", "Ironside", "Juniper", "Kettleby", "Larkspur", "Merriweather", "Northcott",
     "Oakhart",
-)
+)  # fmt: skip
 _CITIES = (
-    "Avonmere",
-    "Brackenford",
-    "Coldharbour",
-    "Dunmarsh",
-    "Elderglen",
-    "Fernhollow",
-    "Greystone",
+    "Avonmere", "Brackenford", "Coldharbour", "Dunmarsh", "Elderglen", "Fernhollow", "Greystone",
     "Highmoor",
-)
+)  # fmt: skip
 _CATEGORIES = {
     "books": ("Atlas", "Almanac", "Cookbook", "Field Guide", "Novel", "Poetry Reader"),
     "electronics": ("Desk Lamp", "Speaker", "Charger", "Headphones", "Clock Radio", "Keyboard"),

@@ -1,11 +1,8 @@
 """A cgroup per sandbox (parent side): a total memory and task limit for all its processes.
 
-:func:`create` makes a leaf cgroup beneath this process's own, in whichever hierarchy holds each
-controller (v2: ``memory.max``, ``memory.swap.max = 0``, ``memory.oom.group = 1``, ``pids.max``,
-which v2 only allows beneath an empty or root cgroup; v1: ``memory.limit_in_bytes``,
-``memory.memsw.limit_in_bytes``, ``pids.max``), and removes those that SIGKILLed envs left. The
-supervisor is moved in before its init frame, so every process of the sandbox counts. Where none
-can be made, the layer reports ``"off (<reason>)"`` and the rlimits bound the sandbox instead.
+:func:`create` makes a leaf cgroup beneath this process's own (v2, else v1) and removes those that
+SIGKILLed envs left. Where none can be made, the layer reports ``"off (<reason>)"`` and the
+rlimits bound the sandbox instead.
 """
 
 from __future__ import annotations
@@ -95,9 +92,7 @@ class Cgroup:
     def add(self, pid: int) -> None:
         """Move ``pid``, a *single-threaded* process, into the cgroup (in every hierarchy).
 
-        On v1 this writes the thread's id to ``tasks``: moving one thread skips the
-        ``cgroup.procs`` path's RCU grace period (about 15 ms here); a single-threaded process
-        moves whole either way.
+        On v1 it writes to ``tasks``, which skips the RCU grace period of ``cgroup.procs``.
         """
         name = "tasks" if self.version == 1 else "cgroup.procs"
         for d in self.dirs:

@@ -1,18 +1,10 @@
 """CodeEnv: answer questions about a shop API by running Python in a sandbox (CodeAct style).
 
-* ``<code>source</code>`` runs the code in the episode's sandbox, a persistent process (variables
-  survive between steps); the observation is its output, a trailing expression's repr or the
-  traceback, head and tail kept beyond ``max_obs_chars``. A missing closing tag is accepted.
-* ``<answer>text</answer>`` ends the episode: reward 1.0 and ``won`` if it matches the answer
-  (:func:`~agent_memory.envs.code_exec.tasks.is_correct`); a tag, not a sandbox function, so the
-  sandboxed code cannot tamper with the reward.
-* Anything else (no tag, both tags, several or empty blocks, over :data:`MAX_CODE_LINES` lines or
-  :data:`MAX_ANSWER_CHARS` characters) is invalid: the state is unchanged. Parsing is linear.
-
-A timeout or crash restarts the process: the episode's variables are lost (files are kept) and
-the observation says so. ``state_key`` hashes the task, whether an answer was submitted and the
-sorted (name, type) of the sandbox's variables (not their values: equal keys mean equivalent
-progress). ``oracle_action()`` follows the task's script from the true state.
+``<code>source</code>`` runs the code in the episode's persistent sandbox (variables survive
+between steps; a timeout or crash restarts it and loses them); ``<answer>text</answer>`` ends the
+episode, scored by :func:`~agent_memory.envs.code_exec.tasks.is_correct` outside the sandbox, so
+code cannot tamper with the reward. Anything else is invalid. ``state_key`` hashes the task,
+whether an answer was submitted and the sandbox's variable names and types.
 """
 
 from __future__ import annotations
@@ -20,16 +12,16 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, Literal, SupportsFloat, cast
 
-import gymnasium as gym
-
 from agent_memory.envs.base import (
-    INVALID_REASON,
-    IS_ACTION_VALID,
     STATE_KEY,
     TASK,
     WON,
+    TextEnv,
+    check_int,
+    echo,
     sanitize,
     stable_hash,
+    step_info,
     text_space,
 )
 from agent_memory.envs.code_exec import api
@@ -52,7 +44,6 @@ MAX_CODE_LINES = 10_000
 MAX_ANSWER_CHARS = 1000
 _MAX_COUNTED_BLOCKS = 99
 _BLANKS = re.compile(r"[ \t]*")
-_ECHO_CHARS = 40
 _MARKER = "\n[... {n} characters omitted ...]\n"
 
 
@@ -149,8 +140,7 @@ def parse_action(action: str) -> tuple[ActionKind | None, str, str]:
     found = {kind: tags[0].search(action) for kind, tags in _TAGS.items()}
     present = {kind: m for kind, m in found.items() if m is not None}
     if not present:
-        echo = action[:_ECHO_CHARS] + ("..." if len(action) > _ECHO_CHARS else "")
-        return None, "", f"no <code>...</code> or <answer>...</answer> block in {echo!r}"
+        return None, "", f"no <code>...</code> or <answer>...</answer> block in {echo(action)!r}"
     if len(present) > 1:
         return None, "", "found both <code> and <answer>; send one per step"
     kind, first = present.popitem()
@@ -192,20 +182,13 @@ def _cut_middle(head: str, omitted: int, tail: str, cap: int) -> str:
     return head_part + _MARKER.format(n=dropped) + tail_part
 
 
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an int >= {minimum}, got {value!r}")
-    return value
-
-
-class CodeEnv(gym.Env[str, str]):
+class CodeEnv(TextEnv):
     """Answer shop-data questions by writing Python that calls a preloaded ``api`` module.
 
     Args:
         render_mode: ``"ansi"`` returns the last observation from ``render()``.
         max_obs_chars: cap on the code output shown per step (head and tail kept).
-        timeout_s: wall-clock seconds per code step; beyond it the sandbox is killed and
-            restarted (state lost).
+        timeout_s: wall-clock seconds per code step; beyond it the sandbox restarts (state lost).
         cpu_limit_s: ``RLIMIT_CPU`` of each sandbox process (cumulative).
         memory_limit_mb: ``RLIMIT_AS`` of each sandbox process.
         max_file_size_mb: ``RLIMIT_FSIZE`` (largest file the code may write).
@@ -246,16 +229,14 @@ class CodeEnv(gym.Env[str, str]):
         landlock: bool = True,
         isolate_network: bool = True,
     ) -> None:
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
-        _check_int("max_obs_chars", max_obs_chars, 200)
-        _check_int("cpu_limit_s", cpu_limit_s, 1)
-        _check_int("memory_limit_mb", memory_limit_mb, 64)
-        _check_int("max_file_size_mb", max_file_size_mb, 1)
-        _check_int("max_action_chars", max_action_chars, 100)
+        super().__init__(render_mode)
+        check_int("max_obs_chars", max_obs_chars, 200)
+        check_int("cpu_limit_s", cpu_limit_s, 1)
+        check_int("memory_limit_mb", memory_limit_mb, 64)
+        check_int("max_file_size_mb", max_file_size_mb, 1)
+        check_int("max_action_chars", max_action_chars, 100)
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
             raise ValueError(f"timeout_s must be a number > 0, got {timeout_s!r}")
-        self.render_mode = render_mode
         self.max_obs_chars = max_obs_chars
         self.limits = SandboxLimits(
             timeout_s=float(timeout_s),
@@ -276,7 +257,6 @@ class CodeEnv(gym.Env[str, str]):
         self._names: tuple[tuple[str, str], ...] = ()
         self._submitted = False
         self._won = False
-        self._last_obs = ""
 
     # --- text ------------------------------------------------------------------------------------
 
@@ -363,12 +343,12 @@ class CodeEnv(gym.Env[str, str]):
             self._won = is_correct(body, self._task)
             verdict = "Correct." if self._won else "Incorrect."
             obs = self._observe(f"Submitted answer: {body}\n{verdict}")
-            info = self._info(**{IS_ACTION_VALID: True}, sandbox_status="submitted")
+            info = step_info(self._info(sandbox_status="submitted"))
             return obs, float(self._won), True, False, info
         result = self._sandbox.run(body)
         self._names = result.names
         obs = self._observe(self._format_result(result))
-        info = self._info(**{IS_ACTION_VALID: True}, sandbox_status=result.status)
+        info = step_info(self._info(sandbox_status=result.status))
         return obs, 0.0, False, False, info
 
     def _invalid(self, reason: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -376,21 +356,15 @@ class CodeEnv(gym.Env[str, str]):
             f"Invalid action: {reason}.\nReply with <code>python code</code> or "
             "<answer>your final answer</answer>."
         )
-        info = self._info(**{IS_ACTION_VALID: False, INVALID_REASON: reason})
-        return obs, 0.0, self._submitted, False, info
+        return obs, 0.0, self._submitted, False, step_info(self._info(), reason)
 
     def oracle_action(self) -> str:
-        """The scripted expert's next action from the sandbox's true state (see module doc)."""
+        """The scripted expert's next action: the first task step whose variables are missing."""
         names = {name for name, _ in self._names}
         for step in self._task.steps:
             if not set(step.defines) <= names:
                 return f"<code>\n{step.code}</code>"
         return f"<answer>{self._task.answer}</answer>"
-
-    def render(self) -> str | None:
-        if self.render_mode == "ansi":
-            return self._last_obs
-        return None
 
     @property
     def sandbox(self) -> Sandbox | None:

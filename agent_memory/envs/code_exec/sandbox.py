@@ -1,11 +1,8 @@
 """A persistent, resource-limited Python process per episode, behind kernel-enforced layers.
 
-:class:`Sandbox` starts a *supervisor* (``python -I -S sandbox_child/boot.py``) in a fresh working
-dir and talks to it over two pipes with length-prefixed JSON frames; the supervisor builds the
-sandbox, forks the *runner* that executes the code and relays checked answers
-(:mod:`agent_memory.envs.code_exec.sandbox_child`). Variables persist across :meth:`Sandbox.run`
-calls, like a Jupyter kernel, and nothing user code does makes it raise. After a timeout, crash or
-limit kill the process restarts with an empty namespace (``restarted=True``; files are kept).
+A *supervisor* process (:mod:`~agent_memory.envs.code_exec.sandbox_child`), spoken to over pipes
+in JSON frames, forks the *runner* that executes the code; variables persist across runs, like a
+Jupyter kernel. After a timeout, crash or limit kill it restarts empty (files are kept).
 
 Layers, each reported by :attr:`Sandbox.layers` as ``"on (...)"`` or ``"off (<reason>)"``
 (``require=`` refuses to run with one off): ``protocol`` (frames user code cannot forge),
@@ -14,12 +11,10 @@ of its own, no capabilities), ``filesystem`` (a private read-only root without `
 or the project), ``network`` (new network and IPC namespaces), ``landlock`` (reads and writes
 confined), ``cgroup`` (total memory and tasks), ``rlimits`` (per process, plus a wall-clock
 timeout) and ``audit_hook`` (friendly errors only, not a boundary). With a layer off the others
-still hold (e.g. Landlock confines reads without the private root).
+still hold.
 
-Not protected, even with every layer on: kernel bugs and side channels; reads of what the view
-keeps (the Python installation, ``/usr``, ``/lib*``, a few ``/etc`` files); resource use within the
-limits; and what user code does to its own sandbox (forge its own run's answer, crash, delete its
-files).
+Not protected: kernel bugs and side channels; reads of what the view keeps (Python, ``/usr``,
+``/lib*``, a few ``/etc`` files); resource use within the limits; what code does to its own sandbox.
 
 Example:
     >>> with Sandbox(SandboxLimits(timeout_s=10.0)) as box:
@@ -68,17 +63,15 @@ class SandboxLimits:
     """Resource limits of one sandbox.
 
     Attributes:
-        timeout_s: wall-clock seconds per :meth:`Sandbox.run`; over it the process is killed and
-            restarted.
+        timeout_s: wall-clock seconds per :meth:`Sandbox.run`; over it the process restarts.
         cpu_s: ``RLIMIT_CPU`` seconds, cumulative over the process's life (a backstop).
-        memory_mb: ``RLIMIT_AS`` of each process in MiB; the cgroup holds the whole sandbox to
-            ``memory_mb + CGROUP_HEADROOM_MB`` (the supervisor's share), so one process meets
-            its own limit (a clean ``MemoryError``) before the total.
+        memory_mb: ``RLIMIT_AS`` of each process in MiB; the cgroup allows the whole sandbox
+            ``memory_mb + CGROUP_HEADROOM_MB``, so a process gets a clean ``MemoryError`` first.
         file_size_mb: ``RLIMIT_FSIZE`` in MiB (largest file the code may write).
         output_chars: characters of output kept at the head and at the tail of each run.
         open_files: ``RLIMIT_NOFILE``.
-        processes: tasks (processes and threads, the supervisor's included) alive at once in the
-            whole sandbox: the cgroup's ``pids.max`` and ``RLIMIT_NPROC`` of the sandbox's uid.
+        processes: tasks (processes and threads) alive at once in the whole sandbox (the
+            cgroup's ``pids.max`` and ``RLIMIT_NPROC``).
     """
 
     timeout_s: float = 10.0
@@ -97,8 +90,8 @@ class RunResult:
     Attributes:
         status: ``"ok"``, ``"error"`` (an exception, traceback in the text), ``"timeout"`` or
             ``"died"`` (the process ended: a limit, a crash, ``os._exit``, a broken frame).
-        head: the first characters of the output (stdout and stderr interleaved, then the repr of
-            a trailing expression or the traceback).
+        head: the first characters of the output (stdout and stderr, then a trailing
+            expression's repr or the traceback).
         tail: the last characters of the output.
         omitted: characters dropped between head and tail.
         names: ``(name, type name)`` of the user-visible namespace after the run.
@@ -125,8 +118,7 @@ class RunResult:
 def parse_result(msg: dict, seq: int, cap: int) -> RunResult | None:
     """The :class:`RunResult` in a result frame for run ``seq``; None if the frame is not one.
 
-    Never raises, whatever ``msg`` holds (the supervisor already checks the runner's frames; the
-    env checks again).
+    Never raises, whatever ``msg`` holds.
 
     Example:
         >>> parse_result({"op": "result", "seq": 1, "status": "ok", "head": "hi\\n", "tail": "",
@@ -195,6 +187,15 @@ def _remove_tree(path: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _close_fds(state: dict) -> None:
+    """Close the pipe ends kept in ``state``."""
+    for key in ("cmd_fd", "resp_fd"):
+        fd = state.pop(key, None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def _cleanup(state: dict) -> None:
     """Finalizer shared by close() and garbage collection: kill, close fds, remove the dir."""
     if state.get("owner") != os.getpid():
@@ -203,11 +204,7 @@ def _cleanup(state: dict) -> None:
     _kill_group(state.pop("proc", None), group)
     if group is not None:
         group.remove()
-    for key in ("cmd_fd", "resp_fd"):
-        fd = state.pop(key, None)
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    _close_fds(state)
     workdir = state.pop("workdir", None)
     if workdir:
         _remove_tree(workdir)
@@ -217,23 +214,20 @@ class Sandbox:
     """One sandboxed Python process with a persistent namespace and an isolated working dir.
 
     It starts in the constructor (the first :meth:`run` waits for it); ``close()`` kills it and
-    removes the working dir and the cgroup. The layer switches exist to measure and test each
-    layer: leave them on.
+    removes the working dir and the cgroup. Leave the layer switches on (they exist for tests).
 
     Args:
         limits: resource limits (see :class:`SandboxLimits`).
         landlock, isolate_network, seccomp, drop_privileges, cgroup, private_fs: turn each layer
-            (see the module docstring) on where the kernel allows it.
-        preload: module name -> source file loaded before the sandbox is locked down (default:
-            the shop ``api``).
+            on where the kernel allows it.
+        preload: module name -> source file loaded before lock-down (default: the shop ``api``).
         uid_base: the sandbox's uid is ``uid_base`` + the supervisor's pid (root only).
-        require: layers (keys of :attr:`layers`) that must be on, else the first :meth:`run` (or
-            :attr:`layers`) raises ``RuntimeError`` naming them.
+        require: layers that must be on, else the first :meth:`run` raises ``RuntimeError``.
 
     Attributes:
-        boot_seconds: spawn-to-ready time of the current process (set once it is ready).
+        boot_seconds: spawn-to-ready time of the current process.
         runs: :meth:`run` calls so far.
-        restarts: processes replaced so far (timeouts, deaths, :meth:`restart`).
+        restarts: processes replaced so far.
     """
 
     def __init__(
@@ -299,17 +293,15 @@ class Sandbox:
 
     @property
     def layers(self) -> dict[str, str]:
-        """Each protection layer's state, ``"on (...)"`` or ``"off (<reason>)"`` (waits for
-        start-up)."""
+        """Each protection layer's state, ``"on (...)"`` or ``"off (<reason>)"`` (waits for it)."""
         self._wait_ready()
         return dict(self._layers)
 
     def _check_workdir(self) -> None:
         """Make sure the working dir is still the directory we made (before root hands it over).
 
-        Where neither the private view nor Landlock holds, code running as the sandbox's uid
-        owns the dir and could rename it and leave a link to, say, ``/etc`` at its path for the
-        next supervisor (root) to chown. Then the sandbox gets a fresh dir; the old one is lost.
+        Without the private view and Landlock, code could swap it for a link to, say, ``/etc``
+        for the next supervisor (root) to chown; then the sandbox gets a fresh dir.
         """
         if _identity(self._workdir) != self._workdir_id:
             self._workdir = tempfile.mkdtemp(prefix="code_env_")
@@ -364,10 +356,7 @@ class Sandbox:
 
     def _kill(self) -> int | None:
         code = _kill_group(self._state.pop("proc", None), self._state.get("cgroup"))
-        for key in ("cmd_fd", "resp_fd"):
-            fd = self._state.pop(key, None)
-            if fd is not None:
-                os.close(fd)
+        _close_fds(self._state)
         return code
 
     def _exited_by_itself(self) -> bool:
@@ -489,8 +478,8 @@ class Sandbox:
     def run(self, code: str) -> RunResult:
         """Run ``code`` in the persistent namespace; never raises for anything the code does.
 
-        A timeout or the death of the process (memory, CPU limit, crash, ``os._exit``, a broken
-        frame) is reported in the result; the process is restarted at once so the next run works.
+        A timeout or the death of the process is reported in the result, and the process is
+        restarted at once.
         """
         self._check_open()
         self._wait_ready()

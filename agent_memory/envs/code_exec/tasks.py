@@ -1,12 +1,9 @@
 """Multi-step questions about the shop :mod:`~agent_memory.envs.code_exec.api`, with exact answers
 and oracles.
 
-:data:`TASKS` holds 45 tasks from 8 templates (e.g. "Among customers living in Avonmere, find the
-one who placed the most orders in 2023 ...  What is the total value of that customer's delivered
-orders in 2023?"). Each answer is computed here from the raw data (integer cents), independently
-of the oracle's code, and instances whose answer would be ambiguous (ties, half-cent averages) are
-skipped. Every task carries an oracle: a scripted solution of two code steps (fetch, then
-compute and print ``result``) followed by submitting the answer.
+Each answer is computed here from the raw data (integer cents), independently of the oracle's code;
+ambiguous instances (ties, half-cent averages) are skipped. Every task's oracle fetches, then
+computes and prints ``result``, then submits the answer.
 
 Example:
     >>> len(TASKS) >= 30
@@ -116,8 +113,7 @@ def _delivered(year: int | None = None) -> Iterator[dict[str, Any]]:
             yield o
 
 
-def _total(order: dict[str, Any]) -> int:
-    return sum(i["quantity"] * i["unit_price_cents"] for i in order["items"])
+_total = api._order_total_cents
 
 
 def _money(cents: int | Fraction) -> str:
@@ -155,6 +151,24 @@ def _fetch_orders(**filters: Any) -> str:
     )
 
 
+def _fetch(name: str, lookup: str, **filters: Any) -> str:
+    """Code that sets ``name = lookup``, fetches every page of orders and prints what it got."""
+    shown = f'len({name}), "{name},"' if name.endswith("s") else name
+    return f'{name} = {lookup}\n{_fetch_orders(**filters)}print({shown}, len(orders), "orders")\n'
+
+
+def _customer_orders(name: str) -> str:
+    """:func:`_fetch` of the customer named ``name`` and their delivered orders."""
+    lookup = f'[c for c in api.list_customers() if c["name"] == {name!r}][0]'
+    return _fetch("customer", lookup, customer_id=_Expr('customer["id"]'), status="delivered")
+
+
+def _category_orders(category: str, year: int) -> str:
+    """:func:`_fetch` of a category's products and the delivered orders of ``year``."""
+    lookup = f"api.list_products(category={category!r})"
+    return _fetch("products", lookup, year=year, status="delivered")
+
+
 _PRINT_MONEY = 'print(f"{result:.2f}")\n'
 
 
@@ -178,8 +192,7 @@ def _busiest_customer_spend(city: str, year: int) -> Instance | None:
         f"(orders of any status count). What is the total value of that customer's delivered "
         f"orders placed in {year}? Answer with a number with two decimals."
     )
-    fetch = f"customers = api.list_customers(city={city!r})\n" + _fetch_orders(year=year)
-    fetch += 'print(len(customers), "customers,", len(orders), "orders")\n'
+    fetch = _fetch("customers", f"api.list_customers(city={city!r})", year=year)
     compute = (
         'ids = {c["id"] for c in customers}\n'
         "counts = {}\n"
@@ -202,8 +215,7 @@ def _status_count(status: str, city: str) -> Instance | None:
         f"How many orders with status '{status}' were placed by customers living in {city}? "
         "Answer with an integer."
     )
-    fetch = f"customers = api.list_customers(city={city!r})\n" + _fetch_orders(status=status)
-    fetch += 'print(len(customers), "customers,", len(orders), "orders")\n'
+    fetch = _fetch("customers", f"api.list_customers(city={city!r})", status=status)
     compute = (
         'ids = {c["id"] for c in customers}\n'
         'result = sum(1 for o in orders if o["customer_id"] in ids)\n'
@@ -226,9 +238,7 @@ def _top_product_units(category: str, year: int) -> Instance | None:
         f"Which product in the '{category}' category sold the most units (sum of quantities) in "
         f"delivered orders placed in {year}? Answer with the product name."
     )
-    fetch = f"products = api.list_products(category={category!r})\n"
-    fetch += _fetch_orders(year=year, status="delivered")
-    fetch += 'print(len(products), "products,", len(orders), "orders")\n'
+    fetch = _category_orders(category, year)
     compute = (
         'names = {p["id"]: p["name"] for p in products}\n'
         "units = {}\n"
@@ -245,10 +255,6 @@ def _top_product_units(category: str, year: int) -> Instance | None:
     return task_id, question, answer, "text", fetch, ("orders", "products"), compute
 
 
-def _customer_by_name(name: str) -> str:
-    return f'customer = [c for c in api.list_customers() if c["name"] == {name!r}][0]\n'
-
-
 def _average_order(name: str) -> Instance | None:
     cid = next(c["id"] for c in _CUSTOMERS if c["name"] == name)
     totals = [_total(o) for o in _delivered() if o["customer_id"] == cid]
@@ -261,9 +267,7 @@ def _average_order(name: str) -> Instance | None:
         f"What is the average total of the delivered orders of the customer named {name}? "
         "Answer with a number with two decimals."
     )
-    fetch = _customer_by_name(name)
-    fetch += _fetch_orders(customer_id=_Expr('customer["id"]'), status="delivered")
-    fetch += 'print(customer, len(orders), "orders")\n'
+    fetch = _customer_orders(name)
     compute = (
         'totals = [api.get_order(o["id"])["total"] for o in orders]\n'
         "result = round(sum(totals) / len(totals), 2)\n"
@@ -283,9 +287,8 @@ def _distinct_buyers(product: str) -> Instance | None:
         f"How many different customers have at least one delivered order containing the product "
         f"'{product}'? Answer with an integer."
     )
-    fetch = f'product = [p for p in api.list_products() if p["name"] == {product!r}][0]\n'
-    fetch += _fetch_orders(status="delivered")
-    fetch += 'print(product, len(orders), "orders")\n'
+    lookup = f'[p for p in api.list_products() if p["name"] == {product!r}][0]'
+    fetch = _fetch("product", lookup, status="delivered")
     compute = (
         "buyers = set()\n"
         "for o in orders:\n"
@@ -310,9 +313,7 @@ def _category_revenue(category: str, year: int) -> Instance | None:
         f"placed in {year} (sum of quantity x unit price over those items)? Answer with a number "
         "with two decimals."
     )
-    fetch = f"products = api.list_products(category={category!r})\n"
-    fetch += _fetch_orders(year=year, status="delivered")
-    fetch += 'print(len(products), "products,", len(orders), "orders")\n'
+    fetch = _category_orders(category, year)
     compute = (
         'ids = {p["id"] for p in products}\n'
         "result = 0\n"
@@ -337,8 +338,7 @@ def _top_city(year: int) -> Instance | None:
         f"Customers of which city spent the most in total on delivered orders placed in {year}? "
         "Answer with the city name."
     )
-    fetch = "customers = api.list_customers()\n" + _fetch_orders(year=year, status="delivered")
-    fetch += 'print(len(customers), "customers,", len(orders), "orders")\n'
+    fetch = _fetch("customers", "api.list_customers()", year=year, status="delivered")
     compute = (
         'city_of = {c["id"]: c["city"] for c in customers}\n'
         "spent = {}\n"
@@ -366,9 +366,7 @@ def _priciest_item(name: str) -> Instance | None:
         f"What is the name of the most expensive product (by unit price) that the customer named "
         f"{name} received in a delivered order? Answer with the product name."
     )
-    fetch = _customer_by_name(name)
-    fetch += _fetch_orders(customer_id=_Expr('customer["id"]'), status="delivered")
-    fetch += 'print(customer, len(orders), "orders")\n'
+    fetch = _customer_orders(name)
     compute = (
         'items = [i for o in orders for i in api.get_order(o["id"])["items"]]\n'
         'top = max(items, key=lambda i: i["unit_price"])\n'

@@ -1,12 +1,8 @@
 """Search-QA: Search-R1 style ``<search>`` / ``<answer>`` episodes over a generated corpus.
 
-Modules: :mod:`~agent_memory.envs.search_qa.corpus` (the deterministic generator of fictitious
-entities,
-passages and 1-/2-hop questions), :mod:`~agent_memory.envs.search_qa.retrieval` (cached ``bm25s``
-index and
-Search-R1's passage format), :mod:`~agent_memory.envs.search_qa.parsing` (action tags, exact match)
-and
-:mod:`~agent_memory.envs.search_qa.env` (the Gymnasium env, id ``agent_memory/SearchQA-v0``).
+Modules: :mod:`.corpus` (fictitious entities, passages, 1-/2-hop questions), :mod:`.retrieval`
+(``bm25s`` index, Search-R1's passage format), :mod:`.parsing` (action tags, exact match) and
+:mod:`.env` (the Gymnasium env, id ``agent_memory/SearchQA-v0``).
 
 Example:
     >>> import gymnasium as gym

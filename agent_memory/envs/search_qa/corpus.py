@@ -1,12 +1,8 @@
 """Deterministic generator of the Search-QA corpus: fictitious entities, passages and questions.
 
-Everything is invented, so world knowledge does not help: an agent must search. Countries,
-cities, companies and people get one passage each; names are shared on purpose as distractors
-(first names and surnames by two people, company stems by two companies, look-alike cities).
-A question takes 1 hop (one passage answers it) or 2 (the first answer names the second entity).
-Only ``Random.random()`` (stable across Python versions) is drawn, so a seed gives the same corpus
-everywhere (:attr:`Corpus.corpus_id` digests it); ``python -m agent_memory.envs.search_qa`` dumps
-one.
+Everything is invented, so world knowledge does not help: an agent must search. Names are shared
+on purpose as distractors; a question takes 1 or 2 hops. A seed gives the same corpus everywhere
+(:attr:`Corpus.corpus_id` digests it); ``python -m agent_memory.envs.search_qa`` dumps one.
 """
 
 from __future__ import annotations
@@ -16,9 +12,11 @@ import hashlib
 import json
 import random
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from functools import lru_cache
 from typing import Final, TypeVar
+
+from agent_memory.envs.base import check_int
 
 T = TypeVar("T")
 
@@ -161,8 +159,7 @@ def generate_corpus(seed: int = 0) -> Corpus:
         >>> generate_corpus(0).corpus_id == corpus.corpus_id != generate_corpus(1).corpus_id
         True
     """
-    if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"corpus_seed must be an int >= 0, got {seed!r}")
+    seed = check_int("corpus_seed", seed, 0)
     rng = _Rng(seed)
     names = _Names(rng)
     # Every step draws from rng in turn: their order is part of the corpus.
@@ -172,12 +169,8 @@ def generate_corpus(seed: int = 0) -> Corpus:
     documents = _passages(world, rng, names)
     questions = _questions(world, documents, rng)
     corpus = Corpus(seed=seed, documents=documents, questions=questions, facts=world.facts)
-    digest = hashlib.sha256(
-        json.dumps(corpus.to_dict(), sort_keys=True).encode("utf-8")
-    ).hexdigest()[:16]
-    return Corpus(
-        seed=seed, documents=documents, questions=questions, facts=world.facts, corpus_id=digest
-    )
+    digest = hashlib.sha256(json.dumps(corpus.to_dict(), sort_keys=True).encode("utf-8"))
+    return replace(corpus, corpus_id=digest.hexdigest()[:16])
 
 
 @dataclass
@@ -266,9 +259,8 @@ def _passages(world: _World, rng: _Rng, names: _Names) -> tuple[Document, ...]:
                 f"{person} (born {born} in {city}) is {article} {occupation}.",
             )
         )
-        texts.append(
-            (person, f"{opening} {surname} has worked for {employer} since {since}.", "person")
-        )
+        text = f"{opening} {surname} has worked for {employer} since {since}."
+        texts.append((person, text, "person"))
     for company in world.companies:
         industry = rng.choice(_INDUSTRIES)
         article = "an" if industry[0] in "aeiou" else "a"
@@ -282,36 +274,25 @@ def _passages(world: _World, rng: _Rng, names: _Names) -> tuple[Document, ...]:
                 f"It was founded in {year} by {founder}.",
             )
         )
-        texts.append(
-            (
-                company,
-                f"{opening} Its headquarters are in {hq}. It employs {staff} people.",
-                "company",
-            )
-        )
+        text = f"{opening} Its headquarters are in {hq}. It employs {staff} people."
+        texts.append((company, text, "company"))
     for city in world.cities:
         country = facts[(city, "country")]
         river = names.word(2)
         population = rng.between(20, 2000) * 1000
         capital_note = f" It is the capital of {country}." if capitals[country] == city else ""
-        texts.append(
-            (
-                city,
-                f"{city} is a city in {country}.{capital_note} It lies on the {river} river "
-                f"and has about {population:,} inhabitants.",
-                "city",
-            )
+        text = (
+            f"{city} is a city in {country}.{capital_note} It lies on the {river} river "
+            f"and has about {population:,} inhabitants."
         )
+        texts.append((city, text, "city"))
     for country in world.countries:
         currency, language = names.word(2).lower(), names.word(2, "ish")
-        texts.append(
-            (
-                country,
-                f"{country} is a country whose capital is {capitals[country]}. Its currency is "
-                f"the {currency} and its official language is {language}.",
-                "country",
-            )
+        text = (
+            f"{country} is a country whose capital is {capitals[country]}. Its currency is "
+            f"the {currency} and its official language is {language}."
         )
+        texts.append((country, text, "country"))
     return tuple(
         Document(doc_id=f"doc-{i:03d}", title=title, text=text, kind=kind)
         for i, (title, text, kind) in enumerate(texts)

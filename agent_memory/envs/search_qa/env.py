@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
-import numbers
 from typing import Any, Final, Literal
 
-import gymnasium as gym
-
 from agent_memory.envs.base import (
-    INVALID_REASON,
-    IS_ACTION_VALID,
     STATE_KEY,
     TASK,
     WON,
+    TextEnv,
+    check_int,
+    is_int,
     sanitize,
     stable_hash,
+    step_info,
     text_space,
 )
 from agent_memory.envs.search_qa.corpus import Corpus, Question, get_corpus
@@ -43,15 +42,13 @@ INVALID_HELP: Final = (
 )
 
 
-class SearchQAEnv(gym.Env[str, str]):
+class SearchQAEnv(TextEnv):
     """Search-R1 style question answering over a generated corpus of fictitious entities.
 
-    Each episode asks one question. ``<search>query</search>`` returns the top-``top_k`` BM25
-    passages in Search-R1's ``<information>Doc 1(Title: ...) ...</information>`` format (reward
-    0); ``<answer>text</answer>`` ends the episode, with reward 1.0 and ``won`` iff the
-    SQuAD-normalised answer is right; anything else is invalid (the state is unchanged). ``info``
-    adds ``question_id``, ``hops`` and ``retrieved_doc_ids``, and has no ``admissible_actions``
-    (any query is an action). ``state_key`` hashes the question and the passages retrieved so far.
+    ``<search>query</search>`` returns the top-``top_k`` BM25 passages in Search-R1's format;
+    ``<answer>text</answer>`` ends the episode, with reward 1.0 and ``won`` iff the SQuAD-normalised
+    answer is right; anything else is invalid. ``info`` adds ``question_id``, ``hops`` and
+    ``retrieved_doc_ids``, and has no ``admissible_actions``.
 
     Args:
         top_k: passages returned per search, in ``[1, number of passages]``.
@@ -80,8 +77,6 @@ class SearchQAEnv(gym.Env[str, str]):
         'the episode is over; call reset()'
     """
 
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
-
     def __init__(
         self,
         top_k: int = 3,
@@ -91,21 +86,17 @@ class SearchQAEnv(gym.Env[str, str]):
         max_obs_chars: int = 4096,
         render_mode: Literal["ansi"] | None = None,
     ) -> None:
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        super().__init__(render_mode)
         if split not in ("train", "test", "all"):
             raise ValueError(f"split must be one of 'train', 'test', 'all', got {split!r}")
-        if not _is_int(max_obs_chars) or max_obs_chars < MIN_OBS_CHARS:
-            raise ValueError(
-                f"max_obs_chars must be an int >= {MIN_OBS_CHARS}, got {max_obs_chars!r}"
-            )
+        check_int("max_obs_chars", max_obs_chars, MIN_OBS_CHARS)
         self.corpus: Corpus = get_corpus(corpus_seed)  # validates corpus_seed
         n_docs = len(self.corpus.documents)
-        if not _is_int(top_k) or not 1 <= top_k <= n_docs:
+        if not is_int(top_k) or not 1 <= top_k <= n_docs:
             raise ValueError(f"top_k must be an int in [1, {n_docs}], got {top_k!r}")
         pool = [q for q in self.corpus.questions if split in ("all", q.split)]
         if num_questions is not None and (
-            not _is_int(num_questions) or not 1 <= num_questions <= len(pool)
+            not is_int(num_questions) or not 1 <= num_questions <= len(pool)
         ):
             raise ValueError(
                 f"num_questions must be None or an int in [1, {len(pool)}] (the {split!r} split "
@@ -116,14 +107,12 @@ class SearchQAEnv(gym.Env[str, str]):
         self.top_k = top_k
         self.split = split
         self.max_obs_chars = max_obs_chars
-        self.render_mode = render_mode
         self.observation_space = text_space(max_obs_chars)
         self.action_space = text_space(MAX_ACTION_CHARS)
         self._question: Question | None = None
         self._retrieved: set[str] = set()
         self._queries: list[str] = []  # normalised queries issued (the oracle follows its hops)
         self._done = False
-        self._last_obs = ""
 
     # --- Gymnasium API -------------------------------------------------------------------
 
@@ -135,7 +124,7 @@ class SearchQAEnv(gym.Env[str, str]):
         index = (options or {}).get("question_index")
         if index is None:
             index = int(self.np_random.integers(len(self.questions)))
-        elif not _is_int(index) or not 0 <= index < len(self.questions):
+        elif not is_int(index) or not 0 <= index < len(self.questions):
             raise ValueError(
                 f"options['question_index'] must be an int in [0, {len(self.questions) - 1}], "
                 f"got {index!r}"
@@ -164,28 +153,23 @@ class SearchQAEnv(gym.Env[str, str]):
             self._queries.append(normalize_answer(parsed.content))
             obs = format_information([h.document for h in hits], max_chars=self.max_obs_chars)
             self._last_obs = sanitize(obs, self.max_obs_chars)
-            info = self._info(won=False, retrieved=doc_ids)
-            return self._last_obs, 0.0, False, False, {**info, IS_ACTION_VALID: True}
+            info = step_info(self._info(won=False, retrieved=doc_ids))
+            return self._last_obs, 0.0, False, False, info
         won = exact_match(parsed.content, self._question.answer)
         self._done = True
         verdict = "correct" if won else "incorrect"
         self._last_obs = sanitize(
             f"Your answer: {parsed.content}\nThe answer is {verdict}.", self.max_obs_chars
         )
-        info = self._info(won=won, retrieved=[])
-        return self._last_obs, float(won), True, False, {**info, IS_ACTION_VALID: True}
-
-    def render(self) -> str | None:
-        """The last observation (``render_mode="ansi"``), else ``None``."""
-        return self._last_obs if self.render_mode == "ansi" else None
+        info = step_info(self._info(won=won, retrieved=[]))
+        return self._last_obs, float(won), True, False, info
 
     # --- Expert and helpers --------------------------------------------------------------
 
     def oracle_action(self) -> str:
         """The expert's next action: search each hop's entity in order, then answer.
 
-        It follows the question's reasoning chain (the true state), so a 2-hop question always
-        takes two searches; the tests check each search returns the passage the hop needs.
+        It follows the question's reasoning chain, so a 2-hop question takes two searches.
         """
         if self._question is None:
             raise RuntimeError("SearchQAEnv.oracle_action() called before reset()")
@@ -225,15 +209,5 @@ class SearchQAEnv(gym.Env[str, str]):
         self, reason: str, *, terminated: bool = False
     ) -> tuple[str, float, bool, bool, dict[str, Any]]:
         self._last_obs = sanitize(INVALID_HELP.format(reason=reason), self.max_obs_chars)
-        info = self._info(won=False, retrieved=[])
-        return (
-            self._last_obs,
-            0.0,
-            terminated,
-            False,
-            {**info, IS_ACTION_VALID: False, INVALID_REASON: reason},
-        )
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+        info = step_info(self._info(won=False, retrieved=[]), reason)
+        return self._last_obs, 0.0, terminated, False, info

@@ -1,9 +1,8 @@
 """Search-R1 action tags and answer scoring: ``<search>``/``<answer>`` parsing, exact match.
 
-The parsing rules follow verl-agent's ``search_projection``: tags are case-insensitive, text
-after the first closing tag is ignored, and an action is invalid when it has no complete block,
-both a ``<search>`` and an ``<answer>`` tag, or more than one of either. We also refuse an empty
-query or answer and actions longer than a limit (so a megabyte string costs nothing).
+The rules follow verl-agent's ``search_projection`` (case-insensitive tags, text after the first
+closing tag ignored; no complete block, both tags or several of one are invalid), and also refuse
+an empty query or answer and actions over :data:`MAX_ACTION_CHARS`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """BM25 retrieval over the Search-QA corpus (``bm25s``), and Search-R1's passage format.
 
-``bm25s`` is used as is: its bundled English stop-word list and regex tokenizer, no stemmer (the
-queries are entity names, and PyStemmer would be one more compiled dependency for no gain), the
-Lucene BM25 variant with its defaults. Nothing is downloaded. The index of a corpus is built once
-per process and cached by :attr:`~agent_memory.envs.search_qa.corpus.Corpus.corpus_id`, so the many
-envs of a
-vector env share it.
+``bm25s`` is used as is (English stop words, no stemmer, Lucene BM25 defaults; nothing is
+downloaded). The index of a corpus is built once per process and cached by its ``corpus_id``, so
+the envs of a vector env share it.
 """
 
 from __future__ import annotations

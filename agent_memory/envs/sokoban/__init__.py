@@ -1,11 +1,8 @@
 """Sokoban: procedurally generated, guaranteed-solvable levels as a text environment.
 
-* :mod:`agent_memory.envs.sokoban.level` — :class:`Level` (room + state), text grids in
-  verl-agent's symbols;
-* :mod:`agent_memory.envs.sokoban.generation` — gym-sokoban's reverse-play generator;
-* :mod:`agent_memory.envs.sokoban.solver` — a move-optimal BFS solver with dead-square pruning;
-* :mod:`agent_memory.envs.sokoban.env` — :class:`SokobanEnv`, registered as
-  ``agent_memory/Sokoban-v0``.
+Modules: :mod:`.level` (:class:`Level`, text grids), :mod:`.generation` (gym-sokoban's
+reverse-play generator), :mod:`.solver` (a move-optimal BFS solver) and :mod:`.env`
+(:class:`SokobanEnv`, ``agent_memory/Sokoban-v0``).
 
 Example:
     >>> from agent_memory.envs.sokoban import Level, solve

@@ -1,27 +1,25 @@
 r"""The Sokoban text environment (``agent_memory/Sokoban-v0``).
 
-Rules, rewards and text follow verl-agent's Sokoban (itself gym-sokoban's push actions): the four
-actions push a box if one is ahead and the cell behind it is free, otherwise walk; walking into a
-wall or an immovable box is a valid action that changes nothing. Rewards: -0.1 per step, +1 when a
-push puts a box on a target, -1 when a push takes one off, +10 when every box is on a target (the
-episode then terminates with ``won=True``). Truncation comes from the registered time limit.
+Rules, rewards and text follow verl-agent's Sokoban (gym-sokoban's push actions): walking into a
+wall or an immovable box is a valid action that changes nothing. Rewards: -0.1 per step, +1 / -1
+when a push puts a box on / takes one off a target, +10 when every box is on a target (``won``).
 """
 
 from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-import gymnasium as gym
-
 from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
-    INVALID_REASON,
-    IS_ACTION_VALID,
     STATE_KEY,
     TASK,
     WON,
+    TextEnv,
+    check_int,
+    is_int,
     sanitize,
     stable_hash,
+    step_info,
     text_space,
 )
 from agent_memory.envs.sokoban.generation import DEFAULT_SEARCH_DEPTH, generate_level
@@ -37,27 +35,15 @@ FINISHED_REWARD: Final = 10.0
 _ACTION_LIST: Final = ", ".join(ACTIONS)
 
 
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
 def _check_search(
     search_depth: int, max_generation_attempts: int, num_gen_steps: int | None, max_nodes: int
 ) -> None:
     """Refuse generation and solver settings out of range."""
-    if not _is_int(search_depth) or search_depth < 3:
-        raise ValueError(
-            f"search_depth must be an int >= 3 (reverse play reaches search_depth - 2 "
-            f"pulls), got {search_depth!r}"
-        )
-    if not _is_int(max_generation_attempts) or max_generation_attempts < 1:
-        raise ValueError(
-            f"max_generation_attempts must be an int >= 1, got {max_generation_attempts!r}"
-        )
-    if num_gen_steps is not None and (not _is_int(num_gen_steps) or num_gen_steps < 1):
+    check_int("search_depth", search_depth, 3, " (reverse play reaches search_depth - 2 pulls)")
+    check_int("max_generation_attempts", max_generation_attempts, 1)
+    if num_gen_steps is not None and (not is_int(num_gen_steps) or num_gen_steps < 1):
         raise ValueError(f"num_gen_steps must be None or an int >= 1, got {num_gen_steps!r}")
-    if not _is_int(max_nodes) or max_nodes < 1:
-        raise ValueError(f"solver_max_nodes must be an int >= 1, got {max_nodes!r}")
+    check_int("solver_max_nodes", max_nodes, 1)
 
 
 def _check_room(dim_room: Any, num_boxes: Any) -> None:
@@ -65,31 +51,29 @@ def _check_room(dim_room: Any, num_boxes: Any) -> None:
     if (
         not isinstance(dim_room, tuple | list)
         or len(dim_room) != 2
-        or not all(_is_int(d) and d >= 5 for d in dim_room)
+        or not all(is_int(d) and d >= 5 for d in dim_room)
     ):
         raise ValueError(f"dim_room must be two ints >= 5, got {dim_room!r}")
     # Generation needs a free cell for the player and one to pull into.
     max_boxes = (dim_room[0] - 2) * (dim_room[1] - 2) - 2
-    if not _is_int(num_boxes) or not 1 <= num_boxes <= max_boxes:
+    if not is_int(num_boxes) or not 1 <= num_boxes <= max_boxes:
         raise ValueError(
             f"num_boxes must be an int between 1 and {max_boxes} for dim_room "
             f"{tuple(dim_room)}, got {num_boxes!r}"
         )
 
 
-class SokobanEnv(gym.Env[str, str]):
+class SokobanEnv(TextEnv):
     r"""Sokoban with text observations and text actions, on procedurally generated levels.
 
-    Each ``reset`` generates a new solvable level from the env's RNG
-    (:mod:`agent_memory.envs.sokoban.generation`), or reloads the fixed ``level``. The
-    observation is the grid in verl-agent's symbols, then a one-line legend.
+    Each ``reset`` generates a new solvable level from the env's RNG, or reloads the fixed
+    ``level``. The observation is the grid in verl-agent's symbols, then a one-line legend.
 
     Args:
         dim_room: ``(rows, cols)`` including the outer wall, each at least 5.
         num_boxes: Boxes (and targets) per generated level.
         search_depth: Reverse-play DFS time-to-live (gym-sokoban's ``ttl``).
-        max_generation_attempts: Generation tries per reset before
-            :class:`~agent_memory.envs.sokoban.generation.LevelGenerationError`.
+        max_generation_attempts: Generation tries per reset before ``LevelGenerationError``.
         num_gen_steps: Random-walk length of the room; ``None``: ``int(1.7 * (rows + cols))``.
         random_player_moves: Let the player take 1-3 random steps after reverse play.
         level: A fixed level (a text grid or a :class:`Level`); it sets the room and the boxes.
@@ -123,9 +107,6 @@ class SokobanEnv(gym.Env[str, str]):
         (10.9, True)
     """
 
-    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
-
     def __init__(
         self,
         dim_room: tuple[int, int] = (6, 6),
@@ -139,8 +120,7 @@ class SokobanEnv(gym.Env[str, str]):
         solver_max_nodes: int = DEFAULT_MAX_NODES,
         render_mode: Literal["ansi"] | None = None,
     ) -> None:
-        if render_mode not in (None, "ansi"):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        super().__init__(render_mode)
         if grid_format not in ("verl", "compact"):
             raise ValueError(f"grid_format must be 'verl' or 'compact', got {grid_format!r}")
         _check_search(search_depth, max_generation_attempts, num_gen_steps, solver_max_nodes)
@@ -159,7 +139,6 @@ class SokobanEnv(gym.Env[str, str]):
         self.random_player_moves = bool(random_player_moves)
         self.grid_format: GridFormat = grid_format
         self.solver_max_nodes = solver_max_nodes
-        self.render_mode = render_mode
 
         rows, cols = self.dim_room
         cell_width = 4 if grid_format == "verl" else 1
@@ -253,12 +232,10 @@ class SokobanEnv(gym.Env[str, str]):
         name = action.strip().lower() if isinstance(action, str) else None
         if name not in ACTION_STEPS:
             info = self._info()
-            info[IS_ACTION_VALID] = False
             info["action_is_effective"] = False
             shown = repr(action) if isinstance(action, str) else type(action).__name__
-            info[INVALID_REASON] = sanitize(
-                f"unknown action {shown[:60]}; expected one of {_ACTION_LIST}"
-            )
+            reason = f"unknown action {shown[:60]}; expected one of {_ACTION_LIST}"
+            step_info(info, sanitize(reason))
             return self._observation(), STEP_PENALTY, self.won, False, info
 
         before = self.boxes_on_target
@@ -273,8 +250,7 @@ class SokobanEnv(gym.Env[str, str]):
         won = self.won
         if won:
             reward += FINISHED_REWARD
-        info = self._info()
-        info[IS_ACTION_VALID] = True
+        info = step_info(self._info())
         info["action_is_effective"] = moved
         return self._observation(), reward, won, False, info
 
@@ -297,10 +273,8 @@ class SokobanEnv(gym.Env[str, str]):
     def oracle_action(self) -> str:
         """The next action of a shortest solution from the current state.
 
-        The plan is computed by :func:`~agent_memory.envs.sokoban.solver.solve` and cached; it is
-        recomputed
-        when the state leaves the planned path. When no solution exists (a box is stuck) or the
-        level is already solved, any action is as good and ``"up"`` is returned.
+        The plan (:func:`~agent_memory.envs.sokoban.solver.solve`) is cached and recomputed when
+        the state leaves it. When no solution exists or the level is solved, ``"up"`` is returned.
 
         Raises:
             SolverLimitError: the solver exceeded ``solver_max_nodes``.

@@ -1,11 +1,8 @@
 """Guaranteed-solvable Sokoban levels by reverse play, after gym-sokoban's ``room_utils.py``.
 
-A random walk carves the room; the player and the boxes are placed, each box on its target; a
-depth-first search over *pull* moves (time-to-live ``search_depth``) keeps the best-scoring state
-(``box_swaps * sum of box-target distances``); then, as in verl-agent, the player may take 1-3
-random steps. Every pull is undone by a push, so each level is solvable. A failed attempt is
-retried with the same RNG up to ``max_attempts`` (then :class:`LevelGenerationError`); the
-``numpy.random.Generator`` passed in is the only randomness, so levels are deterministic per seed.
+A random walk carves the room, each box starts on its target, and a depth-first search over
+*pull* moves keeps the best-scoring state; every pull is undone by a push, so each level is
+solvable. The ``numpy.random.Generator`` passed in is the only randomness.
 """
 
 from __future__ import annotations
@@ -75,10 +72,8 @@ def reverse_play(
 ) -> tuple[int, tuple[int, ...], int]:
     """Pull boxes away from their targets; return the best ``(score, boxes, player)``.
 
-    ``boxes[i]`` is the box that started on ``targets[i]``. The search is gym-sokoban's recursive
-    DFS (first-visit states, ``ttl = search_depth`` decremented on entry, pull actions in the order
-    up, down, left, right), written with an explicit stack so deep searches cannot hit Python's
-    recursion limit. A state is reached at most ``search_depth - 2`` pulls from the start.
+    ``boxes[i]`` is the box that started on ``targets[i]``. gym-sokoban's recursive DFS, written
+    with an explicit stack (no recursion limit); states are at most ``search_depth - 2`` pulls away.
     """
     steps = (-width, width, -1, 1)
     target_set = frozenset(targets)

@@ -1,8 +1,7 @@
 """Sokoban levels: an immutable room + state, parsed from and rendered to text grids.
 
-Cells are flat indices ``row * width + col``; moving by ``±1`` (left/right) or ``±width`` (up/down)
-never leaves the grid because the outer ring of every level is wall (checked on parsing and
-guaranteed by the generator).
+Cells are flat indices ``row * width + col``; a move by ``±1`` or ``±width`` never leaves the grid,
+as the outer ring of every level is wall.
 """
 
 from __future__ import annotations
@@ -94,14 +93,12 @@ class Level:
     def from_grid(cls, grid: str) -> Level:
         """Parse a text grid in verl-agent's symbols (or XSB's ``# - . $ * @ +``).
 
-        Accepted layouts: one character per cell (``"#PXO_#"``; a space is floor, as in XSB), or
-        verl-agent's rendering where every cell is ``" X \\t"`` (any line holding a tab is split
-        on whitespace). Blank leading/trailing lines are dropped, short rows are padded with
-        walls on the right, and the outer ring must be walls.
+        Layouts: one character per cell (``"#PXO_#"``; a space is floor), or verl-agent's
+        rendering (a line holding a tab is split on whitespace). Short rows are padded with walls.
 
         Raises:
-            ValueError: on an unknown symbol, a border that is not wall, not exactly one player,
-                no boxes, or a box count that differs from the target count.
+            ValueError: an unknown symbol, a border that is not wall, not exactly one player, no
+                boxes, or fewer or more targets than boxes.
         """
         rows = _grid_rows(grid)
         height, width = len(rows), max(len(row) for row in rows)
@@ -159,9 +156,8 @@ class Level:
     def to_grid(self, grid_format: GridFormat = "verl") -> str:
         """Render the grid.
 
-        ``"verl"`` reproduces verl-agent's text observation byte for byte (gym-sokoban's
-        ``tiny_rgb_array`` text mode: every cell ``" X \\t"``, rows joined by ``"\\n"``);
-        ``"compact"`` prints one character per cell. Both parse back with :meth:`from_grid`.
+        ``"verl"`` reproduces verl-agent's text observation byte for byte (every cell
+        ``" X \\t"``); ``"compact"`` prints one character per cell. Both parse back.
         """
         cell = " {} \t" if grid_format == "verl" else "{}"
         return "\n".join(

@@ -1,10 +1,8 @@
 """A move-optimal Sokoban solver: breadth-first search over (player, boxes) states.
 
-Every step (walk or push) costs 1, so BFS returns a shortest action list — what the env's reward
-(-0.1 per step) prefers. Pushes onto *dead squares* are pruned: cells from which a box can never
-reach any target even on an empty board (this includes every non-target corner, the classic
-deadlock). Rooms here are small (6x6 to ~10x10, a few boxes), so plain BFS with that pruning is
-fast; a node cap turns a runaway search into a clear :class:`SolverLimitError`.
+Every step costs 1, so BFS returns a shortest action list. Pushes onto *dead squares* (cells from
+which a box can never reach a target) are pruned; a node cap turns a runaway search into a clear
+:class:`SolverLimitError`.
 """
 
 from __future__ import annotations
@@ -27,10 +25,8 @@ class SolverLimitError(RuntimeError):
 def dead_squares(level: Level) -> frozenset[int]:
     """Floor cells from which a box can never be pushed onto any target.
 
-    Computed backwards: a box can reach a target from cell ``c`` iff some chain of pulls takes it
-    from a target to ``c``; a pull from ``b`` to ``b + d`` needs ``b + d`` and ``b + 2d`` free of
-    walls (the player ends on ``b + 2d``). Other boxes are ignored, so this never prunes a
-    solvable state.
+    Computed backwards, by pulls from the targets; other boxes are ignored, so this never prunes
+    a solvable state.
 
     Example:
         >>> level = Level.from_grid("#####\\n#P__#\\n#_X_#\\n#__O#\\n#####")
@@ -57,8 +53,7 @@ def solve(level: Level, max_nodes: int = DEFAULT_MAX_NODES) -> list[str] | None:
     """The shortest action list that puts every box on a target, from ``level``'s state.
 
     Returns:
-        The actions (``"up"``, ``"down"``, ``"left"``, ``"right"``); ``[]`` when already solved;
-        ``None`` when the level is provably unsolvable from this state (e.g. a box in a corner).
+        The actions; ``[]`` when already solved; ``None`` when provably unsolvable from here.
 
     Raises:
         SolverLimitError: more than ``max_nodes`` states were expanded.

@@ -1,14 +1,9 @@
 """TextWorld games as a Gymnasium text env: ``agent_memory/TextWorld-v0``.
 
-Games of the ``tw-simple``, ``tw-coin_collector``, ``tw-treasure_hunter`` and ``tw-cooking``
-challenges are generated locally with TextWorld's own generator (no network), cached on disk and
-played through TextWorld's Z-machine interpreter; see :class:`TextWorldEnv`.
-
-``textworld`` is an optional dependency (``pip install "agent-memory[textworld]"``): this package
-imports without it, and constructing the env without it raises an ImportError with that hint.
-
-Modules: :mod:`.settings` (challenges and their settings), :mod:`.generation` (generation and the
-process-safe cache), :mod:`.env` (the env).
+Games of four challenges are generated locally (no network), cached on disk and played through
+TextWorld's interpreter; see :class:`TextWorldEnv`. ``textworld`` is optional
+(``pip install "agent-memory[textworld]"``): without it the env raises an ImportError with that
+hint.
 """
 
 from __future__ import annotations

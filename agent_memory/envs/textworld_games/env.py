@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import numbers
 import os
 import re
 import warnings
@@ -11,18 +10,19 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-import gymnasium as gym
-
 from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
-    INVALID_REASON,
-    IS_ACTION_VALID,
+    ECHO_CHARS,
     STATE_KEY,
     TASK,
     WON,
+    TextEnv,
+    check_int,
     collapse_spaces,
+    is_int,
     sanitize,
     stable_hash,
+    step_info,
     text_space,
 )
 from agent_memory.envs.textworld_games.generation import (
@@ -39,8 +39,6 @@ from agent_memory.envs.textworld_games.settings import ChallengeName, normalize_
 _BANNER_CHARS: Final = " _|\\/$<>"
 #: After the end the game asks to RESTART/RESTORE/QUIT/UNDO: not commands this env accepts.
 _END_PROMPT: Final = "Would you like to RESTART"
-#: Refused actions are echoed in ``invalid_reason`` up to this many characters.
-_ECHO_CHARS: Final = 40
 #: Jericho reads at most 198 bytes of input; longer commands are never admissible anyway.
 MAX_ACTION_LENGTH: Final = 200
 
@@ -48,8 +46,7 @@ MAX_ACTION_LENGTH: Final = 200
 def clean_feedback(text: str, max_chars: int | None = None) -> str:
     """TextWorld's output made readable and short: banner art, end prompt and blank runs removed.
 
-    ``max_chars``: read only the first this many characters of ``text`` (linear time either way;
-    a bound keeps a runaway output cheap).
+    ``max_chars``: read only the first this many characters of ``text`` (cheap runaway output).
 
     Example:
         >>> clean_feedback("  ____ \\n | $$ |\\n\\n\\nHello!\\n\\n\\n\\n-= Kitchen =-\\n")
@@ -59,8 +56,7 @@ def clean_feedback(text: str, max_chars: int | None = None) -> str:
     """
     if max_chars is not None:
         text = text[:max_chars]
-    # str methods, not regexes: both regexes this replaces backtrack quadratically on long
-    # runs of spaces (seconds for a 20 KB line).
+    # str methods, not regexes: regexes backtrack quadratically on long runs of spaces.
     end = text.find(_END_PROMPT)
     if end >= 0:
         text = text[:end].rstrip()
@@ -70,8 +66,7 @@ def clean_feedback(text: str, max_chars: int | None = None) -> str:
 
 def feedback_text(text: str, max_length: int) -> str:
     """An observation from TextWorld's output: cleaned (reading at most ``8 * max_length``
-    characters, and at least 16,384: cleaning drops banner art, about 1.5 KB, and blank runs,
-    never that much text) and sanitized to ``max_length`` characters.
+    characters, and at least 16,384) and sanitized to ``max_length`` characters.
 
     Example:
         >>> feedback_text("Hello!\\n\\n\\n\\n-= Kitchen =-" + "\\n" * 10**6, 64)
@@ -87,33 +82,24 @@ def _is_banner(line: str) -> bool:
 
 @contextlib.contextmanager
 def _quiet_jericho() -> Iterator[None]:
-    """Hide Jericho's UnsupportedGameWarning (no action templates for generated games: moot, since
-    TextWorld computes the admissible commands). TextWorld silences it at import, but test runners
-    and ``-W`` reset the warning filters."""
+    """Hide Jericho's UnsupportedGameWarning (moot: TextWorld computes the admissible commands),
+    which test runners and ``-W`` would show again after TextWorld silenced it."""
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", category=UserWarning, module=r"jericho\b")
         yield
-
-
-def _int_or_none(value: Any) -> int | None:
-    """``value`` as an int if it is an integer (numpy ones too; bools are not), else None."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    return None
 
 
 def _normalize_command(action: str, max_chars: int | None = None) -> str:
     return collapse_spaces(action, max_chars).lower()
 
 
-class TextWorldEnv(gym.Env[str, str]):
+class TextWorldEnv(TextEnv):
     """TextWorld text adventures (``tw-simple``, ``tw-coin_collector``, ``tw-treasure_hunter``,
     ``tw-cooking``), generated locally with TextWorld's own generator and cached on disk.
 
-    ``reset(seed=...)`` draws one of ``num_games`` games (equal seeds, equal games: a GRPO group
-    plays one game; ``options={"game_index": i}`` picks one). Actions are the admissible commands
-    (case and spacing forgiven); other text is not sent to the game. The reward is the change of
-    the score; ``terminated`` once the game is won or lost.
+    ``reset(seed=...)`` draws one of ``num_games`` games (equal seeds, equal games;
+    ``options={"game_index": i}`` picks one). Actions are the admissible commands (case and
+    spacing forgiven). The reward is the change of the score.
 
     Args:
         challenge: The TextWorld challenge.
@@ -122,7 +108,7 @@ class TextWorldEnv(gym.Env[str, str]):
         game_seed: Seed of the first game of the pool (game ``i`` has ``game_seed + i``).
         num_games: Games in the pool.
         cache_dir: Where games are cached; default ``$AGENT_MEMORY_CACHE/textworld``, else
-            ``$XDG_CACHE_HOME/agent_memory/textworld``, else ``~/.cache/agent_memory/textworld``.
+            ``$XDG_CACHE_HOME/agent_memory/textworld`` or ``~/.cache/agent_memory/textworld``.
         max_obs_length: Observations are capped to this many characters.
         render_mode: ``"ansi"`` makes ``render()`` return the current observation.
 
@@ -144,9 +130,6 @@ class TextWorldEnv(gym.Env[str, str]):
         >>> env.close(); cache.cleanup()
     """
 
-    # gymnasium.Env declares metadata an instance attribute: a ClassVar would clash with it.
-    metadata: dict[str, Any] = {"render_modes": ["ansi"], "render_fps": 4}  # noqa: RUF012
-
     def __init__(
         self,
         challenge: ChallengeName = "tw-simple",
@@ -157,20 +140,15 @@ class TextWorldEnv(gym.Env[str, str]):
         max_obs_length: int = 4096,
         render_mode: Literal["ansi"] | None = None,
     ) -> None:
-        if _int_or_none(num_games) is None or num_games < 1:
-            raise ValueError(f"num_games must be an int >= 1, got {num_games!r}")
-        if _int_or_none(game_seed) is None or game_seed < 0:
-            raise ValueError(f"game_seed must be an int >= 0, got {game_seed!r}")
-        num_games, game_seed = int(num_games), int(game_seed)
+        num_games = check_int("num_games", num_games, 1)
+        game_seed = check_int("game_seed", game_seed, 0)
         if game_seed + num_games > 2**32:
             raise ValueError(
                 f"game seeds must stay below 2**32, got game_seed={game_seed} with"
                 f" num_games={num_games}"
             )
-        if _int_or_none(max_obs_length) is None or max_obs_length < 64:
-            raise ValueError(f"max_obs_length must be an int >= 64, got {max_obs_length!r}")
-        if render_mode not in (None, *self.metadata["render_modes"]):
-            raise ValueError(f"render_mode must be None or 'ansi', got {render_mode!r}")
+        max_obs_length = check_int("max_obs_length", max_obs_length, 64)
+        super().__init__(render_mode)
         normalized = normalize_settings(challenge, settings)  # refused now, not at reset
         require_textworld()
 
@@ -179,8 +157,7 @@ class TextWorldEnv(gym.Env[str, str]):
         self.game_seed = game_seed
         self.num_games = num_games
         self.cache_dir = cache_dir
-        self.max_obs_length = int(max_obs_length)
-        self.render_mode = render_mode
+        self.max_obs_length = max_obs_length
         self.observation_space = text_space(self.max_obs_length)
         self.action_space = text_space(MAX_ACTION_LENGTH)
 
@@ -189,17 +166,15 @@ class TextWorldEnv(gym.Env[str, str]):
         self._loaded_index: int | None = None
         self.game_index: int | None = None  # the game of the current episode
         self._state: Any = None  # textworld GameState of the current step
-        self._last_obs = ""
         self._terminated = False
 
     # -- games -------------------------------------------------------------------------------
 
     def game(self, index: int) -> CachedGame:
         """The pool's game ``index``, generated (or read from the cache) on first use."""
-        as_int = _int_or_none(index)
-        if as_int is None or not 0 <= as_int < self.num_games:
+        if not is_int(index) or not 0 <= index < self.num_games:
             raise ValueError(f"game_index must be an int in [0, {self.num_games}), got {index!r}")
-        index = as_int
+        index = int(index)
         cached = self._games[index]
         if cached is None:
             cached = ensure_game(
@@ -209,8 +184,8 @@ class TextWorldEnv(gym.Env[str, str]):
         return cached
 
     def generate_games(self, progress: bool | ProgressCallback = False) -> list[CachedGame]:
-        """Make (or find in the cache) every game of the pool now, reporting progress once per
-        game (see :func:`~agent_memory.envs.textworld_games.generation.ensure_games`)."""
+        """Make (or find in the cache) every game of the pool now (see
+        :func:`~agent_memory.envs.textworld_games.generation.ensure_games`)."""
         seeds = range(self.game_seed, self.game_seed + self.num_games)
         games = ensure_games(self.challenge, self.settings, seeds, self.cache_dir, progress)
         self._games = list(games)
@@ -218,9 +193,8 @@ class TextWorldEnv(gym.Env[str, str]):
 
     @classmethod
     def prepare(cls, *, progress: bool | ProgressCallback = False, **kwargs: Any) -> None:
-        """One-off set-up before workers build this env with ``kwargs``: generate the pool of
-        games in the calling process, where a bar can show it (``progress=True``), so that the
-        workers find every game in the cache. Called by ``agent_memory.prepare.prepare_env``."""
+        """Generate the pool of games once, before workers build this env with ``kwargs`` and
+        find every game in the cache. Called by ``agent_memory.prepare.prepare_env``."""
         env = cls(**kwargs)
         try:
             env.generate_games(progress)
@@ -291,23 +265,14 @@ class TextWorldEnv(gym.Env[str, str]):
         command, reason = self._parse(action)
         if command is None:
             self._last_obs = sanitize(f"Nothing happens: {reason}.", self.max_obs_length)
-            info = self._info()
-            info[IS_ACTION_VALID] = False
-            info[INVALID_REASON] = reason
-            return self._last_obs, 0.0, self._terminated, False, info
+            return self._last_obs, 0.0, self._terminated, False, step_info(self._info(), reason)
         previous_score = self._state["score"]
         with _quiet_jericho():
             self._state, _, _ = self._tw.step(command)
         reward = float(self._state["score"] - previous_score)
         self._terminated = bool(self._state["won"] or self._state["lost"])
         self._last_obs = feedback_text(self._state["feedback"], self.max_obs_length)
-        info = self._info()
-        info[IS_ACTION_VALID] = True
-        return self._last_obs, reward, self._terminated, False, info
-
-    def render(self) -> str | None:
-        """The current observation when ``render_mode="ansi"``."""
-        return self._last_obs if self.render_mode == "ansi" else None
+        return self._last_obs, reward, self._terminated, False, step_info(self._info())
 
     def close(self) -> None:
         """Stop the game's interpreter (also done when the episode switches games)."""
@@ -320,9 +285,8 @@ class TextWorldEnv(gym.Env[str, str]):
     def oracle_action(self) -> str:
         """The next command of an optimal walkthrough from the current state.
 
-        TextWorld recomputes the winning policy after every action (``policy_commands``), so this
-        works from any state the agent reached. When no win is left (the episode is over, or the
-        game can no longer be won) every action is as good and ``"look"`` is returned.
+        TextWorld recomputes the winning policy after every action, so this works from any
+        state. When no win is left every action is as good and ``"look"`` is returned.
         """
         if self._state is None:
             raise RuntimeError("TextWorldEnv: call reset() before oracle_action()")
@@ -350,13 +314,12 @@ class TextWorldEnv(gym.Env[str, str]):
         if self._terminated:
             return None, "the game is over; call reset()"
         by_norm = {_normalize_command(c): c for c in self._state["admissible_commands"]}
-        # Lower-casing never shortens text: past the longest command, an action matches none
-        # (so a megabyte action is not read to the end).
+        # Lower-casing never shortens text: past the longest command, an action matches none.
         wanted = _normalize_command(action, max(map(len, by_norm), default=0) + 1)
         if not wanted:
             return None, "empty action"
         if wanted not in by_norm:
-            shown = sanitize(action.strip(), _ECHO_CHARS)
+            shown = sanitize(action.strip(), ECHO_CHARS)
             return None, f"{shown!r} is not an admissible command; use an admissible action"
         return by_norm[wanted], ""
 

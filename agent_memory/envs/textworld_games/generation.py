@@ -1,11 +1,8 @@
 """Generate TextWorld games locally and keep them in a disk cache shared by processes.
 
-Games are made in this process through TextWorld's Python API (what ``tw-make`` does):
-deterministic per seed, and the knowledge bases load once. A game lives in
-``<cache_dir>/<challenge>-seed<seed>-<key>/`` (``key`` hashes challenge, settings, seed and
-TextWorld version); a per-game ``flock`` lets one process generate it while the others wait, into
-a temporary directory renamed into place, so no reader sees a half-written game.
-:func:`ensure_games` makes a pool and reports progress once per game.
+Games are made in this process through TextWorld's Python API (what ``tw-make`` does),
+deterministic per seed, into ``<cache_dir>/<challenge>-seed<seed>-<key>/``; a per-game ``flock``
+and a rename into place mean no process ever sees a half-written game.
 """
 
 from __future__ import annotations
@@ -180,10 +177,7 @@ def ensure_game(
     seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
 ) -> CachedGame:
-    """Return the cached game, generating it first if it is not in the cache.
-
-    Safe to call from several processes at once for the same game: one generates, the others wait
-    for it and read it; nobody ever sees a partial game.
+    """Return the cached game, generating it first if it is not in the cache (process-safe).
 
     Args:
         challenge: One of :data:`~agent_memory.envs.textworld_games.settings.CHALLENGES`.
@@ -238,8 +232,7 @@ ProgressCallback = Callable[[GenerationEvent], None]
 
 
 class GenerationBar:
-    """A tqdm bar for :func:`ensure_games`: advances as each game is ready, says which game it is
-    generating now. Call :meth:`close` at the end.
+    """A tqdm bar for :func:`ensure_games`, naming the game being generated; :meth:`close` it.
 
     Example:
         >>> import io
@@ -280,21 +273,15 @@ def ensure_games(
     cache_dir: str | os.PathLike[str] | None = None,
     progress: bool | ProgressCallback = False,
 ) -> list[CachedGame]:
-    """:func:`ensure_game` for every seed, in order, reporting progress once per game.
-
-    Every spec is checked before the first game is made. Games already cached cost nothing;
-    ``progress=True`` shows a :class:`GenerationBar` on stderr, unless every game is cached.
+    """:func:`ensure_game` for every seed, in order (every spec checked first), with progress.
 
     Args:
         challenge: One of :data:`~agent_memory.envs.textworld_games.settings.CHALLENGES`.
         settings: The challenge's settings; missing keys take defaults.
         seeds: TextWorld game seeds, one game each.
         cache_dir: Cache root; default :func:`default_cache_dir`.
-        progress: True for a bar on stderr, or a callback that gets a :class:`GenerationEvent`
-            before each game and another as soon as that game is ready.
-
-    Returns:
-        The games, in the order of ``seeds``.
+        progress: True for a :class:`GenerationBar` on stderr (unless every game is cached), or
+            a callback given a :class:`GenerationEvent` before and after each game.
 
     Example:
         >>> import pytest, tempfile

@@ -7,9 +7,10 @@ equal cache keys. Nothing here imports ``textworld``: bad input is refused even 
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping
 from typing import Any, Final, Literal, get_args
+
+from agent_memory.envs.base import is_int
 
 ChallengeName = Literal["tw-simple", "tw-coin_collector", "tw-treasure_hunter", "tw-cooking"]
 
@@ -53,13 +54,6 @@ _RANGES: Final[Mapping[tuple[str, str], tuple[int, int]]] = {
 MAX_ROOMS: Final = 100
 
 
-def _int(value: Any) -> int | None:
-    """``value`` as an int, or None when it is not an integer (bools are not integers here)."""
-    if isinstance(value, numbers.Integral) and not isinstance(value, bool):
-        return int(value)
-    return None
-
-
 def coin_collector_rooms(level: int) -> int:
     """Rooms of a Coin Collector level (TextWorld's rule: distractor groups times quest length).
 
@@ -81,8 +75,7 @@ def normalize_settings(challenge: str, settings: Mapping[str, Any] | None = None
         A new dict with every key of the challenge, in a fixed order, with plain Python values.
 
     Raises:
-        ValueError: Unknown challenge or key, or a value of the wrong type or out of range; the
-            message names what was expected and what was given.
+        ValueError: Unknown challenge or key, or a value of the wrong type or out of range.
 
     Example:
         >>> normalize_settings("tw-treasure_hunter", {"level": 5})
@@ -109,15 +102,14 @@ def normalize_settings(challenge: str, settings: Mapping[str, Any] | None = None
             choices = _CHOICES[key]
             if value not in choices or (isinstance(value, bool) and key == "go"):
                 raise ValueError(f"setting {key!r} must be one of {list(choices)}, got {value!r}")
-            value = _int(value) if key == "go" else value
+            value = (int(value) if is_int(value) else None) if key == "go" else value
         else:
             low, high = _RANGES[(challenge, key)]
-            as_int = _int(value)
-            if as_int is None or not low <= as_int <= high:
+            if not is_int(value) or not low <= value <= high:
                 raise ValueError(
                     f"setting {key!r} must be an int in [{low}, {high}], got {value!r}"
                 )
-            value = as_int
+            value = int(value)
         out[key] = value
     _check_combination(challenge, out)
     return out

@@ -1,6 +1,5 @@
 """The ``blackboard`` strategy: each env's recent window plus notes shared across envs and
-processes (:class:`BlackboardMemory`), with its settings and its SQLite notes table
-(:class:`SQLiteBoard`).
+processes (:class:`BlackboardMemory`), its settings and its SQLite board (:class:`SQLiteBoard`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """``SQLiteBoard``: an append-only table of notes in one SQLite database, shared across processes.
 
 The storage of :class:`~agent_memory.memory.blackboard.BlackboardMemory`, on
-:class:`~agent_memory.memory.sqlite.SQLiteDatabase` (WAL, one connection per process, every post
-one ``BEGIN IMMEDIATE`` transaction retried while another writer holds the lock): every process
-(e.g. a Ray actor on the same machine) that opens the same path reads and writes the same notes,
-and concurrent writers lose none.
+:class:`~agent_memory.memory.sqlite.SQLiteDatabase`: concurrent writers lose no note.
 """
 
 from __future__ import annotations
@@ -37,10 +34,8 @@ class SQLiteBoard:
     """The notes table of one SQLite database, shared by every process that opens it.
 
     Args:
-        path: database file (created with its directory), or None for a private in-memory
-            database (one process).
-        timeout: seconds a writer waits in all for another's lock before
-            :class:`~agent_memory.memory.sqlite.StoreBusyError`.
+        path: database file (created with its directory); None: a private in-memory database.
+        timeout: seconds a writer waits in all for another's lock.
 
     Example:
         >>> board = SQLiteBoard(None)  # a private in-memory database
@@ -59,8 +54,7 @@ class SQLiteBoard:
         self.path = None if self.db.private else self.db.path
 
     def version(self) -> tuple[int, int, int]:
-        """Differs whenever the notes may have changed (see
-        :meth:`~agent_memory.memory.sqlite.SQLiteDatabase.changes`)."""
+        """Differs whenever the notes may have changed (``SQLiteDatabase.changes``)."""
         return self.db.changes()
 
     def post(
@@ -91,8 +85,7 @@ class SQLiteBoard:
     def recent(
         self, board: str, groups: Sequence[str] | None, n: int, min_ts: float | None
     ) -> dict[str | None, list[dict[str, Any]]]:
-        """The newest ``n`` notes (newest first) of each group in ``groups``, or of the whole
-        board under the key None when ``groups`` is None."""
+        """The newest ``n`` notes (newest first) per group in ``groups`` (None: the board's)."""
         cols = ", ".join(_FIELDS)
         age = "" if min_ts is None else " AND ts >= ?"
         age_arg: tuple[Any, ...] = () if min_ts is None else (min_ts,)

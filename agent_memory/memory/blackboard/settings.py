@@ -19,8 +19,7 @@ Scope = Literal["group", "global"]
 @dataclass(frozen=True)
 class BlackboardSettings(Settings):
     """Where the board is and what a prompt shows of it (the arguments of the same names of
-    :class:`~agent_memory.memory.blackboard.BlackboardMemory`; ``path`` becomes a str or None,
-    ``author`` defaults to ``"pid<process id>"``).
+    :class:`~agent_memory.memory.blackboard.BlackboardMemory`).
 
     Example:
         >>> BlackboardSettings(top_n=2, author="w1").note_format.format(

@@ -1,12 +1,9 @@
 """``BlackboardMemory``: each env's recent window plus notes shared across envs and processes.
 
-Notes (author, env, group, step, time, text) go to an append-only SQLite board (WAL) at
-``path``: every rollout worker on the host that opens the same path reads and writes the same
-board, and no post is lost to a concurrent writer. An env sees its group's notes
-(``scope="group"``, groups set with :meth:`BlackboardMemory.set_groups`) or all of them
-(``"global"``); the newest ``top_n`` go, under ``header``, before its window. Episode digests are
-posted at an episode's end (and every action with ``post_actions``); the board keeps its newest
-``max_notes``, younger than ``max_age_seconds``. A budget covers notes and window, window first.
+Notes go to an append-only SQLite board at ``path``, shared by every worker on the host that
+opens it. An env sees its group's notes (``scope="group"``, see
+:meth:`BlackboardMemory.set_groups`) or all (``"global"``): the newest ``top_n``, before its
+window. Episode digests are posted at an episode's end (every action too with ``post_actions``).
 
 Example:
     >>> mem = BlackboardMemory(num_envs=2, top_n=2)  # path=None: a private in-memory board
@@ -30,6 +27,7 @@ from typing import Any, ClassVar
 from agent_memory.formatting import FormatterSpec
 from agent_memory.memory.base import (
     UNSET,
+    Budget,
     EnvIds,
     Fetched,
     check_env_index,
@@ -50,35 +48,29 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
     """Per-env recent window + the newest notes of a board shared across envs and processes.
 
     Args:
-        num_envs: number of environments.
-        formatter: how window steps are rendered (as for HistoryMemory).
-        max_tokens: default token budget of the whole context (notes + window).
-        token_counter: how tokens are counted.
-        capacity: steps kept per env (as for HistoryMemory).
-        path: the SQLite file every worker opens (created if missing); None = a private
-            in-memory board (this process only).
+        num_envs, formatter, max_tokens, token_counter, capacity: as for HistoryMemory (a
+            budget covers notes and window, the window first).
+        path: the SQLite file every worker opens (None: a private in-memory board).
         board: name of the board in the file (several boards can share one file).
         scope: ``"group"`` (an env sees its group's notes) or ``"global"`` (all notes).
-        top_n: notes shown per prompt, newest first (0 = none).
-        max_notes: notes the board keeps (the oldest go first); None = no limit.
-        max_age_seconds: notes older than this are dropped and not shown; None = no limit.
+        top_n: notes shown per prompt, newest first (0: none).
+        max_notes: notes the board keeps, the oldest go first (None: no limit).
+        max_age_seconds: notes older than this are dropped and not shown (None: no limit).
         post_actions: also post every stored step's action as a note.
         digest_chars: maximum length of an episode digest (:meth:`on_episode_end`).
         note_chars: longer notes are cut to this many characters when posted.
-        note_format: how a note is written in the prompt; fields ``text``, ``env_id``,
-            ``step``, ``group``, ``author``.
+        note_format: a note in the prompt (``text``, ``env_id``, ``step``, ``group``, ``author``).
         header: the line that opens the notes block.
-        window_header: the line between notes and window (when notes are shown); ``""``: none.
+        window_header: the line between notes and window (``""``: none).
         author: who posts (stored with each note); default ``"pid<process id>"``.
         timeout: seconds a writer waits in all for the database lock.
-        clock: the time source of note timestamps and ages (default ``time.time``).
+        clock: the time source of note timestamps and ages.
 
     Raises:
-        ValueError: a bad setting (the message names the expected and the given value).
+        ValueError: a bad setting.
     """
 
-    #: The context can be non-empty with no step stored (notes): wrappers should fetch at an
-    #: episode's first step too, and show a non-empty context even when ``lengths`` is 0.
+    #: The context can show notes before any step is stored.
     fetch_when_empty: ClassVar[bool] = True
 
     def __init__(
@@ -105,10 +97,7 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         timeout: float = 30.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(
-            num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
-            capacity=capacity,
-        )  # fmt: skip
+        super().__init__(**self._shared(locals()))
         self.settings = s = BlackboardSettings.from_arguments(locals())
         self.layout = BlockLayout(header=s.header, window_header=s.window_header)
         self.board = SQLiteBoard(s.path, timeout=s.timeout)
@@ -133,11 +122,8 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
     # ------------------------------------------------------------------ board
 
     def set_groups(self, env_ids: EnvIds, group_ids: Sequence[Any]) -> None:
-        """Put each env of ``env_ids`` in the group of the same position in ``group_ids``.
-
-        Group ids are compared as strings across processes (use ids that mean the same in every
-        worker, e.g. the rollout's task/group uid).
-        """
+        """Put each env of ``env_ids`` in the group of the same position in ``group_ids``
+        (compared as strings across processes: use ids that mean the same in every worker)."""
         ids = self._ids(env_ids)
         if isinstance(group_ids, (str, bytes)) or len(group_ids) != len(ids):
             got = "a str" if isinstance(group_ids, (str, bytes)) else f"{len(group_ids)} values"
@@ -175,9 +161,7 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         self.board.post(s.board, rows, max_notes=s.max_notes, max_age=s.max_age_seconds, now=now)
 
     def on_episode_end(self, env_id: int, episode: Mapping[str, Any]) -> None:
-        """Post the digest of env ``env_id``'s finished episode (its outcome, actions and last
-        observation on one line, at most ``digest_chars``; see
-        :func:`~agent_memory.memory.digest.episode_digest`)."""
+        """Post the digest of env ``env_id``'s finished episode (at most ``digest_chars``)."""
         digest = episode_digest(
             episode, max_chars=self.settings.digest_chars, outcome=True, sep=" | "
         )
@@ -203,16 +187,11 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
                 self.post_many(ids, [str(a) for a in acts])
 
     def fetch(
-        self,
-        history_length: int,
-        env_ids: EnvIds = None,
-        *,
-        max_tokens: int | Sequence[int | None] | None = UNSET,
+        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's context: its group's (or the board's) newest notes, then its window.
 
-        ``lengths`` count window steps (notes are not steps). Notes are read with one query per
-        fetch, and not at all while the board is unchanged.
+        Notes are read with one query per fetch, and not at all while the board is unchanged.
         """
         hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         if not self.settings.top_n:
@@ -230,10 +209,7 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         return config
 
     def state_dict(self) -> dict[str, Any]:
-        """Windows, groups and settings; the notes too when the board is private (path=None).
-
-        A file-backed board is shared and persistent: its notes stay in the file.
-        """
+        """Windows, groups and settings; the notes too when the board is private (no path)."""
         return {
             **self._state_header(),
             "config": self.config(),
@@ -270,8 +246,7 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         return None if age is None else float(self.settings.clock()) - age
 
     def _visible(self, ids: list[int]) -> dict[str | None, Block | None]:
-        """The block of newest notes per group of ``ids`` (None: global), cached until the board
-        changes or the oldest cached note expires."""
+        """The block of newest notes per group of ``ids`` (None: global), cached."""
         s = self.settings
         key = self.board.version()
         now = float(s.clock())

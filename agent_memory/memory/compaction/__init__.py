@@ -1,7 +1,5 @@
 """The ``compaction`` strategy: a window of recent steps plus a running summary of the older
-ones (:class:`CompactionMemory`), with its settings, its summarizers (selected by name, or
-yours via :func:`register_summarizer`), the runner that calls them safely and the offloading of
-large observations.
+ones (:class:`CompactionMemory`), its settings and its summarizers (:func:`register_summarizer`).
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Offloading large observations (:class:`~agent_memory.memory.compaction.CompactionMemory`).
 
-An observation longer than a limit is shown in the prompt as a short preview with an id
-(``[obs#3 offloaded: 2,048 chars; preview: ...]``): the memory renders its steps with a
-:func:`previewing` copy of its formatter, so the records keep the full text and only the
-rendering (what a prompt shows and what tokens are counted on) has the preview. The full texts
-are also kept per env in an :class:`Offloads` store keyed by step number, and returned by id on
-request.
+An observation longer than a limit is rendered as a short preview with an id (``[obs#3
+offloaded: 2,048 chars; preview: ...]``) by a :func:`previewing` copy of the formatter; records
+keep the full text, and an :class:`Offloads` store returns it by id.
 """
 
 from __future__ import annotations
@@ -74,8 +71,7 @@ class Offloads(dict[int, str]):
 
 
 class _Previewing(Formatter):
-    """Put before a formatter's own class by :func:`previewing`: renders an observation longer
-    than ``offload_limit`` characters as its preview, and renders with ``_own`` (that class)."""
+    """Put before a formatter's class ``_own`` by :func:`previewing`: renders previews."""
 
     _own: type[Formatter]
     offload_key: str
@@ -128,9 +124,7 @@ def previewing(formatter: Formatter, limit: int, chars: int) -> Formatter:
     """A copy of ``formatter`` that renders an observation (its ``obs_key``) longer than
     ``limit`` characters as its preview (:func:`offload_preview` of the first ``chars``).
 
-    The copy is an instance of a subclass of the formatter's own class, so everything else is
-    unchanged: joining, token texts, :meth:`~agent_memory.formatting.Formatter.spec` (a saved
-    state's renderings compare equal), ``isinstance`` checks and the memory's fast paths.
+    The copy's class subclasses the formatter's own, so all else is unchanged (``spec`` too).
 
     Example:
         >>> from agent_memory.formatting import make_formatter

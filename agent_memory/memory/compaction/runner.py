@@ -1,9 +1,8 @@
 """Running a summarizer for :class:`~agent_memory.memory.compaction.CompactionMemory` safely.
 
-A summarizer that may block (a model call) runs in a worker thread with a timeout, so a hung model
-never stalls a rollout; threads cannot be killed, so while a timed-out call still runs, later
-compactions do not start another one behind it (``"busy"``). When no summary comes, the folded
-steps are dropped and :func:`dropped_summary` writes the truncation marker instead.
+A summarizer that may block runs in a thread with a timeout, so a hung model never stalls a
+rollout; while a timed-out call still runs, later compactions fall back (``"busy"``). Without a
+summary, :func:`dropped_summary` writes a truncation marker instead.
 """
 
 from __future__ import annotations
@@ -43,11 +42,8 @@ class SummaryRunner:
         counter: TokenCounter,
         timeout: float | None,
     ) -> tuple[list[str] | None, Fallback | None, str | None]:
-        """(summaries, None, None), or (None, fallback kind, reason) when it fails.
-
-        ``timeout``: seconds a blocking summarizer (``may_block``) may take; ``None``: no
-        limit, always inline.
-        """
+        """(summaries, None, None), or (None, fallback kind, reason) when it fails (``timeout``:
+        seconds a ``may_block`` summarizer may take; ``None``: no limit, inline)."""
         s = summarizer
 
         def check(out: Any) -> list[str]:

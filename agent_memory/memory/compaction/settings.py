@@ -15,8 +15,7 @@ __all__ = ["CompactionSettings"]
 @dataclass(frozen=True)
 class CompactionSettings(Settings):
     """When :class:`~agent_memory.memory.compaction.CompactionMemory` compacts, how it summarizes
-    and what it offloads (its arguments of the same names). ``max_tokens`` and ``capacity`` are
-    the shared memory arguments the triggers depend on: ``capacity`` caps the verbatim steps.
+    and what it offloads (its arguments of the same names, ``max_tokens`` and ``capacity`` too).
 
     Example:
         >>> CompactionSettings(trigger_steps=8, keep_last=3).keep_last

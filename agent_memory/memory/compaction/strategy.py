@@ -1,14 +1,9 @@
 """``CompactionMemory``: a window of recent steps plus a running summary of the older ones.
 
-Per env, at store time (never inside ``fetch``): once an env holds more than ``trigger_steps``
-verbatim steps (or its steps plus summary exceed ``trigger_ratio * max_tokens``, or more than
-``capacity`` steps), all but the newest ``keep_last`` are folded into its summary by a pluggable
-:class:`~agent_memory.memory.compaction.summarizers.Summarizer`, one batched call for all envs
-due. A model summarizer runs with ``summary_timeout``; on timeout or error the folded steps are
-dropped behind a marker, so a compaction never blocks forever. Observations longer than
-``offload_chars`` are shown as a preview with an id, reloadable with
-:meth:`CompactionMemory.load_offloaded`. ``fetch`` gives the summary block, then the verbatim
-window; a token budget goes to the newest step, then the summary, then older steps.
+At store time (never in ``fetch``), an env past its trigger has all but its newest ``keep_last``
+steps folded into its summary by a :class:`~agent_memory.memory.compaction.summarizers.Summarizer`
+(one batched call for all envs due; on timeout or error the steps are dropped behind a marker).
+Long observations are shown as a preview with an id, reloadable with ``load_offloaded``.
 """
 
 from __future__ import annotations
@@ -20,12 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
 from agent_memory.formatting import Formatter, FormatterSpec, make_formatter
-from agent_memory.memory.base import (
-    UNSET,
-    EnvIds,
-    Fetched,
-    check_env_index,
-)
+from agent_memory.memory.base import UNSET, Budget, EnvIds, Fetched, check_env_index
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.compaction.offload import Offloads, offload_id, previewing
 from agent_memory.memory.compaction.runner import SummaryRunner, dropped_summary
@@ -53,28 +43,20 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
     ``"error"`` or ``"busy"``), ``error`` and ``duration_s``.
 
     Args:
-        num_envs, formatter, max_tokens, token_counter: as for
-            :class:`~agent_memory.memory.HistoryMemory` (``max_tokens`` is also what
-            ``trigger_ratio`` is a fraction of).
-        capacity: at most this many verbatim steps per env: a hard compaction trigger
-            (``None``: only the triggers below).
-        trigger_steps: compact an env once it holds more than this many verbatim steps
-            (``None``: no step trigger).
-        trigger_ratio: compact an env once its verbatim steps plus summary exceed this fraction
-            of ``max_tokens`` (ignored when ``max_tokens`` is None).
+        num_envs, formatter, max_tokens, token_counter: as for HistoryMemory.
+        capacity: at most this many verbatim steps per env: a hard trigger (``None``: none).
+        trigger_steps: compact once an env holds more verbatim steps (``None``: no such trigger).
+        trigger_ratio: compact once verbatim steps plus summary exceed this fraction of
+            ``max_tokens`` (ignored without ``max_tokens``).
         keep_last: verbatim steps kept at each compaction (the rest is folded).
-        summarizer: ``"extractive"`` (default, no model), ``"llm"`` (with a ``policy``), a
-            ``{"name": ..., **params}`` mapping or a :class:`Summarizer`.
+        summarizer: ``"extractive"``, ``"llm"``, a ``{"name": ...}`` mapping or a Summarizer.
         summary_max_tokens: token budget of each env's summary text.
-        summary_timeout: seconds a blocking summarizer may take per compaction (``None``: no
-            limit, run inline).
+        summary_timeout: seconds a blocking summarizer may take (``None``: no limit, inline).
         summary_role: chat formatters only: the role of the summary message.
-        summary_header: first line of the summary block (``{first}``/``{last}`` = step range).
+        summary_header: first line of the summary block (``{first}``/``{last}``: step range).
         offload_chars: observations longer than this are offloaded (``None``: never).
-        offload_preview: characters of an offloaded observation shown in the context (at most
-            ``offload_chars``).
-        offload_capacity: offloaded texts kept per env (oldest evicted; ``None``: all of the
-            episode).
+        offload_preview: characters of an offloaded observation shown (at most ``offload_chars``).
+        offload_capacity: offloaded texts kept per env, oldest evicted (``None``: all).
         max_events: compaction events kept in :attr:`events` (oldest dropped).
 
     Raises:
@@ -104,7 +86,7 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         (['obs#1'], True)
     """
 
-    #: 2: the window's state and the compaction's side by side (1 was one merged dict).
+    #: 2: the window's state and the compaction's side by side.
     state_version: ClassVar[int] = 2
 
     def __init__(
@@ -172,8 +154,7 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
     def wait_summarizer(self, timeout: float | None = None) -> bool:
         """Wait for a timed-out summarizer call that still runs; True when none runs (any more).
 
-        While one runs, compactions fall back to truncation (``"busy"``) rather than start
-        another call behind it.
+        While one runs, compactions fall back to truncation (``"busy"``).
         """
         return self._runner.wait(timeout)
 
@@ -211,8 +192,7 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
             self._offloaded[i] = Offloads()
 
     def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
-        """Store one step per env (as :meth:`HistoryMemory.store`; large observations are
-        rendered as previews and kept in full), then compact the envs whose triggers fire."""
+        """Store one step per env (long observations as previews), then compact the envs due."""
         ids = self._ids(env_ids)
         self._window.store(record, ids)  # validates; nothing is stored when it raises
         limit, key = self.settings.offload_chars, self._obs_key
@@ -225,20 +205,15 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         self._maybe_compact(ids)
 
     def fetch(
-        self,
-        history_length: int,
-        env_ids: EnvIds = None,
-        *,
-        max_tokens: int | Sequence[int | None] | None = UNSET,
+        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
     ) -> Fetched:
         """Summary block + the newest verbatim steps the window and the budget allow.
 
         Args:
             history_length: verbatim steps: -1 all held, 0 none (and no summary), k the last k.
             env_ids: which envs (all when None).
-            max_tokens: token budget of the whole context, summary included (overrides the
-                memory's default; ``None`` = no budget; a sequence = one per env). It goes to
-                the newest step, then the summary, then older steps (whole steps only).
+            max_tokens: token budget of the whole context (as for :meth:`HistoryMemory.fetch`):
+                first the newest step, then the summary, then older steps.
 
         Returns:
             ``Fetched(contexts, lengths)``; lengths count verbatim steps.
@@ -259,8 +234,7 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
     # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything :meth:`load_state_dict` needs (JSON-able if the records are): the held
-        steps, summaries, offloaded observations, events and totals."""
+        """The held steps, summaries, offloaded observations, events and totals."""
         return {
             **self._state_header(),
             "window": self._window.state_dict(),
@@ -401,8 +375,7 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
     # ------------------------------------------------------------------ rendering
 
     def _previewing(self, formatter: FormatterSpec) -> Formatter:
-        """The formatter steps are rendered with: ``formatter``, showing observations longer
-        than ``offload_chars`` as previews."""
+        """``formatter``, showing observations longer than ``offload_chars`` as previews."""
         fmt = make_formatter(formatter)
         limit = self.settings.offload_chars
         if limit is None:

@@ -1,10 +1,8 @@
 """Summarizers: fold old steps into a running summary (for
 :class:`~agent_memory.memory.compaction.CompactionMemory`).
 
-``summarize(previous_summary, steps, max_tokens, counter=...) -> str``;
-:meth:`Summarizer.summarize_batch` answers every env due at a store in one call (one batched
-model request). Built-ins by name: ``extractive`` (:class:`ExtractiveSummarizer`, the default,
-no model) and ``llm`` (:class:`LLMSummarizer`, any :class:`~agent_memory.policies.Policy`).
+Built-ins by name: ``extractive`` (:class:`ExtractiveSummarizer`, the default, no model) and
+``llm`` (:class:`LLMSummarizer`, any :class:`~agent_memory.policies.Policy`, batched).
 
 Example:
     >>> s = make_summarizer("extractive")
@@ -24,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 
+from agent_memory.checks import check_int
 from agent_memory.registry import Registry
 from agent_memory.tokens import TokenCounter, make_token_counter
 
@@ -47,11 +46,8 @@ class FoldedStep:
 
     Attributes:
         step: absolute step number in the episode.
-        text: the step as it was rendered into the prompt (large observations as previews);
-            ``""`` for a summarizer that does not read it (:attr:`Summarizer.reads_text`).
-        observation: the full observation (None when the records have no observation key).
-        action: the action (None when the records have no action key).
-        thought: the thought stored with the step, if any.
+        text: the step as rendered into the prompt (``""`` unless :attr:`Summarizer.reads_text`).
+        observation, action, thought: the record's (None when it has no such key).
         offload_id: the id the full observation can be reloaded by (``"obs#3"``), if offloaded.
     """
 
@@ -75,11 +71,9 @@ class SummaryRequest:
 class Summarizer(ABC):
     """Turns (previous summary, folded steps) into a new summary within ``max_tokens``."""
 
-    #: Whether a call can block (model calls): the memory then runs it in a worker thread with
-    #: a timeout. Pure-Python summarizers set it False and run inline.
+    #: Whether a call can block (model calls): the memory then runs it in a thread with a timeout.
     may_block: ClassVar[bool] = True
-    #: Whether it reads :attr:`FoldedStep.text` of steps that have an observation (False: the
-    #: memory leaves it "" there, and skips building a copy of each folded step).
+    #: Whether it reads :attr:`FoldedStep.text` of steps that have an observation.
     reads_text: ClassVar[bool] = True
 
     @abstractmethod
@@ -112,9 +106,8 @@ _ELLIPSIS = " ..."
 def fit_text(text: str, max_tokens: int, counter: TokenCounter | None = None) -> str:
     """``text`` cut at the end (marked with ``" ..."``) so that it counts at most ``max_tokens``.
 
-    Only the first ``256 * (max_tokens + 1)`` characters are considered: a real tokenizer's
-    tokens are far shorter (Qwen's longest: 128 bytes), and a runaway model summary of megabytes
-    is then cut, not counted whole about 20 times by the search for the cut.
+    Only the first ``256 * (max_tokens + 1)`` characters are considered (a megabyte summary is
+    cut, not counted whole by the search for the cut).
 
     Example:
         >>> fit_text("one two three four five six", 2, make_token_counter("chars"))
@@ -185,11 +178,8 @@ def _omitted_marker(n: int) -> str:
 
 
 def _fit_lines(lines: list[str], max_tokens: int, count: TokenCounter) -> str:
-    """Join ``lines``, dropping the middle ones (counted in one marker line) to fit the budget.
-
-    The head (the earliest lines, at most half the budget, fixed once a marker exists) and the
-    newest lines are kept: early cues and recent events matter most, the middle least.
-    """
+    """Join ``lines``, dropping the middle ones (counted in one marker line) to fit the budget:
+    the head (at most half the budget, fixed once a marker exists) and the newest lines stay."""
     text = "\n".join(lines)
     if count(text) <= max_tokens:
         return text
@@ -285,11 +275,9 @@ class ExtractiveSummarizer(Summarizer):
     """A deterministic summary that needs no model: one line per folded step.
 
     Step ``k`` becomes ``"k: <line> -> <action>"``: the first observation line the summary does
-    not show yet (whitespace-normalised, capped at ``max_line_chars``) and the action's first
-    line; a step with nothing new is ``"k: -> <action>"``, and runs of those with one action
-    merge (``"k1-k2: -> <action>"``). Over budget, the earliest and the newest lines stay and
-    the middle is dropped behind a ``"[... n lines omitted ...]"`` marker, so an early cue
-    survives a long episode.
+    not show yet and the action's first line (runs of steps with nothing new merge:
+    ``"k1-k2: -> <action>"``). Over budget, the middle lines are dropped behind a
+    ``"[... n lines omitted ...]"`` marker, so an early cue survives a long episode.
 
     Args:
         max_line_chars: cap on each kept observation/action line.
@@ -301,11 +289,7 @@ class ExtractiveSummarizer(Summarizer):
     reads_text: ClassVar[bool] = False
 
     def __init__(self, max_line_chars: int = 160) -> None:
-        if not isinstance(max_line_chars, int) or isinstance(max_line_chars, bool):
-            raise ValueError(f"max_line_chars must be an int >= 8, got {max_line_chars!r}")
-        if max_line_chars < 8:
-            raise ValueError(f"max_line_chars must be an int >= 8, got {max_line_chars!r}")
-        self.max_line_chars = max_line_chars
+        self.max_line_chars = check_int("max_line_chars", max_line_chars, 8)
 
     def summarize(
         self,
@@ -329,8 +313,7 @@ class ExtractiveSummarizer(Summarizer):
         return _fit_lines(lines, max_tokens, count)
 
     def _new_line(self, source: str, seen: set[str]) -> str:
-        """The first line of ``source`` the summary does not show yet, clipped ("": none); the
-        lines read are added to ``seen``."""
+        """The first line of ``source`` not in ``seen``, clipped ("": none); updates ``seen``."""
         cap = self.max_line_chars
         scan = 64 * cap
         if len(source) > scan:  # whole lines of the part read (one cut line if none ends)
@@ -367,8 +350,7 @@ class ExtractiveSummarizer(Summarizer):
 
 
 def _extend_run(lines: list[str], step: int, action: str) -> bool:
-    """Extend the summary's last line to ``step`` when it is a run of steps that showed nothing
-    new, with the same ``action``, up to ``step - 1`` (``"k1-k2: -> action"``)."""
+    """Extend the last line to ``step`` if it is a run up to ``step - 1`` of ``action`` alone."""
     m = _RUN.match(lines[-1]) if lines else None
     if m is None or m.group(3) != action or int(m.group(2) or m.group(1)) != step - 1:
         return False
@@ -389,16 +371,12 @@ DEFAULT_SUMMARY_PROMPT = (
 class LLMSummarizer(Summarizer):
     """Asks a :class:`~agent_memory.policies.Policy` to update the summary (one batched call).
 
-    The prompt (``prompt``, a ``str.format`` template) gets ``previous`` (``"(none)"`` when
-    empty), ``steps`` (the folded steps as rendered, each capped to ``max_step_chars``),
-    ``first_step``, ``last_step``, ``max_tokens`` and ``max_words`` (about 3/4 of the tokens).
-    The answer is stripped; an empty answer is an error (the memory then falls back to
-    truncation). The memory cuts an over-long answer to the budget.
+    An empty answer is an error (the memory then falls back to truncation).
 
     Args:
-        policy: a Policy instance, or a registered policy name / ``{"name": ..., **kwargs}``
-            mapping (built with :func:`~agent_memory.policies.make_policy`).
-        prompt: the summarization prompt template.
+        policy: a Policy, a registered policy name or a ``{"name": ..., **kwargs}`` mapping.
+        prompt: a ``str.format`` template with fields ``previous``, ``steps``, ``first_step``,
+            ``last_step``, ``max_tokens`` and ``max_words``.
         max_step_chars: cap on each step's text in the prompt.
     """
 
@@ -407,10 +385,7 @@ class LLMSummarizer(Summarizer):
     _FIELDS = frozenset({"previous", "steps", "first_step", "last_step", "max_tokens", "max_words"})
 
     def __init__(
-        self,
-        policy: Any,
-        prompt: str = DEFAULT_SUMMARY_PROMPT,
-        max_step_chars: int = 2000,
+        self, policy: Any, prompt: str = DEFAULT_SUMMARY_PROMPT, max_step_chars: int = 2000
     ) -> None:
         from agent_memory.policies import Policy, make_policy
 
@@ -441,11 +416,9 @@ class LLMSummarizer(Summarizer):
                 f"summary prompt uses unknown field(s) {sorted(unknown)}: expected some of "
                 f"{sorted(self._FIELDS)}"
             )
-        if not isinstance(max_step_chars, int) or max_step_chars < 1:
-            raise ValueError(f"max_step_chars must be an int >= 1, got {max_step_chars!r}")
         self.policy = policy
         self.prompt = prompt
-        self.max_step_chars = max_step_chars
+        self.max_step_chars = check_int("max_step_chars", max_step_chars, 1)
 
     def build_prompt(self, request: SummaryRequest) -> str:
         """The prompt sent to the policy for one env."""

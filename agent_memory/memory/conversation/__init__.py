@@ -1,6 +1,5 @@
 """The ``conversation`` strategy: per-env chat message records with ids, tool calls and safe
-trimming (:class:`ConversationMemory`), with its settings and the message records and
-selection rules (:mod:`~agent_memory.memory.conversation.messages`).
+trimming (:class:`ConversationMemory`), its settings and message records.
 """
 
 from __future__ import annotations

@@ -1,16 +1,6 @@
-"""Chat message records and the selection rules that keep tool exchanges whole.
-
-The building blocks of :class:`~agent_memory.memory.conversation.ConversationMemory`:
-
-* :class:`Message`: one record (``role``, ``content``, ``tool_calls``, ``tool_call_id``,
-  ``name``, ``metadata``, ``timestamp``, unique ``id``, the ``step`` it belongs to) and its
-  OpenAI chat format;
-* :func:`message_text`: the text a message's tokens are counted on (as the ``chat`` formatter
-  counts);
-* :func:`select_messages`: which messages to send within a token budget, never separating a tool
-  call from its results;
-* :class:`ConversationLog`: one env's messages with their id / role indexes, token prefix sums,
-  step starts and step records.
+"""Chat message records and the selection rules that keep tool exchanges whole: the building
+blocks of :class:`~agent_memory.memory.conversation.ConversationMemory` (:class:`Message`,
+:func:`select_messages`, one env's :class:`ConversationLog`).
 """
 
 from __future__ import annotations
@@ -18,7 +8,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal, Protocol
 
 __all__ = [
@@ -43,14 +33,12 @@ class Message:
     Attributes:
         id: unique id (see ``ids`` of :class:`ConversationMemory`).
         role: ``system``, ``user``, ``assistant`` or ``tool``.
-        content: the text (``None`` is allowed for an assistant message that only calls tools).
-        tool_calls: OpenAI-format calls of an assistant message
-            (``[{"id": ..., "type": "function", "function": {"name": ..., "arguments": ...}}]``).
+        content: the text (``None`` for an assistant message that only calls tools).
+        tool_calls: OpenAI-format calls of an assistant message.
         tool_call_id: a tool message: the id of the call it answers.
         name: optional author / tool name.
         metadata: anything JSON-able; not sent to the model.
-        timestamp: ``time.time()`` when added.
-        step: the env step it belongs to (0 = before the first stored step).
+        timestamp, step: ``time.time()`` when added, the env step it belongs to (0: none yet).
 
     Example:
         >>> m = Message("env0-ep1-3", "tool", "a shiny key", tool_call_id="c1", name="look")
@@ -82,18 +70,8 @@ class Message:
         return d
 
     def to_dict(self) -> dict[str, Any]:
-        """All fields (JSON-able if metadata is)."""
-        return {
-            "id": self.id,
-            "role": self.role,
-            "content": self.content,
-            "tool_calls": copy.deepcopy(self.tool_calls),
-            "tool_call_id": self.tool_call_id,
-            "name": self.name,
-            "metadata": copy.deepcopy(self.metadata),
-            "timestamp": self.timestamp,
-            "step": self.step,
-        }
+        """All fields, copied (JSON-able if metadata is)."""
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Message:
@@ -120,8 +98,8 @@ def check_message(
     """Validate a new message's fields; returns a copy of its tool calls (None: none).
 
     Raises:
-        ValueError: an unknown role, tool calls on a non-assistant message, a call without an
-            ``id``, a tool message without ``tool_call_id`` (or that id on another role).
+        ValueError: an unknown role, misplaced tool calls or ``tool_call_id``, a call without an
+            ``id``, a tool message without ``tool_call_id``.
         TypeError: content that is not a string (or None).
 
     Example:
@@ -164,8 +142,7 @@ def check_message(
 
 
 def message_text(m: Message) -> str:
-    """The text ``m``'s tokens are counted on: its content plus a newline, and its tool calls
-    as JSON (as the ``chat`` formatter counts).
+    """The text ``m``'s tokens are counted on: its content and tool calls (JSON), each + newline.
 
     Example:
         >>> message_text(Message("m1", "user", "hi"))
@@ -192,11 +169,9 @@ def select_messages(
 ) -> tuple[list[int], int]:
     """Which of ``messages[lo:]`` to send: tool exchanges whole, the newest that fit ``budget``.
 
-    An assistant message with ``tool_calls`` and the later tool messages answering those calls
-    form one unit. A unit missing any result, and a tool message whose call is not in range, are
-    left out. The kept messages are everything (minus those left out) from a cut point on: the
-    smallest cut, among ``cuts`` (default: every index in ``[lo, len]``) that splits no unit,
-    whose messages count at most ``budget`` tokens (``None``: no budget).
+    A tool call and its results form one unit (left out while a result is missing, as is a
+    result whose call is not in range). Kept: all from the smallest cut among ``cuts`` (default:
+    every index) that splits no unit and whose messages fit ``budget`` (``None``: no budget).
 
     Returns:
         (kept indices in order, the cut point).
@@ -225,9 +200,8 @@ def select_messages(
 
 
 def _tool_units(messages: Sequence[Message], lo: int) -> tuple[set[int], set[int]]:
-    """The tool exchanges of ``messages[lo:]``: the indices to leave out (a call missing a
-    result, with its results; a result whose call is not in range) and the cut points inside a
-    complete exchange."""
+    """The tool exchanges of ``messages[lo:]``: the indices to leave out (incomplete exchanges,
+    orphan results) and the cut points inside a complete exchange."""
     pending: dict[str, int] = {}
     need: dict[int, set[str]] = {}
     members: dict[int, list[int]] = {}
@@ -258,7 +232,7 @@ def _tool_units(messages: Sequence[Message], lo: int) -> tuple[set[int], set[int
 
 
 class TokenCounts:
-    """Per-message token counts read off prefix sums (no O(n) list for a short window).
+    """Per-message token counts read off prefix sums.
 
     Example:
         >>> counts = TokenCounts([0, 3, 5, 9])
@@ -337,8 +311,7 @@ class ConversationLog:
     def refill(
         self, msgs: Sequence[Message], counts: Sequence[int], step_starts: list[int]
     ) -> None:
-        """(Re)build the messages, their indexes and token sums from ``msgs`` (with their
-        token ``counts``) and the step starts."""
+        """(Re)build the messages, indexes and token sums from ``msgs``, ``counts``, step starts."""
         self.messages, self.llm, self.by_id = [], [], {}
         self.by_role = {r: [] for r in ROLES}
         self.cum, self.step_starts, self.has_tools = [0], step_starts, False

@@ -1,12 +1,9 @@
 """``ConversationMemory``: per-env chat message records with ids, tool calls and safe trimming.
 
-A :class:`~agent_memory.memory.BaseMemory` whose contexts are message lists, for agents that
-call tools: a stored step is a user message (the observation) and an assistant message (the
-action, with its ``thought`` per ``thought_format``), plus what
-:meth:`~ConversationMemory.add_message` adds until the next store. Trimming to a window or a
-token budget cuts only at step starts and never separates a tool call from its results; a
-leading system message is always kept. Tokens are counted once per message, so a budget costs a
-binary search over prefix sums.
+For agents that call tools: a stored step is a user message (the observation) and an assistant
+message (the action), plus what :meth:`~ConversationMemory.add_message` adds until the next
+store. Trimming cuts only at step starts, never separates a tool call from its results, and
+keeps a leading system message.
 """
 
 from __future__ import annotations
@@ -18,20 +15,17 @@ from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from agent_memory.formatting import ChatFormatter, Formatter, FormatterSpec, make_formatter
+from agent_memory.checks import check_str
+from agent_memory.formatting import ChatFormatter, FormatterSpec
 from agent_memory.memory.base import (
     UNSET,
-    BaseMemory,
+    Budget,
     EnvIds,
     Fetched,
+    RenderingMemory,
     check_budget,
-    check_capacity,
     check_env_index,
-    check_num_envs,
     check_record_keys,
-    check_state,
-    fetch_request,
-    normalize_env_ids,
     record_columns,
 )
 from agent_memory.memory.conversation.messages import (
@@ -46,32 +40,23 @@ from agent_memory.memory.conversation.messages import (
 )
 from agent_memory.memory.conversation.settings import DEFAULT_THOUGHT_FORMAT, ConversationSettings
 from agent_memory.memory.settings import SettingsAttributes
-from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
+from agent_memory.tokens import TokenCounterSpec
 
 __all__ = ["ConversationMemory"]
 
-_STATE_VERSION = 1
 
-
-class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
+class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemory):
     """Per-env chat messages with ids; a :class:`BaseMemory` whose contexts are message lists.
 
     Args:
-        num_envs: number of environments.
-        formatter: how a stored step becomes messages: a formatter with ``output ==
-            "messages"`` (default ``"chat"``: the observation as a user message, the action as
-            an assistant message; its ``user_format`` / ``assistant_format`` apply).
+        num_envs, token_counter, capacity: as for :class:`~agent_memory.memory.HistoryMemory`.
+        formatter: a formatter with ``output == "messages"`` (default ``"chat"``).
         max_tokens: default token budget of :meth:`fetch` and :meth:`to_llm_format`.
-        token_counter: how tokens are counted (see :mod:`agent_memory.tokens`).
-        capacity: keep only the newest ``capacity`` steps' messages per env (a leading system
-            message stays); ``None`` = the whole episode.
-        system_prompt: a system message every episode starts with (``None``: none). With the
-            wrappers, put the system prompt either here or in the prompt template, not both.
-        thought_format: the assistant message of a step whose record has a non-empty
-            ``thought`` (``str.format`` with ``thought`` and ``action``); ``None`` leaves
-            thoughts out. Ignored when the chat formatter has its own ``assistant_format``.
-        ids: ``"uuid"``: a random per-episode prefix plus the message number (unique across
-            memories and processes); ``"counter"``: deterministic ``env{i}-ep{k}-{n}``.
+        system_prompt: a system message every episode starts with (``None``: none); with the
+            wrappers, put it either here or in the prompt template, not both.
+        thought_format: the assistant message of a step with a ``thought`` (fields ``thought``,
+            ``action``; ``None``: left out), unless the formatter has an ``assistant_format``.
+        ids: ``"uuid"`` (unique across processes) or ``"counter"`` (``env{i}-ep{k}-{n}``).
 
     Example:
         >>> mem = ConversationMemory(num_envs=2, system_prompt="Be brief.", ids="counter")
@@ -107,32 +92,15 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
         ids: Literal["uuid", "counter"] = "uuid",
     ) -> None:
         self.settings = ConversationSettings.from_arguments(locals())
-        self.num_envs = check_num_envs(num_envs)
-        self.capacity = check_capacity(capacity)
-        fmt = make_formatter(formatter)
+        super().__init__(num_envs, formatter, max_tokens, token_counter, capacity)
+        fmt = self._formatter
         if fmt.output != "messages":
             raise ValueError(
                 "the conversation memory stores chat messages: formatter must have output "
                 f"'messages' (e.g. 'chat'), got {fmt.spec()['name']!r} (output {fmt.output!r})"
             )
-        self.max_tokens = check_budget(max_tokens)
-        self._formatter: Formatter = fmt
-        self._counter = make_token_counter(token_counter)
         self._envs = [ConversationLog() for _ in range(num_envs)]
-        for i in range(num_envs):
-            self._new_episode(i)
-
-    # ------------------------------------------------------------------ properties
-
-    @property
-    def formatter(self) -> Formatter:
-        """The (messages) formatter steps are rendered with."""
-        return self._formatter
-
-    @property
-    def token_counter(self) -> TokenCounter:
-        """The token counter used for message counts and budgets."""
-        return self._counter
+        self.reset()
 
     # ------------------------------------------------------------------ messages API
 
@@ -158,11 +126,8 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
         i = check_env_index(env_id, self.num_envs)
         c = self._envs[i]
         calls = check_message(role, content, tool_calls, tool_call_id)
-        if message_id is not None:
-            if not isinstance(message_id, str) or not message_id:
-                raise ValueError(f"message_id must be a non-empty str, got {message_id!r}")
-            if message_id in c.by_id:
-                raise ValueError(f"message id {message_id!r} is already used in env {i}")
+        if message_id is not None and check_str("message_id", message_id) in c.by_id:
+            raise ValueError(f"message id {message_id!r} is already used in env {i}")
         m = Message(
             id=message_id or self._next_id(i),
             role=role,
@@ -201,9 +166,8 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
         return list(c.by_role[role])
 
     def to_llm_format(self, env_id: int, max_tokens: int | None = UNSET) -> list[dict[str, Any]]:
-        """OpenAI-format messages of env ``env_id``: a leading system message (always kept),
-        then the newest messages within ``max_tokens`` (default: the memory's; ``None``: all),
-        tool exchanges whole (see :func:`select_messages`)."""
+        """OpenAI-format messages of env ``env_id``: a leading system message, then the newest
+        within ``max_tokens`` (default: the memory's), tool exchanges whole."""
         i = check_env_index(env_id, self.num_envs)
         budget = check_budget(self.max_tokens if max_tokens is UNSET else max_tokens)
         c = self._envs[i]
@@ -221,18 +185,16 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
 
     def reset(self, env_ids: EnvIds = None) -> None:
         """Start new episodes (new ids, the system prompt again) in ``env_ids`` (all when None)."""
-        ids = range(self.num_envs) if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
-        for i in ids:
+        for i in self._ids(env_ids):
             self._new_episode(i)
 
     def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
         """One step per env: a user message (observation) and an assistant message (action).
 
         Raises:
-            TypeError / ValueError: as :meth:`HistoryMemory.store` (a record that is not a
-                mapping of per-env values, wrong lengths, keys that differ from the episode's).
+            TypeError / ValueError: as :meth:`HistoryMemory.store`.
         """
-        ids = normalize_env_ids(env_ids, self.num_envs)  # None: all envs
+        ids = self._ids(env_ids)
         columns = record_columns(record, len(ids))
         keys = tuple(columns)
         self._check_keys(keys, ids)
@@ -272,8 +234,7 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
                 self._trim(i, self.capacity)  # amortised O(1): once per capacity steps
 
     def _assistant_contents(self, columns: Mapping[str, Sequence[Any]], n: int) -> list[str | None]:
-        """Per env of a store: its assistant message's content when its record has a non-empty
-        ``thought`` (``thought_format``), else None (the formatter's content stands)."""
+        """Per env of a store: its assistant content per ``thought_format`` (None: as formatted)."""
         fmt, tf = self._formatter, self.settings.thought_format
         thoughts = columns.get("thought")
         actions = columns.get(getattr(fmt, "action_key", "action"))
@@ -291,29 +252,19 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
         ]
 
     def fetch(
-        self,
-        history_length: int,
-        env_ids: EnvIds = None,
-        *,
-        max_tokens: int | Sequence[int | None] | None = UNSET,
+        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's messages over the last ``history_length`` steps within the token budget.
 
         Args:
             history_length: -1 = the whole episode, 0 = none, k > 0 = the last k steps.
             env_ids: which envs (all when None).
-            max_tokens: token budget, a leading system message included (overrides the
-                memory's default; ``None``: no budget; a sequence: one per env). Cuts fall on
-                step starts only; a system message larger than the budget is sent alone.
+            max_tokens: token budget, system message included (a larger one is sent alone).
 
         Returns:
-            ``Fetched(contexts, lengths)``: per env, a list of OpenAI-format message dicts and
-            the number of steps it holds.
+            ``Fetched(contexts, lengths)``: per env, OpenAI-format messages and their steps.
         """
-        hl, ids, budgets = fetch_request(
-            history_length, env_ids, max_tokens, num_envs=self.num_envs, default=self.max_tokens,
-            capacity=self.capacity,
-        )  # fmt: skip
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         contexts: list[Any] = []
         lengths: list[int] = []
         for j, i in enumerate(ids):
@@ -340,8 +291,7 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
     # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
-        """A copy of everything needed to restore this memory (JSON-able if records and
-        metadata are)."""
+        """A copy of everything needed to restore this memory (JSON-able if records are)."""
         envs = []
         for i, c in enumerate(self._envs):
             envs.append(
@@ -357,9 +307,7 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
                 }
             )
         return {
-            "version": _STATE_VERSION,
-            "kind": type(self).__name__,
-            "num_envs": self.num_envs,
+            **self._state_header(),
             "capacity": self.capacity,
             "formatter": self._formatter.spec(),
             "token_counter": self._counter.name,
@@ -367,13 +315,12 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore from :meth:`state_dict` (token counts are recomputed with this memory's
-        counter).
+        """Restore from :meth:`state_dict` (token counts recomputed with this memory's counter).
 
         Raises:
             ValueError: a state of another kind, version or number of envs.
         """
-        check_state(state, kind=type(self).__name__, version=_STATE_VERSION, num_envs=self.num_envs)
+        self._check_state(state)
         envs = []
         for env in state["envs"]:
             c = ConversationLog()
@@ -466,8 +413,7 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], BaseMemory):
 def _message(
     d: Mapping[str, Any], uid: str, assistant: str | None, now: float, step: int
 ) -> Message:
-    """A rendered chat message as a :class:`Message` (``assistant``: the content of an assistant
-    message instead of the formatter's, when not None)."""
+    """A rendered chat message as a :class:`Message` (``assistant``: its content, if not None)."""
     role = d.get("role")
     if role not in ROLES:
         raise ValueError(

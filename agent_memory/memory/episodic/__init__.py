@@ -1,13 +1,5 @@
 """The ``episodic`` strategy: each env's window plus a memory of past episodes, across episodes
-and runs (:class:`EpisodicMemory`). Its parts:
-
-* :mod:`~agent_memory.memory.episodic.strategy`: the memory (window, block, agent actions);
-* :mod:`~agent_memory.memory.episodic.settings`: its validated settings;
-* :mod:`~agent_memory.memory.episodic.archive`: recording, retrieval, search and retention
-  through the store;
-* :mod:`~agent_memory.memory.episodic.store`: the SQLite table of episode digests and notes;
-* :mod:`~agent_memory.memory.episodic.tasks`: task keys and task similarity;
-* :mod:`~agent_memory.memory.episodic.rendering`: the block and the replies as prompt text.
+and runs (:class:`EpisodicMemory`): its settings, archive, SQLite store, task keys and rendering.
 """
 
 from __future__ import annotations

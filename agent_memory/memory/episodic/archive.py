@@ -1,14 +1,10 @@
 """What :class:`~agent_memory.memory.episodic.EpisodicMemory` reads from and writes to its
-:class:`~agent_memory.memory.episodic.store.EpisodeStore`: episode digests, retrieval, search,
-agent notes and retention.
+:class:`~agent_memory.memory.episodic.store.EpisodeStore`: digests, retrieval, search, notes.
 
 Relevance: episodes of the same task key first (won, higher return, fewer steps, newer), then
-those of tasks with similar text (``min_similarity``); failures show as lessons unless
-``include_failures=False``. A task key hashes the task text and, by default, the first
-observation (bundled envs repeat one task sentence across levels). Retention: ``single_run``
-rows belong to one run id and go when it closes (``purge_on_close``); ``session`` rows to one
-session id, until ``end_session`` or ``session_ttl_s``; ``persistent`` rows stay, pruned by
-``max_age_s`` / ``max_rows``.
+those of similar tasks. Retention: ``single_run`` rows go when the run closes, ``session`` rows
+at ``end_session`` or after ``session_ttl_s``, ``persistent`` rows stay (pruned by
+``max_age_s`` / ``max_rows``).
 """
 
 from __future__ import annotations
@@ -58,10 +54,8 @@ class EpisodeState:
 
 
 class EpisodeArchive:
-    """Mixin of :class:`~agent_memory.memory.episodic.EpisodicMemory`: everything that goes
-    through its episode store. The host sets ``num_envs`` and ``settings`` and calls
-    :meth:`_open_archive`, which sets up the store, the scope and the per-env
-    :class:`EpisodeState` lists ``_eps`` (current) and ``_pending`` (reset before it ended).
+    """Mixin of :class:`~agent_memory.memory.episodic.EpisodicMemory`: all that goes through its
+    store. The host sets ``num_envs`` and ``settings`` and calls :meth:`_open_archive`.
 
     Example:
         >>> import os, tempfile
@@ -129,11 +123,9 @@ class EpisodeArchive:
     def on_episode_end(self, env_id: int, episode: Mapping[str, Any]) -> int | None:
         """Record env ``env_id``'s finished episode; returns the new row id (None: not recorded).
 
-        ``episode``: the wrapper's handed-over dict (``records``, ``final_observation``,
-        ``num_steps``, ``first_step``, ``terminated``, ``truncated``, ``task``) plus ``return``
-        and ``won`` (optional: unknown outcomes are stored as NULL) and optionally ``task_key``.
-        Static / both modes store a digest; agent / both modes give the notes written during
-        the episode its outcome.
+        ``episode``: the wrapper's handed-over dict plus (optional) ``return``, ``won`` and
+        ``task_key``. Static / both modes store a digest; agent / both modes give the episode's
+        notes its outcome.
         """
         return self.end_episodes([env_id], [episode])[0]
 
@@ -170,8 +162,7 @@ class EpisodeArchive:
     def _episode_row(
         self, ep: EpisodeState, episode: Mapping[str, Any]
     ) -> tuple[MemoryRow | None, tuple[bool | None, float | None, int]]:
-        """The digest row of an ended episode (None: not recorded, under agent control or
-        unfinished without ``record_unfinished``) and its outcome (won, return, length)."""
+        """The digest row of an ended episode (None: not recorded) and its outcome."""
         s = self.settings
         records = episode.get("records") or []
         won, ret = episode.get("won"), episode.get("return")
@@ -197,8 +188,7 @@ class EpisodeArchive:
         return row, outcome
 
     def _identity(self, i: int, episode: Mapping[str, Any]) -> EpisodeState:
-        """The episode ``episode`` belongs to: one reset before it was ended (SAME_STEP), else
-        the current one."""
+        """The episode ``episode`` belongs to: one reset before it ended, else the current one."""
         pending = self._pending[i]
         if pending is not None:
             self._pending[i] = None

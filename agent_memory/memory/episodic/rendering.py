@@ -32,8 +32,7 @@ def outcome_text(row: MemoryRow) -> str:
 
 def render_block(header: str, entries: Sequence[tuple[str, MemoryRow]], max_chars: int) -> str:
     """The block of past episodes: ``header``, then each ``(label, row)`` numbered with its
-    outcome and indented digest; the least relevant (last) entries are dropped until it fits
-    ``max_chars``, then it is cut. ``""`` without entries.
+    outcome and digest; the last entries are dropped to fit ``max_chars`` (``""``: none).
 
     Example:
         >>> row = MemoryRow("episode", "k", "t", "Actions (1): up", won=True, length=1)

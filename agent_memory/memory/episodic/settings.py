@@ -27,8 +27,7 @@ def default_path() -> str:
 @dataclass(frozen=True)
 class EpisodicSettings(Settings):
     """What :class:`~agent_memory.memory.episodic.EpisodicMemory` records, retrieves and keeps
-    (its arguments of the same names; ``path`` None becomes :func:`default_path`, ``run_id``
-    None a fresh id, ``synchronous`` upper case).
+    (its arguments of the same names; a ``path`` or ``run_id`` None gets a default).
 
     Example:
         >>> s = EpisodicSettings(path="/tmp/e.sqlite", run_id="run-1", top_k=2)

@@ -1,13 +1,9 @@
 """``EpisodeStore``: the SQLite table behind the ``episodic`` memory strategy.
 
-One table of memories: finished episodes' digests (``kind="episode"``) and agents' notes
-(``kind="note"``), each with its task key, outcome, retention and the namespace / run / session
-that wrote it. A :class:`Scope` says which rows a memory sees and owns: ``single_run`` one run
-id's (deleted by :meth:`EpisodeStore.delete_scope` at the run's close), ``session`` one session
-id's (deleted explicitly or by :meth:`EpisodeStore.expire_sessions`), ``persistent`` the
-namespace's (pruned by :meth:`EpisodeStore.prune`). Concurrency and crash safety are
-:class:`~agent_memory.memory.sqlite.SQLiteDatabase`'s: a writer killed with SIGKILL loses at most
-its open transaction.
+One table of finished episodes' digests (``kind="episode"``) and agents' notes
+(``kind="note"``), each with its task key, outcome and the namespace / run / session that wrote
+it. A :class:`Scope` says which rows a memory sees and owns: one run id's (``single_run``), one
+session id's (``session``) or the namespace's (``persistent``).
 
 Example:
     >>> import os, tempfile
@@ -174,13 +170,9 @@ class EpisodeStore:
     """A SQLite (WAL) store of episode digests and notes, safe for concurrent processes.
 
     Args:
-        path: the database file (created with its directory). ``":memory:"`` gives a private
-            in-process database (no sharing, no WAL) for quick experiments.
-        busy_timeout_s: how long SQLite's busy handler waits for a lock per attempt.
-        max_wait_s: total time a write (or read) keeps retrying a locked database before
-            :class:`StoreBusyError`.
-        synchronous: SQLite's ``synchronous`` pragma: ``NORMAL`` survives process kills (the
-            default), ``FULL`` also power loss.
+        path: the database file (created with its directory; ``":memory:"``: private).
+        busy_timeout_s, max_wait_s, synchronous: as for
+            :class:`~agent_memory.memory.sqlite.SQLiteDatabase`.
 
     Raises:
         ValueError: bad arguments, or a database written by a newer schema.
@@ -235,11 +227,7 @@ class EpisodeStore:
     def add(
         self, scope: Scope, rows: Iterable[MemoryRow], *, keep_per_task: int | None = None
     ) -> list[int]:
-        """Insert ``rows`` under ``scope`` in one transaction; returns their ids.
-
-        With ``keep_per_task``, the same transaction keeps only the best ``keep_per_task``
-        episodes of each task key it inserted into (see :meth:`prune_task`).
-        """
+        """Insert ``rows`` under ``scope`` in one transaction (pruned per ``keep_per_task``)."""
         rows = list(rows)
         now = time.time()
         sid = scope.session_id
@@ -317,8 +305,7 @@ class EpisodeStore:
         self, retention: Retention, namespace: str, *, max_age_s: float | None = None,
         max_rows: int | None = None, now: float | None = None,
     ) -> int:  # fmt: skip
-        """Delete ``retention`` rows of ``namespace`` older than ``max_age_s`` and beyond the
-        newest ``max_rows``; returns how many."""
+        """Delete ``namespace``'s ``retention`` rows past ``max_age_s`` or ``max_rows``; count."""
 
         def run(c: sqlite3.Connection) -> int:
             n = 0
@@ -351,8 +338,7 @@ class EpisodeStore:
         self, scope: Scope, task_key: str, *, limit: int, kinds: Sequence[Kind] = ("episode",),
         include_failures: bool = True, order: Literal["best", "recent"] = "best",
     ) -> list[MemoryRow]:  # fmt: skip
-        """The rows of ``task_key`` in ``scope``: best first (won, return, length, recency) or
-        newest first."""
+        """The rows of ``task_key`` in ``scope``, best (won, return, length, id) or newest first."""
         where, params = scope.where()
         kind_sql = ", ".join("?" * len(kinds))
         won_sql = "" if include_failures else " AND won = 1"

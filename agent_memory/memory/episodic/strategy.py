@@ -1,15 +1,9 @@
 """``EpisodicMemory``: the per-env window plus a memory of past episodes, across episodes and runs.
 
-Finished episodes are recorded as digests (actions, last observation, outcome) in an
-:class:`~agent_memory.memory.episodic.store.EpisodeStore` (SQLite, WAL: safe for concurrent Ray
-workers); when an episode starts, the most relevant past ones (see
-:mod:`~agent_memory.memory.episodic.archive`) open its prompts in a marked block. Control:
-``static`` (the framework records and retrieves), ``agent`` (the model writes
-``<record>note</record>`` or ``<retrieve>query</retrieve>`` instead of an env action;
-:meth:`EpisodicMemory.intercept` answers, and the env gets the parser's no-op with no penalty)
-or ``both``. The wrappers call ``start_episodes`` after a reset, ``intercept`` on every
-response, ``end_episodes`` (with ``return`` and ``won``) before the env's next episode, and
-``close`` at the end of the run.
+Finished episodes are recorded as digests in an SQLite store; when an episode starts, the most
+relevant past ones open its prompts in a block. Control: ``static`` (the framework records and
+retrieves), ``agent`` (the model writes ``<record>note</record>`` or ``<retrieve>query</retrieve>``
+instead of an env action: :meth:`EpisodicMemory.intercept` answers) or ``both``.
 
 Example:
     >>> import os, tempfile
@@ -42,6 +36,7 @@ from typing import Any, ClassVar, Literal
 from agent_memory.formatting import FormatterSpec
 from agent_memory.memory.base import (
     UNSET,
+    Budget,
     EnvIds,
     Fetched,
     check_env_index,
@@ -52,10 +47,7 @@ from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.episodic.archive import EpisodeArchive, EpisodeState
 from agent_memory.memory.episodic.settings import Control, EpisodicSettings
 from agent_memory.memory.episodic.store import Retention, Scope
-from agent_memory.memory.episodic.tasks import (
-    KeyBy,
-    Similarity,
-)
+from agent_memory.memory.episodic.tasks import KeyBy, Similarity
 from agent_memory.memory.settings import SettingsAttributes
 from agent_memory.memory.sqlite import Synchronous
 from agent_memory.text import find_tags, squash, utf8_safe
@@ -75,51 +67,42 @@ AGENT_INSTRUCTIONS = (
 class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, WindowedMemory):
     """A per-env window (a :class:`HistoryMemory`) plus retrieval of past episodes of the task.
 
-    (``fetch_when_empty``: the block of past episodes is shown from an episode's first prompt.)
-
     Args:
-        num_envs, formatter, token_counter, max_tokens, capacity: the shared memory arguments,
-            passed to the window (see :class:`~agent_memory.memory.HistoryMemory`).
+        num_envs, formatter, token_counter, max_tokens, capacity: passed to the window.
         path: the SQLite database (default ``$XDG_CACHE_HOME/agent_memory/episodic.sqlite``).
-        retention: ``single_run``, ``session`` or ``persistent`` (module docstring).
+        retention: ``single_run``, ``session`` or ``persistent`` (see the archive module).
         control: ``static``, ``agent`` or ``both`` (module docstring).
         namespace: separates experiments sharing one database.
-        run_id: this run's id (default: a fresh one). Give every worker of a run the same id.
+        run_id: this run's id (default: a fresh one); every worker of a run needs the same.
         session_id: the session's id (``retention="session"`` needs one).
         env_name: prefix of task keys (e.g. the Gymnasium id).
         key_by: what identifies a task: ``task`` text, or ``task_and_observation``.
         top_k: past episodes shown at episode start.
         include_failures: show failed episodes (with their outcome) when successes run short.
         similar_tasks: also retrieve episodes of other tasks with similar task text.
-        min_similarity: lexical similarity threshold for ``similar_tasks``.
-        similarity: ``"lexical"``, ``"embedding:<encoder>"`` (a dense encoder of
-            :mod:`agent_memory.memory.search`: ``hashing``, ``minilm``) or a callable
-            ``(query, docs) -> scores`` in [0, 1].
+        min_similarity: similarity threshold for ``similar_tasks``.
+        similarity: ``"lexical"``, ``"embedding:<encoder>"`` or ``(query, docs) -> scores``.
         header: first line of the block.
         block_role: chat formatters: the role of the block's message.
-        in_fetch: put the block at the head of :meth:`fetch` contexts. False: ``fetch`` is the
-            window alone and the prompt shows :meth:`block` wherever its template wants.
+        in_fetch: put the block at the head of :meth:`fetch` contexts (False: see :meth:`block`).
         max_block_chars: the block's length cap (whole entries are dropped first).
-        digest_max_actions, digest_obs_chars, digest_max_chars: digest bounds (see
-            :func:`~agent_memory.memory.digest.episode_digest`).
+        digest_max_actions, digest_obs_chars, digest_max_chars: bounds of the digests.
         record_unfinished: also record episodes handed over without terminating or truncating.
         max_rows_per_task: keep only the best this many episodes per task key (None: all).
         max_rows: persistent retention: keep the newest this many rows of the namespace.
-        max_age_s: delete rows of this retention older than this (for ``single_run``: rows
-            orphaned by crashed runs).
+        max_age_s: delete rows of this retention older than this (``single_run``: orphans).
         session_ttl_s: ``session`` retention: delete sessions idle longer than this.
-        prune_every: run the pruning above every this many recorded episodes (and at start).
-        purge_on_close: ``single_run``: delete the run's rows on :meth:`close` (set False on
-            workers when a driver owns the run and closes it).
+        prune_every: prune every this many recorded episodes (and at start).
+        purge_on_close: ``single_run``: delete the run's rows on :meth:`close` (not on workers).
         agent_hint: agent mode: put :data:`AGENT_INSTRUCTIONS` in the block.
         max_memory_actions: agent mode: memory actions per episode; later ones go to the env.
-        show_replies: agent mode: how many of the episode's latest memory replies the block shows.
+        show_replies: agent mode: the episode's latest memory replies the block shows.
         note_max_chars: agent mode: a note's length cap.
         busy_timeout_s, max_wait_s, synchronous: SQLite settings (see
             :class:`~agent_memory.memory.sqlite.SQLiteDatabase`).
 
     Raises:
-        ValueError: a bad argument (the message names expected and actual values).
+        ValueError: a bad argument.
     """
 
     fetch_when_empty: ClassVar[bool] = True
@@ -168,10 +151,7 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         synchronous: Synchronous = "NORMAL",
     ) -> None:
         self.settings = s = EpisodicSettings.from_arguments(locals())
-        super().__init__(
-            num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
-            capacity=capacity,
-        )  # fmt: skip
+        super().__init__(**self._shared(locals()))
         self._open_archive()
         # The block is written with its header (render_block); "\n\n" parts it from the window.
         self.layout = BlockLayout(gap="\n\n", role=s.block_role, priority="block")
@@ -188,8 +168,8 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
 
     def reset(self, env_ids: EnvIds = None) -> None:
         """Clear the windows and episode states of ``env_ids`` (all when None)."""
-        ids = range(self.num_envs) if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
-        self._window.reset(None if env_ids is None else list(ids))
+        ids = self._ids(env_ids)
+        self._window.reset(ids)
         for i in ids:
             ep = self._eps[i]
             if ep.uid is not None and not ep.ended:
@@ -198,16 +178,11 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
             self._set_block(i)
 
     def fetch(
-        self,
-        history_length: int,
-        env_ids: EnvIds = None,
-        *,
-        max_tokens: int | Sequence[int | None] | None = UNSET,
+        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's block (when it has one) followed by its window.
 
-        ``lengths`` count window steps only. A token budget covers block and window: the block
-        is counted first and left out when it alone does not fit; the window gets the rest.
+        A token budget covers both: the block first (left out when it alone does not fit).
         """
         hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         if not self.settings.in_fetch:
@@ -225,9 +200,8 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         self, env_id: int, task: str | None, observation: str | None = None, *,
         task_key: str | None = None,
     ) -> str:  # fmt: skip
-        """Start env ``env_id``'s episode: clear its window, retrieve past episodes (static and
-        both modes) and return its block. ``observation`` is the reset observation (part of the
-        task key with ``key_by="task_and_observation"``)."""
+        """Start env ``env_id``'s episode (``observation``: the reset one): clear its window,
+        retrieve past episodes (static and both modes) and return its block."""
         return self.start_episodes([env_id], [task], [observation], task_keys=[task_key])[0]
 
     def start_episodes(
@@ -235,8 +209,7 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         observations: Sequence[str | None] | None = None, *,
         task_keys: Sequence[str | None] | None = None,
     ) -> list[str]:  # fmt: skip
-        """:meth:`on_episode_start` for several envs; envs with the same task key share one
-        retrieval."""
+        """:meth:`on_episode_start` for several envs (one retrieval per task key)."""
         ids = normalize_env_ids(list(env_ids), self.num_envs)
         n = len(ids)
         observations = [None] * n if observations is None else list(observations)
@@ -269,14 +242,12 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
     MAX_TAGS_PER_RESPONSE: ClassVar[int] = 8
 
     def intercept(self, env_id: int, response: Any) -> str | None:
-        """Answer a memory action. Returns the reply text when ``response`` holds
-        ``<record>...</record>`` and/or ``<retrieve>...</retrieve>`` (agent and both modes, at
-        most ``max_memory_actions`` per episode, the first :attr:`MAX_TAGS_PER_RESPONSE` tags of
-        a response), else None: the response is an env action.
+        """Answer a memory action: the reply text when ``response`` holds ``<record>...</record>``
+        and/or ``<retrieve>...</retrieve>`` (agent and both modes, at most
+        ``max_memory_actions`` per episode), else None: the response is an env action.
 
-        A reply also appears in the env's block from now on (the latest ``show_replies``).
-        Hostile text costs linear time: tags are found by a linear scan, and of each tag's
-        content only the first ``8 * note_max_chars`` characters (whitespace collapsed) are read.
+        The reply also appears in the env's block (the latest ``show_replies``). Hostile text
+        costs linear time: of each tag, the first ``8 * note_max_chars`` characters are read.
         """
         s = self.settings
         if s.control == "static" or not isinstance(response, str) or "</re" not in response:
@@ -336,8 +307,7 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
     # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
-        """The window's state, each env's episode state and the store's identity (JSON-able
-        when the records are). The database itself stays on disk."""
+        """The window's state, each env's episode state and the store's identity (not its rows)."""
         return {
             **self._state_header(),
             "window": self._window.state_dict(),

@@ -1,15 +1,6 @@
-"""Tasks of :class:`~agent_memory.memory.episodic.EpisodicMemory`: what identifies a task, and
-which past tasks are like the current one.
-
-* :func:`task_key_of`: the key episodes of one task share (env name, hash of the task text and,
-  by default, of the first observation).
-* :func:`lexical_scores`: cosine of the sets of content words (stop words left out); needs no
-  corpus statistics, so a document's score never changes as the database grows.
-* :class:`TaskIndex`: an inverted index of task texts by content word, giving the lexical scores
-  of one query against every indexed task in one ``bincount`` (episode starts stay cheap with
-  many thousands of distinct tasks).
-* :class:`EmbeddingSimilarity`: ``similarity="embedding:<encoder>"``, the cosine of a dense
-  encoder's unit vectors.
+"""Tasks of :class:`~agent_memory.memory.episodic.EpisodicMemory`: what identifies a task
+(:func:`task_key_of`), and which past tasks are like the current one (:func:`lexical_scores`,
+:class:`TaskIndex`, :class:`EmbeddingSimilarity`).
 """
 
 from __future__ import annotations
@@ -76,9 +67,8 @@ def content_words(text: str) -> set[str]:
 
 
 def lexical_scores(query: str, docs: Sequence[str]) -> list[float]:
-    """Cosine similarity of the sets of content words (stop words left out), in [0, 1]:
-    ``|Q & D| / sqrt(|Q| * |D|)``. Needs no corpus statistics, so scores of a document never
-    change as the database grows (and an inverted index can compute them incrementally).
+    """Cosine similarity of the sets of content words, in [0, 1]: ``|Q & D| / sqrt(|Q| * |D|)``
+    (no corpus statistics: a document's score never changes as the database grows).
 
     Example:
         >>> [round(s, 2) for s in lexical_scores("the frozen lake", ["a frozen lake", "sokoban"])]
@@ -96,8 +86,7 @@ def lexical_scores(query: str, docs: Sequence[str]) -> list[float]:
 
 
 class _Postings:
-    """A growable int array: appends go to a list, flushed in bulk into a doubling buffer when
-    read (amortised O(1) per append, no per-element numpy call)."""
+    """A growable int array: appends go to a list, flushed into a doubling buffer when read."""
 
     __slots__ = ("buf", "n", "tail")
 
@@ -123,8 +112,7 @@ class _Postings:
 
 class TaskIndex:
     """An inverted index of task texts by content word: :func:`lexical_scores` of one query
-    against every indexed task in one ``bincount``, so episode starts stay cheap with many
-    thousands of distinct tasks.
+    against every indexed task in one ``bincount``.
 
     Example:
         >>> index = TaskIndex()

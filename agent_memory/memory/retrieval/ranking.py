@@ -1,11 +1,6 @@
 """The per-env step indexes of :class:`~agent_memory.memory.retrieval.RetrievalMemory` and the
-batched ranking over them (steps 2-4 of its pipeline: score, rerank, dedup).
-
-Per env, aligned with the newest held steps: a :class:`~agent_memory.memory.search.VectorIndex`
-of the step texts' encodings, the texts (dedup), their word sets (lexical rerank),
-the newest step's item (the default query) and, per text, the steps that have it. Step texts are
-encoded once, at store time, batched across envs; ranking scores several envs' candidates in a
-few numpy calls on a padded score matrix.
+batched ranking over them (score, rerank, dedup): several envs' candidates are scored in a few
+numpy calls on a padded score matrix.
 """
 
 from __future__ import annotations
@@ -61,9 +56,8 @@ def window_bounds(held: int, history_length: int) -> int:
 
 
 class StepRanking:
-    """Mixin of :class:`~agent_memory.memory.retrieval.RetrievalMemory`: its step indexes and
-    ranking. The host sets ``num_envs``, ``capacity``, ``window`` and ``settings``, then calls
-    :meth:`_init_indexes`.
+    """Mixin of :class:`~agent_memory.memory.retrieval.RetrievalMemory`: its indexes and ranking.
+    The host sets ``num_envs``, ``capacity``, ``window``, ``settings``; calls :meth:`_init_indexes`.
 
     Example:
         >>> from agent_memory.memory.retrieval import RetrievalMemory
@@ -191,16 +185,12 @@ class StepRanking:
         return ws
 
     def _rank(
-        self,
-        entries: list[Entry],
-        trace: list[tuple[int, float, float]] | None = None,
+        self, entries: list[Entry], trace: list[tuple[int, float, float]] | None = None
     ) -> list[list[int]]:
-        """Rank older steps for several envs at once (threshold, pool, rerank: a few numpy calls
-        on a padded score matrix; then dedup per env).
+        """Rank older steps for several envs at once (threshold, pool, rerank; then dedup).
 
-        Each entry is ``(env, query item, query text, query words, w_lo, n)``: candidates are
-        the env's indexed steps before position ``w_lo`` of its ``n`` held steps. Returns per
-        entry the positions (among the env's held steps) to retrieve, best first.
+        Returns per :data:`Entry` the positions (among the env's held steps) to retrieve, best
+        first.
         """
         out: list[list[int]] = [[] for _ in entries]
         rows: list[_Row] = []
@@ -277,9 +267,8 @@ class StepRanking:
     def _pick(
         self, i: int, ranked: list[tuple[int, int]], stop: int, base: int
     ) -> Iterator[tuple[int, int]]:
-        """Env ``i``'s best ``top_k`` of its ``ranked`` (column, index position) candidates;
-        with ``dedup``, each text once (at its newest candidate: float noise must not pick a
-        copy at random) and none the window (positions from ``stop`` on) shows."""
+        """Env ``i``'s best ``top_k`` ``ranked`` (column, index position) candidates; with
+        ``dedup``, each text once (at its newest step) and none the window (from ``stop``) shows."""
         top_k = self.settings.top_k
         if not self.settings.dedup:
             yield from ranked[:top_k]

@@ -1,12 +1,9 @@
 """``RetrievalMemory``: the recent window plus the most relevant older steps of the same episode.
 
-RAG within an episode: per env, the last ``history_length`` steps verbatim (as
-:class:`~agent_memory.memory.HistoryMemory` shows them) and, before them in a marked block, up to
-``top_k`` older steps most similar to a query (the current observation the wrappers pass, else
-the newest step with ``query_source="last_step"``): cosine or BM25 scores above
-``similarity_threshold``, reranked by word overlap or recency, deduplicated, shown in step order
-with their absolute step numbers. Steps are encoded once, at store time. A token budget drops
-the lowest-ranked retrieved steps first; ``lengths`` count the window's steps only.
+RAG within an episode: per env, the last ``history_length`` steps verbatim and, before them in
+a marked block, up to ``top_k`` older steps most similar to a query (the current observation, or
+the newest step): scores above ``similarity_threshold``, reranked, deduplicated, shown in step
+order. Steps are encoded once, at store time; a budget drops the lowest-ranked steps first.
 
 Example:
     >>> mem = RetrievalMemory(num_envs=1, top_k=1, similarity_threshold=0.1)
@@ -30,19 +27,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from agent_memory.formatting import FormatterSpec
-from agent_memory.memory.base import (
-    UNSET,
-    EnvIds,
-    Fetched,
-)
+from agent_memory.memory.base import UNSET, Budget, EnvIds, Fetched
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.retrieval.ranking import Entry, StepRanking, window_bounds
-from agent_memory.memory.retrieval.settings import (
-    IndexName,
-    QuerySource,
-    Rerank,
-    RetrievalSettings,
-)
+from agent_memory.memory.retrieval.settings import IndexName, QuerySource, Rerank, RetrievalSettings
 from agent_memory.memory.search import EncoderSpec
 from agent_memory.memory.settings import SettingsAttributes
 from agent_memory.tokens import TokenCounterSpec
@@ -57,40 +45,29 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
     """Recent window + top-k relevant older steps of the same episode (see the module docstring).
 
     Args:
-        num_envs: number of environments.
-        formatter: how steps are rendered (as for :class:`~agent_memory.memory.HistoryMemory`).
-        max_tokens: default token budget of the whole context (retrieved block + window).
-        token_counter: how tokens are counted (``"estimate"`` by default).
-        capacity: steps kept per env (retrievable + window); ``None`` = the whole episode.
-        top_k: older steps retrieved per fetch at most (0 = none: a plain window memory).
-        similarity_threshold: minimum similarity in ``[-1, 1]`` for a step to be retrieved;
-            ``-1`` disables the filter.
-        encoder: ``"hashing"`` (default, numpy), ``"minilm"`` (sentence embeddings, extra
-            ``embeddings``), ``"bm25"``, a ``{"name": ..., **kwargs}`` mapping or an instance
-            (see :mod:`agent_memory.memory.search.embeddings`).
-        index: ``"auto"`` (``numpy`` for dense encoders, ``bm25`` for bm25), ``"numpy"`` or
-            ``"faiss"`` (see :mod:`agent_memory.memory.search.vector_index`).
-        embed_keys: record keys whose values (joined by newlines) are a step's text to encode;
-            dedup compares these texts.
-        query_source: ``"last_step"``: without explicit ``queries`` the query is the newest stored
-            step's text; ``"explicit"``: ``fetch`` must be given ``queries``.
-        rerank: ``"lexical"`` (word Jaccard), ``"recency"`` or ``"none"`` (step 3 above).
+        num_envs, formatter, max_tokens, token_counter, capacity: as for HistoryMemory.
+        top_k: older steps retrieved per fetch at most (0: none, a plain window memory).
+        similarity_threshold: minimum similarity in ``[-1, 1]`` to be retrieved (``-1``: any).
+        encoder: ``"hashing"``, ``"minilm"`` (extra ``embeddings``), ``"bm25"``, a
+            ``{"name": ..., **kwargs}`` mapping or an :class:`~agent_memory.memory.search.Encoder`.
+        index: ``"auto"`` (``numpy`` for dense encoders, else ``bm25``), ``"numpy"`` or ``"faiss"``.
+        embed_keys: record keys whose values (joined by newlines) are a step's text to encode.
+        query_source: ``"last_step"`` (without ``queries``, the newest step's text) or
+            ``"explicit"`` (``fetch`` must be given ``queries``).
+        rerank: ``"lexical"`` (word Jaccard), ``"recency"`` or ``"none"``.
         rerank_weight: weight of the rerank term, in ``[0, 1]``.
         rerank_pool: candidates reranked = ``top_k * rerank_pool``.
         recency_half_life: steps after which the recency term halves (``rerank="recency"``).
         dedup: skip retrieved steps whose text repeats a chosen or a window step's text.
         header: the line that opens the retrieved block.
-        window_header: the line between the retrieved block and the window (when the block is
-            shown); ``""`` for none.
-        max_encode_chars: a step or query text is encoded (and its words compared) by its first
-            this many characters, so a megabyte observation costs what a page does.
+        window_header: the line between the block and the window (``""``: none).
+        max_encode_chars: texts are encoded (and their words compared) by their first characters.
 
     Raises:
-        ValueError: a bad setting (the message names the expected and the given value).
+        ValueError: a bad setting.
     """
 
-    #: ``fetch`` takes ``queries=[...]`` (one text per env): wrappers pass the current
-    #: observations when a memory says so.
+    #: ``fetch`` takes ``queries=[...]`` (one text per env).
     accepts_queries: ClassVar[bool] = True
 
     def __init__(
@@ -116,10 +93,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         window_header: str = "Recent steps:",
         max_encode_chars: int = 8192,
     ) -> None:
-        super().__init__(
-            num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
-            capacity=capacity,
-        )  # fmt: skip
+        super().__init__(**self._shared(locals()))
         self.settings = RetrievalSettings.from_arguments(locals())
         self.layout = BlockLayout(
             header=self.settings.header, window_header=self.settings.window_header,
@@ -170,29 +144,24 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         history_length: int,
         env_ids: EnvIds = None,
         *,
-        max_tokens: int | Sequence[int | None] | None = UNSET,
+        max_tokens: Budget = UNSET,
         queries: Sequence[str | None] | None = None,
     ) -> Fetched:
         """Each env's context: retrieved older steps (marked block), then the recent window.
 
         Args:
-            history_length: the recent window: -1 whole episode (nothing older to retrieve),
-                0 none (every step is a retrieval candidate), k > 0 the last k steps.
+            history_length: the recent window: -1 whole episode (nothing to retrieve), 0 none
+                (every step is a candidate), k > 0 the last k steps.
             env_ids: which envs (all when None), in the order of the returned lists.
-            max_tokens: token budget of the whole context (int, one per env, or None; omitted =
-                the memory's default).
-            queries: one query text per env in ``env_ids`` (e.g. each env's current
-                observation); a None entry uses ``query_source`` (with ``history_length=0``
-                the newest step is then both the query and its own best match).
+            max_tokens: token budget of the whole context (as for :meth:`HistoryMemory.fetch`).
+            queries: one query per env in ``env_ids`` (None entries: as ``query_source`` says).
 
         Returns:
-            ``Fetched(contexts, lengths)``; ``lengths`` count the window's steps (retrieved
-            steps are shown, not counted). :attr:`last_retrieved` lists each env's retrieved
-            step numbers.
+            ``Fetched(contexts, lengths)``; ``lengths`` count the window's steps.
+            :attr:`last_retrieved` lists each env's retrieved step numbers.
 
         Raises:
-            ValueError: bad history_length / budgets / queries, or ``query_source="explicit"``
-                without ``queries``.
+            ValueError: bad arguments, or ``query_source="explicit"`` without ``queries``.
         """
         hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         self._check_queries(queries, len(ids))
@@ -226,12 +195,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         return config
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything needed to restore this memory (JSON-able if the records are).
-
-        Holds the steps (the window memory's state) and the settings, not the vectors: step
-        texts are re-encoded on load (deterministic for ``hashing`` and ``bm25``; encoded once
-        per distinct text).
-        """
+        """The steps and the settings, not the vectors (texts are re-encoded on load)."""
         return {
             **self._state_header(),
             "config": self.config(),
@@ -278,8 +242,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
     def _retrieve(
         self, hl: int, ids: list[int], queries: Sequence[str | None] | None
     ) -> dict[int, list[int]]:
-        """Slot in ``ids`` -> held positions of the steps that env retrieves, best first (the
-        envs that retrieve are ranked together, in one batch)."""
+        """Slot in ``ids`` -> held positions of the steps that env retrieves, best first."""
         if not self.settings.top_k:
             return {}
         qitems = self._encode_queries(queries)
@@ -304,8 +267,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         return dict(zip(slots, self._rank(entries), strict=True))
 
     def _block(self, i: int, picked: list[int], label: int) -> Block | None:
-        """Env ``i``'s block of retrieved steps (held positions, best first; ``label``: the
-        tokens of a chat block's step label)."""
+        """Env ``i``'s block of retrieved steps (``label``: a chat step label's tokens)."""
         if not picked:
             return None
         window, fmt = self._window, self.formatter

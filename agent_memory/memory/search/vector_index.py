@@ -1,11 +1,8 @@
 """Per-env similarity indexes behind one tiny interface, selected by name with :func:`make_index`.
 
-One index per env holds its stored steps in order: ``add(items)``, ``scores(query, stop)`` (the
-similarity to items ``[0, stop)``, the steps older than the window), ``drop_front(n)``,
-``clear()``, ``len()``. Backends: ``"numpy"`` (:class:`NumpyIndex`, dense default: brute-force
-inner products, fastest at episode sizes), ``"faiss"`` (:class:`FaissIndex`, exact
-``IndexFlatIP``, for long-lived stores) and ``"bm25"`` (:class:`BM25Index`, Lucene BM25 with
-statistics kept incrementally).
+One index per env holds its stored steps in order. Backends: ``"numpy"`` (:class:`NumpyIndex`,
+dense default), ``"faiss"`` (:class:`FaissIndex`, exact ``IndexFlatIP``) and ``"bm25"``
+(:class:`BM25Index`, Lucene BM25 with statistics kept incrementally).
 
 Example:
     >>> import numpy as np
@@ -29,6 +26,8 @@ from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
 import numpy as np
+
+from agent_memory.checks import check_int
 
 __all__ = ["BM25Index", "FaissIndex", "NumpyIndex", "VectorIndex", "make_index"]
 
@@ -71,9 +70,7 @@ class NumpyIndex(VectorIndex):
     """
 
     def __init__(self, dim: int) -> None:
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
-            raise ValueError(f"dim must be an int >= 1, got {dim!r}")
-        self.dim = dim
+        self.dim = check_int("dim", dim, 1)
         self._buf = np.empty((8, dim), dtype=np.float32)
         self._lo = 0  # first held row (drop_front moves it; the buffer is compacted lazily)
         self._hi = 0
@@ -127,10 +124,8 @@ class FaissIndex(VectorIndex):
                 "the 'faiss' index needs faiss-cpu (pip install faiss-cpu); the default "
                 "'numpy' index needs nothing"
             ) from None
-        if not isinstance(dim, int) or isinstance(dim, bool) or dim < 1:
-            raise ValueError(f"dim must be an int >= 1, got {dim!r}")
+        self.dim = check_int("dim", dim, 1)
         self._faiss = faiss
-        self.dim = dim
         self._index = faiss.IndexFlatIP(dim)
 
     def add(self, items: np.ndarray) -> None:
@@ -168,12 +163,9 @@ class FaissIndex(VectorIndex):
 class BM25Index(VectorIndex):
     """Lucene BM25 over one env's steps, with corpus statistics kept as steps come and go.
 
-    ``idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5))`` and
-    ``score = sum over query terms of idf(t) * tf / (tf + k1 * (1 - b + b * len / avglen))`` over
-    the ``N`` held steps -- the scores ``bm25s.BM25(method="lucene")`` gives on the same corpus
-    (see :meth:`raw_scores`; query terms count once). :meth:`scores` divides by the sum of the
-    query terms' idf (each term's score is below its idf), so similarities lie in ``[0, 1)`` and
-    one ``similarity_threshold`` scale works for every backend.
+    :meth:`raw_scores` are ``bm25s.BM25(method="lucene")``'s on the same corpus (query terms
+    count once); :meth:`scores` divides them by the query terms' idf sum, so similarities lie in
+    ``[0, 1)`` like every backend's.
 
     Args:
         k1: term-frequency saturation.

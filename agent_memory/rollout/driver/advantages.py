@@ -44,6 +44,8 @@ def group_normalize(
         [-1.0, 1.0, 0.0]
         >>> group_normalize([1.0, float("nan"), 3.0], ["a", "a", "a"], normalize_std=False).tolist()
         [-1.0, 0.0, 1.0]
+        >>> group_normalize([2.0, 2.0], ["a", "a"], eps=0.0).tolist()
+        [0.0, 0.0]
     """
     x = np.asarray(values, dtype=np.float64)
     if len(x) != len(groups):
@@ -59,7 +61,9 @@ def group_normalize(
             continue
         v = x[idx]
         centered = v - v.mean()
-        out[idx] = centered / (v.std(ddof=1) + eps) if normalize_std else centered
+        scale = v.std(ddof=1) + eps if normalize_std else 1.0
+        # Equal values with eps=0: 0/0. They are all at the mean: 0, not NaN.
+        out[idx] = centered / scale if scale > 0 else 0.0
     return out
 
 
@@ -149,12 +153,10 @@ def gae(
         rewards: per-step rewards ``r_0 .. r_{T-1}``.
         values: ``V(s_0) .. V(s_{T-1})``, the value of the state each action was taken in.
         terminated: whether the episode ended (no bootstrap) or was cut off.
-        final_value: ``V(s_T)`` of the state after the last step, used only when not terminated
-            (truncation, or a rollout stopped mid-episode).
+        final_value: ``V(s_T)`` after the last step, used only when not terminated.
 
     Returns:
-        ``(advantages, returns)`` with ``returns = advantages + values``; advantages 0 (returns
-        = values) when a reward is not finite.
+        ``(advantages, returns = advantages + values)``; advantages 0 when a reward is not finite.
 
     Example:
         >>> adv, ret = gae(np.array([1.0, 1.0]), np.array([0.5, 0.5]), terminated=False,
@@ -215,8 +217,7 @@ class TrajectoryValues:
 
     Attributes:
         steps: ``V(s_0) .. V(s_{T-1})``, one per step.
-        final: ``V(s_T)`` of the state after the last step (used only when the episode did not
-            terminate: GAE bootstraps a truncated episode).
+        final: ``V(s_T)`` after the last step (GAE bootstraps an episode that did not terminate).
     """
 
     steps: Sequence[float]
@@ -235,8 +236,7 @@ def compute_advantages(
     Args:
         trajs: finished trajectories.
         algo: the estimator and its parameters.
-        values: PPO only: the values per trajectory (by ``traj_uid``), e.g. from a trainer's
-            value head; without them ``algo.value_fn`` computes them from the prompts.
+        values: PPO only: the values by ``traj_uid`` (None: ``algo.value_fn`` of the prompts).
 
     Raises:
         ValueError: ``values`` misses a trajectory or has the wrong number of steps.

@@ -1,8 +1,8 @@
 """``EpisodeBook``: the episodes of a run — waiting, running on a slot, or finished.
 
-The driver's single record of where every episode is, whatever engine steps them, so nothing is
-lost or duplicated: when a worker dies, each of its episodes goes back to the queue (re-runs go
-to the front) or, after ``max_attempts`` crashes of its own, finishes with an error.
+The driver's one record of where every episode is, so nothing is lost or duplicated: when a worker
+dies, its episodes go back to the front of the queue or, after ``max_attempts`` crashes of their
+own, finish with an error.
 
 Example:
     >>> from agent_memory.rollout.types import EpisodeSpec
@@ -18,8 +18,7 @@ Example:
     >>> book.done, [t.attempts for t in book.trajectories()]
     (True, [2])
 
-    The asynchronous engine queues an episode on a busy slot; the slot's worker starts it when
-    the running one ends:
+    An episode queued on a busy slot starts there when the running one ends:
 
     >>> book = EpisodeBook([EpisodeSpec("g0", f"g0-t{m}", 0, m, seed=7) for m in range(2)], 2)
     >>> book.start((0, 0)).spec.traj_uid, book.queue((0, 0)).traj_uid
@@ -70,8 +69,7 @@ class EpisodeBook:
 
     Args:
         specs: the run's episodes, in the order they should start.
-        max_attempts: starts an episode may spend taking its worker down before it finishes
-            with an error (``rollout.max_episode_attempts``).
+        max_attempts: crashes of its own before an episode finishes with an error.
         on_finish: called with each trajectory as it finishes (e.g. the output writer).
     """
 
@@ -111,9 +109,8 @@ class EpisodeBook:
         return run
 
     def queue(self, slot: Slot) -> EpisodeSpec | None:
-        """The next waiting episode, now queued on ``slot`` (which runs an episode), behind the
-        episodes queued there before: it starts there when they have ended (see
-        :meth:`promote`). None when none waits."""
+        """The next waiting episode, now queued on ``slot`` (which runs one) behind those queued
+        there before (see :meth:`promote`); None when none waits."""
         if slot not in self.running:
             raise ValueError(f"slot {slot} must run an episode to queue one behind it")
         if not self.waiting:
@@ -142,12 +139,11 @@ class EpisodeBook:
         return run
 
     def drop_queued(self, worker: int, started: Callable[[Slot, str], bool]) -> None:
-        """``worker`` died: settle the episodes queued on its slots. ``started(slot, uid)``:
-        the worker's marks say its env was playing ``uid`` (a queued one) — the episodes
-        before it on the slot ended there, but their reports died with the process; they run
-        again, uncharged, and ``uid`` now runs on the slot (the caller settles it with the
-        running ones). The queued episodes that never started go back to the front of the
-        queue, in their order, no attempt spent.
+        """``worker`` died: settle the episodes queued on its slots.
+
+        ``started(slot, uid)``: the worker's marks say its env was playing queued ``uid``; the
+        episodes before it ended unreported and run again, uncharged, and ``uid`` now runs on
+        the slot. Queued episodes that never started go back to the front of the queue.
 
         Example:
             >>> book = EpisodeBook([EpisodeSpec("g0", f"g0-t{m}", 0, m, 7) for m in range(4)], 2)
@@ -181,10 +177,9 @@ class EpisodeBook:
         return traj
 
     def interrupt(self, slot: Slot, *, charge: bool, reason: str) -> Trajectory | None:
-        """The episode on ``slot`` lost its worker. It goes back to the front of the queue to
-        run again from its start — unless it is charged (it took the worker down, or nobody
-        can tell which episode did) for the ``max_attempts``-th time: then it finishes with
-        ``reason`` as its error, and that trajectory is returned."""
+        """The episode on ``slot`` lost its worker: it goes back to the front of the queue,
+        unless charged for the ``max_attempts``-th time; then it finishes with ``reason`` as
+        its error, and that trajectory is returned."""
         run = self.running.pop(slot)
         crashes = run.crashes + charge
         if crashes >= self.max_attempts:

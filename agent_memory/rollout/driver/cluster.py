@@ -1,11 +1,9 @@
 """Starting or joining Ray for a rollout, quietly and without writing to ``$HOME``.
 
-A local instance (``rollout.ray_address=null``, the default) is a fresh Ray instance for this run
-only: small-machine settings, no dashboard, and token authentication with a random per-run token
-passed through the environment — so Ray neither warns about authentication nor writes a token file
-to ``~/.ray``. ``rollout.ray_address=auto`` joins the cluster that ``ray start`` recorded on this
-machine (``/tmp/ray/ray_current_cluster``), ``host:port`` joins that one; the log names the
-cluster joined.
+``rollout.ray_address=null`` (the default) starts a fresh instance for this run only: small-machine
+settings, no dashboard, a random per-run auth token in the environment (no token file in
+``~/.ray``). ``auto`` joins the cluster ``ray start`` recorded on this machine, ``host:port`` that
+one.
 """
 
 from __future__ import annotations
@@ -13,6 +11,8 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import signal
+import threading
 import time
 
 __all__ = ["init_ray", "local_token_auth"]
@@ -48,11 +48,25 @@ def local_token_auth() -> None:
 def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     """Start a local Ray instance with small-machine settings, or join a cluster by address
     (``"auto"`` finds a running one). Returns True when this call started or joined Ray (the
-    caller shuts it down), False when Ray was already up."""
+    caller shuts it down), False when Ray was already up. The process's SIGTERM handler is
+    kept (Ray's own would exit at once, before the run's outputs are written)."""
     import ray
 
     if ray.is_initialized():
         return False
+    main = threading.current_thread() is threading.main_thread()
+    on_sigterm = signal.getsignal(signal.SIGTERM) if main else None
+    try:
+        _start(address, num_cpus)
+    finally:
+        if main:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if on_sigterm is None else on_sigterm)
+    return True
+
+
+def _start(address: str | None, num_cpus: int | None) -> None:
+    import ray
+
     # Ray's start takes seconds (20 to 60 on a loaded machine) and prints nothing meanwhile.
     t0 = time.perf_counter()
     if address:
@@ -65,7 +79,7 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
             ctx.gcs_address, address, time.perf_counter() - t0, len(nodes),
             ray.cluster_resources().get("CPU", 0),
         )  # fmt: skip
-        return True
+        return
     local_token_auth()
     cpus = num_cpus or os.cpu_count() or 1
     log.info(
@@ -84,4 +98,3 @@ def init_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
         "Ray: started a local instance with %d CPUs in %.1f s (rollout.ray_address=null)",
         cpus, time.perf_counter() - t0,
     )  # fmt: skip
-    return True

@@ -1,20 +1,9 @@
 """``Collector``: the rollout engine — no env waits for another env's generation.
 
-The driver only hands out episodes and takes finished ones: each Ray worker plays its envs on its
-own (:mod:`agent_memory.rollout.worker.episode_loop`), stepping each env as soon as its own answer
-is back
-and streaming finished episodes to the driver. While more episodes wait than the run has envs, the
-driver queues each env's next episodes on its worker ahead of time (``rollout.queue_depth``), so a
-freed env starts the next one without a round trip. The policy runs beside the envs in each worker
-(cheap policies; clients of a server, whose ``concurrency`` the driver splits between the workers:
-:mod:`~agent_memory.rollout.driver.shares`) or in one
-:class:`~agent_memory.rollout.worker.service.PolicyService`
-that batches every worker's requests (a local model; new weights: :meth:`Collector.update_policy`).
-
-``rollout.mode=lockstep`` is a barrier in this engine, not a second one: each worker steps its live
-envs together once all their answers are in. Groups start from one seed, finished envs cost no
-generation, an env's exception ends only its episode, a dead worker's episodes run again (only the
-culprit is charged), no episode is lost or finished twice (see docs/failures.md).
+The driver hands out episodes (queued ahead on busy envs, ``rollout.queue_depth``) and takes the
+finished ones; each Ray worker plays its envs on its own
+(:mod:`~agent_memory.rollout.worker.episode_loop`). The policy runs in the workers or in one
+:class:`~agent_memory.rollout.worker.service.PolicyService` (a local model). See docs/rollouts.md.
 """
 
 from __future__ import annotations
@@ -81,8 +70,7 @@ class Collector:
     Args:
         job: the validated job config.
         policy: a policy instance (default: built from ``job.policy``).
-        on_step: called after every finished episode with the collector (tests use it to kill
-            workers).
+        on_step: called with the collector after every finished episode.
         run_id: names this run's call-mark directories (default: a fresh id).
         max_batch_size, max_wait_ms: the policy service's batching (local models).
     """
@@ -140,11 +128,10 @@ class Collector:
 
         Args:
             progress: called with each finished trajectory (e.g. a progress bar).
-            on_episode: called with each finished trajectory before ``progress`` (e.g. the
-                output writer, so that a failing run keeps what finished).
+            on_episode: called with each finished trajectory before ``progress`` (the writer).
 
         Raises:
-            WorkerSetupError: a worker's constructor raised (its own message and frames).
+            WorkerSetupError: a worker's constructor raised.
             RolloutFailed: no worker is left while episodes remain.
         """
         r = self.job.rollout
@@ -186,8 +173,7 @@ class Collector:
         on_episode: Callable[[Trajectory], None] | None = None,
         greedy: bool = False,
     ) -> list[Trajectory]:
-        """Run ``specs`` on the started workers (a trainer calls this once per iteration);
-        returns their trajectories in order.
+        """Run ``specs`` on the started workers; returns their trajectories in order.
 
         Args:
             specs: the episodes.
@@ -199,21 +185,19 @@ class Collector:
             PolicyFailed: the policy raised (e.g. its server never answered).
             ValueError: ``greedy`` with a policy that runs in the workers.
         """
+        import ray
+
         if greedy:
             if self.service is None:
                 raise ValueError(
                     f"greedy collection answers with the policy service's model, but policy "
                     f"{type(self.policy).__name__} runs in the workers (runs_in='worker')"
                 )
-            import ray
-
             ray.get(self.service.set_greedy.remote(True))
         try:
             return self._collect(specs, progress, on_episode)
         finally:
             if greedy and self.service is not None:
-                import ray
-
                 ray.get(self.service.set_greedy.remote(False))
 
     def _collect(
@@ -276,10 +260,9 @@ class Collector:
         self._current.clear()
 
     def update_policy(self, state_dict: Any, version: int) -> None:
-        """New weights for the policy service (a trainer calls this between collects), so every
+        """New weights for the policy service (a trainer calls this between collects): every
         episode of the next collect is answered by ``version``. A policy that runs in the
-        workers (e.g. ``openai``, whose server the trainer updates itself) gets only the version:
-        its answers of the next collect carry ``version``."""
+        workers (e.g. ``openai``) gets only the version."""
         import ray
 
         if self.service is not None:
@@ -337,15 +320,12 @@ class Collector:
         return self.pool.pid(w)
 
     def _feed(self, slots: Sequence[Slot], *, queue_only: bool = False) -> None:
-        """Give free slots the next waiting episodes, and each busy one up to ``depth``
-        episodes queued behind its running one (extending or starting their workers' streams);
-        a free slot with nothing to play stays parked. ``queue_only``: the slots run an episode
-        already.
+        """Give free slots the next waiting episodes, and each busy one up to ``depth`` queued
+        behind its running one; a free slot with nothing to play stays parked. ``queue_only``:
+        the slots run an episode already.
 
-        Episodes are queued ahead only while more episodes wait than the run has slots, one
-        level at a time over ``slots`` (each slot its first queued episode before any its
-        second): the last ones go to whichever slot frees first, so none waits behind a slow
-        episode.
+        Episodes are queued ahead only while more wait than the run has slots, one level at a
+        time over ``slots``: the last ones go to whichever slot frees first.
         """
         book = self.book
         assert book is not None
@@ -464,9 +444,8 @@ class Collector:
         self._send()
 
     def _settle_lost(self, w: int, crashes: dict[int, CrashReport]) -> None:
-        """Worker ``w`` lost its process: each of its episodes runs again, or finishes with the
-        error when its env took the process down (``crashes``) once too often or ran past
-        ``rollout.step_timeout_s``; queued episodes a crash names as started are dropped."""
+        """Worker ``w`` lost its process: each of its episodes runs again, or finishes with an
+        error (its env took the process down once too often, or ran past the step timeout)."""
         book = self.book
         assert book is not None
         book.drop_queued(
@@ -489,11 +468,7 @@ class Collector:
 
     def _reshare(self) -> None:
         """Re-split a client policy's ``concurrency`` by the workers' live envs and send the
-        shares that changed (see :mod:`agent_memory.rollout.driver.shares`).
-
-        A worker whose share drops below its requests in flight lets them finish: while they
-        do, the workers together may have up to that difference more than ``concurrency`` in
-        flight (only when a worker's live envs grow: re-runs, a new collect).
+        shares that changed (a worker over its new share lets its requests in flight finish).
         """
         if self.shares is None:
             return

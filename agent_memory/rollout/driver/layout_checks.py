@@ -1,8 +1,6 @@
-"""Can this job make ``rollout.layout=episode`` samples? The checks
+"""Can this job make ``rollout.layout=episode`` samples? Checks that
 :func:`~agent_memory.rollout.driver.preflight.preflight` (and the TRL adapter) run before anything
-starts: the history, memory, budgets and formatter of the config, and the built policy's
-renderer and chat template.
-"""
+starts, on the config and on the built policy's renderer and chat template."""
 
 from __future__ import annotations
 
@@ -28,14 +26,9 @@ APPEND_ONLY_MEMORIES = ("window", "history", "full", "none")
 def check_episode_layout(job: JobConfig, policy: Any = None) -> None:
     """Refuse a job whose prompts cannot make ``rollout.layout=episode`` samples.
 
-    An episode sample is turn 1's prompt ids followed by every later token, so turn k+1's
-    prompt must be turn k's prompt, then the ids the model sampled, then new tokens. The config
-    keeps that when the history is the whole episode (``history_length=-1``), in the
-    ``transcript`` formatter (the model's own conversation, one message per turn), in an
-    append-only memory, with no token budget dropping old turns. The ``policy`` (when given)
-    keeps it when it renders incrementally (its own sampled ids, never a re-tokenisation) with
-    a chat template that adds a turn after the earlier ones' text unchanged (checked on a
-    two-turn chat).
+    Turn k+1's prompt must be turn k's prompt, the ids the model sampled, then new tokens: the
+    whole history, the ``transcript`` formatter, an append-only memory, no token budget, and a
+    policy (when given) that renders incrementally with an appending chat template.
 
     Args:
         job: the job (its ``rollout.layout`` is not read: the caller wants the episode layout).
@@ -128,9 +121,7 @@ def _check_episode_policy(name: str, policy: Any) -> None:
 def chat_template_rewrites(renderer: Any) -> str | None:
     """How ``renderer``'s chat template breaks append-only rendering, or None when it does not.
 
-    It renders a two-turn chat and checks that its text starts with the one-turn chat closed by
-    the assistant's answer (what :class:`~agent_memory.policies.rendering.PromptRenderer` needs
-    to render a turn incrementally).
+    A two-turn chat's text must start with the one-turn chat closed by the assistant's answer.
     """
     if not getattr(renderer, "templated", False):
         return "is missing (the transcript formatter's chat messages need one)"

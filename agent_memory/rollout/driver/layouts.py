@@ -112,16 +112,14 @@ _Tokens = tuple[list[int], list[int], list[int], list[float], list[int]]
 def _stitch(gens: Sequence[Generation], uid: str) -> _Tokens:
     """Turn 1's prompt ids, then the completion ids, mask and log-probs, and each completion
     token's step (-1: env tokens), of ``gens`` as one token sequence."""
-    first = gens[0]
-    prompt = list(first.prompt_ids or [])
-    context = [*prompt, *(first.response_ids or [])]
-    completion = list(first.response_ids or [])
-    mask = [1] * len(completion)
-    logprobs = list(first.response_logprobs or [])
-    owner = [0] * len(completion)
-    for k, g in enumerate(gens[1:], start=1):
+    prompt = context = list(gens[0].prompt_ids or [])
+    completion: list[int] = []
+    mask: list[int] = []
+    logprobs: list[float] = []
+    owner: list[int] = []
+    for k, g in enumerate(gens):
         ids = list(g.prompt_ids or [])
-        _check_prefix(uid, k, context, ids)
+        _check_prefix(uid, k, context, ids)  # turn 1 extends its own prompt
         env = ids[len(context) :]
         response = list(g.response_ids or [])
         completion += env + response

@@ -1,18 +1,9 @@
 """``check_policy_env``: a policy that plays the env's oracle needs an env that has one.
 
-:func:`~agent_memory.rollout.driver.preflight.preflight` refuses an env *class* without
-``oracle_action()`` for ``policy=scripted`` / ``policy=prompt_oracle``. Some classes have the
-method but not always an oracle behind it: a :class:`~agent_memory.envs.text_adapter.TextAdapter`
-built
-without ``oracle_fn`` raises ``NotImplementedError`` from ``oracle_action()``, so every episode
-of the run would fail at its first step. Such a class says so with a ``has_oracle`` property,
-which only an instance can answer; :func:`check_policy_env` then builds one env in the driver
-(only when the policy needs the oracle) and reads it.
-
-Envs are built only where the answer needs an instance: a class that has ``oracle_action()``
-and no ``has_oracle`` (Sokoban, TextWorld, Code...) is trusted without building it (TextWorld
-generates games and Code starts a sandbox on construction); an env whose class is unknown (a
-factory without a return annotation) is built once.
+Some env classes have ``oracle_action()`` but not always an oracle behind it (a
+:class:`~agent_memory.envs.text_adapter.TextAdapter` built without ``oracle_fn``): such a class
+says so with a ``has_oracle`` property, which only an instance answers, so one env is built in the
+driver (only then, or when the class is unknown) and read. Other classes are trusted unbuilt.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig
@@ -43,19 +34,19 @@ def check_policy_env(
 
     Args:
         job: the validated job.
-        env: ``job.env`` as :func:`~agent_memory.rollout.driver.preflight.resolve_env` resolved it
-            (None: resolved here).
-        policy: the run's policy when the caller built it (its ``needs`` are read instead of
-            ``job.policy.name``'s).
+        env: ``job.env`` as ``resolve_env`` resolved it (None: resolved here).
+        policy: the run's policy when the caller built it (its ``needs`` are read).
 
     Raises:
-        ConfigError: the policy needs ``oracle_action`` and the env instance has no oracle
-            (key ``policy.name``), naming the policy, the env id, what is missing and the fix.
+        ConfigError: the policy needs ``oracle_action`` and the env instance has no oracle.
     """
     name = job.policy.name
-    needs: frozenset[str] = getattr(
-        policy if policy is not None else _factory(name), "needs", frozenset()
-    )
+    source: Any = policy
+    if policy is None:  # an unknown name is preflight's to report (with the nearest one)
+        from agent_memory.policies import available_policies, policy_factory
+
+        source = policy_factory(name) if name in available_policies() else None
+    needs: frozenset[str] = getattr(source, "needs", frozenset())
     if "oracle_action" not in needs:
         return
     if env is None:
@@ -75,11 +66,16 @@ def check_policy_env(
         has = env_has_oracle(inner)
         made_cls = type(inner)
     finally:
-        _close(made)
+        try:
+            made.close()
+        except Exception as e:  # a close that fails must not hide the check's answer
+            log.debug("check_policy_env: close failed (%s: %s)", type(e).__name__, e)
     if has:
         return
     what = f"{made_cls.__module__}.{made_cls.__qualname__}"
-    if _is_text_adapter(inner):
+    from agent_memory.envs.text_adapter import TextAdapter
+
+    if isinstance(inner, TextAdapter):
         missing = "was built without oracle_fn, so it has no oracle"
         give = "give the env an oracle: TextAdapter(..., oracle_fn=...) in its entry point"
     else:
@@ -109,13 +105,6 @@ def env_has_oracle(env: Any) -> bool:
     return callable(getattr(env, "oracle_action", None))
 
 
-def _factory(name: str) -> Any:
-    from agent_memory.policies import available_policies, policy_factory
-
-    # An unknown name is preflight's to report (with the nearest registered one).
-    return policy_factory(name) if name in available_policies() else None
-
-
 def _build(env: EnvCheck) -> Any:
     """One env made by ``env``'s entry point, as ``gym.make`` would (without its wrappers), or
     None when it cannot be built here (the workers then report that themselves)."""
@@ -127,16 +116,3 @@ def _build(env: EnvCheck) -> Any:
     except Exception as e:  # not this check's error: the workers build it and say why
         log.debug("check_policy_env: env %r not built here (%s: %s)", env.id, type(e).__name__, e)
         return None
-
-
-def _close(env: Any) -> None:
-    try:
-        env.close()
-    except Exception as e:  # a close that fails must not hide the check's answer
-        log.debug("check_policy_env: close failed (%s: %s)", type(e).__name__, e)
-
-
-def _is_text_adapter(env: Any) -> bool:
-    from agent_memory.envs.text_adapter import TextAdapter
-
-    return isinstance(env, TextAdapter)

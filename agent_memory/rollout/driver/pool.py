@@ -1,12 +1,8 @@
 """``WorkerPool``: a run's Ray rollout workers — started, watched, restarted, closed.
 
-Shared by both engines (lockstep and asynchronous): the engine decides what each worker does;
-the pool starts the actors (a constructor error stops the run at once, with the worker's own
-message), collects the results of calls as they arrive with readable failures, settles the
-episodes of a worker that died (see :meth:`WorkerPool.recover`: only the episode whose env took
-the process down is charged an attempt, when the worker's call marks name it — the marks name the
-episode too, so an episode queued ahead that had already started is told apart from the one
-before it) and waits for Ray to bring it back.
+The engine decides what each worker does; the pool starts the actors (a constructor error stops
+the run at once, with the worker's own message), turns failed calls into readable errors, and
+waits for Ray to bring a dead worker back with the call marks that name its culprit episode.
 """
 
 from __future__ import annotations
@@ -71,9 +67,8 @@ class WorkerPool:
         import ray
 
         r = self.job.rollout
-        # A worker plays at least one episode: no more workers start than this start's episodes.
-        # For a run's own episodes preflight (check_workers) refused more before Ray started;
-        # a caller that starts the workers for fewer (e.g. collector.start(n)) gets fewer.
+        # A worker plays at least one episode: no more workers start than this start's episodes
+        # (preflight refused more for a run's own episodes; collector.start(n) may ask fewer).
         num_workers = min(r.num_workers, num_episodes)
         if num_workers < r.num_workers:
             log.info(
@@ -94,12 +89,9 @@ class WorkerPool:
         actor = ray.remote(RolloutWorker).options(
             num_cpus=r.num_cpus_per_worker, max_restarts=r.max_restarts, max_task_retries=0
         )
-        # The policy goes to each worker by a call, not as a constructor argument: Ray keeps
-        # a restartable actor's large arguments (a client policy's tokenizer) and any actor
-        # handle in them (a policy service's) in its object store, and logs an error line
-        # ("core_worker.cc: ... has constructor arguments in the object store and
-        # max_restarts > 0") for each such actor. It is put there once and sent again after
-        # a restart (see _wait_until_back).
+        # The policy goes to each worker by a call, not as a constructor argument (Ray logs an
+        # error for a restartable actor's arguments in its object store); sent again after a
+        # restart (see _wait_until_back).
         self._policy_ref = None if self.policy is None else ray.put(self.policy)
         self.workers = [
             actor.remote(w, self.job, envs_per_worker, self.meta_fields, marks_dir(self.run_id, w))

@@ -1,32 +1,10 @@
 """``preflight``: a rollout job's config errors, found in the driver before Ray starts.
 
-Each Ray worker builds, from the job, one ``gym.make`` per sub-env, the token counter, the memory,
-the prompt template and the parser; the driver builds the policy. A bad value there used to fail
-inside the actors, after Ray's start-up, as an ``ActorDiedError``. :func:`preflight` builds the
-same pieces in the driver, the cheap way, so such a value fails in seconds with the project's
-own message and the override that fixes it (a :class:`~agent_memory.config.ConfigError`):
-
-- **env**: ``env.id`` is looked up in Gymnasium's registry (``module:Id`` imports the module
-  first) and ``env.kwargs`` are bound to the signature of the class or function the id makes.
-  The env itself is not built: TextWorld generates games and Code starts a sandbox on
-  construction.
-- **memory**: ``memory.params`` are bound to the strategy's constructor, then the memory is built
-  for one env (a database file it opens goes to a temporary directory) and closed.
-- **prompt**: the formatter, template and parser are built, and the wrappers' own constructor
-  (:class:`~agent_memory.wrappers.base.WrapperParts`) refuses a ``memory.max_prompt_tokens``
-  below the prompt's frame.
-- **policy**: ``policy.params`` are bound to its constructor and the policy is built (it is the
-  driver's policy: :attr:`Preflight.policy` is handed to the run); a policy that needs the env's
-  oracle is refused on an env without one; an ``openai`` server gets one probe request.
-- **algo**: PPO's ``algo.value_fn`` must resolve.
-- **workers** (:func:`check_workers`): ``rollout.num_workers`` must not exceed the episodes a
-  run plays (a worker plays at least one) nor, times ``rollout.num_cpus_per_worker``, the CPUs of
-  the Ray cluster: the local instance's (this machine's), or the running one's when Ray is up
-  already (a cluster joined by ``rollout.ray_address`` is checked once joined, by the pool).
-- **layout**: ``rollout.layout=episode`` needs prompts that only grow, turn by turn, as the
-  model's tokens (:func:`check_episode_layout`): the whole history, the ``transcript``
-  formatter, no token budget, a policy that renders incrementally, and a chat template that
-  appends a turn without re-rendering the earlier ones.
+:func:`preflight` builds what each worker builds (the env's id and kwargs, token counter, memory,
+prompt, parser, policy) the cheap way, so a bad value fails in seconds with a
+:class:`~agent_memory.config.ConfigError` naming the override that fixes it (docs/failures.md
+lists them), plus the worker count (:func:`check_workers`) and the episode layout. The env itself
+is not built: TextWorld generates games and Code starts a sandbox on construction.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig
@@ -96,8 +74,7 @@ class EnvCheck:
     id: str
     #: What ``gym.make`` calls: the env class or a factory function.
     entry_point: Callable[..., Any]
-    #: The env class it makes: the entry point itself, or a factory's return annotation (None
-    #: when that is unknown).
+    #: The env class it makes: the entry point, or a factory's return annotation (None: unknown).
     env_class: type | None
     #: Keyword arguments the constructor gets (the spec's, then ``env.kwargs``).
     kwargs: dict[str, Any]
@@ -122,8 +99,7 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
 
     Args:
         job: the validated job (:func:`~agent_memory.config.load_job`).
-        policy: the run's policy when the caller built it (then ``job.policy`` is not used);
-            None builds it from ``job.policy``.
+        policy: the run's policy when the caller built it; None builds it from ``job.policy``.
         probe: send the ``openai`` policy's server one request (``GET {base_url}/models``).
 
     Returns:
@@ -147,7 +123,8 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     _formatter(job.env.formatter)
     texts = {k: f"env.template.{k}" for k in ("no_history", "with_history", "system")}
     template = build_or_blame(job.env.template.build, "the prompt template", texts)
-    parser = build_or_blame(job.env.parser.build, "the response parser", _keys("env.parser", job))
+    parser_keys = {name: f"env.parser.{name}" for name in vars(job.env.parser)}
+    parser = build_or_blame(job.env.parser.build, "the response parser", parser_keys)
     with _memory(job, counter) as memory:
         names = {
             "max_prompt_tokens": "memory.max_prompt_tokens",
@@ -191,14 +168,11 @@ CPU_SLACK = 1e-9
 
 
 def check_workers(job: JobConfig, cpus: float | None = None) -> None:
-    """Refuse a ``rollout.num_workers`` the run cannot honour (the pool would otherwise start
-    fewer, or fail after Ray's start-up).
+    """Refuse a ``rollout.num_workers`` the run cannot honour (more than its episodes or CPUs).
 
     Args:
         job: the job.
-        cpus: the Ray cluster's CPUs; None finds them without starting Ray
-            (:func:`cluster_cpus`): those of a cluster joined by address are unknown until it
-            is joined, and then only the episodes are checked here.
+        cpus: the Ray cluster's CPUs; None: :func:`cluster_cpus` (unknown for a joined cluster).
 
     Raises:
         ConfigError: more workers than the run's episodes, or than the CPUs fit.
@@ -266,19 +240,15 @@ episodes at once), or a smaller share of a CPU per worker, e.g. rollout.num_cpus
 
 
 def most_episodes(job: JobConfig) -> int:
-    """The most episodes one start of the workers plays: the job's
-    (``rollout.num_groups x rollout.group_size``), or a trainer's evaluation
+    """The most episodes one start of the workers plays: the job's, or a trainer's evaluation
     (``trainer.eval_episodes``) when it plays more (the trainer starts its workers for both)."""
     evaluation = getattr(getattr(job, "trainer", None), "eval_episodes", 0)
     return max(job.rollout.num_episodes, evaluation if isinstance(evaluation, int) else 0)
 
 
 def cluster_cpus(address: str | None) -> tuple[float | None, str]:
-    """The CPUs the run's Ray cluster has, found without starting (or importing) Ray, and
-    whose they are (for a message): the running instance's when Ray is up in this process,
-    else those of the local instance :func:`~agent_memory.rollout.driver.cluster.init_ray` would
-    start
-    (this machine's); None for a cluster joined by address (known once joined)."""
+    """The CPUs the run's Ray cluster has (without starting Ray) and whose they are: the running
+    instance's, else this machine's; None for a cluster joined by address (known once joined)."""
     ray = sys.modules.get("ray")
     if ray is not None and ray.is_initialized():
         return float(ray.cluster_resources().get("CPU", 0)), "the running Ray cluster has"
@@ -383,11 +353,16 @@ def _made_class(creator: Callable[..., Any]) -> type | None:
     return made if isinstance(made, type) and not vague else None
 
 
-def _keys(prefix: str, job: JobConfig) -> dict[str, str]:
-    node = job
-    for part in prefix.split("."):
-        node = getattr(node, part)
-    return {name: f"{prefix}.{name}" for name in vars(node)}
+def _registered(name: str, registered: list[str], key: str, what: str, fix: str) -> None:
+    """Refuse a ``name`` that is not ``registered``, with the nearest registered one."""
+    if name not in registered:
+        hint = did_you_mean(name, registered, prefix=f"{key}=")
+        raise ConfigError(
+            f"{key}={name!r} is not a registered {what}: "
+            + (f"{hint} " if hint else "")
+            + f"Registered: {registered}{fix}",
+            key=key,
+        )
 
 
 # ---------------------------------------------------------------------- pieces
@@ -412,14 +387,8 @@ def _formatter(spec: Any) -> Any:
 
     name = spec.get("name") if isinstance(spec, Mapping) else spec
     key = "env.formatter.name" if isinstance(spec, Mapping) else "env.formatter"
-    if isinstance(name, str) and name not in available_formatters():
-        hint = did_you_mean(name, available_formatters(), prefix=f"{key}=")
-        raise ConfigError(
-            f"{key}={name!r} is not a registered formatter: "
-            + (f"{hint} " if hint else "")
-            + f"Registered: {available_formatters()}: pass e.g. {key}=simple",
-            key=key,
-        )
+    if isinstance(name, str):
+        _registered(name, available_formatters(), key, "formatter", f": pass e.g. {key}=simple")
     names = {"formatter": "env.formatter"}
     if isinstance(spec, Mapping) and isinstance(name, str):
         settings = {k: v for k, v in spec.items() if k != "name"}
@@ -436,14 +405,8 @@ def _memory(job: JobConfig, counter: Any) -> Iterator[Any]:
 
     mem = job.memory
     strategy = mem.strategy
-    if strategy not in available_memories():
-        hint = did_you_mean(strategy, available_memories(), prefix="memory.strategy=")
-        raise ConfigError(
-            f"memory.strategy={strategy!r} is not a registered memory strategy: "
-            + (f"{hint} " if hint else "")
-            + f"Registered: {available_memories()}; or choose a memory config, e.g. memory=window",
-            key="memory.strategy",
-        )
+    fix = "; or choose a memory config, e.g. memory=window"
+    _registered(strategy, available_memories(), "memory.strategy", "memory strategy", fix)
     params = dict(mem.params)
     factory = memory_factory(strategy)
     bind_params(
@@ -472,8 +435,7 @@ def _memory(job: JobConfig, counter: Any) -> Iterator[Any]:
 
 
 def _other_strategies(name: str, strategy: str) -> str:
-    """Which other strategies take ``name`` (or the name closest to it), for the hint of an
-    unknown parameter."""
+    """Which other strategies take ``name`` (or the closest name): an unknown parameter's hint."""
     from agent_memory.memory import available_memories, memory_factory
     from agent_memory.suggest import close_matches
 
@@ -526,14 +488,7 @@ def _policy(job: JobConfig, env: EnvCheck) -> Policy:
     from agent_memory.rollout.driver.collector import build_policy
 
     name = job.policy.name
-    if name not in available_policies():
-        hint = did_you_mean(name, available_policies(), prefix="policy.name=")
-        raise ConfigError(
-            f"policy.name={name!r} is not a registered policy: "
-            + (f"{hint} " if hint else "")
-            + f"Registered: {available_policies()}: pass e.g. policy=random",
-            key="policy.name",
-        )
+    _registered(name, available_policies(), "policy.name", "policy", ": pass e.g. policy=random")
     factory = policy_factory(name)
     bind_params(
         factory, job.policy.params, key="policy.params", what=f"policy {name!r}",
@@ -560,12 +515,10 @@ def _check_needs(name: str, policy: Any, env: EnvCheck) -> None:
 def probe_server(base_url: str, timeout: float = 5.0) -> int:
     """One request, ``GET {base_url}/models``, before the workers start; returns the status.
 
-    Any HTTP answer (even 401 or 404) means a server is listening. A server that accepts the
-    connection but is slower than ``timeout`` to answer counts as up too (it may be busy).
+    Any HTTP answer (even 401 or 404), or none within ``timeout`` once connected, counts as up.
 
     Raises:
-        ConfigError: no connection (refused, unresolvable host, connect timeout), naming
-            ``policy.params.base_url`` and the URL tried.
+        ConfigError: no connection (refused, unresolvable host, connect timeout).
     """
     import httpx
 

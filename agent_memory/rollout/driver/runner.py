@@ -1,9 +1,8 @@
 """``run_rollout``: a whole job — Ray up, episodes collected, advantages, files written.
 
-Whatever happens, the run's directory ends up with what finished: ``trajectories.jsonl`` grows
-as groups complete, and ``summary.json`` is written at the end with ``"status"`` ``"ok"``,
-``"failed"`` (and the error) or ``"interrupted"`` (Ctrl-C); then the exception, if any, is raised
-again for the caller. ``rollout.log`` holds the run's log lines.
+Whatever happens, the run's directory keeps what finished (``trajectories.jsonl`` grows as groups
+complete) and ``summary.json`` says ``"ok"``, ``"failed"`` or ``"interrupted"``; then the
+exception, if any, is raised again.
 """
 
 from __future__ import annotations
@@ -17,7 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.config import JobConfig
-from agent_memory.failures import first_line, run_status
+from agent_memory.failures import (
+    RunFailed,
+    describe_exception,
+    first_line,
+    run_status,
+    sigterm_interrupts,
+)
 from agent_memory.policies import Policy
 from agent_memory.prepare import prepare_env
 from agent_memory.rollout.driver.cluster import init_ray
@@ -27,15 +32,14 @@ from agent_memory.rollout.driver.outputs import summarize
 from agent_memory.rollout.driver.preflight import preflight
 from agent_memory.rollout.driver.writer import RolloutWriter
 
-__all__ = ["bind_run_paths", "run_log", "run_rollout"]
+__all__ = ["bind_run_paths", "failed_share", "progress_bar", "run_log", "run_rollout"]
 
 log = logging.getLogger("agent_memory.rollout")
 
 
 def bind_run_paths(job: JobConfig, output_dir: str | Path, run_id: str | None = None) -> str:
-    """Fill ``{output_dir}`` and ``{run_id}`` in the job's string memory params (in place): a
-    shared blackboard or episode database lives in the run's directory, and every worker of the
-    run shares one run id (a fresh one by default). Returns the run id."""
+    """Fill ``{output_dir}`` and ``{run_id}`` (one for every worker of the run, fresh by
+    default) in the job's string memory params, in place. Returns the run id."""
     run_id = run_id or uuid.uuid4().hex[:12]
     job.memory.params = {
         k: v.replace("{output_dir}", str(output_dir)).replace("{run_id}", run_id)
@@ -44,6 +48,15 @@ def bind_run_paths(job: JobConfig, output_dir: str | Path, run_id: str | None = 
         for k, v in job.memory.params.items()
     }
     return run_id
+
+
+def progress_bar(enabled: bool, total: int, desc: str, unit: str, initial: int = 0) -> Any:
+    """A ``tqdm`` bar over ``total`` things, or None when not ``enabled``."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc=desc, unit=unit)
 
 
 @contextlib.contextmanager
@@ -81,19 +94,14 @@ def run_rollout(
 ) -> dict[str, Any]:
     """Run ``job`` and write its outputs to ``output_dir``; returns the summary.
 
-    Starts a local Ray instance (or joins ``rollout.ray_address``) unless Ray is already up, and
-    shuts down only an instance it started, unless ``keep_ray`` (a sweep reuses it for its next
-    job). ``labels`` go into the summary as they are (e.g. the config groups chosen; its
-    ``memory`` names the memory config). A literal ``{output_dir}`` / ``{run_id}`` in a string
-    memory param becomes ``output_dir`` / a fresh id shared by every worker of this run.
-
-    First :func:`~agent_memory.rollout.driver.preflight.preflight` checks the job in this process: a
-    bad config raises :class:`~agent_memory.config.ConfigError` before Ray starts and before
-    anything is written.
+    Starts Ray (or joins ``rollout.ray_address``) unless it is up, and shuts down only an
+    instance it started, unless ``keep_ray`` (a sweep reuses it). ``labels`` go into the summary
+    as they are (its ``memory`` names the memory config); string memory params get their
+    ``{output_dir}`` / ``{run_id}`` filled (:func:`bind_run_paths`).
 
     Raises:
-        ConfigError: a bad config (nothing written).
-        Exception: whatever stopped the run — after ``summary.json`` (status ``"failed"`` or
+        ConfigError: a bad config, found by ``preflight`` before Ray starts (nothing written).
+        Exception: whatever stopped the run, after ``summary.json`` (status ``"failed"`` or
             ``"interrupted"``) and every finished episode are written.
     """
     t0 = time.perf_counter()
@@ -116,19 +124,17 @@ def run_rollout(
             job.env.id, (labels or {}).get("memory", job.memory.strategy), job.policy.name, out,
         )  # fmt: skip
         try:
-            # One-off env set-up (e.g. TextWorld's games) in the driver, where it can show.
-            prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
-            started = init_ray(job.rollout.ray_address)
-            ray_seconds = time.perf_counter() - t0
-            collector = Collector(job, policy=checked.policy, on_step=on_step, run_id=run_id)
-            if job.rollout.progress:
-                from tqdm import tqdm
-
-                bar = tqdm(total=job.rollout.num_episodes, desc="episodes", unit="ep")
-            collector.run(
-                progress=(lambda t: bar.update(1)) if bar is not None else None,
-                on_episode=groups.add,
-            )
+            with sigterm_interrupts():
+                # One-off env set-up (e.g. TextWorld's games) in the driver, where it can show.
+                prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
+                started = init_ray(job.rollout.ray_address)
+                ray_seconds = time.perf_counter() - t0
+                collector = Collector(job, policy=checked.policy, on_step=on_step, run_id=run_id)
+                bar = progress_bar(job.rollout.progress, job.rollout.num_episodes, "episodes", "ep")
+                collector.run(
+                    progress=(lambda t: bar.update(1)) if bar is not None else None,
+                    on_episode=groups.add,
+                )
         except BaseException as e:
             status, error = run_status(e)
             raise
@@ -138,30 +144,91 @@ def run_rollout(
             summary = _summary(job, collector, labels, status, error)
             summary["ray_init_seconds"] = ray_seconds
             summary["wall_time_seconds"] = time.perf_counter() - t0
-            for group in groups.incomplete():
-                writer.add_group(group)
-            writer.close(summary)
-            if status == "ok":
-                per_episode = summary["episode_prompt_tokens"]
-                log.info(
-                    "rollout ok: %d episodes, success rate %.3f, %d env-steps, prompt tokens "
-                    "per episode mean %.0f / p95 %.0f / max %d (per step mean %.0f / max %d); "
-                    "outputs in %s",
-                    summary["episodes"], summary["success_rate"], summary["env_steps"],
-                    per_episode["mean"], per_episode["p95"], per_episode["max"],
-                    summary["mean_prompt_tokens"], summary["max_prompt_tokens"], out,
-                )  # fmt: skip
-            else:
-                log.error(
-                    "rollout %s after %d of %d episodes: %s; what finished is in %s",
-                    status, summary["episodes"], summary["episodes_planned"], first_line(error),
-                    out,
-                )  # fmt: skip
+            if status == "ok" and (verdict := failed_share(summary, job.rollout.failure_threshold)):
+                summary["status"], summary["error"] = "failed", verdict
+            close_error = _close(writer, groups, summary)
+            _log_end(summary, out)
             if policy is None:
                 checked.policy.close()
             if started and not keep_ray:
                 ray.shutdown()
+        if close_error is not None:  # the run itself went well: this is the first error
+            raise close_error
+        if summary["status"] == "failed":
+            raise RunFailed(summary["error"])
     return summary
+
+
+def failed_share(summary: dict[str, Any], threshold: float) -> str | None:
+    """Why a run that raised nothing is a failed run: its episodes, or its policy's requests,
+    failed at ``threshold``'s share or more (``rollout.failure_threshold``); None when not.
+
+    Example:
+        >>> failed_share({"episodes": 4, "errors": 4, "episodes_planned": 4}, 1.0)
+        '4 of 4 episodes failed (rollout.failure_threshold=1.0); each is in errors.jsonl'
+        >>> failed_share({"episodes": 4, "errors": 1, "episodes_planned": 4}, 1.0) is None
+        True
+    """
+    setting = f"rollout.failure_threshold={float(threshold)!r}"
+    planned = summary.get("episodes_planned", summary["episodes"])
+    if planned and summary["errors"] >= threshold * planned:
+        return (
+            f"{summary['errors']} of {planned} episodes failed ({setting}); each is in errors.jsonl"
+        )
+    stats = summary.get("policy_stats") or {}
+    prompts, failures = stats.get("prompts", 0), stats.get("failures", 0)
+    if prompts and failures >= threshold * prompts:
+        return (
+            f"{failures} of {prompts} policy requests failed ({setting}): see policy_stats "
+            "and rollout.log"
+        )
+    return None
+
+
+def _close(writer: RolloutWriter, groups: Groups, summary: dict[str, Any]) -> BaseException | None:
+    """Write the incomplete groups and close the writer. A write that fails (a full disk) does
+    not mask the run's own error: it is logged, becomes the run's error if it had none, and the
+    summary is still written (into the space the writer reserved for it). Returns that error."""
+    try:
+        for group in groups.incomplete():
+            writer.add_group(group)
+        writer.close(summary)
+        return None
+    except Exception as e:
+        log.error("writing the outputs failed: %s", first_line(describe_exception(e)))
+        if summary["status"] == "ok":
+            summary["status"], summary["error"] = "failed", describe_exception(e)
+        else:
+            summary["output_error"] = describe_exception(e)
+        try:
+            writer.write_summary(summary)
+        except OSError as again:
+            log.error("summary.json could not be written either: %s", again)
+        return e if summary.get("output_error") is None else None
+
+
+def _log_end(summary: dict[str, Any], out: Path) -> None:
+    """The run's last log line: its figures, or its status and error."""
+    if summary["status"] != "ok":
+        log.error(
+            "rollout %s after %d of %d episodes: %s; what finished is in %s",
+            summary["status"], summary["episodes"], summary["episodes_planned"],
+            first_line(summary.get("error")), out,
+        )  # fmt: skip
+        return
+    per_episode = summary["episode_prompt_tokens"]
+    failed = (
+        f"; {summary['errors']} of {summary['episodes']} episodes failed (errors.jsonl)"
+        if summary["errors"]
+        else ""
+    )
+    (log.warning if failed else log.info)(
+        "rollout ok: %d episodes, success rate %.3f, %d env-steps, prompt tokens per episode "
+        "mean %.0f / p95 %.0f / max %d (per step mean %.0f / max %d)%s; outputs in %s",
+        summary["episodes"], summary["success_rate"], summary["env_steps"], per_episode["mean"],
+        per_episode["p95"], per_episode["max"], summary["mean_prompt_tokens"],
+        summary["max_prompt_tokens"], failed, out,
+    )  # fmt: skip
 
 
 def _summary(

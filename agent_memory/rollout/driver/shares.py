@@ -1,8 +1,7 @@
-"""How the asynchronous engine splits a server client's ``concurrency`` among its workers.
+"""How the engine splits a server client's ``concurrency`` among its workers.
 
-An even split wastes the server's capacity whenever the workers' live envs are uneven (the end
-of a run, a restarted worker), so the driver re-splits the total max-min fairly by those counts
-(:func:`fair_shares`) whenever they change.
+An even split wastes the server's capacity when the workers' live envs are uneven (the end of a
+run, a restarted worker), so the driver re-splits it max-min fairly by those counts.
 
 Example:
     >>> fair_shares(32, {0: 128, 1: 128})  # both busy: the even split
@@ -20,13 +19,10 @@ __all__ = ["fair_shares"]
 
 
 def fair_shares(total: int, demands: Mapping[int, int]) -> dict[int, int]:
-    """Split ``total`` slots among workers with ``demands`` (their live envs): each gets at
-    most its demand while the others want more (max-min fair), at least 1, and what nobody
-    wants goes to the smallest shares (so a worker given new episodes before the next split
-    has slots).
+    """Split ``total`` slots among workers with ``demands`` (their live envs), max-min fair.
 
-    The shares sum to ``total`` (to the number of workers when ``total`` is smaller: every
-    worker keeps one slot).
+    Each gets at most its demand while others want more, at least 1; what nobody wants goes to
+    the smallest shares. The shares sum to ``total`` (or to the number of workers, if larger).
 
     Example:
         >>> fair_shares(32, {0: 20, 1: 15})

@@ -1,13 +1,15 @@
 """``RolloutWriter``: a run's files, written as its episodes finish, so no run loses what it did.
 
 ``trajectories.jsonl`` (and ``episodes.jsonl`` with ``rollout.layout=episode``) get each group's
-rows as the driver hands it over; Parquet (with the explicit :func:`row_schema`) and an
-atomically replaced ``summary.json`` come at close. Every value is made safe first
+rows as the driver hands it over, whole lines only, and ``errors.jsonl`` one line per failed
+episode; Parquet (with the explicit :func:`row_schema`) and ``summary.json`` (there, as
+``"running"``, from the start) come at close. Every value is made safe first
 (:mod:`agent_memory.rollout.jsonsafe`). The files and columns: docs/output-schema.md.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -24,6 +26,10 @@ from agent_memory.rollout.types import Trajectory
 log = logging.getLogger(__name__)
 
 __all__ = ["EPISODE_COLUMNS", "ROW_COLUMNS", "RolloutWriter", "readable", "row_schema"]
+
+#: Bytes ``summary.json`` holds from a run's start (a final summary up to this size is written
+#: even on a full disk).
+SUMMARY_RESERVE = 64 * 1024
 
 #: The columns of a step row, their Arrow types (as ``pyarrow`` type factory names, with list
 #: item types after ``list:``) and what they hold.
@@ -151,62 +157,96 @@ class RolloutWriter:
             self.paths["episodes_jsonl"] = self.out / "episodes.jsonl"
             if job.rollout.save_parquet:
                 self.paths["episodes_parquet"] = self.out / "episodes.parquet"
-        self._jsonl = self.paths["jsonl"].open("w", encoding="utf-8")
-        self._episodes_jsonl = (
-            self.paths["episodes_jsonl"].open("w", encoding="utf-8") if self.episodes else None
-        )
+        self.paths["errors"] = self.out / "errors.jsonl"
+        # Raw files, each write whole lines or none: a write that fails (a full disk) is cut
+        # back to the last whole line, never left torn.
+        self._files: dict[str, Any] = {
+            key: self.paths[key].open("wb", buffering=0)
+            for key in ("jsonl", "episodes_jsonl", "errors")
+            if key in self.paths
+        }
         self._rows: list[dict[str, Any]] = []
         self._episode_rows: list[dict[str, Any]] = []
         # Episodes with step rows but no episode sample (e.g. a prompt the policy cut to fit
         # its model's context no longer extends the previous turn): one entry each.
         self.layout_errors: list[dict[str, str]] = []
         self.counts: dict[str, int] = {}
+        # summary.json exists from the start ("running") with room for the final one, so that
+        # a full disk at the end still gets it written (in place).
+        self.write_summary({"status": "running"}, pad=SUMMARY_RESERVE)
 
     def add_group(self, group: Sequence[Trajectory]) -> None:
         """A group's rows (advantages computed, or null for an incomplete group at the end)."""
-        self._write(group)
+        ordered = sorted(group, key=lambda t: t.spec.member)
+        rows = [jsonable(row, self.counts) for row in step_rows(ordered)]
+        self._append("jsonl", rows)
+        self._rows.extend(rows)
+        self._append("errors", [_error_line(t) for t in ordered if t.error is not None])
+        if "episodes_jsonl" not in self._files:
+            return
+        samples = []
+        for t in ordered:
+            if t.error is not None and not t.steps:
+                continue  # never started: nothing to train on (errors.jsonl names it)
+            try:
+                samples.append(jsonable(episode_sample(t).row()))
+            except LayoutError as e:  # this episode's problem: the run goes on
+                log.warning("no episode sample for %s: %s", t.spec.traj_uid, e)
+                self.layout_errors.append({"traj_uid": t.spec.traj_uid, "error": str(e)})
+        self._append("episodes_jsonl", samples)
+        self._episode_rows.extend(samples)
 
     def close(self, summary: dict[str, Any]) -> dict[str, Path]:
-        """Write Parquet and ``summary.json``.
-
-        Returns the paths written (also put in ``summary["outputs"]``).
-        """
-        self._jsonl.close()
-        if self._episodes_jsonl is not None:
-            self._episodes_jsonl.close()
+        """Write Parquet and ``summary.json``; returns the paths written (also in
+        ``summary["outputs"]``)."""
+        for f in self._files.values():
+            f.close()
         if "parquet" in self.paths:
             self._write_parquet(self._rows, ROW_COLUMNS, self.paths["parquet"])
         if "episodes_parquet" in self.paths:
             self._write_parquet(self._episode_rows, EPISODE_COLUMNS, self.paths["episodes_parquet"])
+        self.write_summary(summary)
+        return dict(self.paths)
+
+    def write_summary(self, summary: dict[str, Any], pad: int = 0) -> None:
+        """Write ``summary.json`` (atomically replaced; padded with spaces to ``pad`` bytes).
+        Where the disk has no room for a new file, it overwrites the reserved one in place."""
         if self.episodes:
             summary["episode_layout_errors"] = self.layout_errors
         summary["outputs"] = {k: str(v) for k, v in self.paths.items()}
-        tmp = self.paths["summary"].with_name("summary.json.tmp")
         text = json.dumps(readable(jsonable(summary)), indent=2, ensure_ascii=False) + "\n"
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, self.paths["summary"])
-        return dict(self.paths)
+        data = text.encode("utf-8").ljust(pad)
+        path = self.paths["summary"]
+        tmp = path.with_name("summary.json.tmp")
+        try:
+            tmp.write_bytes(data)
+            os.replace(tmp, path)
+        except OSError as e:
+            tmp.unlink(missing_ok=True)
+            if not path.exists() or path.stat().st_size < len(data):
+                raise
+            log.warning("summary.json: %s; written over the reserved file", e)
+            with path.open("r+b") as f:
+                f.write(data)
+                f.truncate()
 
-    def _write(self, trajs: Sequence[Trajectory]) -> None:
-        ordered = sorted(trajs, key=lambda t: t.spec.member)
-        for row in step_rows(ordered):
-            safe = jsonable(row, self.counts)
-            self._jsonl.write(json.dumps(safe, ensure_ascii=False) + "\n")
-            self._rows.append(safe)
-        self._jsonl.flush()
-        if self._episodes_jsonl is not None:
-            for t in ordered:
-                if t.error is not None and not t.steps:
-                    continue  # never started: nothing to train on (the summary lists it)
-                try:
-                    row = jsonable(episode_sample(t).row())
-                except LayoutError as e:  # this episode's problem: the run goes on
-                    log.warning("no episode sample for %s: %s", t.spec.traj_uid, e)
-                    self.layout_errors.append({"traj_uid": t.spec.traj_uid, "error": str(e)})
-                    continue
-                self._episodes_jsonl.write(json.dumps(row, ensure_ascii=False) + "\n")
-                self._episode_rows.append(row)
-            self._episodes_jsonl.flush()
+    def _append(self, key: str, rows: Sequence[dict[str, Any]]) -> None:
+        """``rows`` as whole JSON lines at the end of file ``key``; on a failed write the file
+        is cut back to where it was (then the error is raised)."""
+        if not rows:
+            return
+        f = self._files[key]
+        data = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+        start = f.tell()
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[f.write(view) or 0 :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                f.truncate(start)
+                f.seek(start)
+            raise
 
     @staticmethod
     def _write_parquet(
@@ -220,6 +260,15 @@ class RolloutWriter:
             for r in rows
         ]
         pq.write_table(pa.Table.from_pylist(flat, schema=row_schema(columns)), path)
+
+
+def _error_line(t: Trajectory) -> dict[str, Any]:
+    """A failed episode's line of ``errors.jsonl``."""
+    spec = t.spec
+    return {
+        "traj_uid": spec.traj_uid, "group_uid": spec.group_uid, "seed": spec.seed,
+        "steps": len(t.steps), "attempts": t.attempts, "error": t.error,
+    }  # fmt: skip
 
 
 def _text(value: Any) -> str | None:

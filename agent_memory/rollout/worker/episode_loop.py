@@ -1,32 +1,9 @@
 """``EpisodeLoop``: a rollout worker playing its episodes on its own (the asynchronous engine).
 
-The lockstep engine steps every live env together, once per policy call. Here each env moves as
-soon as its own answer is back: the worker keeps one request in flight per live env, waits for
-the first answers to arrive, steps exactly those envs (one masked vector step: a micro-batch of
-whatever arrived), and sends each env's next request at once. A finished episode goes to the
-driver within ``rollout.report_interval_s``, with whatever else ended meanwhile (a streamed
-:class:`~agent_memory.rollout.messages.EpisodeBatch` of
-:class:`~agent_memory.rollout.messages.FinishedEpisode`). The
-driver hands an env its next episode ahead of time (an assignment for a busy env waits in that
-env's queue), so a freed env starts it at once, in the same pass, without a round trip to the
-driver — no env waits for another env's generation, nor for the driver, and the server never
-waits for a barrier.
-
-Who answers (:attr:`~agent_memory.policies.Policy.runs_in`):
-
-* a policy that runs beside the envs (``random``, ``scripted``, ``prompt_oracle``): called here,
-  in one batch for every env waiting — no round trip to the driver;
-* a client of a server (``openai``): each env's request goes out on its own, up to the client's
-  share of ``concurrency``;
-* a local model: a :class:`~agent_memory.rollout.worker.service.PolicyService` actor, which batches
-  the
-  concurrent requests of every worker.
-
-Every request carries the episode's ``traj_uid`` and ``step`` (per-request seeds make the
-answers independent of arrival order), and every answer its ``policy_version``: an episode that
-spans a weight update keeps its steps, each with the version that answered it (the trainer
-decides what a stale step is worth: ``rollout.max_policy_lag``). An answer for an episode that
-has ended (its env failed meanwhile) is dropped, never applied to another episode.
+Each env moves as soon as its own answer is back: one request in flight per live env, one masked
+vector step for whichever answers arrived, finished episodes streamed to the driver, and queued
+assignments started without a round trip (docs/rollouts.md, "The engine"). An answer for an
+episode that has ended meanwhile is dropped, never applied to another episode.
 """
 
 from __future__ import annotations
@@ -49,34 +26,28 @@ __all__ = ["EpisodeLoop", "PolicyFailed", "answers_inline"]
 
 
 class PolicyFailed(RuntimeError):
-    """The policy raised while answering (e.g. its server never answered): the run fails with
-    this message, as it does in the lockstep engine.
+    """The policy raised while answering (e.g. its server never answered): the run fails.
 
     Attributes:
-        error: the policy's own exception when it can cross processes (the driver raises it, so
-            a caller catches the same type in either engine), else None.
+        error: the policy's own exception when it can cross processes (the driver raises it),
+            else None.
     """
 
     def __init__(self, message: str, error: BaseException | None = None) -> None:
         super().__init__(message)
-        self.error = error if _picklable(error) else None
+        try:
+            pickle.dumps(error)
+        except Exception:  # it cannot cross processes
+            error = None
+        self.error = error
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PolicyFailed, (str(self), self.error))
 
 
-def _picklable(error: BaseException | None) -> bool:
-    try:
-        pickle.dumps(error)
-    except Exception:
-        return False
-    return True
-
-
 def answers_inline(policy: Any) -> bool:
-    """Whether :class:`EpisodeLoop` calls ``policy`` right beside the envs, one batch per pass
-    (a policy object without ``agenerate``: ``random``, ``scripted``), rather than awaiting
-    its requests (a server's client, a policy service's handle).
+    """Whether :class:`EpisodeLoop` calls ``policy`` beside the envs, one batch per pass
+    (``random``, ``scripted``), rather than awaiting its requests (a client, a service handle).
 
     Example:
         >>> from agent_memory.policies import make_policy
@@ -99,14 +70,12 @@ class EpisodeLoop:
 
     Args:
         worker: the rollout worker (its ``reset_envs`` and ``step``).
-        policy: a :class:`~agent_memory.policies.Policy` that runs in the worker, or a Ray
-            handle of a policy service (an object with ``generate.remote``).
+        policy: a :class:`~agent_memory.policies.Policy` that runs in the worker, or a policy
+            service's Ray handle.
         max_response_chars: the rows' cap on raw responses.
-        report_interval_s: the longest finished episodes wait to be sent together (see
-            :meth:`run`).
-        lockstep: ``rollout.mode=lockstep``: a barrier — every live env's answer is in before
-            the envs step, together, and a policy service gets all of them in one request,
-            answered as a batch of its own.
+        report_interval_s: the longest finished episodes wait to be sent together.
+        lockstep: ``rollout.mode=lockstep``: the live envs step together once all answers are
+            in (a policy service gets them in one request, answered as a batch of its own).
     """
 
     def __init__(
@@ -153,9 +122,8 @@ class EpisodeLoop:
         self.wake.set()
 
     def drain(self) -> None:
-        """Nothing waits at the driver to be given out (all its episodes are assigned): an env
-        with nothing left to play is no reason to report at once any more (see :meth:`run`).
-        A hint about timing only: what is assigned later (re-runs) is played all the same."""
+        """Nothing waits at the driver to be given out: an env with nothing left to play is no
+        reason to report at once any more (a timing hint: later assignments are played)."""
         self.drained = True
 
     def finish(self) -> None:
@@ -170,15 +138,10 @@ class EpisodeLoop:
         """Play ``assignments`` and whatever :meth:`assign` adds; yield the episodes that have
         ended since the last yield (one message to the driver for all of them).
 
-        The envs do not wait for the messages: the episodes are played by a task of their own,
-        and whoever consumes this generator (Ray's streaming call, which takes milliseconds to
-        ship each message) takes whatever has ended meanwhile. A message waits up to
-        ``report_interval_s`` after its first episode ended, for more to join it (every message
-        costs both processes CPU: with the random policy and 2 workers, a message per pass cost
-        13% more CPU per env-step), unless an env has nothing left to play (the driver
-        must hear now to feed it: with an episode queued on every busy env, the others keep
-        playing meanwhile; not after :meth:`drain`: the driver has nothing to give), no env is
-        playing (nothing else will end to join it) or :meth:`finish` was called.
+        The episodes are played by a task of their own. A message waits up to
+        ``report_interval_s`` after its first episode ended, for more to join it (each message
+        costs both processes CPU), unless an env has nothing left to play (before :meth:`drain`),
+        no env is playing, or :meth:`finish` was called.
 
         Raises:
             PolicyFailed: the policy raised.
@@ -315,16 +278,15 @@ class EpisodeLoop:
                 self.live[env].request = fut
                 self.answered.append((env, fut))
             return
-        if self.lockstep and self._remote:  # one request, answered as a batch of its own
+        if self._remote:
+            # One Ray call for every waiting env: a call per env costs more than a small
+            # model's forward. Lockstep's is a batch of its own; async's may join others'.
             batch = loop.create_task(self._batch(prompts, metas))
-            for k, env in enumerate(waiting):
-                task = loop.create_task(self._nth(batch, k))
-                task.add_done_callback(partial(self._on_answer, env))
-                self.live[env].request = task
-            self.in_flight += len(waiting)
-            return
-        for env, prompt, meta in zip(waiting, prompts, metas, strict=True):
-            task = loop.create_task(self._one(prompt, meta))
+            calls = [self._nth(batch, k) for k in range(len(waiting))]
+        else:
+            calls = [self._one(p, m) for p, m in zip(prompts, metas, strict=True)]
+        for env, call in zip(waiting, calls, strict=True):
+            task = loop.create_task(call)
             task.add_done_callback(partial(self._on_answer, env))
             self.live[env].request = task
         self.in_flight += len(waiting)
@@ -335,15 +297,12 @@ class EpisodeLoop:
         self.wake.set()
 
     async def _one(self, prompt: Any, meta: dict[str, Any]) -> Generation:
-        if self._remote:
-            out = await self.policy.generate.remote([prompt], [meta])
-        else:
-            out = await self.policy.agenerate([prompt], [meta])
-        return out[0]
+        return (await self.policy.agenerate([prompt], [meta]))[0]
 
     async def _batch(self, prompts: list[Any], metas: list[dict[str, Any]]) -> list[Generation]:
-        """One request for every waiting env, answered as a batch of its own (lockstep)."""
-        return await self.policy.generate.remote(prompts, metas, True)
+        """One request to the policy service for every waiting env (lockstep: answered as a
+        batch of its own)."""
+        return await self.policy.generate.remote(prompts, metas, self.lockstep)
 
     @staticmethod
     async def _nth(batch: asyncio.Future[list[Generation]], k: int) -> Generation:

@@ -1,12 +1,10 @@
 """``PolicyService``: one policy (a local model) serving every rollout worker, batched.
 
-In the asynchronous engine each env asks for its next response as soon as its own step is done;
-a local model (``hf``, a policy being trained) would get a stream of single prompts from many
-workers. The service is a Ray actor holding the one copy of the model: concurrent requests are
-batched dynamically (:class:`~agent_memory.policies.batching.BatchingPolicy`: up to
-``max_batch_size`` prompts, waiting at most ``max_wait_ms`` for a batch to fill), so the model
-still runs full batches. A trainer sends it new weights with :meth:`PolicyService.set_weights`;
-each answer carries the version that produced it.
+A Ray actor holding the one copy of the model: each worker sends one request for the envs whose
+answers it awaits, and requests from many workers are batched dynamically
+(:class:`~agent_memory.policies.batching.BatchingPolicy`), so the model still runs full batches.
+A trainer sends new weights with :meth:`PolicyService.set_weights`; each answer carries the
+version that produced it.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Which env a worker process was inside when it died, and a time limit on every env call.
 
-A rollout worker runs many sub-envs in one process, so when the process dies (``os._exit`` in a
-simulator, a segfault, the OOM killer, a kill) every episode on it is interrupted — but usually
-one env did it. :class:`CallMarks` tells which: each sub-env is wrapped in :class:`MarkCalls`,
-which writes ``"<phase> <start time>"`` into the env's own small file before ``reset``/``step``
-and blanks it when the call returns or raises; the worker also writes which episode each env
-plays (:meth:`CallMarks.playing`, the file's second field). A mark that is still there after the
-process died names the env that took it down, and its episode; the worker's next incarnation
-reads the marks (:meth:`CallMarks.collect`) and the driver charges only that episode an attempt.
-
-:class:`CallWatchdog` enforces ``rollout.step_timeout_s``: a daemon thread of the worker process
-reads the marks every ``interval`` seconds; a call older than the limit is re-marked as a timeout
-and the process ends itself (after killing the sub-env processes of an async vector env). A call
-stuck in C code cannot be interrupted any other way; Ray then restarts the worker and the driver
-ends that episode with the timeout.
-
-The files live on the worker's machine (``tempfile.gettempdir()``), one directory per run and
-worker. Each process maps the files it writes (``mmap``, shared): a mark is a 64-byte store into
-the page cache, no system call (so the env step never gives up the GIL for it), and it outlives
-a process that dies, as a written file does.
+A dying worker (``os._exit``, a segfault, the OOM killer) interrupts all its episodes, but one env
+usually did it: :class:`MarkCalls` marks each sub-env's ``reset``/``step`` (and its episode) in a
+memory-mapped file shared by the worker's processes, so the next incarnation reads which env and
+episode were inside a call (:meth:`CallMarks.collect`) and only that episode is charged.
+:class:`CallWatchdog` enforces ``rollout.step_timeout_s``: a call stuck in C code cannot be
+interrupted, so the process re-marks it as a timeout and ends itself (Ray restarts it).
 
 Example:
     >>> import tempfile
@@ -34,8 +21,10 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import mmap
 import os
+import re
 import shutil
 import signal
 import threading
@@ -50,8 +39,11 @@ from agent_memory.rollout.messages import CrashReport
 
 __all__ = ["CallMarks", "CallWatchdog", "MarkCalls"]
 
-_SIZE = 64
+_SIZE = 64  # bytes of a field
+_SLOT = 2 * _SIZE  # an env's slot in the file: its mark, then its episode
 _BLANK = b" " * _SIZE
+_FILE = "marks"
+_NONBLANK = re.compile(rb"[^ \x00]")  # bytes no process wrote are zeros: blank too
 Phase = Literal["reset", "step"]
 
 
@@ -60,98 +52,135 @@ def _encode(*fields: object) -> bytes:
 
 
 class CallMarks:
-    """The mark files of one worker's ``num_envs`` sub-envs, under ``root``.
+    """The marks of one worker's ``num_envs`` sub-envs, in one file under ``root``.
 
-    A mark is ``"<phase> <start>"`` while a call runs, ``"timeout <phase> <start> <seconds>"``
-    once the watchdog gave up on it, and blank otherwise; the second field of the file is the
-    episode the env plays. Instances are cheap and picklable: each process (the worker, or an
-    async vector env's sub-env process) maps the files it writes.
+    Env ``i`` owns bytes ``[128 i, 128 i + 128)``: its mark (``"<phase> <start>"`` during a call,
+    ``"timeout <phase> <start> <seconds>"`` once the watchdog gave up on it, else blank), then its
+    episode. Each process maps the file once, shared: one file handle however many envs, a mark
+    is a store into memory (no system call), and it outlives a process that dies. Picklable.
     """
 
     def __init__(self, root: str | os.PathLike[str], num_envs: int) -> None:
         self.root = str(root)
         self.num_envs = num_envs
-        self._maps: dict[int, mmap.mmap] = {}
+        self._setup()
+
+    def _setup(self) -> None:
+        self._m: mmap.mmap  # the current map (set once _end > 0)
+        self._end = 0  # bytes of the file it maps (whole slots)
+        self._maps: list[mmap.mmap] = []  # every map made (a reader may hold an outgrown one)
+        self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"root": self.root, "num_envs": self.num_envs, "_maps": {}}
+        return {"root": self.root, "num_envs": self.num_envs}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._setup()
 
     def _map(self, env: int) -> mmap.mmap:
-        m = self._maps.get(env)
-        if m is None:
+        """The map, made or grown to hold env ``env``'s slot (not on the path of a step)."""
+        with self._lock:
+            if (env + 1) * _SLOT <= self._end:  # another thread grew it
+                return self._m
+            need = max(env + 1, self.num_envs, 2 * self._end // _SLOT) * _SLOT
             Path(self.root).mkdir(parents=True, exist_ok=True)
-            fd = os.open(os.path.join(self.root, f"env-{env}"), os.O_RDWR | os.O_CREAT, 0o600)
+            fd = os.open(os.path.join(self.root, _FILE), os.O_RDWR | os.O_CREAT, 0o600)
             try:
-                size = os.fstat(fd).st_size
-                if size < 2 * _SIZE:  # a new file: blank fields (a map needs the bytes)
-                    os.pwrite(fd, b" " * (2 * _SIZE - size), size)
-                m = mmap.mmap(fd, 2 * _SIZE)
+                fcntl.flock(fd, fcntl.LOCK_EX)  # grown by one process at a time, never shrunk
+                try:
+                    size = os.fstat(fd).st_size
+                    if size < need:
+                        try:  # zeros, with their disk blocks (no SIGBUS on a full disk)
+                            os.posix_fallocate(fd, size, need - size)
+                        except (AttributeError, OSError):
+                            os.ftruncate(fd, need)
+                        size = need
+                finally:  # before the map: its copy of the descriptor would keep the lock
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                m = mmap.mmap(fd, size - size % _SLOT)
             finally:
                 os.close(fd)  # the map keeps the file
-            self._maps[env] = m
-        return m
+            self._maps.append(m)
+            self._m = m  # (before _end: a reader that sees the new end finds the new map)
+            self._end = len(m)
+            return m
 
     def start(self, env: int, phase: Phase) -> None:
         """Env ``env`` enters ``phase``."""
-        # (Written on every env call: one format, no generic encoding.)
-        self._map(env)[:_SIZE] = f"{phase} {time.time():.6f}".encode().ljust(_SIZE)
+        # Written on every env call: one format, no generic encoding, no function call.
+        o = env * _SLOT
+        m = self._m if o < self._end else self._map(env)
+        m[o : o + _SIZE] = f"{phase} {time.time():.6f}".encode().ljust(_SIZE)
 
     def end(self, env: int) -> None:
         """Env ``env``'s call returned (or raised)."""
-        self._map(env)[:_SIZE] = _BLANK
+        o = env * _SLOT
+        m = self._m if o < self._end else self._map(env)
+        m[o : o + _SIZE] = _BLANK
 
     def playing(self, env: int, traj_uid: str) -> None:
         """Env ``env`` starts episode ``traj_uid`` (written before its reset; a uid longer
         than the field is not written: the report then names no episode)."""
         tag = traj_uid.encode()
-        self._map(env)[_SIZE:] = tag.ljust(_SIZE) if len(tag) <= _SIZE else _BLANK
+        self._write(env, 1, tag.ljust(_SIZE) if len(tag) <= _SIZE else _BLANK)
 
     def episode(self, env: int) -> str | None:
         """The episode env ``env`` was last said to play (None when none was)."""
         return self._field(env, 1).strip() or None
 
     def read(self, env: int) -> list[str]:
-        """The fields of env ``env``'s mark ([] when blank or absent)."""
+        """The fields of env ``env``'s mark ([] when blank)."""
         return self._field(env, 0).split()
 
+    def _write(self, env: int, k: int, data: bytes) -> None:
+        o = env * _SLOT + k * _SIZE
+        m = self._m if o < self._end else self._map(env)
+        m[o : o + _SIZE] = data
+
     def _field(self, env: int, k: int) -> str:
-        """Field ``k`` of env ``env``'s file as text, read from disk ("" when absent): what a
-        process that died left there, too."""
-        try:
-            with open(os.path.join(self.root, f"env-{env}"), "rb") as f:
-                f.seek(k * _SIZE)
-                return f.read(_SIZE).decode(errors="replace")
-        except FileNotFoundError:
-            return ""
+        """Field ``k`` of env ``env``'s slot as text (what any process wrote, a dead one too)."""
+        o = env * _SLOT + k * _SIZE
+        m = self._m if o < self._end else self._map(env)
+        return m[o : o + _SIZE].replace(b"\0", b" ").decode(errors="replace")
+
+    def running(self) -> list[tuple[int, list[str]]]:
+        """``(env, fields)`` of every env whose mark is not blank, in order (what :meth:`read`
+        gives; found by a scan of one byte per env)."""
+        if self.num_envs <= 0:
+            return []
+        end = self.num_envs * _SLOT
+        m = self._m if end <= self._end else self._map(self.num_envs - 1)
+        hits = _NONBLANK.finditer(m[0:end:_SLOT])  # the first byte of each mark
+        return [(hit.start(), self.read(hit.start())) for hit in hits]
 
     def give_up(self, env: int, fields: list[str]) -> None:
         """Re-mark env ``env``'s running call (``fields``, as read) as timed out."""
         phase, start = fields[0], float(fields[1])
-        self._map(env)[:_SIZE] = _encode("timeout", phase, start, f"{time.time() - start:.3f}")
+        self._write(env, 0, _encode("timeout", phase, start, f"{time.time() - start:.3f}"))
 
     def collect(self) -> tuple[CrashReport, ...]:
         """The calls a dead process left unfinished (then blanks every mark)."""
         reports = []
-        for env in range(self.num_envs):
-            fields = self.read(env)
+        for env, fields in self.running():
             with contextlib.suppress(ValueError, IndexError):
-                if fields and fields[0] == "timeout":
-                    reports.append(
-                        CrashReport(env, fields[1], "timeout", float(fields[3]), self.episode(env))  # type: ignore[arg-type]
-                    )
-                elif fields:
+                if fields[0] == "timeout":
+                    phase, reason, seconds = fields[1], "timeout", float(fields[3])
+                else:
                     seconds = round(time.time() - float(fields[1]), 3)
-                    reports.append(CrashReport(env, fields[0], "died", seconds, self.episode(env)))  # type: ignore[arg-type]
-            if fields:
-                self.end(env)
+                    phase, reason = fields[0], "died"
+                reports.append(CrashReport(env, phase, reason, seconds, self.episode(env)))  # type: ignore[arg-type]
+            self.end(env)
         return tuple(reports)
 
     def close(self, remove: bool = False) -> None:
-        """Close the open files; ``remove`` deletes the directory."""
-        for m in self._maps.values():
-            with contextlib.suppress(OSError, ValueError):
-                m.close()
-        self._maps.clear()
+        """Unmap the file; ``remove`` deletes the directory."""
+        with self._lock:
+            for m in self._maps:
+                with contextlib.suppress(OSError, ValueError, BufferError):
+                    m.close()
+            self._maps.clear()
+            self._end = 0
         if remove:
             shutil.rmtree(self.root, ignore_errors=True)
 
@@ -207,21 +236,27 @@ class CallWatchdog:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            now = time.time()
-            for env in range(self.marks.num_envs):
-                fields = self.marks.read(env)
-                if len(fields) != 2:
-                    continue
-                try:
-                    late = now - float(fields[1]) > self.limit_s
-                except ValueError:
-                    continue
-                if late and self.marks.read(env) == fields:  # still the same call
-                    self.marks.give_up(env, fields)
-                    if self.before_exit is not None:
-                        with contextlib.suppress(Exception):
-                            self.before_exit()
-                    os._exit(70)  # EX_SOFTWARE: Ray restarts the worker
+            try:
+                self._check()
+            except (ValueError, OSError):  # the marks were closed under the last check
+                if not self._stop.is_set():
+                    raise
+
+    def _check(self) -> None:
+        now = time.time()
+        for env, fields in self.marks.running():
+            if len(fields) != 2:
+                continue
+            try:
+                late = now - float(fields[1]) > self.limit_s
+            except ValueError:
+                continue
+            if late and self.marks.read(env) == fields:  # still the same call
+                self.marks.give_up(env, fields)
+                if self.before_exit is not None:
+                    with contextlib.suppress(Exception):
+                        self.before_exit()
+                os._exit(70)  # EX_SOFTWARE: Ray restarts the worker
 
     def stop(self) -> None:
         """Stop checking (the worker is closing)."""

@@ -1,30 +1,10 @@
 """``RolloutWorker``: one Ray actor owning one wrapped vector env that holds many sub-envs.
 
-The driver (:mod:`agent_memory.rollout.driver.collector`) decides which episode each sub-env plays
-and
-when; the worker only executes: ``reset_envs`` starts episodes (each with its group's seed, via a
-partial reset), ``step`` applies responses and reports what happened to every live env. Every
-message is one of the typed dataclasses of :mod:`agent_memory.protocol`.
-
-The vector env runs with ``autoreset_mode=DISABLED``: nothing restarts behind the driver's back,
-so every episode starts from the seed it was given (group members share a start state) and a
-finished env stays idle — no generation is spent on it. A sub-env with nothing to play is parked:
-its wrapper answers resets and steps itself, without touching the env (a parked Code env spawns
-no sandbox, a parked TextWorld env loads no game).
-
-Failures stay as small as they can:
-
-* an exception inside a sub-env (``sys.exit`` included) ends only its episode
-  (:class:`~agent_memory.wrappers.errors.CatchErrors`), and that slot's next episode gets a
-  freshly built env;
-* an exception in the worker's own step (e.g. its memory's database stayed locked past its
-  retries) ends the episodes of that call, not the run;
-* a sub-env that kills the process is named by its call mark when the worker comes back
-  (:mod:`agent_memory.rollout.worker.watchdog`), and a call that runs past
-  ``rollout.step_timeout_s``
-  ends the process on purpose — Ray restarts the worker either way;
-* the constructor never raises: its error is reported by :meth:`RolloutWorker.status`, so a
-  deterministic set-up failure is not restarted ``max_restarts`` times.
+The driver decides which episode each sub-env plays and when; the worker executes: ``reset_envs``
+starts episodes (partial resets, each with its group's seed), ``step`` applies responses,
+:meth:`RolloutWorker.run` plays on its own. Failures stay as small as they can
+(docs/failures.md); the constructor never raises: :meth:`RolloutWorker.status` reports its error,
+so a deterministic set-up failure is not restarted ``max_restarts`` times.
 """
 
 from __future__ import annotations
@@ -123,12 +103,9 @@ class RolloutWorker:
         index: this worker's number (for reports).
         job: the validated job config.
         num_envs: sub-envs in this worker's vector env.
-        meta_fields: per-env fields the policy needs besides the prompt
-            (``admissible_actions``, ``oracle_action``, ``task``, ``raw_obs``).
-        marks_root: directory of this worker's call marks (see
-            :mod:`~agent_memory.rollout.worker.watchdog`); None: no marks, no step time limit.
-        policy: what the worker answers with itself in the asynchronous engine (None: the
-            driver calls the policy, lockstep).
+        meta_fields: per-env fields the policy needs besides the prompt (``Policy.needs``).
+        marks_root: directory of this worker's call marks; None: no marks, no step time limit.
+        policy: what the worker answers with itself (None: until :meth:`set_policy`).
     """
 
     def __init__(
@@ -179,10 +156,8 @@ class RolloutWorker:
 
     def set_policy(self, policy: Any) -> WorkerStatus:
         """Answer with ``policy`` from now on (as the constructor's ``policy``); returns
-        :meth:`status`. The driver's pool sends the policy this way after the constructor, and
-        again after each restart: a restartable actor's constructor argument must not live in
-        Ray's object store (Ray logs a ``core_worker.cc`` error line for one), and a client
-        policy with its tokenizer, or a policy service's actor handle, does."""
+        :meth:`status`. The pool sends it after the constructor and after each restart: a
+        restartable actor's constructor argument must not live in Ray's object store."""
         self.policy = policy
         if self.init_error is None and isinstance(policy, Policy):
             try:
@@ -198,13 +173,9 @@ class RolloutWorker:
     def reset_envs(
         self, assignments: Sequence[EpisodeAssignment], park: Sequence[int] = ()
     ) -> list[ResetResult]:
-        """Start the assigned episodes; the envs in ``park`` have nothing to play (they are not
-        reset, and no step touches them until they get an episode).
-
-        Returns each assigned env's first prompt, or the error its reset raised. If the reset
-        call itself fails (e.g. the memory cannot start the episodes), every assignment of the
-        call gets that error.
-        """
+        """Start the assigned episodes; the envs in ``park`` have nothing to play (untouched
+        until they get an episode). Returns each assigned env's first prompt, or the error its
+        reset raised (every assignment's, when the reset call itself fails)."""
         self._check_ready()
         self.live[list(park)] = False
         if not assignments:
@@ -247,7 +218,11 @@ class RolloutWorker:
         if unknown:
             raise ValueError(f"worker {self.index}: env(s) {unknown} have no running episode")
         stepped = sorted(responses)
-        actions = [responses.get(i) for i in range(self.num_envs)]
+        # Only the stepped envs are touched here (and in the wrapper): a step's cost follows
+        # the envs that act, not the worker's num_envs.
+        actions: list[Any] = [None] * self.num_envs
+        for i in stepped:
+            actions[i] = responses[i]
         acting = np.zeros(self.num_envs, dtype=bool)
         acting[stepped] = True
         try:
@@ -300,14 +275,16 @@ class RolloutWorker:
         policy_version: int | None = None,
         stream: int = 0,
     ) -> AsyncIterator[EpisodeBatch]:
-        """Play ``assignments`` (and what :meth:`assign` adds) on their own, with the worker's
-        policy, yielding the episodes that have ended, packed (a Ray streaming call; see
-        :mod:`agent_memory.rollout.worker.episode_loop` and :class:`EpisodeBatch`). Ends after
-        :meth:`finish`, once its episodes have. ``policy_version``: the version the worker's
-        own policy answers with from now on (the driver's, after a weight update; a restarted
-        worker starts from its first). ``stream``: this call's number, which :meth:`assign`
-        and :meth:`finish` name (Ray may start an async actor's calls out of order: a call for
-        a stream that has not started yet waits for it)."""
+        """Play ``assignments`` (and what :meth:`assign` adds) with the worker's policy, yielding
+        the ended episodes packed (a Ray streaming call; see :class:`EpisodeLoop`); ends after
+        :meth:`finish`, once its episodes have.
+
+        Args:
+            assignments: the first episodes to play.
+            policy_version: the version the worker's own policy answers with from now on.
+            stream: this call's number, which :meth:`assign` and :meth:`finish` name (Ray may
+                start an async actor's calls out of order: calls for a later stream wait).
+        """
         self._check_ready()
         if policy_version is not None and self.policy is not None:
             self.policy.version = policy_version
@@ -402,8 +379,10 @@ class RolloutWorker:
         """The prompts of ``ids`` with their figures and the policy's meta fields (the oracle's
         action for the envs in ``acting`` when the policy needs it, computed once per batch)."""
         oracles = self._oracles(acting) if "oracle_action" in self.meta_fields else {}
+        # The figures of ``ids`` only (not every env's).
         tokens, chars, steps = (
-            info[key].tolist() for key in ("context_tokens", "context_chars", "history_steps")
+            dict(zip(ids, info[key][ids].tolist(), strict=True))
+            for key in ("context_tokens", "context_chars", "history_steps")
         )
         views = {}
         for i in ids:

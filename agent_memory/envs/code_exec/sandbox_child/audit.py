@@ -1,12 +1,9 @@
 """An audit hook (``sys.addaudithook``): friendly refusals, a second layer, not a boundary.
 
-It refuses ``open`` for writing, ``os.remove``, ``os.rename``, ``os.mkdir``, ``os.chmod``,
-``shutil.*``, ``sqlite3.connect`` etc. on paths outside the working dir, reading other processes'
-``/proc``, starting processes, network calls, signalling other processes and ``ctypes``, with a
-message that says why. CPython's documentation says audit hooks are not a security boundary: pure
-Python can switch this one off (the tests do, to show the kernel layers hold without it) and C
-code skips it. The kernel layers (seccomp, the private view, Landlock, privileges) are the
-boundary; this hook makes honest mistakes fail with a clear message.
+It refuses writes outside the working dir, reading other processes' ``/proc``, starting
+processes, network calls, signalling other processes and ``ctypes``, with a message that says why.
+Pure Python can switch it off and C code skips it: the kernel layers are the boundary; this hook
+makes honest mistakes fail clearly.
 """
 
 from __future__ import annotations
@@ -52,30 +49,14 @@ _PATH_EVENTS: dict[str, tuple[tuple[int, int | None], ...]] = {
     "shutil.unpack_archive": ((1, None),),
     "sqlite3.connect": ((0, None),),
 }
-_PROCESS_EVENTS = frozenset(
-    {
-        "os.system",
-        "os.exec",
-        "os.fork",
-        "os.forkpty",
-        "os.posix_spawn",
-        "os.spawn",
-        "subprocess.Popen",
-        "pty.spawn",
-    }
-)
-_NETWORK_EVENTS = frozenset(
-    {
-        "socket.bind",
-        "socket.connect",
-        "socket.sendto",
-        "socket.sendmsg",
-        "socket.getaddrinfo",
-        "socket.gethostbyname",
-        "socket.gethostbyaddr",
-        "socket.getnameinfo",
-    }
-)
+_PROCESS_EVENTS = frozenset((
+    "os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
+    "subprocess.Popen", "pty.spawn",
+))  # fmt: skip
+_NETWORK_EVENTS = frozenset((
+    "socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
+    "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo",
+))  # fmt: skip
 
 
 def make_hook(workdir: str) -> Callable[[str, tuple], None]:

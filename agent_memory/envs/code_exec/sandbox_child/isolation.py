@@ -3,9 +3,8 @@
 * :func:`enter_namespaces`: new mount, network and IPC namespaces (``unshare``; inside a user
   namespace first without ``CAP_SYS_ADMIN``).
 * :func:`build_view`: a new, read-only root (``tmpfs`` + ``pivot_root``) holding only what Python
-  needs — the Python installation, ``/usr``, ``/lib*``, a few ``/etc`` files and devices, a fresh
-  ``/proc`` — plus the working dir at its usual path, the only writable place. ``/tmp`` (Ray's
-  sockets), ``/root``, ``/home``, ``/run`` and the project (``tasks.py``) are simply not there.
+  needs plus the working dir, the only writable place; ``/tmp``, ``/home`` and the project are not
+  there.
 * :func:`drop_privileges`: an unprivileged uid/gid (root) or an empty capability set (user
   namespace), an empty bounding set, ``no_new_privs``.
 * :func:`set_limits`: rlimits.
@@ -23,16 +22,9 @@ from . import sysapi
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = (
-    "/etc/ld.so.cache",
-    "/etc/ld.so.conf",
-    "/etc/ld.so.conf.d",
-    "/etc/localtime",
-    "/etc/timezone",
-    "/etc/nsswitch.conf",
-    "/etc/passwd",
-    "/etc/group",
-    "/etc/mime.types",
-)
+    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone",
+    "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/mime.types",
+)  # fmt: skip
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _OTHER_READS = ("/sys/devices/system/cpu",)
 _DEV_LINKS = {
@@ -81,9 +73,7 @@ def enter_namespaces(flags: int, in_user_namespace: bool, map_id: int | None) ->
     """Unshare the namespaces in ``flags`` (``CLONE_NEW*``).
 
     Returns ``(error, in_user_namespace)``: ``error`` is "" on success. Without ``CAP_SYS_ADMIN``
-    and not yet in one, a new user namespace comes first (it gives this process every capability
-    inside it, none outside); it maps uid and gid ``map_id`` onto themselves (root without
-    ``CAP_SYS_ADMIN``: the sandbox's uid, which the runner drops to inside), or else our own.
+    a new user namespace comes first, mapping uid and gid ``map_id`` (else our own) onto themselves.
 
     Raises:
         OSError: ``map_id`` could not be mapped (the sandbox would have no usable uid).

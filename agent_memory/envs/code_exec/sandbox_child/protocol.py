@@ -60,6 +60,14 @@ def recv(fd: int, max_size: int = 64 * 2**20) -> dict | None:
     return msg
 
 
+def recv_or_none(fd: int, max_size: int = 64 * 2**20) -> dict | None:
+    """:func:`recv`, but None also for a broken pipe or a malformed frame."""
+    try:
+        return recv(fd, max_size)
+    except (OSError, Malformed):
+        return None
+
+
 def send(fd: int, obj: dict) -> None:
     """Write one frame (blocking: the reader is always waiting while we answer)."""
     body = _dumps(obj).encode("utf-8")

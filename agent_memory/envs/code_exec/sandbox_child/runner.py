@@ -1,11 +1,8 @@
 """The runner: the process that runs user code, like a Jupyter kernel.
 
-Forked by the supervisor after the private view is built, it hardens itself (:func:`harden`:
-rlimits, privileges, Landlock, seccomp, audit hook, in that order) and answers
-``{"op": "ready", "layers": {...}}``. Then, for each ``{"op": "exec", "seq", "code"}``, it runs
-the code in one persistent namespace and answers ``{"op": "result", "seq", "status", "head",
-"tail", "omitted", "names"}``: the captured output (stdout and stderr interleaved, the repr of a
-trailing expression, or the traceback), kept as head and tail of at most ``cap`` characters each.
+Forked by the supervisor after the private view is built, it hardens itself (:func:`harden`) and
+answers ``ready``; then it runs each ``exec`` frame's code in one persistent namespace and answers
+a ``result`` frame: the captured output, kept as head and tail of at most ``cap`` characters each.
 """
 
 from __future__ import annotations
@@ -216,10 +213,7 @@ def main(init: dict, fds: tuple[int, int], keep: dict, namespace: dict, hidden: 
     protocol.send(out_fd, {"op": "ready", "layers": layers})
     cap = init["cap"]
     while True:
-        try:
-            msg = protocol.recv(cmd_fd)
-        except (OSError, protocol.Malformed):
-            msg = None
+        msg = protocol.recv_or_none(cmd_fd)
         if msg is None:  # the supervisor is gone (or the code broke our pipe)
             _exit(1)
         seq = msg.get("seq")

@@ -1,11 +1,9 @@
-"""A seccomp filter in classic BPF, installed with ``prctl``: it needs nothing but the kernel, and
-the tests read the program back.
+"""A seccomp filter in classic BPF, installed with ``prctl`` (it needs nothing but the kernel).
 
-Every refusal is ``EPERM`` (a clean ``PermissionError``): new processes (``clone`` only for
-threads; ``clone3`` answers ``ENOSYS`` so that the C library falls back to ``clone``), ``execve``,
-sockets (``socketpair`` only for ``AF_UNIX`` streams, which ``asyncio`` needs), the kernel surface
-the tasks do not need (:data:`DENIED`: ``ptrace``, ``mount``, ``bpf``, ``io_uring_*``, ``setsid``,
-...), ``prctl(PR_SET_PDEATHSIG)``, and every syscall of another ABI (``int 0x80``, x32).
+Every refusal is ``EPERM``: new processes (``clone`` only for threads; ``clone3`` answers
+``ENOSYS`` so the C library falls back to ``clone``), ``execve``, sockets (``socketpair`` only for
+``AF_UNIX`` streams, which ``asyncio`` needs), :data:`DENIED`, ``prctl(PR_SET_PDEATHSIG)``, and
+every syscall of another ABI (``int 0x80``, x32).
 
 Example:
     >>> prog = build_filter("x86_64")
@@ -23,69 +21,18 @@ from . import sysapi
 
 #: Refused with EPERM.
 DENIED = (
-    "fork",
-    "vfork",
-    "execve",
-    "execveat",
-    "socket",
-    "ptrace",
-    "process_vm_readv",
-    "process_vm_writev",
-    "pidfd_getfd",
-    "process_madvise",
-    "kcmp",
-    "mount",
-    "umount2",
-    "open_tree",
-    "move_mount",
-    "fsopen",
-    "fsconfig",
-    "fsmount",
-    "fspick",
-    "mount_setattr",
-    "pivot_root",
-    "chroot",
-    "bpf",
-    "keyctl",
-    "add_key",
-    "request_key",
-    "kexec_load",
-    "kexec_file_load",
-    "init_module",
-    "finit_module",
-    "delete_module",
-    "setns",
-    "unshare",
-    "personality",
-    "perf_event_open",
-    "io_uring_setup",
-    "io_uring_enter",
-    "io_uring_register",
-    "userfaultfd",
-    "name_to_handle_at",
-    "open_by_handle_at",
-    "setsid",
-    "setpgid",
-    "move_pages",
-    "syslog",
-    "reboot",
-    "swapon",
-    "swapoff",
-    "acct",
-    "settimeofday",
-    "quotactl",
-    "quotactl_fd",
-    "nfsservctl",
-    "lookup_dcookie",
-    "uselib",
-    "ustat",
-    "sysfs",
-    "_sysctl",
-    "iopl",
-    "ioperm",
-    "vhangup",
-    "fanotify_init",
-)
+    "fork", "vfork", "execve", "execveat", "socket",
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "process_madvise", "kcmp",
+    "mount", "umount2", "open_tree", "move_mount", "fsopen", "fsconfig", "fsmount", "fspick",
+    "mount_setattr", "pivot_root", "chroot",
+    "bpf", "keyctl", "add_key", "request_key", "kexec_load", "kexec_file_load",
+    "init_module", "finit_module", "delete_module", "setns", "unshare", "personality",
+    "perf_event_open", "io_uring_setup", "io_uring_enter", "io_uring_register", "userfaultfd",
+    "name_to_handle_at", "open_by_handle_at", "setsid", "setpgid", "move_pages", "syslog",
+    "reboot", "swapon", "swapoff", "acct", "settimeofday", "quotactl", "quotactl_fd",
+    "nfsservctl", "lookup_dcookie", "uselib", "ustat", "sysfs", "_sysctl", "iopl", "ioperm",
+    "vhangup", "fanotify_init",
+)  # fmt: skip
 
 _AUDIT_ARCH = {"x86_64": 0xC000003E, "aarch64": 0xC00000B7}
 _X32_SYSCALL_BIT = 0x40000000

@@ -1,12 +1,9 @@
 """The supervisor: owns the env's pipes, builds the sandbox, forks the runner, relays answers.
 
-On ``{"op": "init", ...}`` it preloads the modules (before the view hides their files), enters the
-namespaces, builds the view, forks the runner, drops its own privileges, installs seccomp and
-answers ``{"op": "ready", "layers"}`` (or ``"failed"``). Each ``{"op": "exec", "seq", "code"}``
-goes to the runner; only a well-formed result of that ``seq`` comes back, rebuilt
-(:func:`.protocol.clean_result`). If the runner dies or writes bytes that are not a frame, the
-answer is ``{"op": "died"}`` and the supervisor exits. If the env process dies, the supervisor
-kills the runner, empties the working dir and exits.
+On ``init`` it preloads the modules, enters the namespaces, builds the view, forks the runner,
+hardens itself and answers ``ready`` (or ``failed``). Only a well-formed result of each ``exec``
+comes back (:func:`.protocol.clean_result`); if the runner dies or breaks the framing, the answer
+is ``died`` and the supervisor exits, as it does (after emptying the working dir) if the env dies.
 """
 
 from __future__ import annotations
@@ -53,8 +50,7 @@ def _preload(init: dict) -> tuple[dict, set[int]]:
 def _abandon(workdir: str, child: int | None) -> None:
     """The env is gone: kill the runner, empty the working dir (nobody else will) and exit.
 
-    Both the watchdog thread and the main thread may get here: the first one does the work, the
-    other waits on the lock until the process exits. Removing the dir itself is up to the env.
+    The watchdog and the main thread may both get here: the first does it, the other waits.
     """
     _abandoning.acquire()
     if child:
@@ -232,10 +228,7 @@ def _isolate(init: dict) -> tuple[dict[str, str], dict, bool]:
 
 
 def main(cmd_fd: int, resp_fd: int) -> None:
-    try:
-        init = protocol.recv(cmd_fd)
-    except (OSError, protocol.Malformed):
-        init = None
+    init = protocol.recv_or_none(cmd_fd)
     if init is None or init.get("op") != "init":
         _exit(2)
     parent_pid, workdir = init["parent_pid"], init["workdir"]
@@ -262,10 +255,7 @@ def main(cmd_fd: int, resp_fd: int) -> None:
     os.close(runner_out)
     own = _harden_self(init, keep)
     _start_orphan_watchdog(parent_pid, workdir, child)  # after seccomp: a thread is allowed
-    try:
-        msg = protocol.recv(out_r, 1 << 20)
-    except (OSError, protocol.Malformed):
-        msg = None
+    msg = protocol.recv_or_none(out_r, 1 << 20)
     runner_layers = _layers_from(msg)
     if runner_layers is None:
         why = msg.get("why") if msg and msg.get("op") == "failed" else None
@@ -305,10 +295,7 @@ def _serve(env: tuple[int, int], child_fds: tuple[int, int], child: int, init: d
     to_child, from_child = child_fds
     parent_pid, workdir, cap = init["parent_pid"], init["workdir"], init["cap"]
     while True:
-        try:
-            msg = protocol.recv(cmd_fd)
-        except (OSError, protocol.Malformed):
-            msg = None
+        msg = protocol.recv_or_none(cmd_fd)
         if msg is None or msg.get("op") != "exec" or type(msg.get("seq")) is not int:
             _disconnected(parent_pid, workdir, child)
             return
