@@ -98,6 +98,7 @@ class _Handler(BaseHTTPRequestHandler):
             for k, v in (headers or {}).items():
                 self.send_header(k, v)
             self.end_headers()
+            self._done()  # before the answer leaves: its client may send its next one at once
             self.wfile.write(data)
         except (BrokenPipeError, ConnectionResetError):  # the client gave up (timeout test)
             pass
@@ -107,7 +108,10 @@ class _Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         key = _key(body)
         with state.lock:
-            state.in_flight += 1
+            # The one-token server check (one per event loop that sends) is not held to the
+            # policy's bound: count the prompts' requests only.
+            self._counted = key != CHECK
+            state.in_flight += self._counted
             state.max_in_flight = max(state.max_in_flight, state.in_flight)
             state.requests.append(
                 {
@@ -123,8 +127,15 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             self._answer(state, body, key, fault)
         finally:
-            with state.lock:
+            self._done()
+
+    def _done(self) -> None:
+        """This request is no longer in flight (once)."""
+        state: FakeOpenAI = self.server.state
+        with state.lock:
+            if getattr(self, "_counted", False):
                 state.in_flight -= 1
+                self._counted = False
 
     def _answer(self, state: FakeOpenAI, body: dict[str, Any], key: str, fault: tuple) -> None:
         kind = fault[0]
@@ -739,10 +750,15 @@ def test_an_interrupted_sync_caller_leaves_no_requests_queued(server):
     with OpenAIPolicy(server.base_url, "m", concurrency=1, **FAST) as policy:
         policy.prepare()
         timer = threading.Timer(0.1, os.kill, (os.getpid(), signal.SIGINT))
-        timer.start()
-        with pytest.raises(KeyboardInterrupt):
-            policy.act(prompts)
-        timer.join()
+        # Ctrl-C's own handler, whatever was inherited (a background job ignores SIGINT)
+        previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            timer.start()
+            with pytest.raises(KeyboardInterrupt):
+                policy.act(prompts)
+            timer.join()
+        finally:
+            signal.signal(signal.SIGINT, previous)
         assert policy.act(["after"]) == ["echo:after"]  # the interrupted one's slot is free
     assert [r["key"] for r in server.requests] == [CHECK, "p0", "after"]
 
