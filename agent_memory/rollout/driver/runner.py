@@ -195,16 +195,18 @@ def _close(writer: RolloutWriter, groups: Groups, summary: dict[str, Any]) -> Ba
         writer.close(summary)
         return None
     except Exception as e:
-        log.error("writing the outputs failed: %s", first_line(describe_exception(e)))
-        if summary["status"] == "ok":
-            summary["status"], summary["error"] = "failed", describe_exception(e)
+        described = describe_exception(e)
+        log.error("writing the outputs failed: %s", first_line(described))
+        first = summary["status"] == "ok"  # the run itself went well: this is its error
+        if first:
+            summary["status"], summary["error"] = "failed", described
         else:
-            summary["output_error"] = describe_exception(e)
+            summary["output_error"] = described
         try:
             writer.write_summary(summary)
         except OSError as again:
             log.error("summary.json could not be written either: %s", again)
-        return e if summary.get("output_error") is None else None
+        return e if first else None
 
 
 def _log_end(summary: dict[str, Any], out: Path) -> None:
