@@ -67,9 +67,8 @@ def hydra_main(
     import hydra
 
     def decorate(task: Callable[[DictConfig], Any]) -> Callable[..., Any]:
-        entry = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)(
-            task
-        )
+        main_of = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
+        entry = main_of(task)
 
         @functools.wraps(task)
         def main(cfg_passthrough: DictConfig | None = None) -> Any:
@@ -145,9 +144,8 @@ def config_error_message(error: BaseException) -> str | None:
     if isinstance(error, MissingConfigException):
         return _missing_config(error)
     cause = error.__cause__
-    if isinstance(error, ConfigCompositionException) and isinstance(
-        cause, (ConfigAttributeError, ConfigKeyError)
-    ):
+    unknown = isinstance(cause, (ConfigAttributeError, ConfigKeyError))
+    if isinstance(error, ConfigCompositionException) and unknown:
         return _unknown_override(error, cause)
     if isinstance(error, CompactHydraException):
         text = str(error).strip()
@@ -166,11 +164,9 @@ def _missing_config(error: Any) -> str:
     if not group or not options:
         return first_line(str(error)) or type(error).__name__
     hint = did_you_mean(name, options, prefix=f"{group}=")
-    return (
-        f"{group}={name}: configs/{group}/ has no {name}.yaml: "
-        + (f"{hint} " if hint else "")
-        + f"Options: {', '.join(options)}"
-    )
+    more = f"{hint} " if hint else ""
+    listed = ", ".join(options)
+    return f"{group}={name}: configs/{group}/ has no {name}.yaml: {more}Options: {listed}"
 
 
 def _unknown_override(error: BaseException, cause: Any) -> str:

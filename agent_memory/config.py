@@ -222,6 +222,7 @@ class RolloutConfig:
     max_restarts: int = 2
     max_episode_attempts: int = 2
     step_timeout_s: Optional[float] = 300.0
+    node_timeout_s: Optional[float] = 30.0
     max_response_chars: int = 100_000
     failure_threshold: float = 1.0
     layout: str = "step"
@@ -259,6 +260,11 @@ class RolloutConfig:
             or (isinstance(self.step_timeout_s, (int, float)) and self.step_timeout_s > 0),
             "rollout.step_timeout_s", "null (no limit) or a number of seconds > 0",
             self.step_timeout_s, 300,
+        )  # fmt: skip
+        _need(
+            self.node_timeout_s is None or _num(self.node_timeout_s, 1),
+            "rollout.node_timeout_s", "null (Ray's defaults) or a number of seconds >= 1",
+            self.node_timeout_s, 30,
         )  # fmt: skip
         _need(
             self.queue_depth is None or (_is_int(self.queue_depth) and self.queue_depth >= 1),

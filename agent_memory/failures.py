@@ -28,15 +28,9 @@ import traceback
 from collections.abc import Iterator
 
 __all__ = [
-    "RunFailed",
-    "Terminated",
-    "clean_text",
-    "describe_exception",
-    "first_line",
-    "is_sigterm",
-    "run_status",
-    "sigterm_interrupts",
-]
+    "RunFailed", "Terminated", "clean_text", "describe_exception", "first_line", "is_sigterm",
+    "run_status", "sigterm_interrupts",
+]  # fmt: skip
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: Lines that only point at a span of the line above (``^^^^``, ``~~~~``).
@@ -48,7 +42,6 @@ def describe_exception(exc: BaseException, *, frames: int = 4, max_chain: int = 
     cause chain (``raise ... from``, or the one being handled), outermost first.
 
     Args:
-        exc: the exception.
         frames: frames shown per exception (the innermost ones: where it was raised).
         max_chain: exceptions of the chain shown at most.
     """
@@ -89,10 +82,7 @@ def clean_text(text: str, *, max_lines: int | None = None) -> str:
 
 def first_line(text: str | None) -> str:
     """The first non-empty line of ``text`` ("" for None): a one-line summary for logs."""
-    for line in (text or "").splitlines():
-        if line.strip():
-            return line.strip()
-    return ""
+    return next((line.strip() for line in (text or "").splitlines() if line.strip()), "")
 
 
 def run_status(error: BaseException) -> tuple[str, str]:

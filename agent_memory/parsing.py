@@ -39,11 +39,8 @@ def normalize(text: str) -> str:
         >>> normalize('  "Go   North." ')
         'go north'
     """
-    text = " ".join(text.split()).casefold()
-    text = text.strip("\"'`")
-    if text.endswith("."):
-        text = text[:-1]
-    return text.strip()
+    text = " ".join(text.split()).casefold().strip("\"'`")
+    return text.removesuffix(".").strip()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,18 +80,13 @@ class ActionParser:
     """
 
     def __init__(
-        self,
-        tag: str | None = "action",
-        think_tag: str | None = "think",
-        *,
+        self, tag: str | None = "action", think_tag: str | None = "think", *,
         multiple: Literal["invalid", "first", "last"] = "invalid",
         match: Literal["normalized", "exact"] = "normalized",
-        action_names: Sequence[str] | None = None,
-        max_chars: int = 20_000,
-        on_invalid: Literal["skip", "noop"] = "skip",
-        noop_action: Any = None,
+        action_names: Sequence[str] | None = None, max_chars: int = 20_000,
+        on_invalid: Literal["skip", "noop"] = "skip", noop_action: Any = None,
         invalid_penalty: float = 0.0,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if multiple not in ("invalid", "first", "last"):
             raise ValueError(f"multiple must be 'invalid', 'first' or 'last', got {multiple!r}")
         if match not in ("normalized", "exact"):
@@ -120,8 +112,6 @@ class ActionParser:
         self.noop_action = noop_action
         self.invalid_penalty = float(invalid_penalty)
 
-    # ------------------------------------------------------------------ parsing
-
     def parse(self, response: Any, admissible: Sequence[str] | None = None) -> ParsedAction:
         """Parse one response; never raises on model output.
 
@@ -142,8 +132,7 @@ class ActionParser:
             return content
         if not content:
             return self._invalid("empty action", thought)
-        if admissible is None and self.action_names is not None:
-            admissible = self.action_names
+        admissible = self.action_names if admissible is None else admissible
         if admissible is None:
             return ParsedAction(content, content, True, None, thought)
         return self._choose(content, admissible, thought)
@@ -168,8 +157,6 @@ class ActionParser:
     def fallback_action(self) -> Any:
         """What the env receives for an invalid response (see ``on_invalid``)."""
         return self.noop_action if self.on_invalid == "noop" else ""
-
-    # ------------------------------------------------------------------ internals
 
     def _text(self, response: Any) -> str | ParsedAction:
         """``response`` as checked text, or the invalid result saying why it is not."""

@@ -9,8 +9,8 @@ Example:
     >>> from agent_memory.protocol import Generation  # decorated with by_position
     >>> g = Generation("<action>up</action>", policy_version=3)
     >>> cls, values = g.__reduce__()
-    >>> cls.__name__, values
-    ('Generation', ('<action>up</action>', None, None, None, None, 3, None, None))
+    >>> cls.__name__, values[:6]  # the field values, in order
+    ('Generation', ('<action>up</action>', None, None, None, None, 3))
     >>> pickle.loads(pickle.dumps(g)) == g
     True
 """

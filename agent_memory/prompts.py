@@ -29,17 +29,10 @@ from agent_memory.suggest import did_you_mean
 
 __all__ = ["DEFAULT_TEMPLATE", "FIELDS", "PromptTemplate"]
 
-FIELDS: Final = frozenset(
-    {
-        "task",
-        "observation",
-        "admissible_actions",
-        "history",
-        "history_length",
-        "step_count",
-        "current_step",
-    }
-)
+FIELDS: Final = frozenset({
+    "task", "observation", "admissible_actions", "history", "history_length", "step_count",
+    "current_step",
+})  # fmt: skip
 
 _DEFAULT_NO_HISTORY = (
     "{task}\n\nYour current observation is:\n{observation}\n\n"
@@ -92,14 +85,10 @@ class PromptTemplate:
     """
 
     def __init__(
-        self,
-        no_history: str = _DEFAULT_NO_HISTORY,
-        with_history: str = _DEFAULT_WITH_HISTORY,
-        task: str = "",
-        system: str | None = None,
-        action_quote: str = '"',
+        self, no_history: str = _DEFAULT_NO_HISTORY, with_history: str = _DEFAULT_WITH_HISTORY,
+        task: str = "", system: str | None = None, action_quote: str = '"',
         action_separator: str = ", ",
-    ) -> None:
+    ) -> None:  # fmt: skip
         _check_fields("no_history", no_history)
         _check_fields("with_history", with_history)
         if system is not None:
@@ -141,25 +130,16 @@ class PromptTemplate:
         return self.action_separator.join(f"{q}{a}{q}" for a in admissible)
 
     def render(
-        self,
-        *,
-        observation: str,
-        task: str | None = None,
-        admissible: Sequence[Any] | None = None,
-        history: str | None = None,
-        history_length: int = 0,
-        step_count: int = 0,
-    ) -> str:
+        self, *, observation: str, task: str | None = None, admissible: Sequence[Any] | None = None,
+        history: str | None = None, history_length: int = 0, step_count: int = 0,
+    ) -> str:  # fmt: skip
         """The prompt text; ``history=None`` selects ``no_history``."""
         fields = {
-            "task": self.task if task is None else task,
-            "observation": observation,
-            "admissible_actions": self.format_actions(admissible),
-            "history": history or "",
-            "history_length": history_length,
-            "step_count": step_count,
+            "task": self.task if task is None else task, "observation": observation,
+            "admissible_actions": self.format_actions(admissible), "history": history or "",
+            "history_length": history_length, "step_count": step_count,
             "current_step": step_count + 1,
-        }
+        }  # fmt: skip
         text = self.no_history if history is None else self.with_history
         return text.format_map(fields)
 

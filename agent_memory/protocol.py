@@ -12,18 +12,9 @@ from typing import Any, Final, TypedDict
 from agent_memory.pickling import by_position
 
 __all__ = [
-    "ADMISSIBLE_ACTIONS",
-    "EPISODE_HISTORY",
-    "INVALID_REASON",
-    "IS_ACTION_VALID",
-    "STATE_KEY",
-    "TASK",
-    "WON",
-    "ActionChoice",
-    "Episode",
-    "Generation",
-    "SamplingParams",
-]
+    "ADMISSIBLE_ACTIONS", "EPISODE_HISTORY", "INVALID_REASON", "IS_ACTION_VALID", "STATE_KEY",
+    "TASK", "WON", "ActionChoice", "Episode", "Generation", "SamplingParams",
+]  # fmt: skip
 
 #: A prompt: text, or a chat message list (the ``chat`` formatter).
 Prompt = str | list[dict[str, str]]
@@ -141,6 +132,9 @@ class Generation:
     (stop token included) and their log-probs under the sampling distribution: never a
     re-tokenisation. ``finish_reason``: ``"stop"``, ``"length"``, ``"error"`` (the request
     failed; ``text`` is ``""``) or None. ``choice``: the ``score`` policy's :class:`ActionChoice`.
+    ``response_offsets``: where each response token starts in ``text`` (OpenAI's ``text_offset``),
+    which tells which tokens wrote a ``<memory>`` block. ``memory_choice``: the ``score`` policy's
+    choice of the memory block it wrote (``text`` starts with it), made from the same prompt.
 
     Example:
         >>> g = Generation("<action>up</action>", prompt_ids=[5, 6], response_ids=[7, 3],
@@ -157,14 +151,18 @@ class Generation:
     policy_version: int | None = None
     sampling: SamplingParams | None = None
     choice: ActionChoice | None = None
+    response_offsets: list[int] | None = None
+    memory_choice: ActionChoice | None = None
 
     def __post_init__(self) -> None:
-        ids, lps = self.response_ids, self.response_logprobs
-        if lps is not None and (ids is None or len(lps) != len(ids)):
-            raise ValueError(
-                f"response_logprobs must have one value per response token: expected "
-                f"{None if ids is None else len(ids)}, got {len(lps)}"
-            )
+        ids = self.response_ids
+        for name in ("response_logprobs", "response_offsets"):
+            values = getattr(self, name)
+            if values is not None and (ids is None or len(values) != len(ids)):
+                raise ValueError(
+                    f"{name} must have one value per response token: expected "
+                    f"{None if ids is None else len(ids)}, got {len(values)}"
+                )
 
     @property
     def has_tokens(self) -> bool:

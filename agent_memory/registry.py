@@ -160,11 +160,9 @@ class Registry(Generic[T]):
                 )
             return self.build(name, **{**params, **kwargs})
         if not isinstance(spec, str):
-            accepted = (
-                f"a registered name, a mapping or {_a(cls.__name__)}"
-                if cls is not None
-                else "a registered name or a mapping"
-            )
+            accepted = "a registered name or a mapping"
+            if cls is not None:
+                accepted = f"a registered name, a mapping or {_a(cls.__name__)}"
             raise TypeError(f"{self.kind} must be {accepted}, got {type(spec).__name__}")
         return self.make(spec, **kwargs)
 

@@ -32,14 +32,9 @@ BUILD_ERRORS = (ValueError, TypeError, ImportError, OSError, LookupError)
 
 
 def bind_params(
-    factory: Callable[..., Any],
-    given: Mapping[str, Any],
-    *,
-    key: str,
-    what: str,
-    reserved: Mapping[str, str] | None = None,
-    elsewhere: Callable[[str], str] | None = None,
-) -> None:
+    factory: Callable[..., Any], given: Mapping[str, Any], *, key: str, what: str,
+    reserved: Mapping[str, str] | None = None, elsewhere: Callable[[str], str] | None = None,
+) -> None:  # fmt: skip
     """Refuse keys of ``given`` that ``factory`` does not take (naming the nearest valid ones)
     or that another config key sets (``reserved``), and required parameters ``given`` lacks.
 
@@ -85,12 +80,8 @@ def bind_params(
                 key=f"{key}.{name}",
             )
     for name, p in params.items():
-        if (
-            p.kind in keyword
-            and p.default is inspect.Parameter.empty
-            and name not in given
-            and name not in reserved
-        ):
+        required = p.kind in keyword and p.default is inspect.Parameter.empty
+        if required and name not in given and name not in reserved:
             raise ConfigError(
                 f"{what} needs the parameter {name!r}, which {key} does not set: "
                 f"pass +{key}.{name}=<value>",

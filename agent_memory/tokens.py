@@ -27,19 +27,10 @@ from agent_memory.registry import Registry
 from agent_memory.text import utf8_safe
 
 __all__ = [
-    "PIECE_CHARS",
-    "CallableCounter",
-    "CharCounter",
-    "EstimateCounter",
-    "HFTokenizerCounter",
-    "QwenCounter",
-    "TokenCounter",
-    "TokenCounterSpec",
-    "available_token_counters",
-    "make_token_counter",
-    "register_token_counter",
-    "split_pieces",
-]
+    "PIECE_CHARS", "CallableCounter", "CharCounter", "EstimateCounter", "HFTokenizerCounter",
+    "QwenCounter", "TokenCounter", "TokenCounterSpec", "available_token_counters",
+    "make_token_counter", "register_token_counter", "split_pieces",
+]  # fmt: skip
 
 #: Exact counters count longer texts in pieces of at most this many characters.
 PIECE_CHARS = 8192
@@ -83,12 +74,9 @@ def _count_in_pieces(
     texts = [utf8_safe(t) for t in texts]
     if all(len(t) <= PIECE_CHARS for t in texts):
         return count_batch(texts)
-    pieces: list[str] = []
-    owner: list[int] = []
-    for j, t in enumerate(texts):
-        ps = split_pieces(t)
-        pieces += ps
-        owner += [j] * len(ps)
+    split = [split_pieces(t) for t in texts]
+    pieces = [p for ps in split for p in ps]
+    owner = [j for j, ps in enumerate(split) for _ in ps]
     out = [0] * len(texts)
     for j, c in zip(owner, count_batch(pieces), strict=True):
         out[j] += c
@@ -256,8 +244,7 @@ class HFTokenizerCounter:
 
     def _count_batch(self, texts: list[str]) -> list[int]:
         if self._fast is not None:
-            encs = self._fast.encode_batch(texts, add_special_tokens=False)
-            return [len(e.ids) for e in encs]
+            return [len(e.ids) for e in self._fast.encode_batch(texts, add_special_tokens=False)]
         return [len(self._slow.encode(t, add_special_tokens=False)) for t in texts]
 
 

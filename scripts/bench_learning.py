@@ -17,13 +17,12 @@ learning.png (eval success against env-steps, one curve per configuration).
 
 from __future__ import annotations
 
-import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench_lib.trained import REPO, run_benchmark
 
 
 @dataclass(frozen=True)
@@ -144,51 +143,12 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=[s.name for s in SETTINGS],
-                        help="run these configurations only")  # fmt: skip
-    parser.add_argument("--out", type=Path, default=None, help="output directory")
-    parser.add_argument("--quick", action="store_true", help="2 iterations each (a smoke test)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="extra Hydra overrides for every configuration")  # fmt: skip
-    args = parser.parse_args()
-    out = args.out or REPO / "outputs" / "bench_learning" / time.strftime("%Y-%m-%d_%H-%M-%S")
-    out.mkdir(parents=True, exist_ok=True)
-    extra = [*(QUICK if args.quick else ()), *args.set]
-    chosen = [s for s in SETTINGS if not args.only or s.name in args.only]
-
-    from agent_memory.rollout.driver.cluster import init_ray
-
-    started = init_ray()  # one Ray instance for every configuration
-    results = []
-    try:
-        for setting in chosen:
-            print(f"training: {setting.label} ({' '.join(setting.overrides)})", flush=True)
-            r = run_one(setting, out, extra)
-            results.append(r)
-            print(
-                f"  final eval success {r['final']:.1%} (best {r['best']:.1%}), "
-                f"{r['tokens']:.0f} prompt tokens/episode, {r['wall'] / 60:.1f} min",
-                flush=True,
-            )
-    finally:
-        if started:
-            import ray
-
-            ray.shutdown()
-    text = table(results)
-    command = "python scripts/bench_learning.py " + " ".join(
-        [
-            *(["--quick"] if args.quick else []),
-            *(["--only", *args.only] if args.only else []),
-            *(["--set", *args.set] if args.set else []),
-        ]
-    )
-    (out / "learning.md").write_text(f"{text}\n\nProduced by: `{command.strip()}`\n")
-    plot(results, out / "learning.png")
-    print()
-    print(text)
-    print(f"\ntable: {out / 'learning.md'}\nplot: {out / 'learning.png'}")
+    run_benchmark(
+        "bench_learning.py", __doc__ or "", SETTINGS, QUICK, run_one,
+        lambda r: f"final eval success {r['final']:.1%} (best {r['best']:.1%}), "
+        f"{r['tokens']:.0f} prompt tokens/episode, {r['wall'] / 60:.1f} min",
+        table, plot, "learning",
+    )  # fmt: skip
 
 
 if __name__ == "__main__":

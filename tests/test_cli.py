@@ -103,7 +103,10 @@ def test_help_says_what_the_script_does_and_writes():
         "env: cliff_walking, code, frozen_lake, gym, recall, search_qa, sokoban, taxi, textworld"
         in groups
     )
-    assert "memory: blackboard, compaction, conversation, episodic, full, none, retrieval" in groups
+    assert (
+        "memory: blackboard, compaction, conversation, episodic, full, none, notes, retrieval"
+        in groups
+    )
     assert "hydra/" not in groups
     bench = subprocess.run(
         [sys.executable, "scripts/bench_context.py", "--help"], cwd=REPO, capture_output=True,

@@ -82,7 +82,9 @@ def test_a_client_policy_with_a_large_tokenizer_prints_no_ray_error(tmp_path):
     from agent_memory.policies.openai_client import OpenAIPolicy
     from agent_memory.serving import HashBackend, MockOpenAIServer
 
-    words = [f"w{i}" for i in range(20_000)]
+    # The words HashBackend answers (the policy checks that response ids decode to the text).
+    answers = "go up down left right look take open the box key door"
+    words = [*answers.split(" "), *(f"w{i}" for i in range(20_000))]
     tokenizer = build_tiny_lm(tmp_path / "lm", words, hidden=8, layers=1, heads=1)
     with MockOpenAIServer(HashBackend(tokenizer_path=tokenizer)) as server:
         policy = OpenAIPolicy(base_url=server.base_url, model="hash", tokenizer=str(tokenizer))

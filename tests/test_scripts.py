@@ -225,6 +225,18 @@ def test_bench_learning_quick(tmp_path):
     )
 
 
+def test_bench_notes_quick(tmp_path):
+    out = run([
+        "scripts/bench_notes.py", "--quick", "--only", "window", "notes", "--out", str(tmp_path),
+    ])  # fmt: skip
+    assert "| window 3 (about the note's tokens) |" in out
+    assert "| notes the policy writes (trained) |" in out
+    assert (tmp_path / "notes.png").stat().st_size > 0
+    assert (
+        "Produced by: `python scripts/bench_notes.py --quick" in (tmp_path / "notes.md").read_text()
+    )
+
+
 def test_sigterm_stops_a_rollout_like_ctrl_c_with_exit_143(tmp_path):
     """SIGTERM (a scheduler's stop) mid-run: status "interrupted", summary written, exit 143,
     and no Ray process of the run outlives the driver."""

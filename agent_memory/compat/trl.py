@@ -65,14 +65,9 @@ class EpisodeRunner:
         self._calls = 0
 
     def run(
-        self,
-        prompts: Sequence[Any],
-        policy: Any,
-        *,
-        max_context: int | None = None,
-        max_completion: int | None = None,
-        reserve: int = 0,
-    ) -> list[Trajectory]:
+        self, prompts: Sequence[Any], policy: Any, *, max_context: int | None = None,
+        max_completion: int | None = None, reserve: int = 0,
+    ) -> list[Trajectory]:  # fmt: skip
         """One finished (or cut) trajectory per prompt, in order.
 
         An episode is cut (its last step marked truncated) at ``max_turns``, or before a turn
@@ -168,21 +163,16 @@ class RolloutFunc:
                 "or a model with a longer context"
             )
         self.last = trajs
+        samples = [episode_sample(traj) for traj in trajs]
         out: dict[str, list[Any]] = {
-            k: []
-            for k in ("prompt_ids", "completion_ids", "logprobs", "env_mask", "episode_return",
-                      "won", "turns")
-        }  # fmt: skip
-        for traj in trajs:
-            s = episode_sample(traj)
-            end = len(s.completion_ids) if cap is None else cap
-            out["prompt_ids"].append(s.prompt_ids)
-            out["completion_ids"].append(s.completion_ids[:end])
-            out["logprobs"].append(s.completion_logprobs[:end])
-            out["env_mask"].append(s.completion_mask[:end])
-            out["episode_return"].append(s.episode_return)
-            out["won"].append(s.won)
-            out["turns"].append(s.turns)
+            "prompt_ids": [s.prompt_ids for s in samples],
+            "completion_ids": [s.completion_ids[:cap] for s in samples],  # cap None: all
+            "logprobs": [s.completion_logprobs[:cap] for s in samples],
+            "env_mask": [s.completion_mask[:cap] for s in samples],
+            "episode_return": [s.episode_return for s in samples],
+            "won": [s.won for s in samples],
+            "turns": [s.turns for s in samples],
+        }
         if len(out["prompt_ids"]) != len(prompts):  # TRL itself does not check (it fails later)
             raise RuntimeError(
                 f"rollout_func made {len(out['prompt_ids'])} rows for {len(prompts)} prompts: "

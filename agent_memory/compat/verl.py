@@ -38,7 +38,7 @@ class _KeysNotYetKnown(Formatter):
 
 
 class _VerlMemory:
-    _formatter_name = "simple"
+    _formatter_name: str
 
     def __init__(self) -> None:
         self._mem: HistoryMemory | None = None

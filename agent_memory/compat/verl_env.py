@@ -95,7 +95,7 @@ class MemoryEnvironmentManager:
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._texts: list[str] = [""] * self.num_envs
         self._anchors: list[str] = [""] * self.num_envs
-        self._infos: list[dict[str, Any]] = [self._blank() for _ in range(self.num_envs)]
+        self._infos: list[dict[str, Any]] = [dict(_BLANK) for _ in range(self.num_envs)]
 
     def reset(self, kwargs: Any = None) -> tuple[Observations, list[dict[str, Any]]]:
         """Start a new episode in every env; returns the observations and one info per env.
@@ -112,7 +112,7 @@ class MemoryEnvironmentManager:
         prompts, info = self.envs.reset(seed=seeds)
         self.seeds = seeds
         self._done[:] = False
-        self._infos = [self._blank() for _ in range(self.num_envs)]
+        self._infos = [dict(_BLANK) for _ in range(self.num_envs)]
         self._update(prompts, info, np.ones(self.num_envs, dtype=bool))
         return self._observations(), [dict(i) for i in self._infos]
 
@@ -139,13 +139,10 @@ class MemoryEnvironmentManager:
             dones |= ended
             self._update(prompts, info, acting)
             self._done |= ended
-        infos = []
-        for i in range(self.num_envs):
-            item = dict(self._infos[i])
-            item["active"] = bool(acting[i])
-            if not acting[i]:
+        infos = [dict(self._infos[i], active=bool(acting[i])) for i in range(self.num_envs)]
+        for item in infos:
+            if not item["active"]:
                 item["invalid_penalty"] = 0.0  # a held env's reward is 0: no penalty in it
-            infos.append(item)
         return self._observations(), rewards, dones, infos
 
     def success_evaluator(self, *args: Any, **kwargs: Any) -> dict[str, np.ndarray]:
@@ -215,10 +212,6 @@ class MemoryEnvironmentManager:
                 )
             seeds.append(int(seed))
         return seeds
-
-    @staticmethod
-    def _blank() -> dict[str, Any]:
-        return dict(_BLANK)
 
     def _update(self, prompts: Sequence[Any], info: Mapping[str, Any], acting: np.ndarray) -> None:
         for i in np.flatnonzero(acting).tolist():

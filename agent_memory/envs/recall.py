@@ -3,7 +3,9 @@
 The episode shows a cue ("Remember this: the key is BLUE."), then ``num_distractors`` steps that
 never mention it, then asks "Which colour was the key?" with ``num_choices`` options. An agent that
 sees only the current observation guesses; one whose history window still holds the cue answers.
-Plotting success against ``history_length`` shows what the window buys.
+Plotting success against ``history_length`` shows what the window buys. With ``num_cues`` > 1 the
+cues (different objects) are spread over the episode and the question asks about one of them, so
+a memory must keep every cue, each tied to its object, for as long as the episode runs.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final, Literal
 
+import numpy as np
+
 from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
     STATE_KEY,
@@ -19,6 +23,7 @@ from agent_memory.envs.base import (
     WON,
     TextEnv,
     check_int,
+    is_int,
     sanitize,
     stable_hash,
     step_info,
@@ -76,16 +81,21 @@ Phase = Literal["cue", "distractor", "question", "done"]
 
 
 class RecallEnv(TextEnv):
-    """A cue, ``num_distractors`` distractor steps, then a multiple-choice question about the cue.
+    """Cues, ``num_distractors`` distractor steps, then a multiple-choice question about one cue.
 
     The cue and the trivia admit only ``"next"``; the question admits the shuffled colours, and
-    the right one gives reward 1 and ``won``. A window of the last ``k`` steps reaches the cue iff
-    ``k >= N + 1`` (or ``k = -1``). An invalid action changes nothing but pushes the cue back.
+    the right one gives reward 1 and ``won``. With one cue (``C = 1``) a window of the last ``k``
+    steps reaches it iff ``k >= N + 1`` (or ``k = -1``). An invalid action changes nothing but
+    pushes the cue back. With ``C`` cues the first step is a cue and the other ``C - 1`` sit at
+    random steps among the next ``C - 1 + N``; each names a different object in its own colour.
+    The question asks about one cue, drawn uniformly; its options hold the other cues' colours
+    (as many as fit), so a memory that mixes up the objects fails.
 
     Args:
-        num_distractors: Distractor steps between cue and question (``N`` above).
+        num_distractors: Distractor steps among the cues and before the question (``N`` above).
         num_choices: Options at the question (2 .. ``len(COLOURS)``).
-        max_steps: Steps before truncation; default ``num_distractors + 5``.
+        num_cues: Cues per episode (1 .. ``len(OBJECTS)``, ``C`` above).
+        max_steps: Steps before truncation; default ``num_cues + num_distractors + 4``.
         render_mode: ``"ansi"`` makes :meth:`render` return the current observation.
 
     Example:
@@ -114,12 +124,28 @@ class RecallEnv(TextEnv):
         >>> obs, reward, terminated, truncated, info = env.step(answer)
         >>> reward, terminated, info["won"]
         (1.0, True, True)
+
+        Several cues, and a question about one of them:
+
+        >>> env = RecallEnv(num_distractors=2, num_choices=3, num_cues=2)
+        >>> obs, info = env.reset(seed=4)
+        >>> for _ in range(4):
+        ...     print(obs.splitlines()[0])
+        ...     obs, *_ = env.step("next")
+        Remember this: the mug is PINK.
+        Did you know? Snails can sleep for up to three years.
+        Remember this: the scarf is ORANGE.
+        Did you know? An ostrich's eye is bigger than its brain.
+        >>> print(obs)
+        Question: which colour was the mug?
+        Answer with one of: pink, orange, silver.
     """
 
     def __init__(
         self,
         num_distractors: int = 5,
         num_choices: int = 4,
+        num_cues: int = 1,
         max_steps: int | None = None,
         render_mode: Literal["ansi"] | None = None,
     ) -> None:
@@ -134,13 +160,20 @@ class RecallEnv(TextEnv):
                 f"got {num_choices!r}"
             )
         self.num_choices = num_choices
+        if not is_int(num_cues) or not 1 <= num_cues <= len(OBJECTS):
+            raise ValueError(
+                f"num_cues must be an int in [1, {len(OBJECTS)}] (the number of objects), "
+                f"got {num_cues!r}"
+            )
+        self.num_cues = int(num_cues)
+        shortest = self.num_cues + self.num_distractors + 1  # every cue and fact, then the answer
         if max_steps is None:
-            max_steps = num_distractors + 5
+            max_steps = shortest + 3
         self.max_steps = check_int(
             "max_steps",
             max_steps,
-            num_distractors + 2,
-            f" (num_distractors + 2 = {num_distractors + 2} steps finish an episode)",
+            shortest,
+            f" (num_cues + num_distractors + 1 = {shortest} steps finish an episode)",
         )
         super().__init__(render_mode)
 
@@ -152,13 +185,27 @@ class RecallEnv(TextEnv):
         self._phase: Phase = "done"
         self._index = 0
         self._elapsed = 0
-        self._object = ""
+        self._object = ""  # the object asked about, and its colour
         self._colour = ""
         self._options: list[str] = []
-        self._facts: list[str] = []
+        self._steps: list[str] = []  # the text of each step before the question, cues and facts
+        self._cue_steps: frozenset[int] = frozenset()
         self._won = False
 
     # -- solvers -------------------------------------------------------------------------------
+
+    @staticmethod
+    def note_from_text(text: str) -> str:
+        """What an expert keeps in its memory from ``text``: each object's latest cue, one per
+        line (what :meth:`solve_from_text` answers from).
+
+        Example:
+            >>> RecallEnv.note_from_text("Remember this: the hat is RED.\nSay 'next'.")
+            'Remember this: the hat is RED.'
+        """
+        latest = {obj.casefold(): f"Remember this: the {obj} is {colour}." for obj, colour in
+                  _CUE_RE.findall(text)}  # fmt: skip
+        return "\n".join(latest.values())
 
     @staticmethod
     def solve_from_text(text: str, options: Sequence[str]) -> str:
@@ -193,7 +240,7 @@ class RecallEnv(TextEnv):
         return options[0]
 
     def oracle_action(self) -> str:
-        """The right action from the true state: ``"next"``, or the cue's colour at the question.
+        """The right action from the true state: ``"next"``, or the asked colour at the question.
 
         After the episode ends no action matters; it returns ``"next"``.
         """
@@ -205,15 +252,28 @@ class RecallEnv(TextEnv):
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        rng = self.np_random
-        self._object = OBJECTS[int(rng.integers(len(OBJECTS)))]
-        colour_ids = rng.choice(len(COLOURS), size=self.num_choices, replace=False)
-        self._colour = COLOURS[int(colour_ids[0])]
-        # The answer is drawn first and shuffled in, so its position is uniform.
-        self._options = [COLOURS[int(i)] for i in rng.permutation(colour_ids)]
-        n = self.num_distractors
+        # One cue draws exactly what the single-cue env always drew, in the same order, so its
+        # episodes stay the same for every seed; more cues draw more, and only then.
+        rng, n, c = self.np_random, self.num_distractors, self.num_cues
+        object_ids = [int(rng.integers(len(OBJECTS)))]
+        if c > 1:
+            rest = [i for i in range(len(OBJECTS)) if i != object_ids[0]]
+            object_ids += [rest[int(i)] for i in rng.choice(len(rest), size=c - 1, replace=False)]
+        # Distinct colours: the first c are the cues', the rest fill the options.
+        colour_ids = [int(i) for i in rng.choice(len(COLOURS), max(c, self.num_choices), False)]
+        asked = int(rng.integers(c)) if c > 1 else 0
+        self._object, self._colour = OBJECTS[object_ids[asked]], COLOURS[colour_ids[asked]]
+        self._options = self._draw_options(rng, colour_ids, asked)
+        # The first step is a cue; the others sit at random steps among the next c - 1 + n.
+        later = rng.choice(c - 1 + n, size=c - 1, replace=False) if c > 1 else ()
+        self._cue_steps = frozenset([0, *(int(i) + 1 for i in later)])
         fact_ids = rng.choice(len(DISTRACTOR_FACTS), size=n, replace=n > len(DISTRACTOR_FACTS))
-        self._facts = [DISTRACTOR_FACTS[int(i)] for i in fact_ids]
+        cues = iter(
+            f"Remember this: the {OBJECTS[o]} is {COLOURS[k].upper()}."
+            for o, k in zip(object_ids, colour_ids[:c], strict=True)
+        )
+        facts = iter(f"Did you know? {DISTRACTOR_FACTS[int(i)]}" for i in fact_ids)
+        self._steps = [next(cues if i in self._cue_steps else facts) for i in range(c + n)]
         self._phase = "cue"
         self._index = 0
         self._elapsed = 0
@@ -233,7 +293,7 @@ class RecallEnv(TextEnv):
                 self._index += 1
             else:
                 self._index += 1
-                self._phase = "distractor" if self._index <= self.num_distractors else "question"
+                self._phase = self._phase_at(self._index)
             self._last_obs = self._observation(answer=choice)
         terminated = self._phase == "done"
         truncated = not terminated and self._elapsed >= self.max_steps
@@ -241,6 +301,27 @@ class RecallEnv(TextEnv):
         return self._last_obs, reward, terminated, truncated, info
 
     # -- internals -----------------------------------------------------------------------------
+
+    def _draw_options(
+        self, rng: np.random.Generator, colour_ids: list[int], asked: int
+    ) -> list[str]:
+        """The asked cue's colour, the other cues' (as many as fit), then the remaining colours.
+
+        Shuffled, so the answer's position is uniform; a memory that mixes up the cues finds
+        the wrong cue's colour among the options.
+        """
+        c = self.num_cues
+        others = colour_ids[:asked] + colour_ids[asked + 1 : c]
+        if len(others) > self.num_choices - 1:  # only with more cues than options
+            picked = rng.choice(len(others), size=self.num_choices - 1, replace=False)
+            others = [others[int(i)] for i in picked]
+        offered = [colour_ids[asked], *others, *colour_ids[c:]]  # exactly num_choices colours
+        return [COLOURS[int(i)] for i in rng.permutation(offered)]
+
+    def _phase_at(self, index: int) -> Phase:
+        if index >= len(self._steps):
+            return "question"
+        return "cue" if index in self._cue_steps else "distractor"
 
     def _admissible(self) -> list[str]:
         if self._phase == "question":
@@ -263,10 +344,8 @@ class RecallEnv(TextEnv):
         return None, unknown_action(action, admissible)
 
     def _observation(self, answer: str = "") -> str:
-        if self._phase == "cue":
-            text = f"Remember this: the {self._object} is {self._colour.upper()}."
-        elif self._phase == "distractor":
-            text = f"Did you know? {self._facts[self._index - 1]}"
+        if self._phase in ("cue", "distractor"):
+            text = self._steps[self._index]
         elif self._phase == "question":
             return sanitize(
                 f"Question: which colour was the {self._object}?\n"

@@ -16,6 +16,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
+from agent_memory.checks import check_int
 from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
     STATE_KEY,
@@ -150,20 +151,12 @@ class TextAdapter(TextEnv):
     """
 
     def __init__(
-        self,
-        env: gym.Env,
-        obs_to_text: ObsToText,
-        action_names: Sequence[str],
-        task: str = "",
-        *,
-        won_fn: WonFn | None = None,
-        state_key_fn: StateKeyFn | None = None,
-        oracle_fn: OracleFn | None = None,
-        admissible_fn: AdmissibleFn | None = None,
-        invalid_action_reward: float = 0.0,
-        max_obs_length: int = 4096,
+        self, env: gym.Env, obs_to_text: ObsToText, action_names: Sequence[str], task: str = "", *,
+        won_fn: WonFn | None = None, state_key_fn: StateKeyFn | None = None,
+        oracle_fn: OracleFn | None = None, admissible_fn: AdmissibleFn | None = None,
+        invalid_action_reward: float = 0.0, max_obs_length: int = 4096,
         render_mode: Literal["ansi"] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         if not isinstance(env, gym.Env):
             raise TypeError(f"env must be a gymnasium.Env, got {type(env).__name__}")
         space = env.action_space
@@ -190,9 +183,7 @@ class TextAdapter(TextEnv):
                 f"got duplicates {dups} in {names}"
             )
         super().__init__(render_mode)
-        if max_obs_length < 1:
-            raise ValueError(f"max_obs_length must be >= 1, got {max_obs_length}")
-
+        check_int("max_obs_length", max_obs_length, 1)
         self.env = env
         self.task = task
         self.invalid_action_reward = float(invalid_action_reward)
@@ -214,8 +205,7 @@ class TextAdapter(TextEnv):
         self.action_space = text_space(max(64, 2 * max(len(n) for n in names)))
 
         self._obs: Any = None
-        self._won = False
-        self._terminated = False
+        self._won = self._terminated = False
         self._inner_info: dict[str, Any] = {}
 
     # -- public helpers ------------------------------------------------------------------------
@@ -275,8 +265,7 @@ class TextAdapter(TextEnv):
         obs, inner_info = self.env.reset(seed=seed, options=options)
         self._obs = obs
         self._inner_info = dict(inner_info)
-        self._won = False
-        self._terminated = False
+        self._won = self._terminated = False
         self._last_obs = self._make_text(obs)
         return self._last_obs, self._info()
 
@@ -349,13 +338,10 @@ class _Tabular(Protocol):
 
 
 def greedy_policy(
-    P: TransitionTable,
-    *,
-    gamma: float = 0.99,
-    reward_fn: Callable[[int, int, int, float, bool], float] | None = None,
-    tol: float = 1e-10,
+    P: TransitionTable, *, gamma: float = 0.99,
+    reward_fn: Callable[[int, int, int, float, bool], float] | None = None, tol: float = 1e-10,
     max_iterations: int = 100_000,
-) -> np.ndarray:
+) -> np.ndarray:  # fmt: skip
     """The greedy policy of the optimal values of a tabular MDP (value iteration).
 
     A discount below 1 prefers shorter routes: on a deterministic table the policy follows a
@@ -382,26 +368,20 @@ def greedy_policy(
         raise ValueError(f"gamma must be in (0, 1], got {gamma}")
     n_states = len(P)
     n_actions = len(P[0])
-    rows, probs, nexts, rewards, dones = [], [], [], [], []
+    table = []  # (row s * n_actions + a, probability, next state, reward, terminated)
     for s in range(n_states):
         for a in range(n_actions):
             for p, s2, r, done in P[s][a]:
                 if reward_fn is not None:
                     r = reward_fn(s, a, int(s2), float(r), done)
-                rows.append(s * n_actions + a)
-                probs.append(p)
-                nexts.append(int(s2))
-                rewards.append(float(r))
-                dones.append(bool(done))
-    rows_a = np.asarray(rows)
-    prob_a = np.asarray(probs, dtype=np.float64)
-    next_a = np.asarray(nexts)
-    expected_reward = np.bincount(rows_a, prob_a * np.asarray(rewards), n_states * n_actions)
-    cont = prob_a * gamma * ~np.asarray(dones)  # no bootstrapping past a terminal transition
+                table.append((s * n_actions + a, float(p), int(s2), float(r), bool(done)))
+    rows, probs, nexts, rewards, dones = (np.asarray(column) for column in zip(*table, strict=True))
+    expected_reward = np.bincount(rows, probs * rewards, n_states * n_actions)
+    cont = probs * gamma * ~dones  # no bootstrapping past a terminal transition
     values = np.zeros(n_states)
     q = expected_reward
     for _ in range(max_iterations):
-        q = expected_reward + np.bincount(rows_a, cont * values[next_a], n_states * n_actions)
+        q = expected_reward + np.bincount(rows, cont * values[nexts], n_states * n_actions)
         new_values = q.reshape(n_states, n_actions).max(axis=1)
         delta = np.abs(new_values - values).max()
         values = new_values
@@ -415,12 +395,9 @@ def greedy_policy(
 class TabularOracle:
     """An ``oracle_fn`` for :class:`TextAdapter` over an env with a Gymnasium table ``P``.
 
-    The policy comes from :func:`greedy_policy` on ``env.unwrapped.P`` at the first call; the
-    observation is the state index (as in FrozenLake, CliffWalking and Taxi).
-
-    Args:
-        gamma: Discount passed to :func:`greedy_policy`.
-        reward_fn: Optional reward override passed to :func:`greedy_policy`.
+    The policy comes from :func:`greedy_policy` (given ``gamma`` and ``reward_fn``) on
+    ``env.unwrapped.P`` at the first call; the observation is the state index (as in FrozenLake,
+    CliffWalking and Taxi).
 
     Example:
         >>> import gymnasium as gym
@@ -432,11 +409,9 @@ class TabularOracle:
     """
 
     def __init__(
-        self,
-        *,
-        gamma: float = 0.99,
+        self, *, gamma: float = 0.99,
         reward_fn: Callable[[int, int, int, float, bool], float] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.gamma = gamma
         self.reward_fn = reward_fn
         self.policy: np.ndarray | None = None

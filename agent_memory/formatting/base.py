@@ -24,14 +24,9 @@ from typing import Any, ClassVar, Literal, TypeVar
 from agent_memory.registry import Registry
 
 __all__ = [
-    "Configured",
-    "Formatter",
-    "FormatterSpec",
-    "available_formatters",
-    "formatter_factory",
-    "make_formatter",
-    "register_formatter",
-]
+    "Configured", "Formatter", "FormatterSpec", "available_formatters", "formatter_factory",
+    "make_formatter", "register_formatter",
+]  # fmt: skip
 
 
 class Configured:

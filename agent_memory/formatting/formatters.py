@@ -31,13 +31,9 @@ from agent_memory.checks import check_int
 from agent_memory.formatting.base import Formatter
 
 __all__ = [
-    "ChatFormatter",
-    "CodeFormatter",
-    "JinjaFormatter",
-    "SearchFormatter",
-    "SimpleFormatter",
+    "ChatFormatter", "CodeFormatter", "JinjaFormatter", "SearchFormatter", "SimpleFormatter",
     "TranscriptFormatter",
-]
+]  # fmt: skip
 
 
 class _KeyedFormatter(Formatter):
@@ -104,11 +100,9 @@ class CodeFormatter(_KeyedFormatter):
     separator = ""
 
     def __init__(
-        self,
-        obs_key: str = "observation",
-        action_key: str = "action",
+        self, obs_key: str = "observation", action_key: str = "action",
         max_chars: int | None = 10000,
-    ) -> None:
+    ) -> None:  # fmt: skip
         max_chars = check_int("max_chars", max_chars, 0, allow_none=True)
         super().__init__(obs_key=obs_key, action_key=action_key, max_chars=max_chars)
         self.max_chars = max_chars
@@ -143,39 +137,33 @@ class ChatFormatter(_KeyedFormatter):
     output: ClassVar[Literal["text", "messages"]] = "messages"
 
     def __init__(
-        self,
-        obs_key: str = "observation",
-        action_key: str = "action",
-        user_format: str | None = None,
-        assistant_format: str | None = None,
-    ) -> None:
+        self, obs_key: str = "observation", action_key: str = "action",
+        user_format: str | None = None, assistant_format: str | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(
-            obs_key=obs_key,
-            action_key=action_key,
-            user_format=user_format,
+            obs_key=obs_key, action_key=action_key, user_format=user_format,
             assistant_format=assistant_format,
-        )
+        )  # fmt: skip
         self.user_format = user_format
         self.assistant_format = assistant_format
 
     def render(self, record: Mapping[str, Any], step: int) -> list[dict[str, str]]:
-        if self.user_format is None:
-            user = str(record[self.obs_key])
-        else:
-            user = self.user_format.format_map({**record, "step": step})
-        if self.assistant_format is None:
-            assistant = str(record[self.action_key])
-        else:
-            assistant = self.assistant_format.format_map({**record, "step": step})
+        user = self._turn(self.user_format, self.obs_key, record, step)
+        assistant = self._turn(self.assistant_format, self.action_key, record, step)
         return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+
+    @staticmethod
+    def _turn(template: str | None, key: str, record: Mapping[str, Any], step: int) -> str:
+        """A turn's content: ``record[key]``, or ``template`` filled with the record and step."""
+        if template is None:
+            return str(record[key])
+        return template.format_map({**record, "step": step})
 
     @property
     def keys(self) -> frozenset[str]:
         used = set()
-        for fmt, key in (
-            (self.user_format, self.obs_key),
-            (self.assistant_format, self.action_key),
-        ):
+        pairs = ((self.user_format, self.obs_key), (self.assistant_format, self.action_key))
+        for fmt, key in pairs:
             if fmt is None:
                 used.add(key)
             else:
@@ -243,12 +231,9 @@ class JinjaFormatter(Formatter):
     _OPTIONAL = ("thought", "result", "observation")
 
     def __init__(
-        self,
-        template: str | None = None,
-        template_file: str | os.PathLike[str] | None = None,
-        max_steps: int | None = None,
-        separator: str = "\n",
-    ) -> None:
+        self, template: str | None = None, template_file: str | os.PathLike[str] | None = None,
+        max_steps: int | None = None, separator: str = "\n",
+    ) -> None:  # fmt: skip
         if template is not None and template_file is not None:
             raise ValueError("give either template or template_file, not both")
         if template_file is not None:

@@ -1,9 +1,9 @@
 """Batched memories: one independent history per environment (see :class:`BaseMemory`).
 
-Strategies are selected by name with :func:`make_memory`: ``window`` (:class:`HistoryMemory`)
-and, one subpackage each, ``compaction``, ``retrieval``, ``episodic``, ``blackboard`` and
-``conversation``. Strategies that show a block before a per-env window subclass
-:class:`WindowedMemory`.
+Strategies are selected by name with :func:`make_memory`: ``window`` (:class:`HistoryMemory`),
+``compaction``, ``retrieval``, ``episodic``, ``blackboard``, ``conversation`` (one subpackage each)
+and ``notes`` (written by the policy itself). Strategies that show a block before a per-env window
+subclass :class:`WindowedMemory`.
 """
 
 from __future__ import annotations

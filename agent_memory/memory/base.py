@@ -10,34 +10,16 @@ from typing import Any, ClassVar, Literal, NamedTuple
 
 import numpy as np
 
-from agent_memory.checks import check_history_length, check_int, check_number
+from agent_memory.checks import check_history_length, check_int, check_number, is_int
 from agent_memory.formatting import Formatter, FormatterSpec, make_formatter
 from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
 __all__ = [
-    "UNSET",
-    "BaseMemory",
-    "Budget",
-    "EnvIds",
-    "FetchRequest",
-    "Fetched",
-    "RenderingMemory",
-    "check_budget",
-    "check_capacity",
-    "check_env_index",
-    "check_history_length",
-    "check_int",
-    "check_num_envs",
-    "check_number",
-    "check_record_keys",
-    "check_state",
-    "check_window_fits",
-    "every_env",
-    "fetch_request",
-    "normalize_env_ids",
-    "record_columns",
-    "resolve_budgets",
-]
+    "UNSET", "BaseMemory", "Budget", "EnvIds", "FetchRequest", "Fetched", "RenderingMemory",
+    "check_budget", "check_capacity", "check_env_index", "check_history_length", "check_int",
+    "check_num_envs", "check_number", "check_record_keys", "check_state", "check_window_fits",
+    "every_env", "fetch_request", "normalize_env_ids", "record_columns", "resolve_budgets",
+]  # fmt: skip
 
 EnvIds = Sequence[int] | np.ndarray | None
 #: A ``fetch``'s token budget: one for every env, one per env (int or None), or None for none.
@@ -49,12 +31,10 @@ UNSET: Any = object()
 class Fetched(NamedTuple):
     """What :meth:`BaseMemory.fetch` returns: unpacks like verl-agent's ``(contexts, lengths)``."""
 
-    #: One context per requested env: ``str``, or a list of chat messages (``output ==
-    #: "messages"``).
+    #: One context per requested env: ``str``, or chat messages (``output == "messages"``).
     contexts: list[Any]
-    #: How many of the episode's most recent steps each context shows as its window — what a
-    #: prompt announces as "the most recent N steps". Whatever else a strategy adds (retrieved
-    #: older steps, a summary, notes, past episodes) is in the context but not counted here.
+    #: Per env, the steps of its recent window (a prompt's "most recent N steps"); what else a
+    #: strategy adds (retrieved steps, a summary, notes, past episodes) is not counted.
     lengths: list[int]
 
 
@@ -111,7 +91,7 @@ def _sequence_ids(env_ids: object) -> list[int]:
     if isinstance(env_ids, (str, bytes)) or not isinstance(env_ids, Sequence):
         raise TypeError(f"env_ids must be a sequence of ints or None, got {type(env_ids).__name__}")
     for i in env_ids:
-        if not isinstance(i, (int, np.integer)) or isinstance(i, (bool, np.bool_)):
+        if not is_int(i):
             raise TypeError(f"env_ids must hold ints, got {i!r} ({type(i).__name__})")
     return [int(i) for i in env_ids]
 
@@ -196,14 +176,9 @@ class FetchRequest(NamedTuple):
 
 
 def fetch_request(
-    history_length: Any,
-    env_ids: EnvIds,
-    max_tokens: Any,
-    *,
-    num_envs: int,
-    default: int | None,
+    history_length: Any, env_ids: EnvIds, max_tokens: Any, *, num_envs: int, default: int | None,
     capacity: int | None = None,
-) -> FetchRequest:
+) -> FetchRequest:  # fmt: skip
     """Validate a ``fetch``'s arguments the way every strategy does.
 
     ``max_tokens`` is as :func:`resolve_budgets` takes it (``default``: the memory's own
@@ -282,16 +257,12 @@ def record_columns(record: Any, n: int) -> dict[str, Sequence[Any]]:
 
 
 def check_record_keys(
-    keys: tuple[str, ...],
-    episode_keys: Sequence[tuple[str, ...] | None],
-    ids: Sequence[int],
+    keys: tuple[str, ...], episode_keys: Sequence[tuple[str, ...] | None], ids: Sequence[int],
     formatter: Any,
-) -> set[tuple[str, ...] | None]:
-    """Check a record's ``keys`` against ``episode_keys`` (per env: its episode's keys, None
-    before its first store) of the envs in ``ids``; keys in another order are accepted.
-
-    Returns:
-        The distinct episode key tuples of ``ids`` (``== {keys}``: nothing to reorder or fix).
+) -> set[tuple[str, ...] | None]:  # fmt: skip
+    """Check a record's ``keys`` against the ``episode_keys`` (None before an episode's first
+    store) of the envs in ``ids``; keys in another order are accepted. Returns the distinct
+    episode key tuples of ``ids`` (``== {keys}``: nothing to reorder or fix).
 
     Raises:
         ValueError: the formatter's required keys are missing, or the keys differ from an env's.
@@ -366,11 +337,8 @@ class BaseMemory(ABC):
     def fetch(
         self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
     ) -> Fetched:
-        """Each env's formatted context over (at most) the last ``history_length`` steps.
-
-        ``max_tokens``: an int, one budget per env in ``env_ids``, or None for no budget;
-        omitted: the memory's default.
-        """
+        """Each env's formatted context over (at most) the last ``history_length`` steps
+        (``max_tokens``: an int, one budget per env, None for none; omitted: the default)."""
 
     @abstractmethod
     def __getitem__(self, env_id: int) -> list[dict[str, Any]]:
@@ -390,8 +358,6 @@ class BaseMemory(ABC):
 
     def __len__(self) -> int:
         return self.num_envs
-
-    # ------------------------------------------------------------------ helpers
 
     def _ids(self, env_ids: EnvIds) -> list[int]:
         """``env_ids`` validated (all envs when None)."""
@@ -413,8 +379,6 @@ class BaseMemory(ABC):
         check_state(
             state, kind=type(self).__name__, version=self.state_version, num_envs=self.num_envs
         )
-
-    # ------------------------------------------------------------------ hooks (optional)
 
     def start_episodes(
         self, env_ids: Sequence[int], tasks: Sequence[str | None], observations: Sequence[str]
@@ -438,6 +402,22 @@ class BaseMemory(ABC):
         """The memory's reply when ``response`` is a memory action, else None (the default)."""
         return None
 
+    @property
+    def written_tag(self) -> str | None:
+        """The tag of the blocks the policy writes for this memory (their tokens are the rows'
+        memory tokens), or None: the policy writes none."""
+        return None
+
+    def candidates(self, env_id: int, observation: str) -> list[str] | None:
+        """The blocks a policy that chooses (``policy=score``) may write for this memory next,
+        as response text (``meta["memory_candidates"]``); None: it writes none (the default)."""
+        return None
+
+    def step_flags(self, env_ids: Sequence[int]) -> dict[int, str]:
+        """What the last store did unusually per env of ``env_ids`` (``info["memory_flag"]``,
+        e.g. a note cut to its bound); none by default."""
+        return {}
+
     def set_groups(self, env_ids: EnvIds, group_ids: Sequence[Any]) -> None:  # noqa: B027
         """The groups of the episodes now running in ``env_ids`` (no-op by default)."""
 
@@ -449,13 +429,9 @@ class RenderingMemory(BaseMemory):
     """A memory that renders and counts its steps itself (the shared arguments, validated)."""
 
     def __init__(
-        self,
-        num_envs: int,
-        formatter: FormatterSpec,
-        max_tokens: int | None,
-        token_counter: TokenCounterSpec,
-        capacity: int | None,
-    ) -> None:
+        self, num_envs: int, formatter: FormatterSpec, max_tokens: int | None,
+        token_counter: TokenCounterSpec, capacity: int | None,
+    ) -> None:  # fmt: skip
         self.num_envs = check_num_envs(num_envs)
         self.capacity = check_capacity(capacity)
         self.max_tokens = check_budget(max_tokens)
@@ -472,3 +448,21 @@ class RenderingMemory(BaseMemory):
     def token_counter(self) -> TokenCounter:
         """The token counter used for per-step counts and budgets."""
         return self._counter
+
+    def _state(self, envs: list[dict[str, Any]]) -> dict[str, Any]:
+        """A :meth:`state_dict`: the header, the rendering settings and the per-env ``envs``."""
+        return {
+            **self._state_header(), "capacity": self.capacity,
+            "formatter": self._formatter.spec(), "token_counter": self._counter.name, "envs": envs,
+        }  # fmt: skip
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(num_envs={self.num_envs}, formatter={self._formatter!r}, "
+            f"max_tokens={self.max_tokens}, token_counter={self._counter.name!r}, "
+            f"capacity={self.capacity}{self._repr_extra()})"
+        )
+
+    def _repr_extra(self) -> str:
+        """More ``repr`` arguments of a subclass (``", name=value"``)."""
+        return ""

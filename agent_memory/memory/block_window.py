@@ -93,13 +93,9 @@ class BlockLayout:
         return counter(text) if text else 0
 
     def split(
-        self,
-        budget: int,
-        costs: Sequence[int],
-        overhead: int,
-        window: Callable[[int | None], tuple[int, int]],
-        newest: int,
-    ) -> tuple[int, int]:
+        self, budget: int, costs: Sequence[int], overhead: int,
+        window: Callable[[int | None], tuple[int, int]], newest: int,
+    ) -> tuple[int, int]:  # fmt: skip
         """How many block items to keep and the window's budget, for one env.
 
         Args:
@@ -146,14 +142,10 @@ class BlockLayout:
         return lambda body, window: f"{head}{body}{mid}{window}" if window else head + body
 
     def fetch(
-        self,
-        memory: HistoryMemory,
-        history_length: int,
-        ids: list[int],
-        budgets: Sequence[int | None] | None,
-        blocks: Sequence[Block | None],
+        self, memory: HistoryMemory, history_length: int, ids: list[int],
+        budgets: Sequence[int | None] | None, blocks: Sequence[Block | None],
         overhead: int | None = None,
-    ) -> tuple[Fetched, list[int]]:
+    ) -> tuple[Fetched, list[int]]:  # fmt: skip
         """Each env's block and window from ``memory`` (``ids``: validated env ids; ``budgets``,
         ``blocks``: one per env or None; ``overhead``: as :meth:`overhead` gives it).
 
@@ -239,8 +231,6 @@ class WindowedMemory(BaseMemory):
         """The shared memory arguments among a subclass constructor's ``locals()``."""
         return {k: arguments[k] for k in _SHARED}
 
-    # ------------------------------------------------------------------ shared attributes
-
     @property
     def window(self) -> HistoryMemory:
         """The HistoryMemory holding every env's steps (the recent window is its fetch)."""
@@ -274,11 +264,15 @@ class WindowedMemory(BaseMemory):
         """Switch formatter: re-renders every stored step once."""
         self._window.set_formatter(formatter)
 
-    # ------------------------------------------------------------------ contract (delegated)
-
     def reset(self, env_ids: EnvIds = None) -> None:
-        """Clear the windows of ``env_ids`` (all when None)."""
-        self._window.reset(env_ids)
+        """Clear the windows of ``env_ids`` (all when None) and what else each env holds."""
+        ids = self._ids(env_ids)
+        self._window.reset(ids)
+        for i in ids:
+            self._reset_env(i)
+
+    def _reset_env(self, i: int) -> None:
+        """Clear what a subclass keeps for env ``i`` besides its window (nothing by default)."""
 
     def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
         """Append one step per env to the window (see :meth:`HistoryMemory.store`)."""

@@ -74,11 +74,8 @@ def episode_digest(
     head = f"Actions ({len(valid)}{', ' + ', '.join(notes) if notes else ''}): "
     if len(entries) > max_actions:
         k = max_actions // 2
-        entries = [
-            *entries[:k],
-            f"... {len(entries) - 2 * k} more ...",
-            *entries[len(entries) - k :],
-        ]
+        more = f"... {len(entries) - 2 * k} more ..."
+        entries = [*entries[:k], more, *entries[len(entries) - k :]]
     lines = [head + "; ".join(entries)]
     if outcome:
         n = episode.get("num_steps", len(records))

@@ -40,6 +40,7 @@ _REGISTRY: Registry[BaseMemory] = Registry(
         "episodic": "agent_memory.memory.episodic.strategy:EpisodicMemory",
         "blackboard": "agent_memory.memory.blackboard.strategy:BlackboardMemory",
         "conversation": "agent_memory.memory.conversation.strategy:ConversationMemory",
+        "notes": "agent_memory.memory.notes:NotesMemory",
     },
 )
 

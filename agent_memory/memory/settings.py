@@ -55,6 +55,15 @@ class Settings:
         """The settings by name (shallow)."""
         return {name: getattr(self, name) for name in self.field_names()}
 
+    def _check_template(self, name: str, **sample: Any) -> None:
+        """Refuse field ``name`` unless it is a ``str.format`` template that formats ``sample``."""
+        template = getattr(self, name)
+        try:
+            template.format(**sample)
+        except (KeyError, IndexError, ValueError, AttributeError) as e:
+            fields = " and ".join(f"{{{k}}}" for k in sample)
+            raise ValueError(f"{name} may use only {fields}, got {template!r} ({e})") from None
+
 
 class SettingsAttributes(Generic[S]):
     """Mixin: the fields of ``self.settings`` (an ``S``) read as attributes (``memory.top_k``)."""

@@ -79,15 +79,9 @@ class SQLiteDatabase:
     """
 
     def __init__(
-        self,
-        path: str | os.PathLike[str] | None,
-        *,
-        schema: str,
-        schema_version: int = 1,
-        busy_timeout_s: float = 5.0,
-        max_wait_s: float = 60.0,
-        synchronous: Synchronous = "NORMAL",
-    ) -> None:
+        self, path: str | os.PathLike[str] | None, *, schema: str, schema_version: int = 1,
+        busy_timeout_s: float = 5.0, max_wait_s: float = 60.0, synchronous: Synchronous = "NORMAL",
+    ) -> None:  # fmt: skip
         check_sqlite_options(busy_timeout_s, max_wait_s, synchronous)
         self.path = ":memory:" if path is None else str(Path(path).expanduser())
         self.schema = schema
@@ -110,8 +104,6 @@ class SQLiteDatabase:
     def private(self) -> bool:
         """An in-process database (``path`` None or ``":memory:"``)."""
         return self.path == ":memory:"
-
-    # ------------------------------------------------------------------ connection
 
     def connection(self) -> sqlite3.Connection:
         """This process's connection (opened, and the schema checked, on first use)."""
@@ -189,8 +181,6 @@ class SQLiteDatabase:
         self.__dict__.update(state)
         self._lock = threading.RLock()
         self.connection()
-
-    # ------------------------------------------------------------------ transactions
 
     def _retry(self, fn: Callable[[], T]) -> T:
         """``fn()``, retried with jittered backoff while the database is locked."""

@@ -80,8 +80,6 @@ class HistoryMemory(RenderingMemory):
         self._start: list[int] = [0] * num_envs
         self._keys: list[tuple[str, ...] | None] = [None] * num_envs
 
-    # ------------------------------------------------------------------ contract
-
     def reset(self, env_ids: EnvIds = None) -> None:
         """Clear the histories of ``env_ids`` (all when None); their next store is step 1."""
         for i in self._ids(env_ids):
@@ -93,15 +91,13 @@ class HistoryMemory(RenderingMemory):
 
     def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
         """Append one step for each env in ``env_ids`` (all when None); other envs do not advance.
-
-        Args:
-            record: key -> one value per env in ``env_ids`` (an episode's first store fixes keys).
-            env_ids: the envs this step belongs to, in the order of the values.
+        ``record``: key -> one value per env, in ``env_ids`` order (an episode's first store
+        fixes its keys).
 
         Raises:
             TypeError: ``record`` is not a mapping of per-env sequences.
-            ValueError: a value list of the wrong length, or keys that differ from the episode's.
-                Nothing is stored when it raises.
+            ValueError: a value list of the wrong length, or keys that differ from the episode's
+                (nothing is stored).
         """
         ids = self._ids(env_ids)
         columns = record_columns(record, len(ids))
@@ -141,9 +137,6 @@ class HistoryMemory(RenderingMemory):
             env_ids: which envs (all when None), in the order of the returned lists.
             max_tokens: token budget (default: the memory's; ``None``: none; a sequence: one
                 per env): the newest whole steps whose token counts fit are kept.
-
-        Returns:
-            ``Fetched(contexts, lengths)``: per env, the joined context and its number of steps.
         """
         hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         fmt = self._formatter
@@ -182,7 +175,6 @@ class HistoryMemory(RenderingMemory):
         """:meth:`num_steps` of every env."""
         return [s + len(r) for s, r in zip(self._start, self._rows, strict=True)]
 
-    # ------------------------------------------------------------------ read API
     # Positions count the steps env i holds (what ``memory[i]`` returns), oldest first:
     # 0 .. held(i) - 1; the step at position p is step number ``first_step(i) + p``.
 
@@ -202,8 +194,8 @@ class HistoryMemory(RenderingMemory):
     @property
     def first_steps(self) -> list[int]:
         """:meth:`first_step` of every env."""
-        return [s + n - h + 1 for s, n, h in zip(self._start, map(len, self._rows),
-                                                 self.held_counts, strict=True)]  # fmt: skip
+        rows, held = map(len, self._rows), self.held_counts
+        return [s + n - h + 1 for s, n, h in zip(self._start, rows, held, strict=True)]
 
     def first_step(self, env_id: int) -> int:
         """The step number of env ``env_id``'s oldest held step (``num_steps + 1``: none)."""
@@ -213,8 +205,7 @@ class HistoryMemory(RenderingMemory):
     def renderings(self, env_id: int, start: int = 0, stop: int | None = None) -> list[Any]:
         """The formatter's renderings (made at store time) of held steps ``[start, stop)``."""
         i = check_env_index(env_id, self.num_envs)
-        off = self._dropped(i)
-        n = len(self._rows[i])
+        off, n = self._dropped(i), len(self._rows[i])
         return self._rendered[i][off + start : n if stop is None else off + stop]
 
     def column(
@@ -268,8 +259,7 @@ class HistoryMemory(RenderingMemory):
             (36, [36], ["[Observation 1: 'a', Action 1: 'b']"])
         """
         i = check_env_index(env_id, self.num_envs)
-        off = self._dropped(i)
-        cum = self._cum[i]
+        off, cum = self._dropped(i), self._cum[i]
         return cum[len(cum) - 1 if stop is None else off + stop] - cum[off + start]
 
     def step_tokens(self, env_id: int) -> list[int]:
@@ -299,37 +289,25 @@ class HistoryMemory(RenderingMemory):
         i = check_env_index(env_id, self.num_envs)
         self._trim(i, check_int("steps", steps, 0))
 
-    # ------------------------------------------------------------------ formatter
-
     def set_formatter(self, formatter: FormatterSpec) -> None:
         """Switch formatter: re-renders (and re-counts) every stored step once."""
         self._formatter = make_formatter(formatter)
         for i in self._all_ids:
             self._rerender(i)
 
-    # ------------------------------------------------------------------ state
-
     def state_dict(self) -> dict[str, Any]:
         """A copy of everything needed to restore this memory (JSON-able if the records are)."""
         envs = []
         for i in self._all_ids:
             records, keys = self[i], self._keys[i]
-            envs.append(
-                {
-                    "start": self.num_steps(i) - len(records),
-                    "keys": None if keys is None else list(keys),
-                    "records": copy.deepcopy(records),
-                    "rendered": copy.deepcopy(self._held(self._rendered[i])),
-                    "tokens": self.step_tokens(i),
-                }
-            )
-        return {
-            **self._state_header(),
-            "capacity": self.capacity,
-            "formatter": self._formatter.spec(),
-            "token_counter": self._counter.name,
-            "envs": envs,
-        }
+            envs.append({
+                "start": self.num_steps(i) - len(records),
+                "keys": None if keys is None else list(keys),
+                "records": copy.deepcopy(records),
+                "rendered": copy.deepcopy(self._held(self._rendered[i])),
+                "tokens": self.step_tokens(i),
+            })  # fmt: skip
+        return self._state(envs)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict` (steps are re-rendered only when this memory's
@@ -356,12 +334,9 @@ class HistoryMemory(RenderingMemory):
             if self.capacity is not None:
                 self._trim(i, self.capacity)
 
-    # ------------------------------------------------------------------ internals
-
     def _dropped(self, i: int) -> int:
         """Steps at the front of env ``i``'s lists that bounded storage no longer holds."""
-        cap = self.capacity
-        n = len(self._rows[i])
+        cap, n = self.capacity, len(self._rows[i])
         return n - cap if cap is not None and n > cap else 0
 
     def _window_lo(self, i: int, n: int, hl: int, budget: int | None) -> int:
@@ -405,11 +380,8 @@ class HistoryMemory(RenderingMemory):
         """Token counts of rendered steps (the texts unbuilt for a counter of lengths)."""
         fmt = self._formatter
         count_length = getattr(self._counter, "count_length", None)
-        if (
-            count_length is not None
-            and fmt.output == "text"
-            and (type(fmt).text_of is Formatter.text_of)
-        ):
+        plain = fmt.output == "text" and type(fmt).text_of is Formatter.text_of
+        if count_length is not None and plain:
             sep = len(fmt.separator)
             return [count_length(len(r) + sep) for r in rendered]
         return self._counter.count_many(fmt.texts_of(rendered))
@@ -429,13 +401,5 @@ class HistoryMemory(RenderingMemory):
             return
         columns = {k: [row[p] for row in rows] for p, k in enumerate(keys)}
         steps = list(range(self._start[i] + 1, self._start[i] + len(rows) + 1))
-        rendered = self._formatter.render_batch(columns, steps)
-        self._rendered[i] = rendered
+        self._rendered[i] = rendered = self._formatter.render_batch(columns, steps)
         self._cum[i] = list(accumulate(self._count_rendered(rendered), initial=0))
-
-    def __repr__(self) -> str:
-        return (
-            f"HistoryMemory(num_envs={self.num_envs}, formatter={self._formatter!r}, "
-            f"max_tokens={self.max_tokens}, token_counter={self._counter.name!r}, "
-            f"capacity={self.capacity})"
-        )

@@ -31,6 +31,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from agent_memory.checks import check_int
+
 if TYPE_CHECKING:
     from transformers import PretrainedConfig, PreTrainedModel
 
@@ -100,20 +102,11 @@ def template_words(chat_template: str) -> list[str]:
 
 
 def build_tiny_lm(
-    path: str | Path,
-    words: Sequence[str],
-    *,
-    arch: Literal["llama", "gpt2"] = "llama",
-    hidden: int = 32,
-    layers: int = 2,
-    heads: int = 2,
-    context: int = 256,
-    chat_template: str | None = DEFAULT_TEMPLATE,
-    seed: int = 0,
-    init_range: float = 0.5,
-    tie_embeddings: bool = False,
-    lowercase: bool = False,
-) -> Path:
+    path: str | Path, words: Sequence[str], *, arch: Literal["llama", "gpt2"] = "llama",
+    hidden: int = 32, layers: int = 2, heads: int = 2, context: int = 256,
+    chat_template: str | None = DEFAULT_TEMPLATE, seed: int = 0, init_range: float = 0.5,
+    tie_embeddings: bool = False, lowercase: bool = False,
+) -> Path:  # fmt: skip
     """Save a randomly initialised causal LM and its word-level tokenizer to ``path``.
 
     Both load with ``from_pretrained(path, local_files_only=True)``. Vocabulary: the
@@ -123,9 +116,7 @@ def build_tiny_lm(
         path: Output directory (created); returned as a :class:`~pathlib.Path`.
         words: The vocabulary, e.g. from :func:`words_from_texts` (single pre-tokenizer pieces).
         arch: ``"llama"`` (``LlamaForCausalLM``) or ``"gpt2"`` (``GPT2LMHeadModel``).
-        hidden: Hidden size (a multiple of ``heads``).
-        layers: Transformer blocks.
-        heads: Attention heads.
+        hidden, layers, heads: Hidden size (a multiple of ``heads``), blocks, attention heads.
         context: Maximum sequence length (position embeddings and ``model_max_length``).
         chat_template: Jinja chat template stored with the tokenizer; None for none.
         seed: Weight seed: same arguments, byte-identical weights (the global RNG is kept).
@@ -150,14 +141,8 @@ def build_tiny_lm(
 
     if arch not in ("llama", "gpt2"):
         raise ValueError(f"arch must be 'llama' or 'gpt2', got {arch!r}")
-    for name, value in (
-        ("hidden", hidden),
-        ("layers", layers),
-        ("heads", heads),
-        ("context", context),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be an int >= 1, got {value!r}")
+    for name, value in dict(hidden=hidden, layers=layers, heads=heads, context=context).items():
+        check_int(name, value, 1)
     if hidden % heads:
         raise ValueError(
             f"hidden ({hidden}) must be a multiple of heads ({heads}): "
@@ -187,26 +172,18 @@ def build_tiny_lm(
         raw.normalizer = normalizers.Lowercase()
     pad, unk, bos, eos = SPECIAL_TOKENS
     tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=raw,
-        pad_token=pad,
-        unk_token=unk,
-        bos_token=bos,
-        eos_token=eos,
+        tokenizer_object=raw, pad_token=pad, unk_token=unk, bos_token=bos, eos_token=eos,
         model_max_length=context,
         # No "clean up" of " ." into ".": decoding is exactly the tokens joined by spaces.
         clean_up_tokenization_spaces=False,
-    )
+    )  # fmt: skip
     if chat_template:
         tokenizer.chat_template = chat_template
 
     common: dict[str, Any] = {
-        "vocab_size": len(vocab),
-        "tie_word_embeddings": tie_embeddings,
-        "initializer_range": init_range,
-        "pad_token_id": 0,
-        "bos_token_id": 2,
-        "eos_token_id": 3,
-    }
+        "vocab_size": len(vocab), "tie_word_embeddings": tie_embeddings,
+        "initializer_range": init_range, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3,
+    }  # fmt: skip
     config, cls = _model_config(arch, hidden, layers, heads, context, common)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -230,12 +207,8 @@ def _model_config(
         )
         return gpt2, transformers.GPT2LMHeadModel
     llama = transformers.LlamaConfig(
-        hidden_size=hidden,
-        intermediate_size=2 * hidden,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=heads,
-        max_position_embeddings=context,
+        hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=context,
         **common,
-    )
+    )  # fmt: skip
     return llama, transformers.LlamaForCausalLM

@@ -21,23 +21,13 @@ from dataclasses import asdict, dataclass, fields
 from typing import Any, ClassVar, Literal, TypeVar
 
 from agent_memory.parsing import ActionParser
-from agent_memory.protocol import Generation
+from agent_memory.protocol import Generation, Prompt
 from agent_memory.registry import Registry
 
 __all__ = [
-    "Counters",
-    "Policy",
-    "Prompt",
-    "available_policies",
-    "check_batch",
-    "episode_seed",
-    "make_policy",
-    "policy_factory",
-    "register_policy",
-]
-
-#: A prompt: text, or a chat message list (``chat`` formatter).
-Prompt = str | list[dict[str, str]]
+    "Counters", "Policy", "Prompt", "available_policies", "check_batch", "episode_seed",
+    "make_policy", "policy_factory", "register_policy",
+]  # fmt: skip
 
 
 @dataclass

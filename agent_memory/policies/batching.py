@@ -87,11 +87,9 @@ class BatchingPolicy:
         self._worker: asyncio.Task[None] | None = None
 
     async def agenerate(
-        self,
-        prompts: Sequence[Prompt],
-        meta: Sequence[Mapping[str, Any]] | None = None,
+        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None,
         alone: bool = False,
-    ) -> list[Generation]:
+    ) -> list[Generation]:  # fmt: skip
         """This caller's generations, from a batch shared with whoever asked meanwhile
         (``alone``: a batch of their own, never split nor joined: a lockstep step's)."""
         if not prompts:

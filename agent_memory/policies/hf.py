@@ -85,25 +85,14 @@ class HFPolicy(Policy):
     tokenizer: Any
 
     def __init__(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        model: Any = None,
-        tokenizer: Any = None,
-        max_new_tokens: int = 256,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        batch_size: int = 8,
-        device: str = "cpu",
-        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
-        seed: int | None = None,
-        use_chat_template: bool | Literal["auto"] = "auto",
-        stop: str | Sequence[str] | None = None,
-        num_threads: int | None = None,
-        incremental: bool = False,
+        self, path: str | os.PathLike[str] | None = None, *, model: Any = None,
+        tokenizer: Any = None, max_new_tokens: int = 256, temperature: float = 1.0,
+        top_p: float = 1.0, top_k: int = 0, batch_size: int = 8, device: str = "cpu",
+        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto", seed: int | None = None,
+        use_chat_template: bool | Literal["auto"] = "auto", stop: str | Sequence[str] | None = None,
+        num_threads: int | None = None, incremental: bool = False,
         parser: ActionParser | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__(parser)
         check_int("max_new_tokens", max_new_tokens, 1)
         check_int("batch_size", batch_size, 1)
@@ -195,8 +184,6 @@ class HFPolicy(Policy):
             eos = self.tokenizer.eos_token_id
         self._eos: list[int] = [] if eos is None else [eos] if isinstance(eos, int) else list(eos)
 
-    # ------------------------------------------------------------------ public API
-
     def render_prompt(self, prompt: Prompt, index: int = 0) -> str:
         """The text the model gets for ``prompt`` (after the chat template, if one applies).
 
@@ -230,12 +217,10 @@ class HFPolicy(Policy):
         call = GenerationStats(calls=1, prompts=len(ids))
         out: list[Generation | None] = [None] * len(ids)
         order = sorted(range(len(ids)), key=lambda i: len(ids[i]))
-        if self.seed is not None:
-            devices = [self.device] if self.device.type == "cuda" else []
-            with torch.random.fork_rng(devices=devices):
+        devices = [self.device] if self.device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices, enabled=self.seed is not None):
+            if self.seed is not None:
                 torch.manual_seed(self.seed + self.calls)
-                self._generate_all(ids, order, out, call)
-        else:
             self._generate_all(ids, order, out, call)
         self.calls += 1
         self.stats.add(call)
@@ -249,8 +234,7 @@ class HFPolicy(Policy):
     def close(self) -> None:
         """Drop the model and tokenizer (and free the GPU cache). Idempotent."""
         model = getattr(self, "model", None)
-        self.model = None
-        self.tokenizer = None
+        self.model = self.tokenizer = None
         if model is not None and self.device.type == "cuda":
             import torch
 
@@ -262,8 +246,6 @@ class HFPolicy(Policy):
             f"{type(self).__name__}(path={str(self.path)!r}, device={str(self.device)!r}, "
             f"temperature={self.temperature}, max_new_tokens={self.max_new_tokens})"
         )
-
-    # ------------------------------------------------------------------ generation
 
     def _encode(self, prompt: Prompt, index: int) -> list[int]:
         return self.renderer.ids(prompt, index)
@@ -330,11 +312,8 @@ class HFPolicy(Policy):
         log.warning(
             "hf policy: %d prompt(s) longer than the %d tokens the context leaves "
             "(context %d - max_new_tokens %d): their oldest tokens are dropped",
-            truncated,
-            room,
-            self._context,
-            self.max_new_tokens,
-        )
+            truncated, room, self._context, self.max_new_tokens,
+        )  # fmt: skip
         return [x[-room:] for x in batch], truncated
 
     def _generation(
@@ -343,34 +322,38 @@ class HFPolicy(Policy):
     ) -> Generation:  # fmt: skip
         """One row's generation: its tokens cut after the first EOS or the stop string's."""
         end = next((j + 1 for j, t in enumerate(tokens) if t in self._eos), None)
-        finish = "stop" if end is not None else "length"
         if stop_at is not None and (end is None or stop_at < end):
-            end, finish = stop_at, "stop"
+            end = stop_at
+        finish = "length" if end is None else "stop"
         end = len(tokens) if end is None else end
         body = tokens[:end]
-        text = self.tokenizer.decode(
-            [t for t in body if t not in self._eos], skip_special_tokens=True
-        )
+        kept = [t for t in body if t not in self._eos]
+        text = _cut(self.tokenizer.decode(kept, skip_special_tokens=True), self.stop)
         return Generation(
-            text=_cut(text, self.stop),
-            prompt_ids=list(prompt),
-            response_ids=body,
-            response_logprobs=logps[:end],
-            finish_reason=finish,
-            policy_version=self.version,
-            sampling=sampling,
-        )
+            text=text, prompt_ids=list(prompt), response_ids=body, response_logprobs=logps[:end],
+            finish_reason=finish, policy_version=self.version, sampling=sampling,
+            response_offsets=self._offsets(body, len(text)),
+        )  # fmt: skip
+
+    def _offsets(self, body: list[int], length: int) -> list[int]:
+        """Where each token of ``body`` starts in its decoded text (at most ``length``): the
+        length of the text its predecessors decode to (non-decreasing; an EOS adds nothing)."""
+        eos, decode = self._eos, self.tokenizer.decode
+        out, kept, at = [], [], 0
+        for t in body:
+            out.append(min(at, length))
+            if t not in eos:
+                kept.append(t)
+                at = max(at, len(decode(kept, skip_special_tokens=True)))
+        return out
 
     def sampling_params(self) -> SamplingParams:
         """How this policy samples (recorded with each response)."""
         greedy = self.temperature == 0
         return SamplingParams(
-            temperature=self.temperature,
-            top_p=None if greedy else self.top_p,
-            top_k=None if greedy else self.top_k,
-            max_tokens=self.max_new_tokens,
-            seed=self.seed,
-        )
+            temperature=self.temperature, top_p=None if greedy else self.top_p,
+            top_k=None if greedy else self.top_k, max_tokens=self.max_new_tokens, seed=self.seed,
+        )  # fmt: skip
 
     def _generation_config(self) -> Any:
         import copy
@@ -378,19 +361,14 @@ class HFPolicy(Policy):
         config = copy.deepcopy(self.model.generation_config)
         sampling = self.temperature > 0
         config.update(
-            max_new_tokens=self.max_new_tokens,
-            num_beams=1,
-            num_return_sequences=1,
+            max_new_tokens=self.max_new_tokens, num_beams=1, num_return_sequences=1,
             do_sample=sampling,
             # Greedy: the library defaults, so no "unused sampling flag" warnings.
             temperature=self.temperature if sampling else 1.0,
-            top_p=self.top_p if sampling else 1.0,
-            top_k=self.top_k if sampling else 50,
-            pad_token_id=self.tokenizer.pad_token_id,
-            eos_token_id=self._eos or None,
-            output_scores=True,
-            return_dict_in_generate=True,
-        )
+            top_p=self.top_p if sampling else 1.0, top_k=self.top_k if sampling else 50,
+            pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self._eos or None,
+            output_scores=True, return_dict_in_generate=True,
+        )  # fmt: skip
         return config
 
 

@@ -33,6 +33,7 @@ from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, check_batch, episode_seed
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.openai_protocol import (
+    DEFAULT_MAX_ANSWER_BYTES,
     NEUTRAL_SAMPLING,
     OPENAI_SAMPLING,
     LogprobsKind,
@@ -62,14 +63,9 @@ from agent_memory.policies.rendering import PromptRenderer
 from agent_memory.protocol import Generation, SamplingParams
 
 __all__ = [
-    "THREAD_PREFIX",
-    "ClientStats",
-    "LogprobsNotSampled",
-    "OpenAIPolicy",
-    "ServerRefused",
-    "ServerUnavailable",
-    "TokenIdsMissing",
-]
+    "THREAD_PREFIX", "ClientStats", "LogprobsNotSampled", "OpenAIPolicy", "ServerRefused",
+    "ServerUnavailable", "TokenIdsMissing",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +85,12 @@ class OpenAIPolicy(Policy):
     without any HTTP answer raise :class:`ServerUnavailable` (0: never). The API key is never
     logged nor shown.
 
+    An answer is checked at the edge, and one that fails is answered ``""`` (not retried; counted
+    in :class:`ClientStats`): its body at most ``max_answer_bytes`` as received and inflated
+    (enforced while it is read); token ids ints in ``[0, vocab_size)`` (``vocab_size``, else the
+    tokenizer's size; ints >= 0 without either); log-probs finite and <= 0; with a
+    ``tokenizer``, response ids that decode to the response text.
+
     Attributes:
         stats, last_stats: :class:`ClientStats` since construction and of the last call.
         last_errors: ``{prompt index: message}`` for the last call's prompts answered ``""``.
@@ -100,39 +102,21 @@ class OpenAIPolicy(Policy):
     answers_async: ClassVar[bool] = True
 
     def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        mode: Literal["chat", "completion"] = "chat",
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        min_p: float | None = None,
-        repetition_penalty: float | None = None,
-        presence_penalty: float | None = None,
-        frequency_penalty: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        seed: int | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        concurrency: int = 8,
-        timeout: float = 120.0,
-        max_retries: int = 3,
-        backoff: Sequence[float] = (0.5, 8.0),
-        max_retry_after: float = 60.0,
-        headers: Mapping[str, str] | None = None,
-        dead_calls: int = 2,
-        return_tokens: bool = True,
-        server: Literal["vllm", "sglang", "openai"] = "vllm",
-        token_in: bool = False,
-        tokenizer: str | None = None,
-        use_chat_template: bool | Literal["auto"] = "auto",
-        incremental: bool = False,
-        parser: ActionParser | None = None,
-    ) -> None:
+        self, base_url: str, model: str, *, api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY", mode: Literal["chat", "completion"] = "chat",
+        temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
+        min_p: float | None = None, repetition_penalty: float | None = None,
+        presence_penalty: float | None = None, frequency_penalty: float | None = None,
+        max_tokens: int | None = None, stop: str | Sequence[str] | None = None,
+        seed: int | None = None, extra_body: Mapping[str, Any] | None = None, concurrency: int = 8,
+        timeout: float = 120.0, max_retries: int = 3, backoff: Sequence[float] = (0.5, 8.0),
+        max_retry_after: float = 60.0, headers: Mapping[str, str] | None = None,
+        dead_calls: int = 2, return_tokens: bool = True,
+        server: Literal["vllm", "sglang", "openai"] = "vllm", token_in: bool = False,
+        tokenizer: str | None = None, use_chat_template: bool | Literal["auto"] = "auto",
+        incremental: bool = False, max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        vocab_size: int | None = None, parser: ActionParser | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(parser)
         _check_endpoint(base_url, model, mode, server)
         check_int("concurrency", concurrency, 1)
@@ -140,6 +124,8 @@ class OpenAIPolicy(Policy):
         check_int("dead_calls", dead_calls, 0)
         check_int("max_tokens", max_tokens, 1, allow_none=True)
         check_int("seed", seed, 0, allow_none=True)
+        check_int("max_answer_bytes", max_answer_bytes, 1)
+        check_int("vocab_size", vocab_size, 1, allow_none=True)
         if not is_number(timeout) or timeout <= 0:
             raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
         self.temperature = temperature
@@ -186,10 +172,13 @@ class OpenAIPolicy(Policy):
         self.renderer = (
             None if tokenizer is None else _renderer(tokenizer, use_chat_template, incremental)
         )
+        self.max_answer_bytes = max_answer_bytes
+        self.vocab_size = _vocab_size(vocab_size, self.renderer)
         self._sender = Sender(
             self.url, mode, server, self.timeout, max_retries, self.backoff,
             self.max_retry_after, self.return_tokens, random.Random(seed),
-            None if stops is None or self.renderer is None else self.renderer.tokenizer,
+            None if self.renderer is None else self.renderer.tokenizer,
+            decode_stops=stops is not None, vocab_size=self.vocab_size,
         )  # fmt: skip
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
         self._headers = dict(headers or {})
@@ -317,6 +306,8 @@ class OpenAIPolicy(Policy):
     async def _check(self, conns: Connections, runtime: Runtime) -> None:
         import httpx
 
+        from agent_memory.policies.openai_transport import AnswerTooLarge
+
         fields = self._fields()
         fields.pop("stop", None)
         local = self.renderer.ids("Hi") if self.token_in and self.renderer is not None else None
@@ -324,7 +315,7 @@ class OpenAIPolicy(Policy):
         body = {**fields, **self._prompt_field("Hi", 0, local), **self.extra_body, **probe}
         try:
             response = await self._sender.post(conns.client, json.dumps(body).encode())
-        except (httpx.HTTPError, TimeoutError, RuntimeError) as e:
+        except (httpx.HTTPError, TimeoutError, RuntimeError, AnswerTooLarge) as e:
             log.debug("openai policy: server check got no answer (%s); checked again later", e)
             return
         except asyncio.CancelledError:
@@ -500,7 +491,9 @@ class OpenAIPolicy(Policy):
             if self._closed:
                 raise RuntimeError(f"{self!r} is closed")
             if self._runtime is None:
-                self._runtime = Runtime(self.concurrency, self._headers, self.max_concurrency)
+                self._runtime = Runtime(
+                    self.concurrency, self._headers, self.max_concurrency, self.max_answer_bytes
+                )
                 self._finalizer = weakref.finalize(self, self._runtime.shutdown)
             return self._runtime
 
@@ -555,12 +548,8 @@ class OpenAIPolicy(Policy):
             log.warning(
                 "openai policy: %d of %d prompts failed (%s); they get '' (an invalid action). "
                 "First: prompt %d: %s",
-                len(call.errors),
-                len(out),
-                self.url,
-                first,
-                call.errors[first],
-            )
+                len(call.errors), len(out), self.url, first, call.errors[first],
+            )  # fmt: skip
         return out
 
 
@@ -668,6 +657,11 @@ def _plain(value: Any) -> Any:
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
         return [_plain(v) for v in value]
     return value
+
+
+def _vocab_size(vocab_size: int | None, renderer: PromptRenderer | None) -> int | None:
+    """The bound on token ids: as configured, else the tokenizer's size (None: unknown)."""
+    return vocab_size if vocab_size is not None or renderer is None else len(renderer.tokenizer)
 
 
 def _renderer(

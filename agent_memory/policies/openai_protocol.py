@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import email.utils
 import math
+import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -27,19 +28,10 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = [
-    "MAX_ERROR_CHARS",
-    "NEUTRAL_SAMPLING",
-    "Answer",
-    "LogprobsKind",
-    "MalformedAnswer",
-    "logprobs_kind",
-    "messages_of",
-    "probe_fields",
-    "read_answer",
-    "retry_after",
-    "server_message",
-    "token_fields",
-]
+    "DEFAULT_MAX_ANSWER_BYTES", "LOGPROB_EPS", "MAX_ERROR_CHARS", "MAX_TOKEN_ID",
+    "NEUTRAL_SAMPLING", "Answer", "LogprobsKind", "MalformedAnswer", "logprobs_kind", "messages_of",
+    "probe_fields", "read_answer", "retry_after", "server_message", "token_fields",
+]  # fmt: skip
 
 Mode = Literal["chat", "completion"]
 Server = Literal["vllm", "sglang", "openai"]
@@ -50,22 +42,25 @@ LogprobsKind = Literal["processed", "raw", "unknown"]
 #: Every sampling field a request carries, at its "off" value: vLLM and SGLang fill a field a
 #: request leaves out from the model's generation_config.json, so the policy sends each one.
 NEUTRAL_SAMPLING: dict[str, float | int] = {
-    "temperature": 1.0,
-    "top_p": 1.0,
-    "top_k": -1,
-    "min_p": 0.0,
-    "repetition_penalty": 1.0,
-    "presence_penalty": 0.0,
-    "frequency_penalty": 0.0,
-}
+    "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
+    "presence_penalty": 0.0, "frequency_penalty": 0.0,
+}  # fmt: skip
 #: The fields of :data:`NEUTRAL_SAMPLING` the plain OpenAI API accepts.
 OPENAI_SAMPLING = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 #: Reported log-probs at or below this are a filtered token's (vLLM clamps -inf to -9999).
 _FILTERED = -9998.0
 
 _TOKEN_ID_PREFIX = "token_id:"
+_DIGITS = re.compile(r"[0-9]{1,20}")
 #: Characters of a server's error body kept in an error message.
 MAX_ERROR_CHARS = 500
+#: An answer's largest body, as received and inflated (``max_answer_bytes``): 16 MiB, where a
+#: completion of thousands of tokens with their log-probs is well under 1 MiB.
+DEFAULT_MAX_ANSWER_BYTES = 16 * 2**20
+#: Token ids are below this (Parquet's int64): a larger one is no model's token.
+MAX_TOKEN_ID = 2**63
+#: A log-prob up to this above 0 is float rounding of a probability-1 token's: read as 0.
+LOGPROB_EPS = 1e-6
 
 
 class MalformedAnswer(ValueError):
@@ -113,16 +108,22 @@ def token_fields(mode: Mode, server: Server) -> dict[str, Any]:
 
 
 def read_answer(data: Any, mode: Mode) -> Answer:
-    """The first choice of ``data`` (a parsed JSON answer).
+    """The first choice of ``data`` (a parsed JSON answer), checked: a text that is a string (or
+    null), a finish reason that is one, token ids that are ints in ``[0, 2**63)``, log-probs that
+    are finite and at most 0 (:data:`LOGPROB_EPS` above it is read as 0).
 
     Raises:
-        MalformedAnswer: no ``choices[0]`` text, or token fields of the wrong shape.
+        MalformedAnswer: no ``choices[0]`` text, or a field of the wrong type, shape or range.
     """
     try:
         choice = data["choices"][0]
         text = choice["message"].get("content") if mode == "chat" else choice["text"]
     except (KeyError, IndexError, TypeError, AttributeError):
         raise MalformedAnswer(f"no choices[0] {mode} text") from None
+    finish = choice.get("finish_reason")
+    for name, value in (("text", text), ("finish_reason", finish)):
+        if value is not None and not isinstance(value, str):
+            raise MalformedAnswer(f"{name}: expected a string or null, got {value!r}"[:200])
     usage = data.get("usage") if isinstance(data, Mapping) else None
     usage = usage if isinstance(usage, Mapping) else {}
     response_ids, logprobs = _sampled(choice)
@@ -130,15 +131,12 @@ def read_answer(data: Any, mode: Mode) -> Answer:
     if prompt_ids is None and isinstance(data, Mapping):
         prompt_ids = data.get("prompt_token_ids")  # vLLM chat: at the top level
     return Answer(
-        text="" if text is None else str(text),
-        finish_reason=choice.get("finish_reason"),
-        prompt_ids=_ints(prompt_ids, "prompt_token_ids"),
-        response_ids=response_ids,
-        logprobs=logprobs,
-        prompt_tokens=_count(usage.get("prompt_tokens")),
+        text="" if text is None else text, finish_reason=finish,
+        prompt_ids=_ints(prompt_ids, "prompt_token_ids"), response_ids=response_ids,
+        logprobs=logprobs, prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),
         stop_reason=stop if isinstance(stop, (str, int)) and not isinstance(stop, bool) else None,
-    )
+    )  # fmt: skip
 
 
 def probe_fields(mode: Mode, server: Server) -> dict[str, Any]:
@@ -152,10 +150,7 @@ def probe_fields(mode: Mode, server: Server) -> dict[str, Any]:
     """
     fields: dict[str, Any] = {"max_tokens": 1, "temperature": 1.0, "top_k": 1}
     fields.update(token_fields(mode, server))
-    if mode == "completion":
-        fields["logprobs"] = 2
-    else:
-        fields["top_logprobs"] = 2
+    fields["logprobs" if mode == "completion" else "top_logprobs"] = 2
     return fields
 
 
@@ -205,7 +200,8 @@ def _sampled(choice: Mapping[str, Any]) -> tuple[list[int] | None, list[float] |
         and tokens
         and all(isinstance(t, str) and t.startswith(_TOKEN_ID_PREFIX) for t in tokens)
     ):
-        ids = _ints([t[len(_TOKEN_ID_PREFIX) :] for t in tokens], "token_id:<id> tokens")
+        pieces = [t[len(_TOKEN_ID_PREFIX) :] for t in tokens]
+        ids = _ints([int(p) if _DIGITS.fullmatch(p) else p for p in pieces], "token_id:<id> tokens")
     if ids is not None and logprobs is not None and len(ids) != len(logprobs):
         raise MalformedAnswer(
             f"{len(ids)} token ids but {len(logprobs)} log-probs: expected one log-prob per token"
@@ -244,17 +240,34 @@ def _sglang_logprobs(triples: Any, ids: list[int] | None) -> tuple[list[float], 
 
 
 def _ints(values: Any, name: str) -> list[int] | None:
-    try:
-        return None if values is None else [int(v) for v in values]
-    except (TypeError, ValueError):
-        raise MalformedAnswer(f"{name} must be a list of token ids, got {values!r}"[:200]) from None
+    """``values`` if they are token ids: JSON ints (not ``1.7``, ``"12"`` or ``true``) in
+    ``[0, 2**63)`` (Parquet's int64)."""
+    if values is None:
+        return None
+    _check_list(values, name, "token ids")
+    for i, v in enumerate(values):
+        if type(v) is not int or not 0 <= v < MAX_TOKEN_ID:
+            raise MalformedAnswer(
+                f"{name}[{i}]: expected a token id (an int in [0, 2**63)), got {v!r}"[:200]
+            )
+    return list(values)
 
 
 def _floats(values: Any, name: str) -> list[float]:
-    try:
-        return [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise MalformedAnswer(f"{name} must be a list of numbers, got {values!r}"[:200]) from None
+    """``values`` if they are log-probs: finite numbers <= 0, where up to :data:`LOGPROB_EPS`
+    above 0 is float rounding (of a token of probability 1) and is clamped to 0."""
+    _check_list(values, name, "log-probs")
+    out = []
+    for i, v in enumerate(values):
+        if not is_number(v) or v > LOGPROB_EPS:
+            raise MalformedAnswer(f"{name}[{i}]: expected a finite log-prob <= 0, got {v!r}"[:200])
+        out.append(min(float(v), 0.0))
+    return out
+
+
+def _check_list(values: Any, name: str, what: str) -> None:
+    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+        raise MalformedAnswer(f"{name}: expected a list of {what}, got {values!r}"[:200])
 
 
 def _count(value: Any) -> int:

@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from agent_memory.policies.base import Counters
 from agent_memory.policies.openai_protocol import (
+    DEFAULT_MAX_ANSWER_BYTES,
     MAX_ERROR_CHARS,
+    Answer,
     MalformedAnswer,
     read_answer,
     retry_after,
@@ -36,17 +38,9 @@ if TYPE_CHECKING:
     import httpx
 
 __all__ = [
-    "THREAD_PREFIX",
-    "ClientStats",
-    "Connections",
-    "LogprobsNotSampled",
-    "Runtime",
-    "Sender",
-    "ServerRefused",
-    "Slots",
-    "TokenIdsMissing",
-    "require_tokens",
-]
+    "THREAD_PREFIX", "ClientStats", "Connections", "LogprobsNotSampled", "Runtime", "Sender",
+    "ServerRefused", "Slots", "TokenIdsMissing", "decodes_to", "require_tokens",
+]  # fmt: skip
 
 log = logging.getLogger("agent_memory.policies.openai_client")
 JSON_HEADERS = {"Content-Type": "application/json"}
@@ -56,6 +50,8 @@ T = TypeVar("T")
 THREAD_PREFIX = "agent-memory-openai-policy"
 #: What a request gets when the policy is closed under it (or before it had a slot).
 CLOSED = "the policy was closed"
+#: The config key of the cap on an answer's bytes (the transport's errors name it).
+ANSWER_BYTES_KEY = "policy.params.max_answer_bytes"
 
 
 @dataclass
@@ -70,6 +66,12 @@ class ClientStats(Counters):
         total_latency_s, wall_s: seconds waiting on requests (summed); seconds in ``act``.
         prompt_tokens, completion_tokens: the servers' ``usage`` counts, summed.
         prompt_id_mismatches: prompts whose server-reported ids differ from the local rendering.
+        malformed_answers, text_mismatches, oversized_answers: answers refused at the edge (each
+            also in ``failures``, its prompt answered ``""``): not what the protocol allows (not
+            JSON, a field missing or of the wrong type, a token id outside the vocabulary, a
+            log-prob not finite or above 0, an encoding that does not inflate); response ids
+            that do not decode to the response text (a tokenizer known); a body over
+            ``max_answer_bytes``.
     """
 
     calls: int = 0
@@ -83,6 +85,13 @@ class ClientStats(Counters):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     prompt_id_mismatches: int = 0
+    malformed_answers: int = 0
+    text_mismatches: int = 0
+    oversized_answers: int = 0
+
+
+#: Why an answer was refused: the :class:`ClientStats` counter it adds to, and the message.
+Refusal = tuple[Literal["malformed_answers", "text_mismatches", "oversized_answers"], str]
 
 
 @dataclass(frozen=True)
@@ -105,17 +114,15 @@ class Call:
     answered: bool = False
 
     def count(
-        self,
-        t0: float | None,
-        *,
-        usage: tuple[int, int, bool] | None = None,
-        error: tuple[int, str, int] | None = None,
-        retry: bool = False,
-        mismatch: bool = False,
-    ) -> None:
+        self, t0: float | None, *, usage: tuple[int, int, bool] | None = None,
+        error: tuple[int, str, int] | None = None, retry: bool = False, mismatch: bool = False,
+        refused: str | None = None,
+    ) -> None:  # fmt: skip
         """Record one request sent at ``t0`` (None: none was): its usage, a retry to come, or
-        the prompt given up on."""
+        the prompt given up on (``refused``: the counter of why its answer was refused)."""
         s = self.stats
+        if refused is not None:
+            setattr(s, refused, getattr(s, refused) + 1)
         s.requests += t0 is not None
         s.retries += retry
         s.prompt_id_mismatches += mismatch
@@ -275,13 +282,16 @@ _ENDING: set[asyncio.Task[Any]] = set()
 
 class Runtime:
     """One policy copy's machinery: ``concurrency`` requests in flight (:attr:`slots`), a client
-    per event loop (``limit`` connections), and the private loop of synchronous callers."""
+    per event loop (``limit`` connections, answers of at most ``max_answer_bytes``), and the
+    private loop of synchronous callers."""
 
     def __init__(
-        self, concurrency: int, headers: Mapping[str, str], limit: int | None = None
-    ) -> None:
+        self, concurrency: int, headers: Mapping[str, str], limit: int | None = None,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+    ) -> None:  # fmt: skip
         self.slots = Slots(concurrency)
         self.limit = max(limit or concurrency, concurrency)
+        self.max_answer_bytes = max_answer_bytes
         self.headers = dict(headers)
         self.loops: dict[asyncio.AbstractEventLoop, Connections] = {}
         self.closed = False
@@ -310,7 +320,10 @@ class Runtime:
                 del self.loops[old]
             limits = httpx.Limits(max_connections=self.limit, max_keepalive_connections=self.limit)
             # (No timeout: the transport has none per phase; each request has its deadline.)
-            client = httpx.AsyncClient(headers=self.headers, transport=Transport(limits))
+            transport = Transport(
+                limits, max_answer_bytes=self.max_answer_bytes, setting=ANSWER_BYTES_KEY
+            )
+            client = httpx.AsyncClient(headers=self.headers, transport=transport)
             conns = self.loops[loop] = Connections(loop, client)
         # The loop closes the client when it shuts down (asyncio.run's shutdown_asyncgens): a
         # policy used from a short-lived loop leaves no connections behind.
@@ -453,7 +466,9 @@ def closing(slots: Slots) -> bool:
 class Sender:
     """How one prompt's requests go out: the endpoint, the total deadline per request, retries
     with backoff (at least a ``Retry-After`` up to ``max_retry_after``), and what an answer must
-    hold. ``tokenizer``: a response a stop string ended gets the text of its ids."""
+    hold. ``tokenizer`` (the served model's, if known): response ids must decode to the response
+    text, and with ``decode_stops`` a response a stop string ended gets the text of its ids.
+    ``vocab_size`` (if known): token ids are below it."""
 
     url: str
     mode: Literal["chat", "completion"]
@@ -465,6 +480,8 @@ class Sender:
     return_tokens: bool
     jitter: random.Random = field(default_factory=random.Random)
     tokenizer: Any = None
+    decode_stops: bool = False
+    vocab_size: int | None = None
 
     async def send(
         self, conns: Connections, index: int, request: Request, call: Call, version: int,
@@ -472,8 +489,6 @@ class Sender:
     ) -> Generation:  # fmt: skip
         """One prompt: its requests and retries, holding one of ``slots`` throughout (its backoff
         too: an overloaded server gets fewer requests, not the same number later)."""
-        import httpx
-
         try:
             await slots.acquire()
         except RuntimeError as e:  # closed while waiting for a slot
@@ -484,22 +499,19 @@ class Sender:
         with conns.tracked(slots):
             while True:
                 wait: float | None = None
+                refused: str | None = None
                 t0 = time.perf_counter()
                 try:
                     if delay is not None:
                         await asyncio.sleep(delay)
                         t0 = time.perf_counter()
                     response = await self.post(conns.client, request.body)
-                except (TimeoutError, httpx.TimeoutException):
-                    error, retryable = f"timed out after {self.timeout:g} s", True
-                except httpx.TransportError as e:
-                    error, retryable = f"{type(e).__name__}: {e}", True
-                except RuntimeError as e:  # the client was closed under this request
-                    error, retryable = f"{type(e).__name__}: {e}", False
                 except asyncio.CancelledError:
                     if not closing(slots):
                         raise
                     error, retryable = f"RuntimeError: {CLOSED}", False
+                except Exception as e:
+                    error, retryable, refused = self._no_answer(e)
                 else:
                     call.answered = True
                     status = response.status_code
@@ -507,19 +519,42 @@ class Sender:
                         read = self._read(response, request, call, t0, version)
                         if isinstance(read, Generation):
                             return read
-                        error, retryable = read, False
+                        (refused, error), retryable = read, False
                     else:
                         error = f"HTTP {status}: {server_message(response)}"
                         retryable = status in (408, 429) or status >= 500
                         if status in (429, 503):
                             wait = retry_after(response.headers.get("retry-after"))
                 if not retryable or attempt >= self.max_retries:
-                    call.count(t0, error=(index, error, attempt))
+                    call.count(t0, error=(index, error, attempt), refused=refused)
                     return self._failed(request, version)
                 call.count(t0, retry=True)
                 delay = self._delay(attempt, wait)
                 log.debug("openai policy: prompt %d: %s; retry in %.2f s", index, error, delay)
                 attempt += 1
+
+    def _no_answer(self, e: Exception) -> tuple[str, bool, str | None]:
+        """Why a request got no (readable) answer: the message, whether to retry, and the
+        counter of a refused answer.
+
+        Raises:
+            Exception: ``e``, when it is none of the request's own failures.
+        """
+        import httpx
+
+        from agent_memory.policies.openai_transport import AnswerTooLarge
+
+        if isinstance(e, (TimeoutError, httpx.TimeoutException)):
+            return f"timed out after {self.timeout:g} s", True, None
+        if isinstance(e, AnswerTooLarge):  # the same answer again on a retry
+            return f"{type(e).__name__}: {e}", False, "oversized_answers"
+        if isinstance(e, httpx.DecodingError):  # an encoding that does not inflate
+            return f"malformed response ({e})", False, "malformed_answers"
+        if isinstance(e, httpx.TransportError):
+            return f"{type(e).__name__}: {e}", True, None
+        if isinstance(e, RuntimeError):  # the client was closed under this request
+            return f"{type(e).__name__}: {e}", False, None
+        raise e
 
     async def post(self, client: httpx.AsyncClient, body: bytes) -> httpx.Response:
         """POST ``body``: the whole request, however slowly the server drips its answer, within
@@ -535,8 +570,8 @@ class Sender:
 
     def _read(
         self, response: httpx.Response, request: Request, call: Call, t0: float, version: int
-    ) -> Generation | str:
-        """The generation in a 200 answer, or why there is none (a malformed answer).
+    ) -> Generation | Refusal:
+        """The generation in a 200 answer, or why there is none (:data:`Refusal`).
 
         Raises:
             TokenIdsMissing: ``return_tokens`` and the answer holds no ids or log-probs.
@@ -545,42 +580,73 @@ class Sender:
         try:
             data = response.json()
         except ValueError:
-            return f"malformed response (not JSON): {shown!r}"
+            return "malformed_answers", f"malformed response (not JSON): {shown!r}"
         try:
             answer = read_answer(data, self.mode)
         except MalformedAnswer as e:
-            return f"malformed response ({e}): {shown!r}"
+            return "malformed_answers", f"malformed response ({e}): {shown!r}"
         prompt_ids = answer.prompt_ids if answer.prompt_ids is not None else request.prompt_ids
         response_ids, logprobs = answer.response_ids, answer.logprobs
         if self.return_tokens:
             require_tokens(self.url, self.server, prompt_ids, response_ids, logprobs)
-        mismatch = (
-            request.prompt_ids is not None
-            and answer.prompt_ids is not None
-            and answer.prompt_ids != request.prompt_ids
-        )
-        call.count(
-            t0, usage=(answer.prompt_tokens, answer.completion_tokens,
-                       answer.finish_reason == "length"),
-            mismatch=mismatch,
+            outside = self._outside_vocab(answer)
+            if outside is not None:
+                return "malformed_answers", f"malformed response ({outside}): {shown!r}"
+        text = self._text(answer)
+        if not isinstance(text, str):
+            return text
+        sent, echoed = request.prompt_ids, answer.prompt_ids
+        mismatch = sent is not None and echoed is not None and echoed != sent
+        usage = (answer.prompt_tokens, answer.completion_tokens, answer.finish_reason == "length")
+        call.count(t0, usage=usage, mismatch=mismatch)
+        return Generation(
+            text=text, prompt_ids=prompt_ids if self.return_tokens else None,
+            response_ids=response_ids if self.return_tokens else None,
+            response_logprobs=logprobs if self.return_tokens else None,
+            finish_reason=answer.finish_reason, policy_version=version, sampling=request.sampling,
         )  # fmt: skip
-        text = answer.text
+
+    def _text(self, answer: Answer) -> str | Refusal:
+        """The response text: the server's, checked against its ids (a tokenizer known), or
+        theirs where a stop string ended it (``decode_stops``)."""
+        ids, text = answer.response_ids, answer.text
+        if self.tokenizer is None or not self.return_tokens or ids is None:
+            return text
         if (
-            self.tokenizer is not None
-            and response_ids
+            self.decode_stops
+            and ids
             and (isinstance(answer.stop_reason, str) or answer.finish_reason == "stop")
         ):
             # What the model sampled, not the server's text cut inside its last token.
-            text = self.tokenizer.decode(response_ids, skip_special_tokens=True)
-        return Generation(
-            text=text,
-            prompt_ids=prompt_ids if self.return_tokens else None,
-            response_ids=response_ids if self.return_tokens else None,
-            response_logprobs=logprobs if self.return_tokens else None,
-            finish_reason=answer.finish_reason,
-            policy_version=version,
-            sampling=request.sampling,
+            return str(self.tokenizer.decode(ids, skip_special_tokens=True))
+        if not decodes_to(self.tokenizer, ids, text, answer.finish_reason):
+            return "text_mismatches", self._mismatch(ids, text)
+        return text
+
+    def _mismatch(self, response_ids: list[int], text: str) -> str:
+        decoded = self.tokenizer.decode(response_ids, skip_special_tokens=True)
+        return (
+            f"the response ids do not decode to the response text (the tokenizer's decoding: "
+            f"{decoded[:100]!r}, the server's text: {text[:100]!r}): is policy.params.tokenizer "
+            "the served model's, and no reasoning or tool-call parser splitting its text?"
         )
+
+    def _outside_vocab(self, answer: Answer) -> str | None:
+        """Why the answer's token ids are not the model's (one at or above ``vocab_size``)."""
+        if self.vocab_size is None:
+            return None
+        for name, ids in (
+            ("prompt_token_ids", answer.prompt_ids),
+            ("token_ids", answer.response_ids),
+        ):
+            for i, v in enumerate(ids or ()):
+                if v >= self.vocab_size:
+                    return (
+                        f"{name}[{i}]: expected a token id below the vocabulary size "
+                        f"{self.vocab_size} (policy.params.vocab_size, else the tokenizer's), "
+                        f"got {v}"
+                    )
+        return None
 
     def _delay(self, attempt: int, wait: float | None) -> float:
         base, cap = self.backoff
@@ -589,3 +655,40 @@ class Sender:
         if wait is not None:
             delay = max(delay, min(wait, self.max_retry_after))
         return delay
+
+
+def decodes_to(tokenizer: Any, ids: list[int], text: str, finish_reason: str | None) -> bool:
+    """Whether ``ids`` decode to ``text`` as a server's detokenizer may have written it: special
+    tokens skipped; with or without the tokenizer's clean-up of spaces; without a final stop
+    token (``finish_reason="stop"``); without the last tokens of an incomplete character (an
+    incremental detokenizer holds them back); a leading space aside.
+
+    Example:
+        >>> class Words:  # a tokenizer whose ids are words
+        ...     clean_up_tokenization_spaces = False
+        ...     def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=None):
+        ...         return " ".join(["go", "up", "<eos>"][i] for i in ids if not (
+        ...             skip_special_tokens and i == 2))
+        >>> decodes_to(Words(), [0, 1, 2], "go up", "stop")
+        True
+        >>> decodes_to(Words(), [0, 1, 2], "go down", "stop")
+        False
+    """
+    wanted = text.lstrip()
+    ends = [len(ids), len(ids) - 1] if finish_reason == "stop" and ids else [len(ids)]
+    clean_ups = (
+        [None, False] if getattr(tokenizer, "clean_up_tokenization_spaces", False) else [None]
+    )
+    for end in ends:
+        for clean_up in clean_ups:
+            for held in range(4):  # a UTF-8 character is at most 4 byte tokens
+                decoded = tokenizer.decode(
+                    ids[: end - held],
+                    skip_special_tokens=True,
+                    clean_up_tokenization_spaces=clean_up,
+                )
+                if decoded == text or decoded.lstrip() == wanted:
+                    return True
+                if held == end or not decoded.endswith("\ufffd"):
+                    break
+    return False

@@ -2,7 +2,9 @@
 HTTP/1.1 (``h11``) over the event loop's own sockets, keep-alive connections reused
 most-recent-first. httpx's default pool scans every connection per request (with hundreds in
 flight, the pool takes most of the client's CPU); here a request takes the last idle one. No
-timeout per phase: the caller bounds the whole request (``asyncio.timeout``).
+timeout per phase: the caller bounds the whole request (``asyncio.timeout``). An answer's body is
+bounded while it is read: at most ``max_answer_bytes`` as received and, gzip- or deflate-encoded,
+as inflated piece by piece (a compression bomb stops at the cap, it never materialises).
 
 Example:
     >>> import asyncio, httpx
@@ -23,14 +25,26 @@ import asyncio
 import os
 import ssl
 import time
+import zlib
 from typing import Any
 
 import h11
 import httpx
 
-__all__ = ["Transport"]
+from agent_memory.policies.openai_protocol import DEFAULT_MAX_ANSWER_BYTES
+
+__all__ = ["AnswerTooLarge", "Transport"]
 
 Origin = tuple[bytes, bytes, int]
+
+#: The content encodings a request accepts (and an answer may use): those inflated under the cap.
+ACCEPTED_ENCODINGS = "gzip, deflate"
+_WBITS = {"gzip": 16 + zlib.MAX_WBITS, "x-gzip": 16 + zlib.MAX_WBITS, "deflate": zlib.MAX_WBITS}
+
+
+class AnswerTooLarge(Exception):
+    """An answer's body over the transport's byte cap (as received, or once inflated): not a
+    transient error, a retry would get the same answer."""
 
 
 def _describe(e: BaseException) -> str:
@@ -39,6 +53,120 @@ def _describe(e: BaseException) -> str:
     if isinstance(e, OSError) and not isinstance(e, ssl.SSLError) and e.errno and e.errno > 0:
         return f"[Errno {e.errno}] {os.strerror(e.errno)}"
     return str(e) or type(e).__name__
+
+
+class _Body:
+    """An answer's body as it arrives, within ``cap`` bytes as received and, when it is gzip- or
+    deflate-encoded, within ``cap`` bytes inflated (zlib's ``max_length``: never more at once).
+
+    Example:
+        >>> import gzip
+        >>> body = _Body("gzip", 4096, "the answer", "max_answer_bytes")
+        >>> body.feed(gzip.compress(b"ok" * 10))
+        >>> body.finish()
+        b'okokokokokokokokokok'
+        >>> bomb = _Body("gzip", 4096, "the answer", "max_answer_bytes")
+        >>> bomb.feed(gzip.compress(bytes(10**6)))  # 1 MB of zeros in 1 kB
+        Traceback (most recent call last):
+        ...
+        agent_memory.policies.openai_transport.AnswerTooLarge: the answer is over 4096 bytes once \
+inflated (gzip): expected at most max_answer_bytes=4096; raise max_answer_bytes if the server's ...
+    """
+
+    def __init__(self, encoding: str, cap: int, what: str, setting: str) -> None:
+        self.encoding, self.cap, self.what, self.setting = encoding, cap, what, setting
+        self.received = 0  # bytes as received
+        self.size = 0  # bytes kept (inflated)
+        self.chunks: list[bytes] = []
+        self.inflater: Any = None
+        self.head = b""  # deflate: the first bytes, until its zlib header (or none) shows
+
+    def feed(self, data: bytes) -> None:
+        """Take ``data`` as received.
+
+        Raises:
+            AnswerTooLarge: over the cap, as received or inflated.
+            httpx.DecodingError: a body that does not inflate.
+        """
+        self.received += len(data)
+        if self.received > self.cap:
+            raise self.too_large("as received")
+        if self.encoding:
+            self._inflate(data)
+        else:
+            self._keep(data)
+
+    def finish(self) -> bytes:
+        """The whole body (inflated)."""
+        if self.head:  # a deflate body of one byte
+            self._inflate(b"", final=True)
+        if self.inflater is not None:
+            try:
+                self._keep(self.inflater.flush())
+            except zlib.error as e:
+                raise self.undecodable(e) from None
+        return b"".join(self.chunks)
+
+    def _inflate(self, data: bytes, final: bool = False) -> None:
+        if self.inflater is None:
+            data, self.head = self.head + data, b""
+            if self.encoding == "deflate" and len(data) < 2 and not final:
+                self.head = data  # too short to tell a zlib header
+                return
+            self._start(data)
+        while data and not self.inflater.eof:
+            try:
+                # One byte past the room left: more output than that is over the cap.
+                out = self.inflater.decompress(data, self.cap - self.size + 1)
+            except zlib.error as e:
+                raise self.undecodable(e) from None
+            self._keep(out)
+            data = self.inflater.unconsumed_tail
+
+    def _start(self, data: bytes) -> None:
+        """The inflater of this encoding; deflate: zlib-wrapped (RFC 9110) or raw, as sent."""
+        wbits = _WBITS[self.encoding]
+        zlib_header = len(data) >= 2 and data[0] & 0x0F == 8 and (data[0] << 8 | data[1]) % 31 == 0
+        if self.encoding == "deflate" and not zlib_header:
+            wbits = -zlib.MAX_WBITS
+        self.inflater = zlib.decompressobj(wbits)
+
+    def _keep(self, data: bytes) -> None:
+        self.size += len(data)
+        if self.size > self.cap:
+            raise self.too_large(f"once inflated ({self.encoding})" if self.encoding else "")
+        if data:
+            self.chunks.append(data)
+
+    def too_large(self, how: str) -> AnswerTooLarge:
+        return AnswerTooLarge(
+            f"{self.what} is over {self.cap} bytes{' ' + how if how else ''}: expected at most "
+            f"{self.setting}={self.cap}; raise {self.setting} if the server's answers are this "
+            "large"
+        )
+
+    def undecodable(self, e: zlib.error) -> httpx.DecodingError:
+        return httpx.DecodingError(f"{self.what}: its {self.encoding} body does not inflate: {e}")
+
+
+def _encoding(response: h11.Response, what: str) -> str:
+    """The answer's content encoding: "" (identity) or one of :data:`ACCEPTED_ENCODINGS`.
+
+    Raises:
+        httpx.DecodingError: another one (the request accepted none other).
+    """
+    value = ",".join(v.decode("latin-1") for k, v in response.headers if k == b"content-encoding")
+    codings = [
+        c.strip().lower() for c in value.split(",") if c.strip().lower() not in ("", "identity")
+    ]
+    if not codings:
+        return ""
+    if len(codings) == 1 and codings[0] in _WBITS:
+        return codings[0]
+    raise httpx.DecodingError(
+        f"{what} is {', '.join(codings)}-encoded: expected identity, gzip or deflate (the "
+        f"encodings the request accepts: Accept-Encoding: {ACCEPTED_ENCODINGS})"
+    )
 
 
 class _Connection(asyncio.Protocol):
@@ -87,9 +215,12 @@ class _Connection(asyncio.Protocol):
             self.transport.close()
         self.open.discard(self)
 
-    async def exchange(self, request: httpx.Request, body: bytes) -> httpx.Response:
-        """Send ``request``, read the whole answer; the connection is closed on any error
-        (cancellation included) and when the answer leaves it unusable."""
+    async def exchange(
+        self, request: httpx.Request, body: bytes, cap: int, setting: str
+    ) -> httpx.Response:
+        """Send ``request``, read the whole answer (its body within ``cap`` bytes, see
+        :class:`_Body`); the connection is closed on any error (cancellation included) and when
+        the answer leaves it unusable."""
         assert self.transport is not None
         h = self.h11
         try:
@@ -98,23 +229,7 @@ class _Connection(asyncio.Protocol):
             )
             data = h.send(head) + h.send(h11.Data(data=body)) + h.send(h11.EndOfMessage())
             self.transport.write(data)
-            response: h11.Response | None = None
-            chunks: list[bytes] = []
-            while True:
-                event = h.next_event()
-                if event is h11.NEED_DATA:
-                    data = await self._receive()
-                    if not data and h.their_state is h11.SEND_RESPONSE:
-                        raise httpx.RemoteProtocolError(
-                            "Server disconnected without sending a response."
-                        )
-                    h.receive_data(data)
-                elif isinstance(event, h11.Response):
-                    response = event
-                elif isinstance(event, h11.Data):
-                    chunks.append(bytes(event.data))
-                elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                    break
+            response, content, inflated = await self._answer(request, cap, setting)
         except BaseException as e:
             self.close()
             if isinstance(e, h11.RemoteProtocolError):
@@ -122,18 +237,50 @@ class _Connection(asyncio.Protocol):
             if isinstance(e, h11.LocalProtocolError):
                 raise httpx.LocalProtocolError(str(e)) from e
             raise
-        assert response is not None  # a stream that ended before one raised above
         if h.our_state is h11.DONE and h.their_state is h11.DONE:
             h.start_next_cycle()
             self.idle_since = time.monotonic()
         else:
             self.close()
+        headers = list(response.headers)
+        if inflated:  # what httpx gets is the body as sent, before its encoding
+            drop = (b"content-encoding", b"content-length")
+            headers = [(k, v) for k, v in headers if k not in drop]
+            headers.append((b"content-length", str(len(content)).encode()))
         return httpx.Response(
-            response.status_code,
-            headers=list(response.headers),
-            stream=httpx.ByteStream(b"".join(chunks)),
+            response.status_code, headers=headers, stream=httpx.ByteStream(content),
             extensions={"http_version": b"HTTP/1.1", "reason_phrase": bytes(response.reason)},
-        )
+        )  # fmt: skip
+
+    async def _answer(
+        self, request: httpx.Request, cap: int, setting: str
+    ) -> tuple[h11.Response, bytes, bool]:
+        """The answer's head and its body (inflated: then True), read as it arrives."""
+        h = self.h11
+        what = f"the answer to {request.method} {request.url}"
+        response: h11.Response | None = None
+        body: _Body | None = None
+        while True:
+            event = h.next_event()
+            if event is h11.NEED_DATA:
+                data = await self._receive()
+                if not data and h.their_state is h11.SEND_RESPONSE:
+                    raise httpx.RemoteProtocolError(
+                        "Server disconnected without sending a response."
+                    )
+                h.receive_data(data)
+            elif isinstance(event, h11.Response):
+                response, body = event, _Body(_encoding(event, what), cap, what, setting)
+                declared = dict(event.headers).get(b"content-length")
+                if declared is not None and int(declared) > cap:  # (h11 checked it is digits)
+                    raise body.too_large(f"(its Content-Length: {int(declared)})")
+            elif isinstance(event, h11.Data):
+                assert body is not None  # h11 gives the head first
+                body.feed(bytes(event.data))
+            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
+                # (A stream that ended before the head raised above.)
+                assert response is not None and body is not None
+                return response, body.finish(), bool(body.encoding)
 
     async def _receive(self) -> bytes:
         """What came since the last call; ``b""`` at the end of the stream.
@@ -164,10 +311,18 @@ class Transport(httpx.AsyncBaseTransport):
     Args:
         limits: as ``httpx`` takes them (``max_connections`` unenforced: the caller bounds it).
         verify: TLS verification, as ``httpx.create_ssl_context`` takes it.
+        max_answer_bytes: an answer's largest body, as received and inflated (a larger one
+            raises :class:`AnswerTooLarge`); requests accept gzip and deflate only.
+        setting: the name of that cap in :class:`AnswerTooLarge`'s message (the key to raise).
     """
 
-    def __init__(self, limits: httpx.Limits | None = None, verify: Any = True) -> None:
+    def __init__(
+        self, limits: httpx.Limits | None = None, verify: Any = True, *,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES, setting: str = "max_answer_bytes",
+    ) -> None:  # fmt: skip
         limits = limits or httpx.Limits()
+        self.max_answer_bytes = max_answer_bytes
+        self.setting = setting
         self.keep = limits.max_keepalive_connections
         self.expiry = limits.keepalive_expiry
         self.verify = verify
@@ -179,6 +334,7 @@ class Transport(httpx.AsyncBaseTransport):
         url = request.url
         origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
         body = await request.aread()
+        request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS  # what _Body can inflate
         idle = self.idle.setdefault(origin, [])
         while idle:
             conn = idle.pop()
@@ -187,7 +343,7 @@ class Transport(httpx.AsyncBaseTransport):
             conn.close()
         else:
             conn = await self._connect(origin)
-        response = await conn.exchange(request, body)
+        response = await conn.exchange(request, body, self.max_answer_bytes, self.setting)
         if conn.transport is not None and not conn.transport.is_closing():
             if self.keep is None or len(idle) < self.keep:
                 idle.append(conn)

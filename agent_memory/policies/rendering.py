@@ -101,11 +101,9 @@ class PromptRenderer:
             messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         elif (chat := _as_messages(prompt)) is not None:
             if not self.templated:
-                why = (
-                    "use_chat_template=False"
-                    if self.use_chat_template is False
-                    else f"{self._where} has no chat_template"
-                )
+                why = f"{self._where} has no chat_template"
+                if self.use_chat_template is False:
+                    why = "use_chat_template=False"
                 raise ValueError(
                     f"prompt {index} is a chat message list but {why}: use a text formatter, or "
                     "a model whose tokenizer has a chat template"
@@ -188,9 +186,8 @@ class PromptRenderer:
         # (cut by max_tokens or a stop string) first gets the template's text up to it.
         reply_end = closed.rfind(marker) + len(marker)
         eos = self.tokenizer.eos_token
-        end = closed.find(eos, reply_end) + len(eos) if eos and eos in closed[reply_end:] else -1
-        if end < 0:
-            end = len(closed)
+        has_eos = eos and eos in closed[reply_end:]
+        end = closed.find(eos, reply_end) + len(eos) if has_eos else len(closed)
         encode = self.tokenizer
         closing = list(encode(closed[reply_end:end], add_special_tokens=False)["input_ids"])
         after = list(encode(full[end:], add_special_tokens=False)["input_ids"])

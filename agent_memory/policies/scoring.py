@@ -4,6 +4,8 @@ GLAM-style (Carta et al., 2023): each admissible action ``a`` scores the log-lik
 response that takes it (``parser.format(a)`` then EOS), and the policy samples from
 ``softmax(score / temperature)`` (0: the best). Each generation records an
 :class:`~agent_memory.protocol.ActionChoice` a trainer rescores with :func:`score_candidates`.
+With a memory that offers blocks to write (``meta["memory_candidates"]``, ``memory=notes``) it
+also chooses one the same way, from the same prompt: the response is that block, then the action.
 
 Example:
     >>> import tempfile
@@ -41,6 +43,10 @@ __all__ = ["CandidateScores", "ScoringPolicy", "score_candidates"]
 
 log = logging.getLogger(__name__)
 
+#: One choice: the chosen index, the prompt ids, every candidate's ids, the chosen one's token
+#: log-probs (None when it was the only one), and its log-prob under the softmax.
+_Chosen = tuple[int, list[int], list[list[int]], list[float] | None, float]
+
 
 class CandidateScores:
     """What :func:`score_candidates` computes for a batch of prompts.
@@ -66,13 +72,9 @@ class CandidateScores:
 
 
 def score_candidates(
-    model: Any,
-    prompt_ids: Sequence[Sequence[int]],
-    candidate_ids: Sequence[Sequence[Sequence[int]]],
-    *,
-    pad_id: int,
-    with_hidden: bool = False,
-) -> CandidateScores:
+    model: Any, prompt_ids: Sequence[Sequence[int]],
+    candidate_ids: Sequence[Sequence[Sequence[int]]], *, pad_id: int, with_hidden: bool = False,
+) -> CandidateScores:  # fmt: skip
     """Each candidate response's token log-probabilities given its prompt (teacher forcing).
 
     One forward pass over the (left-padded) prompts, then one over every candidate on its
@@ -106,13 +108,7 @@ def score_candidates(
         raise ValueError("every prompt and every candidate needs at least one token")
     device = next(model.parameters()).device
     b = len(prompt_ids)
-    width = max(len(p) for p in prompt_ids)
-    inputs = torch.full((b, width), pad_id, dtype=torch.long)
-    mask = torch.zeros((b, width), dtype=torch.long)
-    for i, p in enumerate(prompt_ids):
-        inputs[i, width - len(p) :] = torch.tensor(list(p), dtype=torch.long)
-        mask[i, width - len(p) :] = 1
-    inputs, mask = inputs.to(device), mask.to(device)
+    inputs, mask = _padded(prompt_ids, pad_id, device, left=True)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(
         input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=True,
@@ -123,14 +119,8 @@ def score_candidates(
 
     rows = [(i, k) for i, cs in enumerate(candidate_ids) for k in range(len(cs))]
     k_max = max(len(cs) for cs in candidate_ids)
-    length = max(len(c) for cs in candidate_ids for c in cs)
-    cands = torch.full((len(rows), length), pad_id, dtype=torch.long)
-    cmask = torch.zeros((len(rows), length), dtype=torch.long)
-    for r, (i, k) in enumerate(rows):
-        c = candidate_ids[i][k]
-        cands[r, : len(c)] = torch.tensor(list(c), dtype=torch.long)
-        cmask[r, : len(c)] = 1
-    cands, cmask = cands.to(device), cmask.to(device)
+    cands, cmask = _padded([candidate_ids[i][k] for i, k in rows], pad_id, device, left=False)
+    length = cands.shape[1]
     owner = torch.tensor([i for i, _ in rows], dtype=torch.long, device=device)
     logps = first[owner].gather(-1, cands[:, :1])  # (R, 1)
     if length > 1:
@@ -147,11 +137,42 @@ def score_candidates(
     logps = logps * cmask  # padding contributes nothing
     token_logprobs = logps.new_zeros((b, k_max, length))
     scores = logps.new_full((b, k_max), -math.inf)
-    idx_b = torch.tensor([i for i, _ in rows], device=device)
     idx_k = torch.tensor([k for _, k in rows], device=device)
-    token_logprobs = token_logprobs.index_put((idx_b, idx_k), logps)
-    scores = scores.index_put((idx_b, idx_k), logps.sum(-1))
+    token_logprobs = token_logprobs.index_put((owner, idx_k), logps)
+    scores = scores.index_put((owner, idx_k), logps.sum(-1))
     return CandidateScores(token_logprobs, scores, hidden)
+
+
+def _padded(
+    seqs: Sequence[Sequence[int]], pad_id: int, device: Any, *, left: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``seqs`` padded to one width with ``pad_id`` (on the left or right), and their mask."""
+    import torch
+
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        cols = slice(width - len(s), width) if left else slice(0, len(s))
+        ids[i, cols] = torch.tensor(list(s), dtype=torch.long)
+        mask[i, cols] = 1
+    return ids.to(device), mask.to(device)
+
+
+def _admissible(i: int, meta: Mapping[str, Any]) -> list[Any]:
+    """Prompt ``i``'s admissible actions from its ``meta``.
+
+    Raises:
+        ValueError: none listed (the score policy chooses among them).
+    """
+    options = meta.get("admissible_actions")
+    if not options:
+        raise ValueError(
+            f"prompt {i} has no admissible actions to score ({options!r}): the score policy "
+            "needs envs that list them (info['admissible_actions']); use policy=hf to generate "
+            "free text instead"
+        )
+    return list(options)
 
 
 def _select_cache(cache: Any, index: torch.Tensor) -> Any:
@@ -177,25 +198,15 @@ class ScoringPolicy(Policy):
 
     temperature: float
 
-    needs = frozenset({"admissible_actions"})
+    needs = frozenset({"admissible_actions", "memory_candidates"})
 
     def __init__(
-        self,
-        path: str | os.PathLike[str] | None = None,
-        *,
-        model: Any = None,
-        tokenizer: Any = None,
-        temperature: float = 1.0,
-        batch_size: int = 32,
-        device: str = "cpu",
-        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
-        seed: int | None = None,
-        use_chat_template: bool | Literal["auto"] = "auto",
-        num_threads: int | None = None,
-        append_eos: bool = True,
-        score_forced: bool = False,
-        parser: ActionParser | None = None,
-    ) -> None:
+        self, path: str | os.PathLike[str] | None = None, *, model: Any = None,
+        tokenizer: Any = None, temperature: float = 1.0, batch_size: int = 32, device: str = "cpu",
+        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto", seed: int | None = None,
+        use_chat_template: bool | Literal["auto"] = "auto", num_threads: int | None = None,
+        append_eos: bool = True, score_forced: bool = False, parser: ActionParser | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(parser)
         check_number("temperature", temperature, low=0)
         check_int("batch_size", batch_size, 1)
@@ -240,10 +251,7 @@ class ScoringPolicy(Policy):
     def candidate_ids(self, action: Any) -> list[int]:
         """The token ids of the response that takes ``action``: ``parser.format(action)``
         tokenized without special tokens, then EOS (with ``append_eos``)."""
-        text = self.parser.format(str(action))
-        ids = list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
-        # __init__ refuses append_eos without an end token, so _eos is set when it is on.
-        return [*ids, self._eos] if self.append_eos and self._eos is not None else ids
+        return self.block_ids(self.parser.format(str(action)))
 
     def sampling_params(self) -> SamplingParams:
         """How this policy samples (temperature of the action softmax; recorded per response)."""
@@ -263,39 +271,64 @@ class ScoringPolicy(Policy):
                 "the score policy needs each prompt's admissible actions in meta "
                 "(meta[i]['admissible_actions']); the rollout passes them"
             )
-        import torch
-
-        actions = []
-        for i, m in enumerate(meta):
-            options = m.get("admissible_actions")
-            if not options:
-                raise ValueError(
-                    f"prompt {i} has no admissible actions to score ({options!r}): the score "
-                    "policy needs envs that list them (info['admissible_actions']); use "
-                    "policy=hf to generate free text instead"
-                )
-            actions.append(list(options))
+        actions = [_admissible(i, m) for i, m in enumerate(meta)]
         rng = np.random.default_rng(None if self.seed is None else [self.seed, self.calls])
         self.calls += 1
         call = GenerationStats(calls=1, prompts=len(prompts))
-        out: list[Generation | None] = [None] * len(prompts)
+        cands = [[self.candidate_ids(a) for a in options] for options in actions]
+        memories = [m.get("memory_candidates") or None for m in meta]
+        blocks = [[self.block_ids(b) for b in m or ()] for m in memories]
+        # One prompt for both choices: room for the longest response of either.
+        pids = [
+            self._prompt_ids(p, i, max([*c, *b], key=len))
+            for i, (p, c, b) in enumerate(zip(prompts, cands, blocks, strict=True))
+        ]
+        chosen = self._choose(pids, meta, cands, rng, 0, call)
+        written = self._write(pids, meta, blocks, rng, call)
+        self.stats.add(call)
+        self.last_stats = call
+        return [self._record(actions[i], c, memories[i], written[i]) for i, c in enumerate(chosen)]
+
+    def _write(
+        self, pids: list[list[int]], meta: Sequence[Mapping[str, Any]],
+        blocks: list[list[list[int]]], rng: np.random.Generator, call: GenerationStats,
+    ) -> list[_Chosen | None]:  # fmt: skip
+        """The memory block chosen for each prompt that offers some (None for the others)."""
+        offered = [i for i, b in enumerate(blocks) if b]
+        found = self._choose(
+            [pids[i] for i in offered], [meta[i] for i in offered], [blocks[i] for i in offered],
+            rng, 1, call,
+        )  # fmt: skip
+        chosen = dict(zip(offered, found, strict=True))
+        return [chosen.get(i) for i in range(len(pids))]
+
+    def block_ids(self, block: Any) -> list[int]:
+        """The token ids of a memory block written as given, then EOS (with ``append_eos``)."""
+        ids = list(self.tokenizer(str(block), add_special_tokens=False)["input_ids"])
+        # __init__ refuses append_eos without an end token, so _eos is set when it is on.
+        return [*ids, self._eos] if self.append_eos and self._eos is not None else ids
+
+    def _choose(
+        self, prompt_ids: Sequence[list[int]], meta: Sequence[Mapping[str, Any]],
+        options: Sequence[list[list[int]]], rng: np.random.Generator, stream: int,
+        call: GenerationStats,
+    ) -> list[_Chosen]:  # fmt: skip
+        """Per prompt, one of its ``options`` (response ids) sampled from the softmax of their
+        scores; ``stream`` separates the draws of several choices."""
+        import torch
+
+        out: list[Any] = [None] * len(prompt_ids)
         todo = []
-        for i, (prompt, options) in enumerate(zip(prompts, actions, strict=True)):
-            if len(options) == 1 and not self.score_forced:
-                ids = self.candidate_ids(options[0])
-                out[i] = self._record(
-                    options, 0, self._prompt_ids(prompt, i, ids), [ids], None, 0.0
-                )
+        for i, (pid, opts) in enumerate(zip(prompt_ids, options, strict=True)):
+            if len(opts) == 1 and not self.score_forced:
+                out[i] = (0, pid, opts, None, 0.0)
             else:
                 todo.append(i)
-        draws = [self._draw(rng, meta[i]) for i in todo]
+        draws = [self._draw(rng, meta[i], stream) for i in todo]
         for start in range(0, len(todo), self.batch_size):
             chunk = todo[start : start + self.batch_size]
-            cands = [[self.candidate_ids(a) for a in actions[i]] for i in chunk]
-            pids = [
-                self._prompt_ids(prompts[i], i, max(cs, key=len))
-                for i, cs in zip(chunk, cands, strict=True)
-            ]
+            cands = [options[i] for i in chunk]
+            pids = [prompt_ids[i] for i in chunk]
             training = self.model.training
             self.model.eval()
             with torch.inference_mode():
@@ -317,23 +350,21 @@ class ScoringPolicy(Policy):
                         n - 1,
                     )
                 lps = tokens[row, k, : len(cands[row][k])].tolist()
-                out[i] = self._record(
-                    actions[i], k, pids[row], cands[row], lps, float(logp[row, k])
-                )
+                out[i] = (k, pids[row], cands[row], lps, float(logp[row, k]))
                 call.prompt_tokens += len(pids[row])
                 call.completion_tokens += sum(len(c) for c in cands[row])
-        self.stats.add(call)
-        self.last_stats = call
-        return [g for g in out if g is not None]
+        return out
 
-    def _draw(self, rng: np.random.Generator, meta: Mapping[str, Any]) -> float:
+    def _draw(self, rng: np.random.Generator, meta: Mapping[str, Any], stream: int = 0) -> float:
         """A uniform draw for one prompt: from ``default_rng([seed, crc32(traj_uid), step])``
-        when the prompt names its episode and step, else from the call's stream."""
+        (the memory's choice: ``[..., step, 1]``) when the prompt names its episode and step,
+        else from the call's stream."""
         episode, step = meta.get("traj_uid"), meta.get("step")
         if self.seed is None or episode is None or not isinstance(step, int):
             return float(rng.random())
         key = zlib.crc32(str(episode).encode("utf-8", "replace"))
-        return float(np.random.default_rng([self.seed, key, step]).random())
+        seeds = [self.seed, key, step] + ([stream] if stream else [])
+        return float(np.random.default_rng(seeds).random())
 
     def _prompt_ids(self, prompt: Prompt, index: int, longest: list[int]) -> list[int]:
         ids = self.renderer.ids(prompt, index)
@@ -348,24 +379,29 @@ class ScoringPolicy(Policy):
         return ids
 
     def _record(
-        self, actions: list[Any], k: int, prompt_ids: list[int], cands: list[list[int]],
-        token_logprobs: list[float] | None, action_logprob: float,
+        self, actions: list[Any], chosen: _Chosen, blocks: Sequence[Any] | None,
+        written: _Chosen | None,
     ) -> Generation:  # fmt: skip
+        """The generation of one prompt: its action's choice and, when a block was written,
+        the memory's (the text: the block, then the action)."""
+        k, prompt_ids, cands, token_logprobs, logprob = chosen
+        text = self.parser.format(str(actions[k]))
+        memory = None
+        if written is not None and blocks is not None:
+            text = f"{blocks[written[0]]}{text}"
+            memory = self._choice(written[2], written[0], written[4])
         return Generation(
-            text=self.parser.format(str(actions[k])),
-            prompt_ids=prompt_ids,
-            response_ids=list(cands[k]),
-            response_logprobs=token_logprobs,
-            finish_reason="stop",
-            policy_version=self.version,
-            sampling=self.sampling_params(),
-            choice=ActionChoice(
-                candidate_ids=tuple(tuple(c) for c in cands),
-                index=k,
-                logprob=action_logprob,
-                temperature=self.temperature,
-            ),
-        )
+            text=text, prompt_ids=prompt_ids, response_ids=list(cands[k]),
+            response_logprobs=token_logprobs, finish_reason="stop", policy_version=self.version,
+            sampling=self.sampling_params(), choice=self._choice(cands, k, logprob),
+            memory_choice=memory,
+        )  # fmt: skip
+
+    def _choice(self, cands: list[list[int]], k: int, logprob: float) -> ActionChoice:
+        return ActionChoice(
+            candidate_ids=tuple(tuple(c) for c in cands), index=k, logprob=logprob,
+            temperature=self.temperature,
+        )  # fmt: skip
 
     def close(self) -> None:
         """Drop the model and tokenizer. Idempotent."""

@@ -31,11 +31,9 @@ class RandomPolicy(Policy):
     runs_in: ClassVar = "worker"
 
     def __init__(
-        self,
-        parser: ActionParser | None = None,
-        seed: int | None = None,
+        self, parser: ActionParser | None = None, seed: int | None = None,
         actions: Sequence[str] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__(parser)
         if isinstance(actions, str):
             # list("<answer>42</answer>") would draw single characters.
@@ -47,8 +45,7 @@ class RandomPolicy(Policy):
     def act(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
     ) -> list[str]:
-        if meta is None:
-            meta = [{} for _ in prompts]
+        meta = [{} for _ in prompts] if meta is None else meta
         if len(meta) != len(prompts):
             raise ValueError(
                 f"meta must hold one dict per prompt: got {len(meta)} for {len(prompts)} prompts"
@@ -106,13 +103,14 @@ class ScriptedPolicy(Policy):
         return out
 
 
-def _text_solver(env_id: str | None) -> Any:
-    """The env class's ``solve_from_text(text, options)``, when the env has one."""
+def _text_solver(env_id: str | None, name: str = "solve_from_text") -> Any:
+    """The env class's ``solve_from_text(text, options)`` (or other static ``name``), when the
+    env has one."""
     if env_id is None:
         return None
     from agent_memory.prepare import entry_point
 
-    return getattr(entry_point(env_id), "solve_from_text", None)
+    return getattr(entry_point(env_id), name, None)
 
 
 class PromptOraclePolicy(Policy):
@@ -120,6 +118,8 @@ class PromptOraclePolicy(Policy):
 
     Envs with a static ``solve_from_text(text, options)`` (Recall) are answered from the prompt
     alone, so success measures what the memory kept; other envs get their true-state oracle.
+    With ``memory_tag`` (``memory=notes``) each response also writes ``<tag>note</tag>``: the
+    env's ``note_from_text(prompt)``, an expert's note (the env must have one).
 
     Example:
         >>> p = PromptOraclePolicy(env_id="agent_memory/Recall-v0")
@@ -133,10 +133,20 @@ class PromptOraclePolicy(Policy):
     needs: ClassVar[frozenset[str]] = frozenset({"admissible_actions", "oracle_action"})
     runs_in: ClassVar = "worker"
 
-    def __init__(self, parser: ActionParser | None = None, env_id: str | None = None) -> None:
+    def __init__(
+        self, parser: ActionParser | None = None, env_id: str | None = None,
+        memory_tag: str | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(parser)
         self.env_id = env_id
         self.solver = _text_solver(env_id)
+        self.memory_tag = memory_tag
+        self.noter = None if memory_tag is None else _text_solver(env_id, "note_from_text")
+        if memory_tag is not None and self.noter is None:
+            raise ValueError(
+                f"memory_tag={memory_tag!r}: env {env_id!r} has no note_from_text(text), so "
+                "policy=prompt_oracle cannot write its notes; pass memory_tag=null"
+            )
 
     def act(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
@@ -145,10 +155,8 @@ class PromptOraclePolicy(Policy):
         out = []
         for prompt, m in zip(prompts, meta, strict=True):
             options = m.get("admissible_actions")
+            text = prompt if isinstance(prompt, str) else "\n".join(x["content"] for x in prompt)
             if self.solver is not None and options:
-                text = (
-                    prompt if isinstance(prompt, str) else "\n".join(x["content"] for x in prompt)
-                )
                 action = self.solver(text, options)
             else:
                 action = m.get("oracle_action")
@@ -157,5 +165,9 @@ class PromptOraclePolicy(Policy):
                         f"env {self.env_id!r} has neither solve_from_text nor an oracle_action: "
                         "policy=prompt_oracle cannot play it"
                     )
-            out.append(self.parser.format(str(action)))
+            response = self.parser.format(str(action))
+            if self.noter is not None:
+                tag = self.memory_tag
+                response = f"<{tag}>{self.noter(text)}</{tag}>{response}"
+            out.append(response)
         return out

@@ -18,22 +18,16 @@ from __future__ import annotations
 import pickle
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from agent_memory.pickling import by_position
 from agent_memory.protocol import Prompt
 from agent_memory.rollout.types import StepRecord
 
 __all__ = [
-    "CrashReport",
-    "EpisodeAssignment",
-    "EpisodeBatch",
-    "FinishedEpisode",
-    "PromptView",
-    "ResetResult",
-    "StepResult",
-    "WorkerStatus",
-]
+    "CrashReport", "EpisodeAssignment", "EpisodeBatch", "FinishedEpisode", "PromptView",
+    "ResetResult", "StepResult", "WorkerStatus",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -91,6 +85,7 @@ class StepResult:
     invalid_reason: str | None = None
     parsed_action: Any = None
     thought: str | None = None
+    memory_flag: str | None = None
     state_key: str | None = None
     won: bool = False
     error: str | None = None
@@ -193,5 +188,4 @@ class EpisodeBatch:
 
     def unpack(self) -> list[FinishedEpisode]:
         """The episodes, in the order they were packed."""
-        episodes: list[FinishedEpisode] = pickle.loads(self.payload)
-        return episodes
+        return cast("list[FinishedEpisode]", pickle.loads(self.payload))

@@ -31,19 +31,14 @@ __all__ = ["play"]
 
 
 def play(
-    job: JobConfig,
-    specs: Sequence[EpisodeSpec],
-    policy: Policy | None = None,
-    *,
-    worker: RolloutWorker | None = None,
-    next_turn: Callable[[Playing], bool] | None = None,
-) -> list[Trajectory]:
+    job: JobConfig, specs: Sequence[EpisodeSpec], policy: Policy | None = None, *,
+    worker: RolloutWorker | None = None, next_turn: Callable[[Playing], bool] | None = None,
+) -> list[Trajectory]:  # fmt: skip
     """Play ``specs`` on the envs of one worker in this process; their trajectories in order
     (see the module docstring).
 
     Args:
         job: the env, memory, template and parser.
-        specs: the episodes.
         policy: answers them (default: built from ``job.policy``).
         worker: the worker whose envs play (kept across calls by a caller that plays often);
             default: one of ``min(rollout.envs_per_worker, len(specs))`` envs, closed at the end.
@@ -61,7 +56,9 @@ def play(
         n = max(1, min(job.rollout.envs_per_worker, len(specs)))
         worker = RolloutWorker(0, job, n, meta_fields=sorted(policy.needs), policy=policy)
     book = EpisodeBook(specs, max_attempts=1)
+    memory_tag = worker.env.memory.written_tag
     playing: dict[Slot, Playing] = {}
+    ask = next_turn or (lambda run: True)
 
     def finish(slot: Slot, *, won: bool = False, error: str | None = None, final: Any = None):
         book.running[slot].steps = playing.pop(slot).steps
@@ -70,11 +67,7 @@ def play(
     try:
         _start(worker, book, playing, [(0, i) for i in range(min(worker.num_envs, len(specs)))])
         while playing:
-            cut = (
-                []
-                if next_turn is None
-                else [s for s, run in playing.items() if run.steps and not next_turn(run)]
-            )
+            cut = [s for s, run in playing.items() if run.steps and not ask(run)]
             if cut:
                 for slot in cut:
                     playing[slot].steps[-1].truncated = True
@@ -89,7 +82,9 @@ def play(
                 slot = (0, res.env)
                 run = playing[slot]
                 gen = gens[live.index(slot)]
-                run.steps.append(step_record(run, gen, res, job.rollout.max_response_chars))
+                run.steps.append(
+                    step_record(run, gen, res, job.rollout.max_response_chars, memory_tag)
+                )
                 if res.done:
                     finish(slot, won=res.won, error=res.error, final=res.next.prompt)
                     freed.append(slot)

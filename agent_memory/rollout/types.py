@@ -49,6 +49,12 @@ class StepRecord:
     observation: str | None = None
     #: The thought the parser found (``<think>...</think>``), else None.
     thought: str | None = None
+    #: The memory's flag for this step (``info["memory_flag"]``, e.g. ``memory=notes``'s
+    #: ``"missing"`` / ``"malformed"`` / ``"cut"``), else None.
+    memory_flag: str | None = None
+    #: Per response token, 1 where it writes the memory's block (``memory=notes``), else 0;
+    #: None when the memory reads no block or the policy reports no token offsets.
+    memory_mask: list[int] | None = None
     #: The policy's :class:`~agent_memory.protocol.Generation` (token ids, log-probs, finish
     #: reason, version, sampling), or None for steps recorded without one.
     generation: Generation | None = None

@@ -131,23 +131,18 @@ class Backend(Protocol):
 
     def encode(self, text: str) -> list[int]:
         """Token ids of a completion prompt."""
-        ...
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of token ids."""
-        ...
 
     def token_text(self, token_id: int) -> str:
         """One token as text (for log-prob entries)."""
-        ...
 
     def render_chat(self, messages: Sequence[ChatMessage]) -> str:
         """The chat-templated prompt text, generation prompt included."""
-        ...
 
     def generate(self, request: GenerationRequest) -> BackendAnswer:
         """Sample one answer."""
-        ...
 
 
 def find_stop(text: str, stops: Sequence[str]) -> tuple[int, str] | None:
@@ -264,15 +259,11 @@ class HashBackend:
     blocking = False
 
     def __init__(
-        self,
-        answer: Callable[[str, int | None], str] = digest_answer,
-        tokenizer_path: str | Path | None = None,
-        *,
-        logprob: float = -0.1,
-        model_name: str = "hash",
-        chat_template: str = DEFAULT_TEMPLATE,
+        self, answer: Callable[[str, int | None], str] = digest_answer,
+        tokenizer_path: str | Path | None = None, *, logprob: float = -0.1,
+        model_name: str = "hash", chat_template: str = DEFAULT_TEMPLATE,
         context_length: int = 1 << 20,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.answer = answer
         self.logprob = float(logprob)
         self.model_name = model_name
@@ -364,8 +355,8 @@ class HashBackend:
         include = params.include_stop_str_in_output
         ids: list[int] = []
         stop_reason: str | int | None = None
-        finish, shown = "length", 0  # shown: characters of text so far
-        cut = 0
+        finish: FinishReason = "length"
+        shown = cut = 0  # shown: characters of text so far
         for k, (token_id, token_end) in enumerate(stream):
             ids.append(token_id)
             done, new_text = True, False
@@ -388,10 +379,6 @@ class HashBackend:
         n = len(ids)
         tops = tuple(((i, self.logprob),) for i in ids) if params.top_logprobs else ((),) * n
         return BackendAnswer(
-            token_ids=tuple(ids),
-            logprobs=(self.logprob,) * n,
-            top_logprobs=tops,
-            text=text[:cut],
-            finish_reason=finish,  # type: ignore[arg-type]
-            stop_reason=stop_reason,
-        )
+            token_ids=tuple(ids), logprobs=(self.logprob,) * n, top_logprobs=tops, text=text[:cut],
+            finish_reason=finish, stop_reason=stop_reason,
+        )  # fmt: skip

@@ -34,7 +34,6 @@ class Latency(Protocol):
 
     def sample(self) -> float:
         """One service time in seconds (>= 0)."""
-        ...
 
 
 @dataclass

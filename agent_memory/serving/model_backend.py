@@ -70,14 +70,9 @@ class ModelBackend:
     blocking = True
 
     def __init__(
-        self,
-        path: str | Path,
-        device: str = "cpu",
-        *,
-        logprobs_mode: LogprobsMode = "raw_logprobs",
-        model_name: str | None = None,
-        seed: int = 0,
-    ) -> None:
+        self, path: str | Path, device: str = "cpu", *,
+        logprobs_mode: LogprobsMode = "raw_logprobs", model_name: str | None = None, seed: int = 0,
+    ) -> None:  # fmt: skip
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -86,8 +81,7 @@ class ModelBackend:
                 "logprobs_mode must be 'processed_logprobs' or 'raw_logprobs', "
                 f"got {logprobs_mode!r}"
             )
-        path = Path(path)
-        self.path = path
+        self.path = path = Path(path)
         self.device = torch.device(device)
         self.logprobs_mode: LogprobsMode = logprobs_mode
         # Any: transformers' stubs get .to(device) and decode()'s return type wrong.
@@ -173,13 +167,10 @@ class ModelBackend:
             elif answer.cut is not None:
                 answer.text = answer.text[: answer.cut]
         return BackendAnswer(
-            token_ids=tuple(answer.ids),
-            logprobs=tuple(answer.logprobs),
-            top_logprobs=tuple(answer.tops),
-            text=answer.text,
-            finish_reason=answer.finish,
+            token_ids=tuple(answer.ids), logprobs=tuple(answer.logprobs),
+            top_logprobs=tuple(answer.tops), text=answer.text, finish_reason=answer.finish,
             stop_reason=answer.stop_reason,
-        )
+        )  # fmt: skip
 
     def _sample(
         self, request: GenerationRequest, rng: torch.Generator

@@ -50,11 +50,8 @@ def error_response(error: RequestError, dialect: Dialect, native: bool = False) 
     if dialect == "sglang" and native:
         return {"error": {"message": error.message}}
     body = {
-        "message": error.message,
-        "type": error.kind,
-        "param": error.param,
-        "code": error.status,
-    }
+        "message": error.message, "type": error.kind, "param": error.param, "code": error.status,
+    }  # fmt: skip
     if dialect == "sglang":
         return {"object": "error", **body}
     return {"error": body}
@@ -69,31 +66,17 @@ def models_response(model: str, context_length: int, dialect: Dialect) -> dict[s
     """
     now = int(time.time())
     card: dict[str, Any] = {
-        "id": model,
-        "object": "model",
-        "created": now,
-        "owned_by": "vllm" if dialect == "vllm" else "sglang",
-        "root": model,
-        "parent": None,
+        "id": model, "object": "model", "created": now,
+        "owned_by": "vllm" if dialect == "vllm" else "sglang", "root": model, "parent": None,
         "max_model_len": context_length,
-    }
+    }  # fmt: skip
     if dialect == "vllm":
-        card["permission"] = [
-            {
-                "id": f"modelperm-{uuid.uuid4().hex}",
-                "object": "model_permission",
-                "created": now,
-                "allow_create_engine": False,
-                "allow_sampling": True,
-                "allow_logprobs": True,
-                "allow_search_indices": False,
-                "allow_view": True,
-                "allow_fine_tuning": False,
-                "organization": "*",
-                "group": None,
-                "is_blocking": False,
-            }
-        ]
+        card["permission"] = [{
+            "id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission", "created": now,
+            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
+            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
+            "organization": "*", "group": None, "is_blocking": False,
+        }]  # fmt: skip
     return {"object": "list", "data": [card]}
 
 
@@ -109,11 +92,9 @@ def _sampled_first(gen: BackendAnswer, i: int) -> list[tuple[int, float]]:
 
 def _usage(prompt: int, completion: int, dialect: Dialect) -> dict[str, Any]:
     usage: dict[str, Any] = {
-        "prompt_tokens": prompt,
-        "total_tokens": prompt + completion,
-        "completion_tokens": completion,
-        "prompt_tokens_details": None,
-    }
+        "prompt_tokens": prompt, "total_tokens": prompt + completion,
+        "completion_tokens": completion, "prompt_tokens_details": None,
+    }  # fmt: skip
     if dialect == "sglang":
         usage["reasoning_tokens"] = 0
     else:
@@ -128,14 +109,9 @@ def _matched_stop(gen: BackendAnswer) -> int | str | None:
 
 
 def completion_response(
-    req: CompletionRequest,
-    gen: BackendAnswer,
-    prompt_ids: list[int],
-    *,
-    model: str,
-    dialect: Dialect,
-    token_text: TokenText,
-) -> dict[str, Any]:
+    req: CompletionRequest, gen: BackendAnswer, prompt_ids: list[int], *, model: str,
+    dialect: Dialect, token_text: TokenText,
+) -> dict[str, Any]:  # fmt: skip
     """The ``/v1/completions`` response body."""
     logprobs = None
     if req.logprobs is not None:
@@ -158,37 +134,23 @@ def completion_response(
             top = [{name(t): _lp(v) for t, v in alts} for alts in gen.top_logprobs]
             offsets = [-1] * len(tokens)
         logprobs = {
-            "text_offset": offsets,
-            "token_logprobs": [_lp(v) for v in gen.logprobs],
-            "tokens": tokens,
-            "top_logprobs": top,
-        }
+            "text_offset": offsets, "token_logprobs": [_lp(v) for v in gen.logprobs],
+            "tokens": tokens, "top_logprobs": top,
+        }  # fmt: skip
     ids = list(gen.token_ids) if req.return_token_ids else None
     prompt = list(prompt_ids) if req.return_token_ids else None
-    usage = _usage(len(prompt_ids), len(gen.token_ids), dialect)
+    choice: dict[str, Any] = {"index": 0, "text": gen.text, "logprobs": logprobs}
+    choice["finish_reason"] = gen.finish_reason
     if dialect == "sglang":
-        choice: dict[str, Any] = {
-            "index": 0,
-            "text": gen.text,
-            "logprobs": logprobs,
-            "finish_reason": gen.finish_reason,
-            "matched_stop": _matched_stop(gen),
-        }
+        choice["matched_stop"] = _matched_stop(gen)
         if ids is not None:
-            choice["token_ids"] = ids
-            choice["prompt_token_ids"] = prompt
-        return _body(dialect, "text_completion", model, choice, usage)
-    choice = {
-        "index": 0,
-        "text": gen.text,
-        "logprobs": logprobs,
-        "finish_reason": gen.finish_reason,
-        "stop_reason": gen.stop_reason,
-        "token_ids": ids,
-        "prompt_logprobs": None,
-        "prompt_token_ids": prompt,
-        "routed_experts": None,
-    }
+            choice.update(token_ids=ids, prompt_token_ids=prompt)
+    else:
+        choice.update(
+            stop_reason=gen.stop_reason, token_ids=ids, prompt_logprobs=None,
+            prompt_token_ids=prompt, routed_experts=None,
+        )  # fmt: skip
+    usage = _usage(len(prompt_ids), len(gen.token_ids), dialect)
     return _body(dialect, "text_completion", model, choice, usage)
 
 
@@ -200,24 +162,15 @@ def _body(
     sglang = dialect == "sglang"
     prefix = "" if sglang else ("chatcmpl-" if kind == "chat.completion" else "cmpl-")
     head = {
-        "id": prefix + uuid.uuid4().hex,
-        "object": kind,
-        "created": int(time.time()),
-        "model": model,
-        "choices": [choice],
-    }
+        "id": prefix + uuid.uuid4().hex, "object": kind, "created": int(time.time()),
+        "model": model, "choices": [choice],
+    }  # fmt: skip
     if sglang:
         return {**head, "usage": usage, "metadata": None}
     return {
-        **head,
-        "service_tier": None,
-        "system_fingerprint": None,
-        "usage": usage,
-        **extra,
-        "kv_transfer_params": None,
-        "ec_transfer_params": None,
-        "metrics": None,
-    }
+        **head, "service_tier": None, "system_fingerprint": None, "usage": usage, **extra,
+        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
+    }  # fmt: skip
 
 
 def _entry(token: str, logprob: float, text: str | None = None) -> dict[str, Any]:
@@ -226,36 +179,26 @@ def _entry(token: str, logprob: float, text: str | None = None) -> dict[str, Any
 
 
 def chat_response(
-    req: ChatRequest,
-    gen: BackendAnswer,
-    prompt_ids: list[int],
-    *,
-    model: str,
-    dialect: Dialect,
-    token_text: TokenText,
-    meta_info: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    req: ChatRequest, gen: BackendAnswer, prompt_ids: list[int], *, model: str, dialect: Dialect,
+    token_text: TokenText, meta_info: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """The ``/v1/chat/completions`` response body (``meta_info``: SGLang's, when asked for)."""
     logprobs = None
     if req.logprobs:
+        as_id = req.return_tokens_as_token_ids
+
+        def name(x: int) -> str:
+            return f"token_id:{x}" if as_id else token_text(x)
+
         content = []
         for i, t in enumerate(gen.token_ids):
             if dialect == "vllm":
-                as_id = req.return_tokens_as_token_ids
-
-                def name(x: int, as_id: bool = as_id) -> str:
-                    return f"token_id:{x}" if as_id else token_text(x)
-
                 entry = _entry(name(t), gen.logprobs[i], token_text(t))
                 alts = _sampled_first(gen, i)[: req.top_logprobs]
                 entry["top_logprobs"] = [_entry(name(a), v) for a, v in alts]
             else:
                 entry = _entry(token_text(t), gen.logprobs[i])
-                entry = {
-                    "token": entry["token"],
-                    "bytes": entry["bytes"],
-                    "logprob": entry["logprob"],
-                }
+                entry = {k: entry[k] for k in ("token", "bytes", "logprob")}  # SGLang's order
                 entry["top_logprobs"] = [
                     {"token": (s := token_text(a)), "bytes": list(s.encode()), "logprob": _lp(v)}
                     for a, v in gen.top_logprobs[i]
@@ -264,19 +207,12 @@ def chat_response(
         logprobs = {"content": content}
     usage = _usage(len(prompt_ids), len(gen.token_ids), dialect)
     ids = list(gen.token_ids) if req.return_token_ids else None
+    message: dict[str, Any] = {"role": "assistant", "content": gen.text}
+    choice: dict[str, Any] = {"index": 0, "message": message, "logprobs": logprobs}
+    choice["finish_reason"] = gen.finish_reason
     if dialect == "sglang":
-        choice: dict[str, Any] = {
-            "index": 0,
-            "message": {
-                "role": "assistant",
-                "content": gen.text,
-                "reasoning_content": None,
-                "tool_calls": None,
-            },
-            "logprobs": logprobs,
-            "finish_reason": gen.finish_reason,
-            "matched_stop": _matched_stop(gen),
-        }
+        message.update(reasoning_content=None, tool_calls=None)
+        choice["matched_stop"] = _matched_stop(gen)
         if req.return_prompt_token_ids:
             choice["prompt_token_ids"] = list(prompt_ids)
         if ids is not None:
@@ -284,23 +220,9 @@ def chat_response(
         if meta_info is not None:
             choice["meta_info"] = meta_info
         return _body(dialect, "chat.completion", model, choice, usage)
-    choice = {
-        "index": 0,
-        "message": {
-            "role": "assistant",
-            "content": gen.text,
-            "refusal": None,
-            "annotations": None,
-            "audio": None,
-            "function_call": None,
-            "reasoning": None,  # no tool_calls: vLLM drops the key when empty
-        },
-        "logprobs": logprobs,
-        "finish_reason": gen.finish_reason,
-        "stop_reason": gen.stop_reason,
-        "token_ids": ids,
-        "routed_experts": None,
-    }
+    # no tool_calls: vLLM drops the key when empty
+    message.update(refusal=None, annotations=None, audio=None, function_call=None, reasoning=None)
+    choice.update(stop_reason=gen.stop_reason, token_ids=ids, routed_experts=None)
     prompt = list(prompt_ids) if req.return_token_ids else None
     return _body(
         dialect, "chat.completion", model, choice, usage,
@@ -309,16 +231,9 @@ def chat_response(
 
 
 def sglang_meta_info(
-    gen: BackendAnswer,
-    prompt_ids: list[int],
-    *,
-    rid: str,
-    token_text: TokenText,
-    return_logprob: bool,
-    top_logprobs_num: int,
-    text_in_logprobs: bool,
-    e2e_latency: float,
-) -> dict[str, Any]:
+    gen: BackendAnswer, prompt_ids: list[int], *, rid: str, token_text: TokenText,
+    return_logprob: bool, top_logprobs_num: int, text_in_logprobs: bool, e2e_latency: float,
+) -> dict[str, Any]:  # fmt: skip
     """SGLang's ``meta_info``: finish reason, token counts and, with ``return_logprob``,
     ``output_token_logprobs`` as ``[logprob, token_id, text | None]`` triples."""
     if gen.finish_reason == "length":
@@ -326,14 +241,10 @@ def sglang_meta_info(
     else:
         finish = {"type": "stop", "matched": _matched_stop(gen)}
     meta: dict[str, Any] = {
-        "id": rid,
-        "finish_reason": finish,
-        "prompt_tokens": len(prompt_ids),
-        "weight_version": "default",
-        "completion_tokens": len(gen.token_ids),
-        "cached_tokens": 0,
+        "id": rid, "finish_reason": finish, "prompt_tokens": len(prompt_ids),
+        "weight_version": "default", "completion_tokens": len(gen.token_ids), "cached_tokens": 0,
         "e2e_latency": e2e_latency,
-    }
+    }  # fmt: skip
     if return_logprob:
 
         def triple(t: int, v: float) -> list[Any]:
@@ -352,28 +263,16 @@ def sglang_meta_info(
 
 
 def generate_response(
-    req: GenerateRequest,
-    gen: BackendAnswer,
-    prompt_ids: list[int],
-    *,
-    token_text: TokenText,
+    req: GenerateRequest, gen: BackendAnswer, prompt_ids: list[int], *, token_text: TokenText,
     e2e_latency: float,
-) -> dict[str, Any]:
+) -> dict[str, Any]:  # fmt: skip
     """SGLang's native ``/generate`` response body: ``{text, output_ids, meta_info}``."""
-    out: dict[str, Any] = {
-        "text": gen.text,
-        "output_ids": list(gen.token_ids),
-        "meta_info": sglang_meta_info(
-            gen,
-            prompt_ids,
-            rid=uuid.uuid4().hex,
-            token_text=token_text,
-            return_logprob=req.return_logprob,
-            top_logprobs_num=req.top_logprobs_num,
-            text_in_logprobs=req.return_text_in_logprobs,
-            e2e_latency=e2e_latency,
-        ),
-    }
+    meta = sglang_meta_info(
+        gen, prompt_ids, rid=uuid.uuid4().hex, token_text=token_text,
+        return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num,
+        text_in_logprobs=req.return_text_in_logprobs, e2e_latency=e2e_latency,
+    )  # fmt: skip
+    out: dict[str, Any] = {"text": gen.text, "output_ids": list(gen.token_ids), "meta_info": meta}
     if req.return_prompt_token_ids:
         out["prompt_token_ids"] = list(prompt_ids)
     return out

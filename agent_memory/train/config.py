@@ -89,6 +89,7 @@ class TrainerConfig:
     value_coef: float = 0.5
     max_grad_norm: float = 1.0
     max_abs_weight: Optional[float] = 1.0e4
+    train_memory_tokens: bool = True
     seed: int = 0
     device: str = "auto"
     dtype: str = "auto"
@@ -177,6 +178,8 @@ class TrainConfig(JobConfig):
                     "policy.params.top_p=1.0 policy.params.top_k=0",
                     key="policy.params.top_p",
                 )
+        if not t.train_memory_tokens:
+            _check_memory_written(self.memory.strategy)
         if r.layout != "step":
             raise ConfigError(
                 f"the trainer learns from step rows (one sample per step, its own memory-built "
@@ -331,3 +334,25 @@ saved model, or trainer.model=tiny
         "trainer.model=tiny",
         key="trainer.model",
     )
+
+
+def _check_memory_written(strategy: str) -> None:
+    """``trainer.train_memory_tokens=false`` needs a memory the policy writes (memory=notes).
+
+    Raises:
+        ConfigError: a strategy that takes nothing from the policy (the switch would do nothing).
+    """
+    from agent_memory.memory import BaseMemory, memory_factory
+
+    cls = memory_factory(strategy)
+    if (
+        isinstance(cls, type)
+        and issubclass(cls, BaseMemory)
+        and (cls.written_tag is BaseMemory.written_tag and cls.candidates is BaseMemory.candidates)
+    ):
+        raise ConfigError(
+            f"trainer.train_memory_tokens=false leaves the tokens the policy writes into its "
+            f"memory out of the loss, but memory={strategy} takes nothing from the policy: pass "
+            "memory=notes, or trainer.train_memory_tokens=true",
+            key="trainer.train_memory_tokens",
+        )

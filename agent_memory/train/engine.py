@@ -62,7 +62,6 @@ class RolloutEngine:
         self.policy = policy
         self.model = model
         self.collector = Collector(job, policy=policy, run_id=run_id)
-        self.num_episodes = job.rollout.num_episodes
 
     def start(self, max_episodes: int) -> None:
         """Start the workers (sized for ``max_episodes`` episodes at a time) and the policy
@@ -75,11 +74,6 @@ class RolloutEngine:
     ) -> list[Trajectory]:  # fmt: skip
         """Play ``specs`` with the sampling policy (or greedily with ``evaluate``)."""
         return self.collector.collect(specs, on_episode=on_episode, greedy=evaluate)
-
-    @property
-    def last_env_steps(self) -> int:
-        """Env-steps of the last :meth:`collect`."""
-        return self.collector.last_env_steps
 
     def update_policy(self, version: int) -> float:
         """Send the model's current weights to the policy service as ``version``: they answer

@@ -72,7 +72,7 @@ def _token_forward(model: Any, samples: Sequence[Sample], pad_id: int, hidden: b
         attention[i, : len(seq)] = 1
         at[i, :r] = torch.arange(p - 1, p - 1 + r)
         targets[i, :r] = torch.tensor(s.response_ids)
-        mask[i, :r] = 1
+        mask[i, :r] = 1 if s.loss_mask is None else torch.tensor(s.loss_mask, dtype=mask.dtype)
         old[i, :r] = torch.tensor(s.old_logprobs, dtype=torch.float32)
     ids, attention, at, targets = (x.to(device) for x in (ids, attention, at, targets))
     out = model(input_ids=ids, attention_mask=attention, output_hidden_states=hidden)

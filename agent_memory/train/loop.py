@@ -144,7 +144,8 @@ def train(
         )  # fmt: skip
         policy.calls = state.policy_calls  # the sampling stream resumes where it stopped
 
-        ray_started = init_ray(r.ray_address)  # False when Ray is up already (a sweep, tests)
+        # False when Ray is up already (a sweep, tests).
+        ray_started = init_ray(r.ray_address, node_timeout_s=r.node_timeout_s)
         engine = RolloutEngine(cfg, policy, learner.model)
         engine.update_policy(state.policy_version)
         logger = MetricsLogger(
@@ -186,16 +187,11 @@ def train(
 
                 ray.shutdown()
             summary = {
-                "status": status,
-                **({"error": error} if error else {}),
-                "iterations": state.iteration,
-                "env_steps": state.env_steps,
-                "episodes": state.episodes,
-                "policy_version": state.policy_version,
-                "action_mode": mode,
-                "model": str(learner.model_path),
-                **last_eval,
-            }
+                "status": status, **({"error": error} if error else {}),
+                "iterations": state.iteration, "env_steps": state.env_steps,
+                "episodes": state.episodes, "policy_version": state.policy_version,
+                "action_mode": mode, "model": str(learner.model_path), **last_eval,
+            }  # fmt: skip
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
 
@@ -224,7 +220,11 @@ def iteration(
     compute_advantages(trajs, cfg.algo, values=values)
     min_version = state.policy_version - r.max_policy_lag
     samples = build_samples(
-        trajs, mode, keep_forced=learner.value_head is not None, min_version=min_version
+        trajs,
+        mode,
+        keep_forced=learner.value_head is not None,
+        min_version=min_version,
+        train_memory_tokens=t.train_memory_tokens,
     )
     stale = sum(is_stale(s, min_version) for tr in trajs for s in tr.steps)
 
@@ -257,19 +257,12 @@ def iteration(
     state.episodes += len(trajs)
     state.policy_calls = engine.policy_calls()
     row.update({
-        "iteration": it + 1,
-        "env_steps": state.env_steps,
-        "episodes": state.episodes,
-        "policy_version": state.policy_version,
-        **episode_metrics(trajs, "train"),
-        **stats,
+        "iteration": it + 1, "env_steps": state.env_steps, "episodes": state.episodes,
+        "policy_version": state.policy_version, **episode_metrics(trajs, "train"), **stats,
         "samples/stale": float(stale),
         "speed/env_steps_per_s": env_steps / rollout_s if rollout_s else 0.0,
-        "time/rollout_s": rollout_s,
-        "time/update_s": update_s,
-        "time/weight_sync_s": sync_s,
-        "time/eval_s": eval_s,
-        "time/iteration_s": time.perf_counter() - t_iter,
+        "time/rollout_s": rollout_s, "time/update_s": update_s, "time/weight_sync_s": sync_s,
+        "time/eval_s": eval_s, "time/iteration_s": time.perf_counter() - t_iter,
     })  # fmt: skip
     return row
 
@@ -355,9 +348,7 @@ def update(
             optimizer.step()
             parts.update({"loss/total": loss, "grad_norm": grad_norm})
             for k, v in parts.items():
-                totals.setdefault(k, []).append(
-                    float(v.detach()) if hasattr(v, "detach") else float(v)
-                )
+                totals.setdefault(k, []).append(float(v.detach() if hasattr(v, "detach") else v))
     return {**{k: float(np.mean(v)) for k, v in totals.items()}, "samples": float(len(samples))}
 
 

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import csv
+import importlib
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -27,41 +28,16 @@ __all__ = ["COLUMNS", "MetricsLogger", "read_metrics"]
 
 #: The CSV's columns, in order (x-axes first).
 COLUMNS: tuple[str, ...] = (
-    "iteration",
-    "env_steps",
-    "episodes",
-    "policy_version",
-    "train/success",
-    "train/return",
-    "train/episode_length",
-    "train/valid_action_ratio",
+    "iteration", "env_steps", "episodes", "policy_version",
+    "train/success", "train/return", "train/episode_length", "train/valid_action_ratio",
     "train/prompt_tokens_per_episode",
-    "eval/success",
-    "eval/return",
-    "eval/episode_length",
-    "eval/valid_action_ratio",
+    "eval/success", "eval/return", "eval/episode_length", "eval/valid_action_ratio",
     "eval/prompt_tokens_per_episode",
-    "loss/policy",
-    "loss/value",
-    "loss/total",
-    "kl/reference",
-    "kl/approx_old",
-    "entropy",
-    "clip_fraction",
-    "ratio",
-    "grad_norm",
-    "samples",
-    "samples/stale",
-    "tokens/prompt",
-    "tokens/response",
-    "tokens/prompt_per_episode",
-    "speed/env_steps_per_s",
-    "time/rollout_s",
-    "time/update_s",
-    "time/weight_sync_s",
-    "time/eval_s",
-    "time/iteration_s",
-)
+    "loss/policy", "loss/value", "loss/total", "kl/reference", "kl/approx_old", "entropy",
+    "clip_fraction", "ratio", "grad_norm", "samples", "samples/stale",
+    "tokens/prompt", "tokens/response", "tokens/prompt_per_episode", "speed/env_steps_per_s",
+    "time/rollout_s", "time/update_s", "time/weight_sync_s", "time/eval_s", "time/iteration_s",
+)  # fmt: skip
 
 
 class MetricsLogger:
@@ -97,22 +73,10 @@ class MetricsLogger:
         self._tb: Any = None
         self._wandb: Any = None
         if "tensorboard" in loggers:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError as e:
-                raise ImportError(
-                    "trainer.logger lists tensorboard but the tensorboard package is missing: "
-                    'pip install "agent-memory[train]" (or drop it: trainer.logger=[csv])'
-                ) from e
-            self._tb = SummaryWriter(str(self.out_dir / "tensorboard"))
+            tensorboard = _sink("tensorboard", "torch.utils.tensorboard")
+            self._tb = tensorboard.SummaryWriter(str(self.out_dir / "tensorboard"))
         if "wandb" in loggers:
-            try:
-                import wandb
-            except ImportError as e:
-                raise ImportError(
-                    "trainer.logger lists wandb but the wandb package is missing: "
-                    'pip install "agent-memory[train]" (or drop it: trainer.logger=[csv])'
-                ) from e
+            wandb = _sink("wandb", "wandb")
             os.environ.setdefault("WANDB_MODE", "offline")  # no network needed, ever
             os.environ.setdefault("WANDB_SILENT", "true")
             self._wandb = wandb.init(
@@ -146,8 +110,7 @@ class MetricsLogger:
 
     def close(self) -> None:
         """Flush and close every sink. Idempotent."""
-        if not self._file.closed:
-            self._file.close()
+        self._file.close()  # a no-op once closed
         if self._tb is not None:
             self._tb.close()
             self._tb = None
@@ -160,6 +123,17 @@ class MetricsLogger:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sink(name: str, module: str) -> Any:
+    """The module of sink ``name``; an ImportError naming the extra when it is missing."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        raise ImportError(
+            f"trainer.logger lists {name} but the {name} package is missing: "
+            'pip install "agent-memory[train]" (or drop it: trainer.logger=[csv])'
+        ) from e
 
 
 def _match_header(path: Path) -> None:

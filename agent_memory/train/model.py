@@ -35,10 +35,8 @@ def pick_device(device: str, dtype: str) -> tuple[Any, Any]:
     """
     import torch
 
-    if device == "auto":
-        dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    else:
-        dev = torch.device(device)
+    auto = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(auto if device == "auto" else device)
     available = {
         "cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()
     }  # fmt: skip
@@ -59,8 +57,9 @@ def pick_device(device: str, dtype: str) -> tuple[Any, Any]:
 
 def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
     """The texts a model sees and writes in ``job``'s env: every prompt of ``episodes``
-    episodes (played here with uniformly random admissible actions, through the job's memory
-    and template), and every admissible action in the parser's format."""
+    episodes (played here with uniformly random admissible actions and memory blocks, through
+    the job's memory and template), every admissible action in the parser's format and every
+    memory block offered."""
     from agent_memory.rollout.worker.worker import build_env
 
     env = build_env(job, 1)
@@ -72,10 +71,15 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
             prompts, _ = env.reset(seed=[seed + episode])
             for _ in range(10_000):  # a bound, in case an env never ends
                 texts.append(_text(prompts[0]))
-                options = list(env.current(0).admissible_actions or [])
+                now = env.current(0)
+                options = list(now.admissible_actions or [])
                 texts += [parser.format(str(a)) for a in options]
+                blocks = env.memory.candidates(0, now.observation) or []
+                texts += blocks
                 pick = options[int(rng.integers(len(options)))] if options else ""
-                prompts, _, terminated, truncated, _ = env.step([parser.format(str(pick))])
+                # Only a memory that offers blocks draws: other runs build the model they did.
+                block = blocks[int(rng.integers(len(blocks)))] if blocks else ""
+                prompts, _, terminated, truncated, _ = env.step([block + parser.format(str(pick))])
                 if terminated[0] or truncated[0]:
                     break
     finally:

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from agent_memory.protocol import Generation
 from agent_memory.rollout.types import StepRecord, Trajectory
 
 __all__ = ["ActionMode", "Sample", "build_samples", "is_stale"]
@@ -44,6 +45,7 @@ class Sample:
         temperature: the sampling temperature the log-probs are taken at.
         candidates: ``score`` mode: every candidate's ids; else None.
         index: ``score`` mode: the chosen candidate; else None.
+        loss_mask: ``generate`` mode: per response token, 1 where it is trained (None: all).
     """
 
     prompt_ids: tuple[int, ...]
@@ -54,6 +56,7 @@ class Sample:
     temperature: float
     candidates: tuple[tuple[int, ...], ...] | None = None
     index: int | None = None
+    loss_mask: tuple[int, ...] | None = None
 
     @property
     def forced(self) -> bool:
@@ -73,6 +76,7 @@ def build_samples(
     *,
     keep_forced: bool = False,
     min_version: int | None = None,
+    train_memory_tokens: bool = True,
 ) -> list[Sample]:
     """The samples of every step of ``trajs`` (in order) whose advantage is known.
 
@@ -82,45 +86,77 @@ def build_samples(
         keep_forced: keep ``score`` steps with a single admissible action (for a value head).
         min_version: leave out steps answered by older weights (the others of their episode
             stay).
+        train_memory_tokens: False leaves the tokens that wrote the memory's block (the rows'
+            ``memory_mask``) out of the loss; in ``score`` mode, the memory's choices (else one
+            more sample per step that chose a block, with the step's advantage).
 
     Raises:
-        ValueError: a step without the recorded ids and log-probs the mode needs.
+        ValueError: a step without the recorded ids and log-probs the mode needs, or without a
+            ``memory_mask`` when ``train_memory_tokens`` is False.
     """
     out = []
     for t in trajs:
         for s in t.steps:
             if s.advantage is None or s.ret is None or is_stale(s, min_version):
                 continue
-            g = s.generation
             where = f"trajectory {t.spec.traj_uid} step {s.step}"
-            if g is None or not g.has_tokens:
-                raise ValueError(
-                    f"{where} has no recorded token ids: the trainer learns from what the policy "
-                    "sampled (policy=score or policy=hf record them)"
-                )
-            assert g.prompt_ids is not None and g.response_ids is not None
-            temperature = 1.0 if g.sampling is None or g.sampling.temperature is None else (
-                g.sampling.temperature
-            )  # fmt: skip
             if mode == "score":
-                if g.choice is None:
-                    raise ValueError(f"{where} was not chosen by scoring (no Generation.choice)")
-                if len(g.choice.candidate_ids) == 1 and not keep_forced:
-                    continue
-                out.append(
-                    Sample(
-                        tuple(g.prompt_ids), tuple(g.response_ids), [g.choice.logprob],
-                        s.advantage, s.ret, g.choice.temperature, g.choice.candidate_ids,
-                        g.choice.index,
-                    )
-                )  # fmt: skip
+                out += _choice_samples(s, where, keep_forced, train_memory_tokens)
             else:
-                if g.response_logprobs is None or not g.response_ids:
-                    raise ValueError(f"{where} has no sampling log-probs to compute a ratio with")
-                out.append(
-                    Sample(
-                        tuple(g.prompt_ids), tuple(g.response_ids), list(g.response_logprobs),
-                        s.advantage, s.ret, temperature,
-                    )
-                )  # fmt: skip
+                out.append(_token_sample(s, where, train_memory_tokens))
     return out
+
+
+def _generation(step: StepRecord, where: str) -> Generation:
+    """``step``'s generation, with the token ids the trainer learns from."""
+    g = step.generation
+    if g is None or not g.has_tokens:
+        raise ValueError(
+            f"{where} has no recorded token ids: the trainer learns from what the policy "
+            "sampled (policy=score or policy=hf record them)"
+        )
+    return g
+
+
+def _choice_samples(
+    step: StepRecord, where: str, keep_forced: bool, train_memory_tokens: bool
+) -> list[Sample]:
+    """``score`` mode: the action's choice (unless forced) and the memory block's choice."""
+    g = _generation(step, where)
+    if g.choice is None:
+        raise ValueError(f"{where} was not chosen by scoring (no Generation.choice)")
+    assert g.prompt_ids is not None and step.advantage is not None and step.ret is not None
+    p, adv, ret = tuple(g.prompt_ids), step.advantage, step.ret
+    out = []
+    a = g.choice
+    if len(a.candidate_ids) > 1 or keep_forced:  # a forced action carries no gradient
+        out.append(Sample(p, tuple(g.response_ids or ()), [a.logprob], adv, ret, a.temperature,
+                          a.candidate_ids, a.index))  # fmt: skip
+    m = g.memory_choice  # a choice of its own, also where the action was forced
+    if m is not None and train_memory_tokens and len(m.candidate_ids) > 1:
+        out.append(Sample(p, m.candidate_ids[m.index], [m.logprob], adv, ret, m.temperature,
+                          m.candidate_ids, m.index))  # fmt: skip
+    return out
+
+
+def _token_sample(step: StepRecord, where: str, train_memory_tokens: bool) -> Sample:
+    """``generate`` mode: the response's tokens (without the memory's, when not trained)."""
+    g = _generation(step, where)
+    if g.response_logprobs is None or not g.response_ids:
+        raise ValueError(f"{where} has no sampling log-probs to compute a ratio with")
+    assert g.prompt_ids is not None and step.advantage is not None and step.ret is not None
+    loss_mask = None
+    if not train_memory_tokens:
+        if step.memory_mask is None:
+            raise ValueError(
+                f"{where} has no memory_mask: trainer.train_memory_tokens=false needs "
+                "memory=notes and a policy that reports token offsets (hf)"
+            )
+        loss_mask = tuple(1 - m for m in step.memory_mask)
+    temperature = 1.0 if g.sampling is None or g.sampling.temperature is None else (
+        g.sampling.temperature
+    )  # fmt: skip
+    return Sample(
+        tuple(g.prompt_ids), tuple(g.response_ids), list(g.response_logprobs), step.advantage,
+        step.ret, temperature, loss_mask=loss_mask,
+    )  # fmt: skip

@@ -67,12 +67,9 @@ class OwnsHistory:
     _figures: dict[str, np.ndarray]
 
     def _setup(
-        self,
-        num_envs: int,
-        options: HistoryOptions | None,
-        keywords: Mapping[str, Any],
+        self, num_envs: int, options: HistoryOptions | None, keywords: Mapping[str, Any],
         unknown: Mapping[str, Any],
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Build the parts from ``options`` with the setting ``keywords`` (the wrapper's
         ``locals()``) that are not at their default put over them (``unknown``: misspelt
         keywords, refused with a hint)."""
@@ -81,8 +78,6 @@ class OwnsHistory:
         self._parts = WrapperParts.build(num_envs, HistoryOptions.merge(options, given))
         self._prompts = [""] * num_envs
         self._figures = {key: np.zeros(num_envs, dtype=np.int64) for key in FIGURES}
-
-    # ------------------------------------------------------------------ settings and parts
 
     @property
     def options(self) -> HistoryOptions:
@@ -114,8 +109,6 @@ class OwnsHistory:
         """Tokens of the smallest prompt the template makes (empty observation, no history)."""
         return self._parts.builder.frame_tokens
 
-    # ------------------------------------------------------------------ reading
-
     @property
     def prompts(self) -> tuple[Prompt, ...]:
         """Every env's latest prompt (what the last ``reset`` or ``step`` returned; after
@@ -134,8 +127,6 @@ class OwnsHistory:
             raise IndexError(f"env index must be an int in [0, {n}), got {i!r}")
         return self._parts.recorder.view(int(i))
 
-    # ------------------------------------------------------------------ sessions
-
     def save_session(self, path: str | os.PathLike[str]) -> Path:
         """Save the whole memory (every env's history) and the current prompts' inputs as JSON,
         atomically; :meth:`load_session` restores them into a wrapper built with the same
@@ -150,8 +141,6 @@ class OwnsHistory:
         """Restore a session saved by :meth:`save_session`; :attr:`prompts` are rebuilt."""
         self._parts.recorder.load_state_dict(read_session(path))
         self._build(range(len(self._prompts)))
-
-    # ------------------------------------------------------------------ internals
 
     def _build(self, ids: Sequence[int]) -> None:
         """Rebuild the prompts and figures of ``ids`` (the others keep theirs)."""

@@ -62,16 +62,16 @@ class Verdicts:
     thought: np.ndarray
     invalid_penalty: np.ndarray
     replies: dict[int, str]
+    #: env id -> the memory's flag for the step stored (``BaseMemory.step_flags``).
+    flags: dict[int, str] = field(default_factory=dict)
 
     def items(self) -> list[tuple[str, np.ndarray]]:
         """The info keys and their per-env values (``memory_reply`` apart)."""
         return [
-            (IS_ACTION_VALID, self.is_action_valid),
-            (INVALID_REASON, self.invalid_reason),
-            ("parsed_action", self.parsed_action),
-            ("thought", self.thought),
+            (IS_ACTION_VALID, self.is_action_valid), (INVALID_REASON, self.invalid_reason),
+            ("parsed_action", self.parsed_action), ("thought", self.thought),
             ("invalid_penalty", self.invalid_penalty),
-        ]
+        ]  # fmt: skip
 
     def info_at(self, i: int) -> dict[str, Any]:
         """Env ``i``'s values as a single env's info (plain Python scalars)."""
@@ -79,6 +79,8 @@ class Verdicts:
                for key, values in self.items()}  # fmt: skip
         if i in self.replies:
             out["memory_reply"] = self.replies[i]
+        if i in self.flags:
+            out["memory_flag"] = self.flags[i]
         return out
 
 
@@ -95,8 +97,10 @@ class StepFlow:
         self.recorder = recorder
         self.parser = parser
         self.num_envs = recorder.num_envs
-        # A memory without memory actions needs no scan of the responses.
+        # A memory without memory actions needs no scan of the responses (nor, without flags,
+        # a question after each store).
         self._intercepts = type(recorder.memory).intercept is not BaseMemory.intercept
+        self._flags = type(recorder.memory).step_flags is not BaseMemory.step_flags
 
     def plan(self, responses: Sequence[Any], ids: Sequence[int]) -> Plan:
         """Intercept, parse and fall back for the envs in ``ids`` (``responses`` indexed by env)."""
@@ -119,12 +123,9 @@ class StepFlow:
         return Plan(ids, given, actions, parsed, replies)
 
     def record(
-        self,
-        plan: Plan,
-        step_infos: Mapping[int, Mapping[str, Any]],
-        rewards: np.ndarray,
+        self, plan: Plan, step_infos: Mapping[int, Mapping[str, Any]], rewards: np.ndarray,
         extras: Mapping[str, Sequence[Any]] | None = None,
-    ) -> Verdicts | None:
+    ) -> Verdicts | None:  # fmt: skip
         """Store the step of each acting env, judge it (``step_infos``: env id -> its step's
         info) and add the penalty to ``rewards`` in place; the verdicts (None without a parser)."""
         ids, parser, recorder, responses = plan.ids, self.parser, self.recorder, plan.responses
@@ -133,23 +134,16 @@ class StepFlow:
             recorder.add_rewards(ids, rewards[ids])
             return None
         parsed = plan.parsed
-        texts: list[str] = []
-        thoughts: list[str] = []
-        for i in ids:
-            p = parsed.get(i)
-            if p is None:  # a memory action: stored as written (lone surrogates replaced)
-                texts.append(utf8_safe(responses[i]))
-                thoughts.append("")
-            else:
-                texts.append(p.text)
-                thoughts.append(p.thought)
+        # A memory action (not parsed) is stored as written (lone surrogates replaced).
+        texts = [parsed[i].text if i in parsed else utf8_safe(responses[i]) for i in ids]
+        thoughts = [parsed[i].thought if i in parsed else "" for i in ids]
         recorder.store(ids, texts, thoughts if parser.think_tag else None, extras, responses)
         verdicts = self._judge(plan, step_infos, parser.invalid_penalty)
+        if self._flags:
+            verdicts.flags = recorder.memory.step_flags(ids)
         rewards += verdicts.invalid_penalty
         recorder.add_rewards(ids, rewards[ids])
         return verdicts
-
-    # ------------------------------------------------------------------ internals
 
     def _intercept(self, given: Mapping[int, Any]) -> dict[int, str]:
         """Memory actions among the responses: env id -> the memory's reply (only a str within
@@ -181,13 +175,9 @@ class StepFlow:
             actions[i] = p.action
             thoughts[i] = p.thought
         return Verdicts(
-            is_action_valid=valid,
-            invalid_reason=reasons,
-            parsed_action=actions,
-            thought=thoughts,
-            invalid_penalty=np.where(valid, 0.0, invalid_penalty),
-            replies=plan.replies,
-        )
+            is_action_valid=valid, invalid_reason=reasons, parsed_action=actions, thought=thoughts,
+            invalid_penalty=np.where(valid, 0.0, invalid_penalty), replies=plan.replies,
+        )  # fmt: skip
 
 
 def _verdict(parsed: ParsedAction, env_info: Mapping[str, Any]) -> tuple[bool, str | None]:

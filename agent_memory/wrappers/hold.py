@@ -60,13 +60,9 @@ class Holdable(gym.Wrapper):
 
 
 def make_vec_holdable(
-    env_id: str,
-    num_envs: int,
-    *,
-    vectorization_mode: Literal["sync", "async"] = "sync",
-    wrappers: Sequence[Callable[[gym.Env], gym.Wrapper]] = (),
-    **kwargs: Any,
-) -> VectorEnv:
+    env_id: str, num_envs: int, *, vectorization_mode: Literal["sync", "async"] = "sync",
+    wrappers: Sequence[Callable[[gym.Env], gym.Wrapper]] = (), **kwargs: Any,
+) -> VectorEnv:  # fmt: skip
     """A vector env of ``num_envs`` ``gym.make(env_id, **kwargs)`` sub-envs that can be held:
     autoreset DISABLED, ``wrappers`` applied to each sub-env, then :class:`Holdable` outermost
     (an async env gets ``shared_memory=False``: text observations need it).

@@ -95,17 +95,12 @@ class HistoryOptions:
         if not isinstance(self.bounded, bool):
             raise TypeError(f"bounded must be a bool, got {self.bounded!r}")
         fix(self, "max_tokens", check_int("max_tokens", self.max_tokens, 0, allow_none=True))
-        fix(
-            self,
-            "max_prompt_tokens",
-            check_int("max_prompt_tokens", self.max_prompt_tokens, 1, allow_none=True),
-        )
+        limit = check_int("max_prompt_tokens", self.max_prompt_tokens, 1, allow_none=True)
+        fix(self, "max_prompt_tokens", limit)
         if self.memory is not None:
-            given = {
-                k: getattr(self, k) for k, d in _MEMORY_SETTINGS.items() if getattr(self, k) != d
-            }
+            given = [k for k, d in _MEMORY_SETTINGS.items() if getattr(self, k) != d]
             if given:
-                name, value = next(iter(given.items()))
+                name, value = given[0], getattr(self, given[0])
                 raise ValueError(
                     f"{name}={value!r} shapes the memory the wrapper builds, but memory= was "
                     f"given ({type(self.memory).__name__}, built with its own settings): pass "

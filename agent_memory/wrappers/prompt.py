@@ -39,16 +39,12 @@ class PromptText(spaces.Text):
 def prompt_text(prompt: Prompt) -> str:
     """The text a prompt's tokens are counted on (a chat prompt: each content and a newline;
     role markers depend on the model's chat template, which this cannot see)."""
-    if isinstance(prompt, str):
-        return prompt
-    return "".join(m["content"] + "\n" for m in prompt)
+    return prompt if isinstance(prompt, str) else "".join(m["content"] + "\n" for m in prompt)
 
 
 def _prompt_len(prompt: Prompt) -> int:
     """``len(prompt_text(prompt))`` without building the text."""
-    if isinstance(prompt, str):
-        return len(prompt)
-    return sum(len(m["content"]) + 1 for m in prompt)
+    return len(prompt) if isinstance(prompt, str) else sum(len(m["content"]) + 1 for m in prompt)
 
 
 def shown_text(prompt: Prompt) -> str:
@@ -146,8 +142,6 @@ class PromptBuilder:
                     prompts[j], chars[j], tokens[j], lengths[i] = self._fit(i, lengths[i], steps[j])
         return Built(prompts, [lengths.get(i, 0) for i in ids], chars, tokens, steps)
 
-    # ------------------------------------------------------------------ internals
-
     def _render(
         self, observation: str, task: str | None, admissible: Sequence[Any] | None,
         context: Any, length: int, step_count: int,
@@ -190,12 +184,9 @@ class PromptBuilder:
         assert self.max_prompt_tokens is not None
         empty = [] if self.chat else ""
         frames = [self._render_env(i, empty, 1, s) for i, s in zip(ids, steps, strict=True)]
-        default = self.memory.max_tokens
-        out: list[int | None] = []
-        for used in self._measure(frames)[1]:
-            left = max(0, self.max_prompt_tokens - used)
-            out.append(left if default is None else min(left, default))
-        return out
+        default, budget = self.memory.max_tokens, self.max_prompt_tokens
+        left = [max(0, budget - used) for used in self._measure(frames)[1]]
+        return [n if default is None else min(n, default) for n in left]
 
     def _fit(self, i: int, length: int, step_count: int) -> tuple[Prompt, int, int, int]:
         """Env ``i``'s prompt with the longest window below ``length`` steps that fits the budget

@@ -62,7 +62,6 @@ class EpisodeRecorder:
     """The running episodes of ``num_envs`` envs (see the module docstring).
 
     Args:
-        num_envs: number of envs.
         options: the wrapper's settings (the memory is built from them when none is given).
 
     Attributes:
@@ -89,8 +88,6 @@ class EpisodeRecorder:
         self.transcript_keys = memory.record_keys & TRANSCRIPT_KEYS
         self._cap = _DEFAULT_CAP if options.parser is None else options.parser.max_chars
 
-    # ------------------------------------------------------------------ episodes
-
     def start(self, ids: Sequence[int], texts: Sequence[str], infos: Sequence[Mapping]) -> None:
         """Begin new episodes in ``ids`` from their first observations and reset infos."""
         ids = list(ids)
@@ -105,13 +102,9 @@ class EpisodeRecorder:
         self.state.observe(ids, texts, infos)
 
     def store(
-        self,
-        ids: Sequence[int],
-        actions: Sequence[Any],
-        thoughts: Sequence[str] | None,
-        extras: Mapping[str, Sequence[Any]] | None,
-        responses: Mapping[int, Any],
-    ) -> None:
+        self, ids: Sequence[int], actions: Sequence[Any], thoughts: Sequence[str] | None,
+        extras: Mapping[str, Sequence[Any]] | None, responses: Mapping[int, Any],
+    ) -> None:  # fmt: skip
         """Store one step for each env in ``ids``: the observation it acted on, its action, its
         thought, the ``extras`` (indexed by env id) and the transcript keys (``responses``: the
         model's response by env id)."""
@@ -161,16 +154,11 @@ class EpisodeRecorder:
             records = memory[i]
             n = memory.num_steps(i)
             episode: Episode = {
-                "records": records,
-                "final_observation": final,
-                "num_steps": n,
-                "first_step": n - len(records) + 1,
-                "terminated": bool(term),
-                "truncated": bool(trunc),
-                "task": state.task(i),
-                "return": state.episode_return(i),
+                "records": records, "final_observation": final, "num_steps": n,
+                "first_step": n - len(records) + 1, "terminated": bool(term),
+                "truncated": bool(trunc), "task": state.task(i), "return": state.episode_return(i),
                 "won": bool(w),
-            }
+            }  # fmt: skip
             out.append(episode)
         state.mark_handed_over(ids)
         if out:
@@ -190,24 +178,18 @@ class EpisodeRecorder:
         state = self.state
         admissible = state.admissible(i)
         return EnvView(
-            observation=state.observation(i),
-            task=state.task(i),
+            observation=state.observation(i), task=state.task(i),
             admissible_actions=None if admissible is None else tuple(admissible),
-            episode_step=self.memory.num_steps(i),
-            episode_return=state.episode_return(i),
-        )
-
-    # ------------------------------------------------------------------ sessions
+            episode_step=self.memory.num_steps(i), episode_return=state.episode_return(i),
+        )  # fmt: skip
 
     def state_dict(self) -> dict[str, Any]:
         """The memory's state plus what the prompts are built from (JSON-able when the
         memory's records are)."""
         return {
-            "version": 1,
-            "num_envs": self.num_envs,
-            "memory": self.memory.state_dict(),
+            "version": 1, "num_envs": self.num_envs, "memory": self.memory.state_dict(),
             **self.state.state_dict(),
-        }
+        }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`: the next prompts equal those of the saved session."""

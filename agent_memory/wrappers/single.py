@@ -27,7 +27,6 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
     prompts); ``info`` values are scalars.
 
     Args:
-        env: the env.
         options: a :class:`~agent_memory.wrappers.HistoryOptions`; the keywords not at their
             default (documented there) are put over it.
 
@@ -81,12 +80,8 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
     def step(
         self, action: Any, extras: Mapping[str, Any] | None = None
     ) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        """Step with the model's response (or an env action, without a parser).
-
-        Args:
-            action: the response.
-            extras: more values to store with this step (e.g. ``{"logprob": -0.3}``).
-        """
+        """Step with the model's response (or an env action, without a parser); ``extras``: more
+        values to store with this step (e.g. ``{"logprob": -0.3}``)."""
         flow, recorder = self._parts.flow, self._parts.recorder
         plan = flow.plan([action], [0])
         obs, reward, terminated, truncated, info = self.env.step(plan.env_actions[0])

@@ -62,18 +62,15 @@ def _object_array(values: Sequence[Any]) -> np.ndarray:
 
 
 def _listify(value: Any) -> list[Any] | None:
-    if value is None:
-        return None
     if isinstance(value, np.ndarray):
         return value.tolist()
-    return list(value)
+    return None if value is None else list(value)
 
 
 class EpisodeState:
     """The state of the running episode of each of ``num_envs`` envs (see the module).
 
     Args:
-        num_envs: number of envs.
         task: the template's configured task: when set, every env's (over ``info["task"]``).
     """
 
@@ -87,8 +84,6 @@ class EpisodeState:
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._handed_over = np.zeros(num_envs, dtype=bool)
         self._shown: list[str] = [""] * num_envs
-
-    # ------------------------------------------------------------------ reads
 
     def observation(self, i: int) -> str:
         """Env ``i``'s current observation text."""
@@ -135,8 +130,6 @@ class EpisodeState:
         """The text env ``i``'s policy was last shown (kept only for transcript records)."""
         return self._shown[i]
 
-    # ------------------------------------------------------------------ writes (the recorder)
-
     def start(self, ids: Sequence[int], texts: Sequence[str], infos: Sequence[Mapping]) -> None:
         """New episodes in ``ids``, from their first observations and reset infos."""
         obs, obs_array = self._obs, self._obs_array
@@ -169,18 +162,14 @@ class EpisodeState:
         for i, text in zip(ids, texts, strict=True):
             self._shown[i] = text
 
-    # ------------------------------------------------------------------ sessions
-
     def state_dict(self) -> dict[str, Any]:
         """The state as JSON-able values (the session file's keys)."""
         return {
-            "last_obs": list(self._obs),
-            "tasks": list(self._env_tasks),
+            "last_obs": list(self._obs), "tasks": list(self._env_tasks),
             "admissible": [None if a is None else list(a) for a in self._admissible],
-            "handed_over": self._handed_over.tolist(),
-            "returns": self._returns.tolist(),
+            "handed_over": self._handed_over.tolist(), "returns": self._returns.tolist(),
             "shown": list(self._shown),
-        }
+        }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (``shown`` may be absent: sessions saved before it)."""

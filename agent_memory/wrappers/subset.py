@@ -66,8 +66,7 @@ class SyncSubset:
         id, the rewards and ends of every env (0 and False for the others) and the info."""
         env, n = self.env, self.num_envs
         rewards = np.zeros(n, dtype=np.float64)
-        terminated = np.zeros(n, dtype=np.bool_)
-        truncated = np.zeros(n, dtype=np.bool_)
+        terminated, truncated = np.zeros(n, dtype=np.bool_), np.zeros(n, dtype=np.bool_)
         env_obs, subs, add_info = env._env_obs, env.envs, env._add_info
         own_rewards, own_term, own_trunc = env._rewards, env._terminations, env._truncations
         done = env._autoreset_envs

@@ -125,19 +125,15 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         # reset) are called, so a step's cost follows them, not the batch.
         self._subset = SyncSubset(env) if SyncSubset.fits(env) else None
 
-    # ------------------------------------------------------------------ public
-
     @property
     def autoreset_mode(self) -> AutoresetMode:
         """The inner env's autoreset mode."""
         return self._mode
 
     def reset(
-        self,
-        *,
-        seed: int | Sequence[int | None] | None = None,
+        self, *, seed: int | Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
         """Reset all envs, or only those in ``options["reset_mask"]``; start their histories."""
         mask = None
         if options is not None:
@@ -163,12 +159,9 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         return self.prompts, info
 
     def step(
-        self,
-        actions: Sequence[Any],
-        extras: Mapping[str, Sequence[Any]] | None = None,
-        *,
+        self, actions: Sequence[Any], extras: Mapping[str, Sequence[Any]] | None = None, *,
         mask: Sequence[bool] | np.ndarray | None = None,
-    ) -> tuple[tuple[Any, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+    ) -> tuple[tuple[Any, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:  # fmt: skip
         """Step the envs with the model's responses (one per env) and return the new prompts.
 
         Args:
@@ -205,8 +198,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         verdicts = flow.record(plan, step_infos, out.rewards, extras)
         if verdicts is not None:
             self._add_verdicts(out.info, verdicts, acting)
-        done = out.done
-        ended = [i for i in live_ids if done[i]]
+        ended = [i for i in live_ids if out.done[i]]
         handed = self._move_episodes_on(out, step_infos, live_ids, ended, restarted)
         self._build(ids)
         self._report(out.info, acting, ended, handed)
@@ -216,8 +208,6 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         """Close the memory (files, connections), then the inner env."""
         self._close_memory()
         super().close(**kwargs)
-
-    # ------------------------------------------------------------------ internals
 
     def _check_mask(self, mask: Any, name: str) -> np.ndarray:
         arr = np.array(mask, copy=True)
@@ -241,11 +231,9 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         return acting
 
     def _acting(
-        self,
-        actions: Sequence[Any],
-        extras: Mapping[str, Sequence[Any]] | None,
+        self, actions: Sequence[Any], extras: Mapping[str, Sequence[Any]] | None,
         mask: Sequence[bool] | np.ndarray | None,
-    ) -> tuple[np.ndarray, list[int]]:
+    ) -> tuple[np.ndarray, list[int]]:  # fmt: skip
         """Check ``step``'s arguments; the envs that act (all without a ``mask``), as a mask
         and as ids."""
         n = self.num_envs
@@ -322,13 +310,9 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         return self.env.reset(seed=seed, options=options)
 
     def _move_episodes_on(
-        self,
-        out: _Outcome,
-        step_infos: Mapping[int, Mapping[str, Any]],
-        live_ids: list[int],
-        ended: list[int],
-        restarted: list[int],
-    ) -> list[Episode]:
+        self, out: _Outcome, step_infos: Mapping[int, Mapping[str, Any]], live_ids: list[int],
+        ended: list[int], restarted: list[int],
+    ) -> list[Episode]:  # fmt: skip
         """Observe the envs that go on; end, hand over and restart the others, as the
         autoreset mode says (``restarted``: the envs the inner env reset on this step, under
         NEXT_STEP). Returns the episodes handed over (one per env of ``ended``)."""
@@ -386,24 +370,21 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
     ) -> dict[int, dict[str, Any]]:
         """What each env of ``ids``'s own step reported (under SAME_STEP a finished env's step
         info sits in ``final_info``; the top level then holds its reset info)."""
-        if self._mode == AutoresetMode.SAME_STEP:
-            finals = [i for i in ids if done[i]]
-            going = [i for i in ids if not done[i]]
-            out = (
-                dict(zip(finals, infos_at(info["final_info"], finals), strict=True))
-                if finals
-                else {}
-            )
-            out.update(zip(going, infos_at(info, going), strict=True))
-            return out
-        return dict(zip(ids, infos_at(info, ids), strict=True))
+        if self._mode != AutoresetMode.SAME_STEP:
+            return dict(zip(ids, infos_at(info, ids), strict=True))
+        finals = [i for i in ids if done[i]]
+        going = [i for i in ids if not done[i]]
+        out = dict(zip(finals, infos_at(info["final_info"], finals), strict=True)) if finals else {}
+        out.update(zip(going, infos_at(info, going), strict=True))
+        return out
 
     def _add_verdicts(self, info: dict[str, Any], verdicts: Verdicts, acting: np.ndarray) -> None:
         for key, values in verdicts.items():
             info[key] = values
             info[f"_{key}"] = acting.copy()
-        if verdicts.replies:
-            self._put_some(info, "memory_reply", verdicts.replies)
+        for key, by_env in (("memory_reply", verdicts.replies), ("memory_flag", verdicts.flags)):
+            if by_env:
+                self._put_some(info, key, by_env)
 
     def _put_some(self, info: dict[str, Any], key: str, by_env: Mapping[int, Any]) -> None:
         """``info[key]``: the values of the envs in ``by_env`` (None elsewhere), with its mask."""

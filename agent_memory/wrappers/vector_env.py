@@ -25,14 +25,9 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, async_vec
 from agent_memory.protocol import ADMISSIBLE_ACTIONS, INVALID_REASON, IS_ACTION_VALID, TASK, WON
 
 __all__ = [
-    "async_worker_keeps_autoreset",
-    "autoreset_mode_of",
-    "env_value",
-    "env_values",
-    "info_at",
-    "infos_at",
-    "refuse_text_on_shared_memory",
-]
+    "async_worker_keeps_autoreset", "autoreset_mode_of", "env_value", "env_values", "info_at",
+    "infos_at", "refuse_text_on_shared_memory",
+]  # fmt: skip
 
 #: The info keys the wrapper reads per env (the rest of the info passes through untouched).
 _WANTED = (TASK, ADMISSIBLE_ACTIONS, IS_ACTION_VALID, INVALID_REASON, WON)
@@ -136,9 +131,7 @@ def _has_text(space: spaces.Space) -> bool:
         return True
     if isinstance(space, spaces.Dict):
         return any(_has_text(s) for s in space.spaces.values())
-    if isinstance(space, spaces.Tuple):
-        return any(_has_text(s) for s in space.spaces)
-    return False
+    return isinstance(space, spaces.Tuple) and any(_has_text(s) for s in space.spaces)
 
 
 def refuse_text_on_shared_memory(env: VectorEnv) -> None:

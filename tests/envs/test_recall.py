@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Any
 
@@ -21,13 +23,15 @@ GARBAGE = ["", "nxt", "NEXT!", "purple-ish", "🙂", "\n\n", "Next please", "ans
 pytestmark = pytest.mark.filterwarnings("ignore:.*Not able to test alternative render modes")
 
 
-def run_with_window(seed: int, k: int, num_distractors: int = 5, num_choices: int = 4) -> bool:
+def run_with_window(
+    seed: int, k: int, num_distractors: int = 5, num_choices: int = 4, num_cues: int = 1
+) -> bool:
     """Play an episode answering from a prompt of the last ``k`` stored steps plus the question.
 
     This is what a memory with ``history_length = k`` shows the agent: the observations the
     previous ``k`` actions were taken on, then the current observation (``k = -1``: all).
     """
-    env = RecallEnv(num_distractors=num_distractors, num_choices=num_choices)
+    env = RecallEnv(num_distractors=num_distractors, num_choices=num_choices, num_cues=num_cues)
     obs, info = env.reset(seed=seed)
     history: list[str] = []
     while True:
@@ -40,6 +44,27 @@ def run_with_window(seed: int, k: int, num_distractors: int = 5, num_choices: in
         if terminated:
             assert reward == (1.0 if info["won"] else 0.0)
             return bool(info["won"])
+
+
+def episode_digest(env: RecallEnv, seeds: range = range(20)) -> str:
+    """A hash of every observation, admissible list, state key and oracle answer over ``seeds``.
+
+    Odd seeds answer wrong, every third seed first sends an invalid action.
+    """
+    trace: list[Any] = []
+    for seed in seeds:
+        obs, info = env.reset(seed=seed)
+        trace.append([obs, info["admissible_actions"], info["state_key"], env.oracle_action()])
+        for t in range(env.max_steps):
+            action = "junk" if t == 0 and seed % 3 == 0 else env.oracle_action()
+            if info["admissible_actions"] != ["next"] and seed % 2:
+                action = next(a for a in info["admissible_actions"] if a != action)
+            obs, reward, terminated, truncated, info = env.step(action)
+            step = [obs, info["admissible_actions"], info["state_key"], env.oracle_action()]
+            trace.append([*step, reward, terminated, truncated, info["won"]])
+            if terminated or truncated:
+                break
+    return hashlib.sha256(json.dumps(trace).encode()).hexdigest()[:16]
 
 
 # --- Gymnasium plumbing ------------------------------------------------------------------------
@@ -302,6 +327,160 @@ def test_random_rollouts_over_admissible_and_garbage() -> None:
     assert all(n > 0 for n in outcomes.values())
 
 
+# --- several cues ------------------------------------------------------------------------------
+
+# Written once by the single-cue env before num_cues existed: one cue must replay it exactly.
+SINGLE_CUE_DIGESTS = {
+    (0, 2): "46c4af67b9f0d780",
+    (1, 3): "bd441735c5f10859",
+    (2, 3): "acf8f38329f282ab",
+    (5, 4): "6e9cd6bcb0c853e6",
+    (3, 12): "9db290327e3fdfde",
+    (30, 5): "36a52f66612a9a59",
+}
+
+
+@pytest.mark.parametrize(("num_distractors", "num_choices"), list(SINGLE_CUE_DIGESTS))
+def test_one_cue_replays_the_single_cue_episodes_exactly(
+    num_distractors: int, num_choices: int
+) -> None:
+    expected = SINGLE_CUE_DIGESTS[num_distractors, num_choices]
+    env = RecallEnv(num_distractors=num_distractors, num_choices=num_choices)
+    assert episode_digest(env) == expected
+    env = RecallEnv(num_distractors=num_distractors, num_choices=num_choices, num_cues=1)
+    assert episode_digest(env) == expected and env.max_steps == num_distractors + 5
+
+
+def play_to_question(env: gym.Env, seed: int) -> tuple[list[str], dict[str, Any]]:
+    """Reset with ``seed`` and say "next" up to the question: every observation, the last info."""
+    obs, info = env.reset(seed=seed)
+    history = [obs]
+    while info["admissible_actions"] == ["next"]:
+        obs, reward, terminated, truncated, info = env.step("next")
+        assert (reward, terminated, truncated, info["is_action_valid"]) == (0.0, False, False, True)
+        history.append(obs)
+    return history, info
+
+
+@pytest.mark.parametrize(
+    ("num_cues", "num_distractors", "num_choices"),
+    [(2, 0, 2), (2, 6, 4), (3, 1, 3), (4, 12, 4), (8, 24, 4), (8, 3, 12), (12, 0, 5)],
+)
+def test_several_cues_shape_and_oracle(
+    num_cues: int, num_distractors: int, num_choices: int
+) -> None:
+    env = gym.make(
+        ENV_ID, num_cues=num_cues, num_distractors=num_distractors, num_choices=num_choices
+    )
+    inner = env.unwrapped
+    assert inner.max_steps == num_cues + num_distractors + 4
+    for seed in range(40):
+        history, info = play_to_question(env, seed)
+        question, steps = history[-1], history[:-1]
+        assert len(steps) == num_cues + num_distractors
+        assert CUE.search(steps[0])  # the first step is always a cue
+        cues = [c for obs in steps for c in CUE.findall(obs)]
+        facts = [obs for obs in steps if obs.startswith("Did you know? ")]
+        assert len(cues) == num_cues and len(facts) == num_distractors
+        objects, colours = [o for o, _ in cues], [c.lower() for _, c in cues]
+        assert len(set(objects)) == num_cues == len(set(colours))
+        asked = re.fullmatch(r"Question: which colour was the (\w+)\?\n.*", question, re.S)
+        assert asked and asked[1] in objects
+        answer = colours[objects.index(asked[1])]
+        options = info["admissible_actions"]
+        assert len(set(options)) == num_choices == len(options) and answer in options
+        # The other cues' colours are offered, as many as fit.
+        assert len(set(options) & set(colours)) == min(num_cues, num_choices)
+        assert RecallEnv.solve_from_text("\n".join(history), options) == answer
+        assert inner.oracle_action() == answer
+        obs, reward, terminated, truncated, info = env.step(answer)
+        assert (reward, terminated, truncated, info["won"]) == (1.0, True, False, True)
+        assert obs == f"Correct: the {asked[1]} was {answer.upper()}."
+
+
+def test_the_oracle_solves_every_episode_with_many_cues() -> None:
+    for num_cues in range(1, 9):
+        env = gym.make(ENV_ID, num_cues=num_cues, num_distractors=3 * num_cues, num_choices=4)
+        for seed in range(60):
+            _, info = env.reset(seed=seed)
+            keys = [info["state_key"]]
+            terminated = truncated = False
+            while not (terminated or truncated):
+                action = env.unwrapped.oracle_action()
+                _, reward, terminated, truncated, info = env.step(action)
+                keys.append(info["state_key"])
+            assert (reward, terminated, info["won"]) == (1.0, True, True), (num_cues, seed)
+            assert len(set(keys)) == len(keys) == 4 * num_cues + 2  # every step a new state
+
+
+def test_asked_cue_position_and_answer_position_are_uniform() -> None:
+    env = RecallEnv(num_cues=4, num_distractors=4, num_choices=4)
+    asked_at: list[int] = []
+    answer_at: list[int] = []
+    for seed in range(800):
+        history, info = play_to_question(env, seed)
+        cue_objects = [CUE.findall(obs)[0][0] for obs in history[:-1] if CUE.search(obs)]
+        asked_at.append(cue_objects.index(re.findall(r"was the (\w+)\?", history[-1])[0]))
+        answer_at.append(info["admissible_actions"].index(env.oracle_action()))
+    for counts in (np.bincount(asked_at, minlength=4), np.bincount(answer_at, minlength=4)):
+        assert counts.min() >= 150 and counts.max() <= 250  # 200 expected in each
+    # Every cue position after the first is used: the later cues are spread over the episode.
+    positions = {
+        i for s in range(200) for i, o in enumerate(play_to_question(env, s)[0]) if CUE.search(o)
+    }
+    assert positions == set(range(8))
+
+
+def test_a_window_without_the_asked_cue_confuses_objects_and_fails() -> None:
+    """A window wins iff it holds the asked cue; holding only other cues, it answers wrong."""
+    num_cues, num_distractors = 3, 4
+    env = RecallEnv(num_cues=num_cues, num_distractors=num_distractors, num_choices=4)
+    confused = 0
+    for seed in range(100):
+        history, _ = play_to_question(env, seed)
+        asked = re.findall(r"was the (\w+)\?", history[-1])[0]
+        asked_step = next(i for i, obs in enumerate(history) if f"the {asked} is" in obs)
+        for k in range(num_cues + num_distractors + 1):
+            in_reach = history[len(history) - 1 - k : -1]
+            won = run_with_window(seed, k, num_distractors, 4, num_cues)
+            if asked_step >= len(history) - 1 - k:
+                assert won, (seed, k)
+            elif any(CUE.search(obs) for obs in in_reach):
+                assert not won, (seed, k)
+                confused += 1
+    assert confused > 100
+
+
+@pytest.mark.parametrize("num_cues", [2, 4, 8])
+def test_several_cues_pass_check_env_and_are_deterministic(num_cues: int) -> None:
+    check_env(RecallEnv(num_cues=num_cues, num_distractors=num_cues))
+    a = gym.make(ENV_ID, num_cues=num_cues, num_distractors=2 * num_cues)
+    b = gym.make(ENV_ID, num_cues=num_cues, num_distractors=2 * num_cues)
+    assert data_equivalence(_trace(a, 11), _trace(b, 11))
+    assert not data_equivalence(_trace(a, 11), _trace(b, 12))
+    assert episode_digest(a.unwrapped) == episode_digest(b.unwrapped)
+
+
+def test_invalid_actions_change_nothing_with_several_cues() -> None:
+    """An invalid action before every valid one: the same episode, twice as many steps."""
+    for seed in range(20):
+        clean: list[Any] = []
+        noisy: list[Any] = []
+        for invalid, out in ((False, clean), (True, noisy)):
+            env = RecallEnv(num_cues=3, num_distractors=2, num_choices=3, max_steps=12)
+            obs, info = env.reset(seed=seed)
+            out.append((obs, info["admissible_actions"], info["state_key"]))
+            terminated = truncated = False
+            while not (terminated or truncated):
+                if invalid:
+                    *step, info = env.step("mauve")
+                    assert step == [obs, 0.0, False, False] and not info["is_action_valid"]
+                obs, reward, terminated, truncated, info = env.step(env.oracle_action())
+                out.append((obs, info["admissible_actions"], info["state_key"]))
+            assert (reward, terminated, truncated, info["won"]) == (1.0, True, False, True)
+        assert clean == noisy
+
+
 # --- constructor errors ------------------------------------------------------------------------
 
 
@@ -320,8 +499,20 @@ def test_random_rollouts_over_admissible_and_garbage() -> None:
         ),
         (
             {"num_distractors": 5, "max_steps": 6},
-            "max_steps must be an int >= 7 (num_distractors + 2 = 7 steps finish an episode), "
-            "got 6",
+            "max_steps must be an int >= 7 (num_cues + num_distractors + 1 = 7 steps finish an "
+            "episode), got 6",
+        ),
+        (
+            {"num_distractors": 5, "num_cues": 3, "max_steps": 8},
+            "max_steps must be an int >= 9 (num_cues + num_distractors + 1 = 9 steps finish an "
+            "episode), got 8",
+        ),
+        *(
+            (
+                {"num_cues": bad},
+                f"num_cues must be an int in [1, 12] (the number of objects), got {bad!r}",
+            )
+            for bad in (0, 13, 2.0, True, "2")
         ),
         ({"render_mode": "human"}, "render_mode must be None or 'ansi', got 'human'"),
     ],

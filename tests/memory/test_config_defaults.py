@@ -22,6 +22,7 @@ from agent_memory.memory.blackboard.settings import BlackboardSettings
 from agent_memory.memory.compaction.settings import CompactionSettings
 from agent_memory.memory.conversation.settings import ConversationSettings
 from agent_memory.memory.episodic.settings import EpisodicSettings
+from agent_memory.memory.notes import NotesSettings
 from agent_memory.memory.retrieval.settings import RetrievalSettings
 from agent_memory.memory.settings import Settings
 
@@ -34,6 +35,7 @@ SETTINGS: dict[str, type[Settings]] = {
     "compaction": CompactionSettings,
     "conversation": ConversationSettings,
     "episodic": EpisodicSettings,
+    "notes": NotesSettings,
     "retrieval": RetrievalSettings,
 }
 #: What a preset config is for: its values that differ from MemoryConfig's defaults.

@@ -46,6 +46,7 @@ def _params(name: str, tmp: Path) -> dict[str, Any]:
         "episodic": {"path": tmp / "episodic.sqlite", "retention": "persistent"},
         "blackboard": {"path": tmp / "board.sqlite", "scope": "global"},
         "conversation": {},
+        "notes": {},
     }[name]
 
 
@@ -115,7 +116,7 @@ def tokens(ctx: Any) -> int:
 def test_every_builtin_strategy_is_tested():
     assert set(BUILTIN) <= set(available_memories())
     assert {"window", "history", "none", "full", "compaction", "retrieval", "episodic",
-            "blackboard", "conversation"} == set(BUILTIN)  # fmt: skip
+            "blackboard", "conversation", "notes"} == set(BUILTIN)  # fmt: skip
 
 
 @pytest.mark.parametrize(("name", "formatter"), FORMATTERS)

@@ -3,12 +3,15 @@
 The server answers /v1/chat/completions and /v1/completions in the OpenAI format with content
 derived from the request (``echo:<prompt>``), so order can be checked, records every request
 (body, headers, time) and the most requests it had in flight, and injects faults per prompt:
-each prompt's list of faults is consumed one attempt at a time, then it succeeds.
+each prompt's list of faults is consumed one attempt at a time, then it succeeds. A request that
+asks for token ids (``return_token_ids``) gets vLLM's token fields (test_openai_edge.py serves
+hostile ones).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -147,8 +150,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        if kind == "raw":
-            self._send(200, fault[1])
+        if kind == "raw":  # ("raw", body[, headers])
+            self._send(200, fault[1], fault[2] if len(fault) > 2 else None)
+            return
+        if kind == "chunked":  # ("chunked", chunks, headers): no Content-Length
+            self._chunked(fault[1], fault[2])
             return
         if kind == "drip":  # headers, then the body one byte at a time (a stuck proxy)
             self.send_response(200)
@@ -190,11 +196,43 @@ class _Handler(BaseHTTPRequestHandler):
             "choices": [choice],
             "usage": usage,
         }
+        if body.get("return_token_ids"):  # vLLM's token fields (ids of no particular model)
+            logprobs = [-0.5, -0.25, 0.0]
+            choice["token_ids"], payload["prompt_token_ids"] = [5, 6, 7], [1, 2]
+            if obj == "chat.completion":
+                entries = [{"token": "t", "logprob": lp} for lp in logprobs]
+                choice["logprobs"] = {"content": entries}
+            else:
+                choice["logprobs"] = {"token_logprobs": logprobs, "tokens": ["t"] * 3}
         self._send(200, payload)
+
+    def _chunked(self, chunks: Any, headers: dict[str, str]) -> None:
+        """A 200 answer whose body's size shows only as it arrives (chunked encoding)."""
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Transfer-Encoding", "chunked")
+            for k, v in headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self._done()
+            for chunk in chunks:
+                if chunk:
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(chunk), chunk))
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):  # the client stopped reading
+            self.close_connection = True
 
 
 @pytest.fixture
 def server() -> Iterator[FakeOpenAI]:
+    with serve() as state:
+        yield state
+
+
+@contextlib.contextmanager
+def serve() -> Iterator[FakeOpenAI]:
+    """The fake server, on a free port of 127.0.0.1 while in the block."""
     state = FakeOpenAI()
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     httpd.daemon_threads = True

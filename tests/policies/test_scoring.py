@@ -31,7 +31,8 @@ def _meta(options, episode="e0", step=1):
 
 def test_registered_as_score(lm_path):
     policy = make_policy("score", path=lm_path)
-    assert isinstance(policy, ScoringPolicy) and policy.needs == {"admissible_actions"}
+    assert isinstance(policy, ScoringPolicy)
+    assert policy.needs == {"admissible_actions", "memory_candidates"}
 
 
 def test_records_candidates_choice_and_logprobs_that_teacher_forcing_reproduces(lm_path):
@@ -133,3 +134,29 @@ def test_needs_admissible_actions(lm_path):
         ),
     ):
         policy.generate(["go"], [_meta(None)])
+
+
+def test_a_memory_block_is_chosen_from_the_same_prompt_and_recorded(lm_path):
+    """memory=notes' candidates: the block is a second choice from the prompt, its log-prob what
+    teacher forcing gives; the action's draw is the one it would be without memory."""
+    policy = ScoringPolicy(lm_path, temperature=1.0, seed=3)
+    blocks = ["<memory></memory>", "<memory>the box</memory>", "<memory>go up</memory>"]
+    meta = [{**_meta(["up", "down"], f"e{i}"), "memory_candidates": blocks} for i in range(4)]
+    gens = policy.generate(["go up"] * 4, meta)
+    plain = ScoringPolicy(lm_path, temperature=1.0, seed=3).generate(
+        ["go up"] * 4, [_meta(["up", "down"], f"e{i}") for i in range(4)]
+    )
+    model = policy.model
+    for g, p in zip(gens, plain, strict=True):
+        m = g.memory_choice
+        assert m is not None and len(m.candidate_ids) == 3
+        assert g.text == blocks[m.index] + p.text and g.choice == p.choice
+        assert list(m.candidate_ids[m.index]) == policy.block_ids(blocks[m.index])
+        scores = []
+        for cand in m.candidate_ids:
+            with torch.no_grad():
+                lp = model(torch.tensor([g.prompt_ids + list(cand)])).logits.log_softmax(-1)[0]
+            n = len(g.prompt_ids)
+            scores.append(sum(float(lp[n - 1 + j, t]) for j, t in enumerate(cand)))
+        log_z = math.log(sum(math.exp(s) for s in scores))
+        assert m.logprob == pytest.approx(scores[m.index] - log_z, abs=1e-5)

@@ -8,6 +8,10 @@ Five steps of ``go`` to win. ``fault`` chooses what goes wrong, for episodes who
 * ``"sysexit"``: ``sys.exit(4)`` (a ``SystemExit``);
 * ``"hang"``: the step sleeps for an hour;
 * ``"nan"``: the step's reward is NaN;
+* ``"reward_shape"``, ``"terminated_array"``, ``"terminated_text"``, ``"info_list"``: the step
+  returns a reward of shape (3,), ``terminated=np.array([1, 1])``, ``terminated="no"``, or a
+  list as its info (values Gymnasium's vector step cannot take, or misreads);
+* ``"regex"``: the step runs a catastrophic regular expression (hours in C code, holding the GIL);
 * ``"reset"``: ``reset`` raises (with any seed, for the first reset in each process only);
 * ``"broken"``: ``reset`` always raises (every episode fails);
 * ``"init"``: the constructor raises;
@@ -21,12 +25,14 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import sqlite3
 import string
 import sys
 import time
 
 import gymnasium as gym
+import numpy as np
 from gymnasium import spaces
 from gymnasium.envs.registration import register, registry
 
@@ -71,10 +77,26 @@ class FaultyEnv(gym.Env):
                 time.sleep(3600)
             if self.fault == "nan":
                 reward = float("nan")
+            if self.fault == "regex":  # exponential backtracking: the GIL is never released
+                re.match(r"(a+)+$", "a" * 64 + "b")
         done = self.t >= 5
         info = {"admissible_actions": ["go"], "won": done, "state_key": f"s{self.t}"}
-        lock = " [lock]" if self.bad and self.t == self.at_step and self.fault == "lock" else ""
-        return f"t{self.t}{lock}", reward + float(done), done, False, info
+        bad = self.bad and self.t == self.at_step
+        lock = " [lock]" if bad and self.fault == "lock" else ""
+        obs, reward = f"t{self.t}{lock}", reward + float(done)
+        if bad and self.fault in BAD_VALUES:
+            return BAD_VALUES[self.fault](obs, reward, done, info)
+        return obs, reward, done, False, info
+
+
+#: Faults whose step returns a value of the wrong type or shape: (obs, reward, done, info) ->
+#: the step's return.
+BAD_VALUES = {
+    "reward_shape": lambda o, r, d, i: (o, np.full(3, r), d, False, i),
+    "terminated_array": lambda o, r, d, i: (o, r, np.array([1, 1]), False, i),
+    "terminated_text": lambda o, r, d, i: (o, r, "no", False, i),
+    "info_list": lambda o, r, d, i: (o, r, d, False, [i]),
+}
 
 
 class LockedDB(HistoryMemory):

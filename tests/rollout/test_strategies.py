@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -76,3 +77,33 @@ def test_blackboard_notes_are_shared_within_groups_across_workers(tmp_path):
         tables = [r[0] for r in db.execute("select name from sqlite_master where type='table'")]
         notes = max(db.execute(f"select count(*) from {t}").fetchone()[0] for t in tables)
     assert notes == 6  # one digest per finished episode, from both workers
+
+
+def test_notes_an_expert_writes_carry_every_cue_past_an_empty_window(tmp_path):
+    """memory=notes with history_length=0: the prompt is the note and the observation. An expert
+    that writes its notes answers every question; the same expert without notes guesses."""
+
+    def job(strategy: str, **policy_params):
+        j = make_job("agent_memory/Recall-v0", policy="prompt_oracle", groups=12, size=1,
+                     workers=1, envs=4, num_distractors=5, num_cues=2)  # fmt: skip
+        j.env.history_length = 0
+        j.memory = MemoryConfig(strategy=strategy)
+        j.policy.params = policy_params
+        return j
+
+    notes = run_rollout(job("notes", memory_tag="memory"), tmp_path / "notes")
+    window = run_rollout(job("window"), tmp_path / "window")
+    assert notes["success_rate"] == 1.0 and notes["memory_flags"] == {}
+    assert window["success_rate"] < 0.75  # 4 options and 2 cues: the expert guesses
+    rows = [json.loads(line) for line in (tmp_path / "notes" / "trajectories.jsonl").open()]
+    assert all(r["prompt"].startswith("Memory:\nRemember this:") for r in rows if r["step"] > 1)
+
+
+def test_notes_flags_are_counted_in_the_summary_and_rows(tmp_path):
+    job = make_job("agent_memory/Recall-v0", policy="random", groups=4, size=1, workers=1,
+                   envs=4, num_distractors=1)  # fmt: skip
+    job.memory = MemoryConfig(strategy="notes")
+    summary = run_rollout(job, tmp_path)
+    rows = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").open()]
+    assert summary["memory_flags"] == {"missing": summary["env_steps"]} == {"missing": len(rows)}
+    assert {r["memory_flag"] for r in rows} == {"missing"}

@@ -83,14 +83,10 @@ def _generate(seed: int) -> dict:
     for category, nouns in _CATEGORIES.items():
         adjectives = rng.sample(_ADJECTIVES, len(nouns))
         for adjective, noun in zip(adjectives, nouns, strict=True):
-            products.append(
-                {
-                    "id": len(products) + 1,
-                    "name": f"{adjective} {noun}",
-                    "category": category,
-                    "price_cents": rng.randint(3, 150) * 100 - rng.choice((1, 5, 51)),
-                }
-            )
+            products.append({
+                "id": len(products) + 1, "name": f"{adjective} {noun}", "category": category,
+                "price_cents": rng.randint(3, 150) * 100 - rng.choice((1, 5, 51)),
+            })  # fmt: skip
     # Skewed customer weights so that "the customer with the most orders" is usually unique.
     weights = [rng.random() ** 2 + 0.05 for _ in customers]
     start = _dt.date(2022, 1, 1).toordinal()
@@ -104,15 +100,11 @@ def _generate(seed: int) -> dict:
             {"product_id": pid, "quantity": rng.randint(1, 3), "unit_price_cents": price}
             for pid, price in sorted((p["id"], p["price_cents"]) for p in chosen)
         ]
-        orders.append(
-            {
-                "id": 1001 + n,
-                "customer_id": customer["id"],
-                "date": _dt.date.fromordinal(start + day).isoformat(),
-                "status": rng.choices(STATUSES, (80, 12, 8))[0],
-                "items": items,
-            }
-        )
+        orders.append({
+            "id": 1001 + n, "customer_id": customer["id"],
+            "date": _dt.date.fromordinal(start + day).isoformat(),
+            "status": rng.choices(STATUSES, (80, 12, 8))[0], "items": items,
+        })  # fmt: skip
     return {"customers": customers, "products": products, "orders": orders}
 
 
@@ -186,11 +178,9 @@ def get_product(product_id: int) -> dict:
 
 
 def list_orders(
-    customer_id: int | None = None,
-    year: int | None = None,
-    status: str | None = None,
+    customer_id: int | None = None, year: int | None = None, status: str | None = None,
     page: int = 0,
-) -> dict:
+) -> dict:  # fmt: skip
     """One page of order summaries, filtered; returns {orders, page, next_page, total}.
 
     Each summary is {id, customer_id, date ("YYYY-MM-DD"), status} — no items or total: call
@@ -221,18 +211,8 @@ def get_order(order_id: int) -> dict:
     if order_id not in _ORDERS:
         raise NotFoundError(f"no order with id {order_id!r}")
     o = _ORDERS[order_id]
-    return {
-        "id": o["id"],
-        "customer_id": o["customer_id"],
-        "date": o["date"],
-        "status": o["status"],
-        "items": [
-            {
-                "product_id": i["product_id"],
-                "quantity": i["quantity"],
-                "unit_price": _money(i["unit_price_cents"]),
-            }
-            for i in o["items"]
-        ],
-        "total": _money(_order_total_cents(o)),
-    }
+    view = {k: o[k] for k in ("id", "customer_id", "date", "status")}
+    items = [(i["product_id"], i["quantity"], _money(i["unit_price_cents"])) for i in o["items"]]
+    view["items"] = [{"product_id": p, "quantity": q, "unit_price": u} for p, q, u in items]
+    view["total"] = _money(_order_total_cents(o))
+    return view

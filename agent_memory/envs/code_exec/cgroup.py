@@ -66,11 +66,9 @@ def _sweep(parent: str) -> None:
             try:
                 os.kill(int(name.split(".")[1]), 0)
                 continue  # its env is alive
-            except (ValueError, IndexError):
-                continue
             except ProcessLookupError:
-                pass
-            except PermissionError:
+                pass  # its env is gone
+            except (ValueError, IndexError, PermissionError):
                 continue
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(parent, name))
@@ -205,14 +203,12 @@ def _create_v1(mounts: list, own: dict, memory_bytes: int, tasks: int) -> Cgroup
                         ("memory.memsw.limit_in_bytes", str(memory_bytes), False)]),
             ("pids", [("pids.max", str(tasks), True)]),
         ):  # fmt: skip
-            base = next(
-                (
-                    _join(point, root, own[controller])
-                    for fstype, root, point, options in mounts
-                    if fstype == "cgroup" and controller in options and controller in own
-                ),
-                None,
-            )
+            bases = [
+                _join(point, root, own[controller])
+                for fstype, root, point, options in mounts
+                if fstype == "cgroup" and controller in options and controller in own
+            ]
+            base = bases[0] if bases else None
             if base is None:
                 raise OSError(f"no v1 hierarchy holds the {controller} controller")
             dirs.append(_make(base, settings))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar, Literal, SupportsFloat, cast
 
+from agent_memory import checks
 from agent_memory.envs.base import (
     STATE_KEY,
     TASK,
@@ -217,34 +218,23 @@ class CodeEnv(TextEnv):
     tasks: ClassVar[tuple[Task, ...]] = TASKS
 
     def __init__(
-        self,
-        render_mode: Literal["ansi"] | None = None,
-        *,
-        max_obs_chars: int = 4000,
-        timeout_s: float = 10.0,
-        cpu_limit_s: int = 60,
-        memory_limit_mb: int = 512,
-        max_file_size_mb: int = 16,
-        max_action_chars: int = 16000,
-        landlock: bool = True,
+        self, render_mode: Literal["ansi"] | None = None, *, max_obs_chars: int = 4000,
+        timeout_s: float = 10.0, cpu_limit_s: int = 60, memory_limit_mb: int = 512,
+        max_file_size_mb: int = 16, max_action_chars: int = 16000, landlock: bool = True,
         isolate_network: bool = True,
-    ) -> None:
+    ) -> None:  # fmt: skip
         super().__init__(render_mode)
         check_int("max_obs_chars", max_obs_chars, 200)
         check_int("cpu_limit_s", cpu_limit_s, 1)
         check_int("memory_limit_mb", memory_limit_mb, 64)
         check_int("max_file_size_mb", max_file_size_mb, 1)
         check_int("max_action_chars", max_action_chars, 100)
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, int | float) or timeout_s <= 0:
-            raise ValueError(f"timeout_s must be a number > 0, got {timeout_s!r}")
+        checks.check_number("timeout_s", timeout_s, low=0, low_open=True)
         self.max_obs_chars = max_obs_chars
         self.limits = SandboxLimits(
-            timeout_s=float(timeout_s),
-            cpu_s=cpu_limit_s,
-            memory_mb=memory_limit_mb,
-            file_size_mb=max_file_size_mb,
-            output_chars=max_obs_chars,
-        )
+            timeout_s=float(timeout_s), cpu_s=cpu_limit_s, memory_mb=memory_limit_mb,
+            file_size_mb=max_file_size_mb, output_chars=max_obs_chars,
+        )  # fmt: skip
         self._landlock = landlock
         self._isolate_network = isolate_network
         self._intro = self._instructions()
@@ -255,8 +245,7 @@ class CodeEnv(TextEnv):
         self._sandbox: Sandbox | None = None
         self._task: Task = self.tasks[0]
         self._names: tuple[tuple[str, str], ...] = ()
-        self._submitted = False
-        self._won = False
+        self._submitted = self._won = False
 
     # --- text ------------------------------------------------------------------------------------
 
@@ -294,14 +283,10 @@ class CodeEnv(TextEnv):
         return stable_hash("code", self._task.id, self._submitted, self._names)
 
     def _info(self, **extra: Any) -> dict[str, Any]:
-        info = {
-            TASK: self._task.question,
-            WON: self._won,
-            STATE_KEY: self._state_key(),
-            "task_id": self._task.id,
-        }
-        info.update(extra)
-        return info
+        return {
+            TASK: self._task.question, WON: self._won, STATE_KEY: self._state_key(),
+            "task_id": self._task.id, **extra,
+        }  # fmt: skip
 
     # --- gym API ---------------------------------------------------------------------------------
 
@@ -320,8 +305,7 @@ class CodeEnv(TextEnv):
             index = int(self.np_random.integers(len(self.tasks)))
         self._task = self.tasks[index]
         self._names = ()
-        self._submitted = False
-        self._won = False
+        self._submitted = self._won = False
         if self._sandbox is not None:
             self._sandbox.close()
         self._sandbox = Sandbox(

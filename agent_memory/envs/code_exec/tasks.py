@@ -172,9 +172,10 @@ def _category_orders(category: str, year: int) -> str:
 _PRINT_MONEY = 'print(f"{result:.2f}")\n'
 
 
-# --- templates: each yields (id, question, answer, kind, step1 code, step1 names, step2 code) ----
+# --- templates: each yields (question, answer, kind, step1 code, step1 names, step2 code); the
+# task id is the template's name and arguments ------------------------------------------------
 
-Instance = tuple[str, str, str, AnswerKind, str, tuple[str, ...], str]
+Instance = tuple[str, str, AnswerKind, str, tuple[str, ...], str]
 
 
 def _busiest_customer_spend(city: str, year: int) -> Instance | None:
@@ -203,8 +204,7 @@ def _busiest_customer_spend(city: str, year: int) -> Instance | None:
         'result = round(sum(api.get_order(o["id"])["total"] for o in orders\n'
         '                   if o["customer_id"] == best and o["status"] == "delivered"), 2)\n'
     ) + _PRINT_MONEY
-    task_id = f"busiest_customer_spend({city}, {year})"
-    return task_id, question, _money(spent), "money", fetch, ("customers", "orders"), compute
+    return question, _money(spent), "money", fetch, ("customers", "orders"), compute
 
 
 def _status_count(status: str, city: str) -> Instance | None:
@@ -221,8 +221,7 @@ def _status_count(status: str, city: str) -> Instance | None:
         'result = sum(1 for o in orders if o["customer_id"] in ids)\n'
         "print(result)\n"
     )
-    task_id = f"status_count({status}, {city})"
-    return task_id, question, str(count), "int", fetch, ("customers", "orders"), compute
+    return question, str(count), "int", fetch, ("customers", "orders"), compute
 
 
 def _top_product_units(category: str, year: int) -> Instance | None:
@@ -250,9 +249,7 @@ def _top_product_units(category: str, year: int) -> Instance | None:
         "result = names[max(units, key=units.get)]\n"
         "print(result)\n"
     )
-    task_id = f"top_product_units({category}, {year})"
-    answer = _PRODUCTS[best]["name"]
-    return task_id, question, answer, "text", fetch, ("orders", "products"), compute
+    return question, _PRODUCTS[best]["name"], "text", fetch, ("orders", "products"), compute
 
 
 def _average_order(name: str) -> Instance | None:
@@ -272,8 +269,7 @@ def _average_order(name: str) -> Instance | None:
         'totals = [api.get_order(o["id"])["total"] for o in orders]\n'
         "result = round(sum(totals) / len(totals), 2)\n"
     ) + _PRINT_MONEY
-    task_id = f"average_order({name})"
-    return task_id, question, _money(mean), "money", fetch, ("customer", "orders"), compute
+    return question, _money(mean), "money", fetch, ("customer", "orders"), compute
 
 
 def _distinct_buyers(product: str) -> Instance | None:
@@ -297,8 +293,7 @@ def _distinct_buyers(product: str) -> Instance | None:
         "result = len(buyers)\n"
         "print(result)\n"
     )
-    task_id = f"distinct_buyers({product})"
-    return task_id, question, str(len(buyers)), "int", fetch, ("orders", "product"), compute
+    return question, str(len(buyers)), "int", fetch, ("orders", "product"), compute
 
 
 def _category_revenue(category: str, year: int) -> Instance | None:
@@ -323,8 +318,7 @@ def _category_revenue(category: str, year: int) -> Instance | None:
         '            result += i["quantity"] * i["unit_price"]\n'
         "result = round(result, 2)\n"
     ) + _PRINT_MONEY
-    task_id = f"category_revenue({category}, {year})"
-    return task_id, question, _money(cents), "money", fetch, ("orders", "products"), compute
+    return question, _money(cents), "money", fetch, ("orders", "products"), compute
 
 
 def _top_city(year: int) -> Instance | None:
@@ -348,7 +342,7 @@ def _top_city(year: int) -> Instance | None:
         "result = max(spent, key=spent.get)\n"
         "print(result)\n"
     )
-    return f"top_city({year})", question, best, "text", fetch, ("customers", "orders"), compute
+    return question, best, "text", fetch, ("customers", "orders"), compute
 
 
 def _priciest_item(name: str) -> Instance | None:
@@ -373,9 +367,7 @@ def _priciest_item(name: str) -> Instance | None:
         'result = api.get_product(top["product_id"])["name"]\n'
         "print(result)\n"
     )
-    task_id = f"priciest_item({name})"
-    answer = _PRODUCTS[best]["name"]
-    return task_id, question, answer, "text", fetch, ("customer", "orders"), compute
+    return question, _PRODUCTS[best]["name"], "text", fetch, ("customer", "orders"), compute
 
 
 def _build() -> tuple[Task, ...]:
@@ -401,7 +393,8 @@ def _build() -> tuple[Task, ...]:
             made = template(*args)
             if made is None:
                 continue
-            task_id, question, answer, kind, fetch, names_, compute = made
+            question, answer, kind, fetch, names_, compute = made
+            task_id = f"{template.__name__[1:]}({', '.join(str(a) for a in args)})"
             steps = (OracleStep(fetch, names_), OracleStep(compute, ("result",)))
             tasks.append(Task(task_id, question, answer, kind, steps))
             kept += 1

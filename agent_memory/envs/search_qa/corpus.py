@@ -98,11 +98,10 @@ class Corpus:
     def to_dict(self) -> dict:
         """A JSON-ready dict (facts as [subject, relation, object] triples)."""
         return {
-            "seed": self.seed,
-            "documents": [asdict(d) for d in self.documents],
+            "seed": self.seed, "documents": [asdict(d) for d in self.documents],
             "questions": [asdict(q) for q in self.questions],
             "facts": [[s, r, o] for (s, r), o in sorted(self.facts.items())],
-        }
+        }  # fmt: skip
 
     def document(self, doc_id: str) -> Document:
         """The passage with id ``doc_id``."""
@@ -308,21 +307,14 @@ def _questions(world: _World, documents: Sequence[Document], rng: _Rng) -> tuple
     raw = _question_chains(world)
     rng.shuffle(raw)
     doc_of = {d.title: d.doc_id for d in documents}
-    questions = []
-    for i, (kind, text, chain) in enumerate(raw):
-        hops = tuple(Hop(entity=e, relation=r, doc_id=doc_of[e]) for e, r in chain)
-        last_entity, last_relation = chain[-1]
-        questions.append(
-            Question(
-                qid=f"q{i:04d}",
-                text=text,
-                answer=world.facts[(last_entity, last_relation)],
-                hops=hops,
-                kind=kind,
-                split="test" if i % TEST_EVERY == TEST_EVERY - 1 else "train",
-            )
+    return tuple(
+        Question(
+            qid=f"q{i:04d}", text=text, answer=world.facts[chain[-1]], kind=kind,
+            hops=tuple(Hop(entity=e, relation=r, doc_id=doc_of[e]) for e, r in chain),
+            split="test" if i % TEST_EVERY == TEST_EVERY - 1 else "train",
         )
-    return tuple(questions)
+        for i, (kind, text, chain) in enumerate(raw)
+    )  # fmt: skip
 
 
 def _question_chains(world: _World) -> list[_RawQuestion]:
@@ -341,51 +333,39 @@ def _question_chains(world: _World) -> list[_RawQuestion]:
         add("born_in.country", f"In which country was {p} born?", (p, "born_in"), (city, "country"))
         company = facts[(p, "employer")]
         add(
-            "employer.founded_in",
-            f"In what year was the company that {p} works for founded?",
-            (p, "employer"),
-            (company, "founded_in"),
-        )
+            "employer.founded_in", f"In what year was the company that {p} works for founded?",
+            (p, "employer"), (company, "founded_in"),
+        )  # fmt: skip
         if facts[(company, "founded_by")] != p:  # a founder's answer would be in the question
             add(
-                "employer.founded_by",
-                f"Who founded the company that {p} works for?",
-                (p, "employer"),
-                (company, "founded_by"),
-            )
+                "employer.founded_by", f"Who founded the company that {p} works for?",
+                (p, "employer"), (company, "founded_by"),
+            )  # fmt: skip
     for c in world.companies:
         founder, hq = facts[(c, "founded_by")], facts[(c, "headquarters")]
         add("founded_by", f"Who founded {c}?", (c, "founded_by"))
         add("founded_in", f"In what year was {c} founded?", (c, "founded_in"))
         add("headquarters", f"In which city is {c} headquartered?", (c, "headquarters"))
         add(
-            "founded_by.born_in",
-            f"In which city was the founder of {c} born?",
-            (c, "founded_by"),
+            "founded_by.born_in", f"In which city was the founder of {c} born?", (c, "founded_by"),
             (founder, "born_in"),
-        )
+        )  # fmt: skip
         add(
-            "founded_by.birth_year",
-            f"In what year was the founder of {c} born?",
-            (c, "founded_by"),
-            (founder, "birth_year"),
-        )
+            "founded_by.birth_year", f"In what year was the founder of {c} born?",
+            (c, "founded_by"), (founder, "birth_year"),
+        )  # fmt: skip
         add(
-            "headquarters.country",
-            f"In which country is {c} headquartered?",
-            (c, "headquarters"),
+            "headquarters.country", f"In which country is {c} headquartered?", (c, "headquarters"),
             (hq, "country"),
-        )
+        )  # fmt: skip
     for city in world.cities:
         country = facts[(city, "country")]
         add("country", f"In which country is {city}?", (city, "country"))
         if capitals[country] != city:
             add(
-                "country.capital",
-                f"What is the capital of the country where {city} is located?",
-                (city, "country"),
-                (country, "capital"),
-            )
+                "country.capital", f"What is the capital of the country where {city} is located?",
+                (city, "country"), (country, "capital"),
+            )  # fmt: skip
     for country in world.countries:
         add("capital", f"What is the capital of {country}?", (country, "capital"))
     return raw

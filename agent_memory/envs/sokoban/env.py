@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
+from agent_memory import checks
 from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
     STATE_KEY,
@@ -41,8 +42,7 @@ def _check_search(
     """Refuse generation and solver settings out of range."""
     check_int("search_depth", search_depth, 3, " (reverse play reaches search_depth - 2 pulls)")
     check_int("max_generation_attempts", max_generation_attempts, 1)
-    if num_gen_steps is not None and (not is_int(num_gen_steps) or num_gen_steps < 1):
-        raise ValueError(f"num_gen_steps must be None or an int >= 1, got {num_gen_steps!r}")
+    checks.check_int("num_gen_steps", num_gen_steps, 1, allow_none=True)
     check_int("solver_max_nodes", max_nodes, 1)
 
 
@@ -108,18 +108,12 @@ class SokobanEnv(TextEnv):
     """
 
     def __init__(
-        self,
-        dim_room: tuple[int, int] = (6, 6),
-        num_boxes: int = 1,
-        search_depth: int = DEFAULT_SEARCH_DEPTH,
-        max_generation_attempts: int = 100,
-        num_gen_steps: int | None = None,
-        random_player_moves: bool = True,
-        level: str | Level | None = None,
-        grid_format: GridFormat = "verl",
-        solver_max_nodes: int = DEFAULT_MAX_NODES,
-        render_mode: Literal["ansi"] | None = None,
-    ) -> None:
+        self, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1,
+        search_depth: int = DEFAULT_SEARCH_DEPTH, max_generation_attempts: int = 100,
+        num_gen_steps: int | None = None, random_player_moves: bool = True,
+        level: str | Level | None = None, grid_format: GridFormat = "verl",
+        solver_max_nodes: int = DEFAULT_MAX_NODES, render_mode: Literal["ansi"] | None = None,
+    ) -> None:  # fmt: skip
         super().__init__(render_mode)
         if grid_format not in ("verl", "compact"):
             raise ValueError(f"grid_format must be 'verl' or 'compact', got {grid_format!r}")
@@ -188,12 +182,9 @@ class SokobanEnv(TextEnv):
 
     def _info(self) -> dict[str, Any]:
         return {
-            ADMISSIBLE_ACTIONS: list(ACTIONS),
-            WON: self.won,
-            STATE_KEY: self._state_key(),
-            TASK: self.task,
-            "boxes_on_target": self.boxes_on_target,
-        }
+            ADMISSIBLE_ACTIONS: list(ACTIONS), WON: self.won, STATE_KEY: self._state_key(),
+            TASK: self.task, "boxes_on_target": self.boxes_on_target,
+        }  # fmt: skip
 
     # --- gymnasium API -----------------------------------------------------------------------
 
@@ -205,14 +196,11 @@ class SokobanEnv(TextEnv):
             level = self._fixed_level
         else:
             level = generate_level(
-                self.np_random,
-                dim_room=self.dim_room,
-                num_boxes=self.num_boxes,
-                search_depth=self.search_depth,
-                num_gen_steps=self.num_gen_steps,
+                self.np_random, dim_room=self.dim_room, num_boxes=self.num_boxes,
+                search_depth=self.search_depth, num_gen_steps=self.num_gen_steps,
                 max_attempts=self.max_generation_attempts,
                 random_player_moves=self.random_player_moves,
-            )
+            )  # fmt: skip
         self._level = level
         self._boxes = set(level.boxes)
         self._player = level.player

@@ -27,30 +27,14 @@ LEGEND: Final[str] = (
 #: Actions in gym-sokoban's order (push up/down/left/right) with their (row, col) steps.
 ACTIONS: Final[tuple[str, ...]] = ("up", "down", "left", "right")
 ACTION_STEPS: Final[dict[str, tuple[int, int]]] = {
-    "up": (-1, 0),
-    "down": (1, 0),
-    "left": (0, -1),
-    "right": (0, 1),
-}
+    "up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1),
+}  # fmt: skip
 
 GridFormat = Literal["verl", "compact"]
 
 # symbol -> (is_wall, is_target, has_box, has_player); XSB aliases accepted on input.
 _PARSE: Final[dict[str, tuple[bool, bool, bool, bool]]] = {
-    WALL: (True, False, False, False),
-    FLOOR: (False, False, False, False),
-    " ": (False, False, False, False),
-    "-": (False, False, False, False),
-    TARGET: (False, True, False, False),
-    ".": (False, True, False, False),
-    BOX: (False, False, True, False),
-    "$": (False, False, True, False),
-    BOX_ON_TARGET: (False, True, True, False),
-    "*": (False, True, True, False),
-    PLAYER: (False, False, False, True),
-    "@": (False, False, False, True),
-    PLAYER_ON_TARGET: (False, True, False, True),
-    "+": (False, True, False, True),
+    s: (s == WALL, s in "O.√*S+", s in "X$√*", s in "P@S+") for s in "#_ -O.X$√*P@S+"
 }
 
 
@@ -102,19 +86,8 @@ class Level:
         """
         rows = _grid_rows(grid)
         height, width = len(rows), max(len(row) for row in rows)
-        walls: set[int] = set()
-        targets: set[int] = set()
-        boxes: set[int] = set()
-        players: list[int] = []
-        for index, (is_wall, is_target, has_box, has_player) in _parsed_cells(rows, width):
-            if is_wall:
-                walls.add(index)
-            if is_target:
-                targets.add(index)
-            if has_box:
-                boxes.add(index)
-            if has_player:
-                players.append(index)
+        cells = list(_parsed_cells(rows, width))
+        walls, targets, boxes, players = ([i for i, flags in cells if flags[k]] for k in range(4))
         if len(players) != 1:
             raise ValueError(f"level must have exactly 1 player (P or S), got {len(players)}")
         if not boxes:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -30,6 +28,7 @@ from agent_memory.envs.textworld_games.generation import (
     ProgressCallback,
     ensure_game,
     ensure_games,
+    quiet_jericho,
     require_textworld,
 )
 from agent_memory.envs.textworld_games.settings import ChallengeName, normalize_settings
@@ -41,6 +40,11 @@ _BANNER_CHARS: Final = " _|\\/$<>"
 _END_PROMPT: Final = "Would you like to RESTART"
 #: Jericho reads at most 198 bytes of input; longer commands are never admissible anyway.
 MAX_ACTION_LENGTH: Final = 200
+#: What the env asks TextWorld to report at each step.
+_INFOS: Final = (
+    "feedback", "description", "inventory", "admissible_commands", "policy_commands", "objective",
+    "score", "max_score", "won", "lost", "facts",
+)  # fmt: skip
 
 
 def clean_feedback(text: str, max_chars: int | None = None) -> str:
@@ -78,15 +82,6 @@ def feedback_text(text: str, max_length: int) -> str:
 def _is_banner(line: str) -> bool:
     """A line of banner art: only banner characters, at least one of them not ``" <>"``."""
     return not line.strip(_BANNER_CHARS) and bool(line.strip(" <>"))
-
-
-@contextlib.contextmanager
-def _quiet_jericho() -> Iterator[None]:
-    """Hide Jericho's UnsupportedGameWarning (moot: TextWorld computes the admissible commands),
-    which test runners and ``-W`` would show again after TextWorld silenced it."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"jericho\b")
-        yield
 
 
 def _normalize_command(action: str, max_chars: int | None = None) -> str:
@@ -131,15 +126,10 @@ class TextWorldEnv(TextEnv):
     """
 
     def __init__(
-        self,
-        challenge: ChallengeName = "tw-simple",
-        settings: Mapping[str, Any] | None = None,
-        game_seed: int = 0,
-        num_games: int = 1,
-        cache_dir: str | os.PathLike[str] | None = None,
-        max_obs_length: int = 4096,
-        render_mode: Literal["ansi"] | None = None,
-    ) -> None:
+        self, challenge: ChallengeName = "tw-simple", settings: Mapping[str, Any] | None = None,
+        game_seed: int = 0, num_games: int = 1, cache_dir: str | os.PathLike[str] | None = None,
+        max_obs_length: int = 4096, render_mode: Literal["ansi"] | None = None,
+    ) -> None:  # fmt: skip
         num_games = check_int("num_games", num_games, 1)
         game_seed = check_int("game_seed", game_seed, 0)
         if game_seed + num_games > 2**32:
@@ -212,20 +202,8 @@ class TextWorldEnv(TextEnv):
         self._close_game()  # one engine at a time: free the previous game's interpreter
         import textworld
 
-        infos = textworld.EnvInfos(
-            feedback=True,
-            description=True,
-            inventory=True,
-            admissible_commands=True,
-            policy_commands=True,
-            objective=True,
-            score=True,
-            max_score=True,
-            won=True,
-            lost=True,
-            facts=True,
-        )
-        with _quiet_jericho():
+        infos = textworld.EnvInfos(**dict.fromkeys(_INFOS, True))
+        with quiet_jericho():
             self._tw = textworld.start(str(path), request_infos=infos)
         self._loaded_index = index
 
@@ -252,7 +230,7 @@ class TextWorldEnv(TextEnv):
         self.game_index = index
         # The Z-machine has its own RNG: seed it from ours so episodes replay exactly.
         self._tw.seed(int(self.np_random.integers(1, 2**31 - 1)))
-        with _quiet_jericho():
+        with quiet_jericho():
             self._state = self._tw.reset()
         self._terminated = False
         self._last_obs = feedback_text(self._state["feedback"], self.max_obs_length)
@@ -267,7 +245,7 @@ class TextWorldEnv(TextEnv):
             self._last_obs = sanitize(f"Nothing happens: {reason}.", self.max_obs_length)
             return self._last_obs, 0.0, self._terminated, False, step_info(self._info(), reason)
         previous_score = self._state["score"]
-        with _quiet_jericho():
+        with quiet_jericho():
             self._state, _, _ = self._tw.step(command)
         reward = float(self._state["score"] - previous_score)
         self._terminated = bool(self._state["won"] or self._state["lost"])
@@ -332,15 +310,11 @@ class TextWorldEnv(TextEnv):
     def _info(self) -> dict[str, Any]:
         state, cap, index = self._state, self.max_obs_length, self._episode_game()
         return {
-            ADMISSIBLE_ACTIONS: self.admissible_actions(),
-            WON: bool(state["won"]),
-            "lost": bool(state["lost"]),
-            "score": int(state["score"]),
-            "max_score": int(state["max_score"]),
-            TASK: sanitize(state["objective"] or "", cap),
+            ADMISSIBLE_ACTIONS: self.admissible_actions(), WON: bool(state["won"]),
+            "lost": bool(state["lost"]), "score": int(state["score"]),
+            "max_score": int(state["max_score"]), TASK: sanitize(state["objective"] or "", cap),
             STATE_KEY: self.state_key(),
             "description": feedback_text(state["description"] or "", cap),
-            "inventory": feedback_text(state["inventory"] or "", cap),
-            "game_index": index,
+            "inventory": feedback_text(state["inventory"] or "", cap), "game_index": index,
             "game_seed": self.game_seed + index,
-        }
+        }  # fmt: skip

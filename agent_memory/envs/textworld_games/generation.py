@@ -47,6 +47,16 @@ def require_textworld() -> None:
         )
 
 
+@contextlib.contextmanager
+def quiet_jericho() -> Iterator[None]:
+    """Hide Jericho's UnsupportedGameWarning, noise for TextWorld's own games (TextWorld computes
+    the admissible commands), which test runners and ``-W`` would show again after TextWorld
+    silenced it."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=UserWarning, module=r"jericho\b")
+        yield
+
+
 def textworld_version() -> str:
     """The installed TextWorld version (part of every cache key: a new generator, new games)."""
     require_textworld()
@@ -141,10 +151,7 @@ def _generate_into(spec: GameSpec, directory: Path) -> dict[str, Any]:
     options.file_ext = ".z8"
     options.force_recompile = True
     _, make, _ = textworld.challenges.CHALLENGES[spec.challenge]
-    with _GENERATION_LOCK, warnings.catch_warnings():
-        # Jericho (which TextWorld uses to test walkthroughs) calls these games "not fully
-        # supported": noise for TextWorld's own games.
-        warnings.filterwarnings("ignore", category=UserWarning, module=r"jericho\b")
+    with _GENERATION_LOCK, quiet_jericho():  # TextWorld tests walkthroughs with Jericho
         try:
             game = make(dict(spec.settings), options)
             compile_game(game, options)
@@ -156,27 +163,20 @@ def _generate_into(spec: GameSpec, directory: Path) -> dict[str, Any]:
     # The Inform 7 source is not needed to play.
     (directory / GAME_FILE).with_suffix(".ni").unlink(missing_ok=True)
     meta = {
-        "key": spec.key,
-        "challenge": spec.challenge,
-        "settings": dict(spec.settings),
-        "seed": spec.seed,
-        "textworld_version": spec.version,
-        "uuid": game.metadata.get("uuid"),
-        "objective": game.objective,
-        "max_score": game.max_score,
+        "key": spec.key, "challenge": spec.challenge, "settings": dict(spec.settings),
+        "seed": spec.seed, "textworld_version": spec.version, "uuid": game.metadata.get("uuid"),
+        "objective": game.objective, "max_score": game.max_score,
         "walkthrough": list(game.metadata.get("walkthrough") or []),
         "generation_seconds": round(time.perf_counter() - start, 3),
-    }
+    }  # fmt: skip
     (directory / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
     return meta
 
 
 def ensure_game(
-    challenge: str,
-    settings: Mapping[str, Any] | None = None,
-    seed: int = 0,
+    challenge: str, settings: Mapping[str, Any] | None = None, seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
-) -> CachedGame:
+) -> CachedGame:  # fmt: skip
     """Return the cached game, generating it first if it is not in the cache (process-safe).
 
     Args:
@@ -267,19 +267,14 @@ class GenerationBar:
 
 
 def ensure_games(
-    challenge: str,
-    settings: Mapping[str, Any] | None = None,
-    seeds: Iterable[int] = (0,),
-    cache_dir: str | os.PathLike[str] | None = None,
-    progress: bool | ProgressCallback = False,
-) -> list[CachedGame]:
+    challenge: str, settings: Mapping[str, Any] | None = None, seeds: Iterable[int] = (0,),
+    cache_dir: str | os.PathLike[str] | None = None, progress: bool | ProgressCallback = False,
+) -> list[CachedGame]:  # fmt: skip
     """:func:`ensure_game` for every seed, in order (every spec checked first), with progress.
 
     Args:
-        challenge: One of :data:`~agent_memory.envs.textworld_games.settings.CHALLENGES`.
-        settings: The challenge's settings; missing keys take defaults.
+        challenge, settings, cache_dir: As in :func:`ensure_game`.
         seeds: TextWorld game seeds, one game each.
-        cache_dir: Cache root; default :func:`default_cache_dir`.
         progress: True for a :class:`GenerationBar` on stderr (unless every game is cached), or
             a callback given a :class:`GenerationEvent` before and after each game.
 

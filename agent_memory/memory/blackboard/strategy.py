@@ -111,15 +111,12 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
     @property
     def path(self) -> str | None:
         """The board's SQLite file (None: a private in-memory board)."""
-        path = self.settings.path
-        return None if path is None else os.fspath(path)
+        return None if self.settings.path is None else os.fspath(self.settings.path)
 
     @property
     def board_name(self) -> str:
         """The board's name in the file."""
         return self.settings.board
-
-    # ------------------------------------------------------------------ board
 
     def set_groups(self, env_ids: EnvIds, group_ids: Sequence[Any]) -> None:
         """Put each env of ``env_ids`` in the group of the same position in ``group_ids``
@@ -136,11 +133,9 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         self.post_many([env_id], [text], None if step is None else [step])
 
     def post_many(
-        self,
-        env_ids: Sequence[int],
-        texts: Sequence[str],
+        self, env_ids: Sequence[int], texts: Sequence[str],
         steps: Sequence[int | None] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         """Post one note per env of ``env_ids`` in one transaction."""
         ids = normalize_env_ids(env_ids, self.num_envs)
         if isinstance(texts, (str, bytes)) or len(texts) != len(ids):
@@ -162,9 +157,8 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
 
     def on_episode_end(self, env_id: int, episode: Mapping[str, Any]) -> None:
         """Post the digest of env ``env_id``'s finished episode (at most ``digest_chars``)."""
-        digest = episode_digest(
-            episode, max_chars=self.settings.digest_chars, outcome=True, sep=" | "
-        )
+        cap = self.settings.digest_chars
+        digest = episode_digest(episode, max_chars=cap, outcome=True, sep=" | ")
         self.post(env_id, digest, step=episode.get("num_steps"))
 
     def notes(self, env_id: int) -> list[dict[str, Any]]:
@@ -174,8 +168,6 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         s = self.settings
         groups = None if key is None else [key]
         return self.board.recent(s.board, groups, s.top_n, self._min_ts())[key]
-
-    # ------------------------------------------------------------------ contract
 
     def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
         """Append one step per env (as HistoryMemory); with ``post_actions`` post the actions."""
@@ -199,8 +191,6 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         visible = self._visible(ids)
         blocks = [visible[self._group_key(i)] for i in ids]
         return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
-
-    # ------------------------------------------------------------------ state
 
     def config(self) -> dict[str, Any]:
         """The blackboard settings (JSON-able), as in :meth:`state_dict`."""
@@ -234,8 +224,6 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
     def close(self) -> None:
         """Close the database connection."""
         self.board.close()
-
-    # ------------------------------------------------------------------ internals
 
     def _group_key(self, i: int) -> str | None:
         """Whose notes env ``i`` sees: its group's, or the whole board's (None)."""

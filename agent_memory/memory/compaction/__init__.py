@@ -19,15 +19,7 @@ from agent_memory.memory.compaction.summarizers import (
 )
 
 __all__ = [
-    "CompactionMemory",
-    "CompactionSettings",
-    "ExtractiveSummarizer",
-    "FoldedStep",
-    "LLMSummarizer",
-    "Summarizer",
-    "SummaryRequest",
-    "available_summarizers",
-    "fit_text",
-    "make_summarizer",
+    "CompactionMemory", "CompactionSettings", "ExtractiveSummarizer", "FoldedStep", "LLMSummarizer",
+    "Summarizer", "SummaryRequest", "available_summarizers", "fit_text", "make_summarizer",
     "register_summarizer",
-]
+]  # fmt: skip

@@ -82,11 +82,8 @@ class _Previewing(Formatter):
 
     def _shown(self, text: Any, step: int) -> Any:
         # A preview is never previewed again (a render_batch may call render).
-        if (
-            isinstance(text, str)
-            and len(text) > self.offload_limit
-            and not text.startswith(f"[{offload_id(step)} offloaded: ")
-        ):
+        mark = f"[{offload_id(step)} offloaded: "
+        if isinstance(text, str) and len(text) > self.offload_limit and not text.startswith(mark):
             return offload_preview(step, text, self.offload_chars)
         return text
 
@@ -97,13 +94,9 @@ class _Previewing(Formatter):
         return self._own.render(self, record, step)
 
     def render_batch(self, columns: Mapping[str, Sequence[Any]], steps: Sequence[int]) -> list[Any]:
-        column = columns.get(self.offload_key)
+        column = None if self._batch_calls_render else columns.get(self.offload_key)
         limit = self.offload_limit
-        if (
-            not self._batch_calls_render
-            and column is not None
-            and any(isinstance(o, str) and len(o) > limit for o in column)
-        ):
+        if column is not None and any(isinstance(o, str) and len(o) > limit for o in column):
             shown = [self._shown(o, s) for o, s in zip(column, steps, strict=True)]
             columns = {**columns, self.offload_key: shown}
         return self._own.render_batch(self, columns, steps)
@@ -111,9 +104,8 @@ class _Previewing(Formatter):
     def __reduce__(self) -> tuple[Any, ...]:
         # The class is made at run time: pickle the formatter it wraps and the limits.
         inner: Formatter = object.__new__(self._own)
-        inner.__dict__.update(
-            {k: v for k, v in self.__dict__.items() if not k.startswith("offload_")}
-        )
+        own = {k: v for k, v in self.__dict__.items() if not k.startswith("offload_")}
+        inner.__dict__.update(own)
         return previewing, (inner, self.offload_limit, self.offload_chars)
 
 

@@ -74,13 +74,7 @@ and folds the rest once more than trigger_steps are held), got keep_last=5, trig
                 "would keep the token trigger firing), got summary_max_tokens="
                 f"{summary_max_tokens}, trigger_ratio * max_tokens = {ratio * max_tokens:g}"
             )
-        try:
-            self.summary_header.format(first=1, last=2)
-        except (KeyError, IndexError, ValueError, AttributeError) as e:
-            raise ValueError(
-                "summary_header may use only {first} and {last}, got "
-                f"{self.summary_header!r} ({e})"
-            ) from None
+        self._check_template("summary_header", first=1, last=2)
         self._normalize(
             max_tokens=max_tokens, capacity=capacity, trigger_steps=trigger_steps,
             trigger_ratio=ratio, keep_last=keep_last, summary_max_tokens=summary_max_tokens,

@@ -128,8 +128,6 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         self._runner = SummaryRunner()
         self._formatter_changed()
 
-    # ------------------------------------------------------------------ public extras
-
     @property
     def verbatim_capacity(self) -> int | None:
         """At most this many verbatim steps per env (the ``capacity`` argument)."""
@@ -180,16 +178,11 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         i = check_env_index(env_id, self.num_envs)
         return self._offloaded[i].load(obs_id, i)
 
-    # ------------------------------------------------------------------ contract
-
-    def reset(self, env_ids: EnvIds = None) -> None:
-        ids = self._ids(env_ids)
-        self._window.reset(ids)
-        for i in ids:
-            self._summary[i] = ""
-            self._summary_upto[i] = 0
-            self._block[i] = None
-            self._offloaded[i] = Offloads()
+    def _reset_env(self, i: int) -> None:
+        self._summary[i] = ""
+        self._summary_upto[i] = 0
+        self._block[i] = None
+        self._offloaded[i] = Offloads()
 
     def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
         """Store one step per env (long observations as previews), then compact the envs due."""
@@ -213,10 +206,8 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
             history_length: verbatim steps: -1 all held, 0 none (and no summary), k the last k.
             env_ids: which envs (all when None).
             max_tokens: token budget of the whole context (as for :meth:`HistoryMemory.fetch`):
-                first the newest step, then the summary, then older steps.
-
-        Returns:
-            ``Fetched(contexts, lengths)``; lengths count verbatim steps.
+                first the newest step, then the summary, then older steps. ``lengths`` count
+                verbatim steps.
         """
         hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
         blocks = [self._block[i] for i in ids]
@@ -224,14 +215,10 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
             return self._window.fetch(hl, ids, max_tokens=budgets)
         return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
 
-    # ------------------------------------------------------------------ formatter
-
     def set_formatter(self, formatter: FormatterSpec) -> None:
         """Switch formatter: re-renders every held step (previews kept) and the summaries."""
         self._window.set_formatter(self._previewing(formatter))
         self._formatter_changed()
-
-    # ------------------------------------------------------------------ state
 
     def state_dict(self) -> dict[str, Any]:
         """The held steps, summaries, offloaded observations, events and totals."""
@@ -268,8 +255,6 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
             copy.deepcopy(list(state["events"])), maxlen=self.settings.max_events
         )
         self._totals = {k: int(v) for k, v in state["totals"].items()}
-
-    # ------------------------------------------------------------------ compaction
 
     def _maybe_compact(self, ids: Sequence[int]) -> None:
         s, window = self.settings, self._window
@@ -328,23 +313,14 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
             self._totals["steps_folded"] += len(steps)
             self._totals["fallbacks"] += fallback is not None
             if s.max_events:
-                self._events.append(
-                    {
-                        "env_id": i,
-                        "step": self.num_steps(i),
-                        "trigger": trigger,
-                        "first_step": first,
-                        "last_step": last,
-                        "steps_folded": len(steps),
-                        "tokens_before": before,
-                        "tokens_after": after,
-                        "summary_tokens": counter(text) if text else 0,
-                        "summarizer": self.summarizer.name,
-                        "fallback": fallback,
-                        "error": error,
-                        "duration_s": duration,
-                    }
-                )
+                self._events.append({
+                    "env_id": i, "step": self.num_steps(i), "trigger": trigger,
+                    "first_step": first, "last_step": last, "steps_folded": len(steps),
+                    "tokens_before": before, "tokens_after": after,
+                    "summary_tokens": counter(text) if text else 0,
+                    "summarizer": self.summarizer.name, "fallback": fallback, "error": error,
+                    "duration_s": duration,
+                })  # fmt: skip
 
     def _folded_steps(self, i: int, k: int) -> list[FoldedStep]:
         """Env ``i``'s oldest ``k`` held steps, as a summarizer gets them."""
@@ -360,27 +336,19 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         out = []
         for j, text in enumerate(texts):
             step, thought = start + j, None if thoughts is None else thoughts[j]
-            out.append(
-                FoldedStep(
-                    step=step,
-                    text=text,
-                    observation=None if obs is None else str(obs[j]),
-                    action=None if acts is None else str(acts[j]),
-                    thought=None if thought is None else str(thought),
-                    offload_id=offload_id(step) if step in offl else None,
-                )
-            )
+            out.append(FoldedStep(
+                step, text, observation=None if obs is None else str(obs[j]),
+                action=None if acts is None else str(acts[j]),
+                thought=None if thought is None else str(thought),
+                offload_id=offload_id(step) if step in offl else None,
+            ))  # fmt: skip
         return out
-
-    # ------------------------------------------------------------------ rendering
 
     def _previewing(self, formatter: FormatterSpec) -> Formatter:
         """``formatter``, showing observations longer than ``offload_chars`` as previews."""
         fmt = make_formatter(formatter)
         limit = self.settings.offload_chars
-        if limit is None:
-            return fmt
-        return previewing(fmt, limit, self.settings.offload_preview)
+        return fmt if limit is None else previewing(fmt, limit, self.settings.offload_preview)
 
     def _formatter_changed(self) -> None:
         fmt = self.formatter
@@ -388,8 +356,7 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         self._block_sep = fmt.separator or "\n"
         self._obs_key = getattr(fmt, "obs_key", "observation")
         self._action_key = getattr(fmt, "action_key", "action")
-        # The block is written with its header; the formatter's separator parts it from the
-        # window.
+        # The block is written with its header; the formatter's separator parts it from the window.
         self.layout = BlockLayout(
             gap=self._block_sep, role=self.settings.summary_role, priority="newest_step"
         )

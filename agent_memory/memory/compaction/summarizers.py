@@ -27,17 +27,9 @@ from agent_memory.registry import Registry
 from agent_memory.tokens import TokenCounter, make_token_counter
 
 __all__ = [
-    "ExtractiveSummarizer",
-    "FoldedStep",
-    "LLMSummarizer",
-    "Summarizer",
-    "SummarizerSpec",
-    "SummaryRequest",
-    "available_summarizers",
-    "fit_text",
-    "make_summarizer",
-    "register_summarizer",
-]
+    "ExtractiveSummarizer", "FoldedStep", "LLMSummarizer", "Summarizer", "SummarizerSpec",
+    "SummaryRequest", "available_summarizers", "fit_text", "make_summarizer", "register_summarizer",
+]  # fmt: skip
 
 
 @dataclass(slots=True)
@@ -78,12 +70,9 @@ class Summarizer(ABC):
 
     @abstractmethod
     def summarize(
-        self,
-        previous_summary: str,
-        steps: Sequence[FoldedStep],
-        max_tokens: int,
+        self, previous_summary: str, steps: Sequence[FoldedStep], max_tokens: int,
         counter: TokenCounter | None = None,
-    ) -> str:
+    ) -> str:  # fmt: skip
         """The new summary. ``counter`` counts tokens (default: the ``estimate`` counter)."""
 
     def summarize_batch(
@@ -97,8 +86,6 @@ class Summarizer(ABC):
         """The name events report (the registry name, else the class name)."""
         return getattr(self, "registry_name", type(self).__name__)
 
-
-# ---------------------------------------------------------------------------------- helpers
 
 _ELLIPSIS = " ..."
 
@@ -225,8 +212,6 @@ def _fit_lines(lines: list[str], max_tokens: int, count: TokenCounter) -> str:
         dropped = 1  # a real tokenizer's counts are not exactly additive: one more, retry
 
 
-# ---------------------------------------------------------------------------------- registry
-
 S = TypeVar("S", bound=Callable[..., Summarizer])
 _REGISTRY: Registry[Summarizer] = Registry(
     "summarizer",
@@ -268,9 +253,6 @@ def make_summarizer(spec: SummarizerSpec = "extractive", **kwargs: Any) -> Summa
     return _REGISTRY.build(spec, **kwargs)
 
 
-# ---------------------------------------------------------------------------------- built-ins
-
-
 class ExtractiveSummarizer(Summarizer):
     """A deterministic summary that needs no model: one line per folded step.
 
@@ -292,12 +274,9 @@ class ExtractiveSummarizer(Summarizer):
         self.max_line_chars = check_int("max_line_chars", max_line_chars, 8)
 
     def summarize(
-        self,
-        previous_summary: str,
-        steps: Sequence[FoldedStep],
-        max_tokens: int,
+        self, previous_summary: str, steps: Sequence[FoldedStep], max_tokens: int,
         counter: TokenCounter | None = None,
-    ) -> str:
+    ) -> str:  # fmt: skip
         count = counter or make_token_counter("estimate")
         lines = previous_summary.splitlines() if previous_summary else []
         # Lines already in the summary: those its step lines show, plus those met in this call.
@@ -430,21 +409,15 @@ class LLMSummarizer(Summarizer):
         first = request.steps[0].step if request.steps else 0
         last = request.steps[-1].step if request.steps else 0
         return self.prompt.format(
-            previous=request.previous or "(none)",
-            steps="\n".join(texts),
-            first_step=first,
-            last_step=last,
-            max_tokens=request.max_tokens,
+            previous=request.previous or "(none)", steps="\n".join(texts), first_step=first,
+            last_step=last, max_tokens=request.max_tokens,
             max_words=max(1, request.max_tokens * 3 // 4),
-        )
+        )  # fmt: skip
 
     def summarize(
-        self,
-        previous_summary: str,
-        steps: Sequence[FoldedStep],
-        max_tokens: int,
+        self, previous_summary: str, steps: Sequence[FoldedStep], max_tokens: int,
         counter: TokenCounter | None = None,
-    ) -> str:
+    ) -> str:  # fmt: skip
         request = SummaryRequest(previous_summary, steps, max_tokens)
         return self.summarize_batch([request], counter)[0]
 

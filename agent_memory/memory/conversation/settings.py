@@ -38,10 +38,4 @@ class ConversationSettings(Settings):
                 f"system_prompt must be a str or None, got {type(self.system_prompt).__name__}"
             )
         if self.thought_format is not None:
-            try:
-                self.thought_format.format(thought="t", action="a")
-            except (KeyError, IndexError, ValueError, AttributeError) as e:
-                raise ValueError(
-                    "thought_format may use only {thought} and {action}, "
-                    f"got {self.thought_format!r} ({e})"
-                ) from None
+            self._check_template("thought_format", thought="t", action="a")

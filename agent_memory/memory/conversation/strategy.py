@@ -102,20 +102,12 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         self._envs = [ConversationLog() for _ in range(num_envs)]
         self.reset()
 
-    # ------------------------------------------------------------------ messages API
-
     def add_message(
-        self,
-        env_id: int,
-        role: Role,
-        content: str | None = "",
-        *,
-        tool_calls: Sequence[Mapping[str, Any]] | None = None,
-        tool_call_id: str | None = None,
-        name: str | None = None,
-        metadata: Mapping[str, Any] | None = None,
+        self, env_id: int, role: Role, content: str | None = "", *,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None, tool_call_id: str | None = None,
+        name: str | None = None, metadata: Mapping[str, Any] | None = None,
         message_id: str | None = None,
-    ) -> Message:
+    ) -> Message:  # fmt: skip
         """Append a message to env ``env_id``'s conversation (part of its current step).
 
         Raises:
@@ -129,16 +121,10 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         if message_id is not None and check_str("message_id", message_id) in c.by_id:
             raise ValueError(f"message id {message_id!r} is already used in env {i}")
         m = Message(
-            id=message_id or self._next_id(i),
-            role=role,
-            content=content,
-            tool_calls=calls,
-            tool_call_id=tool_call_id,
-            name=name,
-            metadata=copy.deepcopy(dict(metadata or {})),
-            timestamp=time.time(),
-            step=c.start + len(c.rows),
-        )
+            id=message_id or self._next_id(i), role=role, content=content, tool_calls=calls,
+            tool_call_id=tool_call_id, name=name, metadata=copy.deepcopy(dict(metadata or {})),
+            timestamp=time.time(), step=c.start + len(c.rows),
+        )  # fmt: skip
         c.append(m, self._counter(message_text(m)))
         return m
 
@@ -180,8 +166,6 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
             c.messages, TokenCounts(c.cum), None if budget is None else budget - sys_cost, lo=body
         )
         return head + [c.messages[k].to_llm() for k in kept]
-
-    # ------------------------------------------------------------------ memory contract
 
     def reset(self, env_ids: EnvIds = None) -> None:
         """Start new episodes (new ids, the system prompt again) in ``env_ids`` (all when None)."""
@@ -254,65 +238,43 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
     def fetch(
         self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
     ) -> Fetched:
-        """Each env's messages over the last ``history_length`` steps within the token budget.
+        """Each env's OpenAI-format messages over the last ``history_length`` steps within the
+        token budget, and how many steps they show.
 
         Args:
             history_length: -1 = the whole episode, 0 = none, k > 0 = the last k steps.
             env_ids: which envs (all when None).
             max_tokens: token budget, system message included (a larger one is sent alone).
-
-        Returns:
-            ``Fetched(contexts, lengths)``: per env, OpenAI-format messages and their steps.
         """
         hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
-        contexts: list[Any] = []
-        lengths: list[int] = []
-        for j, i in enumerate(ids):
-            if hl == 0:
-                contexts.append([])
-                lengths.append(0)
-                continue
-            ctx, n = self._fetch_one(self._envs[i], hl, None if budgets is None else budgets[j])
-            contexts.append(ctx)
-            lengths.append(n)
-        return Fetched(contexts, lengths)
+        if hl == 0:
+            return Fetched([[] for _ in ids], [0] * len(ids))
+        fetched = [
+            self._fetch_one(self._envs[i], hl, None if budgets is None else budgets[j])
+            for j, i in enumerate(ids)
+        ]
+        return Fetched([ctx for ctx, _ in fetched], [n for _, n in fetched])
 
     def __getitem__(self, env_id: int) -> list[dict[str, Any]]:
         c = self._envs[check_env_index(env_id, self.num_envs)]
-        keys = c.keys
-        if keys is None:  # no step stored in this episode
-            return []
-        return [dict(zip(keys, row, strict=True)) for row in c.rows]
+        keys = c.keys  # None: no step stored in this episode
+        return [] if keys is None else [dict(zip(keys, row, strict=True)) for row in c.rows]
 
     def num_steps(self, env_id: int) -> int:
         c = self._envs[check_env_index(env_id, self.num_envs)]
         return c.start + len(c.rows)
 
-    # ------------------------------------------------------------------ state
-
     def state_dict(self) -> dict[str, Any]:
         """A copy of everything needed to restore this memory (JSON-able if records are)."""
-        envs = []
-        for i, c in enumerate(self._envs):
-            envs.append(
-                {
-                    "episode": c.episode,
-                    "uid": c.uid,
-                    "seq": c.seq,
-                    "start": c.start,
-                    "keys": None if c.keys is None else list(c.keys),
-                    "records": copy.deepcopy(self[i]),
-                    "messages": [m.to_dict() for m in c.messages],
-                    "step_starts": list(c.step_starts),
-                }
-            )
-        return {
-            **self._state_header(),
-            "capacity": self.capacity,
-            "formatter": self._formatter.spec(),
-            "token_counter": self._counter.name,
-            "envs": envs,
-        }
+        envs = [
+            {
+                "episode": c.episode, "uid": c.uid, "seq": c.seq, "start": c.start,
+                "keys": None if c.keys is None else list(c.keys), "records": copy.deepcopy(self[i]),
+                "messages": [m.to_dict() for m in c.messages], "step_starts": list(c.step_starts),
+            }
+            for i, c in enumerate(self._envs)
+        ]  # fmt: skip
+        return self._state(envs)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict` (token counts recomputed with this memory's counter).
@@ -333,8 +295,6 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
             self._fill(c, msgs, [int(s) for s in env["step_starts"]])
             envs.append(c)
         self._envs = envs
-
-    # ------------------------------------------------------------------ internals
 
     def _fetch_one(self, c: ConversationLog, hl: int, budget: int | None) -> tuple[list[Any], int]:
         msgs, cum, starts = c.messages, c.cum, c.step_starts
@@ -402,12 +362,8 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
             if envs[i].keys is None:
                 envs[i].keys = keys
 
-    def __repr__(self) -> str:
-        return (
-            f"ConversationMemory(num_envs={self.num_envs}, formatter={self._formatter!r}, "
-            f"max_tokens={self.max_tokens}, token_counter={self._counter.name!r}, "
-            f"capacity={self.capacity}, ids={self.settings.ids!r})"
-        )
+    def _repr_extra(self) -> str:
+        return f", ids={self.settings.ids!r}"
 
 
 def _message(

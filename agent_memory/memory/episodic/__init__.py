@@ -11,13 +11,6 @@ from agent_memory.memory.episodic.strategy import AGENT_INSTRUCTIONS, EpisodicMe
 from agent_memory.memory.episodic.tasks import lexical_scores, task_key_of
 
 __all__ = [
-    "AGENT_INSTRUCTIONS",
-    "EpisodeStore",
-    "EpisodicMemory",
-    "EpisodicSettings",
-    "MemoryRow",
-    "Scope",
-    "episode_digest",
-    "lexical_scores",
-    "task_key_of",
-]
+    "AGENT_INSTRUCTIONS", "EpisodeStore", "EpisodicMemory", "EpisodicSettings", "MemoryRow",
+    "Scope", "episode_digest", "lexical_scores", "task_key_of",
+]  # fmt: skip

@@ -85,13 +85,10 @@ class EpisodeArchive:
         """Open the store and set up the archive's state (from ``settings``)."""
         s = self.settings
         self.scope = s.scope()
-        self._similarity = (
-            lexical_scores
-            if s.similarity == "lexical"
-            else EmbeddingSimilarity(s.similarity)
-            if isinstance(s.similarity, str)
-            else s.similarity
-        )
+        sim = s.similarity
+        if isinstance(sim, str):
+            sim = lexical_scores if sim == "lexical" else EmbeddingSimilarity(sim)
+        self._similarity = sim
         assert s.path is not None  # set by EpisodicSettings.__post_init__
         self.store_ = EpisodeStore(
             s.path, busy_timeout_s=s.busy_timeout_s, max_wait_s=s.max_wait_s,
@@ -117,8 +114,6 @@ class EpisodeArchive:
     def task_key(self, task: str, observation: str | None = None) -> str:
         """This memory's key for a task (see :func:`task_key_of`)."""
         return task_key_of(task, observation, self.settings.env_name, key_by=self.settings.key_by)
-
-    # ------------------------------------------------------------------ recording
 
     def on_episode_end(self, env_id: int, episode: Mapping[str, Any]) -> int | None:
         """Record env ``env_id``'s finished episode; returns the new row id (None: not recorded).
@@ -200,8 +195,6 @@ class EpisodeArchive:
             return EpisodeState(uid=f"{self.run_id}:{i}:{time.time_ns()}")
         return ep
 
-    # ------------------------------------------------------------------ retrieval
-
     def _retrieve(self, key: str, task: str) -> tuple[str, list[int]]:
         s = self.settings
         k, failures = s.top_k, s.include_failures
@@ -280,8 +273,6 @@ class EpisodeArchive:
 
     def _answer(self, i: int, query: str) -> str:
         return render_results(query, self.search(query, env_id=i), self._eps[i].task_key)
-
-    # ------------------------------------------------------------------ retention
 
     def maintain(self) -> int:
         """Apply the pruning this memory is configured for; returns the rows deleted."""

@@ -76,15 +76,12 @@ class EpisodicSettings(Settings):
 
     def __post_init__(self) -> None:
         check_choice("retention", self.retention, RETENTIONS)
-        similarity = self.similarity
-        if not (
-            similarity == "lexical"
-            or callable(similarity)
-            or (isinstance(similarity, str) and similarity.startswith("embedding:"))
-        ):
+        sim = self.similarity
+        named = isinstance(sim, str) and (sim == "lexical" or sim.startswith("embedding:"))
+        if not (named or callable(sim)):
             raise ValueError(
                 "similarity must be 'lexical', 'embedding:<encoder>' or a callable "
-                f"(query, docs) -> scores, got {similarity!r}"
+                f"(query, docs) -> scores, got {sim!r}"
             )
         check_sqlite_options(self.busy_timeout_s, self.max_wait_s, self.synchronous)
         ints = {

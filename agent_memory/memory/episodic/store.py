@@ -29,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from agent_memory.checks import check_choice, check_str
 from agent_memory.memory.sqlite import SQLiteDatabase, StoreBusyError, Synchronous
 from agent_memory.text import utf8_safe
 
@@ -100,12 +101,9 @@ class Scope:
     session_id: str | None = None
 
     def __post_init__(self) -> None:
-        if self.retention not in RETENTIONS:
-            raise ValueError(f"retention must be one of {list(RETENTIONS)}, got {self.retention!r}")
-        if not isinstance(self.namespace, str) or not self.namespace:
-            raise ValueError(f"namespace must be a non-empty str, got {self.namespace!r}")
-        if not isinstance(self.run_id, str) or not self.run_id:
-            raise ValueError(f"run_id must be a non-empty str, got {self.run_id!r}")
+        check_choice("retention", self.retention, RETENTIONS)
+        check_str("namespace", self.namespace)
+        check_str("run_id", self.run_id)
         if self.retention == "session" and not self.session_id:
             raise ValueError(
                 "retention='session' needs a session_id (shared by the runs of the session), "
@@ -114,17 +112,11 @@ class Scope:
 
     def where(self) -> tuple[str, tuple[Any, ...]]:
         """The SQL condition selecting this scope's rows, and its parameters."""
-        if self.retention == "single_run":
-            return "retention = 'single_run' AND namespace = ? AND run_id = ?", (
-                self.namespace,
-                self.run_id,
-            )
-        if self.retention == "session":
-            return "retention = 'session' AND namespace = ? AND session_id = ?", (
-                self.namespace,
-                self.session_id,
-            )
-        return "retention = 'persistent' AND namespace = ?", (self.namespace,)
+        where = f"retention = '{self.retention}' AND namespace = ?"
+        column = {"single_run": "run_id", "session": "session_id"}.get(self.retention)
+        if column is None:
+            return where, (self.namespace,)
+        return f"{where} AND {column} = ?", (self.namespace, getattr(self, column))
 
 
 @dataclass(frozen=True)
@@ -157,6 +149,10 @@ def _bool(v: Any) -> bool | None:
     return None if v is None else bool(v)
 
 
+def _int(v: bool | None) -> int | None:
+    return None if v is None else int(v)
+
+
 def _row(t: Sequence[Any]) -> MemoryRow:
     return MemoryRow(
         id=t[0], kind=t[1], task_key=t[2], task=t[3], text=t[4], won=_bool(t[5]), ret=t[6],
@@ -179,13 +175,9 @@ class EpisodeStore:
     """
 
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        busy_timeout_s: float = 5.0,
-        max_wait_s: float = 60.0,
-        synchronous: Synchronous = "NORMAL",
-    ) -> None:
+        self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0,
+        max_wait_s: float = 60.0, synchronous: Synchronous = "NORMAL",
+    ) -> None:  # fmt: skip
         self.db = SQLiteDatabase(
             path, schema=_SCHEMA, schema_version=_SCHEMA_VERSION, busy_timeout_s=busy_timeout_s,
             max_wait_s=max_wait_s, synchronous=synchronous,
@@ -222,8 +214,6 @@ class EpisodeStore:
     def closed(self) -> bool:
         return self.db.closed
 
-    # ------------------------------------------------------------------ writes
-
     def add(
         self, scope: Scope, rows: Iterable[MemoryRow], *, keep_per_task: int | None = None
     ) -> list[int]:
@@ -243,26 +233,13 @@ class EpisodeStore:
                     "truncated, text, started_at, created_at, writer) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
-                        r.kind,
-                        scope.retention,
-                        scope.namespace,
-                        scope.run_id,
-                        sid,
-                        r.task_key,
-                        utf8_safe(r.task),
-                        r.env_name,
-                        r.episode_uid,
-                        None if r.won is None else int(r.won),
-                        r.ret,
-                        r.length,
-                        None if r.terminated is None else int(r.terminated),
-                        None if r.truncated is None else int(r.truncated),
+                        r.kind, scope.retention, scope.namespace, scope.run_id, sid, r.task_key,
+                        utf8_safe(r.task), r.env_name, r.episode_uid, _int(r.won), r.ret, r.length,
+                        _int(r.terminated), _int(r.truncated),
                         utf8_safe(r.text),  # SQLite takes UTF-8 only
-                        r.started_at,
-                        r.created_at or now,
-                        writer,
+                        r.started_at, r.created_at or now, writer,
                     ),
-                )
+                )  # fmt: skip
                 assert cur.lastrowid is not None  # set by every INSERT
                 ids.append(cur.lastrowid)
             if keep_per_task is not None:
@@ -282,7 +259,7 @@ class EpisodeStore:
             f"UPDATE memories SET won = ?, ret = ?, length = ? WHERE {where} AND kind = 'note' "
             "AND episode_uid = ?"
         )
-        values = (None if won is None else int(won), ret, length, *params, episode_uid)
+        values = (_int(won), ret, length, *params, episode_uid)
         return self.db.write(lambda c: c.execute(sql, values).rowcount)
 
     def delete_scope(self, scope: Scope) -> int:
@@ -332,8 +309,6 @@ class EpisodeStore:
             lambda c: c.execute(_PRUNE_TASK.format(where=where), (*params, task_key, keep)).rowcount
         )
 
-    # ------------------------------------------------------------------ reads
-
     def best(
         self, scope: Scope, task_key: str, *, limit: int, kinds: Sequence[Kind] = ("episode",),
         include_failures: bool = True, order: Literal["best", "recent"] = "best",
@@ -377,17 +352,13 @@ class EpisodeStore:
 
     def rows(self, scope: Scope | None = None) -> list[MemoryRow]:
         """Every row of ``scope`` (all rows when None), oldest first."""
-        if scope is None:
-            return [_row(t) for t in self.db.read(f"SELECT {_COLUMNS} FROM memories ORDER BY id")]
-        where, params = scope.where()
+        where, params = ("1", ()) if scope is None else scope.where()
         sql = f"SELECT {_COLUMNS} FROM memories WHERE {where} ORDER BY id"
         return [_row(t) for t in self.db.read(sql, params)]
 
     def count(self, scope: Scope | None = None) -> int:
         """Rows in ``scope`` (all rows when None)."""
-        if scope is None:
-            return int(self.db.read("SELECT COUNT(*) FROM memories")[0][0])
-        where, params = scope.where()
+        where, params = ("1", ()) if scope is None else scope.where()
         return int(self.db.read(f"SELECT COUNT(*) FROM memories WHERE {where}", params)[0][0])
 
     def integrity_check(self) -> str:

@@ -164,18 +164,12 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
             self._set_block(i)
         self.maintain()
 
-    # ------------------------------------------------------------------ BaseMemory contract
-
-    def reset(self, env_ids: EnvIds = None) -> None:
-        """Clear the windows and episode states of ``env_ids`` (all when None)."""
-        ids = self._ids(env_ids)
-        self._window.reset(ids)
-        for i in ids:
-            ep = self._eps[i]
-            if ep.uid is not None and not ep.ended:
-                self._pending[i] = ep  # SAME_STEP: the wrapper resets before on_episode_end
-            self._eps[i] = EpisodeState()
-            self._set_block(i)
+    def _reset_env(self, i: int) -> None:
+        ep = self._eps[i]
+        if ep.uid is not None and not ep.ended:
+            self._pending[i] = ep  # SAME_STEP: the wrapper resets before on_episode_end
+        self._eps[i] = EpisodeState()
+        self._set_block(i)
 
     def fetch(
         self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
@@ -189,8 +183,6 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
             return self._window.fetch(hl, ids, max_tokens=budgets)
         blocks = [self._layout_blocks[i] for i in ids]
         return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
-
-    # ------------------------------------------------------------------ episodes
 
     def block(self, env_id: int) -> str:
         """Env ``env_id``'s block for the current episode (``""`` when it has none)."""
@@ -235,8 +227,6 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
             self._eps[i] = ep
             self._set_block(i)
         return [self._blocks[i] for i in ids]
-
-    # ------------------------------------------------------------------ agent control
 
     #: Memory actions (tags) of one response that are answered; later tags are ignored.
     MAX_TAGS_PER_RESPONSE: ClassVar[int] = 8
@@ -287,8 +277,6 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         tokens = self.token_counter(text + "\n\n") if text else 0
         self._layout_blocks[i] = Block([text], [tokens]) if text else None
 
-    # ------------------------------------------------------------------ retention
-
     def close(self) -> None:
         """Close the store; ``single_run`` (with ``purge_on_close``) deletes the run's rows."""
         if self._closed:
@@ -304,26 +292,20 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    # ------------------------------------------------------------------ state
-
     def state_dict(self) -> dict[str, Any]:
         """The window's state, each env's episode state and the store's identity (not its rows)."""
+        s = self.scope
         return {
-            **self._state_header(),
-            "window": self._window.state_dict(),
+            **self._state_header(), "window": self._window.state_dict(),
             "episodes": [copy.deepcopy(vars(ep)) for ep in self._eps],
             "pending": [None if p is None else copy.deepcopy(vars(p)) for p in self._pending],
-            "uid_counter": self._counter_uid,
-            "recorded": self._recorded,
+            "uid_counter": self._counter_uid, "recorded": self._recorded,
             "store": {
-                "path": self.path,
-                "retention": self.scope.retention,
-                "namespace": self.scope.namespace,
-                "run_id": self.run_id,
-                "session_id": self.session_id,
+                "path": self.path, "retention": s.retention, "namespace": s.namespace,
+                "run_id": self.run_id, "session_id": self.session_id,
                 "control": self.settings.control,
             },
-        }
+        }  # fmt: skip
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`; adopts its run and session ids (a resumed run keeps

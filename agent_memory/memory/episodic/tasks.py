@@ -16,14 +16,9 @@ import numpy as np
 from agent_memory.memory.search import make_encoder
 
 __all__ = [
-    "EmbeddingSimilarity",
-    "KeyBy",
-    "Similarity",
-    "TaskIndex",
-    "content_words",
-    "lexical_scores",
+    "EmbeddingSimilarity", "KeyBy", "Similarity", "TaskIndex", "content_words", "lexical_scores",
     "task_key_of",
-]
+]  # fmt: skip
 
 #: ``(query, docs) -> scores`` in [0, 1] (a sequence or a numpy array).
 Similarity = Callable[[str, Sequence[str]], Sequence[float] | np.ndarray]

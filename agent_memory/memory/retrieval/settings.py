@@ -47,9 +47,7 @@ class RetrievalSettings(Settings):
     max_encode_chars: int = 8192
 
     def __post_init__(self) -> None:
-        keys: Any = self.embed_keys
-        if isinstance(keys, str):
-            keys = (keys,)
+        keys: Any = (self.embed_keys,) if isinstance(self.embed_keys, str) else self.embed_keys
         if not keys or not all(isinstance(k, str) for k in keys):
             raise ValueError(f"embed_keys must be a non-empty list of str, got {keys!r}")
         self._normalize(

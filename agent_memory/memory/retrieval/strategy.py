@@ -104,14 +104,8 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         #: of the retrieved steps, chronological.
         self.last_retrieved: list[list[int]] = []
 
-    # ------------------------------------------------------------------ contract
-
-    def reset(self, env_ids: EnvIds = None) -> None:
-        """Clear the episodes of ``env_ids`` (all when None)."""
-        ids = self._ids(env_ids)
-        self._window.reset(ids)
-        for i in ids:
-            self._clear(i)
+    def _reset_env(self, i: int) -> None:
+        self._clear(i)
 
     def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
         """Append one step per env in ``env_ids`` and encode its text (one batch for all envs).
@@ -140,13 +134,9 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         self._append(ids, texts, [counts[i] - 1 for i in ids])
 
     def fetch(
-        self,
-        history_length: int,
-        env_ids: EnvIds = None,
-        *,
-        max_tokens: Budget = UNSET,
+        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET,
         queries: Sequence[str | None] | None = None,
-    ) -> Fetched:
+    ) -> Fetched:  # fmt: skip
         """Each env's context: retrieved older steps (marked block), then the recent window.
 
         Args:
@@ -182,25 +172,16 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         ]
         return fetched
 
-    # ------------------------------------------------------------------ state
-
     def config(self) -> dict[str, Any]:
         """The retrieval settings (JSON-able), as in :meth:`state_dict`."""
         config = self.settings.to_dict()
-        config.update(
-            encoder=self.encoder.spec(),
-            index=self.index_name,
-            embed_keys=list(config["embed_keys"]),
-        )
-        return config
+        built = {"encoder": self.encoder.spec(), "index": self.index_name}
+        return {**config, **built, "embed_keys": list(config["embed_keys"])}
 
     def state_dict(self) -> dict[str, Any]:
         """The steps and the settings, not the vectors (texts are re-encoded on load)."""
-        return {
-            **self._state_header(),
-            "config": self.config(),
-            "window": self._window.state_dict(),
-        }
+        window = self._window.state_dict()
+        return {**self._state_header(), "config": self.config(), "window": window}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict` (the settings may differ: retrieval uses this memory's).
@@ -220,8 +201,6 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
             ids = [i for i in self._all_ids if len(per_env[i]) > t]
             texts = ["\n".join(str(per_env[i][t][k]) for k in keys) for i in ids]
             self._append(ids, texts, [self._window.first_step(i) - 1 + t for i in ids])
-
-    # ------------------------------------------------------------------ internals
 
     def _check_queries(self, queries: Sequence[str | None] | None, n: int) -> None:
         if queries is not None:

@@ -100,20 +100,14 @@ def grpo(
 
 
 def gigpo(
-    rewards: Sequence[np.ndarray],
-    groups: Sequence[Hashable],
-    state_keys: Sequence[Sequence[Hashable]],
-    *,
-    gamma: float = 0.95,
-    step_weight: float = 1.0,
-    normalize_std: bool = True,
-    eps: float = 1e-6,
-) -> list[np.ndarray]:
+    rewards: Sequence[np.ndarray], groups: Sequence[Hashable],
+    state_keys: Sequence[Sequence[Hashable]], *, gamma: float = 0.95, step_weight: float = 1.0,
+    normalize_std: bool = True, eps: float = 1e-6,
+) -> list[np.ndarray]:  # fmt: skip
     """GiGPO advantages: GRPO's episode advantage plus ``step_weight`` x the step advantage.
 
     Args:
-        rewards: per trajectory, its per-step rewards.
-        groups: per trajectory, its group id.
+        rewards, groups: as for :func:`grpo`.
         state_keys: per trajectory, the ``state_key`` of the state each step's action was taken in.
         gamma: discount of the step-level returns.
         step_weight: weight of the step advantage (GiGPO's omega).
@@ -139,14 +133,9 @@ def gigpo(
 
 
 def gae(
-    rewards: np.ndarray,
-    values: np.ndarray,
-    *,
-    terminated: bool,
-    final_value: float = 0.0,
-    gamma: float = 0.99,
-    lam: float = 0.95,
-) -> tuple[np.ndarray, np.ndarray]:
+    rewards: np.ndarray, values: np.ndarray, *, terminated: bool, final_value: float = 0.0,
+    gamma: float = 0.99, lam: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
     """GAE(gamma, lambda) of one trajectory.
 
     Args:
@@ -181,8 +170,6 @@ def gae(
         next_value = values[t]
     return adv, adv + values
 
-
-# --- the algorithm table: trajectories in, every step's advantage and return out -----------
 
 ValueFn = Callable[[Sequence[Any]], Sequence[float]]
 

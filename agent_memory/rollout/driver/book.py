@@ -74,11 +74,9 @@ class EpisodeBook:
     """
 
     def __init__(
-        self,
-        specs: Sequence[EpisodeSpec],
-        max_attempts: int,
+        self, specs: Sequence[EpisodeSpec], max_attempts: int,
         on_finish: Callable[[Trajectory], None] | None = None,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.specs = list(specs)
         self.max_attempts = max_attempts
         self.on_finish = on_finish
@@ -121,8 +119,7 @@ class EpisodeBook:
 
     def depth(self, slot: Slot) -> int:
         """How many episodes are queued on ``slot``."""
-        q = self.queued.get(slot)
-        return 0 if q is None else len(q)
+        return len(self.queued.get(slot, ()))
 
     def promote(self, slot: Slot) -> RunningEpisode | None:
         """The first episode queued on ``slot`` now runs there (its worker started it when the
@@ -202,10 +199,6 @@ class EpisodeBook:
     def trajectories(self) -> list[Trajectory]:
         """The finished trajectories, in the order of the specs."""
         return [self.finished[s.traj_uid] for s in self.specs if s.traj_uid in self.finished]
-
-    def unfinished(self) -> list[EpisodeSpec]:
-        """Episodes that have not finished (waiting or running)."""
-        return [s for s in self.specs if s.traj_uid not in self.finished]
 
     def _finished(self, traj: Trajectory) -> None:
         if traj.spec.traj_uid in self.finished:

@@ -33,15 +33,9 @@ from agent_memory.rollout.worker.episode_loop import PolicyFailed, answers_inlin
 from agent_memory.rollout.worker.service import PolicyService
 
 __all__ = [
-    "Collector",
-    "PolicyFailed",
-    "RolloutFailed",
-    "RolloutStats",
-    "WorkerSetupError",
-    "build_policy",
-    "episode_specs",
-    "init_ray",
-]
+    "Collector", "PolicyFailed", "RolloutFailed", "RolloutStats", "WorkerSetupError",
+    "build_policy", "episode_specs", "init_ray",
+]  # fmt: skip
 
 log = logging.getLogger("agent_memory.rollout.driver.collector")
 
@@ -76,14 +70,10 @@ class Collector:
     """
 
     def __init__(
-        self,
-        job: JobConfig,
-        policy: Policy | None = None,
-        on_step: Callable[[Collector], None] | None = None,
-        run_id: str | None = None,
-        max_batch_size: int = 32,
-        max_wait_ms: float = 5.0,
-    ) -> None:
+        self, job: JobConfig, policy: Policy | None = None,
+        on_step: Callable[[Collector], None] | None = None, run_id: str | None = None,
+        max_batch_size: int = 32, max_wait_ms: float = 5.0,
+    ) -> None:  # fmt: skip
         self.job = job
         self.policy = policy or build_policy(job)
         self.on_step = on_step
@@ -93,8 +83,6 @@ class Collector:
         self.book: EpisodeBook | None = None
         #: Slots with nothing to play; they take re-runs when a worker dies.
         self.parked: set[Slot] = set()
-        #: Env-steps of the last :meth:`collect`.
-        self.last_env_steps = 0
         self.service: Any = None
         self.max_batch_size = max_batch_size
         self.max_wait_ms = max_wait_ms
@@ -105,10 +93,9 @@ class Collector:
         self._finishing: set[int] = set()
         self._drained: set[int] = set()  # the workers whose newest stream was told to drain
         self._slots = 0  # the live workers' envs at the start of a collect
+        inline = self.policy.runs_in == "worker" and answers_inline(self.policy)
         #: Episodes queued ahead on each slot (``rollout.queue_depth``, by the policy).
-        self.depth = job.rollout.depth_for(
-            self.policy.runs_in == "worker" and answers_inline(self.policy)
-        )
+        self.depth = job.rollout.depth_for(inline)
         self._plan: dict[int, list[EpisodeAssignment]] = {}  # what _send sends next
         self._order: dict[Slot, int] = {}  # each slot's next EpisodeAssignment.order
         self._stream_id: dict[int, int] = {}  # each worker's newest stream's number
@@ -116,13 +103,10 @@ class Collector:
         #: policy has no shares). See :mod:`agent_memory.rollout.driver.shares`.
         self.shares: dict[int, int] | None = None
 
-    # ------------------------------------------------------------------ public
-
     def run(
-        self,
-        progress: Callable[[Trajectory], None] | None = None,
+        self, progress: Callable[[Trajectory], None] | None = None,
         on_episode: Callable[[Trajectory], None] | None = None,
-    ) -> list[Trajectory]:
+    ) -> list[Trajectory]:  # fmt: skip
         """Run the job's episodes (``rollout.num_groups x group_size`` from ``rollout.seed``)
         on workers started for them; returns the trajectories in episode order.
 
@@ -142,7 +126,6 @@ class Collector:
             self.stats.setup_time = time.perf_counter() - t0
             return self.collect(specs, progress=progress, on_episode=on_episode)
         finally:
-            self.stats.wall_time = time.perf_counter() - t0
             self.close()
 
     def start(self, num_episodes: int | None = None) -> None:
@@ -167,12 +150,9 @@ class Collector:
         self.parked = set(self.pool.slots())
 
     def collect(
-        self,
-        specs: Sequence[EpisodeSpec],
-        progress: Callable[[Trajectory], None] | None = None,
-        on_episode: Callable[[Trajectory], None] | None = None,
-        greedy: bool = False,
-    ) -> list[Trajectory]:
+        self, specs: Sequence[EpisodeSpec], progress: Callable[[Trajectory], None] | None = None,
+        on_episode: Callable[[Trajectory], None] | None = None, greedy: bool = False,
+    ) -> list[Trajectory]:  # fmt: skip
         """Run ``specs`` on the started workers; returns their trajectories in order.
 
         Args:
@@ -201,15 +181,12 @@ class Collector:
                 ray.get(self.service.set_greedy.remote(False))
 
     def _collect(
-        self,
-        specs: Sequence[EpisodeSpec],
-        progress: Callable[[Trajectory], None] | None,
+        self, specs: Sequence[EpisodeSpec], progress: Callable[[Trajectory], None] | None,
         on_episode: Callable[[Trajectory], None] | None,
-    ) -> list[Trajectory]:
+    ) -> list[Trajectory]:  # fmt: skip
         import ray
 
         self.book = book = self._new_book(specs, progress, on_episode)
-        steps0 = self.stats.env_steps
         self._slots = sum(self.pool.envs_per_worker for ok in self.pool.alive if ok)
         self._plan = {}
         t_loop = time.perf_counter()
@@ -243,7 +220,6 @@ class Collector:
         finally:
             self.stats.loop_time += time.perf_counter() - t_loop
             self.stats.episodes_rerun += book.reruns
-            self.last_env_steps = self.stats.env_steps - steps0
             self._gather_policy_stats()
         return book.trajectories()
 
@@ -286,14 +262,10 @@ class Collector:
             if stats is not None:
                 total.add(stats)
 
-    # ------------------------------------------------------------------ internals
-
     def _new_book(
-        self,
-        specs: Sequence[EpisodeSpec],
-        progress: Callable[[Trajectory], None] | None,
+        self, specs: Sequence[EpisodeSpec], progress: Callable[[Trajectory], None] | None,
         on_episode: Callable[[Trajectory], None] | None,
-    ) -> EpisodeBook:
+    ) -> EpisodeBook:  # fmt: skip
         """The book of a :meth:`collect`: each finished trajectory goes to ``on_episode``,
         then to ``progress``."""
 

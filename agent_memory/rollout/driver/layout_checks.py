@@ -97,8 +97,7 @@ def _check_episode_policy(name: str, policy: Any) -> None:
             f"policy={name} renders no token ids here: pass policy=hf with "
             "policy.params.incremental=true, or policy=openai with policy.params.mode=completion "
             "policy.params.token_in=true policy.params.incremental=true "
-            "policy.params.tokenizer=<model path>, or "
-            "rollout.layout=step",
+            "policy.params.tokenizer=<model path>, or rollout.layout=step",
             key="policy.name",
         )
     if not renderer.incremental:

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
 from agent_memory.protocol import Generation
 from agent_memory.rollout.types import StepRecord, Trajectory
 
 __all__ = ["LAYOUTS", "EpisodeSample", "LayoutError", "PrefixBroken", "episode_sample"]
 
-Layout = Literal["step", "episode"]
 LAYOUTS: tuple[str, ...] = ("step", "episode")
 
 
@@ -79,19 +78,12 @@ def episode_sample(traj: Trajectory) -> EpisodeSample:
     prompt, completion, mask, logprobs, owner = _stitch(gens, uid)
     advantages = [s.advantage for s in traj.steps]
     return EpisodeSample(
-        group_uid=traj.spec.group_uid,
-        traj_uid=uid,
-        prompt_ids=prompt,
-        completion_ids=completion,
-        completion_mask=mask,
-        completion_logprobs=logprobs,
-        token_advantages=_token_advantages(advantages, owner),
-        advantage=advantages[0],
-        episode_return=traj.episode_return,
-        won=traj.won,
-        turns=len(gens),
+        group_uid=traj.spec.group_uid, traj_uid=uid, prompt_ids=prompt, completion_ids=completion,
+        completion_mask=mask, completion_logprobs=logprobs,
+        token_advantages=_token_advantages(advantages, owner), advantage=advantages[0],
+        episode_return=traj.episode_return, won=traj.won, turns=len(gens),
         policy_versions=[g.policy_version for g in gens],
-    )
+    )  # fmt: skip
 
 
 def _tokens_of(s: StepRecord, uid: str) -> Generation:

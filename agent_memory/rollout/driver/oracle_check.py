@@ -100,9 +100,7 @@ def env_has_oracle(env: Any) -> bool:
         (True, False)
     """
     flag = getattr(env, "has_oracle", None)
-    if flag is not None:
-        return bool(flag)
-    return callable(getattr(env, "oracle_action", None))
+    return bool(flag) if flag is not None else callable(getattr(env, "oracle_action", None))
 
 
 def _build(env: EnvCheck) -> Any:

@@ -7,6 +7,7 @@ files are written by :class:`~agent_memory.rollout.driver.writer.RolloutWriter`.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,37 +21,23 @@ __all__ = ["spread", "step_rows", "summarize"]
 
 
 def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
-    """One dict per step (the JSONL/Parquet rows; see :data:`ROW_SCHEMA`)."""
+    """One dict per step (the JSONL/Parquet rows; see :data:`ROW_COLUMNS`)."""
     return [_step_row(t, s) for t in trajs for s in t.steps]
 
 
 def _step_row(t: Trajectory, s: StepRecord) -> dict[str, Any]:
     return {
-        "group_uid": t.spec.group_uid,
-        "traj_uid": t.spec.traj_uid,
-        "seed": t.spec.seed,
-        "step": s.step,
-        "prompt": s.prompt,
-        "response": s.response,
-        "response_chars": s.response_chars,
-        "parsed_action": s.parsed_action,
-        "is_action_valid": s.valid,
-        "invalid_reason": s.invalid_reason,
-        "reward": s.reward,
-        "terminated": s.terminated,
-        "truncated": s.truncated,
-        "context_tokens": s.context_tokens,
-        "context_chars": s.context_chars,
-        "history_steps": s.history_steps,
-        "state_key": s.state_key,
-        "advantage": s.advantage,
-        "return": s.ret,
-        "won": t.won,
-        "error": t.error,
-        "attempts": t.attempts,
-        "thought": s.thought,
+        "group_uid": t.spec.group_uid, "traj_uid": t.spec.traj_uid, "seed": t.spec.seed,
+        "step": s.step, "prompt": s.prompt, "response": s.response,
+        "response_chars": s.response_chars, "parsed_action": s.parsed_action,
+        "is_action_valid": s.valid, "invalid_reason": s.invalid_reason, "reward": s.reward,
+        "terminated": s.terminated, "truncated": s.truncated, "context_tokens": s.context_tokens,
+        "context_chars": s.context_chars, "history_steps": s.history_steps,
+        "state_key": s.state_key, "advantage": s.advantage, "return": s.ret, "won": t.won,
+        "error": t.error, "attempts": t.attempts, "thought": s.thought,
+        "memory_flag": s.memory_flag, "memory_mask": s.memory_mask,
         **_generation_columns(s.generation),
-    }
+    }  # fmt: skip
 
 
 #: Row column -> attribute of a step's sampling parameters.
@@ -69,6 +56,7 @@ def _generation_columns(g: Generation | None) -> dict[str, Any]:
     """The token, sampling and action-choice columns (all null for a step without a generation)."""
     ids = _field(g, "response_ids")
     sampling, choice = _field(g, "sampling"), _field(g, "choice")
+    memory = _field(g, "memory_choice")
     return {
         "prompt_ids": _field(g, "prompt_ids"),
         "response_ids": ids,
@@ -80,6 +68,9 @@ def _generation_columns(g: Generation | None) -> dict[str, Any]:
         "action_candidates": None if choice is None else [list(c) for c in choice.candidate_ids],
         "action_index": _field(choice, "index"),
         "action_logprob": _field(choice, "logprob"),
+        "memory_candidates": None if memory is None else [list(c) for c in memory.candidate_ids],
+        "memory_index": _field(memory, "index"),
+        "memory_logprob": _field(memory, "logprob"),
     }
 
 
@@ -97,11 +88,8 @@ def spread(values: Sequence[float]) -> dict[str, Any]:
     """
     if not values:
         return {"mean": 0.0, "p95": 0.0, "max": 0}
-    return {
-        "mean": float(np.mean(values)),
-        "p95": float(np.percentile(values, 95)),
-        "max": max(values),
-    }
+    p95 = float(np.percentile(values, 95))
+    return {"mean": float(np.mean(values)), "p95": p95, "max": max(values)}
 
 
 def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[str, Any]:
@@ -114,35 +102,21 @@ def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[s
     steps = [s for t in trajs for s in t.steps]
     errors = [t for t in trajs if t.error is not None]
     return {
-        "env": job.env.id,
-        "memory": job.memory.strategy,
-        "history_length": job.history_length,
-        "policy": job.policy.name,
-        "algo": job.algo.name,
-        "episodes": len(trajs),
-        "episodes_planned": job.rollout.num_episodes,
-        "groups": job.rollout.num_groups,
-        "group_size": job.rollout.group_size,
-        **_outcome_figures(trajs, steps),
+        "env": job.env.id, "memory": job.memory.strategy, "history_length": job.history_length,
+        "policy": job.policy.name, "algo": job.algo.name, "episodes": len(trajs),
+        "episodes_planned": job.rollout.num_episodes, "groups": job.rollout.num_groups,
+        "group_size": job.rollout.group_size, **_outcome_figures(trajs, steps),
         "env_steps_per_second": _ratio(len(steps), stats.loop_time),
-        "setup_seconds": stats.setup_time,
-        "loop_seconds": stats.loop_time,
-        "policy_requests": stats.policy_requests,
-        "worker_restarts": stats.worker_restarts,
-        "workers_lost": stats.workers_lost,
-        "episodes_rerun": stats.episodes_rerun,
-        "step_timeouts": stats.step_timeouts,
-        "worker_failures": list(stats.failures),
+        "setup_seconds": stats.setup_time, "loop_seconds": stats.loop_time,
+        "policy_requests": stats.policy_requests, "worker_restarts": stats.worker_restarts,
+        "workers_lost": stats.workers_lost, "episodes_rerun": stats.episodes_rerun,
+        "step_timeouts": stats.step_timeouts, "worker_failures": list(stats.failures),
         "episode_errors": [
-            {
-                "traj_uid": t.spec.traj_uid,
-                "steps": len(t.steps),
-                "attempts": t.attempts,
-                "error": t.error,
-            }
+            {"traj_uid": t.spec.traj_uid, "steps": len(t.steps), "attempts": t.attempts,
+             "error": t.error}
             for t in errors[:MAX_LISTED_ERRORS]
         ],
-    }
+    }  # fmt: skip
 
 
 def _outcome_figures(trajs: Sequence[Trajectory], steps: Sequence[StepRecord]) -> dict[str, Any]:
@@ -160,11 +134,16 @@ def _outcome_figures(trajs: Sequence[Trajectory], steps: Sequence[StepRecord]) -
         "env_steps": len(steps),
         "valid_action_ratio": _ratio(sum(s.valid for s in steps), len(steps)),
         "nonfinite_rewards": sum(not math.isfinite(s.reward) for s in steps),
+        "memory_flags": _flag_counts(steps),
         "mean_prompt_tokens": _mean(tokens),
         "max_prompt_tokens": int(max(tokens)) if tokens else 0,
         "episode_prompt_tokens": spread([sum(e) for e in per_episode]),
         "episode_peak_prompt_tokens": spread([max(e) for e in per_episode]),
     }
+
+
+def _flag_counts(steps: Sequence[StepRecord]) -> dict[str, int]:
+    return dict(Counter(s.memory_flag for s in steps if s.memory_flag is not None))
 
 
 def _ratio(part: float, whole: float) -> float:

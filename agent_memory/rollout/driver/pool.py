@@ -55,8 +55,6 @@ class WorkerPool:
         self.envs_per_worker = 0
         self._policy_ref: Any = None  # self.policy in Ray's object store (see start)
 
-    # ------------------------------------------------------------------ life cycle
-
     def start(self, num_episodes: int) -> None:
         """Start the workers for ``num_episodes`` episodes and check they are ready.
 
@@ -143,8 +141,6 @@ class WorkerPool:
         wait behind the work the worker has queued)."""
         return self.pids[w]
 
-    # ------------------------------------------------------------------ calls
-
     def gather(self, futures: dict[int, Any]) -> tuple[dict[int, Any], dict[int, str]]:
         """Results of one remote call per worker, taken as they complete; the workers whose
         call failed, with a readable description of why."""
@@ -175,8 +171,6 @@ class WorkerPool:
             ray.kill(self.workers[w], no_restart=False)
         return f"{type(e).__name__}: {clean_text(str(e), max_lines=12)}"
 
-    # ------------------------------------------------------------------ failures
-
     def recover(self, w: int, error: str) -> tuple[dict[int, CrashReport], bool]:
         """Worker ``w`` died (or raised): wait for its restart. Returns what its previous
         process was doing in which env when it died (by env), and whether it is back."""
@@ -184,9 +178,8 @@ class WorkerPool:
         log.warning("rollout worker %d failed: %s", w, first_line(error))
         self.restarts[w] += 1
         self.stats.worker_restarts += 1
-        status = None
-        if self.restarts[w] <= self.job.rollout.max_restarts:
-            status = self._wait_until_back(w)
+        back = self.restarts[w] <= self.job.rollout.max_restarts
+        status = self._wait_until_back(w) if back else None
         crashes = {} if status is None else {c.env: c for c in status.crashes}
         if status is None or status.init_error is not None:
             if status is not None:

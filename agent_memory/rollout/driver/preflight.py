@@ -3,8 +3,9 @@
 :func:`preflight` builds what each worker builds (the env's id and kwargs, token counter, memory,
 prompt, parser, policy) the cheap way, so a bad value fails in seconds with a
 :class:`~agent_memory.config.ConfigError` naming the override that fixes it (docs/failures.md
-lists them), plus the worker count (:func:`check_workers`) and the episode layout. The env itself
-is not built: TextWorld generates games and Code starts a sandbox on construction.
+lists them), plus the episode count (:func:`check_episodes`), the worker count
+(:func:`check_workers`), the Ray address (:func:`check_ray_address`) and the episode layout. The
+env itself is not built: TextWorld generates games and Code starts a sandbox on construction.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig
@@ -18,7 +19,7 @@ Example:
     ...
     agent_memory.config.ConfigError: env.kwargs has no parameter 'num_distractor' for env \
 'agent_memory/Recall-v0' (agent_memory.envs.recall.RecallEnv): did you mean \
-env.kwargs.num_distractors? Valid: ['num_distractors', 'num_choices', 'max_steps', 'render_mode']
+env.kwargs.num_distractors? Valid: ['num_distractors', 'num_choices', ...]
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ import importlib
 import inspect
 import math
 import os
+import re
+import socket
 import sys
 import tempfile
 import typing
@@ -46,6 +49,8 @@ from agent_memory.suggest import did_you_mean
 __all__ = [
     "EnvCheck",
     "Preflight",
+    "check_episodes",
+    "check_ray_address",
     "check_workers",
     "preflight",
     "probe_server",
@@ -108,7 +113,9 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     Raises:
         ConfigError: the first bad value found, with the override that fixes it.
     """
+    check_episodes(job)
     check_workers(job)
+    check_ray_address(job.rollout.ray_address)
     episode = job.rollout.layout == "episode"
     if episode:
         check_episode_layout(job)
@@ -159,6 +166,132 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
         built.close()
         raise
     return Preflight(env, core.builder.frame_tokens, built, status)
+
+
+# ---------------------------------------------------------------------- episodes and workers
+
+#: The most episodes one run may plan: the driver builds a spec for each before the first starts
+#: and keeps each one's record (with its finished steps) until the run ends.
+MAX_EPISODES = 1_000_000
+
+
+def check_episodes(job: JobConfig) -> None:
+    """Refuse a run of more than :data:`MAX_EPISODES` episodes (or a trainer's evaluation of
+    more), which would fill the driver's memory before the first episode ends.
+
+    Raises:
+        ConfigError: too many episodes, with the largest ``rollout.num_groups`` that fits.
+
+    Example:
+        >>> from agent_memory.config import EnvConfig, PolicyConfig, RolloutConfig
+        >>> job = JobConfig(env=EnvConfig(id="agent_memory/Recall-v0"),
+        ...                 policy=PolicyConfig("random"), rollout=RolloutConfig(num_groups=10**8))
+        >>> check_episodes(job)
+        Traceback (most recent call last):
+        ...
+        agent_memory.config.ConfigError: rollout.num_groups: expected at most 1000000 episodes in \
+one run (rollout.num_groups x rollout.group_size; the driver keeps a record of each until the run \
+ends), got 100000000 x 4 = 400000000: pass rollout.num_groups=250000 or fewer, and play the rest \
+as further runs, the next from rollout.seed=250000
+    """
+    r = job.rollout
+    if r.num_episodes > MAX_EPISODES:
+        groups = MAX_EPISODES // r.group_size
+        raise ConfigError(
+            f"rollout.num_groups: expected at most {MAX_EPISODES} episodes in one run "
+            "(rollout.num_groups x rollout.group_size; the driver keeps a record of each until "
+            f"the run ends), got {r.num_groups} x {r.group_size} = {r.num_episodes}: pass "
+            f"rollout.num_groups={groups} or fewer, and play the rest as further runs, the next "
+            f"from rollout.seed={r.seed + groups}",
+            key="rollout.num_groups",
+        )
+    evaluation = most_episodes(job)
+    if evaluation > MAX_EPISODES:
+        raise ConfigError(
+            f"trainer.eval_episodes: expected at most {MAX_EPISODES} (the driver keeps a record "
+            f"of each episode until the evaluation ends), got {evaluation}: pass e.g. "
+            f"trainer.eval_episodes={MAX_EPISODES}",
+            key="trainer.eval_episodes",
+        )
+
+
+# ---------------------------------------------------------------------- the Ray cluster
+
+#: Seconds a TCP connection to ``rollout.ray_address`` may take before the run is refused (Ray's
+#: own connect retries for minutes, printing nothing the user can act on).
+RAY_CONNECT_TIMEOUT_S = 5.0
+_HOST_PORT = re.compile(
+    r"(?:ray://)?(?P<host>\[[0-9a-fA-F:.]+\]|[A-Za-z0-9_.-]+):(?P<port>\d{1,5})"
+)
+_RAY_ADDRESS_FORMS = (
+    "null (a local Ray instance for this run), 'auto' (the cluster `ray start` recorded on this "
+    "machine, or $RAY_ADDRESS) or 'host:port' (a running cluster's GCS address, as `ray start "
+    "--head` prints it, e.g. 10.0.0.5:6379; 'ray://host:port' for Ray Client)"
+)
+
+
+def check_ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """Refuse a ``rollout.ray_address`` Ray cannot read, or where nothing answers a TCP connection
+    within ``timeout`` seconds (Ray itself would retry for minutes). Nothing is checked when Ray
+    is up in this process already (the run uses it) or for a local instance (null, ``local``).
+
+    Raises:
+        ConfigError: a malformed address, or a cluster that does not answer.
+
+    Example:
+        >>> check_ray_address(None)
+        >>> check_ray_address("nonsense")
+        Traceback (most recent call last):
+        ...
+        agent_memory.config.ConfigError: rollout.ray_address: expected null (a local Ray \
+instance for this run), 'auto' (the cluster `ray start` recorded on this machine, or \
+$RAY_ADDRESS) or 'host:port' (a running cluster's GCS address, as `ray start --head` prints it, \
+e.g. 10.0.0.5:6379; 'ray://host:port' for Ray Client), got 'nonsense': pass one of these, e.g. \
+rollout.ray_address=null
+    """
+    ray = sys.modules.get("ray")
+    if address in (None, "local") or (ray is not None and ray.is_initialized()):
+        return
+    where = given = f"rollout.ray_address={address}"
+    if address == "auto":
+        address, where = _auto_address()
+        if address is None:  # Ray looks for a running instance itself, and says so quickly
+            return
+    match = _HOST_PORT.fullmatch(address) if isinstance(address, str) else None
+    port = int(match["port"]) if match else 0
+    if match is None or not 0 < port < 65536:
+        raise ConfigError(
+            f"rollout.ray_address: expected {_RAY_ADDRESS_FORMS}, got {address!r}"
+            + (f" (from {where})" if where != given else "")
+            + ": pass one of these, e.g. rollout.ray_address=null",
+            key="rollout.ray_address",
+        )
+    host = match["host"].strip("[]")
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as e:
+        raise ConfigError(
+            f"rollout.ray_address: nothing answers at {host}:{port} ({where}; "
+            f"{type(e).__name__}: {e or 'no answer'}, within {timeout:g} s): start the cluster "
+            f"first (e.g. `ray start --head --port={port}` on {host}), or pass "
+            "rollout.ray_address=null to start a local Ray instance for this run",
+            key="rollout.ray_address",
+        ) from None
+
+
+def _auto_address() -> tuple[str | None, str]:
+    """The address ``ray.init(address="auto")`` joins, found as Ray finds it (``$RAY_ADDRESS``,
+    then the file ``ray start`` writes), and where it came from; None when neither has one."""
+    env = os.environ.get("RAY_ADDRESS")
+    if env:
+        return env, "rollout.ray_address=auto, from $RAY_ADDRESS"
+    tmp = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"
+    path = Path(tmp) / "ray" / "ray_current_cluster"
+    try:
+        recorded = path.read_text().strip()
+    except OSError:
+        return None, ""
+    return (recorded or None), f"rollout.ray_address=auto, recorded in {path}"
 
 
 # ---------------------------------------------------------------------- workers
@@ -456,19 +589,52 @@ def _other_strategies(name: str, strategy: str) -> str:
 
 
 def _check_writable(path: str, key: str) -> None:
-    """Refuse a file path whose directory cannot be created or written."""
+    """Refuse a database file the workers could not create or write: a directory, a path
+    through a file, a name longer than the file system takes, or a directory where no file can
+    be made (tried, not read from the mode bits: a read-only file system refuses even root)."""
     p = Path(path).expanduser()
-    if p.is_dir():
-        raise ConfigError(f"{key}={path!r} is a directory: pass a file path", key=key)
+    fix = f"pass a path in a writable directory, e.g. {key}={{output_dir}}/{p.name[:40]}"
     parent = p.parent
-    while not parent.exists() and parent != parent.parent:
+    while not _exists(parent) and parent != parent.parent:
         parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
+    if not parent.is_dir():
         raise ConfigError(
-            f"{key}={path!r} cannot be created: {str(parent)!r} is not writable: pass a path in "
-            f"a writable directory, e.g. {key}={{output_dir}}/{p.name}",
+            f"{key}={path!r} cannot be created: {str(parent)!r} is a file, not a directory: {fix}",
             key=key,
         )
+    try:
+        name_max = os.pathconf(parent, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    for part in p.parts[len(parent.parts) :]:
+        if len(os.fsencode(part)) > name_max:
+            raise ConfigError(
+                f"{key}={path!r} cannot be created: the name {part[:24]!r}... is "
+                f"{len(os.fsencode(part))} bytes, longer than the {name_max} its file system "
+                f"takes: pass a shorter name, e.g. {key}={{output_dir}}/memory.sqlite",
+                key=key,
+            )
+    if p.is_dir():
+        raise ConfigError(f"{key}={path!r} is a directory: pass a file path", key=key)
+    try:
+        if p.exists():  # opened for appending, closed at once: its content is left as it is
+            os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
+        else:
+            tempfile.TemporaryFile(dir=parent).close()
+    except OSError as e:
+        where = str(p) if p.exists() else str(parent)
+        raise ConfigError(
+            f"{key}={path!r} cannot be written: {where!r} is not writable "
+            f"({type(e).__name__}: {e.strerror or e}): {fix}",
+            key=key,
+        ) from None
+
+
+def _exists(p: Path) -> bool:
+    try:
+        return p.exists()
+    except OSError:  # e.g. a name too long to look up
+        return False
 
 
 def _check_value_fn(spec: str) -> None:

@@ -84,14 +84,9 @@ def run_log(path: Path) -> Iterator[None]:
 
 
 def run_rollout(
-    job: JobConfig,
-    output_dir: str | Path,
-    *,
-    policy: Policy | None = None,
-    on_step: Any = None,
-    keep_ray: bool = False,
-    labels: dict[str, Any] | None = None,
-) -> dict[str, Any]:
+    job: JobConfig, output_dir: str | Path, *, policy: Policy | None = None, on_step: Any = None,
+    keep_ray: bool = False, labels: dict[str, Any] | None = None,
+) -> dict[str, Any]:  # fmt: skip
     """Run ``job`` and write its outputs to ``output_dir``; returns the summary.
 
     Starts Ray (or joins ``rollout.ray_address``) unless it is up, and shuts down only an
@@ -127,14 +122,13 @@ def run_rollout(
             with sigterm_interrupts():
                 # One-off env set-up (e.g. TextWorld's games) in the driver, where it can show.
                 prepare_env(job.env.id, job.env.kwargs, progress=job.rollout.progress)
-                started = init_ray(job.rollout.ray_address)
+                r = job.rollout
+                started = init_ray(r.ray_address, node_timeout_s=r.node_timeout_s)
                 ray_seconds = time.perf_counter() - t0
                 collector = Collector(job, policy=checked.policy, on_step=on_step, run_id=run_id)
                 bar = progress_bar(job.rollout.progress, job.rollout.num_episodes, "episodes", "ep")
-                collector.run(
-                    progress=(lambda t: bar.update(1)) if bar is not None else None,
-                    on_episode=groups.add,
-                )
+                progress = (lambda t: bar.update(1)) if bar is not None else None
+                collector.run(progress=progress, on_episode=groups.add)
         except BaseException as e:
             status, error = run_status(e)
             raise
@@ -219,11 +213,8 @@ def _log_end(summary: dict[str, Any], out: Path) -> None:
         )  # fmt: skip
         return
     per_episode = summary["episode_prompt_tokens"]
-    failed = (
-        f"; {summary['errors']} of {summary['episodes']} episodes failed (errors.jsonl)"
-        if summary["errors"]
-        else ""
-    )
+    errors = summary["errors"]
+    failed = f"; {errors} of {summary['episodes']} episodes failed (errors.jsonl)" if errors else ""
     (log.warning if failed else log.info)(
         "rollout ok: %d episodes, success rate %.3f, %d env-steps, prompt tokens per episode "
         "mean %.0f / p95 %.0f / max %d (per step mean %.0f / max %d)%s; outputs in %s",

@@ -25,6 +25,4 @@ class RolloutStats:
     setup_time: float = 0.0
     #: Seconds of the stepping loop (env-steps/s divides by this).
     loop_time: float = 0.0
-    #: Both.
-    wall_time: float = 0.0
     failures: list[str] = field(default_factory=list)

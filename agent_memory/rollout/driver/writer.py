@@ -57,6 +57,8 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     "error": ("string", "what ended the episode early, if anything did"),
     "attempts": ("int64", "times the episode was started"),
     "thought": ("string", "the <think> part of the response"),
+    "memory_flag": ("string", "the memory's flag for the step (notes: missing, malformed, cut)"),
+    "memory_mask": ("list:int8", "1 for each sampled token that writes the memory's block"),
     "prompt_ids": ("list:int64", "the prompt token ids the model was conditioned on"),
     "response_ids": ("list:int64", "the sampled token ids"),
     "response_logprobs": ("list:float64", "each sampled token's sampling log-prob"),
@@ -77,6 +79,12 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     ),
     "action_index": ("int64", "score policy: the chosen candidate"),
     "action_logprob": ("float64", "score policy: the chosen action's log-prob (action softmax)"),
+    "memory_candidates": (
+        "list:list:int64",
+        "score policy with memory=notes: every memory block's ids (the response starts with one)",
+    ),
+    "memory_index": ("int64", "score policy: the chosen memory block"),
+    "memory_logprob": ("float64", "score policy: the chosen block's log-prob (its softmax)"),
 }
 
 
@@ -146,10 +154,8 @@ class RolloutWriter:
         self.out = Path(out_dir)
         self.out.mkdir(parents=True, exist_ok=True)
         self.job = job
-        self.paths = {
-            "jsonl": self.out / "trajectories.jsonl",
-            "summary": self.out / "summary.json",
-        }
+        out = self.out
+        self.paths = {"jsonl": out / "trajectories.jsonl", "summary": out / "summary.json"}
         if job.rollout.save_parquet:
             self.paths["parquet"] = self.out / "trajectories.parquet"
         self.episodes = job.rollout.layout == "episode"

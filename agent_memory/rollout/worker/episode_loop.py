@@ -79,17 +79,14 @@ class EpisodeLoop:
     """
 
     def __init__(
-        self,
-        worker: Any,
-        policy: Any,
-        max_response_chars: int,
-        report_interval_s: float = 0.0,
+        self, worker: Any, policy: Any, max_response_chars: int, report_interval_s: float = 0.0,
         lockstep: bool = False,
-    ) -> None:
+    ) -> None:  # fmt: skip
         self.worker = worker
         self.lockstep = lockstep
         self.policy = policy
         self.max_response_chars = max_response_chars
+        self.memory_tag = worker.env.memory.written_tag
         self.report_interval_s = report_interval_s
         #: Set when what has ended must go to the driver now, not at the end of the interval:
         #: an env has nothing left to play (the driver must feed it), or no more is coming.
@@ -149,15 +146,15 @@ class EpisodeLoop:
         ended: asyncio.Queue[list[FinishedEpisode] | BaseException | None] = asyncio.Queue()
 
         async def play() -> None:
+            last: BaseException | None = None
             try:
                 await self._play(assignments, ended.put_nowait)
             except BaseException as e:  # re-raised below, after what ended before it
-                ended.put_nowait(e)
-                self.flush.set()
+                last = e
                 if not isinstance(e, Exception):
                     raise
-            else:
-                ended.put_nowait(None)
+            finally:
+                ended.put_nowait(last)
                 self.flush.set()
 
         task = asyncio.ensure_future(play())
@@ -207,8 +204,6 @@ class EpisodeLoop:
             if ended := self._step():
                 emit(ended)
             await asyncio.sleep(0)  # let assign/finish calls and the messages in between steps
-
-    # ------------------------------------------------------------------ internals
 
     def _take_incoming(self) -> list[EpisodeAssignment]:
         out, self.incoming = self.incoming, []
@@ -330,29 +325,23 @@ class EpisodeLoop:
                 continue
             lv.request = None
             try:
-                g = fut.result()
+                ready[env] = fut.result()
             except Exception as e:
                 raise PolicyFailed(describe_exception(e), e) from e
-            ready[env] = g
         if not ready:
             return out
         for res in self.worker.step({env: g.text for env, g in ready.items()}):
             lv = self.live[res.env]
-            lv.run.steps.append(step_record(lv.run, ready[res.env], res, self.max_response_chars))
+            lv.run.steps.append(
+                step_record(lv.run, ready[res.env], res, self.max_response_chars, self.memory_tag)
+            )
             if res.done:
                 del self.live[res.env]
                 self.freed.add(res.env)
-                out.append(
-                    FinishedEpisode(
-                        res.env,
-                        lv.run.traj_uid,
-                        lv.run.steps,
-                        won=res.won,
-                        error=res.error,
-                        final_prompt=res.next.prompt,
-                        requests=lv.requests,
-                    )
-                )
+                out.append(FinishedEpisode(
+                    res.env, lv.run.traj_uid, lv.run.steps, won=res.won, error=res.error,
+                    final_prompt=res.next.prompt, requests=lv.requests,
+                ))  # fmt: skip
             else:
                 lv.run.view = res.next
                 self.asking.add(res.env)

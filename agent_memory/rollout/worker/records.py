@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_memory.memory.notes import memory_token_mask
 from agent_memory.protocol import Generation
 from agent_memory.rollout.jsonsafe import capped_text
 from agent_memory.rollout.messages import PromptView, StepResult
@@ -40,37 +41,31 @@ class Playing:
 def policy_inputs(runs: Sequence[Playing]) -> tuple[list[Any], list[dict[str, Any]]]:
     """The prompts of running episodes and each one's meta for the policy: the fields it asked
     for, plus the episode's ``traj_uid`` and the ``step`` it is about to take."""
-    prompts, metas = [], []
-    for run in runs:
-        prompts.append(run.view.prompt)
-        metas.append({**run.view.meta, "traj_uid": run.traj_uid, "step": len(run.steps) + 1})
-    return prompts, metas
+    metas = [
+        {**run.view.meta, "traj_uid": run.traj_uid, "step": len(run.steps) + 1} for run in runs
+    ]
+    return [run.view.prompt for run in runs], metas
 
 
 def step_record(
-    run: Playing, gen: Generation, res: StepResult, max_response_chars: int
-) -> StepRecord:
+    run: Playing, gen: Generation, res: StepResult, max_response_chars: int,
+    memory_tag: str | None = None,
+) -> StepRecord:  # fmt: skip
     """The record of ``run``'s next step: its prompt view, the policy's generation, the env's
-    outcome. The context length is the real prompt's token count when the policy reports ids."""
+    outcome. The context length is the real prompt's token count when the policy reports ids;
+    ``memory_tag`` (the memory's ``written_tag``) marks the tokens that write its blocks."""
     view = run.view
+    offsets = gen.response_offsets
+    mask = None
+    if memory_tag is not None and offsets is not None and isinstance(gen.text, str):
+        mask = memory_token_mask(gen.text, offsets, memory_tag)
     text, chars = capped_text(gen.text, max_response_chars)
     tokens = len(gen.prompt_ids) if gen.prompt_ids is not None else view.context_tokens
     return StepRecord(
-        step=len(run.steps) + 1,
-        prompt=view.prompt,
-        response=text,
-        response_chars=chars,
-        parsed_action=res.parsed_action,
-        valid=res.is_action_valid,
-        invalid_reason=res.invalid_reason,
-        reward=res.reward,
-        terminated=res.terminated,
-        truncated=res.truncated,
-        context_tokens=tokens,
-        context_chars=view.context_chars,
-        history_steps=view.history_steps,
-        state_key=res.state_key,
-        observation=view.observation,
-        thought=res.thought,
-        generation=gen,
-    )
+        step=len(run.steps) + 1, prompt=view.prompt, response=text, response_chars=chars,
+        parsed_action=res.parsed_action, valid=res.is_action_valid,
+        invalid_reason=res.invalid_reason, reward=res.reward, terminated=res.terminated,
+        truncated=res.truncated, context_tokens=tokens, context_chars=view.context_chars,
+        history_steps=view.history_steps, state_key=res.state_key, observation=view.observation,
+        thought=res.thought, memory_flag=res.memory_flag, memory_mask=mask, generation=gen,
+    )  # fmt: skip

@@ -36,11 +36,9 @@ class PolicyService:
         )
 
     async def generate(
-        self,
-        prompts: Sequence[Any],
-        meta: Sequence[Mapping[str, Any]] | None = None,
+        self, prompts: Sequence[Any], meta: Sequence[Mapping[str, Any]] | None = None,
         alone: bool = False,
-    ) -> list[Generation]:
+    ) -> list[Generation]:  # fmt: skip
         """The generations of ``prompts``, from a batch shared with other callers (``alone``:
         a batch of their own, as ``rollout.mode=lockstep`` asks)."""
         return await self.batcher.agenerate(prompts, meta, alone=alone)

@@ -5,7 +5,10 @@ usually did it: :class:`MarkCalls` marks each sub-env's ``reset``/``step`` (and 
 memory-mapped file shared by the worker's processes, so the next incarnation reads which env and
 episode were inside a call (:meth:`CallMarks.collect`) and only that episode is charged.
 :class:`CallWatchdog` enforces ``rollout.step_timeout_s``: a call stuck in C code cannot be
-interrupted, so the process re-marks it as a timeout and ends itself (Ray restarts it).
+interrupted, so the process re-marks it as a timeout and ends itself (Ray restarts it). A call
+that holds the GIL (a catastrophic regular expression) starves the watchdog's thread, so a small
+guard process reads the same marks and, a moment after the thread would have, re-marks the call
+and SIGKILLs the worker (and the processes it started) from outside.
 
 Example:
     >>> import tempfile
@@ -27,6 +30,8 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -209,14 +214,76 @@ class MarkCalls(gym.Wrapper):
             self.marks.end(self.index)
 
 
+#: The guard process (run as ``python -I -S -c GUARD path limit interval pid``): the
+#: standard library only, so it starts in milliseconds and holds a few MB. Every ``interval`` it
+#: scans the first byte of each mark; a call older than ``limit`` is re-marked as a timeout (as
+#: :meth:`CallMarks.give_up` does) and the worker's other child processes, then the worker, are
+#: SIGKILLed. It ends when the worker is gone (it is then no longer its parent).
+GUARD = f"""
+import mmap, os, re, signal, sys, time
+path, limit, interval, pid = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+SLOT, SIZE, BUSY = {_SLOT}, {_SIZE}, re.compile(rb"[^ \\x00]")
+
+def children():
+    found = []
+    for task in os.listdir(f"/proc/{{pid}}/task"):
+        with open(f"/proc/{{pid}}/task/{{task}}/children") as f:
+            found += [int(c) for c in f.read().split() if int(c) != os.getpid()]
+    return found
+
+def late(m, now):
+    for hit in BUSY.finditer(m[0 : len(m) : SLOT]):
+        o = hit.start() * SLOT
+        fields = m[o : o + SIZE].replace(b"\\0", b" ").split()
+        if len(fields) == 2 and fields[1].replace(b".", b"", 1).isdigit():
+            if now - float(fields[1]) > limit:
+                return o, fields
+    return None
+
+with open(path, "r+b") as f:
+    while os.getppid() == pid:
+        time.sleep(interval)
+        size = os.fstat(f.fileno()).st_size
+        if size < SLOT:
+            continue
+        with mmap.mmap(f.fileno(), size - size % SLOT) as m:
+            now = time.time()
+            hit = late(m, now)
+            if hit is None or m[hit[0] : hit[0] + SIZE].replace(b"\\0", b" ").split() != hit[1]:
+                continue
+            o, (phase, start) = hit
+            seconds = now - float(start)
+            m[o : o + SIZE] = f"timeout {{phase.decode()}} {{start.decode()}} {{seconds:.3f}}" \\
+                .encode().ljust(SIZE)[:SIZE]
+            m.flush()
+        try:
+            kids = children()
+        except OSError:
+            kids = []
+        for kid in kids:
+            try:
+                os.kill(kid, signal.SIGKILL)
+            except OSError:
+                pass
+        os.kill(pid, signal.SIGKILL)
+        break
+"""
+
+
 class CallWatchdog:
     """Ends the process when an env call has run longer than ``limit_s`` (see the module).
+
+    A thread checks the marks every ``interval`` and ends the process itself (exit status 70,
+    after ``before_exit``); a guard process (:data:`GUARD`, Linux) kills it from outside when
+    a call is ``grace`` seconds later still (a call holding the GIL stops the thread).
 
     Args:
         marks: the worker's marks.
         limit_s: the longest an env's ``reset`` or ``step`` may run, in seconds.
         before_exit: called before the process ends (e.g. kill the sub-env processes).
         interval: seconds between checks (default: a quarter of the limit, at most 1 s).
+        grace: seconds past ``limit_s`` before the guard process kills (default: two
+            intervals, at least 1 s); None: no guard process.
     """
 
     def __init__(
@@ -225,6 +292,7 @@ class CallWatchdog:
         limit_s: float,
         before_exit: Callable[[], None] | None = None,
         interval: float | None = None,
+        grace: float | None = -1.0,
     ) -> None:
         self.marks = marks
         self.limit_s = float(limit_s)
@@ -233,6 +301,21 @@ class CallWatchdog:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="agent-memory-watchdog", daemon=True)
         self._thread.start()
+        if grace is not None and grace < 0:
+            grace = max(1.0, 2 * self.interval)
+        self.guard = None if grace is None else self._start_guard(self.limit_s + grace)
+
+    def _start_guard(self, limit_s: float) -> subprocess.Popen[bytes] | None:
+        """The guard process (None where it cannot run: no /proc, or it does not start)."""
+        if not os.path.isdir(f"/proc/{os.getpid()}/task"):
+            return None
+        self.marks._map(max(0, self.marks.num_envs - 1))  # the file exists before the guard
+        args = [os.path.join(self.marks.root, _FILE), str(limit_s), str(self.interval)]
+        cmd = [sys.executable, "-I", "-S", "-c", GUARD, *args, str(os.getpid())]
+        try:
+            return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        except OSError:  # no guard: the thread alone (a call holding the GIL is not ended)
+            return None
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
@@ -261,6 +344,10 @@ class CallWatchdog:
     def stop(self) -> None:
         """Stop checking (the worker is closing)."""
         self._stop.set()
+        if self.guard is not None:
+            with contextlib.suppress(OSError):
+                self.guard.kill()
+                self.guard.wait()
 
 
 def kill_processes(processes: list[Any]) -> None:

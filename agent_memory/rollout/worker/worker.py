@@ -83,14 +83,13 @@ def build_env(
         # Gymnasium's deep copy of every sub-env's observation, acting or held, buys nothing.
         venv = SyncVectorEnv(fns, copy=False, autoreset_mode=AutoresetMode.DISABLED)
     mem = job.memory
-    history_length = job.history_length
     counter = make_token_counter(mem.token_counter)
     memory = make_memory(
         mem.strategy, num_envs=num_envs, formatter=job.env.formatter, token_counter=counter,
         max_tokens=mem.max_tokens, capacity=job.memory_capacity, **dict(mem.params),
     )  # fmt: skip
     return VectorHistoryWrapper(
-        venv, history_length=history_length, memory=memory, template=job.env.template.build(),
+        venv, history_length=job.history_length, memory=memory, template=job.env.template.build(),
         parser=job.env.parser.build(), token_counter=counter,
         max_prompt_tokens=mem.max_prompt_tokens,
     )  # fmt: skip
@@ -101,7 +100,6 @@ class RolloutWorker:
 
     Args:
         index: this worker's number (for reports).
-        job: the validated job config.
         num_envs: sub-envs in this worker's vector env.
         meta_fields: per-env fields the policy needs besides the prompt (``Policy.needs``).
         marks_root: directory of this worker's call marks; None: no marks, no step time limit.
@@ -109,14 +107,9 @@ class RolloutWorker:
     """
 
     def __init__(
-        self,
-        index: int,
-        job: JobConfig,
-        num_envs: int,
-        meta_fields: Sequence[str] | None = None,
-        marks_root: str | None = None,
-        policy: Any = None,
-    ) -> None:
+        self, index: int, job: JobConfig, num_envs: int, meta_fields: Sequence[str] | None = None,
+        marks_root: str | None = None, policy: Any = None,
+    ) -> None:  # fmt: skip
         self.index = index
         self.job = job
         self.policy = policy
@@ -240,6 +233,7 @@ class RolloutWorker:
             for key, default in (
                 ("error", None), ("is_action_valid", True), ("invalid_reason", None),
                 ("parsed_action", None), ("thought", None), ("won", False), ("state_key", None),
+                ("memory_flag", None),
             )
         }  # fmt: skip
         out = []
@@ -247,19 +241,14 @@ class RolloutWorker:
             error = values["error"][j]
             term = bool(terminated[i])
             result = StepResult(
-                env=i,
-                reward=float(rewards[i]),
-                terminated=term,
+                env=i, reward=float(rewards[i]), terminated=term,
                 truncated=bool(truncated[i] or error is not None) and not term,
                 is_action_valid=bool(values["is_action_valid"][j]),
                 invalid_reason=values["invalid_reason"][j],
-                parsed_action=values["parsed_action"][j],
-                thought=values["thought"][j] or None,
-                state_key=self.state_keys[i],
-                won=bool(values["won"][j]),
-                error=error,
-                next=views[i],
-            )
+                parsed_action=values["parsed_action"][j], thought=values["thought"][j] or None,
+                memory_flag=values["memory_flag"][j], state_key=self.state_keys[i],
+                won=bool(values["won"][j]), error=error, next=views[i],
+            )  # fmt: skip
             self.state_keys[i] = values["state_key"][j]
             self.views[i] = views[i]
             if result.done:
@@ -267,14 +256,10 @@ class RolloutWorker:
             out.append(result)
         return out
 
-    # ------------------------------------------------------------------ asynchronous engine
-
     async def run(
-        self,
-        assignments: Sequence[EpisodeAssignment],
-        policy_version: int | None = None,
+        self, assignments: Sequence[EpisodeAssignment], policy_version: int | None = None,
         stream: int = 0,
-    ) -> AsyncIterator[EpisodeBatch]:
+    ) -> AsyncIterator[EpisodeBatch]:  # fmt: skip
         """Play ``assignments`` (and what :meth:`assign` adds) with the worker's policy, yielding
         the ended episodes packed (a Ray streaming call; see :class:`EpisodeLoop`); ends after
         :meth:`finish`, once its episodes have.
@@ -296,10 +281,7 @@ class RolloutWorker:
         )  # fmt: skip
         self.loops[stream] = loop
         for early in self.early.pop(stream, []):
-            if early is None:
-                loop.finish()
-            else:
-                loop.assign(early)
+            self._to_stream(stream, early)
         try:
             async for ended in loop.run(assignments):
                 yield EpisodeBatch.pack(ended)
@@ -308,11 +290,7 @@ class RolloutWorker:
 
     async def assign(self, assignments: Sequence[EpisodeAssignment], stream: int = 0) -> None:
         """More episodes for the running :meth:`run` call ``stream``."""
-        loop = self.loops.get(stream)
-        if loop is None:
-            self.early.setdefault(stream, []).append(list(assignments))
-        else:
-            loop.assign(assignments)
+        self._to_stream(stream, list(assignments))
 
     async def drain(self, stream: int = 0) -> None:
         """Nothing more waits at the driver for :meth:`run` call ``stream`` (a hint about when
@@ -323,11 +301,7 @@ class RolloutWorker:
 
     async def finish(self, stream: int = 0) -> None:
         """No more episodes for :meth:`run` call ``stream``: it ends once its episodes have."""
-        loop = self.loops.get(stream)
-        if loop is None:
-            self.early.setdefault(stream, []).append(None)
-        else:
-            loop.finish()
+        self._to_stream(stream, None)
 
     async def set_concurrency(self, concurrency: int) -> None:
         """The worker's share of its client policy's requests in flight (see
@@ -349,7 +323,15 @@ class RolloutWorker:
         if self.marks is not None:
             self.marks.close(remove=True)
 
-    # ------------------------------------------------------------------ internals
+    def _to_stream(self, stream: int, assignments: list[EpisodeAssignment] | None) -> None:
+        """More episodes (None: finish) for :meth:`run` call ``stream``, kept until it starts."""
+        loop = self.loops.get(stream)
+        if loop is None:
+            self.early.setdefault(stream, []).append(assignments)
+        elif assignments is None:
+            loop.finish()
+        else:
+            loop.assign(assignments)
 
     def _check_ready(self) -> None:
         if self.init_error is not None:
@@ -395,16 +377,14 @@ class RolloutWorker:
                 meta["task"] = now.task  # as the prompt shows it
             if "raw_obs" in self.meta_fields:
                 meta["raw_obs"] = now.observation
+            if "memory_candidates" in self.meta_fields:
+                meta["memory_candidates"] = self.env.memory.candidates(i, now.observation)
             if i in oracles:
                 meta["oracle_action"] = oracles[i]
             views[i] = PromptView(
-                prompt=prompts[i],
-                context_tokens=int(tokens[i]),
-                context_chars=int(chars[i]),
-                history_steps=int(steps[i]),
-                meta=meta,
-                observation=now.observation,
-            )
+                prompt=prompts[i], context_tokens=int(tokens[i]), context_chars=int(chars[i]),
+                history_steps=int(steps[i]), meta=meta, observation=now.observation,
+            )  # fmt: skip
         return views
 
     def _oracles(self, ids: list[int]) -> dict[int, Any]:

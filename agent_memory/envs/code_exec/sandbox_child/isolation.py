@@ -28,11 +28,9 @@ _ETC_FILES = (
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _OTHER_READS = ("/sys/devices/system/cpu",)
 _DEV_LINKS = {
-    "/dev/fd": "/proc/self/fd",
-    "/dev/stdin": "/proc/self/fd/0",
-    "/dev/stdout": "/proc/self/fd/1",
+    "/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1",
     "/dev/stderr": "/proc/self/fd/2",
-}
+}  # fmt: skip
 
 
 def python_dirs() -> list[str]:
@@ -94,11 +92,8 @@ def enter_namespaces(flags: int, in_user_namespace: bool, map_id: int | None) ->
         sysapi.unshare(sysapi.CLONE_NEWUSER | flags)
     except OSError as exc:
         return f"{first}with a user namespace: {exc.strerror}", False
-    for name, text in (
-        ("setgroups", "deny"),
-        ("uid_map", f"{uid} {uid} 1"),
-        ("gid_map", f"{gid} {gid} 1"),
-    ):
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):  # fmt: skip
         try:
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
@@ -149,14 +144,11 @@ def _remount(target: str, flags: int) -> None:
     clear locked ones)."""
     have = os.statvfs(target).f_flag
     for st, ms in (
-        (os.ST_NOSUID, sysapi.MS_NOSUID),
-        (os.ST_NODEV, sysapi.MS_NODEV),
-        (os.ST_NOEXEC, sysapi.MS_NOEXEC),
-        (os.ST_NOATIME, sysapi.MS_NOATIME),
-        (os.ST_NODIRATIME, sysapi.MS_NODIRATIME),
-        (os.ST_RELATIME, sysapi.MS_RELATIME),
+        (os.ST_NOSUID, sysapi.MS_NOSUID), (os.ST_NODEV, sysapi.MS_NODEV),
+        (os.ST_NOEXEC, sysapi.MS_NOEXEC), (os.ST_NOATIME, sysapi.MS_NOATIME),
+        (os.ST_NODIRATIME, sysapi.MS_NODIRATIME), (os.ST_RELATIME, sysapi.MS_RELATIME),
         (os.ST_RDONLY, sysapi.MS_RDONLY),
-    ):
+    ):  # fmt: skip
         if have & st:
             flags |= ms
     sysapi.mount(None, target, None, sysapi.MS_REMOUNT | sysapi.MS_BIND | flags)

@@ -16,18 +16,9 @@ from . import sysapi
 _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _FS_WRITE_FILE, _FS_READ_FILE, _FS_READ_DIR = 1 << 1, 1 << 2, 1 << 3
-_FS_WRITES = (
-    _FS_WRITE_FILE
-    | (1 << 4)  # REMOVE_DIR
-    | (1 << 5)  # REMOVE_FILE
-    | (1 << 6)  # MAKE_CHAR
-    | (1 << 7)  # MAKE_DIR
-    | (1 << 8)  # MAKE_REG
-    | (1 << 9)  # MAKE_SOCK
-    | (1 << 10)  # MAKE_FIFO
-    | (1 << 11)  # MAKE_BLOCK
-    | (1 << 12)  # MAKE_SYM
-)
+# WRITE_FILE and bits 4-12: REMOVE_DIR, REMOVE_FILE, MAKE_CHAR, MAKE_DIR, MAKE_REG, MAKE_SOCK,
+# MAKE_FIFO, MAKE_BLOCK, MAKE_SYM.
+_FS_WRITES = _FS_WRITE_FILE | sum(1 << bit for bit in range(4, 13))
 _FS_REFER, _FS_TRUNCATE, _FS_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
 _NET_BIND_TCP, _NET_CONNECT_TCP = 1 << 0, 1 << 1
 _SCOPE_ABSTRACT_UNIX_SOCKET, _SCOPE_SIGNAL = 1 << 0, 1 << 1
@@ -108,12 +99,9 @@ def _enforce(ruleset: int, rules: list[tuple[str, int]], file_rights: int) -> st
                 allowed &= file_rights  # directory rights on a file are EINVAL
             rule = _PathBeneath(allowed, fd)
             rc = _syscall(
-                "landlock_add_rule",
-                ctypes.c_int(ruleset),
-                _RULE_PATH_BENEATH,
-                ctypes.byref(rule),
+                "landlock_add_rule", ctypes.c_int(ruleset), _RULE_PATH_BENEATH, ctypes.byref(rule),
                 0,
-            )
+            )  # fmt: skip
             if rc:
                 return f"landlock_add_rule {path}: {sysapi.errno_text()}"
         finally:

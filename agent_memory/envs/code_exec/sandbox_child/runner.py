@@ -33,10 +33,8 @@ class Capture(io.TextIOBase):
     def __init__(self, cap: int) -> None:
         self.cap = cap
         self.head: list[str] = []
-        self.head_len = 0
         self.tail: list[str] = []
-        self.tail_len = 0
-        self.total = 0
+        self.head_len = self.tail_len = self.total = 0
 
     def writable(self) -> bool:
         return True
@@ -78,13 +76,8 @@ def _hide_own_frames(te: traceback.TracebackException, seen: set[int] | None = N
     if id(te) in seen:
         return
     seen.add(id(te))
-    te.stack = traceback.StackSummary.from_list(
-        [
-            f
-            for f in te.stack
-            if f.filename != ast.__file__ and os.path.dirname(f.filename) != _OWN_DIR
-        ]
-    )
+    frames = [f for f in te.stack if os.path.dirname(f.filename) != _OWN_DIR]
+    te.stack = traceback.StackSummary.from_list([f for f in frames if f.filename != ast.__file__])
     for chained in (te.__cause__, te.__context__):
         if chained is not None:
             _hide_own_frames(chained, seen)
@@ -145,13 +138,9 @@ def run(code: str, namespace: dict, step: int | None, cap: int, hidden: set[int]
         if isinstance(name, str) and not name.startswith("_") and id(value) not in hidden
     )
     return {
-        "op": "result",
-        "status": status,
-        "head": head,
-        "tail": tail,
-        "omitted": omitted,
+        "op": "result", "status": status, "head": head, "tail": tail, "omitted": omitted,
         "names": names[: protocol.MAX_NAMES],
-    }
+    }  # fmt: skip
 
 
 def harden(init: dict, keep: dict) -> dict:

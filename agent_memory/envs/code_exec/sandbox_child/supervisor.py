@@ -146,17 +146,6 @@ def _layers_from(msg: dict | None) -> dict[str, str] | None:
     return {str(k): v for k, v in layers.items()}
 
 
-def _stdlib() -> str:
-    return os.path.dirname(os.__file__)
-
-
-def _readable_by_others(workdir: str) -> bool:
-    """Whether another uid reaches the standard library and the working dir on the host."""
-    return isolation.others_can_read(_stdlib()) and isolation.others_can_read(
-        os.path.dirname(workdir)
-    )
-
-
 def _check_workdir(init: dict) -> None:
     """The working dir must be the directory the env made (not a link planted at its path).
 
@@ -213,11 +202,15 @@ def _isolate(init: dict) -> tuple[dict[str, str], dict, bool]:
                 layers["filesystem"] = f"off (building the view failed: {exc})"
     else:
         layers["filesystem"] = "off (disabled)"
-    readable = view_reads is not None or _readable_by_others(workdir)
+    # without a view, another uid must reach the standard library and the working dir on the host
+    stdlib = os.path.dirname(os.__file__)
+    readable = view_reads is not None or all(
+        isolation.others_can_read(p) for p in (stdlib, os.path.dirname(workdir))
+    )
     if uid is not None and not readable:  # no view (unavailable here): the uid could not import
         if map_id is not None:
             os.chown(workdir, 0, 0)  # back to root (uid 0 is mapped in our user namespace too)
-        uid, kept_why = None, f"{_stdlib()} is not readable by other users and there is no view"
+        uid, kept_why = None, f"{stdlib} is not readable by other users and there is no view"
     elif uid is not None and map_id is None:
         if userns:  # root's own uid 0 is mapped: the sandbox's uid is not (unexpected)
             uid, kept_why = None, "in a user namespace that maps only uid 0"

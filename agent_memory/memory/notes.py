@@ -1,0 +1,273 @@
+"""``NotesMemory`` (``memory=notes``): memory the policy writes itself (MEM1, Memory-R1).
+
+Each response may carry a block next to its action (``<memory>the key is BLUE</memory>``). The
+memory keeps each env's note from those blocks (``update="replace"``: the newest block is the
+note; ``"append"``: each block adds a line, an empty one adds nothing) within ``note_tokens``,
+and shows it before a window of the env's recent steps: with a fixed window the prompt stays the
+same size however long the episode runs, and RL decides what the note keeps.
+
+A response without a block (``"missing"``), with an unclosed one (``"malformed"``) or a note
+over its bound (``"cut"``) is flagged in the step's ``info["memory_flag"]`` and counted. A policy
+that chooses rather than writes (``policy=score``) picks among :meth:`NotesMemory.candidates`:
+keep the note as it is, or add one line of the current observation (Memory-R1's NOOP / ADD).
+
+Example:
+    >>> mem = NotesMemory(num_envs=1, note_tokens=16, token_counter="chars")
+    >>> mem.store({"observation": ["the key is BLUE"], "action": ["next"],
+    ...            "response": ["<memory>key=BLUE</memory><action>next</action>"]})
+    >>> mem.store({"observation": ["Octopuses have three hearts."], "action": ["next"],
+    ...            "response": ["<action>next</action>"]})
+    >>> mem.note(0), mem.step_flags([0]), dict(mem.flag_counts)
+    ('key=BLUE', {0: 'missing'}, {'missing': 1})
+    >>> print(mem.fetch(0).contexts[0])
+    Memory:
+    key=BLUE
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+from agent_memory.checks import check_choice, check_int, check_str
+from agent_memory.formatting import FormatterSpec
+from agent_memory.memory.base import UNSET, Budget, EnvIds, Fetched, check_env_index
+from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
+from agent_memory.memory.compaction.summarizers import fit_text
+from agent_memory.memory.settings import Settings, SettingsAttributes
+from agent_memory.text import find_tags, utf8_safe
+from agent_memory.tokens import TokenCounterSpec
+
+__all__ = ["NoteFlag", "NotesMemory", "NotesSettings", "memory_token_mask"]
+
+#: Why a step's note is not simply the block it wrote.
+NoteFlag = Literal["missing", "malformed", "cut"]
+
+
+def memory_token_mask(text: str, offsets: Sequence[int], tag: str) -> list[int]:
+    """1 for each response token that starts inside a ``<tag>...</tag>`` block of ``text`` (the
+    tags included), else 0; ``offsets``: where each token starts in ``text``.
+
+    Example:
+        >>> text = "<memory>key=BLUE</memory><action>next</action>"
+        >>> memory_token_mask(text, [0, 8, 16, 25, 33, 37], "memory")
+        [1, 1, 1, 0, 0, 0]
+    """
+    spans, open_, close = [], f"<{tag}>", f"</{tag}>"
+    start = text.find(open_)
+    while start >= 0:
+        end = text.find(close, start + len(open_))
+        if end < 0:  # an unclosed block is not memory (the memory ignores it too)
+            break
+        spans.append((start, end + len(close)))
+        start = text.find(open_, end + len(close))
+    return [int(any(a <= o < b for a, b in spans)) for o in offsets]
+
+
+@dataclass(frozen=True)
+class NotesSettings(Settings):
+    """The arguments of the same names of :class:`NotesMemory`, validated once.
+
+    Example:
+        >>> NotesSettings(tag="<memory>")
+        Traceback (most recent call last):
+        ...
+        ValueError: tag must be a bare tag name like 'memory', got '<memory>'
+    """
+
+    tag: str = "memory"
+    update: Literal["replace", "append"] = "replace"
+    note_tokens: int = 64
+    on_missing: Literal["keep", "empty"] = "keep"
+    header: str = "Memory:"
+    window_header: str = "Recent steps:"
+    max_candidates: int = 8
+
+    def __post_init__(self) -> None:
+        tag = self.tag
+        if not isinstance(tag, str) or not tag or any(c in tag for c in "<>/ "):
+            raise ValueError(f"tag must be a bare tag name like 'memory', got {tag!r}")
+        self._normalize(
+            update=check_choice("update", self.update, ("replace", "append")),
+            note_tokens=check_int("note_tokens", self.note_tokens, 1),
+            on_missing=check_choice("on_missing", self.on_missing, ("keep", "empty")),
+            header=check_str("header", self.header, empty=True),
+            window_header=check_str("window_header", self.window_header, empty=True),
+            max_candidates=check_int("max_candidates", self.max_candidates, 1),
+        )
+
+
+class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
+    """Per env: the note the policy wrote in its responses, then its recent window.
+
+    Args:
+        num_envs, formatter, max_tokens, token_counter, capacity: as for HistoryMemory (a
+            budget covers note and window, the window first).
+        tag: the block's tag in a response (``<memory>...</memory>``); the last block counts.
+        update: ``"replace"`` (the block is the new note) or ``"append"`` (the block is added as
+            a line; an empty block adds nothing; the oldest lines go first when over the bound).
+        note_tokens: the note's bound in tokens (of ``token_counter``); a longer one is cut.
+        on_missing: a response without a complete block keeps the note (``"keep"``) or empties
+            it (``"empty"``).
+        header: the line that opens the note in the prompt.
+        window_header: the line between the note and the window (``""``: none).
+        max_candidates: the most blocks :meth:`candidates` offers a choosing policy.
+    """
+
+    #: The note is shown from the step after it is written, whatever the window.
+    fetch_when_empty: ClassVar[bool] = True
+    #: Steps store the model's ``response``: the note is read from it.
+    _RECORD_KEYS: ClassVar[frozenset[str]] = frozenset({"response"})
+
+    def __init__(
+        self,
+        num_envs: int,
+        formatter: FormatterSpec = "simple",
+        *,
+        max_tokens: int | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        capacity: int | None = None,
+        tag: str = "memory",
+        update: Literal["replace", "append"] = "replace",
+        note_tokens: int = 64,
+        on_missing: Literal["keep", "empty"] = "keep",
+        header: str = "Memory:",
+        window_header: str = "Recent steps:",
+        max_candidates: int = 8,
+    ) -> None:
+        super().__init__(**self._shared(locals()))
+        self.settings = s = NotesSettings.from_arguments(locals())
+        self.layout = BlockLayout(header=s.header, window_header=s.window_header)
+        self._open = f"<{s.tag}>"
+        self._notes: list[str] = [""] * num_envs
+        self._last: dict[int, NoteFlag] = {}
+        #: How often each flag was raised since the memory was built.
+        self.flag_counts: Counter[str] = Counter()
+
+    @property
+    def record_keys(self) -> frozenset[str]:
+        """The formatter's keys, plus ``response`` (where the note is written)."""
+        return super().record_keys | self._RECORD_KEYS
+
+    @property
+    def written_tag(self) -> str:
+        """The note's tag: the tokens of its blocks are the rows' memory tokens."""
+        return self.settings.tag
+
+    def note(self, env_id: int) -> str:
+        """Env ``env_id``'s current note (``""`` before it writes one)."""
+        return self._notes[check_env_index(env_id, self.num_envs)]
+
+    def candidates(self, env_id: int, observation: str) -> list[str]:
+        """The blocks a choosing policy may write next: the note kept as it is, then the note
+        with one more line of ``observation`` (each distinct non-empty line, at most
+        ``max_candidates - 1``), as response text.
+
+        Example:
+            >>> mem = NotesMemory(num_envs=1, update="append")
+            >>> mem.candidates(0, "key=RED\\nSay 'next'.")
+            ['<memory></memory>', '<memory>key=RED</memory>', "<memory>Say 'next'.</memory>"]
+        """
+        s, note = self.settings, self.note(env_id)
+        lines = list(dict.fromkeys(x.strip() for x in observation.splitlines() if x.strip()))
+        lines = lines[: s.max_candidates - 1]
+        if s.update == "append":  # a block adds a line; an empty block keeps the note
+            blocks = ["", *lines]
+        else:  # a block is the whole new note
+            blocks = [note, *("\n".join(x for x in (note, line) if x) for line in lines)]
+        return [f"<{s.tag}>{b}</{s.tag}>" for b in blocks]
+
+    def step_flags(self, env_ids: Sequence[int]) -> dict[int, str]:
+        """The flags the last store raised for the envs of ``env_ids`` that have one."""
+        return {i: self._last[i] for i in env_ids if i in self._last}
+
+    def _reset_env(self, i: int) -> None:
+        self._notes[i] = ""
+        self._last.pop(i, None)
+
+    def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
+        """Append one step per env to its window and update its note from ``record["response"]``
+        (the wrappers store it for this memory; a record without one writes no block)."""
+        ids = self._ids(env_ids)
+        self._window.store(record, ids)
+        responses = record.get("response") or [""] * len(ids)
+        for i, response in zip(ids, responses, strict=True):
+            self._update(i, response if isinstance(response, str) else str(response))
+
+    def fetch(
+        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+    ) -> Fetched:
+        """Each env's note (when it has one), then its window."""
+        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        counter = self.token_counter
+        blocks = [
+            Block([note], [counter(note + "\n")]) if (note := self._notes[i]) else None for i in ids
+        ]
+        return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Windows, notes, flag counts and settings."""
+        return {
+            **self._state_header(),
+            "config": self.settings.to_dict(),
+            "window": self._window.state_dict(),
+            "notes": list(self._notes),
+            "flag_counts": dict(self.flag_counts),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore from :meth:`state_dict`.
+
+        Raises:
+            ValueError: a state of another kind, version or number of envs.
+        """
+        self._check_state(state)
+        self._window.load_state_dict(state["window"])
+        self._notes = [str(n) for n in state["notes"]]
+        self.flag_counts = Counter(state["flag_counts"])
+        self._last = {}
+
+    def _update(self, i: int, response: str) -> None:
+        """Env ``i``'s note after a response (its flag in ``_last``)."""
+        s = self.settings
+        found = find_tags(response, (s.tag,))
+        flag: NoteFlag | None = None
+        if not found:
+            flag = "malformed" if self._open in response else "missing"
+            note = self._notes[i] if s.on_missing == "keep" else ""
+        else:
+            block = utf8_safe(found[-1][1].strip())
+            if s.update == "replace":
+                note = block
+            else:
+                note = "\n".join(x for x in (self._notes[i], block) if x)
+            fitted = self._fit(note)
+            if fitted != note:
+                flag, note = "cut", fitted
+        self._notes[i] = note
+        if flag is None:
+            self._last.pop(i, None)
+        else:
+            self._last[i] = flag
+            self.flag_counts[flag] += 1
+
+    def _fit(self, note: str) -> str:
+        """``note`` within ``note_tokens``: appended notes lose their oldest lines first."""
+        limit, count = self.settings.note_tokens, self.token_counter
+        if count(note) <= limit:
+            return note
+        if self.settings.update == "append":
+            lines = note.split("\n")
+            while len(lines) > 1 and count("\n".join(lines)) > limit:
+                lines.pop(0)
+            note = "\n".join(lines)
+        return fit_text(note, limit, count)
+
+    def __repr__(self) -> str:
+        s = self.settings
+        return (
+            f"NotesMemory(num_envs={self.num_envs}, tag={s.tag!r}, update={s.update!r}, "
+            f"note_tokens={s.note_tokens}, on_missing={s.on_missing!r})"
+        )

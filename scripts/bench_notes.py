@@ -1,0 +1,162 @@
+"""Memory the agent learns to write, beyond the training horizon: the table behind docs/training.md.
+
+    python scripts/bench_notes.py                        # every configuration (~30 min each here)
+    python scripts/bench_notes.py --only notes notes_memory_untrained
+    python scripts/bench_notes.py --quick                # 2 iterations each: a smoke test
+
+Each configuration trains the tiny LM of configs/train_recall.yaml from scratch (GRPO, the score
+policy, the real rollout path) on Recall with 2 cues over 8 steps (configs/train_notes.yaml),
+then plays its final weights greedily on held-out seeds at 1x, 2x and 4x that horizon (4 cues over
+16 steps, 8 over 32). Configurations differ in their memory: a window holding about the note's
+tokens, the whole history, extractive compaction, the note the policy writes (memory=notes), and
+that note with its memory choices left out of the loss (trainer.train_memory_tokens=false).
+
+Writes to --out (default outputs/bench_notes/<date-time>): one run directory per configuration,
+notes.md (the table, also printed) and notes.png (success against the horizon).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bench_lib.trained import REPO, run_benchmark
+
+#: (cues, distractors) of the horizons played: 1x is the training horizon (8 steps).
+HORIZONS = ((2, 5), (4, 11), (8, 23))
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration: its name, its label in the table, its config and Hydra overrides."""
+
+    name: str
+    label: str
+    config: str
+    overrides: tuple[str, ...] = ()
+
+
+#: The task of configs/train_notes.yaml, for the configurations built on train_recall.
+TASK = ("env.kwargs.num_cues=2", "env.kwargs.num_distractors=5", "env.parser.tag=action",
+        "trainer.minibatch_size=64")  # fmt: skip
+SETTINGS = (
+    Setting("window", "window 3 (about the note's tokens)", "train_recall",
+            (*TASK, "env.history_length=3")),
+    Setting("full", "whole history", "train_recall", (*TASK, "env.history_length=-1")),
+    Setting(
+        "compaction", "extractive compaction, window 1", "train_recall",
+        (*TASK, "memory=compaction", "env.history_length=1", "memory.params.trigger_steps=2",
+         "memory.params.keep_last=1"),
+    ),
+    Setting("notes", "notes the policy writes (trained)", "train_notes"),
+    Setting("notes_memory_untrained", "notes, memory choices not trained", "train_notes",
+            ("trainer.train_memory_tokens=false",)),
+)  # fmt: skip
+
+QUICK = (
+    "trainer.iterations=2", "trainer.eval_every=1", "trainer.eval_episodes=8",
+    "rollout.num_groups=2", "rollout.group_size=2", "rollout.envs_per_worker=8",
+    "trainer.tiny.vocab_episodes=8", "trainer.logger=[csv]",
+)  # fmt: skip
+
+
+def compose(config: str, overrides: list[str]) -> Any:
+    """The training config ``configs/<config>.yaml`` with ``overrides``."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from agent_memory.train import load_train, register_train_configs
+
+    register_train_configs()
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        return load_train(hydra_compose(config_name=config, overrides=overrides))
+
+
+def play(job: Any, model: Path, cues: int, distractors: int, out: Path) -> float:
+    """Greedy success of ``model`` on ``job``'s held-out seeds with ``cues`` over the horizon."""
+    from agent_memory.config import JobConfig
+    from agent_memory.rollout import run_rollout
+
+    t, r = job.trainer, job.rollout
+    fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(JobConfig)}
+    env = dataclasses.replace(
+        job.env, kwargs={**job.env.kwargs, "num_cues": cues, "num_distractors": distractors}
+    )
+    policy = dataclasses.replace(
+        job.policy, params={**job.policy.params, "path": str(model), "temperature": 0.0}
+    )
+    rollout = dataclasses.replace(
+        r, num_groups=t.eval_episodes, group_size=1, seed=t.eval_seed, save_parquet=False,
+        progress=False, output_dir=None,
+    )  # fmt: skip
+    summary = run_rollout(JobConfig(**{**fields, "env": env, "policy": policy,
+                                       "rollout": rollout}), out)  # fmt: skip
+    return float(summary["success_rate"])
+
+
+def run_one(setting: Setting, out: Path, extra: list[str]) -> dict[str, Any]:
+    """Train one configuration, then play it at every horizon; its figures for the table."""
+    from agent_memory.train import train
+    from agent_memory.train.checkpoint import find_checkpoint
+
+    job = compose(setting.config, [*setting.overrides, "trainer.progress=false", *extra])
+    t0 = time.perf_counter()
+    summary = train(job, out / setting.name)
+    wall = time.perf_counter() - t0
+    model = find_checkpoint(out / setting.name) / "model"
+    success = [play(job, model, c, d, out / setting.name / f"play_{c}_cues") for c, d in HORIZONS]
+    return {"setting": setting, "success": success, "wall": wall, "status": summary["status"],
+            "iterations": summary["iterations"]}  # fmt: skip
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The markdown table of ``results``."""
+    head = " | ".join(f"{c} cues, {c + d + 1} steps ({k}x)"
+                      for k, (c, d) in zip((1, 2, 4), HORIZONS, strict=True))  # fmt: skip
+    lines = [f"| configuration | {head} | iterations | training time |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in results:
+        cells = " | ".join(f"{s:.1%}" for s in r["success"])
+        lines.append(f"| {r['setting'].label} | {cells} | {r['iterations']} "
+                     f"| {r['wall'] / 60:.1f} min |")  # fmt: skip
+    return "\n".join(lines)
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Success against the horizon, one line per configuration."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = [1, 2, 4]
+    for r in results:
+        ax.plot(xs, [100 * s for s in r["success"]], marker="o", label=r["setting"].label)
+    ax.axhline(25, color="grey", linestyle=":", linewidth=1, label="chance (4 options)")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(xs, ["1x (trained)", "2x", "4x"])
+    ax.set_xlabel("episode horizon (cues and steps)")
+    ax.set_ylabel("greedy success on held-out seeds (%)")
+    ax.set_ylim(0, 102)
+    ax.set_title("Recall: memory beyond the training horizon")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main() -> None:
+    run_benchmark(
+        "bench_notes.py", __doc__ or "", SETTINGS, QUICK, run_one,
+        lambda r: "success at 1x/2x/4x: " + ", ".join(f"{s:.1%}" for s in r["success"]),
+        table, plot, "notes",
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

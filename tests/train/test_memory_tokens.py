@@ -1,0 +1,123 @@
+"""trainer.train_memory_tokens: the tokens that wrote a <memory> block (the rows' memory_mask) go
+into the loss like the action's, or, switched off, weigh nothing and get no gradient."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from agent_memory.config import MemoryConfig  # noqa: E402
+from agent_memory.protocol import Generation, SamplingParams  # noqa: E402
+from agent_memory.rollout import run_rollout  # noqa: E402
+from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory  # noqa: E402
+from agent_memory.train import read_metrics, train  # noqa: E402
+from agent_memory.train.logprobs import forward  # noqa: E402
+from agent_memory.train.samples import build_samples  # noqa: E402
+from tests.train.test_loop import small_job  # noqa: E402
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+
+
+def _traj(mask):
+    gen = Generation("<memory>w1</memory>w2", prompt_ids=[5, 6], response_ids=[7, 8, 9],
+                     response_logprobs=[-0.1, -0.2, -0.3], sampling=SamplingParams(temperature=1.0),
+                     response_offsets=[0, 8, 19])  # fmt: skip
+    step = StepRecord(1, "p", gen.text, "w2", True, None, 1.0, True, False, 2, 1, 0, None,
+                      generation=gen, memory_mask=mask, advantage=1.0, ret=1.0)  # fmt: skip
+    return Trajectory(EpisodeSpec("g0", "g0-t0", 0, 0, 1), [step])
+
+
+def test_memory_tokens_leave_the_loss_mask_when_switched_off(tiny_lm):
+    model, tokenizer = tiny_lm
+    [on] = build_samples([_traj([1, 1, 0])], "generate")
+    [off] = build_samples([_traj([1, 1, 0])], "generate", train_memory_tokens=False)
+    assert on.loss_mask is None and off.loss_mask == (0, 0, 1)
+    with torch.no_grad():
+        fw = forward(model, [on, off], "generate", pad_id=tokenizer.pad_token_id)
+    assert fw.mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    assert fw.logprobs[1, :2].tolist() == [0.0, 0.0]  # no gradient reaches them
+
+
+def test_switched_off_without_a_mask_is_an_error():
+    with pytest.raises(ValueError, match=re.escape("has no memory_mask")):
+        build_samples([_traj(None)], "generate", train_memory_tokens=False)
+
+
+def test_switched_off_with_a_memory_the_policy_does_not_write_is_a_config_error():
+    from hydra import compose, initialize_config_dir
+
+    from agent_memory.config import ConfigError
+    from agent_memory.train import load_train, register_train_configs
+
+    register_train_configs()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        cfg = compose(config_name="train", overrides=["trainer.train_memory_tokens=false"])
+        notes = compose(config_name="train_notes", overrides=["trainer.train_memory_tokens=false"])
+    with pytest.raises(ConfigError, match=re.escape(
+        "but memory=window takes nothing from the policy: pass memory=notes, or "
+        "trainer.train_memory_tokens=true"
+    )):  # fmt: skip
+        load_train(cfg)
+    assert not load_train(notes).trainer.train_memory_tokens
+
+
+def test_score_mode_trains_the_memory_choice_unless_switched_off():
+    from agent_memory.protocol import ActionChoice
+
+    memory = ActionChoice(((4, 3), (5, 6, 3)), index=1, logprob=-0.4)
+    gen = Generation("<memory>w</memory>blue", prompt_ids=[5, 6], response_ids=[9, 3],
+                     response_logprobs=[-0.1, -0.2],
+                     choice=ActionChoice(((8, 3), (9, 3)), index=1, logprob=-0.7),
+                     memory_choice=memory)  # fmt: skip
+    step = StepRecord(1, "q", gen.text, "blue", True, None, 1.0, True, False, 2, 4, 0, None,
+                      generation=gen, advantage=0.5, ret=1.0)  # fmt: skip
+    traj = Trajectory(EpisodeSpec("g0", "g0-t0", 0, 0, 7), [step])
+    action, block = build_samples([traj], "score")
+    assert (block.candidates, block.index, block.old_logprobs) == (memory.candidate_ids, 1, [-0.4])
+    assert block.response_ids == (5, 6, 3) and block.advantage == action.advantage == 0.5
+    [only] = build_samples([traj], "score", train_memory_tokens=False)
+    assert only == action
+    # A forced action (one admissible) is no sample; the memory's choice at that step still is.
+    forced = dataclasses.replace(gen, choice=ActionChoice(((9, 3),), index=0, logprob=0.0))
+    traj.steps[0].generation = forced
+    [alone] = build_samples([traj], "score")
+    assert alone == block
+
+
+@pytest.mark.parametrize("train_memory_tokens", [True, False])
+def test_hf_policy_trains_with_notes_either_way(ray_session, tmp_path, train_memory_tokens):
+    job = small_job(policy="hf", iterations=1, eval_every=0, save_every=0,
+                    policy_params={"max_new_tokens": 6, "temperature": 1.0},
+                    train_memory_tokens=train_memory_tokens)  # fmt: skip
+    job.env.parser = dataclasses.replace(job.env.parser, tag=None)
+    job.memory = MemoryConfig(strategy="notes")
+    assert train(job, tmp_path)["status"] == "ok"
+    [row] = read_metrics(tmp_path / "metrics.csv")
+    assert row["samples"] > 0
+
+
+def test_rollout_rows_mark_the_tokens_of_the_memory_block(ray_session, tmp_path):
+    from agent_memory.models import build_tiny_lm
+    from tests.rollout.conftest import make_job
+
+    path = build_tiny_lm(tmp_path / "lm", ["next", "memory", "<", ">", "/", "blue"])
+    job = make_job("agent_memory/Recall-v0", policy="hf", groups=2, size=1, workers=1, envs=2,
+                   num_distractors=1)  # fmt: skip
+    job.policy.params = {"path": str(path), "max_new_tokens": 8, "temperature": 1.0, "seed": 0}
+    job.memory = MemoryConfig(strategy="notes")
+    run_rollout(job, tmp_path / "out")
+    rows = [json.loads(x) for x in (tmp_path / "out" / "trajectories.jsonl").open()]
+    assert rows
+    for r in rows:
+        assert len(r["memory_mask"]) == len(r["response_ids"]) and set(r["memory_mask"]) <= {0, 1}
+        # The mask is the block's tokens: 1s exactly where the response writes a complete block.
+        assert any(r["memory_mask"]) == bool(
+            re.search(r"<memory>.*?</memory>", r["response"], re.S)
+        )
