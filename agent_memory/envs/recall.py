@@ -200,7 +200,7 @@ class RecallEnv(TextEnv):
         line (what :meth:`solve_from_text` answers from).
 
         Example:
-            >>> RecallEnv.note_from_text("Remember this: the hat is RED.\nSay 'next'.")
+            >>> RecallEnv.note_from_text("Remember this: the hat is RED.\\nSay 'next'.")
             'Remember this: the hat is RED.'
         """
         latest = {obj.casefold(): f"Remember this: the {obj} is {colour}." for obj, colour in
