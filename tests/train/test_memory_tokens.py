@@ -94,10 +94,10 @@ def test_score_mode_trains_the_memory_choice_unless_switched_off():
 @pytest.mark.parametrize("train_memory_tokens", [True, False])
 def test_hf_policy_trains_with_notes_either_way(ray_session, tmp_path, train_memory_tokens):
     job = small_job(policy="hf", iterations=1, eval_every=0, save_every=0,
-                    policy_params={"max_new_tokens": 6, "temperature": 1.0},
-                    train_memory_tokens=train_memory_tokens)  # fmt: skip
+                    policy_params={"max_new_tokens": 6, "temperature": 1.0})  # fmt: skip
     job.env.parser = dataclasses.replace(job.env.parser, tag=None)
     job.memory = MemoryConfig(strategy="notes")
+    job.trainer.train_memory_tokens = train_memory_tokens
     assert train(job, tmp_path)["status"] == "ok"
     [row] = read_metrics(tmp_path / "metrics.csv")
     assert row["samples"] > 0

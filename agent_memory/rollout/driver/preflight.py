@@ -232,8 +232,9 @@ _RAY_ADDRESS_FORMS = (
 
 def check_ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
     """Refuse a ``rollout.ray_address`` Ray cannot read, or where nothing answers a TCP connection
-    within ``timeout`` seconds (Ray itself would retry for minutes). Nothing is checked when Ray
-    is up in this process already (the run uses it) or for a local instance (null, ``local``).
+    within ``timeout`` seconds (Ray itself would retry for minutes). Nothing is checked for a local
+    instance (null, ``local``); no connection is tried when Ray is up in this process already
+    (the run uses it).
 
     Raises:
         ConfigError: a malformed address, or a cluster that does not answer.
@@ -249,8 +250,7 @@ $RAY_ADDRESS) or 'host:port' (a running cluster's GCS address, as `ray start --h
 e.g. 10.0.0.5:6379; 'ray://host:port' for Ray Client), got 'nonsense': pass one of these, e.g. \
 rollout.ray_address=null
     """
-    ray = sys.modules.get("ray")
-    if address in (None, "local") or (ray is not None and ray.is_initialized()):
+    if address in (None, "local"):
         return
     where = given = f"rollout.ray_address={address}"
     if address == "auto":
@@ -266,6 +266,9 @@ rollout.ray_address=null
             + ": pass one of these, e.g. rollout.ray_address=null",
             key="rollout.ray_address",
         )
+    ray = sys.modules.get("ray")
+    if ray is not None and ray.is_initialized():
+        return
     host = match["host"].strip("[]")
     try:
         socket.create_connection((host, port), timeout=timeout).close()
