@@ -125,8 +125,10 @@ def test_an_env_whose_first_reset_raises_does_not_poison_its_slot(tmp_path):
     assert summary["success_rate"] == 0.8  # the 4 later episodes on that slot all win
 
 
-def test_a_hanging_step_ends_its_episode_after_the_timeout(tmp_path):
-    job = faulty_job("hang", bad_seed=1, groups=2, size=1, envs=2)
+@pytest.mark.parametrize("fault", ["hang", "regex"])
+def test_a_hanging_step_ends_its_episode_after_the_timeout(tmp_path, fault):
+    # "regex" holds the GIL in C code: the watchdog's thread cannot run, its guard process ends it.
+    job = faulty_job(fault, bad_seed=1, groups=2, size=1, envs=2)
     job.rollout.step_timeout_s = 1.5
     summary = run_rollout(job, tmp_path)
     assert summary["status"] == "ok" and summary["step_timeouts"] == 1

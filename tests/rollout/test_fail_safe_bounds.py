@@ -2,30 +2,19 @@
 
 A sub-env whose step returns a value of the wrong type or shape ends only its own episode: the
 others stepped in the same vector step go on (``tests/wrappers/test_errors_step_values.py`` checks
-the wrapper alone). A step that holds the GIL past ``rollout.step_timeout_s`` ends its episode as a
-timeout, as a step that sleeps does (``tests/rollout/test_watchdog_guard.py`` checks the guard
-process alone).
+the wrapper alone). A step that holds the GIL is in ``test_fail_safe.py``'s timeout test.
 """
 
 from __future__ import annotations
 
 import json
-import re
 
 import pytest
 
 from agent_memory.rollout import run_rollout
-from tests.rollout.conftest import make_job
+from tests.rollout.test_fail_safe import faulty_job
 
 pytestmark = pytest.mark.usefixtures("ray_session", "engine")
-
-FAULTY = "tests.rollout.faulty:Faulty-v0"
-
-
-def faulty_job(fault: str, **kwargs):
-    job = make_job(FAULTY, policy="random", fault=fault, **kwargs)
-    job.env.parser.tag = None  # Faulty takes bare actions
-    return job
 
 
 @pytest.mark.parametrize(
@@ -50,19 +39,3 @@ def test_bad_step_values_end_only_their_episodes(tmp_path, fault, vectorization,
     healthy = [r for r in rows if r["error"] is None]
     assert {r["traj_uid"] for r in healthy} == {"g0-t0", "g0-t1", "g2-t0", "g2-t1"}
     assert len(healthy) == 4 * 5 and all(r["won"] for r in healthy)  # complete, each once
-
-
-def test_a_step_holding_the_gil_ends_its_episode_after_the_timeout(tmp_path):
-    # The watchdog's thread cannot run while the regex holds the GIL: its guard process ends it.
-    job = faulty_job("regex", bad_seed=1, groups=2, size=1, workers=1, envs=2)
-    job.rollout.step_timeout_s = 1.5
-    summary = run_rollout(job, tmp_path)
-    assert summary["status"] == "ok" and summary["step_timeouts"] == 1
-    (error,) = summary["episode_errors"]
-    assert error["traj_uid"] == "g1-t0" and error["steps"] == 0
-    assert re.fullmatch(
-        r"the env's step ran \d+\.\d+ s, longer than rollout\.step_timeout_s=1\.5: "
-        r"the worker was restarted",
-        error["error"],
-    )
-    assert summary["success_rate"] == 0.5  # the other episode re-ran and won
