@@ -33,7 +33,8 @@ from omegaconf import DictConfig
 from agent_memory.cli import hydra_main
 from agent_memory.config import JobConfig, load_job, register_configs
 from agent_memory.prepare import prepare_env
-from agent_memory.rollout.driver.collector import Collector, init_ray
+from agent_memory.rollout.driver.cluster import init_ray, stop_ray
+from agent_memory.rollout.driver.collector import Collector
 from agent_memory.rollout.driver.preflight import preflight
 from agent_memory.rollout.driver.runner import bind_run_paths
 
@@ -63,7 +64,6 @@ def main(cfg: DictConfig) -> None:
 
 def run_job(job: JobConfig, hydra_cfg: Any) -> None:
     """Run the job's episodes and write its ``steps.csv``."""
-    import ray
 
     out_dir = hydra_cfg.runtime.output_dir
     choices = hydra_cfg.runtime.choices
@@ -80,7 +80,7 @@ def run_job(job: JobConfig, hydra_cfg: Any) -> None:
         policy.close()
         # A sweep runs its jobs in this process: keep Ray up between them.
         if started and hydra_cfg.mode != RunMode.MULTIRUN:
-            ray.shutdown()
+            stop_ray()
     mem = job.memory
     labels = {
         "env": job.env.id,

@@ -24,7 +24,7 @@ import numpy as np
 from agent_memory.failures import run_status, sigterm_interrupts
 from agent_memory.policies import make_policy
 from agent_memory.rollout.driver.advantages import TrajectoryValues, compute_advantages
-from agent_memory.rollout.driver.cluster import init_ray
+from agent_memory.rollout.driver.cluster import init_ray, stop_ray
 from agent_memory.rollout.driver.preflight import preflight
 from agent_memory.rollout.driver.runner import progress_bar, run_log
 from agent_memory.rollout.types import Trajectory
@@ -183,9 +183,7 @@ def train(
             logger.close()
             engine.close()
             if ray_started:
-                import ray
-
-                ray.shutdown()
+                stop_ray()
             summary = {
                 "status": status, **({"error": error} if error else {}),
                 "iterations": state.iteration, "env_steps": state.env_steps,

@@ -39,7 +39,7 @@ def run_benchmark(
     extra = [*(quick if args.quick else ()), *args.set]
     chosen = [s for s in settings if not args.only or s.name in args.only]
 
-    from agent_memory.rollout.driver.cluster import init_ray
+    from agent_memory.rollout.driver.cluster import init_ray, stop_ray
 
     started = init_ray()  # one Ray instance for every configuration
     results = []
@@ -50,9 +50,7 @@ def run_benchmark(
             print(f"  {report(results[-1])}", flush=True)
     finally:
         if started:
-            import ray
-
-            ray.shutdown()
+            stop_ray()
     text = table(results)
     flags = [
         *(["--quick"] if args.quick else []),

@@ -1,11 +1,12 @@
 """A local Ray instance that a run starts (``rollout.ray_address=null``) listens on 127.0.0.1
-only, and its node health check declares a node that stops answering dead within
+only, keeps its files and token in a private directory, ends with its driver (also a SIGKILLed
+one), and its node health check declares a node that stops answering dead within
 ``rollout.node_timeout_s``.
 
 Ray is started in a fresh interpreter (the test session's own instance is up already): it starts
 Ray as ``init_ray`` does, runs one task (so a worker process listens too), then reports every
-listening TCP socket of itself and its descendants (Ray's GCS, raylet, agents and workers) and
-the settings Ray's GCS was started with.
+listening TCP socket of itself and its descendants (Ray's GCS, raylet, agents and workers), the
+settings Ray's GCS was started with, and where its token and files are.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -102,8 +104,8 @@ SCRIPT = """
 import base64, json, os, sys
 sys.path.insert(0, {repo!r})
 import ray
-from agent_memory.rollout.driver.cluster import init_ray
-from tests.rollout.test_ray_local import listening
+from agent_memory.rollout.driver.cluster import init_ray, stop_ray
+from tests.rollout.test_ray_local import _descendants, listening
 
 assert init_ray(None, num_cpus=1, node_timeout_s={timeout!r})
 
@@ -116,11 +118,20 @@ gcs = [a for p in os.listdir("/proc") if p.isdigit()
        for a in [open(f"/proc/{{p}}/cmdline", "rb").read().split(b"\\0")]
        if a and a[0].endswith(b"gcs_server") and str(os.getpid()).encode() in b" ".join(a)]
 config = [x.split(b"=", 1)[1] for x in gcs[0] if x.startswith(b"--config_list=")][0]
-print(json.dumps({{
-    "listening": listening(os.getpid()), "worker": worker,
-    "config": json.loads(base64.b64decode(config)),
-}}))
-ray.shutdown()
+root = os.path.dirname(os.path.dirname(ray._private.worker._global_node.get_session_dir_path()))
+report = {{
+    "listening": listening(os.getpid()), "worker": worker, "root": root,
+    "config": json.loads(base64.b64decode(config)), "mode": os.stat(root).st_mode & 0o777,
+    "token_mode": os.stat(os.environ["RAY_AUTH_TOKEN_PATH"]).st_mode & 0o777,
+    "token_in_environ": [p for p in _descendants(os.getpid())[1:]
+                         if b"RAY_AUTH_TOKEN=" in open(f"/proc/{{p}}/environ", "rb").read()],
+}}
+stop_ray()
+report["removed"] = not os.path.exists(root)
+assert init_ray(None, num_cpus=1)  # again in this process: a new directory and token
+report["again"] = ray.get(pid.remote()) > 0
+stop_ray()
+print(json.dumps(report))
 """
 
 
@@ -155,3 +166,65 @@ def test_a_local_instance_gets_the_node_timeout_as_its_health_check(local_ray):
         "health_check_timeout_ms": 2000,
     }  # 3 missed checks, each 2 s to answer and 2 s apart: 12 s
     assert {k: local_ray["config"].get(k) for k in settings} == settings
+
+
+def test_a_local_instance_keeps_its_files_and_token_private(local_ray):
+    assert local_ray["mode"] == 0o700  # Ray makes its own directories 0777: this one is above
+    assert local_ray["token_mode"] == 0o600
+    assert local_ray["token_in_environ"] == []  # the processes inherit the file's path only
+    assert local_ray["removed"] and local_ray["again"]
+
+
+KILLED = """
+import os, sys, time
+sys.path.insert(0, {repo!r})
+import ray
+from agent_memory.rollout.driver.cluster import init_ray
+from tests.rollout.test_ray_local import _descendants
+
+init_ray(None, num_cpus=1)
+
+@ray.remote
+class Held:
+    def pid(self):
+        return os.getpid()
+
+held = Held.remote()
+ray.get(held.pid.remote())
+root = os.path.dirname(os.path.dirname(ray._private.worker._global_node.get_session_dir_path()))
+print(root, *_descendants(os.getpid())[1:], flush=True)
+time.sleep(600)
+"""
+
+
+def _start_time(pid: int) -> str | None:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else fields[19]
+
+
+def test_no_ray_process_outlives_a_sigkilled_driver():
+    if not Path("/proc/self/stat").exists():
+        pytest.skip("reads processes from Linux's /proc")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED.format(repo=str(REPO))],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO, env=env,
+    )  # fmt: skip
+    try:
+        root, *pids = proc.stdout.readline().split()
+        started = {int(p): _start_time(int(p)) for p in pids}
+        names = {Path(f"/proc/{p}/comm").read_text().strip() for p in started}
+    finally:
+        proc.kill()  # SIGKILL: no atexit, no ray.shutdown
+        proc.wait()
+    assert {"raylet", "gcs_server"} <= names and "ray::DashboardA" in names, names  # comm: 15 bytes
+    deadline = time.monotonic() + 120  # a bound for a hung test, not a timing claim
+    alive = started
+    while time.monotonic() < deadline and (alive or os.path.exists(root)):
+        time.sleep(0.2)
+        alive = {p: t for p, t in alive.items() if t is not None and _start_time(p) == t}
+    assert alive == {} and not os.path.exists(root), (alive, root)

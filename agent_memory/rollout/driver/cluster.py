@@ -1,11 +1,13 @@
 """Starting or joining Ray for a rollout, quietly and without writing to ``$HOME``.
 
 ``rollout.ray_address=null`` (the default) starts a fresh instance for this run only: small-machine
-settings, no dashboard, a random per-run auth token in the environment (no token file in
-``~/.ray``), every server listening on 127.0.0.1 only, and a node that stops answering declared
-dead within ``rollout.node_timeout_s`` (:func:`health_check_config`). ``auto`` joins the cluster
-``ray start`` recorded on this machine, ``host:port`` that one (with the settings it was started
-with).
+settings, no dashboard, in a private directory (mode 0700; removed at the end) that holds its
+sockets, logs and a random per-run auth token (no token in the environment, none in ``~/.ray``),
+every server listening on 127.0.0.1 only, a node that stops answering declared dead within
+``rollout.node_timeout_s`` (:func:`health_check_config`), and a reaper
+(:mod:`~agent_memory.rollout.driver.reaper`) that ends its processes when the driver ends, however
+it ends. ``auto`` joins the cluster ``ray start`` recorded on this machine, ``host:port`` that one
+(with the settings it was started with).
 """
 
 from __future__ import annotations
@@ -16,15 +18,23 @@ import math
 import os
 import secrets
 import signal
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 
-__all__ = ["NODE_HEALTH_CHECKS", "health_check_config", "init_ray", "local_token_auth"]
+from agent_memory.rollout.driver.reaper import MARKER, Reaper
+
+__all__ = [
+    "NODE_HEALTH_CHECKS", "health_check_config", "init_ray", "local_token_auth", "stop_ray",
+]  # fmt: skip
 
 log = logging.getLogger(__name__)
 
 _OBJECT_STORE_MIB = 100  # a local instance's object store
+#: The reapers of the local instances this process started (:func:`stop_ray` releases them).
+_REAPERS: list[Reaper] = []
 #: Failed health checks in a row after which Ray declares a node dead.
 NODE_HEALTH_CHECKS = 3
 
@@ -52,14 +62,28 @@ def health_check_config(node_timeout_s: float | None) -> dict[str, int]:
     }
 
 
-def local_token_auth() -> None:
-    """Token authentication for a local instance this process starts, with a random token in
-    the environment (inherited by Ray's processes): Ray neither warns nor writes
-    ``~/.ray/auth_token``. A ``RAY_AUTH_MODE`` already set is left as it is."""
-    if "RAY_AUTH_MODE" in os.environ:
+def local_token_auth(root: str | None = None) -> None:
+    """Token authentication for a local instance this process starts, with a random token: in a
+    file ``root/auth_token`` (mode 0600, named by ``RAY_AUTH_TOKEN_PATH``) when ``root`` is given,
+    else in the environment. Ray's processes inherit the setting (a path, not the token, with a
+    root); Ray neither warns nor writes ``~/.ray/auth_token``. A ``RAY_AUTH_MODE`` set by someone
+    else than this function is left as it is."""
+    if "RAY_AUTH_MODE" in os.environ and not _AUTH_SET:
         return
+    for key in _AUTH_SET:  # an earlier instance's token (its file may be gone)
+        os.environ.pop(key, None)
+    _AUTH_SET[:] = ["RAY_AUTH_MODE"]
+    if root is None:
+        os.environ["RAY_AUTH_TOKEN"] = secrets.token_hex(32)
+        _AUTH_SET.append("RAY_AUTH_TOKEN")
+    else:
+        path = os.path.join(root, "auth_token")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(32))
+        os.environ["RAY_AUTH_TOKEN_PATH"] = path
+        _AUTH_SET.append("RAY_AUTH_TOKEN_PATH")
     os.environ["RAY_AUTH_MODE"] = "token"
-    os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
     try:
         # Ray caches its auth settings at first use (an earlier `import ray` may have read
         # them): refresh them as Ray's own token set-up does, or the driver keeps the old mode
@@ -72,7 +96,13 @@ def local_token_auth() -> None:
         Config.initialize("")
         AuthenticationTokenLoader.instance().reset_cache()
     except (ImportError, AttributeError):  # another Ray version: leave Ray its own defaults
-        del os.environ["RAY_AUTH_MODE"], os.environ["RAY_AUTH_TOKEN"]
+        for key in _AUTH_SET:
+            del os.environ[key]
+        _AUTH_SET.clear()
+
+
+#: The environment variables :func:`local_token_auth` set (it replaces them at the next start).
+_AUTH_SET: list[str] = []
 
 
 @contextlib.contextmanager
@@ -146,24 +176,50 @@ def _start(address: str | None, num_cpus: int | None, node_timeout_s: float | No
             ray.cluster_resources().get("CPU", 0),
         )  # fmt: skip
         return
-    local_token_auth()
+    # A private directory (0700) above Ray's (which Ray makes 0777): its sockets, logs and the
+    # token file are this user's only; the reaper removes it when the instance ends.
+    root = tempfile.mkdtemp(prefix="agent_memory-ray-", dir=os.environ.get("RAY_TMPDIR"))
+    reaper = Reaper(root) if sys.platform == "linux" else None
+    local_token_auth(root)
     cpus = num_cpus or os.cpu_count() or 1
     log.info(
         "Ray: starting a local instance (num_cpus=%d, object store %d MiB, no dashboard, on "
         "127.0.0.1, node timeout %s s; rollout.ray_address=null) ...",
         cpus, _OBJECT_STORE_MIB, node_timeout_s,
     )  # fmt: skip
-    with loopback_only():
-        ray.init(
-            # "local": always a new instance, never a cluster some earlier `ray start` left.
-            address="local",
-            num_cpus=cpus,
-            include_dashboard=False,
-            object_store_memory=_OBJECT_STORE_MIB * 2**20,
-            log_to_driver=False,
-            _system_config=health_check_config(node_timeout_s),
-        )
+    os.environ[MARKER] = root  # inherited by every process Ray starts, not by later ones
+    try:
+        with loopback_only():
+            ray.init(
+                # "local": always a new instance, never a cluster some earlier `ray start` left.
+                address="local",
+                num_cpus=cpus,
+                include_dashboard=False,
+                object_store_memory=_OBJECT_STORE_MIB * 2**20,
+                log_to_driver=False,
+                _system_config=health_check_config(node_timeout_s),
+                _temp_dir=os.path.join(root, "ray"),
+            )
+    except BaseException:
+        if reaper is not None:
+            reaper.release()
+        raise
+    finally:
+        del os.environ[MARKER]
+    if reaper is not None:
+        reaper.noted()
+        _REAPERS.append(reaper)
     log.info(
         "Ray: started a local instance with %d CPUs in %.1f s (rollout.ray_address=null)",
         cpus, time.perf_counter() - t0,
     )  # fmt: skip
+
+
+def stop_ray() -> None:
+    """Shut Ray down in this process, then end what is left of the local instances it started
+    (their reapers: no Ray process outlives the run) and remove their private directories."""
+    import ray
+
+    ray.shutdown()
+    while _REAPERS:
+        _REAPERS.pop().release()

@@ -25,7 +25,7 @@ from agent_memory.failures import (
 )
 from agent_memory.policies import Policy
 from agent_memory.prepare import prepare_env
-from agent_memory.rollout.driver.cluster import init_ray
+from agent_memory.rollout.driver.cluster import init_ray, stop_ray
 from agent_memory.rollout.driver.collector import Collector
 from agent_memory.rollout.driver.groups import Groups
 from agent_memory.rollout.driver.outputs import summarize
@@ -103,7 +103,6 @@ def run_rollout(
     out = Path(output_dir)
     run_id = bind_run_paths(job, out)
     checked = preflight(job, policy=policy)
-    import ray
 
     out.mkdir(parents=True, exist_ok=True)
     with run_log(out / "rollout.log"):
@@ -145,7 +144,7 @@ def run_rollout(
             if policy is None:
                 checked.policy.close()
             if started and not keep_ray:
-                ray.shutdown()
+                stop_ray()
         if close_error is not None:  # the run itself went well: this is the first error
             raise close_error
         if summary["status"] == "failed":
