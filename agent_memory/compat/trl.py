@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agent_memory.config import JobConfig
-from agent_memory.rollout.driver.layouts import episode_sample
+from agent_memory.rollout.driver.layouts import episode_samples
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
 from agent_memory.rollout.worker.records import Playing
 
@@ -163,7 +163,7 @@ class RolloutFunc:
                 "or a model with a longer context"
             )
         self.last = trajs
-        samples = [episode_sample(traj) for traj in trajs]
+        samples = [s for traj in trajs for s in episode_samples(traj)]  # strict: one each
         out: dict[str, list[Any]] = {
             "prompt_ids": [s.prompt_ids for s in samples],
             "completion_ids": [s.completion_ids[:cap] for s in samples],  # cap None: all
@@ -214,7 +214,8 @@ on the whole conversation, so every turn's prompt must extend the previous one: 
 whole history, got env.history_length=3: pass env.history_length=-1 (or memory=full), or \
 rollout.layout=step
     """
-    from agent_memory.rollout.driver.layout_checks import check_episode_layout
+    from agent_memory.rollout.driver.layout_checks import append_only_error
 
-    check_episode_layout(job)
+    if (error := append_only_error(job)) is not None:
+        raise error
     return RolloutFunc(job, max_turns, max_new_tokens)

@@ -21,6 +21,7 @@ from agent_memory.config import ConfigError, load_job, register_configs
 from agent_memory.policies import policy_factory
 from agent_memory.prompts import PromptTemplate
 from agent_memory.rollout import run_rollout
+from agent_memory.rollout.driver.layout_checks import append_only_error
 from agent_memory.rollout.driver.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[2]
@@ -464,7 +465,9 @@ EPISODE = ["env=recall", "rollout.layout=episode"]
 #: A chat that only grows: whole history, the model's own conversation, no budget.
 GROWING = [*EPISODE, "memory=full", "env.formatter=transcript"]
 
-EPISODE_INVALID = [
+#: Configs whose chat does not only grow: the episode layout splits their episodes into
+#: segments, and the TRL adapter (one completion per prompt) refuses them with this message.
+REWRITING = [
     pytest.param(
         EPISODE,
         "rollout.layout=episode trains one sample per episode on the whole conversation, so "
@@ -500,29 +503,36 @@ EPISODE_INVALID = [
         "env.formatter=transcript, or rollout.layout=step",
         id="text-formatter",
     ),
-    pytest.param(
-        [*GROWING, "policy=random"],
-        "rollout.layout=episode needs the token ids the model saw and sampled, but "
-        "policy=random renders no token ids here: pass policy=hf with "
-        "policy.params.incremental=true, or policy=openai with policy.params.mode=completion "
-        "policy.params.token_in=true policy.params.incremental=true "
-        "policy.params.tokenizer=<model path>, or "
-        "rollout.layout=step",
-        id="policy-without-tokens",
-    ),
 ]
 
 
-@pytest.mark.parametrize(("overrides", "message"), EPISODE_INVALID)
-def test_episode_layout_is_refused_when_prompts_do_not_grow(overrides, message):
-    with pytest.raises(ConfigError, match=re.escape(message)):
-        _check(*overrides)
+@pytest.mark.parametrize(("overrides", "message"), REWRITING)
+def test_a_chat_that_does_not_only_grow_is_named_with_its_override(overrides, message):
+    assert append_only_error(_job(*GROWING)) is None
+    error = append_only_error(_job(*overrides))
+    assert isinstance(error, ConfigError) and re.search(re.escape(message), str(error))
+
+
+#: What a policy without token ids is told, whatever the memory.
+NO_TOKEN_IDS = (
+    "rollout.layout=episode needs the token ids the model saw and sampled, but "
+    "policy=random renders no token ids here: pass policy=hf with "
+    "policy.params.incremental=true, or policy=openai with policy.params.mode=completion "
+    "policy.params.token_in=true policy.params.incremental=true "
+    "policy.params.tokenizer=<model path>, or rollout.layout=step"
+)
+
+
+@pytest.mark.parametrize("memory", [[*GROWING], [*EPISODE, "memory=compaction"]])
+def test_episode_layout_refuses_a_policy_without_token_ids(memory):
+    with pytest.raises(ConfigError, match=re.escape(NO_TOKEN_IDS)):
+        _check(*memory, "policy=random")
 
 
 def test_run_rollout_refuses_the_episode_layout_before_starting_ray(tmp_path):
     # _ray_stays_down checks Ray was not started (when no other test had started it).
-    with pytest.raises(ConfigError, match=re.escape("pass env.history_length=-1")):
-        run_rollout(_job(*EPISODE), tmp_path)
+    with pytest.raises(ConfigError, match=re.escape("policy=random renders no token ids")):
+        run_rollout(_job(*EPISODE, "policy=random"), tmp_path)
     assert not (tmp_path / "trajectories.jsonl").exists()
 
 
@@ -546,6 +556,8 @@ def test_episode_layout_checks_the_hf_policy_and_its_chat_template(tmp_path):
     good = build_tiny_lm(tmp_path / "good", ["next", "red"])
     report = _check(*hf(good, "policy.params.incremental=true"))
     assert report.policy.renderer.incremental
+    # A memory that rewrites the prompt is split into segments, not refused.
+    _check(*hf(good, "policy.params.incremental=true"), "memory=notes")
     with pytest.raises(
         ConfigError,
         match=re.escape(

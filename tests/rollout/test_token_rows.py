@@ -16,7 +16,7 @@ from agent_memory.config import PolicyConfig
 from agent_memory.protocol import Generation
 from agent_memory.rollout import run_rollout
 from agent_memory.rollout.driver.groups import Groups
-from agent_memory.rollout.driver.layouts import LayoutError, PrefixBroken, episode_sample
+from agent_memory.rollout.driver.layouts import LayoutError, PrefixBroken, episode_samples
 from agent_memory.rollout.driver.writer import (
     EPISODE_COLUMNS,
     ROW_COLUMNS,
@@ -103,32 +103,53 @@ def test_the_schema_is_the_same_when_the_token_columns_are_all_null(tmp_path):
 
 
 def _steps(*turns):
+    """An episode whose turn k has log-prob -k/4 on each response token and advantage 0.5."""
     steps = []
     for k, (prompt, response) in enumerate(turns, start=1):
         g = Generation("", prompt_ids=prompt, response_ids=response,
-                       response_logprobs=[-0.25] * len(response))  # fmt: skip
+                       response_logprobs=[-k / 4] * len(response))  # fmt: skip
         steps.append(StepRecord(k, "", "", None, True, None, 1.0, k == len(turns), False,
                                 len(prompt), 0, 0, None, generation=g, advantage=0.5))  # fmt: skip
     return Trajectory(EpisodeSpec("g0", "g0-t0", 0, 0, 1), steps, won=True)
 
 
-def test_an_episode_sample_masks_the_env_tokens_and_keeps_the_prefix():
-    s = episode_sample(
+def test_an_append_only_episode_is_one_sample_that_masks_the_env_tokens():
+    [s] = episode_samples(
         _steps(([1, 2], [3, 9]), ([1, 2, 3, 9, 4, 4], [5, 9]), ([1, 2, 3, 9, 4, 4, 5, 9, 6], [7]))
     )
+    assert (s.segment, s.segments, s.first_turn, s.turns) == (0, 1, 1, 3)
     assert s.prompt_ids == [1, 2]
     assert s.completion_ids == [3, 9, 4, 4, 5, 9, 6, 7]
     assert s.completion_mask == [1, 1, 0, 0, 1, 1, 0, 1]
-    assert s.completion_logprobs == [-0.25, -0.25, 0.0, 0.0, -0.25, -0.25, 0.0, -0.25]
+    assert s.completion_logprobs == [-0.25, -0.25, 0.0, 0.0, -0.5, -0.5, 0.0, -0.75]
     assert s.token_advantages == [0.5, 0.5, 0.0, 0.0, 0.5, 0.5, 0.0, 0.5]
-    assert s.turns == 3 and s.episode_return == 3.0 and set(s.row()) == set(EPISODE_COLUMNS)
+    assert s.episode_return == 3.0 and set(s.row()) == set(EPISODE_COLUMNS)
     # Every turn's prompt is a prefix of prompt_ids + completion_ids (the property itself).
     whole = s.prompt_ids + s.completion_ids
     for prompt in ([1, 2], [1, 2, 3, 9, 4, 4], [1, 2, 3, 9, 4, 4, 5, 9, 6]):
         assert whole[: len(prompt)] == prompt
 
 
-def test_a_rewritten_history_refuses_the_episode_layout():
+def test_a_prompt_that_memory_rewrote_starts_a_new_segment():
+    # Turn 3's prompt restarts (a summary, a note): turns 1-2 and 3-4 are two samples.
+    t = _steps(([1, 2], [3, 9]), ([1, 2, 3, 9, 4], [5]), ([1, 6], [7, 9]), ([1, 6, 7, 9, 8], [5]))
+    t.steps[2].advantage = 0.25  # token advantages are each step's; `advantage` the episode's
+    first, second = episode_samples(t, strict=False)
+    assert [(s.segment, s.segments, s.first_turn, s.turns) for s in (first, second)] == [
+        (0, 2, 1, 2), (1, 2, 3, 2)
+    ]  # fmt: skip
+    assert (first.prompt_ids, first.completion_ids) == ([1, 2], [3, 9, 4, 5])
+    assert first.completion_mask == [1, 1, 0, 1]
+    assert first.completion_logprobs == [-0.25, -0.25, 0.0, -0.5]
+    assert (second.prompt_ids, second.completion_ids) == ([1, 6], [7, 9, 8, 5])
+    assert second.completion_mask == [1, 1, 0, 1]
+    assert second.completion_logprobs == [-0.75, -0.75, 0.0, -1.0]
+    assert second.token_advantages == [0.25, 0.25, 0.0, 0.5]
+    assert first.advantage == second.advantage == 0.5 and second.episode_return == 4.0
+    assert second.policy_versions == [None, None] and set(second.row()) == set(EPISODE_COLUMNS)
+
+
+def test_a_broken_prefix_raises_where_the_chat_only_grows():
     with pytest.raises(
         PrefixBroken,
         match=re.escape(
@@ -136,7 +157,7 @@ def test_a_rewritten_history_refuses_the_episode_layout():
             "(first difference at token 2: 3 in the context vs 8 in the prompt)"
         ),
     ):
-        episode_sample(_steps(([1, 2], [3, 9]), ([1, 2, 8, 9, 4], [5, 9])))
+        episode_samples(_steps(([1, 2], [3, 9]), ([1, 2, 8, 9, 4], [5, 9])))
 
 
 def test_steps_without_token_ids_refuse_the_episode_layout():
@@ -149,12 +170,15 @@ def test_steps_without_token_ids_refuse_the_episode_layout():
             "of episode g0-t0 has none: use a policy that samples tokens"
         ),
     ):
-        episode_sample(t)
+        episode_samples(t, strict=False)
 
 
-def test_a_broken_episode_loses_only_its_episode_sample(tmp_path):
+@pytest.mark.parametrize("grows", [True, False], ids=["append-only", "rewriting"])
+def test_a_broken_prefix_drops_the_sample_only_where_the_chat_only_grows(tmp_path, grows):
     job = make_job("agent_memory/Recall-v0", groups=1, size=2)
     job.rollout.layout = "episode"
+    if grows:  # the whole history in the model's own chat: one sample per episode
+        job.env.history_length, job.env.formatter = -1, "transcript"
     good = _steps(([1, 2], [3, 9]), ([1, 2, 3, 9, 4], [5]))
     bad = _steps(([1, 2], [3, 9]), ([1, 2, 8, 9, 4], [5]))  # e.g. cut to fit a context
     bad.spec = EpisodeSpec("g0", "g0-t1", 0, 1, 1)
@@ -165,9 +189,50 @@ def test_a_broken_episode_loses_only_its_episode_sample(tmp_path):
     writer.close({"status": "ok"})
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok"
-    [error] = summary["episode_layout_errors"]
-    assert error["traj_uid"] == "g0-t1" and "turn 2's prompt does not start" in error["error"]
     episodes = [json.loads(x) for x in (tmp_path / "episodes.jsonl").read_text().splitlines()]
-    assert [e["traj_uid"] for e in episodes] == ["g0-t0"]
+    samples = [(e["traj_uid"], e["segment"], e["segments"]) for e in episodes]
+    if grows:
+        [error] = summary["episode_layout_errors"]
+        assert error["traj_uid"] == "g0-t1" and "turn 2's prompt does not start" in error["error"]
+        assert samples == [("g0-t0", 0, 1)]
+    else:
+        assert not summary["episode_layout_errors"]
+        assert samples == [("g0-t0", 0, 1), ("g0-t1", 0, 2), ("g0-t1", 1, 2)]
     steps = (tmp_path / "trajectories.jsonl").read_text().splitlines()
     assert len(steps) == 4  # every step row of both episodes is kept
+
+
+@pytest.mark.usefixtures("ray_session")
+def test_a_sliding_window_splits_each_episode_into_the_turns_the_model_saw(tiny_lm, tmp_path):
+    # A window of one step in the model's own chat: turn 2 extends turn 1, turn 3 drops turn 1.
+    job = _hf_job(tiny_lm, layout="episode")
+    job.policy.params["incremental"] = True
+    job.env.history_length, job.env.formatter = 1, "transcript"
+    summary = run_rollout(job, tmp_path)
+    assert summary["status"] == "ok" and not summary["episode_layout_errors"]
+    rows = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
+    samples = [json.loads(x) for x in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    for uid in {r["traj_uid"] for r in rows}:
+        steps = sorted((r for r in rows if r["traj_uid"] == uid), key=lambda r: r["step"])
+        segments = sorted((s for s in samples if s["traj_uid"] == uid), key=lambda s: s["segment"])
+        assert len(steps) == 3  # turns 1-2 are one sample, turn 3 (turn 1 dropped) another
+        got = [(s["segment"], s["segments"], s["first_turn"], s["turns"]) for s in segments]
+        assert got == [(0, 2, 1, 2), (1, 2, 3, 1)]
+        for s in segments:
+            turns = steps[s["first_turn"] - 1 : s["first_turn"] - 1 + s["turns"]]
+            full = s["prompt_ids"] + s["completion_ids"]
+            mask = [0] * len(s["prompt_ids"]) + s["completion_mask"]
+            logprobs = [0.0] * len(s["prompt_ids"]) + s["completion_logprobs"]
+            end = 0
+            for r in turns:  # each turn: its prompt is what came before, then its response
+                start, n = len(r["prompt_ids"]), len(r["response_ids"])
+                assert full[:start] == r["prompt_ids"] and start >= end
+                assert full[start : start + n] == r["response_ids"]
+                assert mask[end:start] == [0] * (start - end) and mask[start : start + n] == [1] * n
+                assert logprobs[start : start + n] == r["response_logprobs"]
+                end = start + n
+            assert end == len(full)
+            if s["segment"]:  # it starts where the previous turn's context was rewritten
+                last = steps[s["first_turn"] - 2]
+                context = last["prompt_ids"] + last["response_ids"]
+                assert s["prompt_ids"][: len(context)] != context

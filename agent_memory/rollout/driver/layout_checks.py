@@ -1,6 +1,5 @@
-"""Can this job make ``rollout.layout=episode`` samples? Checks that
-:func:`~agent_memory.rollout.driver.preflight.preflight` (and the TRL adapter) run before anything
-starts, on the config and on the built policy's renderer and chat template."""
+"""Can this job make ``rollout.layout=episode`` samples (its policy, checked by
+:func:`~agent_memory.rollout.driver.preflight.preflight`), and one per episode (its config)?"""
 
 from __future__ import annotations
 
@@ -9,7 +8,8 @@ from typing import Any
 
 from agent_memory.config import ConfigError, JobConfig
 
-__all__ = ["APPEND_ONLY_MEMORIES", "chat_template_rewrites", "check_episode_layout", "history_key"]
+__all__ = ["APPEND_ONLY_MEMORIES", "append_only_error", "chat_template_rewrites",
+           "check_episode_layout", "history_key"]  # fmt: skip
 
 
 def history_key(job: JobConfig) -> str:
@@ -23,29 +23,18 @@ def history_key(job: JobConfig) -> str:
 APPEND_ONLY_MEMORIES = ("window", "history", "full", "none")
 
 
-def check_episode_layout(job: JobConfig, policy: Any = None) -> None:
-    """Refuse a job whose prompts cannot make ``rollout.layout=episode`` samples.
-
-    Turn k+1's prompt must be turn k's prompt, the ids the model sampled, then new tokens: the
-    whole history, the ``transcript`` formatter, an append-only memory, no token budget, and a
-    policy (when given) that renders incrementally with an appending chat template.
-
-    Args:
-        job: the job (its ``rollout.layout`` is not read: the caller wants the episode layout).
-        policy: the built policy, or None to check the config only.
-
-    Raises:
-        ConfigError: the first value that breaks the prefix property, with the override.
+def append_only_error(job: JobConfig) -> ConfigError | None:
+    """Why ``job``'s prompts may not only grow turn by turn (the error, with the override), or
+    None: the whole history, ``env.formatter=transcript``, an append-only memory, no token
+    budget. Then an episode is one sample; else the episode layout splits it where it breaks.
 
     Example:
         >>> from agent_memory.config import EnvConfig, MemoryConfig
         >>> job = JobConfig(EnvConfig(id="x", history_length=-1), MemoryConfig())
-        >>> check_episode_layout(job)
-        Traceback (most recent call last):
-        ...
-        agent_memory.config.ConfigError: rollout.layout=episode needs the model's own \
-conversation, one message per turn, but env.formatter='simple' writes the history into each \
-turn's prompt anew: pass env.formatter=transcript, or rollout.layout=step
+        >>> print(append_only_error(job))
+        rollout.layout=episode needs the model's own conversation, one message per turn, but \
+env.formatter='simple' writes the history into each turn's prompt anew: pass \
+env.formatter=transcript, or rollout.layout=step
     """
     why = "trains one sample per episode on the whole conversation, so every turn's prompt "
     why += "must extend the previous one"
@@ -54,23 +43,22 @@ turn's prompt anew: pass env.formatter=transcript, or rollout.layout=step
         got, fix = f"{key}={job.history_length}", f"{key}=-1 (or memory=full)"
         if job.memory.fixed_history_length is not None:  # memory=none: no history at all
             got, fix = f"{key} (history length {job.history_length})", "memory=full"
-        raise ConfigError(
+        return ConfigError(
             f"rollout.layout=episode {why}: it needs the whole history, got {got}: pass {fix}, "
             "or rollout.layout=step",
             key="env.history_length" if key.startswith("env.") else "memory.strategy",
         )
     mem = job.memory
     if mem.strategy not in APPEND_ONLY_MEMORIES:
-        raise ConfigError(
+        return ConfigError(
             f"rollout.layout=episode {why}, but memory.strategy={mem.strategy!r} rewrites "
             "earlier turns (it summarises, retrieves or trims them): pass memory=full, or "
             "rollout.layout=step",
             key="memory.strategy",
         )
     for name in ("max_tokens", "max_prompt_tokens"):
-        value = getattr(mem, name)
-        if value is not None:
-            raise ConfigError(
+        if (value := getattr(mem, name)) is not None:
+            return ConfigError(
                 f"rollout.layout=episode {why}, but memory.{name}={value} drops the oldest "
                 f"turns once the budget is reached: pass memory.{name}=null, or "
                 "rollout.layout=step",
@@ -79,17 +67,20 @@ turn's prompt anew: pass env.formatter=transcript, or rollout.layout=step
     spec = job.env.formatter
     formatter = spec.get("name") if isinstance(spec, Mapping) else spec
     if formatter != "transcript":
-        raise ConfigError(
+        return ConfigError(
             "rollout.layout=episode needs the model's own conversation, one message per turn, "
             f"but env.formatter={formatter!r} writes the history into each turn's prompt anew: "
             "pass env.formatter=transcript, or rollout.layout=step",
             key="env.formatter",
         )
-    if policy is not None:
-        _check_episode_policy(job.policy.name, policy)
+    return None
 
 
-def _check_episode_policy(name: str, policy: Any) -> None:
+def check_episode_layout(job: JobConfig, policy: Any) -> None:
+    """Refuse (ConfigError, with the override) a built ``policy`` that cannot make
+    ``rollout.layout=episode`` samples: it must render token ids, each turn after the ids the
+    model sampled, with a chat template that appends turns."""
+    name = job.policy.name
     renderer = getattr(policy, "renderer", None)
     if renderer is None:
         raise ConfigError(

@@ -1,8 +1,10 @@
 """How rollouts become training samples: ``rollout.layout`` (docs/output-schema.md).
 
-``step``: every step is a sample (the step rows). ``episode``: one sample per episode, true only
-when every turn's prompt extends the previous turn's prompt and response (the *prefix
-property*), which :func:`episode_sample` checks token by token (:class:`PrefixBroken`).
+``step``: every step is a sample (the step rows). ``episode``: an episode's turns as one token
+sequence while each turn's prompt extends the previous turn's prompt and response (the *prefix
+property*, checked token by token); a turn whose prompt does not (the memory rewrote it) starts
+another segment, one sample each (:func:`episode_samples`). Where the job's chat only grows, a
+break is a bug, not a rewrite: ``strict`` raises :class:`PrefixBroken`.
 
 Example:
     >>> from agent_memory.protocol import Generation
@@ -10,13 +12,13 @@ Example:
     >>> def step(k, prompt, response):
     ...     g = Generation("", prompt_ids=prompt, response_ids=response,
     ...                    response_logprobs=[-0.5] * len(response))
-    ...     return StepRecord(k, "", "", None, True, None, 1.0, k == 2, False, len(prompt), 0, 0,
+    ...     return StepRecord(k, "", "", None, True, None, 1.0, k == 3, False, len(prompt), 0, 0,
     ...                       None, generation=g)
     >>> t = Trajectory(EpisodeSpec("g0", "g0-t0", 0, 0, 7), [step(1, [1, 2], [3, 9]),
-    ...                step(2, [1, 2, 3, 9, 4], [5, 9])], won=True)
-    >>> s = episode_sample(t)
-    >>> s.prompt_ids, s.completion_ids, s.completion_mask
-    ([1, 2], [3, 9, 4, 5, 9], [1, 1, 0, 1, 1])
+    ...                step(2, [1, 2, 3, 9, 4], [5, 9]), step(3, [1, 6], [5])], won=True)
+    >>> [(s.prompt_ids, s.completion_ids, s.completion_mask, s.first_turn)
+    ...  for s in episode_samples(t, strict=False)]
+    [([1, 2], [3, 9, 4, 5, 9], [1, 1, 0, 1, 1], 1), ([1, 6], [5], [1], 3)]
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from typing import Any
 from agent_memory.protocol import Generation
 from agent_memory.rollout.types import StepRecord, Trajectory
 
-__all__ = ["LAYOUTS", "EpisodeSample", "LayoutError", "PrefixBroken", "episode_sample"]
+__all__ = ["LAYOUTS", "EpisodeSample", "LayoutError", "PrefixBroken", "episode_samples"]
 
 LAYOUTS: tuple[str, ...] = ("step", "episode")
 
@@ -43,11 +45,14 @@ class PrefixBroken(LayoutError):
 
 @dataclass(frozen=True)
 class EpisodeSample:
-    """One trainable sample per episode (the ``episode`` layout): the fields are the columns of
-    :data:`~agent_memory.rollout.driver.writer.EPISODE_COLUMNS`, as :meth:`row` gives them."""
+    """One trainable sample per episode segment (the ``episode`` layout), with the columns of
+    :data:`~agent_memory.rollout.driver.writer.EPISODE_COLUMNS` as :meth:`row` gives them."""
 
     group_uid: str
     traj_uid: str
+    segment: int
+    segments: int
+    first_turn: int
     prompt_ids: list[int]
     completion_ids: list[int]
     completion_mask: list[int]
@@ -64,26 +69,33 @@ class EpisodeSample:
         return dict(self.__dict__)
 
 
-def episode_sample(traj: Trajectory) -> EpisodeSample:
-    """``traj`` as one sample (see the module docstring).
+def episode_samples(traj: Trajectory, *, strict: bool = True) -> list[EpisodeSample]:
+    """``traj`` as one sample per segment (see the module docstring).
+
+    Args:
+        traj: the episode.
+        strict: its chat only grows, so it must be one segment (a break raises).
 
     Raises:
         LayoutError: a step without token ids, or an episode without steps.
-        PrefixBroken: a turn whose prompt does not extend the previous turn's context.
+        PrefixBroken: with ``strict``, a turn whose prompt does not extend the previous turn's.
     """
     uid = traj.spec.traj_uid
     if not traj.steps:
         raise LayoutError(f"episode {uid} has no steps ({traj.error or 'it never started'})")
     gens = [_tokens_of(s, uid) for s in traj.steps]
-    prompt, completion, mask, logprobs, owner = _stitch(gens, uid)
-    advantages = [s.advantage for s in traj.steps]
-    return EpisodeSample(
-        group_uid=traj.spec.group_uid, traj_uid=uid, prompt_ids=prompt, completion_ids=completion,
-        completion_mask=mask, completion_logprobs=logprobs,
-        token_advantages=_token_advantages(advantages, owner), advantage=advantages[0],
-        episode_return=traj.episode_return, won=traj.won, turns=len(gens),
-        policy_versions=[g.policy_version for g in gens],
-    )  # fmt: skip
+    starts = [0] + [k for k in range(1, len(gens)) if _breaks(uid, k, gens, strict)]
+    samples = []
+    for segment, (a, b) in enumerate(zip(starts, [*starts[1:], len(gens)], strict=True)):
+        prompt, completion, mask, logprobs, advantages = _stitch(traj.steps[a:b], gens[a:b])
+        samples.append(EpisodeSample(
+            group_uid=traj.spec.group_uid, traj_uid=uid, segment=segment, segments=len(starts),
+            first_turn=traj.steps[a].step, prompt_ids=prompt, completion_ids=completion,
+            completion_mask=mask, completion_logprobs=logprobs, token_advantages=advantages,
+            advantage=traj.steps[0].advantage, episode_return=traj.episode_return, won=traj.won,
+            turns=b - a, policy_versions=[g.policy_version for g in gens[a:b]],
+        ))  # fmt: skip
+    return samples
 
 
 def _tokens_of(s: StepRecord, uid: str) -> Generation:
@@ -98,50 +110,43 @@ def _tokens_of(s: StepRecord, uid: str) -> Generation:
     return g
 
 
-_Tokens = tuple[list[int], list[int], list[int], list[float], list[int]]
+_Tokens = tuple[list[int], list[int], list[int], list[float], list[float] | None]
 
 
-def _stitch(gens: Sequence[Generation], uid: str) -> _Tokens:
-    """Turn 1's prompt ids, then the completion ids, mask and log-probs, and each completion
-    token's step (-1: env tokens), of ``gens`` as one token sequence."""
+def _stitch(steps: Sequence[StepRecord], gens: Sequence[Generation]) -> _Tokens:
+    """Turn 1's prompt ids, then the completion ids, mask, log-probs and step advantages (0 on
+    env tokens; None until all are known) of one segment as one token sequence."""
     prompt = context = list(gens[0].prompt_ids or [])
-    completion: list[int] = []
-    mask: list[int] = []
-    logprobs: list[float] = []
-    owner: list[int] = []
-    for k, g in enumerate(gens):
+    completion, mask, logprobs, advantages = list[int](), list[int](), list[float](), list[float]()
+    for s, g in zip(steps, gens, strict=True):
         ids = list(g.prompt_ids or [])
-        _check_prefix(uid, k, context, ids)  # turn 1 extends its own prompt
-        env = ids[len(context) :]
+        env = ids[len(context) :]  # the segment's turns extend the context (_breaks)
         response = list(g.response_ids or [])
         completion += env + response
         mask += [0] * len(env) + [1] * len(response)
         logprobs += [0.0] * len(env) + list(g.response_logprobs or [])
-        owner += [-1] * len(env) + [k] * len(response)
+        advantages += [0.0] * len(env) + [float(s.advantage or 0.0)] * len(response)
         context = ids + response
-    return prompt, completion, mask, logprobs, owner
+    known = all(s.advantage is not None for s in steps)
+    return prompt, completion, mask, logprobs, advantages if known else None
 
 
-def _check_prefix(uid: str, k: int, context: list[int], ids: list[int]) -> None:
-    """Raise :class:`PrefixBroken` unless turn ``k + 1``'s prompt ``ids`` extends ``context``."""
+def _breaks(uid: str, k: int, gens: Sequence[Generation], strict: bool) -> bool:
+    """Whether turn ``k + 1``'s prompt breaks from turn ``k``'s (``strict``: raise instead)."""
+    context = [*(gens[k - 1].prompt_ids or ()), *(gens[k - 1].response_ids or ())]
+    ids = list(gens[k].prompt_ids or ())
     cut = _divergence(context, ids)
-    if cut is not None:
+    if cut is not None and strict:
         raise PrefixBroken(
             f"episode {uid}: turn {k + 1}'s prompt does not start with turn {k}'s prompt and "
             f"response (first difference at token {cut}: {_at(context, cut)} in the context "
             f"vs {_at(ids, cut)} in the prompt), so no single token sequence is what the model "
-            "saw. rollout.layout=episode needs a chat that only grows (env.history_length=-1, "
-            "env.formatter=transcript) rendered incrementally (policy.params.incremental="
-            "true), and a chat template that does not re-render earlier turns; otherwise use "
+            "saw, though this job's chat only grows (the whole history, env.formatter="
+            "transcript, no token budget): render it incrementally (policy.params.incremental="
+            "true) with a chat template that does not re-render earlier turns, or use "
             "rollout.layout=step"
         )
-
-
-def _token_advantages(advantages: Sequence[float | None], owner: list[int]) -> list[float] | None:
-    """Each completion token's step advantage (0.0 on env tokens); None until all are known."""
-    if any(a is None for a in advantages):
-        return None
-    return [0.0 if j < 0 else float(advantages[j] or 0.0) for j in owner]
+    return cut is not None
 
 
 def _divergence(context: Sequence[int], ids: Sequence[int]) -> int | None:

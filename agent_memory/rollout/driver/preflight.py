@@ -117,8 +117,6 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     check_workers(job)
     check_ray_address(job.rollout.ray_address)
     episode = job.rollout.layout == "episode"
-    if episode:
-        check_episode_layout(job)
     env = resolve_env(job.env)
     check_policy_env(job, env, policy=policy)
     if job.algo.name == "ppo":

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.config import JobConfig
-from agent_memory.rollout.driver.layouts import LayoutError, episode_sample
+from agent_memory.rollout.driver.layout_checks import append_only_error
+from agent_memory.rollout.driver.layouts import LayoutError, episode_samples
 from agent_memory.rollout.driver.outputs import step_rows
 from agent_memory.rollout.jsonsafe import jsonable
 from agent_memory.rollout.types import Trajectory
@@ -92,7 +93,10 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
 EPISODE_COLUMNS: dict[str, tuple[str, str]] = {
     "group_uid": ("string", "the episode's group"),
     "traj_uid": ("string", "the episode"),
-    "prompt_ids": ("list:int64", "turn 1's prompt ids"),
+    "segment": ("int64", "the sample's place in its episode, from 0"),
+    "segments": ("int64", "the episode's samples: 1, or more where memory rewrote the prompt"),
+    "first_turn": ("int64", "the step of the sample's first turn"),
+    "prompt_ids": ("list:int64", "the first turn's prompt ids"),
     "completion_ids": ("list:int64", "every later token the model saw or produced"),
     "completion_mask": ("list:int8", "1 on the model's tokens, 0 on the env's and template's"),
     "completion_logprobs": ("list:float64", "sampling log-probs of the model's tokens, else 0"),
@@ -159,6 +163,7 @@ class RolloutWriter:
         if job.rollout.save_parquet:
             self.paths["parquet"] = self.out / "trajectories.parquet"
         self.episodes = job.rollout.layout == "episode"
+        self.strict = append_only_error(job) is None  # one sample per episode, else segments
         if self.episodes:
             self.paths["episodes_jsonl"] = self.out / "episodes.jsonl"
             if job.rollout.save_parquet:
@@ -173,8 +178,8 @@ class RolloutWriter:
         }
         self._rows: list[dict[str, Any]] = []
         self._episode_rows: list[dict[str, Any]] = []
-        # Episodes with step rows but no episode sample (e.g. a prompt the policy cut to fit
-        # its model's context no longer extends the previous turn): one entry each.
+        # Episodes with step rows but no episode sample (e.g. where the chat only grows, a prompt
+        # the policy cut to fit its model's context no longer extends the previous turn).
         self.layout_errors: list[dict[str, str]] = []
         self.counts: dict[str, int] = {}
         # summary.json exists from the start ("running") with room for the final one, so that
@@ -195,7 +200,7 @@ class RolloutWriter:
             if t.error is not None and not t.steps:
                 continue  # never started: nothing to train on (errors.jsonl names it)
             try:
-                samples.append(jsonable(episode_sample(t).row()))
+                samples += [jsonable(s.row()) for s in episode_samples(t, strict=self.strict)]
             except LayoutError as e:  # this episode's problem: the run goes on
                 log.warning("no episode sample for %s: %s", t.spec.traj_uid, e)
                 self.layout_errors.append({"traj_uid": t.spec.traj_uid, "error": str(e)})
