@@ -23,6 +23,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -30,6 +31,7 @@ from agent_memory.checks import check_choice, check_int, check_number, check_sto
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Counters, Policy, Prompt, check_batch
 from agent_memory.policies.local_model import resolve_model
+from agent_memory.policies.offsets import token_offsets
 from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
 from agent_memory.protocol import Generation, SamplingParams
 
@@ -327,25 +329,22 @@ class HFPolicy(Policy):
         finish = "length" if end is None else "stop"
         end = len(tokens) if end is None else end
         body = tokens[:end]
-        kept = [t for t in body if t not in self._eos]
-        text = _cut(self.tokenizer.decode(kept, skip_special_tokens=True), self.stop)
+        decoded = self.tokenizer.decode(
+            [t for t in body if t not in self._eos], skip_special_tokens=True
+        )
+        text = _cut(decoded, self.stop)
         return Generation(
             text=text, prompt_ids=list(prompt), response_ids=body, response_logprobs=logps[:end],
             finish_reason=finish, policy_version=self.version, sampling=sampling,
-            response_offsets=self._offsets(body, len(text)),
+            response_offsets=self._offsets(body, decoded, len(text)),
         )  # fmt: skip
 
-    def _offsets(self, body: list[int], length: int) -> list[int]:
-        """Where each token of ``body`` starts in its decoded text (at most ``length``): the
-        length of the text its predecessors decode to (non-decreasing; an EOS adds nothing)."""
-        eos, decode = self._eos, self.tokenizer.decode
-        out, kept, at = [], [], 0
-        for t in body:
-            out.append(min(at, length))
-            if t not in eos:
-                kept.append(t)
-                at = max(at, len(decode(kept, skip_special_tokens=True)))
-        return out
+    def _offsets(self, body: list[int], decoded: str, length: int) -> list[int] | None:
+        """Where each token of ``body`` (which decodes to ``decoded``) starts in the response
+        text (its first ``length`` characters: a stop string cuts the text, not the ids)."""
+        decode = partial(self.tokenizer.decode, skip_special_tokens=True)
+        offsets = token_offsets(decode, body, decoded, self._eos)
+        return None if offsets is None else [min(o, length) for o in offsets]
 
     def sampling_params(self) -> SamplingParams:
         """How this policy samples (recorded with each response)."""

@@ -414,7 +414,8 @@ class OpenAIPolicy(Policy):
                 data = json.dumps(body).encode()
             except (TypeError, ValueError) as e:
                 raise ValueError(f"prompt {i}: the request body is not JSON: {e}") from None
-            out.append(Request(data, local, self._sampling(body)))
+            offsets = meta is not None and meta[i].get("memory_tag") is not None
+            out.append(Request(data, local, self._sampling(body), offsets))
         return out
 
     def _prompt_field(self, prompt: Prompt, i: int, local: list[int] | None) -> dict[str, Any]:

@@ -20,9 +20,11 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from agent_memory.policies.base import Counters
+from agent_memory.policies.offsets import token_offsets
 from agent_memory.policies.openai_protocol import (
     DEFAULT_MAX_ANSWER_BYTES,
     MAX_ERROR_CHARS,
@@ -101,6 +103,8 @@ class Request:
     body: bytes
     prompt_ids: list[int] | None
     sampling: SamplingParams
+    #: Report where each response token starts in the text (a memory reads blocks it writes).
+    offsets: bool = False
 
 
 @dataclass
@@ -604,7 +608,16 @@ class Sender:
             response_ids=response_ids if self.return_tokens else None,
             response_logprobs=logprobs if self.return_tokens else None,
             finish_reason=answer.finish_reason, policy_version=version, sampling=request.sampling,
+            response_offsets=self._offsets(response_ids, text) if request.offsets else None,
         )  # fmt: skip
+
+    def _offsets(self, ids: list[int] | None, text: str) -> list[int] | None:
+        """Where each response token starts in ``text``: from the ids, by the tokenizer (None
+        without one, or where the server's text is not what the ids decode to)."""
+        if self.tokenizer is None or not self.return_tokens or ids is None:
+            return None
+        decode = partial(self.tokenizer.decode, skip_special_tokens=True)
+        return token_offsets(decode, ids, text) if decode(ids) == text else None
 
     def _text(self, answer: Answer) -> str | Refusal:
         """The response text: the server's, checked against its ids (a tokenizer known), or

@@ -76,7 +76,7 @@ def play(
                 _start(worker, book, playing, cut)
                 continue
             live = sorted(playing)
-            gens = policy.generate(*policy_inputs([playing[s] for s in live]))
+            gens = policy.generate(*policy_inputs([playing[s] for s in live], memory_tag))
             freed: list[Slot] = []
             for res in worker.step({i: g.text for (_, i), g in zip(live, gens, strict=True)}):
                 slot = (0, res.env)

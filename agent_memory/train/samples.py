@@ -150,7 +150,8 @@ def _token_sample(step: StepRecord, where: str, train_memory_tokens: bool) -> Sa
         if step.memory_mask is None:
             raise ValueError(
                 f"{where} has no memory_mask: trainer.train_memory_tokens=false needs "
-                "memory=notes and a policy that reports token offsets (hf)"
+                "memory=notes and a policy that reports token offsets (hf, or openai with "
+                "return_tokens and policy.params.tokenizer)"
             )
         loss_mask = tuple(1 - m for m in step.memory_mask)
     temperature = 1.0 if g.sampling is None or g.sampling.temperature is None else (

@@ -196,6 +196,36 @@ def test_response_ids_must_decode_to_the_response_text(server, tokenizer_dir):
     )
 
 
+def test_offsets_are_reported_for_a_memory_that_reads_the_policys_blocks(server, tmp_path):
+    pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
+    from transformers import AutoTokenizer
+
+    from agent_memory.memory.notes import memory_token_mask
+    from agent_memory.models import build_tiny_qwen
+
+    path = build_tiny_qwen(tmp_path)  # Qwen2.5's byte-level tokenizer: the tags round-trip
+    tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
+    text = "<memory>the kéy is red 🎉</memory><action>go up</action>"
+    ids = list(tok(text, add_special_tokens=False)["input_ids"])
+    answer = _answer(text, ids, [-0.1] * len(ids))
+    server.faults = {k: [("raw", answer)] for k in ("x", "y", "z")}
+    with OpenAIPolicy(server.base_url, "m", tokenizer=str(path), **TOKENS) as policy:
+        plain, asked = policy.generate(["x", "y"], [{}, {"memory_tag": "memory"}])
+        (other,) = policy.generate(["z"], [{"memory_tag": "memory"}])
+    assert plain.response_offsets is None  # nothing asked: no decoding spent
+    offsets = asked.response_offsets
+    # Each token starts where the text its predecessors decode to ends (where that text ends
+    # inside a character, the emoji's bytes: not before the previous token).
+    prefixes = [tok.decode(ids[:j], skip_special_tokens=True) for j in range(len(ids))]
+    whole = [(o, len(p)) for o, p in zip(offsets, prefixes, strict=True) if "\ufffd" not in p]
+    assert len(whole) >= len(ids) - 2 and all(o == n for o, n in whole), whole
+    assert offsets == sorted(offsets)
+    mask = memory_token_mask(asked.text, offsets, "memory")
+    block = tok.decode([t for t, m in zip(ids, mask, strict=True) if m])
+    # The block's tokens: Qwen's "><" token straddles its end and the action's tag.
+    assert block == "<memory>the kéy is red 🎉</memory><" and other.response_offsets == offsets
+
+
 def test_token_ids_must_be_below_the_tokenizers_size(server, tokenizer_dir):
     from transformers import AutoTokenizer
 

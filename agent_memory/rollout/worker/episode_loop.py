@@ -258,7 +258,7 @@ class EpisodeLoop:
             return
         waiting = sorted(self.asking)
         self.asking.clear()
-        prompts, metas = policy_inputs([self.live[env].run for env in waiting])
+        prompts, metas = policy_inputs([self.live[env].run for env in waiting], self.memory_tag)
         for env in waiting:
             self.live[env].requests += 1
         loop = asyncio.get_running_loop()

@@ -38,11 +38,16 @@ class Playing:
     steps: list[StepRecord] = field(default_factory=list)
 
 
-def policy_inputs(runs: Sequence[Playing]) -> tuple[list[Any], list[dict[str, Any]]]:
+def policy_inputs(
+    runs: Sequence[Playing], memory_tag: str | None = None
+) -> tuple[list[Any], list[dict[str, Any]]]:
     """The prompts of running episodes and each one's meta for the policy: the fields it asked
-    for, plus the episode's ``traj_uid`` and the ``step`` it is about to take."""
+    for, plus the episode's ``traj_uid``, the ``step`` it is about to take and, when the memory
+    reads blocks the policy writes, their ``memory_tag`` (the policy then reports token offsets)."""
+    tag = {} if memory_tag is None else {"memory_tag": memory_tag}
     metas = [
-        {**run.view.meta, "traj_uid": run.traj_uid, "step": len(run.steps) + 1} for run in runs
+        {**run.view.meta, "traj_uid": run.traj_uid, "step": len(run.steps) + 1, **tag}
+        for run in runs
     ]
     return [run.view.prompt for run in runs], metas
 
