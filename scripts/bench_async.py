@@ -47,6 +47,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import gc
 import hashlib
@@ -215,15 +216,71 @@ class Started:
         self.collector.policy.close()
 
 
+class Ideal:
+    """The reference no engine can beat on the same server: ``envs`` asyncio tasks in this
+    process, each sending its next request the moment its answer is back (no env, no wrapper,
+    no Ray), ``concurrency`` requests in flight at most, as many requests in all as the engines'
+    env-steps (``steps()``, known after their first run), each with a prompt of their size."""
+
+    def __init__(self, base_url: str, envs: int, concurrency: int, steps: Any) -> None:
+        self.base_url, self.envs, self.concurrency, self.steps = base_url, envs, concurrency, steps
+
+    def play(self, server: ServerProcess | None) -> Run:
+        assert server is not None
+        total = self.steps()
+        t0 = time.monotonic()
+        asyncio.run(self._all(total))
+        t1 = time.monotonic()
+        s = server.stats(t0, t1)
+        return Run(total / (t1 - t0), s.utilization, s.idle_s, t1 - t0, total)
+
+    async def _all(self, total: int) -> None:
+        import httpx
+
+        n, gate = self.envs, asyncio.Semaphore(self.concurrency)
+        limits = httpx.Limits(max_connections=self.concurrency)
+        async with httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=60) as client:
+
+            async def env(i: int, count: int) -> None:
+                for k in range(count):
+                    body = {
+                        "model": "hash",
+                        "seed": k,
+                        "messages": [
+                            {"role": "user", "content": f"env {i} step {k}: {IDEAL_PROMPT}"}
+                        ],
+                    }
+                    async with gate:
+                        (await client.post("/chat/completions", json=body)).raise_for_status()
+
+            await asyncio.gather(*(env(i, total // n + (i < total % n)) for i in range(n)))
+
+    def close(self) -> None:
+        pass
+
+
+#: About a FrozenLake 8x8 prompt's length (the mock server's cost does not read it).
+IDEAL_PROMPT = "You are on a frozen lake. " * 24
+
+
 def interleaved(
-    jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None
-) -> dict[str, list[Run]]:
-    """``repeats`` runs of each job, alternating between them (load changes hit all alike)."""
-    started: dict[str, Started] = {}
+    jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None, ideal: int = 0,
+    concurrency: int = 0,
+) -> dict[str, list[Run]]:  # fmt: skip
+    """``repeats`` runs of each job, alternating between them (load changes hit all alike);
+    with ``ideal`` envs, an :class:`Ideal` client's runs too (key ``"ideal"``)."""
+    started: dict[str, Started | Ideal] = {}
+    runs: dict[str, list[Run]] = {key: [] for key in jobs}
     try:
         for key, job in jobs.items():
             started[key] = Started(job)
-        runs: dict[str, list[Run]] = {key: [] for key in jobs}
+        if ideal:
+            assert server is not None
+            first = next(iter(jobs))
+            runs["ideal"] = []
+            started["ideal"] = Ideal(
+                server.base_url, ideal, concurrency, lambda: runs[first][0].steps
+            )
         for _ in range(repeats):
             for key, engine in started.items():
                 runs[key].append(engine.play(server))
@@ -260,10 +317,10 @@ def server_section(args: argparse.Namespace) -> None:
             f"{args.repeats} interleaved runs)\n"
         )
         print(
-            "| envs | engine | env-steps/s | vs lockstep | ceiling | server utilization | "
-            "idle (nothing in flight) | time to play | env-steps |"
+            "| envs | engine | env-steps/s | vs lockstep | vs ideal | ceiling | server utilization "
+            "| idle (nothing in flight) | time to play | env-steps |"
         )
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|")
         for n in args.envs:
             per_worker = -(-n // args.workers)
             jobs = {
@@ -277,18 +334,19 @@ def server_section(args: argparse.Namespace) -> None:
                 )
                 for mode in MODES
             }
-            runs = interleaved(jobs, args.repeats, server)
+            runs = interleaved(jobs, args.repeats, server, n, args.concurrency)
             base = med(runs["lockstep"], "steps_per_s")
             # Both engines play the same steps against the same latencies, so the ratio of
             # their throughputs is the ratio of their utilizations: an engine that kept the
             # server always busy (utilization 1) would gain 1 / (lockstep's) and no more.
             lockstep_util = med(runs["lockstep"], "utilization")
             ceiling = f"{1 / lockstep_util:.2f}x" if lockstep_util > 0 else "n/a"
-            for mode in MODES:
+            ideal = med(runs["ideal"], "steps_per_s")
+            for mode in (*MODES, "ideal"):
                 rs = runs[mode]
                 rate = med(rs, "steps_per_s")
                 print(
-                    f"| {n} | {mode} | {rate:,.0f} | {rate / base:.2f}x | "
+                    f"| {n} | {mode} | {rate:,.0f} | {rate / base:.2f}x | {rate / ideal:.2f} | "
                     f"{ceiling if mode == 'async' else ''} | "
                     f"{med(rs, 'utilization'):.2f} | {med(rs, 'idle_s'):.2f} s | "
                     f"{med(rs, 'seconds'):.1f} s | {med(rs, 'steps'):,.0f} |"
