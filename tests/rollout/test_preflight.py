@@ -585,3 +585,7 @@ def test_episode_layout_checks_the_hf_policy_and_its_chat_template(tmp_path):
         ),
     ):
         _check(*hf(plain, "policy.params.incremental=true"))
+    # Where memory rewrites the prompt a break only starts a segment: text prompts need no
+    # chat template, and a whole render no incremental one.
+    _check(*hf(plain), "memory=notes", "env.formatter=simple")
+    _check(*hf(rewriting), "memory=notes")

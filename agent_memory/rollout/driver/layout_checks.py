@@ -78,8 +78,9 @@ env.formatter=transcript, or rollout.layout=step
 
 def check_episode_layout(job: JobConfig, policy: Any) -> None:
     """Refuse (ConfigError, with the override) a built ``policy`` that cannot make
-    ``rollout.layout=episode`` samples: it must render token ids, each turn after the ids the
-    model sampled, with a chat template that appends turns."""
+    ``rollout.layout=episode`` samples: it must render token ids and, where the chat only grows
+    (:func:`append_only_error`: one sample per episode), each turn after the ids the model
+    sampled, with a chat template that appends turns (elsewhere a break only starts a segment)."""
     name = job.policy.name
     renderer = getattr(policy, "renderer", None)
     if renderer is None:
@@ -91,6 +92,8 @@ def check_episode_layout(job: JobConfig, policy: Any) -> None:
             "policy.params.tokenizer=<model path>, or rollout.layout=step",
             key="policy.name",
         )
+    if append_only_error(job) is not None:
+        return
     if not renderer.incremental:
         raise ConfigError(
             "rollout.layout=episode needs each turn rendered after the ids the model "
