@@ -146,6 +146,7 @@ def test_task_index_option_and_errors(env: CodeEnv) -> None:
         ({"cpu_limit_s": 0}, "cpu_limit_s must be an int >= 1, got 0"),
         ({"memory_limit_mb": 8}, "memory_limit_mb must be an int >= 64, got 8"),
         ({"max_file_size_mb": 0.5}, "max_file_size_mb must be an int >= 1, got 0.5"),
+        ({"max_disk_mb": 0}, "max_disk_mb must be an int >= 1, got 0"),
         ({"max_action_chars": 5}, "max_action_chars must be an int >= 100, got 5"),
         ({"render_mode": "human"}, "render_mode must be None or 'ansi', got 'human'"),
     ],
@@ -533,11 +534,11 @@ def test_sandbox_reports_its_layers(env: CodeEnv) -> None:
     layers = env.sandbox.layers
     assert set(layers) == {
         "protocol", "seccomp", "privileges", "filesystem", "network", "landlock", "cgroup",
-        "rlimits", "audit_hook",
+        "rlimits", "disk", "audit_hook",
     }  # fmt: skip
     for name, state in layers.items():
         assert state.startswith(("on (", "off (")) and state.endswith(")"), (name, state)
-    for always in ("protocol", "rlimits", "audit_hook"):
+    for always in ("protocol", "rlimits", "disk", "audit_hook"):
         assert layers[always].startswith("on"), layers
     assert env.sandbox.boot_seconds > 0
 
@@ -606,9 +607,15 @@ def test_sandbox_exits_when_its_parent_is_killed() -> None:
         "box = Sandbox(SandboxLimits(timeout_s=600.0))\n"
         "box.layers\n"
         "print(box.pid, box.workdir, flush=True)\n"
+        "box.run(NESTED)\n"
         'box.run(\'open("left.txt", "w").write("x")\')\n'
         "box.run('import time; time.sleep(600)')\n"
     )
+    nested = (  # 1500 levels (Python's recursion limit is 1000), read-only and unreadable ones
+        "import os\ntop = os.getcwd()\nfor _ in range(1500):\n    os.mkdir('d')\n    os.chdir('d')\n"
+        "os.mkdir('shut')\nos.chmod('shut', 0)\nos.chmod('.', 0o500)\nos.chdir(top)"
+    )
+    script = f"NESTED = {nested!r}\n{script}"
     parent = subprocess.Popen(
         [sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, cwd=Path.cwd()
     )
@@ -620,6 +627,7 @@ def test_sandbox_exits_when_its_parent_is_killed() -> None:
             parent.kill()
             pytest.fail("the sandbox never wrote left.txt")
         time.sleep(0.05)
+    assert (workdir / "d" / "d").is_dir()
     parent.kill()
     parent.wait()
     deadline = time.monotonic() + 60

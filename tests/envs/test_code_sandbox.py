@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import socket
 import sys
 import threading
@@ -467,6 +468,42 @@ def test_hostile_result_fields_never_raise(fields: dict) -> None:
     assert result is None or result.status in ("ok", "error")
 
 
+THREAD_FORGE = """
+import json, os, stat, sys, threading, time
+frame = json.dumps(FRAME).encode()
+frame = len(frame).to_bytes(4, "big") + frame
+first, forged = sys.stdout, threading.Event()
+def forge():  # once the next step runs (it has a capture of its own), forge its answer
+    while sys.stdout is first or not hasattr(sys.stdout, "result"):
+        time.sleep(0.001)
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if stat.S_ISFIFO(os.fstat(int(name)).st_mode):
+                os.write(int(name), frame)
+        except OSError:
+            pass
+    forged.set()
+threading.Thread(target=forge, daemon=True).start()
+"""
+#: The next step waits until the thread has forged its answer (if the thread is still there).
+AFTER_FORGE = "try:\n    forged.wait()\nexcept NameError:\n    pass\nprint('real')"
+
+
+def test_a_thread_left_running_cannot_answer_for_the_next_step() -> None:
+    env = CodeEnv(timeout_s=20.0)
+    env.reset(seed=0)
+    code = "import threading\nt = threading.Thread(target=print, args=('joined',))\nt.start(); t.join()"
+    obs, *_ = env.step(f"<code>{code}</code>")
+    assert obs == "joined\n" and env.sandbox.restarts == 0, obs  # threads that end are fine
+    left, _, _, _, info = env.step(f"<code>FRAME = {{**{FAKE!r}, 'seq': 3}}\n{THREAD_FORGE}</code>")
+    for code, expected in ((AFTER_FORGE, "real\n"), ("print('four')", "four\n")):
+        obs, *_ = env.step(f"<code>{code}</code>")
+        assert obs == expected, obs  # not FORGED: the thread died with a restart
+    assert info["sandbox_status"] == "ok" and "Threads the code started were still" in left, left
+    assert env.sandbox.restarts == 1
+    env.close()
+
+
 # --- 5. the answers ------------------------------------------------------------------------------
 
 ANSWER_ATTACK = """
@@ -533,13 +570,94 @@ def test_honest_code_still_has_the_standard_library(box: Sandbox) -> None:
     assert result.text == "2 True 8\n", result.text
 
 
+# --- 6. the working dir: depth and size --------------------------------------------------------
+
+NESTED = """
+import os
+top = os.getcwd()
+for _ in range(3000):  # deeper than Python's recursion limit, a path longer than PATH_MAX
+    os.mkdir("d")
+    os.chdir("d")
+open("leaf.txt", "w").write("x")
+os.mkdir("shut")
+os.chmod("shut", 0)
+os.chmod(".", 0o500)
+os.chdir(top)
+print(json.dumps({"made": 3000}))
+"""
+
+
+def test_deeply_nested_dirs_are_removed_at_reset() -> None:
+    env = CodeEnv(timeout_s=20.0)
+    env.reset(seed=0)
+    workdir = env.sandbox.workdir
+    assert run_json(env.sandbox, NESTED) == {"made": 3000}
+    env.reset(seed=0)  # removes the old working dir
+    assert not os.path.exists(workdir)
+    assert env.step("<code>print('fresh')</code>")[0] == "fresh\n"
+    env.close()
+
+
+def test_removal_follows_no_link_and_stops_with_a_clear_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from agent_memory.envs.code_exec.sandbox_child import files
+
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("keep")
+    tree = tmp_path / "tree"
+    (tree / "a" / "b").mkdir(parents=True)
+    (tree / "a" / "b" / "link").symlink_to(outside)
+    (tree / "top_link").symlink_to(outside / "keep.txt")
+    files.remove_tree(str(tree))
+    assert not tree.exists() and (outside / "keep.txt").read_text() == "keep"
+    (tree / "a").mkdir(parents=True)
+    (tree / "f").write_text("x")
+    monkeypatch.setattr(files, "MAX_ENTRIES", 1)
+    with pytest.raises(
+        OSError,
+        match=re.escape(f"removing {tree}: [Errno 27] more than 1 entries: stopped (remove"),
+    ):
+        files.remove_tree(str(tree))
+
+
+DISK_ATTACKS = {
+    "big files": "for i in range(12):\n    open(f'big{i}', 'wb').write(bytes(2**20))",
+    "many empty files": "for i in range(3000):\n    open(f'e{i}', 'w').close()",
+    "while it runs": "import threading\nfor i in range(12):\n    open(f'big{i}', 'wb').write("
+    "bytes(2**20))\nthreading.Event().wait()",
+}
+
+
+@pytest.mark.parametrize("attack", DISK_ATTACKS)
+def test_the_disk_quota_ends_the_episode(attack: str) -> None:
+    """12 MiB (or 3000 entries, counted 4 KiB each) against a quota of 8 MiB."""
+    env = CodeEnv(timeout_s=600.0, max_disk_mb=8, max_file_size_mb=4)
+    env.reset(seed=0)
+    workdir = env.sandbox.workdir
+    assert env.sandbox.layers["disk"].startswith("on (")
+    obs, reward, terminated, truncated, info = env.step("<code>open('ok', 'w').write('x')</code>")
+    assert (info["sandbox_status"], terminated) == ("ok", False), obs
+    obs, reward, terminated, truncated, info = env.step(f"<code>{DISK_ATTACKS[attack]}</code>")
+    assert (reward, terminated, truncated, info["sandbox_status"]) == (0.0, True, False, "quota")
+    assert "held more than the disk quota of 8 MiB" in obs, obs
+    if attack == "while it runs":  # never reaches its end: measured while it runs
+        assert "while the code ran" in obs, obs
+    assert env.sandbox.closed and not os.path.exists(workdir)  # the files are gone at once
+    obs, _, terminated, _, info = env.step("<code>print(1)</code>")
+    assert terminated and not info["is_action_valid"], obs
+    assert "the episode is over (the disk quota was exceeded)" in obs
+    env.close()
+
+
 # --- the layers themselves -----------------------------------------------------------------------
 
 
 #: Every layer a sandbox reports (the module docstring of agent_memory.envs.code_exec.sandbox describes each).
 LAYERS = (
     "network", "filesystem", "rlimits", "privileges", "landlock", "seccomp", "audit_hook",
-    "protocol", "cgroup",
+    "protocol", "cgroup", "disk",
 )  # fmt: skip
 
 

@@ -193,6 +193,7 @@ class CodeEnv(TextEnv):
         cpu_limit_s: ``RLIMIT_CPU`` of each sandbox process (cumulative).
         memory_limit_mb: ``RLIMIT_AS`` of each sandbox process.
         max_file_size_mb: ``RLIMIT_FSIZE`` (largest file the code may write).
+        max_disk_mb: the working dir's total; over it the episode ends (terminated, reward 0).
         max_action_chars: the action space's length (longer actions are still parsed).
         landlock: use Linux Landlock when available (kernel-enforced write confinement).
         isolate_network: put the sandbox in its own network namespace when allowed.
@@ -220,20 +221,21 @@ class CodeEnv(TextEnv):
     def __init__(
         self, render_mode: Literal["ansi"] | None = None, *, max_obs_chars: int = 4000,
         timeout_s: float = 10.0, cpu_limit_s: int = 60, memory_limit_mb: int = 512,
-        max_file_size_mb: int = 16, max_action_chars: int = 16000, landlock: bool = True,
-        isolate_network: bool = True,
+        max_file_size_mb: int = 16, max_disk_mb: int = 64, max_action_chars: int = 16000,
+        landlock: bool = True, isolate_network: bool = True,
     ) -> None:  # fmt: skip
         super().__init__(render_mode)
         check_int("max_obs_chars", max_obs_chars, 200)
         check_int("cpu_limit_s", cpu_limit_s, 1)
         check_int("memory_limit_mb", memory_limit_mb, 64)
         check_int("max_file_size_mb", max_file_size_mb, 1)
+        check_int("max_disk_mb", max_disk_mb, 1)
         check_int("max_action_chars", max_action_chars, 100)
         checks.check_number("timeout_s", timeout_s, low=0, low_open=True)
         self.max_obs_chars = max_obs_chars
         self.limits = SandboxLimits(
             timeout_s=float(timeout_s), cpu_s=cpu_limit_s, memory_mb=memory_limit_mb,
-            file_size_mb=max_file_size_mb, output_chars=max_obs_chars,
+            file_size_mb=max_file_size_mb, disk_mb=max_disk_mb, output_chars=max_obs_chars,
         )  # fmt: skip
         self._landlock = landlock
         self._isolate_network = isolate_network
@@ -260,7 +262,8 @@ class CodeEnv(TextEnv):
             "expression, or the error.\n"
             "<answer>your final answer</answer> submits it and ends the episode.\n"
             f"Limits: {self.limits.timeout_s:g} s per step (a timeout restarts the sandbox and "
-            f"loses all variables), {self.limits.memory_mb} MiB of memory; output beyond "
+            f"loses all variables), {self.limits.memory_mb} MiB of memory, "
+            f"{self.limits.disk_mb} MiB of files (more ends the episode); output beyond "
             f"{self.max_obs_chars} characters is cut in the middle."
         )
 
@@ -317,8 +320,9 @@ class CodeEnv(TextEnv):
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         if self._sandbox is None:
             raise RuntimeError("call reset() before step()")
-        if self._submitted:
-            return self._invalid("the episode is over (an answer was submitted); call reset()")
+        if self._submitted or self._sandbox.closed:
+            why = "an answer was submitted" if self._submitted else "the disk quota was exceeded"
+            return self._invalid(f"the episode is over ({why}); call reset()")
         kind, body, reason = parse_action(action)
         if kind is None:
             return self._invalid(reason)
@@ -333,14 +337,15 @@ class CodeEnv(TextEnv):
         self._names = result.names
         obs = self._observe(self._format_result(result))
         info = step_info(self._info(sandbox_status=result.status))
-        return obs, 0.0, False, False, info
+        return obs, 0.0, result.status == "quota", False, info
 
     def _invalid(self, reason: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
         obs = self._observe(
             f"Invalid action: {reason}.\nReply with <code>python code</code> or "
             "<answer>your final answer</answer>."
         )
-        return obs, 0.0, self._submitted, False, step_info(self._info(), reason)
+        over = self._submitted or (self._sandbox is not None and self._sandbox.closed)
+        return obs, 0.0, over, False, step_info(self._info(), reason)
 
     def oracle_action(self) -> str:
         """The scripted expert's next action: the first task step whose variables are missing."""

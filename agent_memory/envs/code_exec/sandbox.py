@@ -2,19 +2,24 @@
 
 A *supervisor* process (:mod:`~agent_memory.envs.code_exec.sandbox_child`), spoken to over pipes
 in JSON frames, forks the *runner* that executes the code; variables persist across runs, like a
-Jupyter kernel. After a timeout, crash or limit kill it restarts empty (files are kept).
+Jupyter kernel. After a timeout, crash or limit kill, or a run that leaves threads running, it
+restarts empty (files are kept).
 
 Layers, each reported by :attr:`Sandbox.layers` as ``"on (...)"`` or ``"off (<reason>)"``
-(``require=`` refuses to run with one off): ``protocol`` (frames user code cannot forge),
+(``require=`` refuses to run with one off): ``protocol`` (each run gets one checked answer, for
+that run, from a runner in which no thread of an earlier run is alive),
 ``seccomp`` (no processes, ``execve``, sockets or unneeded kernel surface), ``privileges`` (a uid
 of its own, no capabilities), ``filesystem`` (a private read-only root without ``/tmp``, ``/home``
 or the project), ``network`` (new network and IPC namespaces), ``landlock`` (reads and writes
 confined), ``cgroup`` (total memory and tasks), ``rlimits`` (per process, plus a wall-clock
-timeout) and ``audit_hook`` (friendly errors only, not a boundary). With a layer off the others
-still hold.
+timeout), ``disk`` (the working dir's total size: measured after each run and every 0.1 s during
+one, closing the sandbox when over; not a file-system quota) and ``audit_hook`` (friendly errors
+only, not a boundary). With a layer off the others still hold.
 
 Not protected: kernel bugs and side channels; reads of what the view keeps (Python, ``/usr``,
-``/lib*``, a few ``/etc`` files); resource use within the limits; what code does to its own sandbox.
+``/lib*``, a few ``/etc`` files); resource use within the limits; what code does to its own sandbox
+(the process is the policy's, like a Jupyter kernel: code that patches the runner's modules can
+shape what later runs answer); disk written during a run past the quota until the next check.
 
 Example:
     >>> with Sandbox(SandboxLimits(timeout_s=10.0)) as box:
@@ -30,7 +35,6 @@ import dataclasses
 import json
 import os
 import select
-import shutil
 import signal
 import stat
 import subprocess
@@ -43,19 +47,20 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agent_memory.envs.code_exec import cgroup as cgroups
-from agent_memory.envs.code_exec.sandbox_child import protocol
+from agent_memory.envs.code_exec.sandbox_child import files, protocol
 
 CHILD_SCRIPT = str(Path(__file__).parent / "sandbox_child" / "boot.py")
 _API_MODULE = str(Path(__file__).with_name("api.py"))
 _HEADER = 4
 _MAX_FRAME = 16 * 2**20
 _BOOT_TIMEOUT_S = 30.0  # generous: a loaded CI machine may start Python slowly
+_DISK_CHECK_S = 0.1  # how often a run's working dir is measured while it runs
 #: The sandbox's uid is this plus the supervisor's pid (pids are below 2**22).
 DEFAULT_UID_BASE = 1_900_000_000
 #: The cgroup's memory total is ``memory_mb`` plus this (the supervisor, kernel memory).
 CGROUP_HEADROOM_MB = 64
 
-Status = Literal["ok", "error", "timeout", "died"]
+Status = Literal["ok", "error", "timeout", "died", "quota"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -68,6 +73,8 @@ class SandboxLimits:
         memory_mb: ``RLIMIT_AS`` of each process in MiB; the cgroup allows the whole sandbox
             ``memory_mb + CGROUP_HEADROOM_MB``, so a process gets a clean ``MemoryError`` first.
         file_size_mb: ``RLIMIT_FSIZE`` in MiB (largest file the code may write).
+        disk_mb: the working dir's total in MiB (each file and directory counted as at least
+            4 KiB); over it the sandbox closes, removing the files (status ``"quota"``).
         output_chars: characters of output kept at the head and at the tail of each run.
         open_files: ``RLIMIT_NOFILE``.
         processes: tasks (processes and threads) alive at once in the whole sandbox (the
@@ -78,6 +85,7 @@ class SandboxLimits:
     cpu_s: int = 30
     memory_mb: int = 512
     file_size_mb: int = 16
+    disk_mb: int = 64
     output_chars: int = 4000
     open_files: int = 256
     processes: int = 32
@@ -88,8 +96,9 @@ class RunResult:
     """What one :meth:`Sandbox.run` produced.
 
     Attributes:
-        status: ``"ok"``, ``"error"`` (an exception, traceback in the text), ``"timeout"`` or
-            ``"died"`` (the process ended: a limit, a crash, ``os._exit``, a broken frame).
+        status: ``"ok"``, ``"error"`` (an exception, traceback in the text), ``"timeout"``,
+            ``"died"`` (the process ended: a limit, a crash, ``os._exit``, a broken frame) or
+            ``"quota"`` (the working dir went over ``disk_mb``: the sandbox is closed).
         head: the first characters of the output (stdout and stderr, then a trailing
             expression's repr or the traceback).
         tail: the last characters of the output.
@@ -144,6 +153,10 @@ class _Dead(Exception):
     pass
 
 
+class _OverQuota(Exception):
+    pass
+
+
 def _kill_group(proc: subprocess.Popen | None, group: cgroups.Cgroup | None) -> int | None:
     """SIGKILL the process group (before reaping the leader, so the id cannot be reused) and
     everything in the cgroup; reap the leader."""
@@ -158,30 +171,6 @@ def _kill_group(proc: subprocess.Popen | None, group: cgroups.Cgroup | None) -> 
         return proc.wait(timeout=10)
     except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL does not take this long
         return None
-
-
-def _remove_tree(path: str) -> None:
-    """Remove the working dir, never following a link the sandbox may have planted."""
-    if os.path.islink(path) or not os.path.isdir(path):
-        with contextlib.suppress(OSError):  # replaced by the code (see Sandbox._check_workdir)
-            os.unlink(path)
-        return
-
-    def retry(func: Any, p: str, _exc: Any) -> None:
-        # code may chmod its files read-only: restore permissions (of real directories and
-        # files only: os.chmod follows links) and retry once
-        with contextlib.suppress(OSError):
-            for target in (os.path.dirname(p), p):
-                if not os.path.islink(target):
-                    os.chmod(target, 0o700)
-            func(p)
-
-    if sys.version_info >= (3, 12):
-        shutil.rmtree(path, onexc=retry)
-    else:  # pragma: no cover - Python 3.11
-        shutil.rmtree(path, onerror=retry)
-    if os.path.isdir(path) and not os.path.islink(path):  # pragma: no cover - recreated outside
-        shutil.rmtree(path, ignore_errors=True)
 
 
 def _close_fds(state: dict) -> None:
@@ -204,7 +193,7 @@ def _cleanup(state: dict) -> None:
     _close_fds(state)
     workdir = state.pop("workdir", None)
     if workdir:
-        _remove_tree(workdir)
+        files.remove_tree(workdir)
 
 
 class Sandbox:
@@ -387,7 +376,7 @@ class Sandbox:
         body = json.dumps(obj).encode("utf-8")
         return len(body).to_bytes(_HEADER, "big") + body
 
-    def _recv(self, deadline: float) -> dict:
+    def _recv(self, deadline: float, watch_disk: bool = False) -> dict:
         fd = self._state["resp_fd"]
         poller = select.poll()
         poller.register(fd, select.POLLIN)
@@ -409,7 +398,9 @@ class Sandbox:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise _Timeout
-            if not poller.poll(remaining * 1000):
+            if not poller.poll((min(remaining, _DISK_CHECK_S) if watch_disk else remaining) * 1000):
+                if watch_disk and (why := self._over_quota(strict=False)):
+                    raise _OverQuota(why)
                 continue
             chunk = os.read(fd, 1 << 16)
             if not chunk:
@@ -437,6 +428,12 @@ class Sandbox:
             )
         self._layers = {str(k): str(v) for k, v in layers.items()}
         self._layers["cgroup"] = self._cgroup_layer
+        self._layers["disk"] = (
+            f"on (the working dir's total, each entry counted as at least 4 KiB, measured after "
+            f"each run and every {_DISK_CHECK_S:g} s during one: over {self.limits.disk_mb} MiB "
+            "the sandbox closes, removing its files; not a file-system quota: a run can write "
+            "past it until the next measure)"
+        )
         runner = msg.get("runner_pid")
         self.runner_pid = runner if isinstance(runner, int) else None
         self.boot_seconds = time.monotonic() - self._t_spawn
@@ -463,14 +460,18 @@ class Sandbox:
         try:
             self._send({"op": "exec", "seq": self._seq, "code": code}, deadline)
             while True:
-                msg = self._recv(deadline)
+                msg = self._recv(deadline, watch_disk=True)
                 if msg.get("op") == "died":
                     raise _Dead(self._death_reason(msg))
                 result = parse_result(msg, self._seq, self.limits.output_chars)
+                if result is not None and msg.get("restart") is not None:
+                    result = self._restart_for_threads(result)
                 if result is not None:
-                    return result
+                    return self._within_quota(result)
                 if msg.get("op") != "result":
                     raise _Dead("an unexpected frame came from the sandbox")
+        except _OverQuota as exc:
+            return self._end(f"{exc} while the code ran")
         except _Timeout:
             self.restart()
             note = (
@@ -479,7 +480,7 @@ class Sandbox:
                 "the working directory are kept; `api` is loaded again). Output printed before "
                 "the timeout is lost."
             )
-            return RunResult(status="timeout", restarted=True, note=note)
+            return self._within_quota(RunResult(status="timeout", restarted=True, note=note))
         except _Dead as exc:
             exited = self._exited_by_itself()
             code_ = self._kill()
@@ -495,7 +496,39 @@ class Sandbox:
                 f"The sandbox process died: {why}. It was restarted: all variables and imports "
                 "are lost (files in the working directory are kept; `api` is loaded again)."
             )
-            return RunResult(status="died", restarted=True, note=note)
+            return self._within_quota(RunResult(status="died", restarted=True, note=note))
+
+    def _restart_for_threads(self, result: RunResult) -> RunResult:
+        """The supervisor killed the runner, which had threads left: they could otherwise answer
+        for a later run."""
+        self.restart()
+        note = (
+            "Threads the code started were still running at the end of the step, so the sandbox "
+            "process was restarted (a step's threads must end within it). All variables and "
+            "imports are lost (files in the working directory are kept; `api` is loaded again)."
+        )
+        return dataclasses.replace(result, restarted=True, note=note)
+
+    def _over_quota(self, strict: bool) -> str:
+        """Why the working dir is over the disk quota ("" if it is not). Not ``strict`` (while a
+        run changes the tree), a walk that met a change is no verdict; after the run it is one."""
+        limit = self.limits.disk_mb * 2**20
+        try:
+            if files.usage(self._workdir, limit) <= limit:
+                return ""
+        except OSError as exc:
+            return f"its working dir could not be measured ({exc})" if strict else ""
+        return f"its working dir held more than the disk quota of {self.limits.disk_mb} MiB"
+
+    def _within_quota(self, result: RunResult) -> RunResult:
+        why = self._over_quota(strict=True)
+        return self._end(why) if why else result
+
+    def _end(self, why: str) -> RunResult:
+        """Close the sandbox (which removes the files) for going over the disk quota."""
+        self.close()
+        note = f"The sandbox was closed and its files removed: {why}. The episode is over."
+        return RunResult(status="quota", note=note)
 
     def _death_reason(self, msg: dict) -> str:
         """Why the runner died, from the supervisor's "died" frame."""

@@ -4,6 +4,8 @@ On ``init`` it preloads the modules, enters the namespaces, builds the view, for
 hardens itself and answers ``ready`` (or ``failed``). Only a well-formed result of each ``exec``
 comes back (:func:`.protocol.clean_result`); if the runner dies or breaks the framing, the answer
 is ``died`` and the supervisor exits, as it does (after emptying the working dir) if the env dies.
+If a run leaves threads running, the runner is killed before its answer goes back (marked
+``restart``) and the supervisor exits: no thread of one run is alive during the next.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ import os
 import sys
 import types
 
-from . import isolation, protocol, runner, seccomp, sysapi
+from . import files, isolation, protocol, runner, seccomp, sysapi
 
 _exit = os._exit
 _abandoning = _thread.allocate_lock()
 _PROTOCOL = (
     "on (a supervisor process owns the env's pipes; the code runs in its child, which holds none "
-    "of them; answers are checked against the run's sequence number and rebuilt)"
+    "of them; answers are checked against the run's sequence number and rebuilt; a run that "
+    "leaves threads running ends with a restart, so none is alive during a later run)"
 )
 
 
@@ -58,16 +61,8 @@ def _abandon(workdir: str, child: int | None) -> None:
             os.kill(child, 9)
         with contextlib.suppress(OSError):  # already reaped by the other thread
             os.waitpid(child, 0)
-    try:
-        import shutil
-
-        for entry in os.scandir(workdir):
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
-    except BaseException:
-        pass  # best effort: exiting matters more
+    with contextlib.suppress(BaseException):  # best effort: exiting matters more
+        files.remove_tree(workdir, keep_top=True)
     _exit(1)
 
 
@@ -137,6 +132,24 @@ def _await_result(fd: int, seq: int, cap: int, child: int) -> dict:
         clean = protocol.clean_result(msg, seq, cap)
         if clean is not None:
             return clean
+
+
+def _threads_left(child: int) -> bool:
+    """Whether the runner has threads besides its main one, waiting up to 1 s for those that
+    are ending (a thread joined a moment ago may not have exited yet); True if unreadable."""
+    import time
+
+    deadline = time.monotonic() + 1.0
+    while True:
+        try:
+            count = len(os.listdir(f"/proc/{child}/task"))
+        except OSError:
+            return True
+        if count == 1:
+            return False
+        if time.monotonic() > deadline:
+            return True
+        time.sleep(0.001)
 
 
 def _layers_from(msg: dict | None) -> dict[str, str] | None:
@@ -259,6 +272,8 @@ def main(cmd_fd: int, resp_fd: int) -> None:
     if own.startswith("off") and layers.get("privileges", "").startswith("on"):
         layers["privileges"] += f"; the supervisor's own drop: {own}"
     layers["protocol"] = _PROTOCOL
+    if not layers.get("seccomp", "").startswith("on"):
+        layers["protocol"] = _PROTOCOL[:-1] + "; seccomp is off: processes it forks can outlive it)"
     try:
         protocol.send(resp_fd, {"op": "ready", "layers": layers, "runner_pid": child})
     except OSError:
@@ -296,9 +311,13 @@ def _serve(env: tuple[int, int], child_fds: tuple[int, int], child: int, init: d
         with contextlib.suppress(OSError):  # the runner is gone: reading its pipe says how
             protocol.send(to_child, {"op": "exec", "seq": seq, "code": str(msg.get("code", ""))})
         answer = _await_result(from_child, seq, cap, child)
+        if answer["op"] == "result" and _threads_left(child):  # they could answer a later run
+            with contextlib.suppress(OSError):
+                os.kill(child, 9)
+            answer["restart"] = "threads left running"
         try:
             protocol.send(resp_fd, answer)
         except OSError:
             _disconnected(parent_pid, workdir, child)
-        if answer["op"] == "died":
+        if answer["op"] == "died" or "restart" in answer:
             _exit(0)  # the runner dies with us (PR_SET_PDEATHSIG); the env starts a new sandbox
