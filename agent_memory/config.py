@@ -181,6 +181,14 @@ class MemoryConfig:
         follows ``env.history_length``."""
         return FIXED_HISTORY.get(self.strategy)
 
+    @property
+    def asks_turns(self) -> bool:
+        """Whether the acting policy writes this memory in turns of its own (a compaction's
+        ``summarizer=policy``): their rows are memory turns."""
+        spec = self.params.get("summarizer")
+        name = spec.get("name") if isinstance(spec, Mapping) else spec
+        return name == "policy" or bool(getattr(spec, "turn", False))
+
     def __post_init__(self) -> None:
         for key in ("max_tokens", "max_prompt_tokens"):
             v = getattr(self, key)

@@ -418,6 +418,17 @@ class BaseMemory(ABC):
         e.g. a note cut to its bound); none by default."""
         return {}
 
+    def turn_prompts(self, env_ids: Sequence[int]) -> dict[int, str]:
+        """The prompts of the memory turns the envs of ``env_ids`` wait for: requests the
+        acting policy answers as a turn of the episode before its next action (e.g.
+        ``memory=compaction`` with ``summarizer=policy``: write the summary); none by default."""
+        return {}
+
+    def answer_turns(self, answers: Mapping[int, str]) -> dict[int, str | None]:
+        """Apply the policy's answers to the memory turns of :meth:`turn_prompts` (env id ->
+        text); per env, why the answer could not be used (None: it was)."""
+        raise NotImplementedError(f"{type(self).__name__} asks for no memory turns")
+
     def set_groups(self, env_ids: EnvIds, group_ids: Sequence[Any]) -> None:  # noqa: B027
         """The groups of the episodes now running in ``env_ids`` (no-op by default)."""
 

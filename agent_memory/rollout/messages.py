@@ -89,6 +89,8 @@ class StepResult:
     state_key: str | None = None
     won: bool = False
     error: str | None = None
+    #: The memory's turn that comes before the next action (``BaseMemory.turn_prompts``).
+    memory_turn: PromptView | None = None
 
     @property
     def done(self) -> bool:

@@ -78,7 +78,9 @@ def play(
             live = sorted(playing)
             gens = policy.generate(*policy_inputs([playing[s] for s in live], memory_tag))
             freed: list[Slot] = []
-            for res in worker.step({i: g.text for (_, i), g in zip(live, gens, strict=True)}):
+            turns = [i for (_, i) in live if playing[(0, i)].turn]
+            answers = {i: g.text for (_, i), g in zip(live, gens, strict=True)}
+            for res in worker.step(answers, turns):
                 slot = (0, res.env)
                 run = playing[slot]
                 gen = gens[live.index(slot)]
@@ -89,7 +91,7 @@ def play(
                     finish(slot, won=res.won, error=res.error, final=res.next.prompt)
                     freed.append(slot)
                 else:
-                    run.view = res.next
+                    run.advance(res)
             _start(worker, book, playing, freed)
     finally:
         if own:

@@ -55,6 +55,9 @@ class StepRecord:
     #: Per response token, 1 where it writes the memory's block (``memory=notes``), else 0;
     #: None when the memory reads no block or the policy reports no token offsets.
     memory_mask: list[int] | None = None
+    #: A memory turn (e.g. ``summarizer=policy``'s summary), not an env step: the policy
+    #: answered its memory's prompt; reward 0, trained with the next action's advantage.
+    memory_turn: bool = False
     #: The policy's :class:`~agent_memory.protocol.Generation` (token ids, log-probs, finish
     #: reason, version, sampling), or None for steps recorded without one.
     generation: Generation | None = None

@@ -154,6 +154,13 @@ class TrainConfig(JobConfig):
                 f"{self.policy.name!r}: pass e.g. policy=score",
                 key="policy",
             )
+        if self.memory.asks_turns and self.policy.name == "score":
+            raise ConfigError(
+                "memory.params.summarizer=policy has the acting policy write the summary as free "
+                "text, but policy=score only chooses among the env's admissible actions: pass "
+                "policy=hf, or another memory.params.summarizer (extractive, llm)",
+                key="memory.params.summarizer",
+            )
         path = self.policy.params.get("path")
         if path not in (None, t.model):
             raise ConfigError(
@@ -178,7 +185,7 @@ class TrainConfig(JobConfig):
                     "policy.params.top_p=1.0 policy.params.top_k=0",
                     key="policy.params.top_p",
                 )
-        if not t.train_memory_tokens:
+        if not t.train_memory_tokens and not self.memory.asks_turns:
             _check_memory_written(self.memory.strategy)
         if r.layout != "step":
             raise ConfigError(
@@ -336,23 +343,30 @@ saved model, or trainer.model=tiny
     )
 
 
+def memory_reads_blocks(strategy: str) -> bool:
+    """Whether memory ``strategy`` takes blocks the policy writes in its responses (a tag, or
+    candidates to choose among: ``memory=notes``); a strategy that is no BaseMemory class may."""
+    from agent_memory.memory import BaseMemory, memory_factory
+
+    cls = memory_factory(strategy)
+    return not (
+        isinstance(cls, type)
+        and issubclass(cls, BaseMemory)
+        and (cls.written_tag is BaseMemory.written_tag and cls.candidates is BaseMemory.candidates)
+    )
+
+
 def _check_memory_written(strategy: str) -> None:
     """``trainer.train_memory_tokens=false`` needs a memory the policy writes (memory=notes).
 
     Raises:
         ConfigError: a strategy that takes nothing from the policy (the switch would do nothing).
     """
-    from agent_memory.memory import BaseMemory, memory_factory
-
-    cls = memory_factory(strategy)
-    if (
-        isinstance(cls, type)
-        and issubclass(cls, BaseMemory)
-        and (cls.written_tag is BaseMemory.written_tag and cls.candidates is BaseMemory.candidates)
-    ):
+    if not memory_reads_blocks(strategy):
         raise ConfigError(
             f"trainer.train_memory_tokens=false leaves the tokens the policy writes into its "
             f"memory out of the loss, but memory={strategy} takes nothing from the policy: pass "
-            "memory=notes, or trainer.train_memory_tokens=true",
+            "memory=notes (or memory=compaction memory.params.summarizer=policy), or "
+            "trainer.train_memory_tokens=true",
             key="trainer.train_memory_tokens",
         )

@@ -34,7 +34,7 @@ from agent_memory.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from agent_memory.train.config import TrainConfig, check_model
+from agent_memory.train.config import TrainConfig, check_model, memory_reads_blocks
 from agent_memory.train.divergence import check_update
 from agent_memory.train.engine import RolloutEngine, eval_specs, train_specs
 from agent_memory.train.logprobs import ValueHead, forward, prompt_hidden
@@ -223,6 +223,7 @@ def iteration(
         keep_forced=learner.value_head is not None,
         min_version=min_version,
         train_memory_tokens=t.train_memory_tokens,
+        blocks=memory_reads_blocks(cfg.memory.strategy),
     )
     stale = sum(is_stale(s, min_version) for tr in trajs for s in tr.steps)
 
@@ -249,7 +250,7 @@ def iteration(
         row.update(row["_eval"])
 
     # 6. the counters and the metrics row
-    env_steps = sum(len(tr.steps) for tr in trajs)
+    env_steps = sum(not s.memory_turn for tr in trajs for s in tr.steps)
     state.iteration = it + 1
     state.env_steps += env_steps
     state.episodes += len(trajs)
@@ -361,6 +362,8 @@ def estimate_values(
     prompts: list[Sequence[int]] = []
     for tr in trajs:
         for s in tr.steps:
+            if s.memory_turn:  # valued as the action it prepares (compute_advantages)
+                continue
             assert s.generation is not None and s.generation.prompt_ids is not None
             prompts.append(s.generation.prompt_ids)
     finals = [tr for tr in trajs if tr.steps and not tr.terminated]
@@ -374,7 +377,7 @@ def estimate_values(
     uids = [tr.spec.traj_uid for tr in finals]
     final_of = dict(zip(uids, values[len(values) - len(finals) :], strict=True))
     for tr in trajs:
-        uid, n = tr.spec.traj_uid, len(tr.steps)
+        uid, n = tr.spec.traj_uid, sum(not s.memory_turn for s in tr.steps)
         out[uid] = TrajectoryValues(values[k : k + n], final_of.get(uid, 0.0))
         k += n
     return out

@@ -58,8 +58,8 @@ def pick_device(device: str, dtype: str) -> tuple[Any, Any]:
 def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
     """The texts a model sees and writes in ``job``'s env: every prompt of ``episodes``
     episodes (played here with uniformly random admissible actions and memory blocks, through
-    the job's memory and template), every admissible action in the parser's format and every
-    memory block offered."""
+    the job's memory and template), every admissible action in the parser's format, every
+    memory block offered and every memory turn's prompt."""
     from agent_memory.rollout.worker.worker import build_env
 
     env = build_env(job, 1)
@@ -82,6 +82,10 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
                 prompts, _, terminated, truncated, _ = env.step([block + parser.format(str(pick))])
                 if terminated[0] or truncated[0]:
                     break
+                for turn in env.memory.turn_prompts([0]).values():  # e.g. a summary to write
+                    texts.append(turn)
+                    env.answer_memory({0: now.observation})  # a summary of the right words
+                    prompts = env.prompts
     finally:
         env.close()
     return texts

@@ -77,6 +77,7 @@ def build_samples(
     keep_forced: bool = False,
     min_version: int | None = None,
     train_memory_tokens: bool = True,
+    blocks: bool = True,
 ) -> list[Sample]:
     """The samples of every step of ``trajs`` (in order) whose advantage is known.
 
@@ -88,7 +89,10 @@ def build_samples(
             stay).
         train_memory_tokens: False leaves the tokens that wrote the memory's block (the rows'
             ``memory_mask``) out of the loss; in ``score`` mode, the memory's choices (else one
-            more sample per step that chose a block, with the step's advantage).
+            more sample per step that chose a block, with the step's advantage); and the memory
+            turns (e.g. policy-written summaries).
+        blocks: the memory takes blocks from the responses (``memory=notes``): leaving them out
+            needs each step's ``memory_mask``.
 
     Raises:
         ValueError: a step without the recorded ids and log-probs the mode needs, or without a
@@ -99,11 +103,13 @@ def build_samples(
         for s in t.steps:
             if s.advantage is None or s.ret is None or is_stale(s, min_version):
                 continue
+            if s.memory_turn and not train_memory_tokens:  # the ablation: memory turns left out
+                continue
             where = f"trajectory {t.spec.traj_uid} step {s.step}"
             if mode == "score":
                 out += _choice_samples(s, where, keep_forced, train_memory_tokens)
             else:
-                out.append(_token_sample(s, where, train_memory_tokens))
+                out.append(_token_sample(s, where, train_memory_tokens or not blocks))
     return out
 
 

@@ -142,6 +142,18 @@ class OwnsHistory:
         self._parts.recorder.load_state_dict(read_session(path))
         self._build(range(len(self._prompts)))
 
+    def answer_memory(self, answers: Mapping[int, str]) -> tuple[dict[int, str | None], Any]:
+        """Give the memory the policy's answers to its turns (env id -> text; see
+        :meth:`~agent_memory.memory.BaseMemory.turn_prompts`) and rebuild those envs' prompts.
+
+        Returns:
+            Per env, why its answer could not be used (None: it was); and the figures of every
+            env (``info``'s :data:`FIGURES` arrays) after the rebuild.
+        """
+        errors = self._parts.recorder.memory.answer_turns(answers)
+        self._build(sorted(answers))
+        return errors, {key: self._figures[key].copy() for key in FIGURES}
+
     def _build(self, ids: Sequence[int]) -> None:
         """Rebuild the prompts and figures of ``ids`` (the others keep theirs)."""
         ids = list(ids)

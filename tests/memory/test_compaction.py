@@ -491,7 +491,7 @@ def test_load_state_refuses_other_kinds():
         ({"keep_last": 0}, "keep_last must be an int >= 1, got 0"),
         (
             {"summarizer": "abstractive"},
-            "unknown summarizer 'abstractive': expected one of ['extractive', 'llm'] (or a Summarizer instance; register yours with agent_memory.memory.compaction.register_summarizer)",
+            "unknown summarizer 'abstractive': expected one of ['extractive', 'llm', 'policy'] (or a Summarizer instance; register yours with agent_memory.memory.compaction.register_summarizer)",
         ),
         (
             {"trigger_steps": None},

@@ -61,8 +61,8 @@ def test_switched_off_with_a_memory_the_policy_does_not_write_is_a_config_error(
         cfg = compose(config_name="train", overrides=["trainer.train_memory_tokens=false"])
         notes = compose(config_name="train_notes", overrides=["trainer.train_memory_tokens=false"])
     with pytest.raises(ConfigError, match=re.escape(
-        "but memory=window takes nothing from the policy: pass memory=notes, or "
-        "trainer.train_memory_tokens=true"
+        "but memory=window takes nothing from the policy: pass memory=notes (or "
+        "memory=compaction memory.params.summarizer=policy), or trainer.train_memory_tokens=true"
     )):  # fmt: skip
         load_train(cfg)
     assert not load_train(notes).trainer.train_memory_tokens
@@ -120,4 +120,44 @@ def test_rollout_rows_mark_the_tokens_of_the_memory_block(ray_session, tmp_path)
         # The mask is the block's tokens: 1s exactly where the response writes a complete block.
         assert any(r["memory_mask"]) == bool(
             re.search(r"<memory>.*?</memory>", r["response"], re.S)
+        )
+
+
+def test_memory_turns_are_samples_unless_switched_off():
+    traj = _traj(None)
+    turn = dataclasses.replace(traj.steps[0], step=2, memory_turn=True, reward=0.0)
+    traj.steps.append(turn)
+    on = build_samples([traj], "generate")
+    assert len(on) == 2 and on[1].advantage == turn.advantage  # the loss like any action's
+    [action] = build_samples([dataclasses.replace(traj, steps=traj.steps[:1])], "generate")
+    off = build_samples([dataclasses.replace(traj, steps=[turn])], "generate",
+                        train_memory_tokens=False)  # fmt: skip
+    assert off == [] and action == on[0]
+
+
+@pytest.mark.parametrize("train_memory_tokens", [True, False])
+def test_hf_policy_trains_with_policy_written_summaries(ray_session, tmp_path, train_memory_tokens):
+    job = small_job(policy="hf", iterations=1, eval_every=0, save_every=0,
+                    policy_params={"max_new_tokens": 4, "temperature": 1.0})  # fmt: skip
+    job.env.kwargs["num_distractors"] = 3
+    job.memory = MemoryConfig(
+        strategy="compaction",
+        params={"summarizer": "policy", "trigger_steps": 2, "keep_last": 1},
+    )
+    job.trainer.train_memory_tokens = train_memory_tokens
+    assert train(job, tmp_path)["status"] == "ok"
+    [row] = read_metrics(tmp_path / "metrics.csv")
+    # Every env step is a sample; each summary the policy wrote, only when trained.
+    assert (row["samples"] > row["env_steps"] > 0) == train_memory_tokens
+
+
+def test_the_score_policy_cannot_write_a_summary():
+    from agent_memory.config import ConfigError
+
+    with pytest.raises(ConfigError, match=re.escape(
+        "memory.params.summarizer=policy has the acting policy write the summary as free text, "
+        "but policy=score only chooses among the env's admissible actions: pass policy=hf"
+    )):  # fmt: skip
+        dataclasses.replace(
+            small_job(), memory=MemoryConfig(strategy="compaction", params={"summarizer": "policy"})
         )

@@ -10,6 +10,7 @@ from agent_memory.memory.compaction.summarizers import (
     ExtractiveSummarizer,
     FoldedStep,
     LLMSummarizer,
+    PolicySummarizer,
     Summarizer,
     SummaryRequest,
     available_summarizers,
@@ -20,6 +21,6 @@ from agent_memory.memory.compaction.summarizers import (
 
 __all__ = [
     "CompactionMemory", "CompactionSettings", "ExtractiveSummarizer", "FoldedStep", "LLMSummarizer",
-    "Summarizer", "SummaryRequest", "available_summarizers", "fit_text", "make_summarizer",
-    "register_summarizer",
+    "PolicySummarizer", "Summarizer", "SummaryRequest", "available_summarizers", "fit_text",
+    "make_summarizer", "register_summarizer",
 ]  # fmt: skip

@@ -125,6 +125,8 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         self._summary_upto: list[int] = [0] * num_envs
         self._block: list[Block | None] = [None] * num_envs
         self._offloaded = [Offloads() for _ in range(num_envs)]
+        #: Env -> the summary its memory turn is to write (summarizer=policy), and its trigger.
+        self._pending: dict[int, tuple[SummaryRequest, str]] = {}
         self._runner = SummaryRunner()
         self._formatter_changed()
 
@@ -178,7 +180,31 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         i = check_env_index(env_id, self.num_envs)
         return self._offloaded[i].load(obs_id, i)
 
+    def turn_prompts(self, env_ids: Sequence[int]) -> dict[int, str]:
+        """``summarizer=policy``: the summary prompts the envs of ``env_ids`` wait for (their
+        steps due stay verbatim until :meth:`answer_turns`)."""
+        pending, build = self._pending, getattr(self.summarizer, "build_prompt", None)
+        if not pending or build is None:
+            return {}
+        return {i: build(pending[i][0]) for i in env_ids if i in pending}
+
+    def answer_turns(self, answers: Mapping[int, str]) -> dict[int, str | None]:
+        """Fold each env's steps due into the summary the policy wrote (an empty one: behind a
+        truncation marker, the reason returned)."""
+        out: dict[int, str | None] = {}
+        for i, text in answers.items():
+            if i not in self._pending:
+                raise ValueError(
+                    f"env {i} waits for no memory turn (answers for {sorted(answers)})"
+                )
+            request, trigger = self._pending.pop(i)
+            text = str(text).strip()
+            out[i] = None if text else "the policy wrote an empty summary"
+            self._fold(i, trigger, request, text or None, out[i] and "error", out[i], 0.0)
+        return out
+
     def _reset_env(self, i: int) -> None:
+        self._pending.pop(i, None)
         self._summary[i] = ""
         self._summary_upto[i] = 0
         self._block[i] = None
@@ -265,6 +291,8 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         if s.trigger_ratio is not None and self.max_tokens is not None:
             limit = s.trigger_ratio * self.max_tokens
         held_l = window.held_counts
+        if self._pending:  # an env waiting for its memory turn keeps its steps until then
+            ids = [i for i in ids if i not in self._pending]
         due: list[tuple[int, str]] = []
         if limit is None:  # the usual case: a step trigger only (the settings ensure one)
             assert trig is not None
@@ -291,36 +319,48 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         for i, _ in due:
             folded = self._folded_steps(i, window.held(i) - s.keep_last)
             requests.append(SummaryRequest(self._summary[i], folded, s.summary_max_tokens))
+        if self.summarizer.turn:  # the acting policy writes it, as a turn (turn_prompts)
+            self._pending.update((i, (r, t)) for (i, t), r in zip(due, requests, strict=True))
+            return
         t0 = time.perf_counter()
         summaries, fallback, error = self._runner.run(
             self.summarizer, requests, counter, s.summary_timeout
         )
         duration = time.perf_counter() - t0
         for k, (i, trigger) in enumerate(due):
-            steps = requests[k].steps
-            first, last = steps[0].step, steps[-1].step
-            before = window.tokens(i) + self._block_tokens(i)
-            if summaries is not None:
-                text = fit_text(str(summaries[k]), s.summary_max_tokens, counter)
-            else:
-                text = dropped_summary(self._summary[i], first, last, s.summary_max_tokens, counter)
-            window.keep_newest(i, s.keep_last)
-            self._summary[i] = text
-            self._summary_upto[i] = last
-            self._render_block(i)
-            after = window.tokens(i) + self._block_tokens(i)
-            self._totals["compactions"] += 1
-            self._totals["steps_folded"] += len(steps)
-            self._totals["fallbacks"] += fallback is not None
-            if s.max_events:
-                self._events.append({
-                    "env_id": i, "step": self.num_steps(i), "trigger": trigger,
-                    "first_step": first, "last_step": last, "steps_folded": len(steps),
-                    "tokens_before": before, "tokens_after": after,
-                    "summary_tokens": counter(text) if text else 0,
-                    "summarizer": self.summarizer.name, "fallback": fallback, "error": error,
-                    "duration_s": duration,
-                })  # fmt: skip
+            summary = None if summaries is None else str(summaries[k])
+            self._fold(i, trigger, requests[k], summary, fallback, error, duration)
+
+    def _fold(
+        self, i: int, trigger: str, request: SummaryRequest, summary: str | None,
+        fallback: str | None, error: str | None, duration: float,
+    ) -> None:  # fmt: skip
+        """Replace env ``i``'s folded steps by ``summary`` (None: a truncation marker)."""
+        s, window, counter = self.settings, self._window, self.token_counter
+        steps = request.steps
+        first, last = steps[0].step, steps[-1].step
+        before = window.tokens(i) + self._block_tokens(i)
+        if summary is not None:
+            text = fit_text(summary, s.summary_max_tokens, counter)
+        else:
+            text = dropped_summary(self._summary[i], first, last, s.summary_max_tokens, counter)
+        window.keep_newest(i, s.keep_last)
+        self._summary[i] = text
+        self._summary_upto[i] = last
+        self._render_block(i)
+        after = window.tokens(i) + self._block_tokens(i)
+        self._totals["compactions"] += 1
+        self._totals["steps_folded"] += len(steps)
+        self._totals["fallbacks"] += fallback is not None
+        if s.max_events:
+            self._events.append({
+                "env_id": i, "step": self.num_steps(i), "trigger": trigger,
+                "first_step": first, "last_step": last, "steps_folded": len(steps),
+                "tokens_before": before, "tokens_after": after,
+                "summary_tokens": counter(text) if text else 0,
+                "summarizer": self.summarizer.name, "fallback": fallback, "error": error,
+                "duration_s": duration,
+            })  # fmt: skip
 
     def _folded_steps(self, i: int, k: int) -> list[FoldedStep]:
         """Env ``i``'s oldest ``k`` held steps, as a summarizer gets them."""

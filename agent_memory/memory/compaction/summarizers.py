@@ -1,8 +1,9 @@
 """Summarizers: fold old steps into a running summary (for
 :class:`~agent_memory.memory.compaction.CompactionMemory`).
 
-Built-ins by name: ``extractive`` (:class:`ExtractiveSummarizer`, the default, no model) and
-``llm`` (:class:`LLMSummarizer`, any :class:`~agent_memory.policies.Policy`, batched).
+Built-ins by name: ``extractive`` (:class:`ExtractiveSummarizer`, the default, no model),
+``llm`` (:class:`LLMSummarizer`, any :class:`~agent_memory.policies.Policy`, batched) and
+``policy`` (:class:`PolicySummarizer`: the acting policy, as a turn of the episode it trains on).
 
 Example:
     >>> s = make_summarizer("extractive")
@@ -27,7 +28,8 @@ from agent_memory.registry import Registry
 from agent_memory.tokens import TokenCounter, make_token_counter
 
 __all__ = [
-    "ExtractiveSummarizer", "FoldedStep", "LLMSummarizer", "Summarizer", "SummarizerSpec",
+    "ExtractiveSummarizer", "FoldedStep", "LLMSummarizer", "PolicySummarizer", "Summarizer",
+    "SummarizerSpec",
     "SummaryRequest", "available_summarizers", "fit_text", "make_summarizer", "register_summarizer",
 ]  # fmt: skip
 
@@ -67,6 +69,9 @@ class Summarizer(ABC):
     may_block: ClassVar[bool] = True
     #: Whether it reads :attr:`FoldedStep.text` of steps that have an observation.
     reads_text: ClassVar[bool] = True
+    #: Whether the acting policy writes the summary as a turn of the episode (the memory then
+    #: asks for it with ``turn_prompts`` instead of calling :meth:`summarize`).
+    turn: ClassVar[bool] = False
 
     @abstractmethod
     def summarize(
@@ -222,6 +227,7 @@ _REGISTRY: Registry[Summarizer] = Registry(
     builtins={
         "extractive": "agent_memory.memory.compaction.summarizers:ExtractiveSummarizer",
         "llm": "agent_memory.memory.compaction.summarizers:LLMSummarizer",
+        "policy": "agent_memory.memory.compaction.summarizers:PolicySummarizer",
     },
 )
 SummarizerSpec = str | Summarizer | Mapping[str, Any]
@@ -248,7 +254,7 @@ def make_summarizer(spec: SummarizerSpec = "extractive", **kwargs: Any) -> Summa
         >>> make_summarizer("abstractive")
         Traceback (most recent call last):
         ...
-        ValueError: unknown summarizer 'abstractive': expected one of ['extractive', 'llm'] ...
+        ValueError: unknown summarizer 'abstractive': expected one of ['extractive', 'llm', ...
     """
     return _REGISTRY.build(spec, **kwargs)
 
@@ -383,6 +389,10 @@ class LLMSummarizer(Summarizer):
                 "the llm summarizer needs a Policy (or a policy name / config mapping), "
                 f"got {type(policy).__name__}"
             )
+        self.policy = policy
+        self._set_prompt(prompt, max_step_chars)
+
+    def _set_prompt(self, prompt: str, max_step_chars: int) -> None:
         import string
 
         try:
@@ -395,7 +405,6 @@ class LLMSummarizer(Summarizer):
                 f"summary prompt uses unknown field(s) {sorted(unknown)}: expected some of "
                 f"{sorted(self._FIELDS)}"
             )
-        self.policy = policy
         self.prompt = prompt
         self.max_step_chars = check_int("max_step_chars", max_step_chars, 1)
 
@@ -443,3 +452,39 @@ class LLMSummarizer(Summarizer):
 
     def __repr__(self) -> str:
         return f"LLMSummarizer(policy={type(self.policy).__name__})"
+
+
+class PolicySummarizer(LLMSummarizer):
+    """The acting policy writes the summary, as a turn of its episode (ReSum, CompactionRL).
+
+    It is never called inline: the memory keeps the steps due verbatim and asks for the summary
+    (``turn_prompts``, this prompt); the rollout engine sends it to the policy before the env's
+    next action, and its answer (``answer_turns``) becomes the summary. The turn's prompt ids,
+    sampled ids and log-probs are rows of the episode (``memory_turn``), trained with the
+    advantage of the action they prepare. An empty answer falls back to truncation.
+
+    Args:
+        prompt, max_step_chars: as for :class:`LLMSummarizer`.
+
+    Example:
+        >>> s = make_summarizer("policy", prompt="Sum up {steps} in {max_words} words:")
+        >>> s.turn, s.build_prompt(SummaryRequest("", [FoldedStep(1, "go north")], 8))
+        (True, 'Sum up go north in 6 words:')
+    """
+
+    registry_name = "policy"
+    turn = True
+
+    def __init__(self, prompt: str = DEFAULT_SUMMARY_PROMPT, max_step_chars: int = 2000) -> None:
+        self._set_prompt(prompt, max_step_chars)
+
+    def summarize_batch(
+        self, requests: Sequence[SummaryRequest], counter: TokenCounter | None = None
+    ) -> list[str]:
+        raise RuntimeError(
+            "summarizer=policy is answered by the acting policy as a turn of the episode (the "
+            "rollout engine asks for it); it has no summary to give inline"
+        )
+
+    def __repr__(self) -> str:
+        return "PolicySummarizer()"

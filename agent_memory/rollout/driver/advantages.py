@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
@@ -22,7 +23,7 @@ import numpy as np
 
 if TYPE_CHECKING:
     from agent_memory.config import AlgoConfig
-    from agent_memory.rollout.types import Trajectory
+    from agent_memory.rollout.types import StepRecord, Trajectory
 
 __all__ = [
     "TrajectoryValues", "anchor", "compute_advantages", "discounted_returns", "gae", "gigpo",
@@ -228,7 +229,9 @@ def compute_advantages(
     Raises:
         ValueError: ``values`` misses a trajectory or has the wrong number of steps.
     """
-    trajs = [t for t in trajs if t.steps]
+    full = [t for t in trajs if t.steps]
+    # The env's steps only: a memory turn is no env step (it gets its action's figures below).
+    trajs = [_actions(t) for t in full]
     if not trajs:
         return
     rewards = [np.array([s.reward for s in t.steps], dtype=np.float64) for t in trajs]
@@ -238,6 +241,32 @@ def compute_advantages(
         for s, av, rv in zip(t.steps, a, ret, strict=True):
             s.advantage = float(av)
             s.ret = float(rv)
+    for t in full:
+        _memory_turns_take_their_actions(t.steps)
+
+
+def _actions(t: Trajectory) -> Trajectory:
+    """``t`` without its memory turns (itself when it has none)."""
+    if not any(s.memory_turn for s in t.steps):
+        return t
+    return dataclasses.replace(t, steps=[s for s in t.steps if not s.memory_turn])
+
+
+def _memory_turns_take_their_actions(steps: Sequence[StepRecord]) -> None:
+    """Each memory turn's advantage and return: those of the action it prepares (the next env
+    step; the last one before it when the episode ended first). Under GRPO: the episode's."""
+    after = None
+    for s in reversed(steps):
+        if not s.memory_turn:
+            after = s
+        elif after is not None:
+            s.advantage, s.ret = after.advantage, after.ret
+    before = None
+    for s in steps:
+        if not s.memory_turn:
+            before = s
+        elif s.advantage is None and before is not None:
+            s.advantage, s.ret = before.advantage, before.ret
 
 
 def _grpo_estimates(

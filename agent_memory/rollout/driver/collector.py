@@ -368,7 +368,7 @@ class Collector:
             )
         self.stats.policy_requests += msg.requests
         running.steps = msg.steps
-        self.stats.env_steps += len(msg.steps)
+        self.stats.env_steps += sum(not s.memory_turn for s in msg.steps)
         book.finish(slot, won=msg.won, error=msg.error, final_prompt=msg.final_prompt)
         if book.promote(slot) is not None:
             self._feed([slot], queue_only=True)

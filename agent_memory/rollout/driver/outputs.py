@@ -35,7 +35,7 @@ def _step_row(t: Trajectory, s: StepRecord) -> dict[str, Any]:
         "context_chars": s.context_chars, "history_steps": s.history_steps,
         "state_key": s.state_key, "advantage": s.advantage, "return": s.ret, "won": t.won,
         "error": t.error, "attempts": t.attempts, "thought": s.thought,
-        "memory_flag": s.memory_flag, "memory_mask": s.memory_mask,
+        "memory_flag": s.memory_flag, "memory_mask": s.memory_mask, "memory_turn": s.memory_turn,
         **_generation_columns(s.generation),
     }  # fmt: skip
 
@@ -99,7 +99,8 @@ def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[s
     (with steps) of each episode's summed / largest prompt tokens; ``mean_prompt_tokens`` /
     ``max_prompt_tokens`` are per step.
     """
-    steps = [s for t in trajs for s in t.steps]
+    every = [s for t in trajs for s in t.steps]
+    steps = [s for s in every if not s.memory_turn]  # the env's steps
     errors = [t for t in trajs if t.error is not None]
     return {
         "env": job.env.id, "memory": job.memory.strategy, "history_length": job.history_length,
@@ -107,6 +108,7 @@ def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[s
         "episodes_planned": job.rollout.num_episodes, "groups": job.rollout.num_groups,
         "group_size": job.rollout.group_size, **_outcome_figures(trajs, steps),
         "env_steps_per_second": _ratio(len(steps), stats.loop_time),
+        "memory_turns": len(every) - len(steps),
         "setup_seconds": stats.setup_time, "loop_seconds": stats.loop_time,
         "policy_requests": stats.policy_requests, "worker_restarts": stats.worker_restarts,
         "workers_lost": stats.workers_lost, "episodes_rerun": stats.episodes_rerun,
@@ -127,7 +129,7 @@ def _outcome_figures(trajs: Sequence[Trajectory], steps: Sequence[StepRecord]) -
     return {
         "success_rate": _ratio(sum(t.won for t in trajs), len(trajs)),
         "mean_return": float(np.mean(returns or [0.0])),
-        "mean_length": _mean([len(t.steps) for t in trajs]),
+        "mean_length": len(steps) / len(trajs) if trajs else 0.0,
         "terminated": sum(t.terminated for t in trajs),
         "truncated": sum(t.truncated for t in trajs),
         "errors": sum(t.error is not None for t in trajs),

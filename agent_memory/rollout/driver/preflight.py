@@ -149,6 +149,8 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
         core = build_or_blame(wrap, "the prompt", names)
     if policy is not None:
         _check_needs(type(policy).__name__, policy, env)
+        if job.memory.asks_turns:  # as configured (a caller may pass a stand-in policy)
+            _check_needs(job.policy.name, _factory(job.policy.name), env, turns=True)
         if episode:
             check_episode_layout(job, policy)
         return Preflight(env, core.builder.frame_tokens, policy)
@@ -661,14 +663,30 @@ def _policy(job: JobConfig, env: EnvCheck) -> Policy:
         factory, job.policy.params, key="policy.params", what=f"policy {name!r}",
         reserved={"parser": "env.parser"},
     )  # fmt: skip
-    _check_needs(name, factory, env)
+    _check_needs(name, factory, env, job.memory.asks_turns)
     names = {k: f"policy.params.{k}" for k in inspect.signature(factory).parameters}
     return build_or_blame(lambda: build_policy(job), f"policy={name}", names)
 
 
-def _check_needs(name: str, policy: Any, env: EnvCheck) -> None:
-    """A policy that needs the env's oracle cannot play an env class without one."""
+def _factory(name: str) -> Any:
+    """The class registered as policy ``name`` (None: not registered)."""
+    from agent_memory.policies import available_policies, policy_factory
+
+    return policy_factory(name) if name in available_policies() else None
+
+
+def _check_needs(name: str, policy: Any, env: EnvCheck, turns: bool = False) -> None:
+    """A policy that needs the env's oracle cannot play an env class without one; a memory that
+    asks the policy for turns of its own (``turns``) needs one that answers a bare prompt."""
     needs: frozenset[str] = getattr(policy, "needs", frozenset())
+    if turns and needs:
+        raise ConfigError(
+            f"memory.params.summarizer=policy has the acting policy write the summary from a "
+            f"prompt alone, but policy {name!r} needs the env's {sorted(needs)} with every "
+            "prompt: use a policy that writes text (policy=hf, policy=openai), or another "
+            "memory.params.summarizer (extractive, llm)",
+            key="memory.params.summarizer",
+        )
     cls = env.env_class
     if "oracle_action" in needs and cls is not None and not hasattr(cls, "oracle_action"):
         raise ConfigError(

@@ -60,6 +60,7 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     "thought": ("string", "the <think> part of the response"),
     "memory_flag": ("string", "the memory's flag for the step (notes: missing, malformed, cut)"),
     "memory_mask": ("list:int8", "1 for each sampled token that writes the memory's block"),
+    "memory_turn": ("bool_", "a memory turn (the policy wrote its memory's summary), no env step"),
     "prompt_ids": ("list:int64", "the prompt token ids the model was conditioned on"),
     "response_ids": ("list:int64", "the sampled token ids"),
     "response_logprobs": ("list:float64", "each sampled token's sampling log-prob"),

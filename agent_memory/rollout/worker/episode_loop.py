@@ -330,7 +330,8 @@ class EpisodeLoop:
                 raise PolicyFailed(describe_exception(e), e) from e
         if not ready:
             return out
-        for res in self.worker.step({env: g.text for env, g in ready.items()}):
+        turns = [env for env in ready if self.live[env].run.turn]
+        for res in self.worker.step({env: g.text for env, g in ready.items()}, turns):
             lv = self.live[res.env]
             lv.run.steps.append(
                 step_record(lv.run, ready[res.env], res, self.max_response_chars, self.memory_tag)
@@ -343,6 +344,6 @@ class EpisodeLoop:
                     final_prompt=res.next.prompt, requests=lv.requests,
                 ))  # fmt: skip
             else:
-                lv.run.view = res.next
+                lv.run.advance(res)
                 self.asking.add(res.env)
         return out

@@ -36,6 +36,14 @@ class Playing:
     traj_uid: str
     view: PromptView
     steps: list[StepRecord] = field(default_factory=list)
+    #: Whether :attr:`view` is a memory turn's prompt (the answer goes to the memory).
+    turn: bool = False
+
+    def advance(self, res: StepResult) -> None:
+        """After a turn that did not end the episode: the prompt to answer next (the memory's
+        turn, when it asks for one)."""
+        self.turn = res.memory_turn is not None
+        self.view = res.next if res.memory_turn is None else res.memory_turn
 
 
 def policy_inputs(
@@ -73,4 +81,5 @@ def step_record(
         truncated=res.truncated, context_tokens=tokens, context_chars=view.context_chars,
         history_steps=view.history_steps, state_key=res.state_key, observation=view.observation,
         thought=res.thought, memory_flag=res.memory_flag, memory_mask=mask, generation=gen,
+        memory_turn=run.turn,
     )  # fmt: skip

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from functools import partial
 from typing import Any
 
@@ -202,14 +202,51 @@ class RolloutWorker:
             out.append(ResetResult(i, views[i]))
         return out
 
-    def step(self, responses: Mapping[int, Any]) -> list[StepResult]:
+    def step(self, responses: Mapping[int, Any], turns: Collection[int] = ()) -> list[StepResult]:
         """Apply the responses of the envs in ``responses`` (live ones); every other env is held
         (not stepped, nothing stored). Reports, per stepped env, the step's outcome and the next
-        prompt. A finished env needs ``reset_envs`` (a new episode) before its next step."""
+        prompt (and the memory's turn, when it asks for one before the next action). The
+        responses of the envs in ``turns`` answer their memory's turn: they go to the memory, the
+        env is not stepped. A finished env needs ``reset_envs`` (a new episode) before its next
+        step."""
         self._check_ready()
         unknown = [i for i in responses if not (0 <= i < self.num_envs and self.live[i])]
         if unknown:
             raise ValueError(f"worker {self.index}: env(s) {unknown} have no running episode")
+        answered = sorted(i for i in responses if i in turns)
+        out = self._answer_turns(answered, responses) if answered else []
+        if len(answered) < len(responses):
+            out += self._step_envs(
+                responses
+                if not answered
+                else {i: r for i, r in responses.items() if i not in turns}
+            )
+        return out
+
+    def _answer_turns(self, ids: list[int], responses: Mapping[int, Any]) -> list[StepResult]:
+        """Give the memory the policy's answers to its turns; each env's next prompt."""
+        try:
+            why, figures = self.env.answer_memory({i: str(responses[i]) for i in ids})
+            views = self._views(ids, self.env.prompts, figures, acting=ids)
+        except Exception as e:
+            return self._failed_step(ids, describe_exception(e))
+        out = []
+        for i in ids:
+            self.views[i] = views[i]
+            out.append(StepResult(i, 0.0, False, False, why[i] is None, views[i], why[i]))
+        return out
+
+    def _memory_turns(self, ids: list[int]) -> dict[int, PromptView]:
+        """The prompts of the memory turns that the envs of ``ids`` wait for."""
+        count = self.env.token_counter
+        return {
+            i: PromptView(
+                text, context_tokens=count(text), context_chars=len(text), history_steps=0
+            )
+            for i, text in self.env.memory.turn_prompts(ids).items()
+        }
+
+    def _step_envs(self, responses: Mapping[int, Any]) -> list[StepResult]:
         stepped = sorted(responses)
         # Only the stepped envs are touched here (and in the wrapper): a step's cost follows
         # the envs that act, not the worker's num_envs.
@@ -223,7 +260,9 @@ class RolloutWorker:
             done = np.logical_or(terminated, truncated)
             # The oracle only for envs that act again: a finished env's next prompt is never
             # answered.
-            views = self._views(stepped, prompts, info, acting=[i for i in stepped if not done[i]])
+            going = [i for i in stepped if not done[i]]
+            views = self._views(stepped, prompts, info, acting=going)
+            turns = self._memory_turns(going)
         except Exception as e:
             self._end_process_if_broken()
             return self._failed_step(stepped, describe_exception(e))
@@ -248,6 +287,7 @@ class RolloutWorker:
                 parsed_action=values["parsed_action"][j], thought=values["thought"][j] or None,
                 memory_flag=values["memory_flag"][j], state_key=self.state_keys[i],
                 won=bool(values["won"][j]), error=error, next=views[i],
+                memory_turn=turns.get(i) if error is None else None,
             )  # fmt: skip
             self.state_keys[i] = values["state_key"][j]
             self.views[i] = views[i]
