@@ -176,10 +176,13 @@ def _start(address: str | None, num_cpus: int | None, node_timeout_s: float | No
             ray.cluster_resources().get("CPU", 0),
         )  # fmt: skip
         return
-    # A private directory (0700) above Ray's (which Ray makes 0777): its sockets, logs and the
-    # token file are this user's only; the reaper removes it when the instance ends.
-    root = tempfile.mkdtemp(prefix="agent_memory-ray-", dir=os.environ.get("RAY_TMPDIR"))
-    reaper = Reaper(root) if sys.platform == "linux" else None
+    # Linux: a private directory (0700) above Ray's (which Ray makes 0777): its sockets, logs
+    # and the token file are this user's only; the reaper removes it when the instance ends.
+    # (Elsewhere Ray's own place: macOS's temporary directory is too long for its sockets.)
+    root = reaper = None
+    if sys.platform == "linux":
+        root = tempfile.mkdtemp(prefix="agent_memory-ray-", dir=os.environ.get("RAY_TMPDIR"))
+        reaper = Reaper(root)
     local_token_auth(root)
     cpus = num_cpus or os.cpu_count() or 1
     log.info(
@@ -187,7 +190,7 @@ def _start(address: str | None, num_cpus: int | None, node_timeout_s: float | No
         "127.0.0.1, node timeout %s s; rollout.ray_address=null) ...",
         cpus, _OBJECT_STORE_MIB, node_timeout_s,
     )  # fmt: skip
-    os.environ[MARKER] = root  # inherited by every process Ray starts, not by later ones
+    os.environ[MARKER] = root or ""  # inherited by every process Ray starts, not later ones
     try:
         with loopback_only():
             ray.init(
@@ -198,7 +201,7 @@ def _start(address: str | None, num_cpus: int | None, node_timeout_s: float | No
                 object_store_memory=_OBJECT_STORE_MIB * 2**20,
                 log_to_driver=False,
                 _system_config=health_check_config(node_timeout_s),
-                _temp_dir=os.path.join(root, "ray"),
+                _temp_dir=None if root is None else os.path.join(root, "ray"),
             )
     except BaseException:
         if reaper is not None:
