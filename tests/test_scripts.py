@@ -137,14 +137,15 @@ def test_benchmark_scripts_run_with_tiny_budgets():
 def test_bench_async_quick():
     out = run(["scripts/bench_async.py", "--quick"])
     rows = re.findall(
-        r"^\| 8 \| (lockstep|async) \| [\d,]+ \| [\d.]+x \| (?:[\d.]+x|n/a)? \| ([\d.]+) \| "
-        r"[\d.]+ s \| [\d.]+ s \| ([\d,]+) \|$",
+        r"^\| 8 \| (lockstep|async|ideal) \| [\d,]+ \| [\d.]+x \| [\d.]+ \| (?:[\d.]+x|n/a)? \| "
+        r"([\d.]+) \| [\d.]+ s \| [\d.]+ s \| ([\d,]+) \|$",
         out,
         re.M,
     )
-    assert [r[0] for r in rows] == ["lockstep", "async"], out
+    assert [r[0] for r in rows] == ["lockstep", "async", "ideal"], out
     assert all(0 < float(r[1]) <= 1 for r in rows), out  # the server's own accounting
-    assert rows[0][2] == rows[1][2], out  # the same episodes, step for step
+    # The same episodes, step for step; the ideal client sends as many requests.
+    assert rows[0][2] == rows[1][2] == rows[2][2], out
     assert re.search(r"^\| 8 \| async \| .*\| (?:[\d.]+x|n/a) \| [\d.]+ \|", out, re.M), (
         out
     )  # ceiling
