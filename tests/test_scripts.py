@@ -227,10 +227,9 @@ def test_bench_learning_quick(tmp_path):
 
 
 def test_bench_notes_quick(tmp_path):
-    out = run([
-        "scripts/bench_notes.py", "--quick", "--only", "window", "notes", "--out", str(tmp_path),
-    ])  # fmt: skip
-    assert "| window 3 (about the note's tokens) |" in out
+    # One configuration (each costs about a minute here; bench_learning's test covers the
+    # window ones' path).
+    out = run(["scripts/bench_notes.py", "--quick", "--only", "notes", "--out", str(tmp_path)])
     assert "| notes the policy writes (trained) |" in out
     assert (tmp_path / "notes.png").stat().st_size > 0
     assert (
