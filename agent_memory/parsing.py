@@ -17,12 +17,13 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_memory.checks import check_int
-from agent_memory.text import find_tags, utf8_safe
+from agent_memory.text import tag_bodies, utf8_safe
 
 __all__ = ["ActionParser", "ParsedAction", "normalize"]
 
@@ -30,6 +31,8 @@ __all__ = ["ActionParser", "ParsedAction", "normalize"]
 _ECHO = 60
 #: Action tags counted for a reason ("at least 1000 <action> tags ..."): the scan stops there.
 _MAX_COUNTED = 1000
+#: Action tags scanned for, per ``multiple`` ("last": all of them).
+_LIMITS = {"first": 1, "invalid": _MAX_COUNTED}
 
 
 def normalize(text: str) -> str:
@@ -41,6 +44,10 @@ def normalize(text: str) -> str:
     """
     text = " ".join(text.split()).casefold().strip("\"'`")
     return text.removesuffix(".").strip()
+
+
+#: :func:`normalize` of admissible actions, which recur from step to step (bounded).
+_normalized = functools.lru_cache(maxsize=4096)(normalize)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +68,6 @@ class ParsedAction:
     valid: bool
     reason: str | None = None
     thought: str = ""
-
-
-def _echo(text: str) -> str:
-    return repr(text if len(text) <= _ECHO else text[:_ECHO] + "...")
 
 
 class ActionParser:
@@ -120,13 +123,15 @@ class ActionParser:
             admissible: the actions valid now; ``None`` accepts any non-empty action (envs whose
                 action set is not finite) unless ``action_names`` were given.
         """
-        text = self._text(response)
-        if isinstance(text, ParsedAction):
+        if isinstance(response, str) and len(response) <= self.max_chars:  # the common case
+            text = response if response.isascii() else utf8_safe(response)
+        elif isinstance(text := self._text(response), ParsedAction):
             return text
         thought = ""
-        if self.think_tag is not None:
-            found = _between(text, self.think_tag, limit=1)
-            thought = found[0].strip() if found else ""
+        if self.think_tag is not None:  # the first <think>...</think> block (closed)
+            _, _, after = text.partition(f"<{self.think_tag}>")
+            body, closed, _ = after.partition(f"</{self.think_tag}>")
+            thought = body.strip() if closed else ""
         content = self._content(text, thought)
         if isinstance(content, ParsedAction):
             return content
@@ -185,41 +190,37 @@ class ActionParser:
         invalid result of a missing or repeated tag."""
         if self.tag is None:
             return text.strip()
-        limit = {"first": 1, "invalid": _MAX_COUNTED}.get(self.multiple)
-        found = _between(text, self.tag, limit)
+        multiple = self.multiple
+        found = tag_bodies(text, self.tag, _LIMITS.get(multiple))
         if not found:
             return self._invalid(f"no <{self.tag}>...</{self.tag}> tag in the response", thought)
-        if len(found) > 1 and self.multiple == "invalid":
+        if len(found) > 1 and multiple == "invalid":
             n = f"{len(found)}" if len(found) < _MAX_COUNTED else f"at least {_MAX_COUNTED}"
             return self._invalid(
                 f"{n} <{self.tag}> tags in the response, expected exactly 1", thought
             )
-        return (found[-1] if self.multiple == "last" else found[0]).strip()
+        return (found[-1] if multiple == "last" else found[0]).strip()
 
     def _choose(self, content: str, admissible: Sequence[str], thought: str) -> ParsedAction:
         """The admissible action ``content`` names (its index with ``action_names``)."""
-        chosen = self._match(content, admissible)
+        options = list(map(str, admissible))
+        chosen = content if content in options else None
+        if chosen is None and self.match != "exact":
+            want = normalize(content)
+            for option in options:
+                if _normalized(option) == want:
+                    chosen = option
+                    break
         if chosen is None:
-            shown = ", ".join(map(str, list(admissible)[:20]))
+            shown = ", ".join(options[:20])
             more = "" if len(admissible) <= 20 else f", ... ({len(admissible)} in all)"
-            return self._invalid(f"{_echo(content)} is not admissible ({shown}{more})", thought)
+            echo = repr(content if len(content) <= _ECHO else content[:_ECHO] + "...")
+            return self._invalid(f"{echo} is not admissible ({shown}{more})", thought)
         if self.action_names is not None:
             if chosen not in self.action_names:
                 return self._invalid(f"{chosen!r} is not one of action_names", thought)
             return ParsedAction(self.action_names.index(chosen), chosen, True, None, thought)
         return ParsedAction(chosen, chosen, True, None, thought)
-
-    def _match(self, content: str, admissible: Sequence[str]) -> str | None:
-        options = [str(a) for a in admissible]
-        if content in options:
-            return content
-        if self.match == "exact":
-            return None
-        want = normalize(content)
-        for option in options:
-            if normalize(option) == want:
-                return option
-        return None
 
     def _invalid(self, reason: str, thought: str = "") -> ParsedAction:
         return ParsedAction(None, f"[invalid: {reason}]", False, reason, thought)
@@ -229,9 +230,3 @@ class ActionParser:
             f"ActionParser(tag={self.tag!r}, think_tag={self.think_tag!r}, "
             f"on_invalid={self.on_invalid!r}, invalid_penalty={self.invalid_penalty})"
         )
-
-
-def _between(text: str, tag: str, limit: int | None = None) -> list[str]:
-    """Contents of the ``<tag>…</tag>`` blocks in ``text`` (the first ``limit``), in order
-    (linear scan, no regex)."""
-    return [body for _, body in find_tags(text, (tag,), limit)]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["find_tags", "squash", "utf8_safe"]
+__all__ = ["find_tags", "squash", "tag_bodies", "utf8_safe"]
 
 
 def utf8_safe(text: str) -> str:
@@ -66,8 +66,8 @@ def find_tags(text: str, tags: Sequence[str], limit: int | None = None) -> list[
         >>> find_tags("<a>1</a> <b>2 <a>3</a></b> <a>4", ["a", "b"])
         [('a', '1'), ('b', '2 <a>3</a>')]
     """
-    if len(tags) == 1:  # the parser's case: a tighter loop
-        return _find_tag(text, tags[0], limit)
+    if len(tags) == 1:  # a tighter loop
+        return [(tags[0], body) for body in tag_bodies(text, tags[0], limit)]
     opens = {t: f"<{t}>" for t in tags}
     nxt = {t: text.find(o) for t, o in opens.items()}  # each tag's next opening at/after pos
     out: list[tuple[str, str]] = []
@@ -91,20 +91,20 @@ def find_tags(text: str, tags: Sequence[str], limit: int | None = None) -> list[
     return out
 
 
-def _find_tag(text: str, tag: str, limit: int | None) -> list[tuple[str, str]]:
-    """:func:`find_tags` for one tag."""
+def tag_bodies(text: str, tag: str, limit: int | None = None) -> list[str]:
+    """The contents of :func:`find_tags` for one tag, in order (the parser's case)."""
     open_, close = f"<{tag}>", f"</{tag}>"
     lo, lc = len(open_), len(close)
     find = text.find
-    out: list[tuple[str, str]] = []
+    out: list[str] = []
     pos = 0
     while limit is None or len(out) < limit:
-        start = find(open_, pos)
-        if start < 0:
+        start = find(open_, pos) + lo
+        if start < lo:
             break
-        end = find(close, start + lo)
+        end = find(close, start)
         if end < 0:  # no closing after this opening, so none after any later one either
             break
-        out.append((tag, text[start + lo : end]))
+        out.append(text[start:end])
         pos = end + lc
     return out

@@ -28,9 +28,9 @@ __all__ = ["Plan", "StepFlow", "Verdicts", "nones"]
 
 
 def nones(n: int) -> np.ndarray:
-    """A 1-D object array of ``n`` Nones (its entries are then set one by one: ``np.array``
-    would turn equal-length lists into a 2-D array)."""
-    return np.full(n, None, dtype=object)
+    """A 1-D object array of ``n`` Nones (numpy fills an empty object array with None); its
+    entries are then set one by one: ``np.array`` would turn equal-length lists into 2-D."""
+    return np.empty(n, dtype=object)
 
 
 @dataclass
@@ -110,16 +110,12 @@ class StepFlow:
         if parser is None:
             return Plan(ids, given, dict(given))
         replies = self._intercept(given)
-        admissible = self.recorder.state.admissible
-        parse, fallback = parser.parse, parser.fallback_action()
-        parsed: dict[int, ParsedAction] = {}
-        actions: dict[int, Any] = {}
-        for i, r in given.items():  # one pass: parse, then the env's action
-            if i in replies:
-                actions[i] = fallback
-                continue
-            parsed[i] = p = parse(r, admissible(i))
-            actions[i] = p.action if p.valid else fallback
+        fallback = parser.fallback_action()
+        todo = [i for i in ids if i not in replies] if replies else ids
+        texts, admissible = [given[i] for i in todo], self.recorder.state.admissibles_of(todo)
+        parsed = dict(zip(todo, map(parser.parse, texts, admissible), strict=True))
+        actions = dict.fromkeys(ids, fallback)  # memory actions and invalid responses
+        actions.update((i, p.action) for i, p in parsed.items() if p.valid)
         return Plan(ids, given, actions, parsed, replies)
 
     def record(
@@ -169,8 +165,11 @@ class StepFlow:
         valid = np.ones(n, dtype=bool)
         reasons, actions, thoughts = nones(n), nones(n), nones(n)
         for i, p in plan.parsed.items():  # a memory action: valid, no env action, no penalty
-            ok, reason = _verdict(p, step_infos[i])
-            if not ok:
+            # The parser's verdict, then the env's own (``is_action_valid``).
+            if not p.valid:
+                valid[i], reasons[i] = False, p.reason
+            elif not step_infos[i].get(IS_ACTION_VALID, True):
+                reason = step_infos[i].get(INVALID_REASON, "the env rejected the action")
                 valid[i], reasons[i] = False, reason
             actions[i] = p.action
             thoughts[i] = p.thought
@@ -178,12 +177,3 @@ class StepFlow:
             is_action_valid=valid, invalid_reason=reasons, parsed_action=actions, thought=thoughts,
             invalid_penalty=np.where(valid, 0.0, invalid_penalty), replies=plan.replies,
         )  # fmt: skip
-
-
-def _verdict(parsed: ParsedAction, env_info: Mapping[str, Any]) -> tuple[bool, str | None]:
-    """A step's validity and reason: the parser's, then the env's own (``is_action_valid``)."""
-    if not parsed.valid:
-        return False, parsed.reason
-    if bool(env_info.get(IS_ACTION_VALID, True)):
-        return True, None
-    return False, env_info.get(INVALID_REASON, "the env rejected the action")

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from gymnasium import spaces
 
 from agent_memory.memory import BaseMemory
-from agent_memory.prompts import PromptTemplate
+from agent_memory.prompts import FIELDS, PromptTemplate
 from agent_memory.protocol import Prompt
 from agent_memory.tokens import TokenCounter
 from agent_memory.wrappers.state import EpisodeState, env_ids_arg
@@ -58,6 +58,17 @@ def shown_text(prompt: Prompt) -> str:
     return prompt if isinstance(prompt, str) else prompt[-1]["content"]
 
 
+def _percent(text: str) -> str | None:
+    """A template text (``str.format``) as ``%``-formatting of the same fields (much faster), or
+    None where a field has a format spec, a conversion or an index."""
+    parts = []
+    for literal, field, spec, conversion in string.Formatter().parse(text):
+        if field is not None and (spec or conversion or field not in FIELDS):
+            return None
+        parts.append(literal.replace("%", "%%") + ("" if field is None else f"%({field})s"))
+    return "".join(parts)
+
+
 class Built(NamedTuple):
     """Prompts of the requested envs (in their order) and their figures."""
 
@@ -94,6 +105,11 @@ class PromptBuilder:
         self.history_length = history_length
         self.max_prompt_tokens = max_prompt_tokens
         self.chat = memory.output == "messages"
+        plain = type(template).render is PromptTemplate.render  # then rendered inline (_render)
+        self._inline = plain and type(template).format_actions is PromptTemplate.format_actions
+        self._percent = {
+            text: _percent(text) for text in (template.no_history, template.with_history)
+        }
         #: Tokens of the smallest prompt the template makes: an empty observation, no history,
         #: no admissible actions, only the template's own task.
         self.frame_tokens = counter(prompt_text(self._render("", template.task, None, None, 0, 0)))
@@ -109,38 +125,35 @@ class PromptBuilder:
     def build(self, ids: Sequence[int]) -> Built:
         """The prompts of ``ids`` (in that order) with their figures."""
         memory, hl, budget = self.memory, self.history_length, self.max_prompt_tokens
-        num_steps = memory.num_steps
-        steps = [num_steps(i) for i in ids]
+        state = self.state
+        every = env_ids_arg(ids, state.num_envs) is None  # a step of all envs: counted in one call
+        counts = getattr(memory, "step_counts", None) if every else None
+        steps: list[int] = list(map(memory.num_steps, ids)) if counts is None else counts
         # Memories with something to show before the first step (shared notes, past episodes)
         # are fetched for every env.
         always = memory.fetch_when_empty
-        hist = [i for i, s in zip(ids, steps, strict=True) if always or (hl != 0 and s > 0)]
-        contexts: dict[int, Any] = {}
-        lengths: dict[int, int] = {}
+        hist = [j for j, s in enumerate(steps) if always or (hl != 0 and s > 0)]  # positions
+        contexts: list[Any] = [None] * len(ids)
+        lens = [0] * len(ids)
         if hist:
+            hist_ids = [ids[j] for j in hist]
             kwargs: dict[str, Any] = {}
             if budget is not None:
-                step_of = dict(zip(ids, steps, strict=True))
-                kwargs["max_tokens"] = self._history_budgets(hist, [step_of[i] for i in hist])
+                kwargs["max_tokens"] = self._history_budgets(hist_ids, [steps[j] for j in hist])
             if memory.accepts_queries:  # retrieval: relevance to the current observation
-                kwargs["queries"] = [self.state.observation(i) for i in hist]
-            fetched = memory.fetch(hl, env_ids=env_ids_arg(hist, self.state.num_envs), **kwargs)
-            contexts = dict(zip(hist, fetched.contexts, strict=True))
-            lengths = dict(zip(hist, fetched.lengths, strict=True))
-        state, render = self.state, self._render
-        prompts = [
-            render(obs, task, admissible, contexts.get(i), lengths.get(i, 0), s)
-            for i, obs, task, admissible, s in zip(
-                ids, state.observations_of(ids), state.tasks_of(ids), state.admissibles_of(ids),
-                steps, strict=True,
-            )
-        ]  # fmt: skip
+                kwargs["queries"] = state.observations_of(hist_ids)
+            fetched = memory.fetch(hl, env_ids=env_ids_arg(hist_ids, state.num_envs), **kwargs)
+            for j, context, length in zip(hist, fetched.contexts, fetched.lengths, strict=True):
+                contexts[j], lens[j] = context, length
+        prompts = list(map(
+            self._render, state.observations_of(ids), state.tasks_of(ids),
+            state.admissibles_of(ids), contexts, lens, steps,
+        ))  # fmt: skip
         chars, tokens = self._measure(prompts)
         if budget is not None:
-            for j, i in enumerate(ids):
-                if tokens[j] > budget and i in contexts:  # the joins were not additive
-                    prompts[j], chars[j], tokens[j], lengths[i] = self._fit(i, lengths[i], steps[j])
-        return Built(prompts, [lengths.get(i, 0) for i in ids], chars, tokens, steps)
+            for j in (j for j in hist if tokens[j] > budget):  # the joins were not additive
+                prompts[j], chars[j], tokens[j], lens[j] = self._fit(ids[j], lens[j], steps[j])
+        return Built(prompts, lens, chars, tokens, steps)
 
     def _render(
         self, observation: str, task: str | None, admissible: Sequence[Any] | None,
@@ -154,13 +167,28 @@ class PromptBuilder:
             system = t.render_system(task=task)
             head = [] if system is None else [{"role": "system", "content": system}]
             return [*head, *(context or []), {"role": "user", "content": user}]
-        prompt = t.render(
-            observation=observation, task=task, admissible=admissible,
-            history=context if length > 0 else None, history_length=length, step_count=step_count,
-        )  # fmt: skip
-        if length == 0 and context:  # no steps yet, but the memory has notes: put them first
-            prompt = f"{context}\n\n{prompt}"
-        return prompt
+        history = context if length > 0 else None
+        if self._inline:  # t.render, its actions joined at once, its text %-formatted
+            q, sep = t.action_quote, t.action_separator
+            acts = f"{q}{(q + sep + q).join(map(format, admissible))}{q}" if admissible else ""
+            text = t.no_history if history is None else t.with_history
+            task, history = t.task if task is None else task, history or ""
+            fields = {
+                "task": task, "observation": observation, "admissible_actions": acts,
+                "history": history, "history_length": length, "step_count": step_count,
+                "current_step": step_count + 1,
+            }  # fmt: skip
+            # "%s" gives what format(value, "") gives for a str or an int (the other fields).
+            percent = self._percent.get(text)
+            exact = percent is not None and type(task) is type(observation) is type(history) is str
+            prompt = percent % fields if exact else text.format_map(fields)
+        else:
+            prompt = t.render(
+                observation=observation, task=task, admissible=admissible, history=history,
+                history_length=length, step_count=step_count,
+            )  # fmt: skip
+        # No steps shown yet, but the memory has notes: they go first.
+        return f"{context}\n\n{prompt}" if length == 0 and context else prompt
 
     def _render_env(self, i: int, context: Any, length: int, step_count: int) -> Prompt:
         state = self.state
@@ -173,7 +201,7 @@ class PromptBuilder:
         it without the text being built)."""
         count_length = getattr(self.counter, "count_length", None)
         if count_length is not None:
-            chars = [len(p) if isinstance(p, str) else _prompt_len(p) for p in prompts]
+            chars = list(map(_prompt_len if self.chat else len, prompts))
             return chars, list(map(count_length, chars))
         texts = [prompt_text(p) for p in prompts]
         return [len(t) for t in texts], self.counter.count_many(texts)

@@ -24,6 +24,7 @@ from agent_memory.wrappers.options import HistoryOptions, TemplateSpec
 from agent_memory.wrappers.prompt import PromptText
 from agent_memory.wrappers.subset import SyncSubset
 from agent_memory.wrappers.vector_env import (
+    STEP_KEYS,
     async_worker_keeps_autoreset,
     autoreset_mode_of,
     infos_at,
@@ -371,12 +372,11 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         """What each env of ``ids``'s own step reported (under SAME_STEP a finished env's step
         info sits in ``final_info``; the top level then holds its reset info)."""
         if self._mode != AutoresetMode.SAME_STEP:
-            return dict(zip(ids, infos_at(info, ids), strict=True))
+            return dict(zip(ids, infos_at(info, ids, STEP_KEYS), strict=True))
         finals = [i for i in ids if done[i]]
         going = [i for i in ids if not done[i]]
-        out = dict(zip(finals, infos_at(info["final_info"], finals), strict=True)) if finals else {}
-        out.update(zip(going, infos_at(info, going), strict=True))
-        return out
+        final = infos_at(info["final_info"], finals, STEP_KEYS) if finals else []
+        return dict(zip(finals + going, final + infos_at(info, going, STEP_KEYS), strict=True))
 
     def _add_verdicts(self, info: dict[str, Any], verdicts: Verdicts, acting: np.ndarray) -> None:
         for key, values in verdicts.items():

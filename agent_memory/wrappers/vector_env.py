@@ -25,12 +25,14 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, async_vec
 from agent_memory.protocol import ADMISSIBLE_ACTIONS, INVALID_REASON, IS_ACTION_VALID, TASK, WON
 
 __all__ = [
-    "async_worker_keeps_autoreset", "autoreset_mode_of", "env_value", "env_values", "info_at",
-    "infos_at", "refuse_text_on_shared_memory",
+    "STEP_KEYS", "async_worker_keeps_autoreset", "autoreset_mode_of", "env_value", "env_values",
+    "info_at", "infos_at", "refuse_text_on_shared_memory",
 ]  # fmt: skip
 
-#: The info keys the wrapper reads per env (the rest of the info passes through untouched).
-_WANTED = (TASK, ADMISSIBLE_ACTIONS, IS_ACTION_VALID, INVALID_REASON, WON)
+#: The info keys the wrapper reads per env (the rest of the info passes through untouched);
+#: a step's info is read for all but the task (read when an episode starts).
+STEP_KEYS = (ADMISSIBLE_ACTIONS, IS_ACTION_VALID, INVALID_REASON, WON)
+_WANTED = (TASK, *STEP_KEYS)
 
 
 _ABSENT = object()
@@ -50,7 +52,7 @@ def env_value(info: Mapping[str, Any], key: str, i: int, default: Any = None) ->
 
 
 def env_values(
-    info: Mapping[str, Any], key: str, ids: Sequence[int], default: Any = None
+    info: Mapping[str, Any], key: str, ids: Sequence[int] | np.ndarray, default: Any = None
 ) -> list[Any]:
     """:func:`env_value` for every env of ``ids`` (the key's array and mask are read once).
 
@@ -64,13 +66,16 @@ def env_values(
     if value is None:
         return [default] * len(ids)
     # Only the entries of ``ids`` are read: the cost follows them, not the batch.
+    at = ids if isinstance(ids, np.ndarray) else np.asarray(ids, dtype=np.intp)
     mask = info.get(f"_{key}")
     if isinstance(mask, np.ndarray):
-        flags = mask[list(ids)].tolist()
+        flags = mask[at].tolist()
     else:
         flags = None if mask is None else [mask[i] for i in ids]
+    if flags is not None and all(flags):  # every env of ids has it
+        flags = None
     if isinstance(value, np.ndarray) and value.ndim == 1:
-        items = value[list(ids)].tolist()  # Python scalars, as .item() gives
+        items = value[at].tolist()  # Python scalars, as .item() gives
         if value.dtype == object:  # the objects as they are, numpy scalars made Python ones
             generic = np.generic
             items = [x.item() if isinstance(x, generic) else x for x in items]
@@ -92,13 +97,16 @@ def info_at(info: Mapping[str, Any], i: int) -> dict[str, Any]:
     return infos_at(info, [i])[0]
 
 
-def infos_at(info: Mapping[str, Any], ids: Sequence[int]) -> list[dict[str, Any]]:
-    """:func:`info_at` for every env of ``ids``, in that order."""
+def infos_at(
+    info: Mapping[str, Any], ids: Sequence[int], keys: Sequence[str] = _WANTED
+) -> list[dict[str, Any]]:
+    """:func:`info_at` for every env of ``ids``, in that order (``keys``: those to read)."""
     out: list[dict[str, Any]] = [{} for _ in ids]
-    for key in _WANTED:
+    at = np.asarray(ids, dtype=np.intp)  # the index array of every key's read
+    for key in keys:
         if key not in info:
             continue
-        for d, value in zip(out, env_values(info, key, ids, _ABSENT), strict=True):
+        for d, value in zip(out, env_values(info, key, at, _ABSENT), strict=True):
             if value is not _ABSENT:
                 d[key] = value
     return out
