@@ -125,8 +125,11 @@ class ActionParser:
         """
         if isinstance(response, str) and len(response) <= self.max_chars:  # the common case
             text = response if response.isascii() else utf8_safe(response)
-        elif isinstance(text := self._text(response), ParsedAction):
-            return text
+        else:
+            checked = self._text(response)
+            if isinstance(checked, ParsedAction):
+                return checked
+            text = checked
         thought = ""
         if self.think_tag is not None:  # the first <think>...</think> block (closed)
             _, _, after = text.partition(f"<{self.think_tag}>")

@@ -92,7 +92,12 @@ def find_tags(text: str, tags: Sequence[str], limit: int | None = None) -> list[
 
 
 def tag_bodies(text: str, tag: str, limit: int | None = None) -> list[str]:
-    """The contents of :func:`find_tags` for one tag, in order (the parser's case)."""
+    """The contents of :func:`find_tags` for one tag, in order (the parser's case).
+
+    Example:
+        >>> tag_bodies("<a>1</a> <a>2</a> <a>3", "a")
+        ['1', '2']
+    """
     open_, close = f"<{tag}>", f"</{tag}>"
     lo, lc = len(open_), len(close)
     find = text.find

@@ -180,8 +180,8 @@ class PromptBuilder:
             }  # fmt: skip
             # "%s" gives what format(value, "") gives for a str or an int (the other fields).
             percent = self._percent.get(text)
-            exact = percent is not None and type(task) is type(observation) is type(history) is str
-            prompt = percent % fields if exact else text.format_map(fields)
+            exact = type(task) is type(observation) is type(history) is str
+            prompt = percent % fields if percent is not None and exact else text.format_map(fields)
         else:
             prompt = t.render(
                 observation=observation, task=task, admissible=admissible, history=history,
