@@ -78,6 +78,7 @@ class TrainerConfig:
     model: str = "tiny"
     tiny: TinyModelConfig = field(default_factory=TinyModelConfig)
     iterations: int = 100
+    max_minutes: Optional[float] = None
     lr: float = 1e-3
     anneal_lr: bool = False
     weight_decay: float = 0.0
@@ -113,6 +114,9 @@ class TrainerConfig:
             ("seed", 0, 0), ("eval_seed", 0, 1000000),
         ))  # fmt: skip
         _need(_num(self.lr, 0) and self.lr > 0, "trainer.lr", "a number > 0", self.lr, 0.001)
+        _need(self.max_minutes is None or (_num(self.max_minutes, 0) and self.max_minutes > 0),
+              "trainer.max_minutes", "null (no limit) or a number > 0", self.max_minutes,
+              20)  # fmt: skip
         _need(_num(self.clip_ratio, 0) and self.clip_ratio > 0, "trainer.clip_ratio",
               "a number > 0", self.clip_ratio, 0.2)  # fmt: skip
         floats: tuple[tuple[str, float], ...] = (

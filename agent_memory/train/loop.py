@@ -138,8 +138,13 @@ def train(
         state = learner.state
         # The rollout policy: the engine's policy service copies it; updates send the weights.
         params_in = {k: v for k, v in cfg.policy.params.items() if k != "path"}
+        # Ray's workers see no GPU: a learner on one gives the rollout a CPU copy of its model
+        # (same weights and dtype), which every update_policy brings up to date.
+        rollout_model = (
+            learner.model if device.type == "cpu" else copy.deepcopy(learner.model).to("cpu")
+        )
         policy = make_policy(
-            cfg.policy.name, model=learner.model, tokenizer=learner.tokenizer,
+            cfg.policy.name, model=rollout_model, tokenizer=learner.tokenizer,
             parser=cfg.env.parser.build(), **{"seed": t.seed, **params_in},
         )  # fmt: skip
         policy.calls = state.policy_calls  # the sampling stream resumes where it stopped
@@ -152,7 +157,8 @@ def train(
             out, t.logger, config=asdict(cfg), project=t.wandb_project, run_name=out.name,
             append=t.resume is not None,
         )  # fmt: skip
-        status, error = "ok", None
+        status, error, stopped = "ok", None, None
+        deadline = None if t.max_minutes is None else time.monotonic() + 60 * t.max_minutes
         last_eval = dict(state.extra.get("last_eval", {}))
         bar = progress_bar(t.progress, t.iterations, "iterations", "it", state.iteration)
         try:
@@ -174,6 +180,11 @@ def train(
                         bar.set_postfix(train=f"{row['train/success']:.2f}", eval=f"{shown:.2f}")
                     if on_iteration is not None:
                         on_iteration(it + 1)
+                    if deadline is not None and time.monotonic() >= deadline:
+                        if it + 1 < t.iterations:  # the last iteration saved already
+                            learner.save(out)
+                            stopped = "time_limit"
+                        break
         except BaseException as e:
             status, error = run_status(e)
             raise
@@ -186,6 +197,7 @@ def train(
                 stop_ray()
             summary = {
                 "status": status, **({"error": error} if error else {}),
+                **({"stopped": stopped} if stopped else {}),
                 "iterations": state.iteration, "env_steps": state.env_steps,
                 "episodes": state.episodes, "policy_version": state.policy_version,
                 "action_mode": mode, "model": str(learner.model_path), **last_eval,

@@ -85,6 +85,23 @@ def test_a_failure_keeps_the_last_checkpoint_and_the_metrics(ray_session, tmp_pa
     assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.csv")] == [0, 1, 2, 3]
 
 
+def test_a_time_limit_stops_after_the_iteration_it_passes_in_and_saves_it(ray_session, tmp_path):
+    # 0.0001 minutes pass within the first iteration: the run stops there, checkpointed.
+    summary = train(small_job(max_minutes=1e-4, save_every=0, eval_every=0), tmp_path)
+    assert summary["status"] == "ok" and summary["stopped"] == "time_limit"
+    assert summary["iterations"] == 1
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "iter_000001"
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.csv")] == [1]
+
+
+def test_a_time_limit_is_a_positive_number_or_null():
+    with pytest.raises(ValueError, match=re.escape(
+        "trainer.max_minutes must be null (no limit) or a number > 0, got 0: pass e.g. "
+        "trainer.max_minutes=20"
+    )):  # fmt: skip
+        small_job(max_minutes=0)
+
+
 def test_every_metric_is_logged_and_ppo_trains_a_value_head(ray_session, tmp_path):
     job = small_job(algo="ppo", iterations=2, kl_coef=0.1, entropy_coef=0.01,
                     logger=["csv", "tensorboard", "wandb"])  # fmt: skip
@@ -149,3 +166,20 @@ def test_a_device_this_machine_lacks_is_a_config_error():
         "trainer.device=auto or trainer.device=cpu"
     )):  # fmt: skip
         pick_device("cuda", "auto")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_a_learner_on_a_gpu_trains_while_the_rollout_runs_on_a_cpu_copy(
+    ray_session, tmp_path, dtype
+):
+    # Ray's workers see no GPU: the policy service gets a CPU copy, kept up to date.
+    # An entropy bonus: a gradient even when every episode of a group scored alike.
+    job = small_job(device="cuda", dtype=dtype, iterations=2, eval_every=1, entropy_coef=0.01)
+    summary = train(job, tmp_path)
+    assert summary["status"] == "ok" and summary["iterations"] == 2
+    final = _weights(tmp_path / "checkpoints" / "iter_000002" / "model")
+    start = _weights(tmp_path / "tiny_model")
+    assert any(not torch.equal(final[n].float(), start[n].float()) for n in final)
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert [r["iteration"] for r in rows if "eval/success" in r] == [0, 1, 2]
