@@ -14,10 +14,10 @@ import json
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -157,7 +157,7 @@ def train(
             out, t.logger, config=asdict(cfg), project=t.wandb_project, run_name=out.name,
             append=t.resume is not None,
         )  # fmt: skip
-        status, error, stopped = "ok", None, None
+        status, error, stopped = "ok", None, None  # stopped: why it ended before its last
         deadline = None if t.max_minutes is None else time.monotonic() + 60 * t.max_minutes
         last_eval = dict(state.extra.get("last_eval", {}))
         bar = progress_bar(t.progress, t.iterations, "iterations", "it", state.iteration)
@@ -172,18 +172,13 @@ def train(
                     last_eval = row.pop("_eval", last_eval)
                     state.extra["last_eval"] = last_eval
                     logger.log(row)
-                    if (t.save_every and (it + 1) % t.save_every == 0) or it + 1 == t.iterations:
+                    save, stopped = _after_iteration(t, it, deadline)
+                    if save:
                         learner.save(out)
-                    if bar is not None:
-                        bar.update(1)
-                        shown = last_eval.get("eval/success", float("nan"))
-                        bar.set_postfix(train=f"{row['train/success']:.2f}", eval=f"{shown:.2f}")
+                    _show_progress(bar, row, last_eval)
                     if on_iteration is not None:
                         on_iteration(it + 1)
-                    if deadline is not None and time.monotonic() >= deadline:
-                        if it + 1 < t.iterations:  # the last iteration saved already
-                            learner.save(out)
-                            stopped = "time_limit"
+                    if stopped:
                         break
         except BaseException as e:
             status, error = run_status(e)
@@ -204,6 +199,25 @@ def train(
             }  # fmt: skip
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary
+
+
+def _after_iteration(
+    t: Any, it: int, deadline: float | None
+) -> tuple[bool, Literal["time_limit"] | None]:
+    """Whether iteration ``it`` (from 0) ends with a checkpoint, and ``"time_limit"`` when the run
+    stops after it (``trainer.max_minutes`` passed before the last iteration)."""
+    last = it + 1 == t.iterations
+    late = deadline is not None and time.monotonic() >= deadline and not last
+    periodic = bool(t.save_every) and (it + 1) % t.save_every == 0
+    return last or late or periodic, ("time_limit" if late else None)
+
+
+def _show_progress(bar: Any, row: Mapping[str, Any], last_eval: Mapping[str, float]) -> None:
+    """One more iteration on the progress bar (when there is one), with its success figures."""
+    if bar is not None:
+        bar.update(1)
+        shown = last_eval.get("eval/success", float("nan"))
+        bar.set_postfix(train=f"{row['train/success']:.2f}", eval=f"{shown:.2f}")
 
 
 def iteration(
