@@ -1,6 +1,7 @@
 """Memory the agent learns to write, beyond the training horizon: the table behind docs/training.md.
 
-    python scripts/bench_notes.py                        # every configuration (~30 min each here)
+    python scripts/bench_notes.py                        # every configuration (~20 min each here)
+    python scripts/bench_notes.py --jobs 6               # 6 at once (one process each: 16 cores)
     python scripts/bench_notes.py --only notes notes_memory_untrained
     python scripts/bench_notes.py --quick                # 2 iterations each: a smoke test
 
@@ -8,8 +9,9 @@ Each configuration trains the tiny LM of configs/train_recall.yaml from scratch 
 policy, the real rollout path) on Recall with 2 cues over 8 steps (configs/train_notes.yaml),
 then plays its final weights greedily on held-out seeds at 1x, 2x and 4x that horizon (4 cues over
 16 steps, 8 over 32). Configurations differ in their memory: a window holding about the note's
-tokens, the whole history, extractive compaction, the note the policy writes (memory=notes), and
-that note with its memory choices left out of the loss (trainer.train_memory_tokens=false).
+tokens, the whole history, extractive compaction, retrieval of 2 past steps, the note the policy
+writes (memory=notes), and that note with its memory choices left out of the loss
+(trainer.train_memory_tokens=false).
 
 Writes to --out (default outputs/bench_notes/<date-time>): one run directory per configuration,
 notes.md (the table, also printed) and notes.png (success against the horizon).
@@ -51,6 +53,8 @@ SETTINGS = (
         (*TASK, "memory=compaction", "env.history_length=1", "memory.params.trigger_steps=2",
          "memory.params.keep_last=1"),
     ),
+    Setting("retrieval", "retrieval, 2 steps", "train_recall",
+            (*TASK, "memory=retrieval", "env.history_length=2")),
     Setting("notes", "notes the policy writes (trained)", "train_notes"),
     Setting("notes_memory_untrained", "notes, memory choices not trained", "train_notes",
             ("trainer.train_memory_tokens=false",)),
@@ -75,8 +79,9 @@ def compose(config: str, overrides: list[str]) -> Any:
         return load_train(hydra_compose(config_name=config, overrides=overrides))
 
 
-def play(job: Any, model: Path, cues: int, distractors: int, out: Path) -> float:
-    """Greedy success of ``model`` on ``job``'s held-out seeds with ``cues`` over the horizon."""
+def play(job: Any, model: Path, cues: int, distractors: int, out: Path) -> dict[str, float]:
+    """Greedy play of ``model`` on ``job``'s held-out seeds with ``cues`` over the horizon: its
+    success and prompt tokens per step (mean, max)."""
     from agent_memory.config import JobConfig
     from agent_memory.rollout import run_rollout
 
@@ -94,7 +99,11 @@ def play(job: Any, model: Path, cues: int, distractors: int, out: Path) -> float
     )  # fmt: skip
     summary = run_rollout(JobConfig(**{**fields, "env": env, "policy": policy,
                                        "rollout": rollout}), out)  # fmt: skip
-    return float(summary["success_rate"])
+    return {
+        "success": float(summary["success_rate"]),
+        "tokens_mean": float(summary["mean_prompt_tokens"]),
+        "tokens_max": float(summary["max_prompt_tokens"]),
+    }
 
 
 def run_one(setting: Setting, out: Path, extra: list[str]) -> dict[str, Any]:
@@ -107,21 +116,30 @@ def run_one(setting: Setting, out: Path, extra: list[str]) -> dict[str, Any]:
     summary = train(job, out / setting.name)
     wall = time.perf_counter() - t0
     model = find_checkpoint(out / setting.name) / "model"
-    success = [play(job, model, c, d, out / setting.name / f"play_{c}_cues") for c, d in HORIZONS]
-    return {"setting": setting, "success": success, "wall": wall, "status": summary["status"],
-            "iterations": summary["iterations"]}  # fmt: skip
+    plays = [play(job, model, c, d, out / setting.name / f"play_{c}_cues") for c, d in HORIZONS]
+    return {
+        "setting": setting, "success": [p["success"] for p in plays],
+        "tokens_mean": [p["tokens_mean"] for p in plays],
+        "tokens_max": [p["tokens_max"] for p in plays], "wall": wall,
+        "status": summary["status"], "iterations": summary["iterations"],
+        "env_steps": summary["env_steps"],
+    }  # fmt: skip
 
 
 def table(results: list[dict[str, Any]]) -> str:
-    """The markdown table of ``results``."""
-    head = " | ".join(f"{c} cues, {c + d + 1} steps ({k}x)"
-                      for k, (c, d) in zip((1, 2, 4), HORIZONS, strict=True))  # fmt: skip
-    lines = [f"| configuration | {head} | iterations | training time |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    """The markdown table of ``results``: success, then prompt tokens per step (mean / max), at
+    each horizon; the training's env-steps, iterations and time."""
+    names = [f"{k}x ({c} cues, {c + d + 1} steps)"
+             for k, (c, d) in zip((1, 2, 4), HORIZONS, strict=True)]  # fmt: skip
+    head = [*(f"success {n}" for n in names), *(f"tokens/step {k}x" for k in (1, 2, 4))]
+    lines = [f"| configuration | {' | '.join(head)} | env-steps | iterations | training time |",
+             "|---" * (len(head) + 4) + "|"]  # fmt: skip
     for r in results:
-        cells = " | ".join(f"{s:.1%}" for s in r["success"])
-        lines.append(f"| {r['setting'].label} | {cells} | {r['iterations']} "
-                     f"| {r['wall'] / 60:.1f} min |")  # fmt: skip
+        cells = [f"{s:.1%}" for s in r["success"]]
+        cells += [f"{m:.0f} / {x:.0f}"
+                  for m, x in zip(r["tokens_mean"], r["tokens_max"], strict=True)]  # fmt: skip
+        lines.append(f"| {r['setting'].label} | {' | '.join(cells)} | {r['env_steps']:,} "
+                     f"| {r['iterations']} | {r['wall'] / 60:.1f} min |")  # fmt: skip
     return "\n".join(lines)
 
 

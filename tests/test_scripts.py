@@ -227,13 +227,23 @@ def test_bench_learning_quick(tmp_path):
 
 
 def test_bench_notes_quick(tmp_path):
-    # One configuration (each costs about a minute here; bench_learning's test covers the
-    # window ones' path).
-    out = run(["scripts/bench_notes.py", "--quick", "--only", "notes", "--out", str(tmp_path)])
-    assert "| notes the policy writes (trained) |" in out
+    # Two configurations at once (--jobs: a process each), the cheap retrieval one beside notes
+    # (each costs about a minute here; bench_learning's test covers the window ones' path).
+    out = run([
+        "scripts/bench_notes.py", "--quick", "--only", "retrieval", "notes", "--jobs", "2",
+        "--out", str(tmp_path),
+    ])  # fmt: skip
+    # each row: 3 successes, 3 "mean / max" token cells, env-steps, iterations, time
+    row = r"\| {} \|( \d+\.\d% \|){{3}}( \d+ / \d+ \|){{3}} [\d,]+ \| 2 \| [\d.]+ min \|"
+    assert re.search(row.format(re.escape("notes the policy writes (trained)")), out), out
+    assert re.search(row.format(re.escape("retrieval, 2 steps")), out), out
     assert (tmp_path / "notes.png").stat().st_size > 0
+    for name in ("notes", "retrieval"):  # each process's log and figures
+        assert (tmp_path / name / "bench.log").is_file()
+        assert (tmp_path / name / "result.json").is_file()
     assert (
-        "Produced by: `python scripts/bench_notes.py --quick" in (tmp_path / "notes.md").read_text()
+        "Produced by: `python scripts/bench_notes.py --quick --only retrieval notes --jobs 2`"
+        in (tmp_path / "notes.md").read_text()
     )
 
 

@@ -1,15 +1,21 @@
 """The command line both training benchmarks share (bench_learning, bench_notes): choose
-configurations, train them one after another on one Ray instance, write the table and the plot."""
+configurations, train them (one after another on one Ray instance, or ``--jobs`` at a time in
+processes of their own), write the table and the plot."""
 
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
+#: What a configuration's process leaves for the table: ``<out>/<name>/result.json``.
+RESULT = "result.json"
 
 
 def run_benchmark(
@@ -23,9 +29,9 @@ def run_benchmark(
     plot: Callable[[list[dict[str, Any]], Path], None],
     name: str,
 ) -> None:
-    """Parse ``--only/--out/--quick/--set``, train the chosen ``settings`` (``run_one``), print
-    each result (``report``), and write ``<name>.md`` (the table and the command that produced
-    it) and ``<name>.png`` into the output directory."""
+    """Parse ``--only/--out/--quick/--set/--jobs``, train the chosen ``settings`` (``run_one``),
+    print each result (``report``), and write ``<name>.md`` (the table and the command that
+    produced it) and ``<name>.png`` into the output directory."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", choices=[s.name for s in settings],
                         help="run these configurations only")  # fmt: skip
@@ -33,33 +39,98 @@ def run_benchmark(
     parser.add_argument("--quick", action="store_true", help="2 iterations each (a smoke test)")
     parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
                         help="extra Hydra overrides for every configuration")  # fmt: skip
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="configurations trained at once, each in a process (and Ray "
+                             "instance) of its own; 1: one after another")  # fmt: skip
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.jobs < 1:
+        parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
     out = args.out or REPO / "outputs" / f"bench_{name}" / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
     extra = [*(quick if args.quick else ()), *args.set]
     chosen = [s for s in settings if not args.only or s.name in args.only]
+    flags = [*(["--quick"] if args.quick else []), *(["--set", *args.set] if args.set else [])]
 
+    failed: list[str] = []
+    if args.jobs > 1 and len(chosen) > 1:
+        results, failed = _in_processes(script, chosen, out, flags, args.jobs, report)
+    else:
+        results = _in_turn(chosen, out, extra, run_one, report, save=args.child)
+    if args.child:
+        return
+    text = table(results)
+    shown = [
+        *(["--quick"] if args.quick else []), *(["--only", *args.only] if args.only else []),
+        *(["--set", *args.set] if args.set else []),
+        *(["--jobs", str(args.jobs)] if args.jobs > 1 else []),
+    ]  # fmt: skip
+    command = " ".join(["python", f"scripts/{script}", *shown])
+    (out / f"{name}.md").write_text(f"{text}\n\nProduced by: `{command}`\n")
+    plot(results, out / f"{name}.png")
+    print()
+    print(text)
+    print(f"\ntable: {out / f'{name}.md'}\nplot: {out / f'{name}.png'}")
+    if failed:  # what finished is written; the run still fails
+        sys.exit(f"configurations failed: {', '.join(failed)}")
+
+
+def _in_turn(
+    chosen: Sequence[Any], out: Path, extra: list[str],
+    run_one: Callable[[Any, Path, list[str]], dict[str, Any]],
+    report: Callable[[dict[str, Any]], str], *, save: bool,
+) -> list[dict[str, Any]]:  # fmt: skip
+    """Each configuration in this process, on one Ray instance (``save``: its result.json)."""
     from agent_memory.rollout.driver.cluster import init_ray, stop_ray
 
-    started = init_ray()  # one Ray instance for every configuration
+    started = init_ray()
     results = []
     try:
         for setting in chosen:
             print(f"training: {setting.label}", flush=True)
             results.append(run_one(setting, out, extra))
             print(f"  {report(results[-1])}", flush=True)
+            if save:
+                saved = {k: v for k, v in results[-1].items() if k != "setting"}
+                (out / setting.name / RESULT).write_text(json.dumps(saved, indent=2))
     finally:
         if started:
             stop_ray()
-    text = table(results)
-    flags = [
-        *(["--quick"] if args.quick else []),
-        *(["--only", *args.only] if args.only else []),
-        *(["--set", *args.set] if args.set else []),
-    ]
-    command = " ".join(["python", f"scripts/{script}", *flags])
-    (out / f"{name}.md").write_text(f"{text}\n\nProduced by: `{command}`\n")
-    plot(results, out / f"{name}.png")
-    print()
-    print(text)
-    print(f"\ntable: {out / f'{name}.md'}\nplot: {out / f'{name}.png'}")
+    return results
+
+
+def _in_processes(
+    script: str, chosen: Sequence[Any], out: Path, flags: list[str], jobs: int,
+    report: Callable[[dict[str, Any]], str],
+) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+    """Each configuration in a process of its own, ``jobs`` at a time: the results of those that
+    finished (in order) and a line for each that failed (its log named)."""
+    waiting, running = list(chosen), {}
+    failed = []
+    while waiting or running:
+        while waiting and len(running) < jobs:
+            setting = waiting.pop(0)
+            (out / setting.name).mkdir(parents=True, exist_ok=True)
+            log = (out / setting.name / "bench.log").open("w")
+            cmd = [sys.executable, str(REPO / "scripts" / script), "--child", "--only",
+                   setting.name, "--out", str(out), *flags]  # fmt: skip
+            print(f"training: {setting.label} (log: {log.name})", flush=True)
+            running[setting.name] = (setting, subprocess.Popen(cmd, stdout=log, stderr=log), log)
+            time.sleep(3)  # one Ray instance starting at a time (spreads the start-up load)
+        time.sleep(1)
+        for key, (setting, proc, log) in list(running.items()):
+            if proc.poll() is None:
+                continue
+            log.close()
+            del running[key]
+            if proc.returncode != 0:
+                failed.append(f"{setting.name} (exit {proc.returncode}, log: {log.name})")
+            else:
+                result = json.loads((out / setting.name / RESULT).read_text())
+                print(f"  {setting.label}: {report(result)}", flush=True)
+    results = []
+    for setting in chosen:
+        path = out / setting.name / RESULT
+        if path.is_file() and not any(f.startswith(f"{setting.name} ") for f in failed):
+            results.append({**json.loads(path.read_text()), "setting": setting})
+    return results, failed
