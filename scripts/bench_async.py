@@ -219,11 +219,14 @@ class Started:
 class Ideal:
     """The reference no engine can beat on the same server: ``envs`` asyncio tasks in this
     process, each sending its next request the moment its answer is back (no env, no wrapper,
-    no Ray), ``concurrency`` requests in flight at most, as many requests in all as the engines'
-    env-steps (``steps()``, known after their first run), each with a prompt of their size."""
+    no Ray), as many requests in all as the engines' env-steps (``steps()``, known after their
+    first run, taken from one shared count: a slow answer holds no quota of its own), each with
+    a prompt of their size. The requests go through the engines' own client (the openai policy
+    of ``params``, its ``concurrency`` in flight): the same request fields and answer checks, so
+    what the engines lose against it is the env, the wrapper and Ray's round trips."""
 
-    def __init__(self, base_url: str, envs: int, concurrency: int, steps: Any) -> None:
-        self.base_url, self.envs, self.concurrency, self.steps = base_url, envs, concurrency, steps
+    def __init__(self, params: dict[str, Any], envs: int, steps: Any) -> None:
+        self.params, self.envs, self.steps = params, envs, steps
 
     def play(self, server: ServerProcess | None) -> Run:
         assert server is not None
@@ -235,25 +238,25 @@ class Ideal:
         return Run(total / (t1 - t0), s.utilization, s.idle_s, t1 - t0, total)
 
     async def _all(self, total: int) -> None:
-        import httpx
+        from agent_memory.policies import make_policy
 
-        n, gate = self.envs, asyncio.Semaphore(self.concurrency)
-        limits = httpx.Limits(max_connections=self.concurrency)
-        async with httpx.AsyncClient(base_url=self.base_url, limits=limits, timeout=60) as client:
+        policy = make_policy("openai", **self.params)
+        left = total
 
-            async def env(i: int, count: int) -> None:
-                for k in range(count):
-                    body = {
-                        "model": "hash",
-                        "seed": k,
-                        "messages": [
-                            {"role": "user", "content": f"env {i} step {k}: {IDEAL_PROMPT}"}
-                        ],
-                    }
-                    async with gate:
-                        (await client.post("/chat/completions", json=body)).raise_for_status()
+        async def env(i: int) -> None:
+            nonlocal left
+            k = 0
+            while left > 0:
+                left, k = left - 1, k + 1
+                meta = {"traj_uid": f"ideal-{i}", "step": k}
+                [g] = await policy.agenerate([f"env {i} step {k}: {IDEAL_PROMPT}"], [meta])
+                if g.finish_reason == "error":
+                    raise RuntimeError(f"the ideal client's request failed: {g}")
 
-            await asyncio.gather(*(env(i, total // n + (i < total % n)) for i in range(n)))
+        try:
+            await asyncio.gather(*(env(i) for i in range(self.envs)))
+        finally:
+            policy.close()
 
     def close(self) -> None:
         pass
@@ -265,10 +268,11 @@ IDEAL_PROMPT = "You are on a frozen lake. " * 24
 
 def interleaved(
     jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None, ideal: int = 0,
-    concurrency: int = 0,
+    ideal_params: dict[str, Any] | None = None,
 ) -> dict[str, list[Run]]:  # fmt: skip
     """``repeats`` runs of each job, alternating between them (load changes hit all alike);
-    with ``ideal`` envs, an :class:`Ideal` client's runs too (key ``"ideal"``)."""
+    with ``ideal`` envs, an :class:`Ideal` client's runs too (key ``"ideal"``), through the
+    openai policy of ``ideal_params``."""
     started: dict[str, Started | Ideal] = {}
     runs: dict[str, list[Run]] = {key: [] for key in jobs}
     try:
@@ -278,9 +282,7 @@ def interleaved(
             assert server is not None
             first = next(iter(jobs))
             runs["ideal"] = []
-            started["ideal"] = Ideal(
-                server.base_url, ideal, concurrency, lambda: runs[first][0].steps
-            )
+            started["ideal"] = Ideal(dict(ideal_params or {}), ideal, lambda: runs[first][0].steps)
         for _ in range(repeats):
             for key, engine in started.items():
                 runs[key].append(engine.play(server))
@@ -334,7 +336,7 @@ def server_section(args: argparse.Namespace) -> None:
                 )
                 for mode in MODES
             }
-            runs = interleaved(jobs, args.repeats, server, n, args.concurrency)
+            runs = interleaved(jobs, args.repeats, server, n, dict(policy.params))
             base = med(runs["lockstep"], "steps_per_s")
             # Both engines play the same steps against the same latencies, so the ratio of
             # their throughputs is the ratio of their utilizations: an engine that kept the
