@@ -123,13 +123,9 @@ class ActionParser:
             admissible: the actions valid now; ``None`` accepts any non-empty action (envs whose
                 action set is not finite) unless ``action_names`` were given.
         """
-        if isinstance(response, str) and len(response) <= self.max_chars:  # the common case
-            text = response if response.isascii() else utf8_safe(response)
-        else:
-            checked = self._text(response)
-            if isinstance(checked, ParsedAction):
-                return checked
-            text = checked
+        text = self._text(response)
+        if isinstance(text, ParsedAction):
+            return text
         thought = ""
         if self.think_tag is not None:  # the first <think>...</think> block (closed)
             _, _, after = text.partition(f"<{self.think_tag}>")
@@ -168,6 +164,8 @@ class ActionParser:
 
     def _text(self, response: Any) -> str | ParsedAction:
         """``response`` as checked text, or the invalid result saying why it is not."""
+        if isinstance(response, str) and len(response) <= self.max_chars:  # the common case
+            return response if response.isascii() else utf8_safe(response)
         if response is None:
             return self._invalid("no response (None)")
         if isinstance(response, (bytes, bytearray)):

@@ -69,6 +69,17 @@ def _check_fields(name: str, text: str) -> None:
         )
 
 
+def _percent(text: str) -> str | None:
+    """A template text (``str.format``) as ``%``-formatting of the same fields (several times
+    faster per prompt), or None where a field has a format spec, a conversion or an index."""
+    parts = []
+    for literal, field, spec, conversion in string.Formatter().parse(text):
+        if field is not None and (spec or conversion or field not in FIELDS):
+            return None
+        parts.append(literal.replace("%", "%%") + ("" if field is None else f"%({field})s"))
+    return "".join(parts)
+
+
 class PromptTemplate:
     """The prompt of a task, with and without history.
 
@@ -104,6 +115,8 @@ class PromptTemplate:
         self.system = system
         self.action_quote = action_quote
         self.action_separator = action_separator
+        # Each text's %-form, by the text itself (a text set later falls back to format_map).
+        self._percent = {text: _percent(text) for text in (no_history, with_history)}
 
     @classmethod
     def from_config(cls, config: PromptTemplate | dict[str, Any] | str | None) -> PromptTemplate:
@@ -127,20 +140,26 @@ class PromptTemplate:
         if not admissible:
             return ""
         q = self.action_quote
-        return self.action_separator.join(f"{q}{a}{q}" for a in admissible)
+        return f"{q}{(q + self.action_separator + q).join(map(format, admissible))}{q}"
 
     def render(
         self, *, observation: str, task: str | None = None, admissible: Sequence[Any] | None = None,
         history: str | None = None, history_length: int = 0, step_count: int = 0,
     ) -> str:  # fmt: skip
         """The prompt text; ``history=None`` selects ``no_history``."""
+        task = self.task if task is None else task
         fields = {
-            "task": self.task if task is None else task, "observation": observation,
+            "task": task, "observation": observation,
             "admissible_actions": self.format_actions(admissible), "history": history or "",
             "history_length": history_length, "step_count": step_count,
             "current_step": step_count + 1,
         }  # fmt: skip
         text = self.no_history if history is None else self.with_history
+        percent = self._percent.get(text)
+        # "%s" gives what format(value, "") gives for a str or an int (the other fields).
+        texts = (task, observation, fields["history"])
+        if percent is not None and all(type(x) is str for x in texts):
+            return percent % fields
         return text.format_map(fields)
 
     def render_system(self, *, task: str | None = None) -> str | None:

@@ -348,6 +348,11 @@ class BaseMemory(ABC):
     def num_steps(self, env_id: int) -> int:
         """Steps stored in env ``env_id``'s episode so far (absolute, also with bounded storage)."""
 
+    @property
+    def step_counts(self) -> list[int]:
+        """:meth:`num_steps` of every env (a window's memory answers it in one pass)."""
+        return [self.num_steps(i) for i in range(self.num_envs)]
+
     @abstractmethod
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to restore this memory exactly."""

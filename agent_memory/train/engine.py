@@ -80,12 +80,9 @@ class RolloutEngine:
         every episode collected from now on. Returns the seconds the sync took."""
         t0 = time.perf_counter()
         self.policy.version = version
-        own: Any = getattr(self.policy, "model", None)
         if self.collector.service is not None:
             weights = {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
             self.collector.update_policy(weights, version)
-        elif own is not None and own is not self.model:  # a CPU copy of a learner on a GPU
-            own.load_state_dict(self.model.state_dict())
         return time.perf_counter() - t0
 
     def policy_calls(self) -> int:

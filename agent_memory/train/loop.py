@@ -139,7 +139,8 @@ def train(
         # The rollout policy: the engine's policy service copies it; updates send the weights.
         params_in = {k: v for k, v in cfg.policy.params.items() if k != "path"}
         # Ray's workers see no GPU: a learner on one gives the rollout a CPU copy of its model
-        # (same weights and dtype), which every update_policy brings up to date.
+        # (same weights and dtype); the policy service holds it, and every update_policy sends
+        # it the learner's weights.
         rollout_model = (
             learner.model if device.type == "cpu" else copy.deepcopy(learner.model).to("cpu")
         )

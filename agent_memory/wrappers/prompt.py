@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from gymnasium import spaces
 
 from agent_memory.memory import BaseMemory
-from agent_memory.prompts import FIELDS, PromptTemplate
+from agent_memory.prompts import PromptTemplate
 from agent_memory.protocol import Prompt
 from agent_memory.tokens import TokenCounter
 from agent_memory.wrappers.state import EpisodeState, env_ids_arg
@@ -58,17 +58,6 @@ def shown_text(prompt: Prompt) -> str:
     return prompt if isinstance(prompt, str) else prompt[-1]["content"]
 
 
-def _percent(text: str) -> str | None:
-    """A template text (``str.format``) as ``%``-formatting of the same fields (much faster), or
-    None where a field has a format spec, a conversion or an index."""
-    parts = []
-    for literal, field, spec, conversion in string.Formatter().parse(text):
-        if field is not None and (spec or conversion or field not in FIELDS):
-            return None
-        parts.append(literal.replace("%", "%%") + ("" if field is None else f"%({field})s"))
-    return "".join(parts)
-
-
 class Built(NamedTuple):
     """Prompts of the requested envs (in their order) and their figures."""
 
@@ -105,11 +94,6 @@ class PromptBuilder:
         self.history_length = history_length
         self.max_prompt_tokens = max_prompt_tokens
         self.chat = memory.output == "messages"
-        plain = type(template).render is PromptTemplate.render  # then rendered inline (_render)
-        self._inline = plain and type(template).format_actions is PromptTemplate.format_actions
-        self._percent = {
-            text: _percent(text) for text in (template.no_history, template.with_history)
-        }
         #: Tokens of the smallest prompt the template makes: an empty observation, no history,
         #: no admissible actions, only the template's own task.
         self.frame_tokens = counter(prompt_text(self._render("", template.task, None, None, 0, 0)))
@@ -127,8 +111,7 @@ class PromptBuilder:
         memory, hl, budget = self.memory, self.history_length, self.max_prompt_tokens
         state = self.state
         every = env_ids_arg(ids, state.num_envs) is None  # a step of all envs: counted in one call
-        counts = getattr(memory, "step_counts", None) if every else None
-        steps: list[int] = list(map(memory.num_steps, ids)) if counts is None else counts
+        steps = memory.step_counts if every else list(map(memory.num_steps, ids))
         # Memories with something to show before the first step (shared notes, past episodes)
         # are fetched for every env.
         always = memory.fetch_when_empty
@@ -167,26 +150,10 @@ class PromptBuilder:
             system = t.render_system(task=task)
             head = [] if system is None else [{"role": "system", "content": system}]
             return [*head, *(context or []), {"role": "user", "content": user}]
-        history = context if length > 0 else None
-        if self._inline:  # t.render, its actions joined at once, its text %-formatted
-            q, sep = t.action_quote, t.action_separator
-            acts = f"{q}{(q + sep + q).join(map(format, admissible))}{q}" if admissible else ""
-            text = t.no_history if history is None else t.with_history
-            task, history = t.task if task is None else task, history or ""
-            fields = {
-                "task": task, "observation": observation, "admissible_actions": acts,
-                "history": history, "history_length": length, "step_count": step_count,
-                "current_step": step_count + 1,
-            }  # fmt: skip
-            # "%s" gives what format(value, "") gives for a str or an int (the other fields).
-            percent = self._percent.get(text)
-            exact = type(task) is type(observation) is type(history) is str
-            prompt = percent % fields if percent is not None and exact else text.format_map(fields)
-        else:
-            prompt = t.render(
-                observation=observation, task=task, admissible=admissible, history=history,
-                history_length=length, step_count=step_count,
-            )  # fmt: skip
+        prompt = t.render(
+            observation=observation, task=task, admissible=admissible,
+            history=context if length > 0 else None, history_length=length, step_count=step_count,
+        )  # fmt: skip
         # No steps shown yet, but the memory has notes: they go first.
         return f"{context}\n\n{prompt}" if length == 0 and context else prompt
 
