@@ -23,8 +23,10 @@
    episodes go through ``rollout.mode=lockstep`` and ``rollout.mode=async``, interleaved, at 32,
    128 and 256 envs (2 Ray workers): env-steps/s, server utilization (time-weighted mean
    requests in flight / cap, from the server's own accounting), time with nothing in flight,
-   and the time to play the episodes (each engine's workers start once, before the timed runs).
-   Medians of ``--repeats`` runs. Beside them, the ceiling of the ratio: both engines play the
+   and the time to play the episodes (each engine's workers start once, before the timed runs),
+   and the client's CPU per env-step (the driver's and the workers' processes; the ideal
+   client's: its own process; Ray's daemons are not counted). Medians of ``--repeats`` runs.
+   Beside them, the ceiling of the ratio: both engines play the
    same steps against the same latency distribution, so their throughput ratio is their
    utilization ratio, and no engine can gain more than ``1 / lockstep's utilization`` (it would
    keep every slot busy all the time).
@@ -150,6 +152,16 @@ class Run:
     idle_s: float
     seconds: float
     steps: int
+    #: CPU seconds of the client's processes (driver and workers; the ideal: its own process).
+    client_cpu_s: float = float("nan")
+
+
+def cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) process ``pid`` has used so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        # The fields after the command's name (which may hold spaces).
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def make_job(
@@ -198,10 +210,13 @@ class Started:
     def play(self, server: ServerProcess | None, specs: list[EpisodeSpec] | None = None) -> Run:
         """Play the episodes (or ``specs``) once; the figures of that run."""
         steps0 = self.collector.stats.env_steps
+        pids = [self.collector.worker_pid(w) for w in range(len(self.collector.pool.workers))]
         with frozen_heap():  # as in a process that holds nothing else
+            cpu0 = time.process_time() + sum(map(cpu_s, pids))
             t0 = time.monotonic()
             self.collector.collect(self.specs if specs is None else specs)
             t1 = time.monotonic()
+            cpu1 = time.process_time() + sum(map(cpu_s, pids))
         # Free this run's trajectories now, not inside the next run's timing.
         self.collector.book = None
         steps = self.collector.stats.env_steps - steps0
@@ -209,7 +224,7 @@ class Started:
         if server is not None:
             s = server.stats(t0, t1)
             util, idle = s.utilization, s.idle_s
-        return Run(steps / (t1 - t0), util, idle, t1 - t0, steps)
+        return Run(steps / (t1 - t0), util, idle, t1 - t0, steps, cpu1 - cpu0)
 
     def close(self) -> None:
         self.collector.close()
@@ -231,11 +246,11 @@ class Ideal:
     def play(self, server: ServerProcess | None) -> Run:
         assert server is not None
         total = self.steps()
-        t0 = time.monotonic()
+        cpu0, t0 = time.process_time(), time.monotonic()
         asyncio.run(self._all(total))
-        t1 = time.monotonic()
+        cpu1, t1 = time.process_time(), time.monotonic()
         s = server.stats(t0, t1)
-        return Run(total / (t1 - t0), s.utilization, s.idle_s, t1 - t0, total)
+        return Run(total / (t1 - t0), s.utilization, s.idle_s, t1 - t0, total, cpu1 - cpu0)
 
     async def _all(self, total: int) -> None:
         from agent_memory.policies import make_policy
@@ -320,9 +335,9 @@ def server_section(args: argparse.Namespace) -> None:
         )
         print(
             "| envs | engine | env-steps/s | vs lockstep | vs ideal | ceiling | server utilization "
-            "| idle (nothing in flight) | time to play | env-steps |"
+            "| idle (nothing in flight) | time to play | env-steps | client CPU per env-step |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for n in args.envs:
             per_worker = -(-n // args.workers)
             jobs = {
@@ -351,7 +366,8 @@ def server_section(args: argparse.Namespace) -> None:
                     f"| {n} | {mode} | {rate:,.0f} | {rate / base:.2f}x | {rate / ideal:.2f} | "
                     f"{ceiling if mode == 'async' else ''} | "
                     f"{med(rs, 'utilization'):.2f} | {med(rs, 'idle_s'):.2f} s | "
-                    f"{med(rs, 'seconds'):.1f} s | {med(rs, 'steps'):,.0f} |"
+                    f"{med(rs, 'seconds'):.1f} s | {med(rs, 'steps'):,.0f} | "
+                    f"{statistics.median(r.client_cpu_s / r.steps for r in rs) * 1000:.2f} ms |"
                 )
         print()
     finally:

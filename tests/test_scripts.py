@@ -134,11 +134,17 @@ def test_benchmark_scripts_run_with_tiny_budgets():
     assert "| rollout pipeline (1 Ray worker) |" in out and "| set-up time |" in out
 
 
+def test_bench_scale_quick():
+    out = run(["scripts/bench_scale.py", "--quick"])
+    assert re.search(r"^\| 64 \| 4 \| 1,280 \| [\d.]+ s \| [\d,]+ \| 1\.00x \|", out, re.M)
+    assert re.search(r"^\| 256 \| 1 \| 1,280 \| .* \| [\d.]+x \(baseline [\d,]+\) \|", out, re.M)
+
+
 def test_bench_async_quick():
     out = run(["scripts/bench_async.py", "--quick"])
     rows = re.findall(
         r"^\| 8 \| (lockstep|async|ideal) \| [\d,]+ \| [\d.]+x \| [\d.]+ \| (?:[\d.]+x|n/a)? \| "
-        r"([\d.]+) \| [\d.]+ s \| [\d.]+ s \| ([\d,]+) \|$",
+        r"([\d.]+) \| [\d.]+ s \| [\d.]+ s \| ([\d,]+) \| ([\d.]+) ms \|$",
         out,
         re.M,
     )
@@ -146,6 +152,7 @@ def test_bench_async_quick():
     assert all(0 < float(r[1]) <= 1 for r in rows), out  # the server's own accounting
     # The same episodes, step for step; the ideal client sends as many requests.
     assert rows[0][2] == rows[1][2] == rows[2][2], out
+    assert all(float(r[3]) > 0 for r in rows), out  # the client's processes used CPU
     assert re.search(r"^\| 8 \| async \| .*\| (?:[\d.]+x|n/a) \| [\d.]+ \|", out, re.M), (
         out
     )  # ceiling

@@ -71,3 +71,19 @@ def test_another_workers_queue_is_untouched():
     book.queue((1, 0))
     book.drop_queued(0, started=lambda slot, uid: True)
     assert book.depth((1, 0)) == 2 and _waiting(book) == ["g4-t0", "g5-t0"]
+
+
+def test_running_on_counts_each_workers_running_episodes_through_every_move():
+    book = _book(8)
+    for slot in [(0, 0), (0, 1), (1, 0)]:
+        book.start(slot)
+    book.queue((0, 0))
+    assert (book.running_on[0], book.running_on[1], book.running_on[2]) == (2, 1, 0)
+    book.finish((0, 0))
+    assert book.running_on[0] == 1
+    book.promote((0, 0))  # the queued episode now runs there
+    assert book.running_on[0] == 2
+    book.interrupt((1, 0), charge=True, reason="worker died")  # back in the queue
+    assert book.running_on[1] == 0
+    for worker in (0, 1):
+        assert book.running_on[worker] == len(book.on_worker(worker))

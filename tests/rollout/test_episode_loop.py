@@ -4,6 +4,7 @@ start as soon as it is free, in the driver's order whatever order the messages a
 from __future__ import annotations
 
 import asyncio
+import gc
 import re
 
 import pytest
@@ -178,3 +179,19 @@ def test_a_batch_holding_what_only_cloudpickle_writes_still_travels():
         (1, "g0-t1", False),
     ]
     assert out[1].final_prompt() == 7
+
+
+@pytest.mark.parametrize("freeze", [False, True])
+def test_a_worker_in_its_own_process_leaves_its_envs_out_of_the_garbage_collector(freeze):
+    job = make_job("agent_memory/FrozenLake-v0", policy="random", envs=4)
+    before = gc.get_freeze_count()
+    try:
+        worker = RolloutWorker(0, job, 4, freeze_envs=freeze)
+        frozen = gc.get_freeze_count() - before
+        env = worker.env.unwrapped.envs[0]
+        gc.collect()  # moves every tracked object it does not free to generation 2
+        # Frozen: the envs' objects sit in the permanent generation, not in generation 2.
+        assert any(env is o for o in gc.get_objects(2)) is not freeze
+        assert (frozen > 0) is freeze
+    finally:
+        gc.unfreeze()  # this test process is shared: give its objects back

@@ -30,7 +30,7 @@ Example:
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -82,6 +82,9 @@ class EpisodeBook:
         self.on_finish = on_finish
         self.waiting: deque[_Waiting] = deque(_Waiting(s) for s in self.specs)
         self.running: dict[Slot, RunningEpisode] = {}
+        #: How many of ``running`` each worker has (read per finished episode: counting the
+        #: slots instead made a collect's end quadratic in its envs).
+        self.running_on: Counter[int] = Counter()
         #: Episodes handed to a slot ahead of time, in order: its worker starts the first one as
         #: soon as the slot's running episode ends, without waiting for the driver
         #: (asynchronous engine).
@@ -104,6 +107,7 @@ class EpisodeBook:
         w = self.waiting.popleft()
         run = RunningEpisode(w.spec, w.attempts + 1, w.crashes)
         self.running[slot] = run
+        self.running_on[slot[0]] += 1
         return run
 
     def queue(self, slot: Slot) -> EpisodeSpec | None:
@@ -133,6 +137,7 @@ class EpisodeBook:
         if not q:
             del self.queued[slot]
         self.running[slot] = run = RunningEpisode(w.spec, w.attempts + 1, w.crashes)
+        self.running_on[slot[0]] += 1
         return run
 
     def drop_queued(self, worker: int, started: Callable[[Slot, str], bool]) -> None:
@@ -166,6 +171,7 @@ class EpisodeBook:
                final_prompt: object = None) -> Trajectory:  # fmt: skip
         """The episode on ``slot`` ended (in its env, or with ``error``)."""
         run = self.running.pop(slot)
+        self.running_on[slot[0]] -= 1
         traj = Trajectory(
             spec=run.spec, steps=run.steps, won=won, error=error, final_prompt=final_prompt,
             worker=slot[0], attempts=run.attempt,
@@ -178,6 +184,7 @@ class EpisodeBook:
         unless charged for the ``max_attempts``-th time; then it finishes with ``reason`` as
         its error, and that trajectory is returned."""
         run = self.running.pop(slot)
+        self.running_on[slot[0]] -= 1
         crashes = run.crashes + charge
         if crashes >= self.max_attempts:
             error = (

@@ -380,7 +380,7 @@ class Collector:
             if not book.waiting and v not in self._drained:  # nothing more to give out
                 self.pool.workers[v].drain.remote(self._stream_id[v])
                 self._drained.add(v)
-            if not book.waiting and not book.on_worker(v) and v not in self._finishing:
+            if not book.waiting and not book.running_on[v] and v not in self._finishing:
                 self.pool.workers[v].finish.remote(self._stream_id[v])
                 self._finishing.add(v)
 
@@ -446,10 +446,7 @@ class Collector:
             return
         book = self.book
         assert book is not None
-        demand = dict.fromkeys(self.shares, 0)
-        for w, _ in book.running:
-            if w in demand:
-                demand[w] += 1
+        demand = {w: book.running_on[w] for w in self.shares}
         assert self.policy.concurrency is not None  # shares exist for a client only
         for w, share in fair_shares(self.policy.concurrency, demand).items():
             if share != self.shares[w]:

@@ -92,7 +92,14 @@ class WorkerPool:
         # restart (see _wait_until_back).
         self._policy_ref = None if self.policy is None else ray.put(self.policy)
         self.workers = [
-            actor.remote(w, self.job, envs_per_worker, self.meta_fields, marks_dir(self.run_id, w))
+            actor.remote(
+                w,
+                self.job,
+                envs_per_worker,
+                self.meta_fields,
+                marks_dir(self.run_id, w),
+                freeze_envs=True,
+            )
             for w in range(num_workers)
         ]
         self.envs_per_worker = envs_per_worker
