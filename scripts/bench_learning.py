@@ -148,6 +148,7 @@ def main() -> None:
         lambda r: f"final eval success {r['final']:.1%} (best {r['best']:.1%}), "
         f"{r['tokens']:.0f} prompt tokens/episode, {r['wall'] / 60:.1f} min",
         table, plot, "learning",
+        check=lambda s, extra: compose([*s.overrides, "trainer.progress=false", *extra]),
     )  # fmt: skip
 
 

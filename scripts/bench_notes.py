@@ -173,6 +173,7 @@ def main() -> None:
         "bench_notes.py", __doc__ or "", SETTINGS, QUICK, run_one,
         lambda r: "success at 1x/2x/4x: " + ", ".join(f"{s:.1%}" for s in r["success"]),
         table, plot, "notes",
+        check=lambda s, extra: compose(s.config, [*s.overrides, "trainer.progress=false", *extra]),
     )  # fmt: skip
 
 

@@ -254,6 +254,19 @@ def test_bench_notes_quick(tmp_path):
     )
 
 
+def test_bench_notes_checks_every_configuration_before_training(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_notes.py", "--quick", "--jobs", "2", "--set",
+         "trainer.lr=-1", "--out", str(tmp_path / "out")],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "Config error: trainer.lr must be a number > 0, got -1.0: pass e.g. trainer.lr=0.001\n"
+    )
+    assert not (tmp_path / "out").exists()  # no process started, nothing written
+
+
 def test_sigterm_stops_a_rollout_like_ctrl_c_with_exit_143(tmp_path):
     """SIGTERM (a scheduler's stop) mid-run: status "interrupted", summary written, exit 143,
     and no Ray process of the run outlives the driver."""

@@ -28,10 +28,13 @@ def run_benchmark(
     table: Callable[[list[dict[str, Any]]], str],
     plot: Callable[[list[dict[str, Any]], Path], None],
     name: str,
+    check: Callable[[Any, list[str]], Any],
 ) -> None:
     """Parse ``--only/--out/--quick/--set/--jobs``, train the chosen ``settings`` (``run_one``),
     print each result (``report``), and write ``<name>.md`` (the table and the command that
-    produced it) and ``<name>.png`` into the output directory."""
+    produced it) and ``<name>.png`` into the output directory. ``check(setting, extra)``
+    composes a configuration's config: every chosen one is checked before Ray or a child
+    process starts, and a config error ends the run there (one message, exit status 2)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", choices=[s.name for s in settings],
                         help="run these configurations only")  # fmt: skip
@@ -46,10 +49,14 @@ def run_benchmark(
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
-    out = args.out or REPO / "outputs" / f"bench_{name}" / time.strftime("%Y-%m-%d_%H-%M-%S")
-    out.mkdir(parents=True, exist_ok=True)
     extra = [*(quick if args.quick else ()), *args.set]
     chosen = [s for s in settings if not args.only or s.name in args.only]
+    if not args.child:  # a child's configuration was checked by its parent
+        from agent_memory.cli import report_config_errors
+
+        report_config_errors(lambda: [check(setting, extra) for setting in chosen])
+    out = args.out or REPO / "outputs" / f"bench_{name}" / time.strftime("%Y-%m-%d_%H-%M-%S")
+    out.mkdir(parents=True, exist_ok=True)
     flags = [*(["--quick"] if args.quick else []), *(["--set", *args.set] if args.set else [])]
 
     failed: list[str] = []
