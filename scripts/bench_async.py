@@ -65,6 +65,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from bench_lib.procs import cpu_s
 
 import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import (
@@ -154,14 +155,6 @@ class Run:
     steps: int
     #: CPU seconds of the client's processes (driver and workers; the ideal: its own process).
     client_cpu_s: float = float("nan")
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds (user + system) process ``pid`` has used so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        # The fields after the command's name (which may hold spaces).
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def make_job(

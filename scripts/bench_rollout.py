@@ -24,6 +24,7 @@ import os
 import time
 
 import gymnasium as gym
+from bench_lib.procs import vm_hwm_mib
 
 import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import AlgoConfig, EnvConfig, JobConfig, PolicyConfig, RolloutConfig
@@ -65,14 +66,6 @@ def pipeline_steps_per_second(j: JobConfig) -> tuple[float, Collector]:
     collector = Collector(j)
     collector.run()
     return collector.stats.env_steps / collector.stats.loop_time, collector
-
-
-def vm_hwm_mib(pid: int) -> float:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def main() -> None:

@@ -23,6 +23,8 @@ import os
 import time
 from dataclasses import dataclass
 
+from bench_lib.procs import vm_hwm_mib
+
 import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import AlgoConfig, EnvConfig, JobConfig, PolicyConfig, RolloutConfig
 from agent_memory.rollout.driver.collector import Collector, episode_specs, init_ray
@@ -37,15 +39,6 @@ class Run:
     rate: float
     workers_mib: list[float]
     driver_mib: float
-
-
-def vm_hwm_mib(pid: int) -> float:
-    """The peak resident memory of process ``pid`` (VmHWM), in MiB."""
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 def play(envs: int, workers: int, min_episodes: int) -> Run:
