@@ -11,7 +11,7 @@ far in this process: the sizes run in increasing order).
 
 Usage::
 
-    python scripts/bench_scale.py                  # the figures in docs/benchmarks.md (~20 min)
+    python scripts/bench_scale.py                  # the figures in docs/benchmarks.md (~12 min)
     python scripts/bench_scale.py --quick          # smoke test
 """
 
