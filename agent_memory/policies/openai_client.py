@@ -57,6 +57,7 @@ from agent_memory.policies.openai_runtime import (
     ServerRefused,
     TokenIdsMissing,
     closing,
+    merged_headers,
     require_tokens,
 )
 from agent_memory.policies.rendering import PromptRenderer
@@ -184,6 +185,7 @@ class OpenAIPolicy(Policy):
         self._headers = dict(headers or {})
         if self._api_key:
             self._headers["Authorization"] = f"Bearer {self._api_key}"
+        merged_headers(self._headers)  # one that cannot be sent fails here, not per request
 
         self.stats = ClientStats()
         self.last_stats = ClientStats()
@@ -314,7 +316,7 @@ class OpenAIPolicy(Policy):
         probe = probe_fields(self.mode, self.server) if self.return_tokens else {"max_tokens": 1}
         body = {**fields, **self._prompt_field("Hi", 0, local), **self.extra_body, **probe}
         try:
-            response = await self._sender.post(conns.client, json.dumps(body).encode())
+            response = await self._sender.post(conns, json.dumps(body).encode())
         except (httpx.HTTPError, TimeoutError, RuntimeError, AnswerTooLarge) as e:
             log.debug("openai policy: server check got no answer (%s); checked again later", e)
             return

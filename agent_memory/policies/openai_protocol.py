@@ -19,13 +19,10 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 from agent_memory.checks import is_number
 from agent_memory.protocol import Prompt
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = [
     "DEFAULT_MAX_ANSWER_BYTES", "LOGPROB_EPS", "MAX_ERROR_CHARS", "MAX_TOKEN_ID",
@@ -245,6 +242,12 @@ def _ints(values: Any, name: str) -> list[int] | None:
     if values is None:
         return None
     _check_list(values, name, "token ids")
+    # The common case at C speed (a prompt's ids are checked on every answer); the loop
+    # below finds the first bad one.
+    if not values or (
+        set(map(type, values)) == {int} and min(values) >= 0 and max(values) < MAX_TOKEN_ID
+    ):
+        return list(values)
     for i, v in enumerate(values):
         if type(v) is not int or not 0 <= v < MAX_TOKEN_ID:
             raise MalformedAnswer(
@@ -294,7 +297,20 @@ def messages_of(prompt: Prompt, index: int) -> list[dict[str, Any]]:
     raise ValueError(shown[:300])
 
 
-def server_message(response: httpx.Response) -> str:
+class Readable(Protocol):
+    """An answer as :func:`server_message` reads it (an ``httpx.Response`` or a transport
+    :class:`~agent_memory.policies.openai_transport.Reply`)."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def reason_phrase(self) -> str: ...
+
+    def json(self) -> Any: ...
+
+
+def server_message(response: Readable) -> str:
     """The error message of an OpenAI-style (or vLLM / FastAPI) error body, else the raw text."""
     try:
         data = response.json()

@@ -1,5 +1,6 @@
 """The machinery under :class:`~agent_memory.policies.openai_client.OpenAIPolicy`: its HTTP
-clients (one ``httpx.AsyncClient`` per event loop that sends its requests), the bound on its
+clients (one :class:`~agent_memory.policies.openai_transport.Transport` per event loop that
+sends its requests), the bound on its
 requests in flight, the private event loop of its synchronous callers, and its counters.
 
 Example:
@@ -37,7 +38,7 @@ from agent_memory.policies.openai_protocol import (
 from agent_memory.protocol import Generation, SamplingParams
 
 if TYPE_CHECKING:
-    import httpx
+    from agent_memory.policies.openai_transport import Reply, Target, Transport
 
 __all__ = [
     "THREAD_PREFIX", "ClientStats", "Connections", "LogprobsNotSampled", "Runtime", "Sender",
@@ -45,7 +46,11 @@ __all__ = [
 ]  # fmt: skip
 
 log = logging.getLogger("agent_memory.policies.openai_client")
-JSON_HEADERS = {"Content-Type": "application/json"}
+#: What every request carries before the user's ``headers`` (which replace any of them).
+DEFAULT_HEADERS = {
+    "Accept": "application/json", "Content-Type": "application/json",
+    "User-Agent": "agent-memory",
+}  # fmt: skip
 T = TypeVar("T")
 
 #: The name of the thread whose event loop sends synchronous callers' requests.
@@ -247,12 +252,16 @@ class Slots:
 
 
 class Connections:
-    """One event loop's client (its keep-alive connections) and the requests in flight on it
-    (:meth:`Runtime.shutdown` cancels them)."""
+    """One event loop's client (its keep-alive connections), the headers its requests carry,
+    and the requests in flight on it (:meth:`Runtime.shutdown` cancels them)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, client: httpx.AsyncClient) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, transport: Transport,
+        headers: list[tuple[bytes, bytes]],
+    ) -> None:  # fmt: skip
         self.loop = loop
-        self.client = client
+        self.transport = transport
+        self.headers = headers
         self.tasks: set[asyncio.Task[Any]] = set()
         self.check_lock = asyncio.Lock()
         self.closer: Any = None
@@ -296,7 +305,7 @@ class Runtime:
         self.slots = Slots(concurrency)
         self.limit = max(limit or concurrency, concurrency)
         self.max_answer_bytes = max_answer_bytes
-        self.headers = dict(headers)
+        self.headers = merged_headers(headers)
         self.loops: dict[asyncio.AbstractEventLoop, Connections] = {}
         self.closed = False
         self._private: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
@@ -313,8 +322,6 @@ class Runtime:
         return conns if conns is not None else self._open(loop)
 
     def _open(self, loop: asyncio.AbstractEventLoop) -> Connections:
-        import httpx
-
         from agent_memory.policies.openai_transport import Transport
 
         with self._lock:
@@ -322,13 +329,11 @@ class Runtime:
                 raise RuntimeError(CLOSED)
             for old in [old for old in self.loops if old.is_closed()]:
                 del self.loops[old]
-            limits = httpx.Limits(max_connections=self.limit, max_keepalive_connections=self.limit)
             # (No timeout: the transport has none per phase; each request has its deadline.)
             transport = Transport(
-                limits, max_answer_bytes=self.max_answer_bytes, setting=ANSWER_BYTES_KEY
+                self.limit, max_answer_bytes=self.max_answer_bytes, setting=ANSWER_BYTES_KEY
             )
-            client = httpx.AsyncClient(headers=self.headers, transport=transport)
-            conns = self.loops[loop] = Connections(loop, client)
+            conns = self.loops[loop] = Connections(loop, transport, self.headers)
         # The loop closes the client when it shuts down (asyncio.run's shutdown_asyncgens): a
         # policy used from a short-lived loop leaves no connections behind.
         conns.closer = self._closer(conns)
@@ -343,7 +348,7 @@ class Runtime:
             with self._lock:
                 if self.loops.get(conns.loop) is conns:
                     del self.loops[conns.loop]
-            await conns.client.aclose()
+            await conns.transport.aclose()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """``coro``'s result, run on the private loop (started on the first call, in a daemon
@@ -457,6 +462,28 @@ class LogprobsNotSampled(RuntimeError):
     """The server reports raw log-probs (vLLM's default), not those the policy samples from."""
 
 
+def merged_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+    """:data:`DEFAULT_HEADERS` with ``headers`` over them (names compared case-blind), as sent.
+
+    Example:
+        >>> merged_headers({"content-type": "application/json; charset=utf-8"})[1]
+        (b'User-Agent', b'agent-memory')
+
+    Raises:
+        ValueError: a header that cannot be sent (names ``policy.params.headers``).
+    """
+    from agent_memory.policies.openai_transport import encode_headers
+
+    given = {k.lower() for k in headers}
+    kept = {k: v for k, v in DEFAULT_HEADERS.items() if k.lower() not in given}
+    return encode_headers({**kept, **headers}, "policy.params.headers")
+
+
+def shown(response: Reply) -> str:
+    """The start of an answer's body, as an error message quotes it."""
+    return response.text[:MAX_ERROR_CHARS]
+
+
 def closing(slots: Slots) -> bool:
     """The policy's close cancelled the current task, and nothing else did (the cancellation
     is then taken back: the request answers ``""``)."""
@@ -486,6 +513,12 @@ class Sender:
     tokenizer: Any = None
     decode_stops: bool = False
     vocab_size: int | None = None
+    target: Target = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        from agent_memory.policies.openai_transport import Target
+
+        self.target = Target(self.url)
 
     async def send(
         self, conns: Connections, index: int, request: Request, call: Call, version: int,
@@ -509,7 +542,7 @@ class Sender:
                     if delay is not None:
                         await asyncio.sleep(delay)
                         t0 = time.perf_counter()
-                    response = await self.post(conns.client, request.body)
+                    response = await self.post(conns, request.body)
                 except asyncio.CancelledError:
                     if not closing(slots):
                         raise
@@ -560,11 +593,11 @@ class Sender:
             return f"{type(e).__name__}: {e}", False, None
         raise e
 
-    async def post(self, client: httpx.AsyncClient, body: bytes) -> httpx.Response:
+    async def post(self, conns: Connections, body: bytes) -> Reply:
         """POST ``body``: the whole request, however slowly the server drips its answer, within
         ``timeout``."""
         async with asyncio.timeout(self.timeout):
-            return await client.post(self.url, content=body, headers=JSON_HEADERS)
+            return await conns.transport.request(self.target, b"POST", conns.headers, body)
 
     @staticmethod
     def _failed(request: Request, version: int) -> Generation:
@@ -573,29 +606,28 @@ class Sender:
         )
 
     def _read(
-        self, response: httpx.Response, request: Request, call: Call, t0: float, version: int
+        self, response: Reply, request: Request, call: Call, t0: float, version: int
     ) -> Generation | Refusal:
         """The generation in a 200 answer, or why there is none (:data:`Refusal`).
 
         Raises:
             TokenIdsMissing: ``return_tokens`` and the answer holds no ids or log-probs.
         """
-        shown = response.text[:MAX_ERROR_CHARS]
         try:
             data = response.json()
         except ValueError:
-            return "malformed_answers", f"malformed response (not JSON): {shown!r}"
+            return "malformed_answers", f"malformed response (not JSON): {shown(response)!r}"
         try:
             answer = read_answer(data, self.mode)
         except MalformedAnswer as e:
-            return "malformed_answers", f"malformed response ({e}): {shown!r}"
+            return "malformed_answers", f"malformed response ({e}): {shown(response)!r}"
         prompt_ids = answer.prompt_ids if answer.prompt_ids is not None else request.prompt_ids
         response_ids, logprobs = answer.response_ids, answer.logprobs
         if self.return_tokens:
             require_tokens(self.url, self.server, prompt_ids, response_ids, logprobs)
             outside = self._outside_vocab(answer)
             if outside is not None:
-                return "malformed_answers", f"malformed response ({outside}): {shown!r}"
+                return "malformed_answers", f"malformed response ({outside}): {shown(response)!r}"
         text = self._text(answer)
         if not isinstance(text, str):
             return text

@@ -1,19 +1,25 @@
-"""The ``httpx`` async transport of :class:`~agent_memory.policies.openai_client.OpenAIPolicy`:
-HTTP/1.1 (``h11``) over the event loop's own sockets, keep-alive connections reused
-most-recent-first. httpx's default pool scans every connection per request (with hundreds in
-flight, the pool takes most of the client's CPU); here a request takes the last idle one. No
-timeout per phase: the caller bounds the whole request (``asyncio.timeout``). An answer's body is
-bounded while it is read: at most ``max_answer_bytes`` as received and, gzip- or deflate-encoded,
-as inflated piece by piece (a compression bomb stops at the cap, it never materialises).
+"""The HTTP client of :class:`~agent_memory.policies.openai_client.OpenAIPolicy`: HTTP/1.1
+(``h11``) over the event loop's own sockets, keep-alive connections reused most-recent-first.
+A request is bytes in and a :class:`Reply` out: no ``httpx.Request`` or ``Response``, cookies or
+redirects per request (building them cost as much CPU as the rest of a request). httpx's default
+pool scans every connection per request (with hundreds in flight, the pool takes most of the
+client's CPU); here a request takes the last idle one. No timeout per phase: the caller bounds the
+whole request (``asyncio.timeout``). An answer's body is bounded while it is read: at most
+``max_answer_bytes`` as received and, gzip- or deflate-encoded, as inflated piece by piece (a
+compression bomb stops at the cap, it never materialises). Errors are httpx's
+(``ConnectError``, ``ReadError``, ``RemoteProtocolError``, ``DecodingError``) and
+:class:`AnswerTooLarge`.
 
 Example:
     >>> import asyncio, httpx
     >>> async def refused() -> str:
-    ...     async with httpx.AsyncClient(transport=Transport()) as client:
-    ...         try:
-    ...             await client.get("http://127.0.0.1:9/")  # nothing listens on port 9
-    ...         except httpx.ConnectError as e:
-    ...             return str(e)
+    ...     transport = Transport()
+    ...     try:
+    ...         await transport.request(Target("http://127.0.0.1:9/v1/models"), b"GET", [], b"")
+    ...     except httpx.ConnectError as e:  # nothing listens on port 9
+    ...         return str(e)
+    ...     finally:
+    ...         await transport.aclose()
     ...     return "answered"
     >>> asyncio.run(refused())
     '[Errno 111] Connection refused'
@@ -22,10 +28,13 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import ssl
 import time
 import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import h11
@@ -33,7 +42,7 @@ import httpx
 
 from agent_memory.policies.openai_protocol import DEFAULT_MAX_ANSWER_BYTES
 
-__all__ = ["AnswerTooLarge", "Transport"]
+__all__ = ["AnswerTooLarge", "Reply", "Target", "Transport", "encode_headers"]
 
 Origin = tuple[bytes, bytes, int]
 
@@ -169,6 +178,100 @@ def _encoding(response: h11.Response, what: str) -> str:
     )
 
 
+class Target:
+    """Where requests go: a URL parsed once for all of them (its origin, the request target and
+    the ``Host`` header).
+
+    Example:
+        >>> t = Target("http://127.0.0.1:8000/v1/chat/completions")
+        >>> t.origin, t.path, t.host
+        ((b'http', b'127.0.0.1', 8000), b'/v1/chat/completions', b'127.0.0.1:8000')
+        >>> Target("ftp://host/x")
+        Traceback (most recent call last):
+        ...
+        ValueError: expected an http:// or https:// URL, got 'ftp://host/x'
+    """
+
+    __slots__ = ("host", "origin", "path", "url")
+
+    def __init__(self, url: str) -> None:
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.raw_host:
+            raise ValueError(f"expected an http:// or https:// URL, got {url!r}")
+        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self.url = url
+        self.origin: Origin = (parsed.raw_scheme, parsed.raw_host, port)
+        self.path: bytes = parsed.raw_path
+        self.host: bytes = parsed.netloc
+
+
+def encode_headers(headers: Mapping[str, str], what: str = "headers") -> list[tuple[bytes, bytes]]:
+    """``headers`` as sent, checked once (h11's rules: names are tokens, values hold no CR, LF
+    or NUL), so that no request fails on them later.
+
+    Example:
+        >>> encode_headers({"Authorization": "Bearer sk"})
+        [(b'Authorization', b'Bearer sk')]
+        >>> encode_headers({"X-Id": "a\\r\\nb"})
+        Traceback (most recent call last):
+        ...
+        ValueError: headers: 'X-Id': expected a header value without CR, LF or NUL, got 'a\\r\\nb'
+
+    Raises:
+        ValueError: a name or value that cannot be sent.
+    """
+    out = []
+    for name, value in headers.items():
+        try:
+            raw = (name.encode("ascii"), value.encode("latin-1"))
+            h11.Request(method="GET", target="/", headers=[(b"host", b"h"), raw])
+        except (UnicodeEncodeError, h11.LocalProtocolError) as e:
+            shown = "a header value without CR, LF or NUL"
+            if not isinstance(e, h11.LocalProtocolError) or "name" in str(e).lower():
+                shown = "an ASCII token as its name and a Latin-1 value"
+            raise ValueError(f"{what}: {name!r}: expected {shown}, got {value!r}") from None
+        out.append(raw)
+    return out
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer read whole: its status, its headers (lower-case names; repeated ones joined by
+    ``", "``) and its body (inflated, if it was encoded).
+
+    Example:
+        >>> r = Reply(200, "OK", {"content-type": "application/json"}, b'{"id": 1}')
+        >>> r.json(), r.text
+        ({'id': 1}, '{"id": 1}')
+    """
+
+    status_code: int
+    reason_phrase: str
+    headers: Mapping[str, str]
+    content: bytes
+
+    @property
+    def text(self) -> str:
+        """The body decoded by its declared charset (else UTF-8), undecodable bytes replaced."""
+        charset = "utf-8"
+        for param in self.headers.get("content-type", "").split(";")[1:]:
+            key, _, value = param.partition("=")
+            if key.strip().lower() == "charset":
+                charset = value.strip().strip('"') or charset
+        try:
+            return self.content.decode(charset, errors="replace")
+        except LookupError:  # a charset Python does not know
+            return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON.
+
+        Raises:
+            ValueError: it is not JSON.
+        """
+        return json.loads(self.content)
+
+
 class _Connection(asyncio.Protocol):
     """One HTTP/1.1 connection: what the socket received, and one request at a time."""
 
@@ -216,20 +319,17 @@ class _Connection(asyncio.Protocol):
         self.open.discard(self)
 
     async def exchange(
-        self, request: httpx.Request, body: bytes, cap: int, setting: str
-    ) -> httpx.Response:
-        """Send ``request``, read the whole answer (its body within ``cap`` bytes, see
+        self, head: h11.Request, body: bytes, what: str, cap: int, setting: str
+    ) -> Reply:
+        """Send ``head`` and ``body``, read the whole answer (its body within ``cap`` bytes, see
         :class:`_Body`); the connection is closed on any error (cancellation included) and when
         the answer leaves it unusable."""
         assert self.transport is not None
         h = self.h11
         try:
-            head = h11.Request(
-                method=request.method, target=request.url.raw_path, headers=request.headers.raw
-            )
             data = h.send(head) + h.send(h11.Data(data=body)) + h.send(h11.EndOfMessage())
             self.transport.write(data)
-            response, content, inflated = await self._answer(request, cap, setting)
+            response, content, inflated = await self._answer(what, cap, setting)
         except BaseException as e:
             self.close()
             if isinstance(e, h11.RemoteProtocolError):
@@ -242,22 +342,17 @@ class _Connection(asyncio.Protocol):
             self.idle_since = time.monotonic()
         else:
             self.close()
-        headers = list(response.headers)
-        if inflated:  # what httpx gets is the body as sent, before its encoding
-            drop = (b"content-encoding", b"content-length")
-            headers = [(k, v) for k, v in headers if k not in drop]
-            headers.append((b"content-length", str(len(content)).encode()))
-        return httpx.Response(
-            response.status_code, headers=headers, stream=httpx.ByteStream(content),
-            extensions={"http_version": b"HTTP/1.1", "reason_phrase": bytes(response.reason)},
-        )  # fmt: skip
+        headers: dict[str, str] = {}
+        for k, v in response.headers:
+            name = k.decode("latin-1")
+            if not (inflated and name == "content-encoding"):  # the body is inflated
+                value = v.decode("latin-1")
+                headers[name] = f"{headers[name]}, {value}" if name in headers else value
+        return Reply(response.status_code, response.reason.decode("latin-1"), headers, content)
 
-    async def _answer(
-        self, request: httpx.Request, cap: int, setting: str
-    ) -> tuple[h11.Response, bytes, bool]:
+    async def _answer(self, what: str, cap: int, setting: str) -> tuple[h11.Response, bytes, bool]:
         """The answer's head and its body (inflated: then True), read as it arrives."""
         h = self.h11
-        what = f"the answer to {request.method} {request.url}"
         response: h11.Response | None = None
         body: _Body | None = None
         while True:
@@ -303,13 +398,14 @@ class _Connection(asyncio.Protocol):
         return b""
 
 
-class Transport(httpx.AsyncBaseTransport):
+class Transport:
     """Keep-alive HTTP/1.1 connections of one event loop: one per request in flight, the idle
-    ones reused (the last one first), at most ``limits.max_keepalive_connections`` of them kept
-    for at most ``limits.keepalive_expiry`` seconds.
+    ones reused (the last one first), at most ``keep`` of them kept for at most ``expiry``
+    seconds.
 
     Args:
-        limits: as ``httpx`` takes them (``max_connections`` unenforced: the caller bounds it).
+        keep: idle connections kept per origin (None: all).
+        expiry: seconds an idle connection is reused for (None: no limit).
         verify: TLS verification, as ``httpx.create_ssl_context`` takes it.
         max_answer_bytes: an answer's largest body, as received and inflated (a larger one
             raises :class:`AnswerTooLarge`); requests accept gzip and deflate only.
@@ -317,39 +413,54 @@ class Transport(httpx.AsyncBaseTransport):
     """
 
     def __init__(
-        self, limits: httpx.Limits | None = None, verify: Any = True, *,
+        self, keep: int | None = None, expiry: float | None = 5.0, verify: Any = True, *,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES, setting: str = "max_answer_bytes",
     ) -> None:  # fmt: skip
-        limits = limits or httpx.Limits()
         self.max_answer_bytes = max_answer_bytes
         self.setting = setting
-        self.keep = limits.max_keepalive_connections
-        self.expiry = limits.keepalive_expiry
+        self.keep = keep
+        self.expiry = expiry
         self.verify = verify
         self.idle: dict[Origin, list[_Connection]] = {}
         self.open: set[_Connection] = set()
+        self.is_closed = False
         self._ssl: ssl.SSLContext | None = None
 
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        url = request.url
-        origin = (url.raw_scheme, url.raw_host, url.port or (443 if url.scheme == "https" else 80))
-        body = await request.aread()
-        request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS  # what _Body can inflate
-        idle = self.idle.setdefault(origin, [])
+    async def request(
+        self, target: Target, method: bytes, headers: list[tuple[bytes, bytes]], body: bytes
+    ) -> Reply:
+        """``method`` ``target`` with ``headers`` (checked: :func:`encode_headers`) and ``body``:
+        the whole answer. ``Host``, ``Content-Length`` and ``Accept-Encoding`` are added.
+
+        Raises:
+            RuntimeError: the transport is closed.
+            httpx.TransportError: no answer (``ConnectError``, ``ReadError``,
+                ``RemoteProtocolError``) or one that does not inflate (``DecodingError``).
+            AnswerTooLarge: an answer over the cap.
+        """
+        if self.is_closed:
+            raise RuntimeError("Cannot send a request, as the client has been closed.")
+        sized = [(b"Content-Length", str(len(body)).encode())] if body or method == b"POST" else []
+        head = h11.Request(
+            method=method, target=target.path,
+            headers=[(b"Host", target.host), *headers, *sized, (b"Accept-Encoding", _ACCEPTED)],
+        )  # fmt: skip
+        idle = self.idle.setdefault(target.origin, [])
         while idle:
             conn = idle.pop()
             if conn.reusable(self.expiry):
                 break
             conn.close()
         else:
-            conn = await self._connect(origin)
-        response = await conn.exchange(request, body, self.max_answer_bytes, self.setting)
+            conn = await self._connect(target.origin)
+        what = f"the answer to {method.decode('ascii')} {target.url}"
+        reply = await conn.exchange(head, body, what, self.max_answer_bytes, self.setting)
         if conn.transport is not None and not conn.transport.is_closing():
-            if self.keep is None or len(idle) < self.keep:
+            if not self.is_closed and (self.keep is None or len(idle) < self.keep):
                 idle.append(conn)
             else:
                 conn.close()
-        return response
+        return reply
 
     async def _connect(self, origin: Origin) -> _Connection:
         scheme, host, port = origin
@@ -366,6 +477,11 @@ class Transport(httpx.AsyncBaseTransport):
         return conn
 
     async def aclose(self) -> None:
+        """Close every connection; later requests raise ``RuntimeError``."""
+        self.is_closed = True
         for conn in list(self.open):
             conn.close()
         self.idle.clear()
+
+
+_ACCEPTED = ACCEPTED_ENCODINGS.encode("ascii")

@@ -634,7 +634,7 @@ def test_close_releases_the_threads_and_connections(server):
     policy = OpenAIPolicy(server.base_url, "m", **FAST)
     assert len(_request_threads()) == before  # nothing starts before the first call
     assert policy.act(["a", "b", "c"]) == ["echo:a", "echo:b", "echo:c"]
-    (client,) = [c.client for c in policy._runtime.loops.values()]  # the private loop's
+    (client,) = [c.transport for c in policy._runtime.loops.values()]  # the private loop's
     assert len(_request_threads()) == before + 1
     policy.close()
     policy.close()  # idempotent
