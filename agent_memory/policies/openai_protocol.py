@@ -247,7 +247,7 @@ def _ints(values: Any, name: str) -> list[int] | None:
     if not values or (
         set(map(type, values)) == {int} and min(values) >= 0 and max(values) < MAX_TOKEN_ID
     ):
-        return list(values)
+        return values if type(values) is list else list(values)  # (JSON's lists are fresh)
     for i, v in enumerate(values):
         if type(v) is not int or not 0 <= v < MAX_TOKEN_ID:
             raise MalformedAnswer(
