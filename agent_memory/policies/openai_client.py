@@ -559,7 +559,8 @@ class OpenAIPolicy(Policy):
 def _check_endpoint(base_url: str, model: str, mode: str, server: str) -> None:
     if importlib.util.find_spec("httpx") is None:
         raise ImportError('the openai policy needs httpx: pip install "httpx>=0.27"')
-    if not isinstance(base_url, str) or not base_url.startswith(("http://", "https://")):
+    scheme, _, rest = base_url.partition("://") if isinstance(base_url, str) else ("", "", "")
+    if scheme not in ("http", "https") or not rest.split("/")[0].rpartition("@")[2]:
         raise ValueError(
             f"base_url must be an http(s) URL like 'http://localhost:8000/v1', got {base_url!r}"
         )

@@ -820,6 +820,10 @@ def test_stats_add_up():
             {"base_url": "localhost:8000"},
             "base_url must be an http(s) URL like 'http://localhost:8000/v1', got 'localhost:8000'",
         ),
+        (
+            {"base_url": "http:///v1"},  # no host
+            "base_url must be an http(s) URL like 'http://localhost:8000/v1', got 'http:///v1'",
+        ),
         ({"model": ""}, "model must be a non-empty model name, got ''"),
         (
             {"mode": "chat_completion"},
