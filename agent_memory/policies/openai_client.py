@@ -182,10 +182,11 @@ class OpenAIPolicy(Policy):
             decode_stops=stops is not None, vocab_size=self.vocab_size,
         )  # fmt: skip
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
-        self._headers = dict(headers or {})
+        given = dict(headers or {})
         if self._api_key:
-            self._headers["Authorization"] = f"Bearer {self._api_key}"
-        merged_headers(self._headers)  # one that cannot be sent fails here, not per request
+            given["Authorization"] = f"Bearer {self._api_key}"
+        # As sent, checked here: a header that cannot be sent fails now, not per request.
+        self._headers = merged_headers(given)
 
         self.stats = ClientStats()
         self.last_stats = ClientStats()
@@ -559,11 +560,16 @@ class OpenAIPolicy(Policy):
 def _check_endpoint(base_url: str, model: str, mode: str, server: str) -> None:
     if importlib.util.find_spec("httpx") is None:
         raise ImportError('the openai policy needs httpx: pip install "httpx>=0.27"')
-    scheme, _, rest = base_url.partition("://") if isinstance(base_url, str) else ("", "", "")
-    if scheme not in ("http", "https") or not rest.split("/")[0].rpartition("@")[2]:
+    import httpx
+
+    from agent_memory.policies.openai_transport import Target
+
+    try:
+        Target(base_url)  # what every request is sent to, parsed as the transport does
+    except (TypeError, ValueError, httpx.InvalidURL):
         raise ValueError(
             f"base_url must be an http(s) URL like 'http://localhost:8000/v1', got {base_url!r}"
-        )
+        ) from None
     if not isinstance(model, str) or not model:
         raise ValueError(f"model must be a non-empty model name, got {model!r}")
     check_choice("mode", mode, ("chat", "completion"))

@@ -299,13 +299,13 @@ class Runtime:
     private loop of synchronous callers."""
 
     def __init__(
-        self, concurrency: int, headers: Mapping[str, str], limit: int | None = None,
+        self, concurrency: int, headers: list[tuple[bytes, bytes]], limit: int | None = None,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
     ) -> None:  # fmt: skip
         self.slots = Slots(concurrency)
         self.limit = max(limit or concurrency, concurrency)
         self.max_answer_bytes = max_answer_bytes
-        self.headers = merged_headers(headers)
+        self.headers = headers
         self.loops: dict[asyncio.AbstractEventLoop, Connections] = {}
         self.closed = False
         self._private: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None

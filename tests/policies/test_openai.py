@@ -224,12 +224,6 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    with serve() as state:
-        yield state
-
-
 @contextlib.contextmanager
 def serve() -> Iterator[FakeOpenAI]:
     """The fake server, on a free port of 127.0.0.1 while in the block."""

@@ -25,18 +25,12 @@ import yaml
 
 from agent_memory.policies.openai_client import OpenAIPolicy
 from agent_memory.protocol import Generation
-from tests.policies.test_openai import CHECK, FAST, FakeOpenAI, serve
+from tests.policies.test_openai import CHECK, FAST, FakeOpenAI
 
 CONFIG = Path(__file__).resolve().parents[2] / "configs" / "policy" / "openai.yaml"
 #: A token policy in completion mode; retries allowed, so that a refusal is seen not retried.
 TOKENS = {**FAST, "return_tokens": True, "mode": "completion", "max_retries": 2}
 MiB = 2**20
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    with serve() as state:
-        yield state
 
 
 def _answer(

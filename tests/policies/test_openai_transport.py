@@ -8,20 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-from collections.abc import Iterator
 
 import pytest
 
 from agent_memory.policies.openai_client import OpenAIPolicy
 from agent_memory.policies.openai_runtime import merged_headers
 from agent_memory.policies.openai_transport import Reply, Target, Transport
-from tests.policies.test_openai import FAST, FakeOpenAI, serve
-
-
-@pytest.fixture
-def server() -> Iterator[FakeOpenAI]:
-    with serve() as state:
-        yield state
+from tests.policies.test_openai import FAST
 
 
 def test_a_header_that_cannot_be_sent_fails_when_the_policy_is_made():
