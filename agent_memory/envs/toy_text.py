@@ -8,6 +8,7 @@ registered ``agent_memory/...`` id's applies.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Literal, TypeVar
 
@@ -78,14 +79,16 @@ def frozen_lake_text(env: gym.Env, obs: Any) -> str:
         from 0 at the left.
     """
     lake = _game(env, FrozenLakeEnv)
-    # np.asarray: Gymnasium annotates desc as the list[str] it was built from (it is an array).
-    rows = [[c.decode() for c in row] for row in np.asarray(lake.desc).tolist()]
-    nrow, ncol = len(rows), len(rows[0])
+    # Gymnasium keeps desc as one byte per tile (dtype "c"; it annotates the list[str] it was
+    # built from): the map's rows are drawn once per map, a step only places the player.
+    desc = np.asarray(lake.desc, dtype="c")
+    nrow, ncol = desc.shape
+    rows, tiles = _lake_rows(desc.tobytes(), ncol)
     row, col = divmod(int(obs), ncol)
-    tile = rows[row][col]
-    cells = [[_FROZEN_LAKE_SYMBOLS.get(c, c) for c in line] for line in rows]
-    cells[row][col] = "@"
-    lines = [f"Frozen lake, {nrow} rows x {ncol} columns:", _grid(cells)]
+    tile = tiles[row * ncol + col]
+    line = rows[row]
+    cells = [*rows[:row], f"{line[: 2 * col]}@{line[2 * col + 1 :]}", *rows[row + 1 :]]
+    lines = [f"Frozen lake, {nrow} rows x {ncol} columns:", "\n".join(cells)]
     lines.append(f"You are at row {row}, column {col}.")
     if tile == "H":
         lines.append("You fell into a hole.")
@@ -93,6 +96,17 @@ def frozen_lake_text(env: gym.Env, obs: Any) -> str:
         lines.append("You reached the goal.")
     lines.append(f"Legend: @ you, S start, . frozen ice, H hole, G goal. {_COORDS}")
     return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=256)
+def _lake_rows(desc: bytes, ncol: int) -> tuple[tuple[str, ...], str]:
+    """A FrozenLake map's rows as the text shows them (no player), and its tiles in row order."""
+    tiles = desc.decode("ascii")
+    rows = tuple(
+        " ".join(_FROZEN_LAKE_SYMBOLS.get(c, c) for c in tiles[r : r + ncol])
+        for r in range(0, len(tiles), ncol)
+    )
+    return rows, tiles
 
 
 def _check_desc(desc: Sequence[str]) -> list[str]:
