@@ -26,7 +26,11 @@
    and the time to play the episodes (each engine's workers start once, before the timed runs),
    and the client's CPU per env-step (the driver's and the workers' processes; the ideal
    client's: its own process; Ray's daemons are not counted). Medians of ``--repeats`` runs.
-   Beside them, the ceiling of the ratio: both engines play the
+   With ``--in-process``, one more row: the asynchronous engine without Ray, one
+   :class:`~agent_memory.rollout.worker.worker.RolloutWorker` of every env in this process (no
+   driver, no call marks), fed every episode at once: what it saves against the async row is
+   Ray's and the driver's share, what it costs over the ideal is the engine's own (the env, the
+   wrapper, the loop). Beside them, the ceiling of the ratio: both engines play the
    same steps against the same latency distribution, so their throughput ratio is their
    utilization ratio, and no engine can gain more than ``1 / lockstep's utilization`` (it would
    keep every slot busy all the time).
@@ -76,9 +80,11 @@ from agent_memory.config import (
     PolicyConfig,
     RolloutConfig,
 )
+from agent_memory.policies import make_policy
 from agent_memory.rollout.driver.collector import Collector, episode_specs, init_ray
+from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.types import EpisodeSpec
-from agent_memory.rollout.worker.worker import build_env
+from agent_memory.rollout.worker.worker import RolloutWorker, build_env
 
 MODES = ("lockstep", "async")
 MOVES = ("left", "down", "right", "up")
@@ -224,6 +230,53 @@ class Started:
         self.collector.policy.close()
 
 
+class InProcess:
+    """The asynchronous engine without Ray (the ``--in-process`` row): one
+    :class:`RolloutWorker` of every env of ``job`` in this process, no driver and no call marks,
+    its episode loop given every episode at once (env ``k % envs`` plays the ``k``-th, in
+    order), through the openai policy of ``params`` (all of its ``concurrency``)."""
+
+    def __init__(self, job: JobConfig, params: dict[str, Any]) -> None:
+        r = job.rollout
+        self.specs = episode_specs(r.num_groups, r.group_size, r.seed)
+        self.envs = r.num_workers * r.envs_per_worker
+        one = replace(job, rollout=replace(r, num_workers=1, envs_per_worker=self.envs))
+        self.policy = make_policy("openai", **params)
+        self.worker = RolloutWorker(0, one, self.envs, policy=self.policy)
+        if self.worker.init_error is not None:
+            raise RuntimeError(f"the in-process worker could not start:\n{self.worker.init_error}")
+        self.stream = 0
+
+    def play(self, server: ServerProcess | None) -> Run:
+        assert server is not None
+        with frozen_heap():  # as the pipeline's plays
+            cpu0, t0 = time.process_time(), time.monotonic()
+            steps = asyncio.run(self._all())
+            cpu1, t1 = time.process_time(), time.monotonic()
+        s = server.stats(t0, t1)
+        return Run(steps / (t1 - t0), s.utilization, s.idle_s, t1 - t0, steps, cpu1 - cpu0)
+
+    async def _all(self) -> int:
+        n, stream = self.envs, self.stream
+        self.stream += 1
+        assignments = [
+            EpisodeAssignment(k % n, s.traj_uid, s.group_uid, s.seed, order=k // n)
+            for k, s in enumerate(self.specs)
+        ]
+        await self.worker.finish(stream)  # every episode is given below: the run ends with them
+        steps = 0
+        async for batch in self.worker.run(assignments, stream=stream):
+            for episode in batch.unpack():
+                if episode.error is not None:
+                    raise RuntimeError(f"an in-process episode failed: {episode.error}")
+                steps += len(episode.steps)
+        return steps
+
+    def close(self) -> None:
+        self.worker.close()
+        self.policy.close()
+
+
 class Ideal:
     """The reference no engine can beat on the same server: ``envs`` asyncio tasks in this
     process, each sending its next request the moment its answer is back (no env, no wrapper,
@@ -246,7 +299,6 @@ class Ideal:
         return Run(total / (t1 - t0), s.utilization, s.idle_s, t1 - t0, total, cpu1 - cpu0)
 
     async def _all(self, total: int) -> None:
-        from agent_memory.policies import make_policy
 
         policy = make_policy("openai", **self.params)
         left = total
@@ -276,16 +328,20 @@ IDEAL_PROMPT = "You are on a frozen lake. " * 24
 
 def interleaved(
     jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None, ideal: int = 0,
-    ideal_params: dict[str, Any] | None = None,
+    ideal_params: dict[str, Any] | None = None, in_process: bool = False,
 ) -> dict[str, list[Run]]:  # fmt: skip
     """``repeats`` runs of each job, alternating between them (load changes hit all alike);
     with ``ideal`` envs, an :class:`Ideal` client's runs too (key ``"ideal"``), through the
-    openai policy of ``ideal_params``."""
-    started: dict[str, Started | Ideal] = {}
+    openai policy of ``ideal_params``; with ``in_process``, the async job's episodes played by
+    :class:`InProcess` too (key ``"in-process"``, same policy)."""
+    started: dict[str, Started | Ideal | InProcess] = {}
     runs: dict[str, list[Run]] = {key: [] for key in jobs}
     try:
         for key, job in jobs.items():
             started[key] = Started(job)
+        if in_process:
+            runs["in-process"] = []
+            started["in-process"] = InProcess(jobs["async"], dict(ideal_params or {}))
         if ideal:
             assert server is not None
             first = next(iter(jobs))
@@ -344,7 +400,7 @@ def server_section(args: argparse.Namespace) -> None:
                 )
                 for mode in MODES
             }
-            runs = interleaved(jobs, args.repeats, server, n, dict(policy.params))
+            runs = interleaved(jobs, args.repeats, server, n, dict(policy.params), args.in_process)
             base = med(runs["lockstep"], "steps_per_s")
             # Both engines play the same steps against the same latencies, so the ratio of
             # their throughputs is the ratio of their utilizations: an engine that kept the
@@ -352,7 +408,9 @@ def server_section(args: argparse.Namespace) -> None:
             lockstep_util = med(runs["lockstep"], "utilization")
             ceiling = f"{1 / lockstep_util:.2f}x" if lockstep_util > 0 else "n/a"
             ideal = med(runs["ideal"], "steps_per_s")
-            for mode in (*MODES, "ideal"):
+            for mode in (*MODES, "in-process", "ideal"):
+                if mode not in runs:
+                    continue
                 rs = runs[mode]
                 rate = med(rs, "steps_per_s")
                 print(
@@ -546,6 +604,10 @@ def main() -> None:
         help="the openai client's requests in flight, all workers together (default: twice "
         "--cap: the server's own queue refills a freed slot at once, as a vLLM client runs)",
     )
+    p.add_argument(
+        "--in-process", action="store_true",
+        help="a row for the async engine without Ray: one worker of every env in this process",
+    )  # fmt: skip
     p.add_argument("--server-lifetime", type=float, default=1800.0, help="seconds, then it stops")
     p.add_argument("--random-envs", type=int, default=32)
     p.add_argument(
@@ -572,6 +634,7 @@ def main() -> None:
         args.random_envs, args.random_episodes_per_env, args.random_bare_steps = 4, 2, 20
         args.random_short_episodes_per_env = 1
         args.random_steps = 5
+        args.in_process = True
     if args.concurrency is None:
         args.concurrency = 2 * args.cap
     init_ray()

@@ -148,15 +148,16 @@ def test_bench_scale_quick():
 def test_bench_async_quick():
     out = run(["scripts/bench_async.py", "--quick"])
     rows = re.findall(
-        r"^\| 8 \| (lockstep|async|ideal) \| [\d,]+ \| [\d.]+x \| [\d.]+ \| (?:[\d.]+x|n/a)? \| "
+        r"^\| 8 \| (lockstep|async|in-process|ideal) \| [\d,]+ \| [\d.]+x \| [\d.]+ \| (?:[\d.]+x|n/a)? \| "
         r"([\d.]+) \| [\d.]+ s \| [\d.]+ s \| ([\d,]+) \| ([\d.]+) ms \|$",
         out,
         re.M,
     )
-    assert [r[0] for r in rows] == ["lockstep", "async", "ideal"], out
+    assert [r[0] for r in rows] == ["lockstep", "async", "in-process", "ideal"], out
     assert all(0 < float(r[1]) <= 1 for r in rows), out  # the server's own accounting
-    # The same episodes, step for step; the ideal client sends as many requests.
-    assert rows[0][2] == rows[1][2] == rows[2][2], out
+    # The same episodes, step for step (with and without Ray); the ideal client sends as
+    # many requests.
+    assert rows[0][2] == rows[1][2] == rows[2][2] == rows[3][2], out
     assert all(float(r[3]) > 0 for r in rows), out  # the client's processes used CPU
     assert re.search(r"^\| 8 \| async \| .*\| (?:[\d.]+x|n/a) \| [\d.]+ \|", out, re.M), (
         out
