@@ -67,9 +67,7 @@ def env_values(
         return [default] * len(ids)
     mask = info.get(f"_{key}")
     if len(ids) <= _FEW:  # the asynchronous engine's common case: 1 or 2 acting envs
-        if mask is None:
-            return [_python(value[i]) for i in ids]
-        return [_python(value[i]) if mask[i] else default for i in ids]
+        return _few_values(value, mask, ids, default)
     # Only the entries of ``ids`` are read: the cost follows them, not the batch.
     at = ids if isinstance(ids, np.ndarray) else np.asarray(ids, dtype=np.intp)
     if isinstance(mask, np.ndarray):
@@ -79,10 +77,7 @@ def env_values(
     if flags is not None and all(flags):  # every env of ids has it
         flags = None
     if isinstance(value, np.ndarray) and value.ndim == 1:
-        items = value[at].tolist()  # Python scalars, as .item() gives
-        if value.dtype == object:  # the objects as they are, numpy scalars made Python ones
-            generic = np.generic
-            items = [x.item() if isinstance(x, generic) else x for x in items]
+        items = _items(value, at)
         if flags is None:
             return items
         return [item if flag else default for item, flag in zip(items, flags, strict=True)]
@@ -94,6 +89,23 @@ def env_values(
 #: Up to this many envs, :func:`env_values` reads each one's entry as a scalar: numpy's index
 #: arrays cost more (about 3 µs a key, against 1-2 µs for one env; measured with ``timeit``).
 _FEW = 2
+
+
+def _items(value: np.ndarray, at: np.ndarray) -> list[Any]:
+    """The entries ``at`` of a 1-d array as Python values (an object array's objects as they
+    are, its numpy scalars made Python ones)."""
+    items = value[at].tolist()  # Python scalars, as .item() gives
+    if value.dtype == object:
+        generic = np.generic
+        items = [x.item() if isinstance(x, generic) else x for x in items]
+    return items
+
+
+def _few_values(value: Any, mask: Any, ids: Sequence[int] | np.ndarray, default: Any) -> list[Any]:
+    """:func:`env_values` read entry by entry (for a few ``ids``)."""
+    if mask is None:
+        return [_python(value[i]) for i in ids]
+    return [_python(value[i]) if mask[i] else default for i in ids]
 
 
 def _python(item: Any) -> Any:
