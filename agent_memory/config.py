@@ -238,6 +238,7 @@ class RolloutConfig:
     max_policy_lag: int = 0
     queue_depth: Optional[int] = None
     report_interval_s: Optional[float] = None
+    pass_window_s: float = 0.0
     progress: bool = True
     save_parquet: bool = True
     output_dir: Optional[str] = None
@@ -277,6 +278,10 @@ class RolloutConfig:
         _need(
             self.queue_depth is None or (_is_int(self.queue_depth) and self.queue_depth >= 1),
             "rollout.queue_depth", "null (by the policy) or an int >= 1", self.queue_depth, 1,
+        )  # fmt: skip
+        _need(
+            _num(self.pass_window_s, 0) and self.pass_window_s <= 1,
+            "rollout.pass_window_s", "a number of seconds in [0, 1]", self.pass_window_s, 0.05,
         )  # fmt: skip
         _need(
             self.report_interval_s is None or _num(self.report_interval_s, 0),

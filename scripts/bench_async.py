@@ -379,8 +379,9 @@ def server_section(args: argparse.Namespace) -> None:
             f"{args.latency_median * 1000:.0f} ms, p99 {args.latency_p99:g} s, at most {args.cap} "
             f"in flight; client concurrency {args.concurrency}; FrozenLake 8x8, "
             f"episodes of at most {args.max_steps} steps, "
-            f"{args.episodes_per_env} episode(s) per env, {args.workers} workers; medians of "
-            f"{args.repeats} interleaved runs)\n"
+            f"{args.episodes_per_env} episode(s) per env, {args.workers} workers; the async "
+            f"engine's rollout.pass_window_s {args.pass_window:g}; medians of {args.repeats} "
+            "interleaved runs)\n"
         )
         print(
             "| envs | engine | env-steps/s | vs lockstep | vs ideal | ceiling | server utilization "
@@ -400,6 +401,7 @@ def server_section(args: argparse.Namespace) -> None:
                 )
                 for mode in MODES
             }
+            jobs["async"].rollout.pass_window_s = args.pass_window
             runs = interleaved(jobs, args.repeats, server, n, dict(policy.params), args.in_process)
             base = med(runs["lockstep"], "steps_per_s")
             # Both engines play the same steps against the same latencies, so the ratio of
@@ -604,6 +606,10 @@ def main() -> None:
         help="the openai client's requests in flight, all workers together (default: twice "
         "--cap: the server's own queue refills a freed slot at once, as a vLLM client runs)",
     )
+    p.add_argument(
+        "--pass-window", type=float, default=0.0,
+        help="rollout.pass_window_s of the async engine (and the in-process row)",
+    )  # fmt: skip
     p.add_argument(
         "--in-process", action="store_true",
         help="a row for the async engine without Ray: one worker of every env in this process",

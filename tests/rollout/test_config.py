@@ -86,6 +86,10 @@ def test_every_yaml_key_has_a_comment_above_it():
             "rollout.report_interval_s must be null (by rollout.queue_depth) or a number of seconds >= 0, got -0.5: pass e.g. rollout.report_interval_s=0.02",
         ),
         (
+            "rollout.pass_window_s=2",
+            "rollout.pass_window_s must be a number of seconds in [0, 1], got 2.0: pass e.g. rollout.pass_window_s=0.05",
+        ),
+        (
             "rollout.queue_depth=0",
             "rollout.queue_depth must be null (by the policy) or an int >= 1, got 0: pass e.g. rollout.queue_depth=1",
         ),

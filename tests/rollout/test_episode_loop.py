@@ -9,8 +9,10 @@ import re
 
 import pytest
 
+from agent_memory.policies import Policy
 from agent_memory.rollout.driver.collector import build_policy
 from agent_memory.rollout.messages import EpisodeAssignment, EpisodeBatch, FinishedEpisode
+from agent_memory.rollout.worker.episode_loop import EpisodeLoop
 from agent_memory.rollout.worker.worker import RolloutWorker
 from tests.rollout.conftest import make_job
 
@@ -195,3 +197,69 @@ def test_a_worker_in_its_own_process_leaves_its_envs_out_of_the_garbage_collecto
         assert (frozen > 0) is freeze
     finally:
         gc.unfreeze()  # this test process is shared: give its objects back
+
+
+class _Slots(Policy):
+    """A server's client in miniature: ``concurrency`` requests in flight, the rest wait for a
+    slot; each answer ("left") takes a few milliseconds."""
+
+    answers_async = True
+
+    def __init__(self, concurrency: int) -> None:
+        super().__init__()
+        self.concurrency = concurrency
+        self.slots: asyncio.Semaphore | None = None
+
+    def act(self, prompts, meta=None):
+        return ["<action>left</action>"] * len(prompts)
+
+    async def agenerate(self, prompts, meta=None):
+        self.slots = self.slots or asyncio.Semaphore(self.concurrency)
+        async with self.slots:
+            await asyncio.sleep(0.003)
+            return self.generate(prompts, meta)
+
+
+def _passes(concurrency: int, window: float, monkeypatch) -> tuple[list[int], list, int]:
+    """Play 2 episodes on each of 8 envs through :class:`_Slots`: the envs stepped by each pass,
+    the episodes (env, uid, rewards), and how many passes gathered answers in a window."""
+    worker = _worker(envs=8)
+    sizes, gathered = [], [0]
+    step, gather = worker.step, EpisodeLoop._gather_answers
+
+    def counted_step(responses, turns=()):
+        sizes.append(len(responses))
+        return step(responses, turns)
+
+    async def counted_gather(self):
+        gathered[0] += 1
+        await gather(self)
+
+    monkeypatch.setattr(worker, "step", counted_step)
+    monkeypatch.setattr(EpisodeLoop, "_gather_answers", counted_gather)
+    loop = EpisodeLoop(worker, _Slots(concurrency), 1000, pass_window_s=window)
+    loop.finish()  # every episode is given at once
+
+    async def main():
+        return [
+            ep
+            async for batch in loop.run([a(e, 10 * e + k, k) for e in range(8) for k in range(2)])
+            for ep in batch
+        ]
+
+    episodes = asyncio.run(main())
+    played = sorted((ep.env, ep.traj_uid, [s.reward for s in ep.steps]) for ep in episodes)
+    return sizes, played, gathered[0]
+
+
+def test_answers_wait_for_company_while_requests_wait_for_a_client_slot(monkeypatch):
+    sizes, played, gathered = _passes(concurrency=2, window=1.0, monkeypatch=monkeypatch)
+    alone, same, never = _passes(concurrency=2, window=0.0, monkeypatch=monkeypatch)
+    assert gathered > 0 and never == 0
+    assert len(sizes) < sum(sizes) == sum(alone)  # fewer passes, each stepping several envs
+    assert played == same and len(played) == 16  # the same episodes, step for step
+
+
+def test_without_requests_waiting_for_a_slot_no_answer_waits(monkeypatch):
+    _, played, gathered = _passes(concurrency=8, window=1.0, monkeypatch=monkeypatch)
+    assert gathered == 0 and len(played) == 16  # 8 slots for 8 envs: no request ever waits

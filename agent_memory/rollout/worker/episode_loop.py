@@ -76,14 +76,17 @@ class EpisodeLoop:
         report_interval_s: the longest finished episodes wait to be sent together.
         lockstep: ``rollout.mode=lockstep``: the live envs step together once all answers are
             in (a policy service gets them in one request, answered as a batch of its own).
+        pass_window_s: while requests wait for a slot of the policy's ``concurrency``, the
+            longest answers that came in wait for more to join their pass (see :meth:`_wait`).
     """
 
     def __init__(
         self, worker: Any, policy: Any, max_response_chars: int, report_interval_s: float = 0.0,
-        lockstep: bool = False,
+        lockstep: bool = False, pass_window_s: float = 0.0,
     ) -> None:  # fmt: skip
         self.worker = worker
         self.lockstep = lockstep
+        self.pass_window_s = pass_window_s
         self.policy = policy
         self.max_response_chars = max_response_chars
         self.memory_tag = worker.env.memory.written_tag
@@ -305,7 +308,13 @@ class EpisodeLoop:
 
     async def _wait(self) -> None:
         """Until at least one request of a live env is answered (or work arrives); lockstep:
-        until every live env's request is."""
+        until every live env's request is.
+
+        With ``pass_window_s``, answers wait up to that long for more to join their pass while
+        requests wait for a client slot: the client, not the env, holds them back then, and each
+        answer sends a waiting request on its own, so the server stays as busy, and a pass costs
+        about the same for 1 env as for several (``scripts/bench_async.py --pass-window``).
+        """
         if self.lockstep:
             while self.in_flight:
                 self.wake.clear()
@@ -313,6 +322,30 @@ class EpisodeLoop:
             return
         if not self.answered:
             await self.wake.wait()  # set by an answer, assign() or finish()
+        if self.pass_window_s > 0 and self.answered and self._backlog() > 0:
+            await self._gather_answers()
+
+    def _backlog(self) -> int:
+        """Requests that wait for a slot of the policy's ``concurrency`` (0 without one)."""
+        cap = getattr(self.policy, "concurrency", None) if not self._remote else None
+        return self.in_flight - cap if isinstance(cap, int) else 0
+
+    async def _gather_answers(self) -> None:
+        """Let more answers come in, for ``pass_window_s`` at most: until the requests waiting
+        for a client slot are gone (a freed slot would wait for this pass), or work arrives."""
+        over = asyncio.Event()
+
+        def expire() -> None:
+            over.set()
+            self.wake.set()
+
+        timer = asyncio.get_running_loop().call_later(self.pass_window_s, expire)
+        try:
+            while self._backlog() > 0 and not (self.incoming or self.closing or over.is_set()):
+                self.wake.clear()
+                await self.wake.wait()  # an answer, assign(), finish() or the timer
+        finally:
+            timer.cancel()
 
     def _step(self) -> list[FinishedEpisode]:
         """Step the envs whose answers are in (one masked step); return the ended episodes."""

@@ -327,7 +327,7 @@ class RolloutWorker:
         interval = r.report_interval_for(r.depth_for(answers_inline(self.policy)))
         loop = EpisodeLoop(
             self, self.policy, r.max_response_chars, interval,
-            lockstep=r.mode == "lockstep",
+            lockstep=r.mode == "lockstep", pass_window_s=r.pass_window_s,
         )  # fmt: skip
         self.loops[stream] = loop
         for early in self.early.pop(stream, []):
