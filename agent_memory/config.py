@@ -238,7 +238,7 @@ class RolloutConfig:
     max_policy_lag: int = 0
     queue_depth: Optional[int] = None
     report_interval_s: Optional[float] = None
-    pass_window_s: float = 0.0
+    pass_window_s: float = 0.05
     progress: bool = True
     save_parquet: bool = True
     output_dir: Optional[str] = None

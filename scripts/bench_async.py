@@ -607,8 +607,9 @@ def main() -> None:
         "--cap: the server's own queue refills a freed slot at once, as a vLLM client runs)",
     )
     p.add_argument(
-        "--pass-window", type=float, default=0.0,
-        help="rollout.pass_window_s of the async engine (and the in-process row)",
+        "--pass-window", type=float, default=RolloutConfig().pass_window_s,
+        help="rollout.pass_window_s of the async engine and the in-process row (default: the "
+        "config's; 0: each answer stepped at once)",
     )  # fmt: skip
     p.add_argument(
         "--in-process", action="store_true",
