@@ -166,6 +166,7 @@ class Run:
 def make_job(
     mode: str, policy: PolicyConfig, episodes: int, workers: int, envs_per_worker: int,
     max_steps: int, env_id: str = ENV_ID, env_kw: dict[str, Any] = ENV_KW,
+    pass_window_s: float = RolloutConfig.pass_window_s,
 ) -> JobConfig:  # fmt: skip
     return JobConfig(
         env=EnvConfig(id=env_id, kwargs=dict(env_kw), max_steps=max_steps, parser=ParserConfig()),
@@ -178,6 +179,7 @@ def make_job(
             num_cpus_per_worker=0.5,
             progress=False,
             mode=mode,  # type: ignore[arg-type]
+            pass_window_s=pass_window_s,
         ),
         algo=AlgoConfig(),
     )
@@ -299,7 +301,6 @@ class Ideal:
         return Run(total / (t1 - t0), s.utilization, s.idle_s, t1 - t0, total, cpu1 - cpu0)
 
     async def _all(self, total: int) -> None:
-
         policy = make_policy("openai", **self.params)
         left = total
 
@@ -398,10 +399,10 @@ def server_section(args: argparse.Namespace) -> None:
                     args.workers,
                     per_worker,
                     args.max_steps,
+                    pass_window_s=args.pass_window,
                 )
                 for mode in MODES
             }
-            jobs["async"].rollout.pass_window_s = args.pass_window
             runs = interleaved(jobs, args.repeats, server, n, dict(policy.params), args.in_process)
             base = med(runs["lockstep"], "steps_per_s")
             # Both engines play the same steps against the same latencies, so the ratio of
@@ -607,7 +608,7 @@ def main() -> None:
         "--cap: the server's own queue refills a freed slot at once, as a vLLM client runs)",
     )
     p.add_argument(
-        "--pass-window", type=float, default=RolloutConfig().pass_window_s,
+        "--pass-window", type=float, default=RolloutConfig.pass_window_s,
         help="rollout.pass_window_s of the async engine and the in-process row (default: the "
         "config's; 0: each answer stepped at once)",
     )  # fmt: skip

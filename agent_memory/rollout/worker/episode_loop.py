@@ -327,12 +327,13 @@ class EpisodeLoop:
 
     def _backlog(self) -> int:
         """Requests that wait for a slot of the policy's ``concurrency`` (0 without one)."""
-        cap = getattr(self.policy, "concurrency", None) if not self._remote else None
+        cap = None if self._remote else self.policy.concurrency
         return self.in_flight - cap if isinstance(cap, int) else 0
 
     async def _gather_answers(self) -> None:
         """Let more answers come in, for ``pass_window_s`` at most: until the requests waiting
-        for a client slot are gone (a freed slot would wait for this pass), or work arrives."""
+        for a client slot are gone (a freed slot would wait for this pass), or assignments
+        arrive. (:meth:`finish` ends no wait: it says only that no more episodes are coming.)"""
         over = asyncio.Event()
 
         def expire() -> None:
@@ -341,7 +342,7 @@ class EpisodeLoop:
 
         timer = asyncio.get_running_loop().call_later(self.pass_window_s, expire)
         try:
-            while self._backlog() > 0 and not (self.incoming or self.closing or over.is_set()):
+            while self._backlog() > 0 and not (self.incoming or over.is_set()):
                 self.wake.clear()
                 await self.wake.wait()  # an answer, assign(), finish() or the timer
         finally:
