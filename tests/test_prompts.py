@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 
 import pytest
@@ -63,3 +64,34 @@ def test_from_config():
         match=re.escape("prompt template must be a PromptTemplate, a mapping or a string, got int"),
     ):
         PromptTemplate.from_config(3)
+
+
+@pytest.mark.parametrize("history", [None, "", "step 1\n%(task)s {x} 100%"])
+def test_the_compiled_text_writes_what_format_map_writes(history):
+    t = PromptTemplate(task="Push {the} box: 100% %s")
+    fields = {"observation": "#@ $.# {obs} %d", "admissible": ["up", 'say "hi"', "{}"]}
+    got = t.render(**fields, history=history, history_length=2, step_count=7)
+    text = t.no_history if history is None else t.with_history
+    want = text.format_map({
+        "task": t.task, "observation": fields["observation"],
+        "admissible_actions": '"up", "say "hi"", "{}"', "history": history or "",
+        "history_length": 2, "step_count": 7, "current_step": 8,
+    })  # fmt: skip
+    assert got == want
+
+
+def test_a_format_spec_falls_back_to_format_map_and_templates_pickle():
+    t = PromptTemplate(no_history="{observation} at {step_count:03d}")
+    assert t.render(observation="o", step_count=4) == "o at 004"
+    u = pickle.loads(pickle.dumps(PromptTemplate(task="t")))
+    assert u.render(observation="o", admissible=["a"]) == PromptTemplate(task="t").render(
+        observation="o", admissible=["a"]
+    )
+
+
+def test_cached_action_lists_keep_numbers_of_other_types_apart():
+    t = PromptTemplate()
+    assert t.format_actions([1, 2]) == '"1", "2"'
+    assert t.format_actions([True, 2]) == '"True", "2"'
+    assert t.format_actions(["a", "b"]) == t.format_actions(("a", "b")) == '"a", "b"'
+    assert t.format_actions([["unhashable"]]) == "\"['unhashable']\""

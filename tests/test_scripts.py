@@ -135,6 +135,13 @@ def test_benchmark_scripts_run_with_tiny_budgets():
         "--num-envs", "2", "--steps", "5", "--repeats", "1", "--masked-envs",
     ])  # fmt: skip
     assert "| wrapped |" in out and "fixed actions" in out and "masked step" not in out
+    out = run([
+        "scripts/bench_wrapper.py", "--env-id", "agent_memory/Recall-v0", "--num-envs", "2",
+        "--steps", "5", "--repeats", "1", "--masked-envs", "--processes", "2",
+    ])  # fmt: skip
+    assert "2 processes, one after another" in out and "masked step" not in out
+    assert re.search(r"^\| 2 \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \| [\d.]+x \|$", out, re.M)
+    assert re.search(r"^\| median \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \| [\d.]+x \|$", out, re.M)
     out = run(["scripts/bench_rollout.py", "--quick"])
     assert "| rollout pipeline (1 Ray worker) |" in out and "| set-up time |" in out
 
