@@ -69,9 +69,9 @@ def _check_fields(name: str, text: str) -> None:
         )
 
 
-#: Fields given as ints (``str()`` of which is what ``str.format`` writes).
 #: Distinct admissible-action lists whose text is kept (the cache starts over beyond).
-_MAX_CACHED: Final = 4096
+_MAX_CACHED: Final = 1024
+#: Fields given as ints (``str()`` of which is what ``str.format`` writes).
 _INT_FIELDS: Final = frozenset({"history_length", "step_count", "current_step"})
 _ARGS: Final = ", ".join(sorted(FIELDS))
 
