@@ -96,6 +96,9 @@ class RecallEnv(TextEnv):
         num_choices: Options at the question (2 .. ``len(COLOURS)``).
         num_cues: Cues per episode (1 .. ``len(OBJECTS)``, ``C`` above).
         max_steps: Steps before truncation; default ``num_cues + num_distractors + 4``.
+        answer_format: ``"colour"`` (options ``pink``, ``orange``...) or ``"statement"``
+            (``the mug is pink``, ``the mug is orange``...: each option restates the cue it
+            claims, so a model can answer by matching the text after ``the mug is``).
         render_mode: ``"ansi"`` makes :meth:`render` return the current observation.
 
     Example:
@@ -148,6 +151,7 @@ class RecallEnv(TextEnv):
         num_cues: int = 1,
         max_steps: int | None = None,
         render_mode: Literal["ansi"] | None = None,
+        answer_format: Literal["colour", "statement"] = "colour",
     ) -> None:
         self.num_distractors = check_int("num_distractors", num_distractors, 0)
         if (
@@ -166,6 +170,11 @@ class RecallEnv(TextEnv):
                 f"got {num_cues!r}"
             )
         self.num_cues = int(num_cues)
+        if answer_format not in ("colour", "statement"):
+            raise ValueError(
+                f"answer_format must be 'colour' or 'statement', got {answer_format!r}"
+            )
+        self.answer_format = answer_format
         shortest = self.num_cues + self.num_distractors + 1  # every cue and fact, then the answer
         if max_steps is None:
             max_steps = shortest + 3
@@ -185,8 +194,9 @@ class RecallEnv(TextEnv):
         self._phase: Phase = "done"
         self._index = 0
         self._elapsed = 0
-        self._object = ""  # the object asked about, and its colour
+        self._object = ""  # the object asked about, its colour, and the option that says it
         self._colour = ""
+        self._answer = ""
         self._options: list[str] = []
         self._steps: list[str] = []  # the text of each step before the question, cues and facts
         self._cue_steps: frozenset[int] = frozenset()
@@ -234,17 +244,18 @@ class RecallEnv(TextEnv):
             cues = about or cues
         if cues:
             colour = cues[-1][1].casefold()
-            for option in options:
-                if normalize_action(option) == colour:
+            for option in options:  # a colour, or a statement ending with it
+                if normalize_action(option).rpartition(" ")[2] == colour:
                     return option
         return options[0]
 
     def oracle_action(self) -> str:
-        """The right action from the true state: ``"next"``, or the asked colour at the question.
+        """The right action from the true state: ``"next"``, or the asked colour (its statement
+        with ``answer_format="statement"``) at the question.
 
         After the episode ends no action matters; it returns ``"next"``.
         """
-        return self._colour if self._phase == "question" else _NEXT
+        return self._answer if self._phase == "question" else _NEXT
 
     # -- gymnasium API -------------------------------------------------------------------------
 
@@ -263,7 +274,8 @@ class RecallEnv(TextEnv):
         colour_ids = [int(i) for i in rng.choice(len(COLOURS), max(c, self.num_choices), False)]
         asked = int(rng.integers(c)) if c > 1 else 0
         self._object, self._colour = OBJECTS[object_ids[asked]], COLOURS[colour_ids[asked]]
-        self._options = self._draw_options(rng, colour_ids, asked)
+        self._options = [self._say(c) for c in self._draw_options(rng, colour_ids, asked)]
+        self._answer = self._say(self._colour)
         # The first step is a cue; the others sit at random steps among the next c - 1 + n.
         later = rng.choice(c - 1 + n, size=c - 1, replace=False) if c > 1 else ()
         self._cue_steps = frozenset([0, *(int(i) + 1 for i in later)])
@@ -287,7 +299,7 @@ class RecallEnv(TextEnv):
         reward = 0.0
         if choice is not None:
             if self._phase == "question":
-                self._won = choice == self._colour
+                self._won = choice == self._answer
                 reward = 1.0 if self._won else 0.0
                 self._phase = "done"
                 self._index += 1
@@ -317,6 +329,10 @@ class RecallEnv(TextEnv):
             others = [others[int(i)] for i in picked]
         offered = [colour_ids[asked], *others, *colour_ids[c:]]  # exactly num_choices colours
         return [COLOURS[int(i)] for i in rng.permutation(offered)]
+
+    def _say(self, colour: str) -> str:
+        """The option that answers ``colour`` (see ``answer_format``)."""
+        return colour if self.answer_format == "colour" else f"the {self._object} is {colour}"
 
     def _phase_at(self, index: int) -> Phase:
         if index >= len(self._steps):

@@ -515,8 +515,49 @@ def test_invalid_actions_change_nothing_with_several_cues() -> None:
             for bad in (0, 13, 2.0, True, "2")
         ),
         ({"render_mode": "human"}, "render_mode must be None or 'ansi', got 'human'"),
+        (
+            {"answer_format": "sentence"},
+            "answer_format must be 'colour' or 'statement', got 'sentence'",
+        ),
     ],
 )
 def test_constructor_errors(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
         RecallEnv(**kwargs)
+
+
+def test_statement_answers_restate_the_cue_and_the_oracle_and_the_text_solver_agree() -> None:
+    for seed in range(40):
+        colours = RecallEnv(num_cues=2, num_distractors=2)
+        statements = RecallEnv(num_cues=2, num_distractors=2, answer_format="statement")
+        obs_c, _ = colours.reset(seed=seed)
+        obs_s, _ = statements.reset(seed=seed)
+        seen = [obs_s]
+        for _ in range(4):  # cues and facts: the same episode, the same steps
+            assert obs_c == obs_s
+            obs_c, *_ = colours.step("next")
+            obs_s, *_, info = statements.step("next")
+            seen.append(obs_s)
+        asked = statements.unwrapped._object
+        options = info["admissible_actions"]
+        assert options == [f"the {asked} is {c}" for c in colours.unwrapped._options]
+        assert f"Answer with one of: {', '.join(options)}." in obs_s
+        answer = statements.oracle_action()
+        assert answer == f"the {asked} is {colours.oracle_action()}"
+        assert RecallEnv.solve_from_text("\n".join(seen), options) == answer
+        wrong = next(o for o in options if o != answer)
+        _, reward, terminated, _, info = statements.step(wrong.upper())  # matched as the env does
+        assert (reward, terminated, info["won"]) == (0.0, True, False)
+        statements.reset(seed=seed)
+        for _ in range(4):
+            statements.step("next")
+        _, reward, terminated, _, info = statements.step(answer)
+        assert (reward, terminated, info["won"]) == (1.0, True, True)
+
+
+def test_statement_answers_pass_check_env_and_are_deterministic() -> None:
+    check_env(RecallEnv(num_cues=2, num_distractors=2, answer_format="statement"))
+    env = gym.make(ENV_ID, num_cues=2, num_distractors=3, answer_format="statement")
+    first = [env.reset(seed=7)[0], *(env.step("next")[0] for _ in range(5))]
+    again = [env.reset(seed=7)[0], *(env.step("next")[0] for _ in range(5))]
+    assert first == again and first[-1].startswith("Question: which colour was the ")
