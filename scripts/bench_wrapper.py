@@ -156,9 +156,11 @@ def processes_table(args: argparse.Namespace) -> None:
     argv += ["--num-envs", str(args.num_envs), "--steps", str(args.steps)]
     argv += ["--repeats", str(args.repeats), "--clock", args.clock, "--actions", args.actions]
     rows = []
-    for _ in range(args.processes):
-        out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-        rows.append(json.loads(out.strip().splitlines()[-1]))
+    for k in range(args.processes):
+        done = subprocess.run(argv, capture_output=True, text=True, check=False)
+        if done.returncode != 0:  # the child's own error, not only its exit status
+            sys.exit(f"process {k + 1} of {args.processes} failed:\n{done.stderr.strip()}")
+        rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     print(_heading(args) + f"; {args.processes} processes, one after another")
     print()
     print("| process | bare (us per env-step) | wrapped | wrapper adds | ratio |")
