@@ -150,8 +150,8 @@ def overhead_table(args: argparse.Namespace) -> None:
 
 def processes_table(args: argparse.Namespace) -> None:
     """The overhead of ``wrapped`` over ``bare`` in ``--processes`` fresh processes, one after
-    another, and their median: a process's figure moves with its memory layout and string
-    hashes (up to 2x on a shared machine), more than the wrapper's cost does."""
+    another, and their median: a figure moves from one process to the next (up to 2x on a
+    shared machine), more than the wrapper's cost does."""
     argv = [sys.executable, __file__, "--one-process", "--env-id", args.env_id]
     argv += ["--num-envs", str(args.num_envs), "--steps", str(args.steps)]
     argv += ["--repeats", str(args.repeats), "--clock", args.clock, "--actions", args.actions]
