@@ -49,6 +49,11 @@ def normalize(text: str) -> str:
 _normalized = functools.lru_cache(maxsize=4096)(normalize)
 
 
+def _marks(tag: str | None) -> tuple[str, str] | None:
+    """A tag's opening and closing strings (None without a tag)."""
+    return None if tag is None else (f"<{tag}>", f"</{tag}>")
+
+
 class ParsedAction(NamedTuple):
     """The outcome of parsing one response (a named tuple: immutable, and built per env-step
     at a third of a frozen dataclass's cost).
@@ -122,7 +127,7 @@ class ActionParser:
     @tag.setter
     def tag(self, tag: str | None) -> None:
         self._tag = tag
-        self._marks = None if tag is None else (f"<{tag}>", f"</{tag}>")
+        self._marks = _marks(tag)
 
     @property
     def think_tag(self) -> str | None:
@@ -132,7 +137,7 @@ class ActionParser:
     @think_tag.setter
     def think_tag(self, think_tag: str | None) -> None:
         self._think_tag = think_tag
-        self._think_marks = None if think_tag is None else (f"<{think_tag}>", f"</{think_tag}>")
+        self._think_marks = _marks(think_tag)
 
     def parse(self, response: Any, admissible: Sequence[str] | None = None) -> ParsedAction:
         """Parse one response; never raises on model output.
