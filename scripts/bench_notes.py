@@ -5,8 +5,9 @@
     python scripts/bench_notes.py --only notes notes_memory_untrained
     python scripts/bench_notes.py --quick                # 2 iterations each: a smoke test
 
-Each configuration trains the tiny LM of configs/train_recall.yaml from scratch (GRPO, the score
-policy, the real rollout path) on Recall with 2 cues over 8 steps (configs/train_notes.yaml),
+Each configuration builds the tiny LM of configs/train_notes.yaml (its generic pretraining
+included), trains it (GRPO, the score policy, the real rollout path) on Recall with 2 cues over 8
+steps,
 then plays its final weights greedily on held-out seeds at 1x, 2x and 4x that horizon (4 cues over
 16 steps, 8 over 32). Configurations differ in their memory: a window holding about the note's
 tokens, the whole history, extractive compaction, retrieval of 2 past steps, the note the policy
@@ -41,9 +42,10 @@ class Setting:
     overrides: tuple[str, ...] = ()
 
 
-#: The task of configs/train_notes.yaml, for the configurations built on train_recall.
+#: The task and model of configs/train_notes.yaml, for the configurations built on train_recall.
 TASK = ("env.kwargs.num_cues=2", "env.kwargs.num_distractors=5", "env.parser.tag=action",
-        "trainer.minibatch_size=64")  # fmt: skip
+        "env.kwargs.answer_format=statement", "trainer.minibatch_size=64",
+        "trainer.tiny.lowercase=true", "trainer.tiny.pretrain_steps=3000")  # fmt: skip
 SETTINGS = (
     Setting("window", "window 3 (about the note's tokens)", "train_recall",
             (*TASK, "env.history_length=3")),
@@ -64,6 +66,7 @@ QUICK = (
     "trainer.iterations=2", "trainer.eval_every=1", "trainer.eval_episodes=8",
     "rollout.num_groups=2", "rollout.group_size=2", "rollout.envs_per_worker=8",
     "trainer.tiny.vocab_episodes=8", "trainer.logger=[csv]",
+    "trainer.tiny.pretrain_steps=2",
 )  # fmt: skip
 
 

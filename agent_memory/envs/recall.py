@@ -98,7 +98,8 @@ class RecallEnv(TextEnv):
         max_steps: Steps before truncation; default ``num_cues + num_distractors + 4``.
         answer_format: ``"colour"`` (options ``pink``, ``orange``...) or ``"statement"``
             (``the mug is pink``, ``the mug is orange``...: each option restates the cue it
-            claims, so a model can answer by matching the text after ``the mug is``).
+            claims, so a model can answer by reading back what followed ``the mug is``; the
+            question lists only the colours, so that text is the cue's alone).
         render_mode: ``"ansi"`` makes :meth:`render` return the current observation.
 
     Example:
@@ -363,10 +364,16 @@ class RecallEnv(TextEnv):
         if self._phase in ("cue", "distractor"):
             text = self._steps[self._index]
         elif self._phase == "question":
+            if self.answer_format == "colour":
+                offered = f"Answer with one of: {', '.join(self._options)}."
+            else:  # the colours only: "the mug is" stays the cue's alone in the text
+                colours = [o.rsplit(" ", 1)[-1] for o in self._options]
+                offered = (
+                    f"Answer with a statement of the {self._object}'s colour, one of: "
+                    f"{', '.join(colours)}."
+                )
             return sanitize(
-                f"Question: which colour was the {self._object}?\n"
-                f"Answer with one of: {', '.join(self._options)}.",
-                self._max_obs_length,
+                f"Question: which colour was the {self._object}?\n{offered}", self._max_obs_length
             )
         elif self._won:
             return f"Correct: the {self._object} was {self._colour.upper()}."

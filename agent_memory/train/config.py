@@ -54,6 +54,9 @@ class TinyModelConfig:
     tie_embeddings: bool = True
     lowercase: bool = True
     vocab_episodes: int = 64
+    pretrain_steps: int = 0
+    pretrain_lr: float = 0.003
+    pretrain_max_facts: int = 4
 
     def __post_init__(self) -> None:
         _need(
@@ -61,7 +64,7 @@ class TinyModelConfig:
         )
         _need_ints(self, "trainer.tiny", (
             ("hidden", 1, 64), ("layers", 1, 2), ("heads", 1, 4), ("context", 8, 512),
-            ("vocab_episodes", 1, 64),
+            ("vocab_episodes", 1, 64), ("pretrain_steps", 0, 2000), ("pretrain_max_facts", 2, 4),
         ))  # fmt: skip
         _need(
             self.hidden % self.heads == 0, "trainer.tiny.hidden",
@@ -69,6 +72,13 @@ class TinyModelConfig:
         )  # fmt: skip
         _need(_num(self.init_range, 1e-6), "trainer.tiny.init_range", "a number > 0",
               self.init_range, 0.02)  # fmt: skip
+        _need(_num(self.pretrain_lr, 1e-12), "trainer.tiny.pretrain_lr", "a number > 0",
+              self.pretrain_lr, 0.003)  # fmt: skip
+        _need(
+            self.pretrain_steps == 0 or self.lowercase, "trainer.tiny.lowercase",
+            "true when trainer.tiny.pretrain_steps > 0 (the pretraining facts are lower-case)",
+            self.lowercase, "true",
+        )  # fmt: skip
 
 
 @dataclass

@@ -109,6 +109,21 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
         tie_embeddings=cfg.tie_embeddings, lowercase=cfg.lowercase,
     )  # fmt: skip
     log.info("built the tiny model (%d words) in %s", len(words), path)
+    if cfg.pretrain_steps:
+        from agent_memory.config import ConfigError
+        from agent_memory.models import pretrain_tiny_lm
+
+        try:
+            pretrain_tiny_lm(
+                path, steps=cfg.pretrain_steps, lr=cfg.pretrain_lr,
+                max_facts=cfg.pretrain_max_facts, seed=seed,
+            )  # fmt: skip
+        except ValueError as e:  # the env's words cannot make the pretraining documents
+            raise ConfigError(
+                f"trainer.tiny.pretrain_steps={cfg.pretrain_steps}: {e}; or pass "
+                "trainer.tiny.pretrain_steps=0",
+                key="trainer.tiny.pretrain_steps",
+            ) from e
     return path
 
 

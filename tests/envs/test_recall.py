@@ -541,7 +541,9 @@ def test_statement_answers_restate_the_cue_and_the_oracle_and_the_text_solver_ag
         asked = statements.unwrapped._object
         options = info["admissible_actions"]
         assert options == [f"the {asked} is {c}" for c in colours.unwrapped._options]
-        assert f"Answer with one of: {', '.join(options)}." in obs_s
+        colours_offered = ", ".join(colours.unwrapped._options)
+        assert obs_s.endswith(f"the {asked}'s colour, one of: {colours_offered}.")
+        assert obs_s.count(f"the {asked} is") == 0  # the cue's words appear in the cue alone
         answer = statements.oracle_action()
         assert answer == f"the {asked} is {colours.oracle_action()}"
         assert RecallEnv.solve_from_text("\n".join(seen), options) == answer

@@ -57,6 +57,14 @@ def test_the_demo_preset_composes():
             "trainer.tiny.hidden must be a multiple of trainer.tiny.heads (4), got 30: pass e.g. trainer.tiny.hidden=64",
         ),
         (
+            ["trainer.tiny.pretrain_steps=100", "trainer.tiny.lowercase=false"],
+            "trainer.tiny.lowercase must be true when trainer.tiny.pretrain_steps > 0 (the pretraining facts are lower-case), got False: pass e.g. trainer.tiny.lowercase=true",
+        ),
+        (
+            ["trainer.tiny.pretrain_steps=-1"],
+            "trainer.tiny.pretrain_steps must be an int >= 0, got -1: pass e.g. trainer.tiny.pretrain_steps=2000",
+        ),
+        (
             ["policy=random"],
             "the trainer updates a local model: policy must be score (choose among the admissible actions by likelihood) or hf (generate token by token), got 'random': pass e.g. policy=score",
         ),
