@@ -21,14 +21,6 @@ from agent_memory.models.pretrain import (  # noqa: E402
 WORDS = ["mug", "kite", "hat", "red", "blue", "pink", "the", "is", "."]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_a_fact_document_restates_every_fact_and_weighs_only_the_restated_values():
     for seed in range(50):
         tokens, weights = fact_document(

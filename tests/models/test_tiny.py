@@ -20,15 +20,6 @@ from agent_memory.models import (  # noqa: E402
 )
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_torch_thread():
-    # Tiny ops on a 2-core machine shared with other jobs: one thread is ~10x faster than two.
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def env_texts() -> list[str]:
     """Real observations and instructions of the bundled Sokoban env (case, punctuation, tabs)."""
