@@ -7,11 +7,10 @@
 
 Each configuration builds the tiny LM of configs/train_notes.yaml (its generic pretraining
 included), trains it (GRPO, the score policy, the real rollout path) on Recall with 2 cues over 8
-steps,
-then plays its final weights greedily on held-out seeds at 1x, 2x and 4x that horizon (4 cues over
-16 steps, 8 over 32). Configurations differ in their memory: a window holding about the note's
-tokens, the whole history, extractive compaction, retrieval of 2 past steps, the note the policy
-writes (memory=notes), and that note with its memory choices left out of the loss
+steps, then plays its final weights greedily on held-out seeds at 1x, 2x and 4x that horizon
+(4 cues over 16 steps, 8 over 32). Configurations differ in their memory: a window holding about
+the note's tokens, the whole history, extractive compaction, retrieval of 2 past steps, the note
+the policy writes (memory=notes), and that note with its memory choices left out of the loss
 (trainer.train_memory_tokens=false).
 
 Writes to --out (default outputs/bench_notes/<date-time>): one run directory per configuration,

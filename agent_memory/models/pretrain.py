@@ -17,7 +17,7 @@ Half of the documents are repeats, over alphabets of 4 words up to the whole voc
 few words a word recurs within the sequence and the next one is known only from the last two, the
 two-word match that reads ``the K is`` back. The filler is every word, punctuation included, and
 the second half of the steps puts facts up to 32 filler words apart, as an episode's steps are.
-The figures behind these choices are in docs/training.md.
+Why each is there: docs/training.md.
 
 Example:
     >>> import tempfile
@@ -101,19 +101,18 @@ def fact_document(
         if some := rng.choices(filler, k=rng.randint(0, max_filler)):
             add(" ".join(some) + " .", 0.0)
 
-    for key, value in facts:
+    def state(key: str, value: str, value_weight: float) -> None:
         pad()
         add(f"the {key}", 0.0)
         add("is", _FRAME_WEIGHT)
-        add(value, 0.0)
+        add(value, value_weight)
         add(".", _FRAME_WEIGHT)
+
+    for key, value in facts:
+        state(key, value, 0.0)
     rng.shuffle(facts)
     for key, value in facts:
-        pad()
-        add(f"the {key}", 0.0)
-        add("is", _FRAME_WEIGHT)
-        add(value, 1.0)
-        add(".", _FRAME_WEIGHT)
+        state(key, value, 1.0)  # read back: the loss that counts
     return ids, weights
 
 
@@ -226,11 +225,16 @@ def _batch(docs: Sequence[Document]) -> tuple[Any, Any, Any]:
     return ids, weights, mask
 
 
+def _logits(model: Any, ids: Any, mask: Any) -> Any:
+    """The next-token logits at every position but the last (``[batch, length - 1, vocab]``)."""
+    return model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+
+
 def _token_losses(model: Any, ids: Any, mask: Any) -> Any:
     """Next-token cross-entropy at every position (``[batch, length - 1]``)."""
     import torch
 
-    logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+    logits = _logits(model, ids, mask)
     return torch.nn.functional.cross_entropy(
         logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none"
     ).view(ids.shape[0], -1)
@@ -245,7 +249,7 @@ def _fact_accuracy(model: Any, docs: Sequence[Document]) -> float:
     with torch.no_grad():
         for first in range(0, len(docs), 32):
             ids, weights, mask = _batch(docs[first : first + 32])
-            logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]
+            logits = _logits(model, ids, mask)
             values = (weights[:, 1:] == 1.0).float()  # the restated values only
             right += float(((logits.argmax(-1) == ids[:, 1:]).float() * values).sum())
             total += float(values.sum())

@@ -61,6 +61,10 @@ def test_the_demo_preset_composes():
             "trainer.tiny.lowercase must be true when trainer.tiny.pretrain_steps > 0 (the pretraining facts are lower-case), got False: pass e.g. trainer.tiny.lowercase=true",
         ),
         (
+            ["trainer.tiny.pretrain_lr=0"],
+            "trainer.tiny.pretrain_lr must be a number > 0, got 0.0: pass e.g. trainer.tiny.pretrain_lr=0.003",
+        ),
+        (
             ["trainer.tiny.pretrain_steps=-1"],
             "trainer.tiny.pretrain_steps must be an int >= 0, got -1: pass e.g. trainer.tiny.pretrain_steps=2000",
         ),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 
@@ -128,3 +129,17 @@ def test_an_episode_that_spans_an_update_is_kept_with_each_steps_version(tmp_pat
     kept = build_samples(trajs, "score", keep_forced=True, min_version=1)
     fresh = sum(not is_stale(s, 1) for t in trajs for s in t.steps)
     assert len(kept) == fresh < sum(len(t.steps) for t in trajs)
+
+
+def test_pretraining_an_env_whose_words_cannot_make_its_documents_names_the_override(tmp_path):
+    from agent_memory.config import ConfigError
+
+    job = make_job("agent_memory/Recall-v0", policy="score", groups=1, size=1, workers=1, envs=1)
+    tiny = TinyModelConfig(hidden=16, layers=1, heads=2, context=256, vocab_episodes=2,
+                           pretrain_steps=1, pretrain_max_facts=100_000)  # fmt: skip
+    with pytest.raises(ConfigError, match=re.escape(
+        "trainer.tiny.pretrain_steps=1: pretraining needs a lower-case vocabulary with the words "
+        "['the', 'is', '.'] and at least max_facts=100000 others: missing []"
+    )) as raised:  # fmt: skip
+        build_tiny_for_env(job, tiny, tmp_path / "m", seed=0)
+    assert str(raised.value).endswith("or pass trainer.tiny.pretrain_steps=0")
