@@ -7,14 +7,20 @@ the rollout driver and its workers are in :mod:`agent_memory.rollout.messages`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, TypedDict
+from typing import Any, Final, Literal, TypedDict, get_args
 
+from agent_memory.checks import check_choice
 from agent_memory.pickling import by_position
 
 __all__ = [
     "ADMISSIBLE_ACTIONS", "EPISODE_HISTORY", "INVALID_REASON", "IS_ACTION_VALID", "STATE_KEY",
-    "TASK", "WON", "ActionChoice", "Episode", "Generation", "SamplingParams",
+    "TASK", "WON", "ActionChoice", "Episode", "Generation", "SamplingParams", "ScoreRule",
 ]  # fmt: skip
+
+#: How a scoring policy makes a candidate's score from its tokens' log-probs: their ``sum`` (the
+#: candidate's log-likelihood, GLAM) or their ``mean`` (length-normalised, so a short candidate
+#: does not win by being short).
+ScoreRule = Literal["sum", "mean"]
 
 #: A prompt: text, or a chat message list (the ``chat`` formatter).
 Prompt = str | list[dict[str, str]]
@@ -102,7 +108,8 @@ class SamplingParams:
 class ActionChoice:
     """How a scoring policy chose its action among the admissible ones (GLAM-style): every
     candidate's response ids in the env's order, the chosen ``index``, and its ``logprob`` under the
-    ``softmax(score / temperature)`` it was sampled from (0 when it was the only candidate).
+    ``softmax(score / temperature)`` it was sampled from (0 when it was the only candidate), each
+    candidate's score made from its token log-probs by ``score`` (:data:`ScoreRule`).
 
     Example:
         >>> c = ActionChoice(candidate_ids=((7, 3), (8, 3)), index=1, logprob=-0.3)
@@ -114,8 +121,10 @@ class ActionChoice:
     index: int
     logprob: float
     temperature: float = 1.0
+    score: ScoreRule = "sum"
 
     def __post_init__(self) -> None:
+        check_choice("score", self.score, get_args(ScoreRule))
         if not 0 <= self.index < len(self.candidate_ids):
             raise ValueError(
                 f"index must point at one of the {len(self.candidate_ids)} candidates, "

@@ -1,14 +1,15 @@
 """Memory the agent learns to write, beyond the training horizon: the table behind docs/training.md.
 
-    python scripts/bench_notes.py                        # every configuration (~20 min each here)
+    python scripts/bench_notes.py                        # all: ~70 min on 2 cores (~11 each)
     python scripts/bench_notes.py --jobs 6               # 6 at once (one process each: 16 cores)
     python scripts/bench_notes.py --only notes notes_memory_untrained
     python scripts/bench_notes.py --quick                # 2 iterations each: a smoke test
 
-Each configuration builds the tiny LM of configs/train_notes.yaml (its generic pretraining
-included), trains it (GRPO, the score policy, the real rollout path) on Recall with 2 cues over 8
-steps, then plays its final weights greedily on held-out seeds at 1x, 2x and 4x that horizon
-(4 cues over 16 steps, 8 over 32). Configurations differ in their memory: a window holding about
+The tiny LM of configs/train_notes.yaml is built and pretrained once (its generic pretraining,
+written to <out>/base); each configuration starts from it, trains it (GRPO, the score policy,
+the real rollout path; at most trainer.max_minutes) on Recall with 2 cues over 8 steps, then
+plays its final weights greedily on held-out seeds at 1x, 2x and 4x that horizon (4 cues over
+16 steps, 8 over 32). Configurations differ in their memory: a window holding about
 the note's tokens, the whole history, extractive compaction, retrieval of 2 past steps, the note
 the policy writes (memory=notes), and that note with its memory choices left out of the loss
 (trainer.train_memory_tokens=false).
@@ -41,6 +42,8 @@ class Setting:
     overrides: tuple[str, ...] = ()
 
 
+#: Every configuration's budget: its training time, and its evaluation during training.
+BUDGET = ("trainer.max_minutes=10", "trainer.eval_every=10", "trainer.eval_episodes=100")
 #: The task and model of configs/train_notes.yaml, for the configurations built on train_recall.
 TASK = ("env.kwargs.num_cues=2", "env.kwargs.num_distractors=5", "env.parser.tag=action",
         "env.kwargs.answer_format=statement", "trainer.minibatch_size=64",
@@ -56,9 +59,9 @@ SETTINGS = (
     ),
     Setting("retrieval", "retrieval, 2 steps", "train_recall",
             (*TASK, "memory=retrieval", "env.history_length=2")),
-    Setting("notes", "notes the policy writes (trained)", "train_notes"),
+    Setting("notes", "notes the policy writes (trained)", "train_notes", TASK),
     Setting("notes_memory_untrained", "notes, memory choices not trained", "train_notes",
-            ("trainer.train_memory_tokens=false",)),
+            (*TASK, "trainer.train_memory_tokens=false")),
 )  # fmt: skip
 
 QUICK = (
@@ -70,7 +73,7 @@ QUICK = (
 
 
 def compose(config: str, overrides: list[str]) -> Any:
-    """The training config ``configs/<config>.yaml`` with ``overrides``."""
+    """The training config ``configs/<config>.yaml`` with the budget and ``overrides``."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
@@ -78,7 +81,23 @@ def compose(config: str, overrides: list[str]) -> Any:
 
     register_train_configs()
     with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return load_train(hydra_compose(config_name=config, overrides=overrides))
+        return load_train(hydra_compose(config_name=config, overrides=[*BUDGET, *overrides]))
+
+
+def pretrain_base(out: Path, extra: list[str]) -> list[str]:
+    """Build and pretrain the tiny LM every configuration starts from (``<out>/base``), so rows
+    differ only in their memory and what RL made of it. It is train_notes' model: its words
+    hold every configuration's (the memory blocks' too). Returns the override that loads it;
+    none when ``extra`` names a model."""
+    from agent_memory.train.model import build_tiny_for_env
+
+    job = compose("train_notes", [*TASK, "trainer.progress=false", *extra])
+    if job.trainer.model != "tiny":
+        return []
+    t0 = time.perf_counter()
+    path = build_tiny_for_env(job, job.trainer.tiny, out / "base", seed=job.rollout.seed)
+    print(f"pretrained the base model in {time.perf_counter() - t0:.0f} s: {path}", flush=True)
+    return [f"trainer.model={path}"]
 
 
 def play(job: Any, model: Path, cues: int, distractors: int, out: Path) -> dict[str, float]:
@@ -176,6 +195,7 @@ def main() -> None:
         lambda r: "success at 1x/2x/4x: " + ", ".join(f"{s:.1%}" for s in r["success"]),
         table, plot, "notes",
         check=lambda s, extra: compose(s.config, [*s.overrides, "trainer.progress=false", *extra]),
+        prepare=pretrain_base,
     )  # fmt: skip
 
 

@@ -258,9 +258,12 @@ def test_bench_notes_quick(tmp_path):
     assert re.search(row.format(re.escape("notes the policy writes (trained)")), out), out
     assert re.search(row.format(re.escape("retrieval, 2 steps")), out), out
     assert (tmp_path / "notes.png").stat().st_size > 0
+    # One pretrained base model, built before the processes start; no row builds its own.
+    assert (tmp_path / "base" / "pretrain.json").is_file()
     for name in ("notes", "retrieval"):  # each process's log and figures
         assert (tmp_path / name / "bench.log").is_file()
         assert (tmp_path / name / "result.json").is_file()
+        assert not (tmp_path / name / "tiny_model").exists()
     assert (
         "Produced by: `python scripts/bench_notes.py --quick --only retrieval notes --jobs 2`"
         in (tmp_path / "notes.md").read_text()

@@ -6,6 +6,9 @@ response that takes it (``parser.format(a)`` then EOS), and the policy samples f
 :class:`~agent_memory.protocol.ActionChoice` a trainer rescores with :func:`score_candidates`.
 With a memory that offers blocks to write (``meta["memory_candidates"]``, ``memory=notes``) it
 also chooses one the same way, from the same prompt: the response is that block, then the action.
+A block's score is by default its *mean* token log-prob (``memory_score``): blocks differ in
+length by whole lines, and by the summed log-likelihood the empty block always wins, so the choice
+RL should train is never explored.
 
 Example:
     >>> import tempfile
@@ -23,16 +26,16 @@ import logging
 import math
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 
-from agent_memory.checks import check_int, check_number
+from agent_memory.checks import check_choice, check_int, check_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, check_batch
 from agent_memory.policies.hf import GenerationStats, HFPolicy, _context_length
 from agent_memory.policies.local_model import cache_keyword, returned_cache
-from agent_memory.protocol import ActionChoice, Generation, SamplingParams
+from agent_memory.protocol import ActionChoice, Generation, SamplingParams, ScoreRule
 
 if TYPE_CHECKING:
     import os
@@ -53,7 +56,8 @@ class CandidateScores:
 
     Attributes:
         token_logprobs: ``(B, K, L)`` log-probability of each candidate token (0 on padding).
-        scores: ``(B, K)`` each candidate's summed log-probability (``-inf`` where absent).
+        scores: ``(B, K)`` each candidate's score: its token log-probs' sum or mean, as asked
+            (``-inf`` where absent).
         prompt_hidden: ``(B, H)`` the last hidden state at each prompt's last token, or None.
     """
 
@@ -74,6 +78,7 @@ class CandidateScores:
 def score_candidates(
     model: Any, prompt_ids: Sequence[Sequence[int]],
     candidate_ids: Sequence[Sequence[Sequence[int]]], *, pad_id: int, with_hidden: bool = False,
+    score: ScoreRule | Sequence[ScoreRule] = "sum",
 ) -> CandidateScores:  # fmt: skip
     """Each candidate response's token log-probabilities given its prompt (teacher forcing).
 
@@ -87,6 +92,8 @@ def score_candidates(
         candidate_ids: per prompt, its candidates' token ids (each non-empty; at least one).
         pad_id: the id used for padding (masked out).
         with_hidden: also return the last layer's hidden state at each prompt's last token.
+        score: how a candidate's score is made from its token log-probs (``sum`` or ``mean``),
+            for every prompt or one rule per prompt.
 
     Example:
         >>> import tempfile, torch, transformers
@@ -99,6 +106,9 @@ def score_candidates(
         >>> expected = full[0, 1, 5] + full[0, 2, 3]
         >>> bool(torch.isclose(out.scores[0, 1], expected, atol=1e-5))
         True
+        >>> mean = score_candidates(lm, [[4, 5]], [[[4], [5, 3]]], pad_id=0, score="mean")
+        >>> bool(torch.isclose(mean.scores[0, 1], expected / 2, atol=1e-5))
+        True
     """
     import torch
 
@@ -106,6 +116,11 @@ def score_candidates(
         raise ValueError(f"got {len(prompt_ids)} prompts but {len(candidate_ids)} candidate lists")
     if any(not p for p in prompt_ids) or any(not cs or not all(cs) for cs in candidate_ids):
         raise ValueError("every prompt and every candidate needs at least one token")
+    rules = [score] * len(prompt_ids) if isinstance(score, str) else list(score)
+    if len(rules) != len(prompt_ids):
+        raise ValueError(f"got {len(prompt_ids)} prompts but {len(rules)} score rules")
+    for rule in rules:
+        check_choice("score", rule, get_args(ScoreRule))
     device = next(model.parameters()).device
     b = len(prompt_ids)
     inputs, mask = _padded(prompt_ids, pad_id, device, left=True)
@@ -139,7 +154,10 @@ def score_candidates(
     scores = logps.new_full((b, k_max), -math.inf)
     idx_k = torch.tensor([k for _, k in rows], device=device)
     token_logprobs = token_logprobs.index_put((owner, idx_k), logps)
-    scores = scores.index_put((owner, idx_k), logps.sum(-1))
+    # A mean divides by the candidate's own length (its real tokens, not the padding).
+    mean = torch.tensor([rules[i] == "mean" for i, _ in rows], device=device)
+    sums = logps.sum(-1)
+    scores = scores.index_put((owner, idx_k), torch.where(mean, sums / cmask.sum(-1), sums))
     return CandidateScores(token_logprobs, scores, hidden)
 
 
@@ -193,7 +211,8 @@ class ScoringPolicy(Policy):
     Takes a model as the ``hf`` policy does. ``temperature`` is the action softmax's (0: the
     best). With ``seed`` each episode step draws from its own stream, whatever its batch.
     ``append_eos`` ends each candidate with the end token; ``score_forced`` also scores
-    single-candidate steps (else a forced action needs no forward pass).
+    single-candidate steps (else a forced action needs no forward pass). ``action_score`` and
+    ``memory_score`` make each candidate's score from its token log-probs (``sum`` or ``mean``).
     """
 
     temperature: float
@@ -206,11 +225,14 @@ class ScoringPolicy(Policy):
         dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto", seed: int | None = None,
         use_chat_template: bool | Literal["auto"] = "auto", num_threads: int | None = None,
         append_eos: bool = True, score_forced: bool = False, parser: ActionParser | None = None,
+        action_score: ScoreRule = "sum", memory_score: ScoreRule = "mean",
     ) -> None:  # fmt: skip
         super().__init__(parser)
         check_number("temperature", temperature, low=0)
         check_int("batch_size", batch_size, 1)
         check_int("seed", seed, 0, allow_none=True)
+        check_choice("action_score", action_score, get_args(ScoreRule))
+        check_choice("memory_score", memory_score, get_args(ScoreRule))
         # The hf policy loads the model, adopts a live one and renders prompts the same way.
         self._lm = HFPolicy(
             path, model=model, tokenizer=tokenizer, max_new_tokens=1, temperature=0.0,
@@ -222,6 +244,8 @@ class ScoringPolicy(Policy):
         self.seed = seed
         self.append_eos = append_eos
         self.score_forced = score_forced
+        self.action_score: ScoreRule = action_score
+        self.memory_score: ScoreRule = memory_score
         self.stats = GenerationStats()
         self.last_stats = GenerationStats()
         eos = self._lm._eos
@@ -283,7 +307,7 @@ class ScoringPolicy(Policy):
             self._prompt_ids(p, i, max([*c, *b], key=len))
             for i, (p, c, b) in enumerate(zip(prompts, cands, blocks, strict=True))
         ]
-        chosen = self._choose(pids, meta, cands, rng, 0, call)
+        chosen = self._choose(pids, meta, cands, rng, 0, call, self.action_score)
         written = self._write(pids, meta, blocks, rng, call)
         self.stats.add(call)
         self.last_stats = call
@@ -297,7 +321,7 @@ class ScoringPolicy(Policy):
         offered = [i for i, b in enumerate(blocks) if b]
         found = self._choose(
             [pids[i] for i in offered], [meta[i] for i in offered], [blocks[i] for i in offered],
-            rng, 1, call,
+            rng, 1, call, self.memory_score,
         )  # fmt: skip
         chosen = dict(zip(offered, found, strict=True))
         return [chosen.get(i) for i in range(len(pids))]
@@ -311,10 +335,10 @@ class ScoringPolicy(Policy):
     def _choose(
         self, prompt_ids: Sequence[list[int]], meta: Sequence[Mapping[str, Any]],
         options: Sequence[list[list[int]]], rng: np.random.Generator, stream: int,
-        call: GenerationStats,
+        call: GenerationStats, rule: ScoreRule,
     ) -> list[_Chosen]:  # fmt: skip
         """Per prompt, one of its ``options`` (response ids) sampled from the softmax of their
-        scores; ``stream`` separates the draws of several choices."""
+        scores (made by ``rule``); ``stream`` separates the draws of several choices."""
         import torch
 
         out: list[Any] = [None] * len(prompt_ids)
@@ -333,7 +357,7 @@ class ScoringPolicy(Policy):
             self.model.eval()
             with torch.inference_mode():
                 scored = score_candidates(
-                    self.model, pids, cands, pad_id=self.tokenizer.pad_token_id
+                    self.model, pids, cands, pad_id=self.tokenizer.pad_token_id, score=rule
                 )
                 logp = scored.action_logprobs(self.temperature).cpu()
                 tokens = scored.token_logprobs.cpu()
@@ -389,18 +413,21 @@ class ScoringPolicy(Policy):
         memory = None
         if written is not None and blocks is not None:
             text = f"{blocks[written[0]]}{text}"
-            memory = self._choice(written[2], written[0], written[4])
+            memory = self._choice(written[2], written[0], written[4], self.memory_score)
         return Generation(
             text=text, prompt_ids=prompt_ids, response_ids=list(cands[k]),
             response_logprobs=token_logprobs, finish_reason="stop", policy_version=self.version,
-            sampling=self.sampling_params(), choice=self._choice(cands, k, logprob),
+            sampling=self.sampling_params(),
+            choice=self._choice(cands, k, logprob, self.action_score),
             memory_choice=memory,
         )  # fmt: skip
 
-    def _choice(self, cands: list[list[int]], k: int, logprob: float) -> ActionChoice:
+    def _choice(
+        self, cands: list[list[int]], k: int, logprob: float, rule: ScoreRule
+    ) -> ActionChoice:
         return ActionChoice(
             candidate_ids=tuple(tuple(c) for c in cands), index=k, logprob=logprob,
-            temperature=self.temperature,
+            temperature=self.temperature, score=rule,
         )  # fmt: skip
 
     def close(self) -> None:

@@ -2,9 +2,9 @@
 
 The same processing as the sampler, on the same recorded ids: ``generate`` (``hf``) takes
 ``log_softmax(logits / T)`` at the positions that predicted each response token; ``score`` runs
-:func:`~agent_memory.policies.scoring.score_candidates` (the function the policy sampled with) and
-``log_softmax(scores / T)`` over the candidates. Each returns ``(B, T)`` tensors with a mask
-(``T = 1`` in ``score`` mode).
+:func:`~agent_memory.policies.scoring.score_candidates` (the function the policy sampled with, with
+each choice's recorded score rule) and ``log_softmax(scores / T)`` over the candidates. Each
+returns ``(B, T)`` tensors with a mask (``T = 1`` in ``score`` mode).
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def _score_forward(model: Any, samples: Sequence[Sample], pad_id: int, hidden: b
         raise ValueError("score-mode samples need their candidates and chosen index")
     scored = score_candidates(
         model, [s.prompt_ids for s in samples], [s.candidates or () for s in samples],
-        pad_id=pad_id, with_hidden=hidden,
+        pad_id=pad_id, with_hidden=hidden, score=[s.score for s in samples],
     )  # fmt: skip
     device = scored.scores.device
     temperature = torch.tensor([s.temperature for s in samples], device=device)[:, None]

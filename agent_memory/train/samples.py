@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from agent_memory.protocol import Generation
+from agent_memory.protocol import Generation, ScoreRule
 from agent_memory.rollout.types import StepRecord, Trajectory
 
 __all__ = ["ActionMode", "Sample", "build_samples", "is_stale"]
@@ -46,6 +46,7 @@ class Sample:
         candidates: ``score`` mode: every candidate's ids; else None.
         index: ``score`` mode: the chosen candidate; else None.
         loss_mask: ``generate`` mode: per response token, 1 where it is trained (None: all).
+        score: ``score`` mode: how each candidate's score was made from its token log-probs.
     """
 
     prompt_ids: tuple[int, ...]
@@ -57,6 +58,7 @@ class Sample:
     candidates: tuple[tuple[int, ...], ...] | None = None
     index: int | None = None
     loss_mask: tuple[int, ...] | None = None
+    score: ScoreRule = "sum"
 
     @property
     def forced(self) -> bool:
@@ -137,11 +139,11 @@ def _choice_samples(
     a = g.choice
     if len(a.candidate_ids) > 1 or keep_forced:  # a forced action carries no gradient
         out.append(Sample(p, tuple(g.response_ids or ()), [a.logprob], adv, ret, a.temperature,
-                          a.candidate_ids, a.index))  # fmt: skip
+                          a.candidate_ids, a.index, score=a.score))  # fmt: skip
     m = g.memory_choice  # a choice of its own, also where the action was forced
     if m is not None and train_memory_tokens and len(m.candidate_ids) > 1:
         out.append(Sample(p, m.candidate_ids[m.index], [m.logprob], adv, ret, m.temperature,
-                          m.candidate_ids, m.index))  # fmt: skip
+                          m.candidate_ids, m.index, score=m.score))  # fmt: skip
     return out
 
 

@@ -29,12 +29,15 @@ def run_benchmark(
     plot: Callable[[list[dict[str, Any]], Path], None],
     name: str,
     check: Callable[[Any, list[str]], Any],
+    prepare: Callable[[Path, list[str]], list[str]] | None = None,
 ) -> None:
     """Parse ``--only/--out/--quick/--set/--jobs``, train the chosen ``settings`` (``run_one``),
     print each result (``report``), and write ``<name>.md`` (the table and the command that
     produced it) and ``<name>.png`` into the output directory. ``check(setting, extra)``
     composes a configuration's config: every chosen one is checked before Ray or a child
-    process starts, and a config error ends the run there (one message, exit status 2)."""
+    process starts, and a config error ends the run there (one message, exit status 2).
+    ``prepare(out, extra)``, run once before any configuration, returns more overrides for
+    all of them (e.g. the model they all start from)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", choices=[s.name for s in settings],
                         help="run these configurations only")  # fmt: skip
@@ -57,7 +60,12 @@ def run_benchmark(
         report_config_errors(lambda: [check(setting, extra) for setting in chosen])
     out = args.out or REPO / "outputs" / f"bench_{name}" / time.strftime("%Y-%m-%d_%H-%M-%S")
     out.mkdir(parents=True, exist_ok=True)
-    flags = [*(["--quick"] if args.quick else []), *(["--set", *args.set] if args.set else [])]
+    given = list(args.set)
+    if prepare is not None and not args.child:  # a child has its parent's overrides in --set
+        added = prepare(out, extra)
+        extra += added
+        given += added
+    flags = [*(["--quick"] if args.quick else []), *(["--set", *given] if given else [])]
 
     failed: list[str] = []
     if args.jobs > 1 and len(chosen) > 1:

@@ -136,12 +136,16 @@ def test_needs_admissible_actions(lm_path):
         policy.generate(["go"], [_meta(None)])
 
 
-def test_a_memory_block_is_chosen_from_the_same_prompt_and_recorded(lm_path):
+BLOCKS = ["<memory></memory>", "<memory>the box</memory>", "<memory>go up</memory>"]
+
+
+@pytest.mark.parametrize("rule", ["mean", "sum"])
+def test_a_memory_block_is_chosen_from_the_same_prompt_and_recorded(lm_path, rule):
     """memory=notes' candidates: the block is a second choice from the prompt, its log-prob what
-    teacher forcing gives; the action's draw is the one it would be without memory."""
-    policy = ScoringPolicy(lm_path, temperature=1.0, seed=3)
-    blocks = ["<memory></memory>", "<memory>the box</memory>", "<memory>go up</memory>"]
-    meta = [{**_meta(["up", "down"], f"e{i}"), "memory_candidates": blocks} for i in range(4)]
+    teacher forcing gives under its score rule (mean: each block's token log-probs averaged);
+    the action's draw is the one it would be without memory."""
+    policy = ScoringPolicy(lm_path, temperature=1.0, seed=3, memory_score=rule)
+    meta = [{**_meta(["up", "down"], f"e{i}"), "memory_candidates": BLOCKS} for i in range(4)]
     gens = policy.generate(["go up"] * 4, meta)
     plain = ScoringPolicy(lm_path, temperature=1.0, seed=3).generate(
         ["go up"] * 4, [_meta(["up", "down"], f"e{i}") for i in range(4)]
@@ -150,13 +154,54 @@ def test_a_memory_block_is_chosen_from_the_same_prompt_and_recorded(lm_path):
     for g, p in zip(gens, plain, strict=True):
         m = g.memory_choice
         assert m is not None and len(m.candidate_ids) == 3
-        assert g.text == blocks[m.index] + p.text and g.choice == p.choice
-        assert list(m.candidate_ids[m.index]) == policy.block_ids(blocks[m.index])
+        assert (m.score, g.choice.score) == (rule, "sum")
+        assert g.text == BLOCKS[m.index] + p.text and g.choice == p.choice
+        assert list(m.candidate_ids[m.index]) == policy.block_ids(BLOCKS[m.index])
         scores = []
         for cand in m.candidate_ids:
             with torch.no_grad():
                 lp = model(torch.tensor([g.prompt_ids + list(cand)])).logits.log_softmax(-1)[0]
             n = len(g.prompt_ids)
-            scores.append(sum(float(lp[n - 1 + j, t]) for j, t in enumerate(cand)))
+            total = sum(float(lp[n - 1 + j, t]) for j, t in enumerate(cand))
+            scores.append(total / len(cand) if rule == "mean" else total)
         log_z = math.log(sum(math.exp(s) for s in scores))
         assert m.logprob == pytest.approx(scores[m.index] - log_z, abs=1e-5)
+
+
+def test_the_trainer_recomputes_memory_and_action_choices_in_one_batch(lm_path):
+    """Mean-scored memory choices and sum-scored actions share a minibatch; each is recomputed by
+    its own rule, so the importance ratio is 1 at the weights that sampled."""
+    from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
+    from agent_memory.train.samples import build_samples
+
+    policy = ScoringPolicy(lm_path, temperature=0.7, seed=1)
+    meta = [
+        {**_meta(["up", "down", "left"], f"e{i}"), "memory_candidates": BLOCKS} for i in range(3)
+    ]
+    gens = policy.generate(["go up", "the box", "go"], meta)
+    steps = [
+        StepRecord(1, "q", g.text, "up", True, None, 1.0, True, False, 2, 4, 0, None,
+                   generation=g, advantage=1.0, ret=1.0)
+        for g in gens
+    ]  # fmt: skip
+    samples = build_samples([Trajectory(EpisodeSpec("g", "t", 0, 0, 1), steps)], "score")
+    assert [s.score for s in samples] == ["sum", "mean"] * 3
+    with torch.no_grad():
+        fw = forward(policy.model, samples, "score", pad_id=policy.tokenizer.pad_token_id)
+    recorded = [lp for g in gens for lp in (g.choice.logprob, g.memory_choice.logprob)]
+    assert fw.logprobs.flatten().tolist() == pytest.approx(recorded, abs=1e-5)
+
+
+def test_score_rules_are_checked():
+    from agent_memory.protocol import ActionChoice
+
+    with pytest.raises(
+        ValueError, match=re.escape("score must be one of ['sum', 'mean'], got 'max'")
+    ):
+        ActionChoice(((1,),), index=0, logprob=0.0, score="max")
+    with pytest.raises(
+        ValueError, match=re.escape("memory_score must be one of ['sum', 'mean'], got 'sum '")
+    ):
+        ScoringPolicy("unused", memory_score="sum ")
+    with pytest.raises(ValueError, match=re.escape("got 1 prompts but 2 score rules")):
+        score_candidates(None, [[1]], [[[2]]], pad_id=0, score=["sum", "mean"])

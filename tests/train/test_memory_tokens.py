@@ -71,7 +71,7 @@ def test_switched_off_with_a_memory_the_policy_does_not_write_is_a_config_error(
 def test_score_mode_trains_the_memory_choice_unless_switched_off():
     from agent_memory.protocol import ActionChoice
 
-    memory = ActionChoice(((4, 3), (5, 6, 3)), index=1, logprob=-0.4)
+    memory = ActionChoice(((4, 3), (5, 6, 3)), index=1, logprob=-0.4, score="mean")
     gen = Generation("<memory>w</memory>blue", prompt_ids=[5, 6], response_ids=[9, 3],
                      response_logprobs=[-0.1, -0.2],
                      choice=ActionChoice(((8, 3), (9, 3)), index=1, logprob=-0.7),
@@ -82,6 +82,7 @@ def test_score_mode_trains_the_memory_choice_unless_switched_off():
     action, block = build_samples([traj], "score")
     assert (block.candidates, block.index, block.old_logprobs) == (memory.candidate_ids, 1, [-0.4])
     assert block.response_ids == (5, 6, 3) and block.advantage == action.advantage == 0.5
+    assert (action.score, block.score) == ("sum", "mean")  # each as it was sampled
     [only] = build_samples([traj], "score", train_memory_tokens=False)
     assert only == action
     # A forced action (one admissible) is no sample; the memory's choice at that step still is.

@@ -68,9 +68,11 @@ def _generation_columns(g: Generation | None) -> dict[str, Any]:
         "action_candidates": None if choice is None else [list(c) for c in choice.candidate_ids],
         "action_index": _field(choice, "index"),
         "action_logprob": _field(choice, "logprob"),
+        "action_score": _field(choice, "score"),
         "memory_candidates": None if memory is None else [list(c) for c in memory.candidate_ids],
         "memory_index": _field(memory, "index"),
         "memory_logprob": _field(memory, "logprob"),
+        "memory_score": _field(memory, "score"),
     }
 
 

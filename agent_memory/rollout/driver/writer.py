@@ -81,12 +81,20 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     ),
     "action_index": ("int64", "score policy: the chosen candidate"),
     "action_logprob": ("float64", "score policy: the chosen action's log-prob (action softmax)"),
+    "action_score": (
+        "string",
+        "score policy: each action's score: its token log-probs' sum or mean",
+    ),
     "memory_candidates": (
         "list:list:int64",
         "score policy with memory=notes: every memory block's ids (the response starts with one)",
     ),
     "memory_index": ("int64", "score policy: the chosen memory block"),
     "memory_logprob": ("float64", "score policy: the chosen block's log-prob (its softmax)"),
+    "memory_score": (
+        "string",
+        "score policy: each block's score: its token log-probs' sum or mean",
+    ),
 }
 
 
