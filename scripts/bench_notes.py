@@ -1,6 +1,6 @@
 """Memory the agent learns to write, beyond the training horizon: the table behind docs/training.md.
 
-    python scripts/bench_notes.py                        # all: ~70 min on 2 cores (~11 each)
+    python scripts/bench_notes.py                        # all: ~65 min on 2 cores (~11 each)
     python scripts/bench_notes.py --jobs 6               # 6 at once (one process each: 16 cores)
     python scripts/bench_notes.py --only notes notes_memory_untrained
     python scripts/bench_notes.py --quick                # 2 iterations each: a smoke test
