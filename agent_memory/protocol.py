@@ -13,14 +13,17 @@ from agent_memory.checks import check_choice
 from agent_memory.pickling import by_position
 
 __all__ = [
-    "ADMISSIBLE_ACTIONS", "EPISODE_HISTORY", "INVALID_REASON", "IS_ACTION_VALID", "STATE_KEY",
-    "TASK", "WON", "ActionChoice", "Episode", "Generation", "SamplingParams", "ScoreRule",
+    "ADMISSIBLE_ACTIONS", "EPISODE_HISTORY", "INVALID_REASON", "IS_ACTION_VALID", "SCORE_RULES",
+    "STATE_KEY", "TASK", "WON", "ActionChoice", "Episode", "Generation", "SamplingParams",
+    "ScoreRule",
 ]  # fmt: skip
 
 #: How a scoring policy makes a candidate's score from its tokens' log-probs: their ``sum`` (the
 #: candidate's log-likelihood, GLAM) or their ``mean`` (length-normalised, so a short candidate
 #: does not win by being short).
 ScoreRule = Literal["sum", "mean"]
+#: The values of :data:`ScoreRule`, for checks.
+SCORE_RULES: Final = get_args(ScoreRule)
 
 #: A prompt: text, or a chat message list (the ``chat`` formatter).
 Prompt = str | list[dict[str, str]]
@@ -124,7 +127,7 @@ class ActionChoice:
     score: ScoreRule = "sum"
 
     def __post_init__(self) -> None:
-        check_choice("score", self.score, get_args(ScoreRule))
+        check_choice("score", self.score, SCORE_RULES)
         if not 0 <= self.index < len(self.candidate_ids):
             raise ValueError(
                 f"index must point at one of the {len(self.candidate_ids)} candidates, "

@@ -26,7 +26,7 @@ import logging
 import math
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -35,7 +35,13 @@ from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, check_batch
 from agent_memory.policies.hf import GenerationStats, HFPolicy, _context_length
 from agent_memory.policies.local_model import cache_keyword, returned_cache
-from agent_memory.protocol import ActionChoice, Generation, SamplingParams, ScoreRule
+from agent_memory.protocol import (
+    SCORE_RULES,
+    ActionChoice,
+    Generation,
+    SamplingParams,
+    ScoreRule,
+)
 
 if TYPE_CHECKING:
     import os
@@ -119,8 +125,8 @@ def score_candidates(
     rules = [score] * len(prompt_ids) if isinstance(score, str) else list(score)
     if len(rules) != len(prompt_ids):
         raise ValueError(f"got {len(prompt_ids)} prompts but {len(rules)} score rules")
-    for rule in rules:
-        check_choice("score", rule, get_args(ScoreRule))
+    for rule in set(rules):
+        check_choice("score", rule, SCORE_RULES)
     device = next(model.parameters()).device
     b = len(prompt_ids)
     inputs, mask = _padded(prompt_ids, pad_id, device, left=True)
@@ -231,8 +237,8 @@ class ScoringPolicy(Policy):
         check_number("temperature", temperature, low=0)
         check_int("batch_size", batch_size, 1)
         check_int("seed", seed, 0, allow_none=True)
-        check_choice("action_score", action_score, get_args(ScoreRule))
-        check_choice("memory_score", memory_score, get_args(ScoreRule))
+        check_choice("action_score", action_score, SCORE_RULES)
+        check_choice("memory_score", memory_score, SCORE_RULES)
         # The hf policy loads the model, adopts a live one and renders prompts the same way.
         self._lm = HFPolicy(
             path, model=model, tokenizer=tokenizer, max_new_tokens=1, temperature=0.0,
