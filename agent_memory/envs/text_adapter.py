@@ -258,11 +258,27 @@ class TextAdapter(TextEnv):
 
     # -- gymnasium API -------------------------------------------------------------------------
 
+    @property
+    def np_random(self) -> np.random.Generator:
+        """The inner env's generator, as a Gymnasium wrapper gives it: the adapter draws
+        nothing itself, so a reset seeds the inner env only (a second generator per reset
+        cost a third of it)."""
+        return self.env.np_random
+
+    @np_random.setter
+    def np_random(self, value: np.random.Generator) -> None:
+        self.env.np_random = value
+
+    @property
+    def np_random_seed(self) -> int:
+        """The inner env's seed (see :attr:`np_random`)."""
+        return int(self.env.np_random_seed)
+
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[str, dict[str, Any]]:
-        super().reset(seed=seed)
         obs, inner_info = self.env.reset(seed=seed, options=options)
+        self._np_random = self.env.np_random  # the same one, for code that reads the field
         self._obs = obs
         self._inner_info = dict(inner_info)
         self._won = self._terminated = False
@@ -314,8 +330,13 @@ class TextAdapter(TextEnv):
         return sanitize(self._obs_to_text(self.env, obs), self.max_obs_length)
 
     def _info(self) -> dict[str, Any]:
-        # Fresh copies: Gymnasium requires infos that share no mutable object across calls.
-        info = copy.deepcopy(self._inner_info)
+        # Fresh copies: Gymnasium requires infos that share no mutable object across calls
+        # (a dict of immutable values needs no deep copy: the common case, e.g. {"prob": 1.0}).
+        inner = self._inner_info
+        if all(type(v) in _IMMUTABLE for v in inner.values()):
+            info = dict(inner)
+        else:
+            info = copy.deepcopy(inner)
         info[TASK] = self.task
         info[ADMISSIBLE_ACTIONS] = self.admissible_actions()
         info[WON] = self._won
@@ -325,6 +346,9 @@ class TextAdapter(TextEnv):
             info[STATE_KEY] = stable_hash("obs", _canonical(self._obs))
         return info
 
+
+#: Value types an info dict can share across calls (nothing in them can change).
+_IMMUTABLE = frozenset({int, float, bool, str, bytes, type(None)})
 
 #: A Gymnasium transition table: ``P[state][action]`` lists ``(prob, next_state, reward, done)``.
 TransitionTable = Mapping[int, Mapping[int, Sequence[tuple[float, int, SupportsFloat, bool]]]]

@@ -206,3 +206,52 @@ def test_a_gymnasium_discrete_env_adapts_as_is() -> None:
     assert obs.startswith("pole angle ") and info["won"] is False
     _, reward, _, _, info = env.step("PUSH  right")
     assert (reward, info["is_action_valid"]) == (1.0, True)
+
+
+def test_the_adapter_draws_from_the_inner_envs_generator() -> None:
+    # A reset seeds one generator, the inner env's (the adapter draws nothing itself): the
+    # adapter's np_random is that one, as a Gymnasium wrapper's is, and a seed replays the
+    # slippery lake's moves exactly.
+    inner = gym.make("FrozenLake-v1", is_slippery=True)
+    env = TextAdapter(
+        inner, obs_to_text=lambda env, s: f"cell {s}", action_names=["l", "d", "r", "u"]
+    )
+    check_env(env)
+
+    def walk() -> list[str]:
+        obs, _ = env.reset(seed=7)
+        seen = [obs]
+        for k in range(12):
+            obs, _, terminated, truncated, _ = env.step("ldru"[k % 4])
+            seen.append(obs)
+            if terminated or truncated:
+                break
+        return seen
+
+    first = walk()
+    assert env.np_random is inner.unwrapped.np_random and env.np_random_seed == 7
+    assert walk() == first
+
+
+class Notebook(gym.Env):
+    """An env whose info holds a list (mutable): each call's info must be a fresh copy."""
+
+    observation_space, action_space = spaces.Discrete(2), spaces.Discrete(1)
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.notes = ["start"]
+        return 0, {"notes": self.notes, "prob": 1.0}
+
+    def step(self, action: int):
+        self.notes.append("step")
+        return 1, 0.0, False, False, {"notes": self.notes, "prob": 1.0}
+
+
+def test_infos_share_no_mutable_value_across_calls() -> None:
+    env = TextAdapter(Notebook(), obs_to_text=lambda env, s: f"page {s}", action_names=["write"])
+    _, info = env.reset(seed=0)
+    info["notes"].append("mine")  # a caller's change reaches neither the env nor later infos
+    _, _, _, _, info2 = env.step("write")
+    assert info2["notes"] == ["start", "step"] and info2["notes"] is not env.unwrapped.env.notes
+    assert info2["prob"] == 1.0
