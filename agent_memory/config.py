@@ -211,8 +211,10 @@ class PolicyConfig:
 
 #: ``rollout.queue_depth`` for a policy the workers call inline (see RolloutConfig.depth_for).
 INLINE_QUEUE_DEPTH = 4
-#: ``rollout.report_interval_s`` per episode queued ahead (see RolloutConfig.report_interval_for).
-REPORT_INTERVAL_PER_QUEUED_S = 0.02
+#: ``rollout.report_interval_s`` per episode queued ahead, for a policy the workers call inline
+#: and for a server's or a policy service's (see RolloutConfig.report_interval_for).
+INLINE_REPORT_INTERVAL_S = 0.02
+REMOTE_REPORT_INTERVAL_S = 0.25
 
 
 @dataclass
@@ -308,19 +310,31 @@ class RolloutConfig:
             return self.queue_depth
         return INLINE_QUEUE_DEPTH if inline else 1
 
-    def report_interval_for(self, depth: int) -> float:
+    def report_interval_for(self, inline: bool, spare: bool = False) -> float:
         """The longest a worker holds finished episodes to send them together:
-        ``report_interval_s``, or 0.02 s per episode queued ahead on each env.
+        ``report_interval_s``, or per episode queued ahead on each env (:meth:`depth_for`)
+        0.02 s for a policy the workers call inline and 0.25 s for a server's or a policy
+        service's. Each message costs both processes CPU (and brings the worker's next
+        assignments back), and an env left with nothing to play makes its worker report at
+        once, so the longer wait starves no env: where each answer takes tens of milliseconds
+        or more, it only sends fewer, fuller messages. ``spare``: the wait at the end of a
+        collect for a worker with client slots to spare, which the driver moves to the workers
+        whose envs still play by what it hears: 0.02 s per queued episode whatever the policy.
 
         Example:
-            >>> RolloutConfig().report_interval_for(4)
+            >>> RolloutConfig().report_interval_for(inline=True)
             0.08
-            >>> RolloutConfig(report_interval_s=0).report_interval_for(4)
+            >>> RolloutConfig().report_interval_for(inline=False)
+            0.25
+            >>> RolloutConfig().report_interval_for(inline=False, spare=True)
+            0.02
+            >>> RolloutConfig(report_interval_s=0).report_interval_for(inline=True)
             0
         """
         if self.report_interval_s is not None:
             return self.report_interval_s
-        return REPORT_INTERVAL_PER_QUEUED_S * depth
+        per = INLINE_REPORT_INTERVAL_S if inline or spare else REMOTE_REPORT_INTERVAL_S
+        return per * self.depth_for(inline)
 
 
 @dataclass

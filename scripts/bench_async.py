@@ -69,6 +69,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+import yaml
 from bench_lib.procs import cpu_s
 
 import agent_memory.envs  # noqa: F401  (registers the bundled envs)
@@ -161,6 +162,8 @@ class Run:
     steps: int
     #: CPU seconds of the client's processes (driver and workers; the ideal: its own process).
     client_cpu_s: float = float("nan")
+    #: Messages of finished episodes from the workers to the driver (NaN: no driver).
+    reports: float = float("nan")
 
 
 def make_job(
@@ -210,7 +213,7 @@ class Started:
 
     def play(self, server: ServerProcess | None, specs: list[EpisodeSpec] | None = None) -> Run:
         """Play the episodes (or ``specs``) once; the figures of that run."""
-        steps0 = self.collector.stats.env_steps
+        steps0, reports0 = self.collector.stats.env_steps, self.collector.stats.reports
         pids = [self.collector.worker_pid(w) for w in range(len(self.collector.pool.workers))]
         with frozen_heap():  # as in a process that holds nothing else
             cpu0 = time.process_time() + sum(map(cpu_s, pids))
@@ -225,7 +228,8 @@ class Started:
         if server is not None:
             s = server.stats(t0, t1)
             util, idle = s.utilization, s.idle_s
-        return Run(steps / (t1 - t0), util, idle, t1 - t0, steps, cpu1 - cpu0)
+        reports = self.collector.stats.reports - reports0
+        return Run(steps / (t1 - t0), util, idle, t1 - t0, steps, cpu1 - cpu0, reports)
 
     def close(self) -> None:
         self.collector.close()
@@ -331,7 +335,8 @@ def interleaved(
     jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None, ideal: int = 0,
     ideal_params: dict[str, Any] | None = None, in_process: bool = False,
 ) -> dict[str, list[Run]]:  # fmt: skip
-    """``repeats`` runs of each job, alternating between them (load changes hit all alike);
+    """``repeats`` runs of each job, alternating between them (load changes hit all alike),
+    each repeat in the order of the one before rotated by one;
     with ``ideal`` envs, an :class:`Ideal` client's runs too (key ``"ideal"``), through the
     openai policy of ``ideal_params``; with ``in_process``, the async job's episodes played by
     :class:`InProcess` too (key ``"in-process"``, same policy)."""
@@ -348,9 +353,13 @@ def interleaved(
             first = next(iter(jobs))
             runs["ideal"] = []
             started["ideal"] = Ideal(dict(ideal_params or {}), ideal, lambda: runs[first][0].steps)
-        for _ in range(repeats):
-            for key, engine in started.items():
-                runs[key].append(engine.play(server))
+        # Each repeat starts one engine further on: a run reads up to 10% slower or faster by
+        # what ran before it (same config, measured), so no engine always follows the same one.
+        order = list(started)
+        for r in range(repeats):
+            k = r % len(order)
+            for key in order[k:] + order[:k]:
+                runs[key].append(started[key].play(server))
         return runs
     finally:
         for engine in started.values():
@@ -386,9 +395,10 @@ def server_section(args: argparse.Namespace) -> None:
         )
         print(
             "| envs | engine | env-steps/s | vs lockstep | vs ideal | ceiling | server utilization "
-            "| idle (nothing in flight) | time to play | env-steps | client CPU per env-step |"
+            "| idle (nothing in flight) | time to play | env-steps | client CPU per env-step "
+            "| reports to the driver |"
         )
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for n in args.envs:
             per_worker = -(-n // args.workers)
             jobs = {
@@ -403,6 +413,16 @@ def server_section(args: argparse.Namespace) -> None:
                 )
                 for mode in MODES
             }
+            for variant in args.variant:
+                key, _, value = variant.partition("=")
+                rollout = replace(jobs["async"].rollout, **{key: yaml.safe_load(value)})
+                jobs[f"async {variant}"] = replace(jobs["async"], rollout=rollout)
+            if args.variant:  # every job's workers stay up: they share the CPUs Ray counts
+                share = min(0.5, ray_cpus() / (args.workers * len(jobs)))
+                jobs = {
+                    k: replace(j, rollout=replace(j.rollout, num_cpus_per_worker=share))
+                    for k, j in jobs.items()
+                }
             runs = interleaved(jobs, args.repeats, server, n, dict(policy.params), args.in_process)
             base = med(runs["lockstep"], "steps_per_s")
             # Both engines play the same steps against the same latencies, so the ratio of
@@ -411,7 +431,7 @@ def server_section(args: argparse.Namespace) -> None:
             lockstep_util = med(runs["lockstep"], "utilization")
             ceiling = f"{1 / lockstep_util:.2f}x" if lockstep_util > 0 else "n/a"
             ideal = med(runs["ideal"], "steps_per_s")
-            for mode in (*MODES, "in-process", "ideal"):
+            for mode in (*MODES, *(f"async {v}" for v in args.variant), "in-process", "ideal"):
                 if mode not in runs:
                     continue
                 rs = runs[mode]
@@ -421,7 +441,8 @@ def server_section(args: argparse.Namespace) -> None:
                     f"{ceiling if mode == 'async' else ''} | "
                     f"{med(rs, 'utilization'):.2f} | {med(rs, 'idle_s'):.2f} s | "
                     f"{med(rs, 'seconds'):.1f} s | {med(rs, 'steps'):,.0f} | "
-                    f"{statistics.median(r.client_cpu_s / r.steps for r in rs) * 1000:.2f} ms |"
+                    f"{statistics.median(r.client_cpu_s / r.steps for r in rs) * 1000:.2f} ms | "
+                    f"{reports(rs)} |"
                 )
         print()
     finally:
@@ -581,6 +602,18 @@ def random_section(args: argparse.Namespace) -> None:
     print()
 
 
+def reports(runs: list[Run]) -> str:
+    """The median run's reports to the driver ("" where no driver ran)."""
+    n = med(runs, "reports")
+    return "" if math.isnan(n) else f"{n:,.0f}"
+
+
+def ray_cpus() -> float:
+    import ray
+
+    return float(ray.cluster_resources().get("CPU", 0))
+
+
 def plural(episodes: int) -> str:
     return f"{episodes} episode{'' if episodes == 1 else 's'}"
 
@@ -611,6 +644,11 @@ def main() -> None:
         "--pass-window", type=float, default=RolloutConfig.pass_window_s,
         help="rollout.pass_window_s of the async engine and the in-process row (default: the "
         "config's; 0: each answer stepped at once)",
+    )  # fmt: skip
+    p.add_argument(
+        "--variant", nargs="*", default=[], metavar="KEY=VALUE",
+        help="more async rows, interleaved with the others: the async job with rollout.KEY "
+        "set to VALUE (e.g. report_interval_s=0.1), one row per variant",
     )  # fmt: skip
     p.add_argument(
         "--in-process", action="store_true",

@@ -35,6 +35,7 @@ def test_no_generation_for_finished_envs_and_scripted_success():
     steps = sum(len(t.steps) for t in trajs)
     # One request per real step: none for an env whose episode ended.
     assert collector.stats.policy_requests == steps == collector.stats.env_steps
+    assert 1 <= collector.stats.reports <= len(trajs)  # each message brings at least one
     assert all(t.won and t.terminated and not t.truncated for t in trajs)
     assert [s.step for s in trajs[0].steps] == list(range(1, len(trajs[0].steps) + 1))
 

@@ -111,6 +111,31 @@ def test_after_drain_an_env_running_dry_is_no_reason_to_report_at_once():
     worker.close()
 
 
+def test_after_drain_a_worker_with_client_slots_to_spare_reports_within_the_spare_interval():
+    # The same run with a spare interval of 0: once drained, a worker none of whose requests
+    # waits for a client slot (an inline policy has no slots to wait for) sends what ended after
+    # each pass, so the driver can move its spare slots; the 60 s interval no longer applies.
+    worker = _worker(envs=2)
+    loop = EpisodeLoop(
+        worker, worker.policy, 100, report_interval_s=60.0, spare_report_interval_s=0
+    )
+    env1 = [a(1, g, g - 1) for g in range(1, 101)]
+
+    async def main():
+        loop.drain()
+        messages = []
+        async for batch in loop.run([a(0, 0, 0), *env1]):
+            messages.append([ep.traj_uid for ep in batch])
+            if sum(map(len, messages)) == 101:
+                loop.finish()
+        return messages
+
+    messages = asyncio.run(main())
+    assert sorted(uid for m in messages for uid in m) == sorted(f"g{g}-t0" for g in range(101))
+    assert len(messages) > 1  # not held back until no env was playing
+    worker.close()
+
+
 def test_without_an_interval_each_pass_sends_what_ended():
     worker = _worker(envs=1)
     messages = _play(worker, [a(0, 0, 0), a(0, 1, 1), a(0, 2, 2)], episodes=3)

@@ -201,6 +201,7 @@ class Collector:
                 try:
                     batch: EpisodeBatch = ray.get(next(gen))
                     ended = batch.unpack()
+                    self.stats.reports += 1
                 except StopIteration:
                     self._ended(gen)
                     continue

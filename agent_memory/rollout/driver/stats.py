@@ -19,6 +19,9 @@ class RolloutStats:
     worker_restarts: int = 0
     workers_lost: int = 0
     episodes_rerun: int = 0
+    #: Messages of finished episodes the workers sent the driver (asynchronous engine; each
+    #: costs both sides CPU: ``rollout.report_interval_s``).
+    reports: int = 0
     #: Episodes ended by ``rollout.step_timeout_s``.
     step_timeouts: int = 0
     #: Seconds to start the workers and hand out the first episodes.

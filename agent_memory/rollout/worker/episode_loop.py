@@ -74,6 +74,9 @@ class EpisodeLoop:
             service's Ray handle.
         max_response_chars: the rows' cap on raw responses.
         report_interval_s: the longest finished episodes wait to be sent together.
+        spare_report_interval_s: the same once the driver has nothing more to give out
+            (:meth:`drain`) while this worker has client slots to spare: the driver moves them
+            to the workers whose envs still play by what it hears (None: ``report_interval_s``).
         lockstep: ``rollout.mode=lockstep``: the live envs step together once all answers are
             in (a policy service gets them in one request, answered as a batch of its own).
         pass_window_s: while requests wait for a slot of the policy's ``concurrency``, the
@@ -83,6 +86,7 @@ class EpisodeLoop:
     def __init__(
         self, worker: Any, policy: Any, max_response_chars: int, report_interval_s: float = 0.0,
         lockstep: bool = False, pass_window_s: float = 0.0,
+        spare_report_interval_s: float | None = None,
     ) -> None:  # fmt: skip
         self.worker = worker
         self.lockstep = lockstep
@@ -91,6 +95,9 @@ class EpisodeLoop:
         self.max_response_chars = max_response_chars
         self.memory_tag = worker.env.memory.written_tag
         self.report_interval_s = report_interval_s
+        self.spare_report_interval_s = (
+            report_interval_s if spare_report_interval_s is None else spare_report_interval_s
+        )
         #: Set when what has ended must go to the driver now, not at the end of the interval:
         #: an env has nothing left to play (the driver must feed it), or no more is coming.
         self.flush = asyncio.Event()
@@ -139,9 +146,9 @@ class EpisodeLoop:
         ended since the last yield (one message to the driver for all of them).
 
         The episodes are played by a task of their own. A message waits up to
-        ``report_interval_s`` after its first episode ended, for more to join it (each message
-        costs both processes CPU), unless an env has nothing left to play (before :meth:`drain`),
-        no env is playing, or :meth:`finish` was called.
+        ``report_interval_s`` (or ``spare_report_interval_s``) after its first episode ended,
+        for more to join it (each message costs both processes CPU), unless an env has nothing
+        left to play (before :meth:`drain`), no env is playing, or :meth:`finish` was called.
 
         Raises:
             PolicyFailed: the policy raised.
@@ -165,8 +172,9 @@ class EpisodeLoop:
         try:
             while True:
                 items = [await ended.get()]
-                if self.report_interval_s > 0 and not (self.closing or self.flush.is_set()):
-                    timer = loop.call_later(self.report_interval_s, self.flush.set)
+                wait = self._report_wait()
+                if wait > 0 and not (self.closing or self.flush.is_set()):
+                    timer = loop.call_later(wait, self.flush.set)
                     await self.flush.wait()
                     timer.cancel()
                 self.flush.clear()
@@ -183,6 +191,12 @@ class EpisodeLoop:
         finally:
             if not task.done():
                 task.cancel()
+
+    def _report_wait(self) -> float:
+        """How long the episodes that ended may wait for more to join their message."""
+        if self.drained and self._backlog() <= 0:  # client slots to spare (see __init__)
+            return self.spare_report_interval_s
+        return self.report_interval_s
 
     async def _play(
         self,

@@ -324,10 +324,11 @@ class RolloutWorker:
         if policy_version is not None and self.policy is not None:
             self.policy.version = policy_version
         r = self.job.rollout
-        interval = r.report_interval_for(r.depth_for(answers_inline(self.policy)))
+        inline = answers_inline(self.policy)
         loop = EpisodeLoop(
-            self, self.policy, r.max_response_chars, interval,
+            self, self.policy, r.max_response_chars, r.report_interval_for(inline),
             lockstep=r.mode == "lockstep", pass_window_s=r.pass_window_s,
+            spare_report_interval_s=r.report_interval_for(inline, spare=True),
         )  # fmt: skip
         self.loops[stream] = loop
         for early in self.early.pop(stream, []):
