@@ -64,13 +64,13 @@ import statistics
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import yaml
-from bench_lib.procs import cpu_s
+from bench_lib.procs import cpu_s, thread_cpu_s
 
 import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import (
@@ -164,6 +164,8 @@ class Run:
     client_cpu_s: float = float("nan")
     #: Messages of finished episodes from the workers to the driver (NaN: no driver).
     reports: float = float("nan")
+    #: CPU seconds by process and thread name ("driver: python", "worker 0: ..."; driver runs).
+    threads: dict[str, float] | None = None
 
 
 def make_job(
@@ -215,12 +217,15 @@ class Started:
         """Play the episodes (or ``specs``) once; the figures of that run."""
         steps0, reports0 = self.collector.stats.env_steps, self.collector.stats.reports
         pids = [self.collector.worker_pid(w) for w in range(len(self.collector.pool.workers))]
+        roles = {os.getpid(): "driver", **{pid: f"worker {w}" for w, pid in enumerate(pids)}}
         with frozen_heap():  # as in a process that holds nothing else
+            threads0 = {pid: thread_cpu_s(pid) for pid in roles}
             cpu0 = time.process_time() + sum(map(cpu_s, pids))
             t0 = time.monotonic()
             self.collector.collect(self.specs if specs is None else specs)
             t1 = time.monotonic()
             cpu1 = time.process_time() + sum(map(cpu_s, pids))
+            threads1 = {pid: thread_cpu_s(pid) for pid in roles}
         # Free this run's trajectories now, not inside the next run's timing.
         self.collector.book = None
         steps = self.collector.stats.env_steps - steps0
@@ -229,7 +234,12 @@ class Started:
             s = server.stats(t0, t1)
             util, idle = s.utilization, s.idle_s
         reports = self.collector.stats.reports - reports0
-        return Run(steps / (t1 - t0), util, idle, t1 - t0, steps, cpu1 - cpu0, reports)
+        threads: dict[str, float] = {}
+        for pid, role in roles.items():
+            for (tid, name), cpu in threads1[pid].items():
+                key = f"{role}: {name}"
+                threads[key] = threads.get(key, 0.0) + cpu - threads0[pid].get((tid, name), 0.0)
+        return Run(steps / (t1 - t0), util, idle, t1 - t0, steps, cpu1 - cpu0, reports, threads)
 
     def close(self) -> None:
         self.collector.close()
@@ -444,9 +454,30 @@ def server_section(args: argparse.Namespace) -> None:
                     f"{statistics.median(r.client_cpu_s / r.steps for r in rs) * 1000:.2f} ms | "
                     f"{reports(rs)} |"
                 )
+            if args.threads:
+                thread_table(runs)
         print()
     finally:
         server.close()
+
+
+def thread_table(runs: dict[str, list[Run]]) -> None:
+    """``--threads``: where each driver-run engine's CPU went, by process and thread name
+    (threads of one name summed), in ms per env-step; medians over the runs."""
+    print()
+    print("| engine | process: thread | CPU per env-step |")
+    print("|---|---|---|")
+    for mode, rs in runs.items():
+        if rs[0].threads is None:
+            continue
+        keys = {k for r in rs for k in r.threads or {}}
+        cost = {
+            k: statistics.median((r.threads or {}).get(k, 0.0) / r.steps for r in rs) for k in keys
+        }
+        for k in sorted(cost, key=lambda k: -cost[k]):
+            if cost[k] >= 1e-5:  # (0.01 ms per env-step)
+                print(f"| {mode} | {k} | {cost[k] * 1000:.2f} ms |")
+    print()
 
 
 def calibration_section(args: argparse.Namespace) -> None:
@@ -651,6 +682,11 @@ def main() -> None:
         "set to VALUE (e.g. report_interval_s=0.1), one row per variant",
     )  # fmt: skip
     p.add_argument(
+        "--threads", action="store_true",
+        help="after each size's table, the driver's and each worker's CPU per env-step by "
+        "thread (/proc/<pid>/task)",
+    )  # fmt: skip
+    p.add_argument(
         "--in-process", action="store_true",
         help="a row for the async engine without Ray: one worker of every env in this process",
     )  # fmt: skip
@@ -674,6 +710,13 @@ def main() -> None:
     p.add_argument("--calibration-latency", type=float, default=0.2, help="seconds")
     p.add_argument("--skip", choices=["server", "random", "calibration"], nargs="*", default=[])
     args = p.parse_args()
+    rollout_keys = {f.name for f in fields(RolloutConfig)}
+    for variant in args.variant:
+        if variant.partition("=")[0] not in rollout_keys or "=" not in variant:
+            p.error(
+                f"--variant expects KEY=VALUE with KEY a rollout.* field (e.g. "
+                f"report_interval_s=0.1), got {variant!r}"
+            )
     if args.quick:
         args.envs, args.repeats, args.max_steps = [8], 1, 4
         args.episodes_per_env, args.server_lifetime = 1, 300.0

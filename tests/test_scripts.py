@@ -153,7 +153,9 @@ def test_bench_scale_quick():
 
 
 def test_bench_async_quick():
-    out = run(["scripts/bench_async.py", "--quick", "--variant", "report_interval_s=0"])
+    out = run(
+        ["scripts/bench_async.py", "--quick", "--variant", "report_interval_s=0", "--threads"]
+    )
     rows = re.findall(
         r"^\| 8 \| (lockstep|async|async report_interval_s=0|in-process|ideal) \| [\d,]+ \| "
         r"[\d.]+x \| [\d.]+ \| (?:[\d.]+x|n/a)? \| ([\d.]+) \| [\d.]+ s \| [\d.]+ s \| "
@@ -170,6 +172,9 @@ def test_bench_async_quick():
     assert all(float(r[3]) > 0 for r in rows), out  # the client's processes used CPU
     # Each engine run by a driver counts its workers' reports; the others have none.
     assert all(int(r[4]) >= 1 for r in rows[:3]) and rows[3][4] == rows[4][4] == "", out
+    # --threads: each driver-run engine's CPU by process and thread.
+    assert re.search(r"^\| async \| worker 0: .+ \| [\d.]+ ms \|$", out, re.M), out
+    assert re.search(r"^\| lockstep \| driver: .+ \| [\d.]+ ms \|$", out, re.M), out
     assert re.search(r"^\| 8 \| async \| .*\| (?:[\d.]+x|n/a) \| [\d.]+ \|", out, re.M), (
         out
     )  # ceiling
@@ -181,6 +186,18 @@ def test_bench_async_quick():
         "the same, collects of 1 episode per env (the last episodes' tail is a larger share)",
     ):
         assert re.search(rf"^\| {re.escape(variant)} \| [\d,]+ \| [\d.]+x \|$", out, re.M), out
+
+
+def test_bench_async_refuses_a_variant_that_is_not_a_rollout_field():
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_async.py", "--variant", "report_interval=0.1"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert (
+        "--variant expects KEY=VALUE with KEY a rollout.* field (e.g. report_interval_s=0.1), "
+        "got 'report_interval=0.1'"
+    ) in proc.stderr
 
 
 def test_hostile_benchmark_runs_with_a_tiny_budget():

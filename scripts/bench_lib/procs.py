@@ -20,3 +20,20 @@ def cpu_s(pid: int) -> float:
         # The fields after the command's name (which may hold spaces).
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def thread_cpu_s(pid: int) -> dict[tuple[int, str], float]:
+    """CPU seconds (user + system) each thread of process ``pid`` has used so far, by (thread
+    id, name); threads that ended in between are left out."""
+    out = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                text = f.read()
+        except OSError:  # the thread ended
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text.rsplit(")", 1)[1].split()
+        out[(int(tid), name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
