@@ -1,5 +1,6 @@
 """The HTTP client of :class:`~agent_memory.policies.openai_client.OpenAIPolicy`: HTTP/1.1
-(``h11``) over the event loop's own sockets, keep-alive connections reused most-recent-first.
+(:mod:`~agent_memory.policies.http1`) over the event loop's own sockets, keep-alive connections
+reused most-recent-first.
 A request is bytes in and a :class:`Reply` out: no ``httpx.Request`` or ``Response``, cookies or
 redirects per request (building them cost as much CPU as the rest of a request). httpx's default
 pool scans every connection per request (with hundreds in flight, the pool takes most of the
@@ -40,6 +41,14 @@ from typing import Any
 import h11
 import httpx
 
+from agent_memory.policies.http1 import (
+    END,
+    NEED_DATA,
+    Head,
+    ProtocolError,
+    ResponseReader,
+    request_bytes,
+)
 from agent_memory.policies.openai_protocol import DEFAULT_MAX_ANSWER_BYTES
 
 __all__ = ["AnswerTooLarge", "Reply", "Target", "Transport", "encode_headers"]
@@ -158,7 +167,7 @@ inflated (gzip): expected at most max_answer_bytes=4096; raise max_answer_bytes 
         return httpx.DecodingError(f"{self.what}: its {self.encoding} body does not inflate: {e}")
 
 
-def _encoding(response: h11.Response, what: str) -> str:
+def _encoding(response: Head, what: str) -> str:
     """The answer's content encoding: "" (identity) or one of :data:`ACCEPTED_ENCODINGS`.
 
     Raises:
@@ -207,7 +216,7 @@ class Target:
 
 def encode_headers(headers: Mapping[str, str], what: str = "headers") -> list[tuple[bytes, bytes]]:
     """``headers`` as sent, checked once (h11's rules: names are tokens, values hold no CR, LF
-    or NUL), so that no request fails on them later.
+    or NUL), so that requests can be written without checking them again.
 
     Example:
         >>> encode_headers({"Authorization": "Bearer sk"})
@@ -278,7 +287,6 @@ class _Connection(asyncio.Protocol):
     def __init__(self, loop: asyncio.AbstractEventLoop, open_: set[_Connection]) -> None:
         self.loop = loop
         self.open = open_
-        self.h11 = h11.Connection(h11.CLIENT)
         self.transport: asyncio.Transport | None = None
         self.received = bytearray()
         self.eof = False
@@ -319,63 +327,57 @@ class _Connection(asyncio.Protocol):
         self.open.discard(self)
 
     async def exchange(
-        self, head: h11.Request, body: bytes, what: str, cap: int, setting: str
+        self, request: bytes, method: bytes, what: str, cap: int, setting: str
     ) -> Reply:
-        """Send ``head`` and ``body``, read the whole answer (its body within ``cap`` bytes, see
-        :class:`_Body`); the connection is closed on any error (cancellation included) and when
-        the answer leaves it unusable."""
+        """Send ``request`` (a ``method`` request's bytes), read the whole answer (its body
+        within ``cap`` bytes, see :class:`_Body`); the connection is closed on any error
+        (cancellation included) and when the answer leaves it unusable."""
         assert self.transport is not None
-        h = self.h11
+        reader = ResponseReader(method)
         try:
-            data = h.send(head) + h.send(h11.Data(data=body)) + h.send(h11.EndOfMessage())
-            self.transport.write(data)
-            response, content, inflated = await self._answer(what, cap, setting)
+            self.transport.write(request)
+            head, content, inflated = await self._answer(reader, what, cap, setting)
         except BaseException as e:
             self.close()
-            if isinstance(e, h11.RemoteProtocolError):
+            if isinstance(e, ProtocolError):
                 raise httpx.RemoteProtocolError(str(e)) from e
-            if isinstance(e, h11.LocalProtocolError):
-                raise httpx.LocalProtocolError(str(e)) from e
             raise
-        if h.our_state is h11.DONE and h.their_state is h11.DONE:
-            h.start_next_cycle()
+        if reader.reusable:
             self.idle_since = time.monotonic()
         else:
             self.close()
         headers: dict[str, str] = {}
-        for k, v in response.headers:
+        for k, v in head.headers:
             name = k.decode("latin-1")
             if not (inflated and name == "content-encoding"):  # the body is inflated
                 value = v.decode("latin-1")
                 headers[name] = f"{headers[name]}, {value}" if name in headers else value
-        return Reply(response.status_code, response.reason.decode("latin-1"), headers, content)
+        return Reply(head.status, head.reason, headers, content)
 
-    async def _answer(self, what: str, cap: int, setting: str) -> tuple[h11.Response, bytes, bool]:
+    async def _answer(
+        self, reader: ResponseReader, what: str, cap: int, setting: str
+    ) -> tuple[Head, bytes, bool]:
         """The answer's head and its body (inflated: then True), read as it arrives."""
-        h = self.h11
-        response: h11.Response | None = None
+        head: Head | None = None
         body: _Body | None = None
         while True:
-            event = h.next_event()
-            if event is h11.NEED_DATA:
+            event = reader.next_event()
+            if event is NEED_DATA:
                 data = await self._receive()
-                if not data and h.their_state is h11.SEND_RESPONSE:
-                    raise httpx.RemoteProtocolError(
-                        "Server disconnected without sending a response."
-                    )
-                h.receive_data(data)
-            elif isinstance(event, h11.Response):
-                response, body = event, _Body(_encoding(event, what), cap, what, setting)
-                declared = dict(event.headers).get(b"content-length")
-                if declared is not None and int(declared) > cap:  # (h11 checked it is digits)
-                    raise body.too_large(f"(its Content-Length: {int(declared)})")
-            elif isinstance(event, h11.Data):
-                assert body is not None  # h11 gives the head first
-                body.feed(bytes(event.data))
-            elif isinstance(event, (h11.EndOfMessage, h11.ConnectionClosed)):
-                # (A stream that ended before the head raised above.)
-                assert response is not None and body is not None
-                return response, body.finish(), bool(body.encoding)
+                if data:
+                    reader.feed(data)
+                else:
+                    reader.feed_eof()
+            elif isinstance(event, Head):
+                head, body = event, _Body(_encoding(event, what), cap, what, setting)
+                if reader.length is not None and reader.length > cap:
+                    raise body.too_large(f"(its Content-Length: {reader.length})")
+            elif isinstance(event, bytes):
+                assert body is not None  # the head comes first
+                body.feed(event)
+            elif event is END:
+                assert head is not None and body is not None
+                return head, body.finish(), bool(body.encoding)
 
     async def _receive(self) -> bytes:
         """What came since the last call; ``b""`` at the end of the stream.
@@ -441,10 +443,8 @@ class Transport:
         if self.is_closed:
             raise RuntimeError("Cannot send a request, as the client has been closed.")
         sized = [(b"Content-Length", str(len(body)).encode())] if body or method == b"POST" else []
-        head = h11.Request(
-            method=method, target=target.path,
-            headers=[(b"Host", target.host), *headers, *sized, (b"Accept-Encoding", _ACCEPTED)],
-        )  # fmt: skip
+        head = [(b"Host", target.host), *headers, *sized, (b"Accept-Encoding", _ACCEPTED)]
+        data = request_bytes(method, target.path, head, body)
         idle = self.idle.setdefault(target.origin, [])
         while idle:
             conn = idle.pop()
@@ -454,7 +454,7 @@ class Transport:
         else:
             conn = await self._connect(target.origin)
         what = f"the answer to {method.decode('ascii')} {target.url}"
-        reply = await conn.exchange(head, body, what, self.max_answer_bytes, self.setting)
+        reply = await conn.exchange(data, method, what, self.max_answer_bytes, self.setting)
         if conn.transport is not None and not conn.transport.is_closing():
             if not self.is_closed and (self.keep is None or len(idle) < self.keep):
                 idle.append(conn)
