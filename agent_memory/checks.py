@@ -33,6 +33,8 @@ def is_int(value: Any) -> bool:
 
 def is_number(value: Any) -> bool:
     """A finite int or float (numpy scalars included), not a bool."""
+    if type(value) is float or type(value) is int:  # the common case, without the ABCs
+        return math.isfinite(value)
     return (
         isinstance(value, (int, float, np.integer, np.floating))
         and not isinstance(value, (bool, np.bool_))

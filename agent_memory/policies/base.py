@@ -46,12 +46,23 @@ class Counters:
 
     def add(self, other: Counters) -> None:
         """Add ``other``'s counters to these."""
-        for f in fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        for name in _field_names(type(self)):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
     def as_dict(self) -> dict[str, Any]:
         """The counters as a plain dict (for logs and ``summary.json``)."""
         return asdict(self)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    """The names of a dataclass's fields (``dataclasses.fields`` rebuilds them per call)."""
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(cls))
+    return names
 
 
 def check_batch(prompts: Sequence[Prompt], meta: Sequence[Any] | None = None) -> None:
@@ -63,7 +74,7 @@ def check_batch(prompts: Sequence[Prompt], meta: Sequence[Any] | None = None) ->
         ...
         TypeError: generate takes a sequence of prompts, got a single str: wrap it in a list
     """
-    if isinstance(prompts, (str, Mapping)):
+    if type(prompts) is not list and isinstance(prompts, (str, Mapping)):
         raise TypeError(
             f"generate takes a sequence of prompts, got a single {type(prompts).__name__}: "
             "wrap it in a list"

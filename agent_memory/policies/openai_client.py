@@ -480,11 +480,10 @@ class OpenAIPolicy(Policy):
     @staticmethod
     def _sampling(body: Mapping[str, Any]) -> SamplingParams:
         """The sampling a request's body asks for (``extra_body`` merged in)."""
-        values: dict[str, Any] = {}
-        for name in SamplingParams.__dataclass_fields__:
-            value = body.get(name)
-            kind: Any = int if name in ("top_k", "max_tokens", "seed") else float
-            values[name] = kind(value) if is_number(value) else None
+        values = {
+            name: kind(value) if is_number(value := body.get(name)) else None
+            for name, kind in _SAMPLING_KINDS
+        }
         return SamplingParams(**values)
 
     def _ensure_runtime(self) -> Runtime:
@@ -654,6 +653,13 @@ def _check_stop(
             "decoded from the ids), or drop stop, or return_tokens=False"
         )
     return stops
+
+
+#: Each field of :class:`SamplingParams` and the type its value is read as.
+_SAMPLING_KINDS: tuple[tuple[str, type], ...] = tuple(
+    (name, int if name in ("top_k", "max_tokens", "seed") else float)
+    for name in SamplingParams.__dataclass_fields__
+)
 
 
 def _sampling_text(sampling: SamplingParams) -> str:

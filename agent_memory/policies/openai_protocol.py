@@ -19,7 +19,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeGuard
 
 from agent_memory.checks import is_number
 from agent_memory.protocol import Prompt
@@ -121,11 +121,11 @@ def read_answer(data: Any, mode: Mode) -> Answer:
     for name, value in (("text", text), ("finish_reason", finish)):
         if value is not None and not isinstance(value, str):
             raise MalformedAnswer(f"{name}: expected a string or null, got {value!r}"[:200])
-    usage = data.get("usage") if isinstance(data, Mapping) else None
-    usage = usage if isinstance(usage, Mapping) else {}
+    usage = data.get("usage") if _is_map(data) else None
+    usage = usage if _is_map(usage) else {}
     response_ids, logprobs = _sampled(choice)
     stop, prompt_ids = choice.get("stop_reason"), choice.get("prompt_token_ids")
-    if prompt_ids is None and isinstance(data, Mapping):
+    if prompt_ids is None and _is_map(data):
         prompt_ids = data.get("prompt_token_ids")  # vLLM chat: at the top level
     return Answer(
         text="" if text is None else text, finish_reason=finish,
@@ -190,7 +190,7 @@ def _sampled(choice: Mapping[str, Any]) -> tuple[list[int] | None, list[float] |
     ids = _ints(choice.get("token_ids"), "token_ids")
     tokens, logprobs = _openai_logprobs(choice.get("logprobs"))
     meta = choice.get("meta_info")
-    if isinstance(meta, Mapping) and meta.get("output_token_logprobs") is not None:  # SGLang
+    if _is_map(meta) and meta.get("output_token_logprobs") is not None:  # SGLang
         logprobs, ids = _sglang_logprobs(meta["output_token_logprobs"], ids)
     if (
         ids is None
@@ -208,14 +208,14 @@ def _sampled(choice: Mapping[str, Any]) -> tuple[list[int] | None, list[float] |
 
 def _openai_logprobs(lp: Any) -> tuple[list[Any] | None, list[float] | None]:
     """The tokens and log-probs of an OpenAI-style ``logprobs`` field (completions or chat)."""
-    if not isinstance(lp, Mapping):
+    if not _is_map(lp):
         return None, None
     if lp.get("token_logprobs") is not None:  # completions
         return lp.get("tokens"), _floats(lp["token_logprobs"], "logprobs.token_logprobs")
     content = lp.get("content")
     if content is None:
         return None, None
-    if not isinstance(content, Sequence) or not all(isinstance(c, Mapping) for c in content):
+    if not _is_list(content) or not all(_is_map(c) for c in content):
         raise MalformedAnswer("logprobs.content must be a list of objects")  # chat
     logprobs = _floats([c.get("logprob") for c in content], "logprobs.content[].logprob")
     return [c.get("token") for c in content], logprobs
@@ -268,8 +268,20 @@ def _floats(values: Any, name: str) -> list[float]:
     return out
 
 
+def _is_map(value: Any) -> TypeGuard[Mapping[str, Any]]:
+    """A mapping (JSON's objects are dicts: those are told without the ABC's slower check)."""
+    return type(value) is dict or isinstance(value, Mapping)
+
+
+def _is_list(value: Any) -> bool:
+    """A sequence that is not a string or a mapping (JSON's arrays are lists: told at once)."""
+    return type(value) is list or (
+        isinstance(value, Sequence) and not isinstance(value, (str, bytes, Mapping))
+    )
+
+
 def _check_list(values: Any, name: str, what: str) -> None:
-    if isinstance(values, (str, bytes, Mapping)) or not isinstance(values, Sequence):
+    if not _is_list(values):
         raise MalformedAnswer(f"{name}: expected a list of {what}, got {values!r}"[:200])
 
 

@@ -289,3 +289,29 @@ def test_answers_wait_for_company_while_requests_wait_for_a_client_slot(monkeypa
 def test_without_requests_waiting_for_a_slot_no_answer_waits(monkeypatch):
     _, played, gathered = _passes(concurrency=8, window=1.0, monkeypatch=monkeypatch)
     assert gathered == 0 and len(played) == 16  # 8 slots for 8 envs: no request ever waits
+
+
+def test_a_gathering_pass_is_woken_by_an_answer_only_once_no_request_waits_for_a_slot():
+    worker = _worker(envs=8)
+    loop = EpisodeLoop(worker, _Slots(2), 1000, pass_window_s=30.0)
+    wakes: list[tuple[bool, int]] = []  # (gathering, requests waiting for a slot) per wake
+
+    class Spy(asyncio.Event):
+        def set(self) -> None:
+            wakes.append((loop.gathering, loop._backlog()))
+            super().set()
+
+    async def main():
+        loop.wake = Spy()
+        loop.finish()
+        return [
+            ep
+            async for batch in loop.run([a(e, 10 * e + k, k) for e in range(8) for k in range(2)])
+            for ep in batch
+        ]
+
+    assert len(asyncio.run(main())) == 16
+    # Each answer is a wake at most: while requests wait for a slot, a gathering pass sleeps
+    # on (each wake would be a pass of the event loop for nothing).
+    assert any(gathering for gathering, _ in wakes)
+    assert all(backlog <= 0 for gathering, backlog in wakes if gathering)

@@ -11,9 +11,8 @@ from __future__ import annotations
 import asyncio
 import pickle
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from agent_memory.failures import describe_exception
@@ -116,6 +115,9 @@ class EpisodeLoop:
         self.asking: set[int] = set()
         self.answered: list[tuple[int, asyncio.Future[Generation]]] = []
         self.in_flight = 0  # requests sent and not answered yet (the lockstep barrier waits)
+        #: :meth:`_gather_answers` is waiting: an answer wakes the loop only once no request
+        #: waits for a client slot (each wake is a pass of the event loop, for nothing else).
+        self.gathering = False
         self.closing = False
         #: Set by :meth:`drain`: nothing waits at the driver to be given out.
         self.drained = False
@@ -298,15 +300,22 @@ class EpisodeLoop:
         else:
             calls = [self._one(p, m) for p, m in zip(prompts, metas, strict=True)]
         for env, call in zip(waiting, calls, strict=True):
-            task = loop.create_task(call)
-            task.add_done_callback(partial(self._on_answer, env))
-            self.live[env].request = task
+            self.live[env].request = loop.create_task(self._answer(env, call))
         self.in_flight += len(waiting)
 
-    def _on_answer(self, env: int, request: asyncio.Future[Generation]) -> None:
-        self.in_flight -= 1
-        self.answered.append((env, request))
-        self.wake.set()
+    async def _answer(self, env: int, call: Awaitable[Generation]) -> Generation:
+        """``env``'s request: once it is answered (or fails, or is cancelled), queued for the
+        next step, in the task's own last step (a done callback would take one more pass of
+        the event loop per answer)."""
+        try:
+            return await call
+        finally:
+            self.in_flight -= 1
+            task = asyncio.current_task()
+            assert task is not None
+            self.answered.append((env, task))
+            if not (self.gathering and self._backlog() > 0):
+                self.wake.set()
 
     async def _one(self, prompt: Any, meta: dict[str, Any]) -> Generation:
         return (await self.policy.agenerate([prompt], [meta]))[0]
@@ -355,11 +364,13 @@ class EpisodeLoop:
             self.wake.set()
 
         timer = asyncio.get_running_loop().call_later(self.pass_window_s, expire)
+        self.gathering = True
         try:
             while self._backlog() > 0 and not (self.incoming or over.is_set()):
                 self.wake.clear()
-                await self.wake.wait()  # an answer, assign(), finish() or the timer
+                await self.wake.wait()  # no backlog left, assign(), finish() or the timer
         finally:
+            self.gathering = False
             timer.cancel()
 
     def _step(self) -> list[FinishedEpisode]:
