@@ -455,6 +455,8 @@ class Transport:
             conn = await self._connect(target.origin)
         what = f"the answer to {method.decode('ascii')} {target.url}"
         reply = await conn.exchange(data, method, what, self.max_answer_bytes, self.setting)
+        if _asks_to_close(headers):  # the request said this connection ends with its answer
+            conn.close()
         if conn.transport is not None and not conn.transport.is_closing():
             if not self.is_closed and (self.keep is None or len(idle) < self.keep):
                 idle.append(conn)
@@ -485,3 +487,10 @@ class Transport:
 
 
 _ACCEPTED = ACCEPTED_ENCODINGS.encode("ascii")
+
+
+def _asks_to_close(headers: list[tuple[bytes, bytes]]) -> bool:
+    """Whether the request's own headers hold ``Connection: close``."""
+    return any(
+        name.lower() == b"connection" and b"close" in value.lower() for name, value in headers
+    )

@@ -103,3 +103,19 @@ def test_connections_are_kept_and_reused(server):
         assert reply.status_code == 200 and reply.reason_phrase == "OK"
         assert reply.json()["choices"][0]["message"]["content"] == "echo:a"
         assert reply.headers["content-type"].startswith("application/json")
+
+
+def test_a_request_that_asks_to_close_its_connection_does_not_keep_it(server):
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "a"}]}).encode()
+
+    async def once(headers: dict[str, str]) -> tuple[int, int]:
+        transport = Transport(keep=4)
+        target = Target(f"{server.base_url}/chat/completions")
+        try:
+            reply = await transport.request(target, b"POST", merged_headers(headers), body)
+            return reply.status_code, len(transport.open)
+        finally:
+            await transport.aclose()
+
+    assert asyncio.run(once({})) == (200, 1)
+    assert asyncio.run(once({"Connection": "close"})) == (200, 0)
