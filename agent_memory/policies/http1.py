@@ -103,8 +103,8 @@ class ResponseReader:
     :meth:`next_event` returns the :class:`Head` (informational 1xx heads are skipped), then
     pieces of the body as ``bytes``, then :data:`END`; :data:`NEED_DATA` while it waits for
     more. After :data:`END`, :attr:`reusable` says whether the connection may carry another
-    request (HTTP/1.1, no ``Connection: close``, a body not ended by the close, nothing sent
-    beyond the answer).
+    request (HTTP/1.1, ``Connection: close`` in neither the answer nor the request
+    (``request_closes``), a body not ended by the close, nothing sent beyond the answer).
 
     Example:
         >>> reader = ResponseReader(b"GET")
@@ -121,8 +121,9 @@ class ResponseReader:
             (:meth:`feed_eof`) before the answer did.
     """
 
-    def __init__(self, method: bytes) -> None:
+    def __init__(self, method: bytes, request_closes: bool = False) -> None:
         self.method = method
+        self.request_closes = request_closes
         self.buffer = bytearray()
         self.eof = False
         self.state: _State = "head"
@@ -130,7 +131,6 @@ class ResponseReader:
         self.left = 0  # bytes of the body (Content-Length) or of the chunk not yet read
         self.received = 0  # bytes of the body read
         self.length: int | None = None  # the declared Content-Length
-        self.any = False  # any byte of the answer received
 
     @property
     def reusable(self) -> bool:
@@ -140,7 +140,6 @@ class ResponseReader:
     def feed(self, data: bytes) -> None:
         """Bytes as the connection received them."""
         self.buffer += data
-        self.any = self.any or bool(data)
 
     def feed_eof(self) -> None:
         """The server closed its side: nothing more will come."""
@@ -164,7 +163,7 @@ class ResponseReader:
             return END
         return self._chunked()
 
-    def _head(self) -> Head | bytes | _Marker:
+    def _head(self) -> Head | _Marker:
         while True:
             found = _HEAD_END.search(self.buffer)
             if found is None:
@@ -174,7 +173,7 @@ class ResponseReader:
                         "expected a status line and header fields that end with an empty line"
                     )
                 if self.eof:
-                    if not self.any:
+                    if not self.buffer:  # (a skipped 1xx answer is no response)
                         raise ProtocolError("Server disconnected without sending a response.")
                     raise ProtocolError("the server closed the connection within the answer's head")
                 return NEED_DATA
@@ -193,7 +192,7 @@ class ResponseReader:
     def _frame(self, head: Head) -> None:
         """How the body is delimited (RFC 9112, section 6.3) and whether the connection stays."""
         close = b"close" in (c.lower() for c in head.get(b"connection"))
-        self.keep_alive = head.http_version == b"1.1" and not close
+        self.keep_alive = head.http_version == b"1.1" and not (close or self.request_closes)
         if self.method == b"HEAD" or head.status in (204, 304):
             self.state = "end"
             return

@@ -327,13 +327,14 @@ class _Connection(asyncio.Protocol):
         self.open.discard(self)
 
     async def exchange(
-        self, request: bytes, method: bytes, what: str, cap: int, setting: str
+        self, request: bytes, method: bytes, closes: bool, what: str, cap: int, setting: str
     ) -> Reply:
-        """Send ``request`` (a ``method`` request's bytes), read the whole answer (its body
-        within ``cap`` bytes, see :class:`_Body`); the connection is closed on any error
-        (cancellation included) and when the answer leaves it unusable."""
+        """Send ``request`` (a ``method`` request's bytes; ``closes``: it says
+        ``Connection: close``), read the whole answer (its body within ``cap`` bytes, see
+        :class:`_Body`); the connection is closed on any error (cancellation included) and
+        when the exchange leaves it unusable."""
         assert self.transport is not None
-        reader = ResponseReader(method)
+        reader = ResponseReader(method, closes)
         try:
             self.transport.write(request)
             head, content, inflated = await self._answer(reader, what, cap, setting)
@@ -454,9 +455,8 @@ class Transport:
         else:
             conn = await self._connect(target.origin)
         what = f"the answer to {method.decode('ascii')} {target.url}"
-        reply = await conn.exchange(data, method, what, self.max_answer_bytes, self.setting)
-        if _asks_to_close(headers):  # the request said this connection ends with its answer
-            conn.close()
+        closes = _asks_to_close(headers)
+        reply = await conn.exchange(data, method, closes, what, self.max_answer_bytes, self.setting)
         if conn.transport is not None and not conn.transport.is_closing():
             if not self.is_closed and (self.keep is None or len(idle) < self.keep):
                 idle.append(conn)

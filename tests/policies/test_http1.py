@@ -115,6 +115,14 @@ def test_a_request_is_what_h11_would_send():
     assert request_bytes(b"POST", b"/v1/x", headers, b"{}") == sent
 
 
+def test_a_request_that_asks_to_close_leaves_its_connection_unused():
+    reader = ResponseReader(b"POST", request_closes=True)
+    reader.feed(CL)
+    while reader.next_event() is not END:
+        pass
+    assert not reader.reusable
+
+
 def test_bytes_beyond_the_answer_leave_its_connection_unused():
     _, body, reader = _read(b"POST", [CL + b"HTTP/1.1 200 OK\r\n"], eof=False)
     assert body == b'{"a": true}' and not reader.reusable
