@@ -23,9 +23,9 @@ __all__ = ["TAG_LOOKALIKE", "defuse_tags", "find_tags", "squash", "tag_bodies", 
 #: What :func:`defuse_tags` writes for the ``<`` of a tag: FULLWIDTH LESS-THAN SIGN (U+FF1C).
 TAG_LOOKALIKE = "\uff1c"
 #: A ``<`` that starts a tag a parser could match: ``<name>`` or ``</name>``, the name without
-#: ``<``, ``>``, ``/`` or a space (what the parsers accept as a tag name). Each lookahead stops at
-#: the next ``<``, so the scan is linear.
-_TAG_START = re.compile(r"<(?=/?[^<>/ ]+>)")
+#: ``<``, ``>``, ``/`` or a space (what the parsers accept as a tag name), nor the look-alike (so
+#: that defusing twice changes nothing). Each lookahead stops at the next ``<``: a linear scan.
+_TAG_START = re.compile(rf"<(?=/?[^<>/ {TAG_LOOKALIKE}]+>)")
 
 
 def utf8_safe(text: str) -> str:
