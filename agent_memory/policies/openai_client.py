@@ -26,7 +26,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from agent_memory.checks import check_choice, check_int, check_number, check_stop, is_number
 from agent_memory.parsing import ActionParser
@@ -41,7 +41,6 @@ from agent_memory.policies.openai_protocol import (
     messages_of,
     probe_fields,
     read_answer,
-    retry_after,
     server_message,
     token_fields,
 )
@@ -62,9 +61,6 @@ from agent_memory.policies.openai_runtime import (
 )
 from agent_memory.policies.rendering import PromptRenderer
 from agent_memory.protocol import Generation, SamplingParams
-
-if TYPE_CHECKING:
-    from agent_memory.policies.openai_transport import Reply
 
 __all__ = [
     "THREAD_PREFIX", "ClientStats", "LogprobsNotSampled", "OpenAIPolicy", "ServerRefused",
@@ -322,7 +318,7 @@ class OpenAIPolicy(Policy):
         probe = probe_fields(self.mode, self.server) if self.return_tokens else {"max_tokens": 1}
         body = {**fields, **self._prompt_field("Hi", 0, local), **self.extra_body, **probe}
         try:
-            response = await self._probe(conns, json.dumps(body).encode())
+            response, self._check_after = await self._sender.probe(conns, json.dumps(body).encode())
         except asyncio.CancelledError:
             if not closing(runtime.slots):
                 raise
@@ -367,39 +363,6 @@ class OpenAIPolicy(Policy):
                 "top_p, top_k, min_p and the penalties off); or record no tokens "
                 "(policy.params.return_tokens=false)"
             )
-
-    async def _probe(self, conns: Connections, body: bytes) -> Reply | None:
-        """The server check's answer; None: none yet (checked again at a later call). A 408, 429
-        or 5xx is retried as a request is (``max_retries``; ``Retry-After`` honoured up to
-        ``max_retry_after``) while the wait ends within ``timeout`` of the check's start; a
-        wait past that, or past the last retry, defers the next check until it is over."""
-        import httpx
-
-        from agent_memory.policies.openai_transport import AnswerTooLarge
-
-        start = time.monotonic()
-        attempt = 0
-        while True:
-            try:
-                response = await self._sender.post(conns, body)
-            except (httpx.HTTPError, TimeoutError, RuntimeError, AnswerTooLarge) as e:
-                log.debug("openai policy: server check got no answer (%s); checked again later", e)
-                return None
-            status = response.status_code
-            if not (status in (408, 429) or status >= 500):
-                return response
-            wait = (
-                retry_after(response.headers.get("retry-after")) if status in (429, 503) else None
-            )
-            delay, now = self._sender.delay(attempt, wait), time.monotonic()
-            if attempt >= self.max_retries or now + delay > start + self.timeout:
-                self._check_after = now + delay
-                log.debug("openai policy: server check: HTTP %d; checked again after %.2f s",
-                          status, delay)  # fmt: skip
-                return None
-            log.debug("openai policy: server check: HTTP %d; retry in %.2f s", status, delay)
-            await asyncio.sleep(delay)
-            attempt += 1
 
     def close(self) -> None:
         """Close the connections and stop the private loop; requests in flight or waiting for a

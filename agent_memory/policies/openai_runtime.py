@@ -569,6 +569,38 @@ class Sender:
                 log.debug("openai policy: prompt %d: %s; retry in %.2f s", index, error, delay)
                 attempt += 1
 
+    async def probe(self, conns: Connections, body: bytes) -> tuple[Reply | None, float]:
+        """The server check's answer to ``body`` (None: none yet, checked again at a later call)
+        and the earliest ``time.monotonic()`` of that next check. A 408, 429 or 5xx is retried
+        as a request is (``max_retries``; ``Retry-After`` honoured up to ``max_retry_after``)
+        while the wait ends within ``timeout`` of the check's start; a wait past that, or past
+        the last retry, defers the next check until it is over."""
+        import httpx
+
+        from agent_memory.policies.openai_transport import AnswerTooLarge
+
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                response = await self.post(conns, body)
+            except (httpx.HTTPError, TimeoutError, RuntimeError, AnswerTooLarge) as e:
+                log.debug("openai policy: server check got no answer (%s); checked again later", e)
+                return None, 0.0
+            status = response.status_code
+            if not (status in (408, 429) or status >= 500):
+                return response, 0.0
+            wait = (
+                retry_after(response.headers.get("retry-after")) if status in (429, 503) else None
+            )
+            delay, now = self.delay(attempt, wait), time.monotonic()
+            if attempt >= self.max_retries or now + delay > start + self.timeout:
+                log.debug("openai policy: server check: HTTP %d; again after %.2f s", status, delay)
+                return None, now + delay
+            log.debug("openai policy: server check: HTTP %d; retry in %.2f s", status, delay)
+            await asyncio.sleep(delay)
+            attempt += 1
+
     def _no_answer(self, e: Exception) -> tuple[str, bool, str | None]:
         """Why a request got no (readable) answer: the message, whether to retry, and the
         counter of a refused answer.
