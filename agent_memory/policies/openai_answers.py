@@ -32,7 +32,11 @@ __all__ = ["Refusal", "RefusalKind", "parse", "shown", "token_refusal"]
 
 #: The :class:`~agent_memory.policies.openai_runtime.ClientStats` counter of a refused answer.
 RefusalKind = Literal[
-    "malformed_answers", "text_mismatches", "oversized_answers", "padding_ids", "non_text_answers"
+    "malformed_answers",
+    "text_mismatches",
+    "oversized_answers",
+    "padding_id_answers",
+    "non_text_answers",
 ]
 #: Why an answer was refused: the counter it adds to, and the message.
 Refusal = tuple[RefusalKind, str]
@@ -74,34 +78,42 @@ def token_refusal(
     Example:
         >>> answer = Answer("", "stop", [1], [70, 2], [-0.5, -0.1])
         >>> token_refusal(answer, 80, 64)[0]
-        'padding_ids'
+        'padding_id_answers'
         >>> token_refusal(answer, 64, 64)[0], token_refusal(answer, 80, None)
         ('malformed_answers', None)
     """
     if vocab_size is not None:
         for name, ids in (
-            ("prompt_token_ids", answer.prompt_ids),
-            ("token_ids", answer.response_ids),
+            ("prompt_token_ids", answer.prompt_ids or []),
+            ("token_ids", answer.response_ids or []),
         ):
-            for i, v in enumerate(ids or ()):
-                if v >= vocab_size:
-                    return "malformed_answers", (
-                        f"malformed response ({name}[{i}]: expected a token id below the "
-                        f"vocabulary size {vocab_size} (policy.params.vocab_size, else the "
-                        f"tokenizer's), got {v})"
-                    )
+            i = _first_at_or_above(ids, vocab_size)
+            if i is not None:
+                return "malformed_answers", (
+                    f"malformed response ({name}[{i}]: expected a token id below the "
+                    f"vocabulary size {vocab_size} (policy.params.vocab_size, else the "
+                    f"tokenizer's), got {ids[i]})"
+                )
     if tokenizer_size is None or (vocab_size is not None and vocab_size <= tokenizer_size):
         return None
-    for i, v in enumerate(answer.response_ids or ()):
-        if v >= tokenizer_size:
-            return "padding_ids", (
-                f"padding-range token id (token_ids[{i}]: expected a token id below the "
-                f"tokenizer's size {tokenizer_size}, got {v}: an embedding row of the model "
-                f"(policy.params.vocab_size={vocab_size}) that no token of "
-                "policy.params.tokenizer uses, which decodes to nothing; is the tokenizer the "
-                "served model's?)"
-            )
-    return None
+    ids = answer.response_ids or []
+    i = _first_at_or_above(ids, tokenizer_size)
+    if i is None:
+        return None
+    return "padding_id_answers", (
+        f"padding-range token id (token_ids[{i}]: expected a token id below the tokenizer's "
+        f"size {tokenizer_size}, got {ids[i]}: an embedding row of the model "
+        f"(policy.params.vocab_size={vocab_size}) that no token of policy.params.tokenizer "
+        "uses, which decodes to nothing; is the tokenizer the served model's?)"
+    )
+
+
+def _first_at_or_above(ids: list[int], bound: int) -> int | None:
+    """The index of the first of ``ids`` at or above ``bound`` (None: none is; the common case
+    is told at C speed, a prompt's thousands of ids come with every answer)."""
+    if not ids or max(ids) < bound:
+        return None
+    return next(i for i, v in enumerate(ids) if v >= bound)
 
 
 def _cause(e: BaseException) -> str:

@@ -75,7 +75,8 @@ class Answer:
     """One choice of a completion, read off the wire.
 
     Attributes:
-        text: the response text (a null one, or tool calls, raise :class:`NonTextAnswer`).
+        text: the response text (:func:`read_answer` raises :class:`NonTextAnswer` for a null
+            one, or tool calls).
         finish_reason: the server's, e.g. ``"stop"`` or ``"length"``.
         prompt_ids: the prompt's token ids as the server saw them (None if not returned).
         response_ids: the sampled ids (None if not returned).

@@ -71,7 +71,7 @@ class ClientStats(Counters):
         total_latency_s, wall_s: seconds waiting on requests (summed); seconds in ``act``.
         prompt_tokens, completion_tokens: the servers' ``usage`` counts, summed.
         prompt_id_mismatches: prompts whose server-reported ids differ from the local rendering.
-        malformed_answers, text_mismatches, oversized_answers, padding_ids, non_text_answers:
+        malformed_answers, text_mismatches, oversized_answers, padding_id_answers, non_text_answers:
             answers refused at the edge (each also in ``failures``, its prompt answered ``""``):
             not what the protocol allows (not JSON, or none that parses, a field missing or of
             the wrong type, a token id outside the vocabulary, a log-prob not finite or above
@@ -96,7 +96,7 @@ class ClientStats(Counters):
     malformed_answers: int = 0
     text_mismatches: int = 0
     oversized_answers: int = 0
-    padding_ids: int = 0
+    padding_id_answers: int = 0
     non_text_answers: int = 0
 
 

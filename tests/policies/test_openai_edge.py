@@ -243,7 +243,7 @@ def test_a_sampled_id_in_the_models_padding_range_fails_its_request(
         server.base_url, "m", tokenizer=str(tokenizer_dir), vocab_size=size + 64, **TOKENS
     ) as policy:
         g = _one(policy)
-    error = _refused(policy, g, "padding_ids", server)
+    error = _refused(policy, g, "padding_id_answers", server)
     assert error.startswith(
         f"padding-range token id (token_ids[{at}]: expected a token id below the tokenizer's "
         f"size {size}, got {size + 5}: an embedding row of the model "

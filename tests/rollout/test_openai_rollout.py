@@ -267,7 +267,7 @@ def test_hostile_answers_are_counted_failures_of_their_requests_and_the_rollout_
     # Every episode played to its end: the nested JSON ended no rollout.
     assert summary["status"] == "ok" and summary["episodes"] == 4 and summary["errors"] == 0
     # Each hostile answer is its request's failure, named by its kind, in summary.json.
-    assert (stats["non_text_answers"], stats["malformed_answers"], stats["padding_ids"]) == (
+    assert (stats["non_text_answers"], stats["malformed_answers"], stats["padding_id_answers"]) == (
         sent["tool"], sent["deep"], sent["pad"],
     )  # fmt: skip
     assert stats["failures"] == sent["tool"] + sent["deep"] + sent["pad"]
