@@ -210,8 +210,8 @@ class OpenAIPolicy(Policy):
     def generate(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
     ) -> list[Generation]:
-        """One generation per prompt, in order; a prompt whose requests failed gets text ``""``
-        and ``finish_reason="error"``.
+        """One generation per prompt, in order; a prompt whose requests failed gets text ``""``,
+        ``finish_reason="error"`` and the failure in ``error`` (the engine ends its episode).
 
         Raises:
             ValueError: a prompt this mode cannot send, before any request is made.

@@ -528,8 +528,9 @@ class Sender:
         try:
             await slots.acquire()
         except RuntimeError as e:  # closed while waiting for a slot
-            call.count(None, error=(index, f"{type(e).__name__}: {e}", 0))
-            return self._failed(request, version)
+            why = f"{type(e).__name__}: {e}"
+            call.count(None, error=(index, why, 0))
+            return self._failed(request, version, why)
         attempt = 0
         delay: float | None = None
         with conns.tracked(slots):
@@ -563,7 +564,8 @@ class Sender:
                             wait = retry_after(response.headers.get("retry-after"))
                 if not retryable or attempt >= self.max_retries:
                     call.count(t0, error=(index, error, attempt), refused=refused)
-                    return self._failed(request, version)
+                    named = error if self.url in error else f"{self.url}: {error}"
+                    return self._failed(request, version, named)
                 call.count(t0, retry=True)
                 delay = self.delay(attempt, wait)
                 log.debug("openai policy: prompt %d: %s; retry in %.2f s", index, error, delay)
@@ -631,10 +633,11 @@ class Sender:
             return await conns.transport.request(self.target, b"POST", conns.headers, body)
 
     @staticmethod
-    def _failed(request: Request, version: int) -> Generation:
+    def _failed(request: Request, version: int, why: str) -> Generation:
         return Generation(
-            "", finish_reason="error", policy_version=version, sampling=request.sampling
-        )
+            "", finish_reason="error", policy_version=version, sampling=request.sampling,
+            error=why,
+        )  # fmt: skip
 
     def _read(
         self, response: Reply, request: Request, call: Call, t0: float, version: int

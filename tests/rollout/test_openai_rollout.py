@@ -1,5 +1,5 @@
-"""A rollout whose policy is an OpenAI-compatible HTTP server: server errors are retried or end in
-the invalid-action path; hostile answers (tool calls, JSON nested past Python's recursion limit,
+"""A rollout whose policy is an OpenAI-compatible HTTP server: server errors are retried or end
+their episode (never an invalid action); hostile answers (tool calls, JSON nested past Python's recursion limit,
 sampled ids in the model's padding range) are their requests' named failures, counted in
 summary.json; the rollout always completes."""
 
@@ -111,8 +111,12 @@ def test_a_dead_server_fails_the_run_fast_naming_the_url(tmp_path):
     ):
         run_rollout(job, tmp_path, policy=policy)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["episodes"] == 0
+    # The first call's failed requests ended their episodes (the env never stepped with ""):
+    # every episode written is an error episode, none a played one.
+    assert summary["status"] == "failed" and summary["episodes"] == summary["errors"]
     assert "the server at http://127.0.0.1:9/v1/chat/completions never answered" in summary["error"]
+    errors = [json.loads(line) for line in (tmp_path / "errors.jsonl").read_text().splitlines()]
+    assert errors and all(e["error"].startswith("policy request failed: ") for e in errors)
 
 
 def _async_openai_collect(job, base_url: str, concurrency: int, num_episodes: int, check):
@@ -264,19 +268,29 @@ def test_hostile_answers_are_counted_failures_of_their_requests_and_the_rollout_
         thread.join(timeout=5)
     sent, stats = HostileAgentServer.sent, summary["policy_stats"]
     assert min(sent["tool"], sent["deep"], sent["pad"]) >= 1, sent
-    # Every episode played to its end: the nested JSON ended no rollout.
-    assert summary["status"] == "ok" and summary["episodes"] == 4 and summary["errors"] == 0
+    # The nested JSON ended no rollout: each failed request ended its own episode.
+    assert summary["status"] == "ok" and summary["episodes"] == 4
     # Each hostile answer is its request's failure, named by its kind, in summary.json.
     assert (stats["non_text_answers"], stats["malformed_answers"], stats["padding_id_answers"]) == (
         sent["tool"], sent["deep"], sent["pad"],
     )  # fmt: skip
     assert stats["failures"] == sent["tool"] + sent["deep"] + sent["pad"]
     assert stats["prompts"] == sum(sent.values())
+    errors = [json.loads(line) for line in (tmp_path / "run" / "errors.jsonl").open()]
+    assert summary["errors"] == len(errors) == stats["failures"]
+    for e in errors:  # each names the server and what its answer held
+        assert e["error"].startswith("policy request failed: ") and "http://127.0.0.1:" in e["error"]
+    kinds = Counter(
+        next(k for k in ("non-text", "padding-range", "RecursionError") if k in e["error"])
+        for e in errors
+    )
+    assert kinds == Counter({"non-text": stats["non_text_answers"],
+                             "padding-range": stats["padding_id_answers"],
+                             "RecursionError": stats["malformed_answers"]})  # fmt: skip
+    # A failed request is never a step: no row holds a hostile answer (nor its tokens: a tool
+    # call's ids, a padding id), and every row is a text answer that played its action, so no
+    # failure was charged as the model's invalid action.
     rows = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").open()]
-    assert len(rows) == stats["prompts"]
-    failed = [r for r in rows if r["finish_reason"] == "error"]
-    assert len(failed) == stats["failures"]
-    # No row keeps a hostile answer's tokens (a tool call's ids, a padding id), and every
-    # answer that was text played its action: no answer was charged as the model's invalid one.
-    assert all(r["response"] == "" and r["response_ids"] is None for r in failed)
-    assert all(r["is_action_valid"] and r["response_ids"] for r in rows if r not in failed)
+    assert len(rows) == stats["prompts"] - stats["failures"]
+    assert all(r["finish_reason"] == "stop" and r["is_action_valid"] for r in rows)
+    assert all(r["response_ids"] for r in rows)
