@@ -11,6 +11,7 @@ however it ends (never ``ray stop``, which would stop other people's clusters on
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import shutil
@@ -41,11 +42,12 @@ sys.path.insert(0, {repo!r})
 from agent_memory.rollout import run_rollout
 from tests.rollout.conftest import make_job
 
-job = make_job("tests.rollout.faulty:Faulty-v0", policy="random", groups=8, size=2, workers=2,
-               envs=2, step_s=0.1)
+job = make_job("tests.rollout.faulty:Faulty-v0", policy="random", groups=10, size=2, workers=2,
+               envs=2, step_s=0.2)
 job.env.parser.tag = None  # Faulty takes bare actions
 job.rollout.num_cpus_per_worker = 1.0  # one worker per node: each node has one CPU
 job.rollout.ray_address = {address!r}
+job.rollout.max_episode_attempts = {attempts!r}
 seen = []
 
 def report(collector):
@@ -120,15 +122,27 @@ def two_nodes():
         reaper.release()
 
 
-def test_a_lost_nodes_episodes_run_on_the_live_worker_within_the_stall_bound(two_nodes, tmp_path):
-    """SLOW. The second node's raylet is SIGKILLed once 4 of 16 episodes (each about 0.5 s)
-    have finished: every episode still finishes exactly once, complete, and the first one
-    re-run on the live worker finishes within STALL_BOUND_S of the kill (a bound on the
-    stall, measured at a few seconds; it was 120 s while the driver waited for the lost worker's
-    restart, which has nowhere to go)."""
+@pytest.mark.parametrize("attempts", [2, 1])
+def test_a_lost_nodes_episodes_run_on_the_live_worker_within_the_stall_bound(
+    two_nodes, tmp_path, attempts
+):
+    """SLOW (about 30 s each). The second node's raylet is SIGKILLed once 2 of 20 episodes
+    have finished (5 steps of 0.2 s; a worker steps its 2 envs one after the other, so an
+    episode lasts about 2 s): every episode still finishes exactly once, complete, and nothing
+    stops moving. It used to: the driver waited for the lost worker's restart, which has
+    nowhere to go, for 120 s, reading nothing from the live worker meanwhile.
+
+    Stall bounds (STALL_BOUND_S; bounds on the system's behaviour, not performance figures):
+    the longest time without a finished episode, from the kill to the run's end; and, with
+    rollout.max_episode_attempts=2, the time from the kill to the first re-run episode's end
+    (they re-run at once, behind what the live worker had queued). With 1 a second crash would
+    end them, so they wait until Ray reports the node dead (the head's 30 s health check):
+    then they re-run charged nothing, a lost node being no env's doing (they used to end as
+    errors after the 120 s).
+    """
     address, env, raylet = two_nodes
     out = tmp_path / "out"
-    script = DRIVER.format(repo=str(REPO), address=address, out=str(out))
+    script = DRIVER.format(repo=str(REPO), address=address, out=str(out), attempts=attempts)
     log = tmp_path / "driver.log"
     with log.open("w") as err:
         driver = subprocess.Popen(
@@ -146,7 +160,7 @@ def test_a_lost_nodes_episodes_run_on_the_live_worker_within_the_stall_bound(two
                 end = event["end"]
                 continue
             finished.append(event)
-            if killed is None and len(finished) == 4:
+            if killed is None and len(finished) == 2:
                 os.kill(raylet, signal.SIGKILL)
                 killed = time.time()
         driver.wait(timeout=300)
@@ -158,16 +172,23 @@ def test_a_lost_nodes_episodes_run_on_the_live_worker_within_the_stall_bound(two
     steps: dict[str, list[int]] = {}
     for r in rows:
         steps.setdefault(r["traj_uid"], []).append(r["step"])
-    uids = sorted(f"g{g}-t{m}" for g in range(8) for m in range(2))
+    uids = sorted(f"g{g}-t{m}" for g in range(10) for m in range(2))
     assert sorted(steps) == uids and sorted(e["uid"] for e in finished) == uids
     assert all(s == [1, 2, 3, 4, 5] for s in steps.values())  # each once, complete
-    assert all(r["error"] is None and r["won"] for r in rows)
+    assert all(r["error"] is None and r["won"] for r in rows)  # none charged for the node
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["episodes"] == 16
+    assert summary["status"] == "ok" and summary["episodes"] == 20
     assert summary["worker_restarts"] == 1 and summary["episodes_rerun"] >= 1
     assert summary["workers_lost"] == 1  # its restart never came: given up at the end
-    rerun = [e for e in finished if e["attempts"] == 2]
+    rerun = [e["t"] for e in finished if e["attempts"] == 2]
     assert rerun, finished  # the lost worker had episodes in flight
-    stall = min(e["t"] for e in rerun) - killed
-    print(f"node loss: first re-run episode finished {stall:.1f} s after the kill")
-    assert stall < STALL_BOUND_S, (stall, finished)
+    stall = min(rerun) - killed
+    times = [killed, *sorted(e["t"] for e in finished if e["t"] > killed), end]
+    gap = max(b - a for a, b in itertools.pairwise(times))
+    print(
+        f"node loss, max_episode_attempts={attempts}: the first re-run episode ended "
+        f"{stall:.1f} s after the kill; the longest time without an episode ending: {gap:.1f} s"
+    )
+    assert gap < STALL_BOUND_S, (gap, killed, finished)
+    if attempts == 2:
+        assert stall < STALL_BOUND_S, (stall, killed, finished)

@@ -171,14 +171,15 @@ class EpisodeBook:
             running.append(_Waiting(run.spec, worker))
             queued.extend(behind)
             lost[slot[1]] = [run.spec.traj_uid, *(w.spec.traj_uid for w in behind)]
-        self.reruns += len(running)
         front = []
-        for w in running + queued:
+        for k, w in enumerate(running + queued):
             uid = w.spec.traj_uid
             self.suspected[uid] += 1
             if uid in self._doomed:  # a step timeout ended an earlier start of it
                 self._end(w, self._doomed.pop(uid))
-            elif self.crashes[uid] + self.suspected[uid] >= self.max_attempts:
+                continue
+            self.reruns += k < len(running)
+            if self.crashes[uid] + self.suspected[uid] >= self.max_attempts:
                 self.held[uid] = w
             else:
                 front.append(w)

@@ -466,8 +466,8 @@ class Collector:
     def _suspects_settled(self, w: int, crashes: Sequence[CrashReport] | None) -> None:
         """What dead worker ``w``'s episodes are charged, once known: the env its restarted
         process names (``crashes``) took it down (or ran past the step timeout); the others
-        merely shared it. None (or none named): nobody can tell, so every episode it was
-        running is charged, unless Ray reports its node dead (no env's doing)."""
+        merely shared it. None or none: nobody can tell, so every episode it was running is
+        charged, unless Ray reports its node dead (no env's doing)."""
         lost = self._lost.pop(w, None)
         book = self.book
         if lost is None or book is None:
