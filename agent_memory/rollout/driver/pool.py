@@ -69,8 +69,10 @@ class WorkerPool:
         self.alive: list[bool] = []
         self.restarts: list[int] = []
         self.pids: dict[int, int] = {}
-        #: Each worker's Ray node, as it last reported it (None: unknown).
+        #: Each worker's Ray node, as it last reported it (None: unknown), and the one it was on
+        #: when it last failed.
         self.nodes: dict[int, str | None] = {}
+        self.failed_on: dict[int, str | None] = {}
         #: The dead workers whose restart is watched (:meth:`lost`, :meth:`poll`).
         self.restarting: dict[int, _Restart] = {}
         self.envs_per_worker = 0
@@ -213,6 +215,7 @@ class WorkerPool:
         self.restarts[w] += 1
         self.stats.worker_restarts += 1
         self.alive[w] = False
+        self.failed_on[w] = self.nodes.get(w)
         limit = self.job.rollout.max_restarts
         if self.restarts[w] > limit:
             self._give_up(w, f"no restart left: rollout.max_restarts={limit}")
@@ -263,10 +266,11 @@ class WorkerPool:
         return ended
 
     def node_lost(self, w: int) -> bool:
-        """Whether Ray reports worker ``w``'s node (where it last ran) dead."""
+        """Whether Ray reports the node worker ``w`` was on when it last failed dead (its
+        restart may run elsewhere)."""
         import ray
 
-        node = self.nodes.get(w)
+        node = self.failed_on.get(w)
         return node is not None and any(
             n.get("NodeID") == node and not n.get("Alive") for n in ray.nodes()
         )
