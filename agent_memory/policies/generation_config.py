@@ -158,7 +158,7 @@ def repetition_penalty(penalty: float, starts: Sequence[int]) -> Any:
 
     first = torch.tensor(list(starts))
 
-    class RepetitionPenalty(LogitsProcessor):  # type: ignore[misc]
+    class RepetitionPenalty(LogitsProcessor):
         def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
             vocab = scores.shape[-1]
             cols = torch.arange(input_ids.shape[1], device=input_ids.device)

@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "THREAD_PREFIX", "ClientStats", "Connections", "LogprobsNotSampled", "Runtime", "Sender",
-    "ServerRefused", "Slots", "TokenIdsMissing", "decodes_to", "require_tokens",
+    "ServerRefused", "Slots", "TokenIdsMissing", "decodes_to", "prompt_mismatch", "require_tokens",
 ]  # fmt: skip
 
 log = logging.getLogger("agent_memory.policies.openai_client")
@@ -72,13 +72,14 @@ class ClientStats(Counters):
         truncated: responses the server cut at ``max_tokens``.
         total_latency_s, wall_s: seconds waiting on requests (summed); seconds in ``act``.
         prompt_tokens, completion_tokens: the servers' ``usage`` counts, summed.
-        prompt_id_mismatches: prompts whose server-reported ids differ from the local rendering.
-        malformed_answers, text_mismatches, oversized_answers: answers refused at the edge (each
-            also in ``failures``, its prompt answered ``""``): not what the protocol allows (not
-            JSON, a field missing or of the wrong type, a token id outside the vocabulary, a
-            log-prob not finite or above 0, an encoding that does not inflate); response ids
-            that do not decode to the response text (a tokenizer known); a body over
-            ``max_answer_bytes``.
+        malformed_answers, text_mismatches, oversized_answers, prompt_id_mismatches: answers
+            refused at the edge (each also in ``failures``, its prompt answered ``""``): not
+            what the protocol allows (not JSON, a field missing or of the wrong type, a token
+            id outside the vocabulary, a log-prob not finite or above 0, an encoding that does
+            not inflate); response ids that do not decode to the response text (a tokenizer
+            known); a body over ``max_answer_bytes``; prompt ids other than the ones sent or
+            rendered here (a tokenizer known: another request's answer, or a server rendering
+            prompts differently).
     """
 
     calls: int = 0
@@ -98,7 +99,10 @@ class ClientStats(Counters):
 
 
 #: Why an answer was refused: the :class:`ClientStats` counter it adds to, and the message.
-Refusal = tuple[Literal["malformed_answers", "text_mismatches", "oversized_answers"], str]
+Refusal = tuple[
+    Literal["malformed_answers", "text_mismatches", "oversized_answers", "prompt_id_mismatches"],
+    str,
+]
 
 
 @dataclass(frozen=True)
@@ -124,7 +128,7 @@ class Call:
 
     def count(
         self, t0: float | None, *, usage: tuple[int, int, bool] | None = None,
-        error: tuple[int, str, int] | None = None, retry: bool = False, mismatch: bool = False,
+        error: tuple[int, str, int] | None = None, retry: bool = False,
         refused: str | None = None,
     ) -> None:  # fmt: skip
         """Record one request sent at ``t0`` (None: none was): its usage, a retry to come, or
@@ -134,7 +138,6 @@ class Call:
             setattr(s, refused, getattr(s, refused) + 1)
         s.requests += t0 is not None
         s.retries += retry
-        s.prompt_id_mismatches += mismatch
         s.total_latency_s += time.perf_counter() - t0 if t0 is not None else 0.0
         if usage is not None:
             s.prompt_tokens += usage[0]
@@ -628,13 +631,14 @@ class Sender:
             outside = self._outside_vocab(answer)
             if outside is not None:
                 return "malformed_answers", f"malformed response ({outside}): {shown(response)!r}"
+        sent, echoed = request.prompt_ids, answer.prompt_ids
+        if sent is not None and echoed is not None and echoed != sent:
+            return "prompt_id_mismatches", prompt_mismatch(sent, echoed)
         text = self._text(answer)
         if not isinstance(text, str):
             return text
-        sent, echoed = request.prompt_ids, answer.prompt_ids
-        mismatch = sent is not None and echoed is not None and echoed != sent
         usage = (answer.prompt_tokens, answer.completion_tokens, answer.finish_reason == "length")
-        call.count(t0, usage=usage, mismatch=mismatch)
+        call.count(t0, usage=usage)
         return Generation(
             text=text, prompt_ids=prompt_ids if self.return_tokens else None,
             response_ids=response_ids if self.return_tokens else None,
@@ -700,6 +704,31 @@ class Sender:
         if wait is not None:
             delay = max(delay, min(wait, self.max_retry_after))
         return delay
+
+
+def prompt_mismatch(rendered: list[int], echoed: list[int]) -> str:
+    """Why an answer whose prompt ids are not the request's is refused (its first difference).
+
+    Example:
+        >>> prompt_mismatch([5, 6, 7], [5, 9, 7, 8])
+        "the server's prompt ids are not this prompt's (4 ids, 3 sent or rendered here by \
+policy.params.tokenizer; first difference at position 1: 9, here 6): an answer to another \
+request (a server or proxy mixing requests up), or a server rendering prompts differently (its \
+chat template, chat_template_kwargs); the row would hold ids the model was not given for this \
+prompt"
+    """
+    at = next((i for i, (a, b) in enumerate(zip(echoed, rendered, strict=False)) if a != b), None)
+    if at is None:
+        at = min(len(echoed), len(rendered))
+    theirs = echoed[at] if at < len(echoed) else "the end"
+    mine = rendered[at] if at < len(rendered) else "the end"
+    return (
+        f"the server's prompt ids are not this prompt's ({len(echoed)} ids, {len(rendered)} sent "
+        f"or rendered here by policy.params.tokenizer; first difference at position {at}: "
+        f"{theirs}, here {mine}): an answer to another request (a server or proxy mixing "
+        "requests up), or a server rendering prompts differently (its chat template, "
+        "chat_template_kwargs); the row would hold ids the model was not given for this prompt"
+    )
 
 
 def decodes_to(tokenizer: Any, ids: list[int], text: str, finish_reason: str | None) -> bool:
