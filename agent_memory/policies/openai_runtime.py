@@ -715,7 +715,7 @@ def prompt_mismatch(rendered: list[int], echoed: list[int]) -> str:
 policy.params.tokenizer; first difference at position 1: 9, here 6): an answer to another \
 request (a server or proxy mixing requests up), or a server rendering prompts differently (its \
 chat template, chat_template_kwargs); the row would hold ids the model was not given for this \
-prompt"
+prompt. Is policy.params.tokenizer the served model's, with the server's chat template?"
     """
     at = next((i for i, (a, b) in enumerate(zip(echoed, rendered, strict=False)) if a != b), None)
     if at is None:
@@ -727,7 +727,8 @@ prompt"
         f"or rendered here by policy.params.tokenizer; first difference at position {at}: "
         f"{theirs}, here {mine}): an answer to another request (a server or proxy mixing "
         "requests up), or a server rendering prompts differently (its chat template, "
-        "chat_template_kwargs); the row would hold ids the model was not given for this prompt"
+        "chat_template_kwargs); the row would hold ids the model was not given for this prompt. "
+        "Is policy.params.tokenizer the served model's, with the server's chat template?"
     )
 
 

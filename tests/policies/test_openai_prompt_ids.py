@@ -142,3 +142,32 @@ def test_a_proxy_mixing_answers_up_never_puts_another_requests_ids_in_a_row(tiny
         assert mixed[i].prompt_ids is None and mixed[i].response_ids is None
         assert error.startswith("the server's prompt ids are not this prompt's (")
         assert "an answer to another request (a server or proxy mixing requests up)" in error
+
+
+def test_a_completions_text_prompt_is_expected_as_the_server_tokenizes_it(server, tiny):
+    """``mode=completion`` sends the text as it is (the server applies no chat template): the
+    prompt ids expected, and recorded when the server sends none, are its plain tokens. On main
+    they were the chat template's rendering, which no completion server was given."""
+    import json
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny, local_files_only=True)
+    assert tokenizer.chat_template  # a rendering that would differ
+    plain = list(tokenizer("go up box")["input_ids"])
+    up = tokenizer("up", add_special_tokens=False)["input_ids"]
+    choice = {
+        "index": 0, "text": "up", "finish_reason": "length", "token_ids": up,
+        "logprobs": {"token_logprobs": [-0.5] * len(up), "tokens": ["t"] * len(up)},
+    }  # fmt: skip
+    without_ids = json.dumps({"choices": [choice]}).encode()
+    with_ids = json.dumps({"choices": [choice], "prompt_token_ids": plain}).encode()
+    server.faults = {"go up box": [("raw", without_ids), ("raw", with_ids)]}
+    with OpenAIPolicy(
+        server.base_url, "m", mode="completion", tokenizer=str(tiny), max_retries=0,
+        backoff=(0.001, 0.005), timeout=5.0,
+    ) as policy:  # fmt: skip
+        (recorded,) = policy.generate(["go up box"])
+        (echoed,) = policy.generate(["go up box"])
+    assert recorded.prompt_ids == echoed.prompt_ids == plain
+    assert policy.stats.failures == policy.stats.prompt_id_mismatches == 0
