@@ -1,7 +1,8 @@
 """What the openai policy refuses in a 200 answer, and the counter each refusal adds to: an
 answer that cannot be parsed (whatever the parse raises), one whose content is not text, token
-ids outside the model's vocabulary, and sampled ids in the model's padding range (embedding rows
-past the tokenizer's tokens, which decode to nothing). Each is its request's failure, counted in
+ids outside the model's vocabulary, sampled ids in the model's padding range (embedding rows
+past the tokenizer's tokens, which decode to nothing), and prompt ids other than the request's.
+Each is its request's failure, counted in
 :class:`~agent_memory.policies.openai_runtime.ClientStats` (``failures`` and its own counter).
 
 Example:
@@ -28,7 +29,7 @@ from agent_memory.policies.openai_protocol import (
     read_answer,
 )
 
-__all__ = ["Refusal", "RefusalKind", "parse", "shown", "token_refusal"]
+__all__ = ["Refusal", "RefusalKind", "parse", "prompt_refusal", "shown", "token_refusal"]
 
 #: The :class:`~agent_memory.policies.openai_runtime.ClientStats` counter of a refused answer.
 RefusalKind = Literal[
@@ -37,6 +38,7 @@ RefusalKind = Literal[
     "oversized_answers",
     "padding_id_answers",
     "non_text_answers",
+    "prompt_id_mismatches",
 ]
 #: Why an answer was refused: the counter it adds to, and the message.
 Refusal = tuple[RefusalKind, str]
@@ -105,6 +107,36 @@ def token_refusal(
         f"size {tokenizer_size}, got {ids[i]}: an embedding row of the model "
         f"(policy.params.vocab_size={vocab_size}) that no token of policy.params.tokenizer "
         "uses, which decodes to nothing; is the tokenizer the served model's?)"
+    )
+
+
+def prompt_refusal(sent: list[int] | None, echoed: list[int] | None) -> Refusal | None:
+    """Why an answer whose prompt ids are not the ones its request sent or rendered here (a
+    tokenizer known) is refused, naming the first difference; None: the same, or either unknown.
+
+    Example:
+        >>> prompt_refusal([5, 6, 7], [5, 6, 7]), prompt_refusal(None, [5])
+        (None, None)
+        >>> prompt_refusal([5, 6, 7], [5, 9, 7, 8])[1]
+        "the server's prompt ids are not this prompt's (4 ids, 3 sent or rendered here by \
+policy.params.tokenizer; first difference at position 1: 9, here 6): an answer to another \
+request (a server or proxy mixing requests up), or a server rendering prompts differently (its \
+chat template, chat_template_kwargs); the row would hold ids the model was not given for this \
+prompt. Is policy.params.tokenizer the served model's, with the server's chat template?"
+    """
+    if sent is None or echoed is None or echoed == sent:
+        return None
+    pairs = enumerate(zip(echoed, sent, strict=False))
+    at = next((i for i, (a, b) in pairs if a != b), min(len(echoed), len(sent)))
+    theirs = echoed[at] if at < len(echoed) else "the end"
+    mine = sent[at] if at < len(sent) else "the end"
+    return "prompt_id_mismatches", (
+        f"the server's prompt ids are not this prompt's ({len(echoed)} ids, {len(sent)} sent "
+        f"or rendered here by policy.params.tokenizer; first difference at position {at}: "
+        f"{theirs}, here {mine}): an answer to another request (a server or proxy mixing "
+        "requests up), or a server rendering prompts differently (its chat template, "
+        "chat_template_kwargs); the row would hold ids the model was not given for this prompt. "
+        "Is policy.params.tokenizer the served model's, with the server's chat template?"
     )
 
 

@@ -60,6 +60,7 @@ from agent_memory.policies.openai_runtime import (
     require_tokens,
 )
 from agent_memory.policies.rendering import PromptRenderer
+from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import Generation, SamplingParams
 
 __all__ = [
@@ -81,9 +82,10 @@ class OpenAIPolicy(Policy):
     """Answers prompts with an OpenAI-compatible server (see the module docstring).
 
     Sampling fields are sent explicitly (None: the neutral value); ``extra_body`` is merged into
-    every request last. ``timeout`` bounds a request in total. ``dead_calls`` calls in a row
-    without any HTTP answer raise :class:`ServerUnavailable` (0: never). The API key is never
-    logged nor shown.
+    every request last, and only fields known to leave the sampled distribution alone are taken
+    (:mod:`~agent_memory.policies.request_fields`). ``timeout`` bounds a request in total.
+    ``dead_calls`` calls in a row without any HTTP answer raise :class:`ServerUnavailable` (0:
+    never). The API key is never logged nor shown.
 
     An answer is checked at the edge, and one that fails is answered ``""`` (not retried; counted
     in :class:`ClientStats`): its body at most ``max_answer_bytes`` as received and inflated
@@ -91,7 +93,8 @@ class OpenAIPolicy(Policy):
     text (not null, no tool calls); token ids ints in ``[0, vocab_size)`` (``vocab_size``, else
     the tokenizer's size; ints >= 0 without either); log-probs finite and <= 0; with a
     ``tokenizer``, response ids below its size (not in the model's padding range) that decode
-    to the response text.
+    to the response text, and prompt ids that are the prompt's own rendering (without one, the
+    server's prompt ids are trusted as they come).
 
     Attributes:
         stats, last_stats: :class:`ClientStats` since construction and of the last call.
@@ -157,6 +160,7 @@ class OpenAIPolicy(Policy):
         self.seed = seed
         # Plain containers (a Hydra DictConfig is a Mapping, but not JSON-serialisable).
         self.extra_body: dict[str, Any] = _plain(extra_body or {})
+        check_extra_body(self.extra_body)
         self.concurrency = concurrency
         #: The most :meth:`set_concurrency` may set: ``concurrency`` as given (a worker's copy
         #: starts at its share of it, see :meth:`for_workers`).
@@ -171,8 +175,14 @@ class OpenAIPolicy(Policy):
         self.token_in = token_in
         self.tokenizer_path = tokenizer
         self.use_chat_template = use_chat_template
+        # What the server tokenizes: a completion's text prompt as it is, else the chat.
+        templated = use_chat_template if token_in or mode == "chat" else False
         self.renderer = (
-            None if tokenizer is None else _renderer(tokenizer, use_chat_template, incremental)
+            None
+            if tokenizer is None
+            else _renderer(
+                tokenizer, templated, incremental, self.extra_body.get("chat_template_kwargs")
+            )
         )
         self.max_answer_bytes = max_answer_bytes
         self.vocab_size = _vocab_size(vocab_size, self.renderer)
@@ -679,10 +689,14 @@ def _vocab_size(vocab_size: int | None, renderer: PromptRenderer | None) -> int 
 
 
 def _renderer(
-    tokenizer: str, use_chat_template: bool | Literal["auto"], incremental: bool
-) -> PromptRenderer:
+    tokenizer: str, use_chat_template: bool | Literal["auto"], incremental: bool,
+    template_kwargs: Mapping[str, Any] | None,
+) -> PromptRenderer:  # fmt: skip
     from transformers import AutoTokenizer
 
     path = resolve_model(tokenizer, need="tokenizer")
     loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    return PromptRenderer(loaded, use_chat_template, str(path), incremental=incremental)
+    return PromptRenderer(
+        loaded, use_chat_template, str(path), incremental=incremental,
+        template_kwargs=template_kwargs,
+    )  # fmt: skip

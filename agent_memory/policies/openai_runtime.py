@@ -26,7 +26,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from agent_memory.policies.base import Counters
 from agent_memory.policies.offsets import token_offsets
-from agent_memory.policies.openai_answers import Refusal, parse, shown, token_refusal
+from agent_memory.policies.openai_answers import (
+    Refusal,
+    parse,
+    prompt_refusal,
+    shown,
+    token_refusal,
+)
 from agent_memory.policies.openai_protocol import (
     DEFAULT_MAX_ANSWER_BYTES,
     Answer,
@@ -70,16 +76,16 @@ class ClientStats(Counters):
         truncated: responses the server cut at ``max_tokens``.
         total_latency_s, wall_s: seconds waiting on requests (summed); seconds in ``act``.
         prompt_tokens, completion_tokens: the servers' ``usage`` counts, summed.
-        prompt_id_mismatches: prompts whose server-reported ids differ from the local rendering.
-        malformed_answers, text_mismatches, oversized_answers, padding_id_answers, non_text_answers:
-            answers refused at the edge (each also in ``failures``, its prompt answered ``""``):
-            not what the protocol allows (not JSON, or none that parses, a field missing or of
-            the wrong type, a token id outside the vocabulary, a log-prob not finite or above
-            0, an encoding that does not inflate); response ids that do not decode to the
-            response text (a tokenizer known); a body over ``max_answer_bytes``; a sampled id
-            in the model's padding range (at or above the tokenizer's size, below
+        malformed_answers, text_mismatches, oversized_answers, padding_id_answers, non_text_answers,
+        prompt_id_mismatches: answers refused at the edge (each also in ``failures``, its prompt
+            answered ``""``): not what the protocol allows (not JSON, or none that parses, a
+            field missing or of the wrong type, a token id outside the vocabulary, a log-prob not
+            finite or above 0, an encoding that does not inflate); response ids that do not
+            decode to the response text (a tokenizer known); a body over ``max_answer_bytes``; a
+            sampled id in the model's padding range (at or above the tokenizer's size, below
             ``vocab_size``: it decodes to nothing); a content that is not text (null, or tool
-            calls).
+            calls); prompt ids other than the ones sent or rendered here (a tokenizer known:
+            another request's answer, or a server rendering prompts differently).
     """
 
     calls: int = 0
@@ -123,7 +129,7 @@ class Call:
 
     def count(
         self, t0: float | None, *, usage: tuple[int, int, bool] | None = None,
-        error: tuple[int, str, int] | None = None, retry: bool = False, mismatch: bool = False,
+        error: tuple[int, str, int] | None = None, retry: bool = False,
         refused: str | None = None,
     ) -> None:  # fmt: skip
         """Record one request sent at ``t0`` (None: none was): its usage, a retry to come, or
@@ -133,7 +139,6 @@ class Call:
             setattr(s, refused, getattr(s, refused) + 1)
         s.requests += t0 is not None
         s.retries += retry
-        s.prompt_id_mismatches += mismatch
         s.total_latency_s += time.perf_counter() - t0 if t0 is not None else 0.0
         if usage is not None:
             s.prompt_tokens += usage[0]
@@ -657,13 +662,14 @@ class Sender:
             refused = token_refusal(answer, self.vocab_size, self.tokenizer_size)
             if refused is not None:
                 return refused[0], f"{refused[1]}: {shown(response)!r}"
+        refused = prompt_refusal(request.prompt_ids, answer.prompt_ids)
+        if refused is not None:
+            return refused
         text = self._text(answer)
         if not isinstance(text, str):
             return text
-        sent, echoed = request.prompt_ids, answer.prompt_ids
-        mismatch = sent is not None and echoed is not None and echoed != sent
         usage = (answer.prompt_tokens, answer.completion_tokens, answer.finish_reason == "length")
-        call.count(t0, usage=usage, mismatch=mismatch)
+        call.count(t0, usage=usage)
         return Generation(
             text=text, prompt_ids=prompt_ids if self.return_tokens else None,
             response_ids=response_ids if self.return_tokens else None,

@@ -269,10 +269,11 @@ def test_chat_keeps_prompt_order_and_sends_sampling_params_and_key(server, monke
         api_key_env="TEST_LLM_KEY",
         temperature=0.7,
         top_p=0.9,
+        top_k=20,
         max_tokens=32,
         stop=["</action>"],
         seed=100,
-        extra_body={"top_k": 20, "chat_template_kwargs": {"enable_thinking": False}},
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
         concurrency=4,
         **FAST,
     ) as policy:
@@ -922,7 +923,7 @@ def test_hydra_containers_are_accepted(server):
 
     params = OmegaConf.create(
         {
-            "extra_body": {"chat_template_kwargs": {"enable_thinking": False}, "top_k": 5},
+            "extra_body": {"chat_template_kwargs": {"enable_thinking": False}, "priority": 5},
             "backoff": [0.001, 0.002],
             "stop": ["</action>"],
             "return_tokens": False,

@@ -168,10 +168,11 @@ def _ids(tokenizer_dir: Path, text: str) -> list[int]:
 
 def test_response_ids_must_decode_to_the_response_text(server, tokenizer_dir):
     go_up, eos = _ids(tokenizer_dir, "go up"), 3
+    unknown = _ids(tokenizer_dir, "x")  # the prompts' ids: x, y and z are [UNK]
     server.faults = {
-        "x": [("raw", _answer("go left", [*go_up, eos], (-0.1, -0.2, -0.3)))],
-        "y": [("raw", _answer("go up", [*go_up, eos], (-0.1, -0.2, -0.3)))],
-        "z": [("raw", _answer("go up", go_up, (-0.1, -0.2), finish="length"))],
+        "x": [("raw", _answer("go left", [*go_up, eos], (-0.1, -0.2, -0.3), prompt_ids=unknown))],
+        "y": [("raw", _answer("go up", [*go_up, eos], (-0.1, -0.2, -0.3), prompt_ids=unknown))],
+        "z": [("raw", _answer("go up", go_up, (-0.1, -0.2), "length", prompt_ids=unknown))],
     }
     with OpenAIPolicy(server.base_url, "m", tokenizer=str(tokenizer_dir), **TOKENS) as policy:
         g = _one(policy)
@@ -201,8 +202,10 @@ def test_offsets_are_reported_for_a_memory_that_reads_the_policys_blocks(server,
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     text = "<memory>the kéy is red 🎉</memory><action>go up</action>"
     ids = list(tok(text, add_special_tokens=False)["input_ids"])
-    answer = _answer(text, ids, [-0.1] * len(ids))
-    server.faults = {k: [("raw", answer)] for k in ("x", "y", "z")}
+    server.faults = {
+        k: [("raw", _answer(text, ids, [-0.1] * len(ids), prompt_ids=tok(k)["input_ids"]))]
+        for k in ("x", "y", "z")
+    }
     with OpenAIPolicy(server.base_url, "m", tokenizer=str(path), **TOKENS) as policy:
         plain, asked = policy.generate(["x", "y"], [{}, {"memory_tag": "memory"}])
         (other,) = policy.generate(["z"], [{"memory_tag": "memory"}])

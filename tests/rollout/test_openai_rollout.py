@@ -186,9 +186,11 @@ class HostileAgentServer(BaseHTTPRequestHandler):
     vLLM's token fields (the ids of :attr:`words`, then EOS); every 3rd answer to a prompt is
     hostile instead, in turn: a tool call (content null, the call's tokens in ``token_ids``),
     JSON nested past Python's recursion limit, and a sampled id in the model's padding range
-    (text ``""``, as a server's detokenizer writes it). :attr:`sent` counts each kind sent."""
+    (text ``""``, as a server's detokenizer writes it). :attr:`sent` counts each kind sent. Its
+    prompt ids are the chat's rendering by :attr:`tokenizer`, as a server's are."""
 
     protocol_version = "HTTP/1.1"
+    tokenizer: Any = None
     words: ClassVar[dict[str, int]] = {}
     pad_id = 0
     count = 0
@@ -226,13 +228,19 @@ class HostileAgentServer(BaseHTTPRequestHandler):
                 "id": "x", "object": "chat.completion", "model": body["model"],
                 "choices": [{"index": 0, "message": message, "finish_reason": "stop",
                              "token_ids": ids, "logprobs": {"content": entries}}],
-                "prompt_token_ids": [1, 2],
+                "prompt_token_ids": self._prompt_ids(body["messages"]),
             }).encode()  # fmt: skip
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
+
+    def _prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def test_hostile_answers_are_counted_failures_of_their_requests_and_the_rollout_completes(
@@ -246,6 +254,7 @@ def test_hostile_answers_are_counted_failures_of_their_requests_and_the_rollout_
 
     lm = build_tiny_lm(tmp_path / "lm", ["next", *COLOURS], hidden=8, layers=1, heads=1)
     tok = AutoTokenizer.from_pretrained(lm, local_files_only=True)
+    HostileAgentServer.tokenizer = tok
     HostileAgentServer.words = {w: tok.convert_tokens_to_ids(w) for w in ["next", *COLOURS]}
     HostileAgentServer.pad_id = len(tok) + 5  # a row of the model's embedding past its tokens
     HostileAgentServer.count = 0
@@ -279,7 +288,9 @@ def test_hostile_answers_are_counted_failures_of_their_requests_and_the_rollout_
     errors = [json.loads(line) for line in (tmp_path / "run" / "errors.jsonl").open()]
     assert summary["errors"] == len(errors) == stats["failures"]
     for e in errors:  # each names the server and what its answer held
-        assert e["error"].startswith("policy request failed: ") and "http://127.0.0.1:" in e["error"]
+        assert (
+            e["error"].startswith("policy request failed: ") and "http://127.0.0.1:" in e["error"]
+        )
     kinds = Counter(
         next(k for k in ("non-text", "padding-range", "RecursionError") if k in e["error"])
         for e in errors
