@@ -4,7 +4,8 @@
 prompt, parser, policy) the cheap way, so a bad value fails in seconds with a
 :class:`~agent_memory.config.ConfigError` naming the override that fixes it (docs/failures.md
 lists them), plus the episode count (:func:`check_episodes`), the worker count
-(:func:`check_workers`), the Ray address (:func:`check_ray_address`) and the episode layout. The
+(:func:`check_workers`), the Ray address (:func:`check_ray_address`), the optional packages it
+needs (:mod:`agent_memory.extras`) and the episode layout. The
 env itself is not built: TextWorld generates games and Code starts a sandbox on construction.
 
 Example:
@@ -40,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.config import ConfigError, EnvConfig, JobConfig
+from agent_memory.extras import job_needs, require
 from agent_memory.policies import Policy
 from agent_memory.rollout.driver.layout_checks import check_episode_layout, history_key
 from agent_memory.rollout.driver.oracle_check import check_policy_env
@@ -118,6 +120,7 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     check_ray_address(job.rollout.ray_address)
     episode = job.rollout.layout == "episode"
     env = resolve_env(job.env)
+    require(job_needs(job, env.id))  # optional dependencies: one line naming the extra
     check_policy_env(job, env, policy=policy)
     if job.algo.name == "ppo":
         _check_value_fn(job.algo.value_fn)
@@ -510,7 +513,9 @@ def _token_counter(spec: Any) -> Any:
     try:
         return make_token_counter(spec)
     except BUILD_ERRORS as e:
-        hint = did_you_mean(str(spec), COUNTERS, prefix="memory.token_counter=")
+        # A name that is not one: the nearest that is (a known name failed for another reason).
+        near = [] if str(spec) in COUNTERS else COUNTERS
+        hint = did_you_mean(str(spec), near, prefix="memory.token_counter=")
         raise ConfigError(
             f"memory.token_counter={spec!r} cannot be built ({type(e).__name__}: {e}): "
             + (hint or "pass e.g. memory.token_counter=estimate"),
