@@ -23,7 +23,6 @@ from hydra import compose, initialize_config_dir
 from packaging.requirements import Requirement
 
 from agent_memory.config import ConfigError, EnvConfig, JobConfig, load_job, register_configs
-from agent_memory.extras import EXTRAS, job_needs
 from agent_memory.rollout.driver.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[1]
@@ -119,6 +118,8 @@ def test_a_missing_optional_dependency_is_one_line_naming_its_extra(
 
 def test_installed_extras_pass(monkeypatch):
     """With the packages there, the same settings need nothing more (the dev install)."""
+    from agent_memory.extras import job_needs
+
     job = _job("memory=retrieval", "memory.params.index=faiss", "env=textworld")
     assert [n.extra for n in job_needs(job, "agent_memory/TextWorld-v0")] == ["faiss", "textworld"]
     pytest.importorskip("faiss")
@@ -230,6 +231,8 @@ def _extra_requirements() -> dict[str, set[str]]:
 
 
 def test_each_extra_names_modules_its_packages_install():
+    from agent_memory.extras import EXTRAS
+
     installs = _extra_requirements()
     dists = packages_distributions()
     for extra, modules in EXTRAS.items():
