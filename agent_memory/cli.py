@@ -158,15 +158,7 @@ def discard_run_dir(keep: Sequence[Path] = ()) -> list[Path]:
     run_dir = Path(hc.runtime.output_dir).absolute()
     launch = Path(hc.runtime.cwd).absolute()
     sweep = Path(hc.sweep.dir).absolute() if hc.mode == RunMode.MULTIRUN else None
-    _close_logs_in(run_dir)
-    meta = run_dir / hc.output_subdir if hc.output_subdir else None
-    if meta is not None and meta.is_dir() and {p.name for p in meta.iterdir()} <= HYDRA_FILES:
-        for p in meta.iterdir():
-            p.unlink()
-        meta.rmdir()
-    log = run_dir / f"{hc.job.name}.log"
-    if log.is_file() and log.stat().st_size == 0:
-        log.unlink()
+    _remove_hydra_files(run_dir, hc.output_subdir, f"{hc.job.name}.log")
     removed = []
     here = run_dir
     # Never the launch directory nor one above it; above the run directory, only those inside
@@ -182,6 +174,20 @@ def discard_run_dir(keep: Sequence[Path] = ()) -> list[Path]:
         removed.append(here)
         here = here.parent
     return removed
+
+
+def _remove_hydra_files(run_dir: Path, subdir: str | None, log_name: str) -> None:
+    """Remove ``run_dir/subdir`` when it holds only Hydra's files, and the job's log when empty
+    (its handler closed first)."""
+    _close_logs_in(run_dir)
+    meta = run_dir / subdir if subdir else None
+    if meta is not None and meta.is_dir() and {p.name for p in meta.iterdir()} <= HYDRA_FILES:
+        for p in meta.iterdir():
+            p.unlink()
+        meta.rmdir()
+    log = run_dir / log_name
+    if log.is_file() and log.stat().st_size == 0:
+        log.unlink()
 
 
 def _close_logs_in(folder: Path) -> None:
@@ -393,6 +399,6 @@ def _yaml_syntax(error: Any) -> str:
     context = ""
     if error.context:
         start = error.context_mark
-        at = "" if start is None else f" that starts at line {start.line + 1}, column {start.column + 1}"
+        at = f" that starts at line {start.line + 1}, column {start.column + 1}" if start else ""
         context = f" ({error.context}{at})"
     return f"{where}: {problem}{context}: fix the YAML there"

@@ -129,13 +129,11 @@ def trainer_needs(trainer: Any) -> list[Need]:
     needs = [Need("training (scripts/train.py)", "train", ("torch", "transformers"))]
     for sink in trainer.logger:
         if sink in LOGGER_MODULES:
-            needs.append(
-                Need(
-                    f"trainer.logger={_listing(trainer.logger)}", "train",
-                    (LOGGER_MODULES[sink],), "trainer.logger",
-                    instead=f"or drop {sink}: trainer.logger={_listing(_without(trainer.logger, sink))}",
-                )
-            )  # fmt: skip
+            rest = _listing(_without(trainer.logger, sink))
+            what = f"trainer.logger={_listing(trainer.logger)}"
+            modules = (LOGGER_MODULES[sink],)
+            drop = f"or drop {sink}: trainer.logger={rest}"
+            needs.append(Need(what, "train", modules, "trainer.logger", instead=drop))
     return needs
 
 
@@ -180,9 +178,7 @@ def _memory_needs(params: Mapping[str, Any]) -> list[Need]:
     index = params.get("index")
     if isinstance(index, str) and index in INDEX_EXTRAS:
         key = "memory.params.index"
-        needs.append(
-            Need(f"{key}={index}", INDEX_EXTRAS[index], key=key, instead=f"or {key}=auto")
-        )
+        needs.append(Need(f"{key}={index}", INDEX_EXTRAS[index], key=key, instead=f"or {key}=auto"))
     summarizer = params.get("summarizer")
     policy = summarizer.get("policy") if isinstance(summarizer, Mapping) else None
     name = policy.get("name") if isinstance(policy, Mapping) else policy

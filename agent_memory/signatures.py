@@ -74,7 +74,7 @@ def bind_params(
                 key=f"{key}.{name}",
             )
         if name not in valid and not open_ended:
-            hint = _renamed(name, given[name], valid, key, given if configured is None else configured)
+            hint = _renamed(name, given, valid, key, configured)
             if not hint:
                 other = elsewhere(name) if elsewhere is not None else ""
                 hint = f"remove {key}.{name}" + (f" ({other})." if other else ".")
@@ -93,12 +93,15 @@ def bind_params(
 
 
 def _renamed(
-    name: str, value: Any, valid: list[str], key: str, configured: Collection[str]
-) -> str:
-    """``"did you mean <override>?"``: the nearest valid names set to ``value``, as overrides
-    (``+`` for a name the config does not hold yet), or ``""``."""
-    found = close_matches(name, valid)
-    fixes = [f"{'' if m in configured else '+'}{key}.{m}={override_value(value)}" for m in found]
+    name: str, given: Mapping[str, Any], valid: list[str], key: str,
+    configured: Collection[str] | None,
+) -> str:  # fmt: skip
+    """``"did you mean <override>?"``: the nearest valid names set to ``given[name]``, as
+    overrides (``+`` for a name the config does not hold yet: not in ``configured``, by default
+    ``given``), or ``""``."""
+    held = given if configured is None else configured
+    value = override_value(given[name])
+    fixes = [f"{'' if m in held else '+'}{key}.{m}={value}" for m in close_matches(name, valid)]
     return f"did you mean {' or '.join(fixes)}?" if fixes else ""
 
 

