@@ -33,7 +33,7 @@ import logging
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,7 +77,7 @@ def hydra_main(
         main_of = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
         primary = str((Path(inspect.getfile(task)).parent / config_path).resolve())
         hydra_reports = False  # the user set HYDRA_FULL_ERROR=1: Hydra reports every error
-        existing: list[Path] = []  # run directories given on the command line that exist
+        existing: dict[Path, set[str]] = {}  # given run directories that exist -> their entries
 
         @functools.wraps(task)  # Hydra finds the configs next to the unwrapped task's file
         def job(cfg: DictConfig) -> Any:
@@ -99,7 +99,8 @@ def hydra_main(
         def main(cfg_passthrough: DictConfig | None = None) -> Any:
             nonlocal hydra_reports
             hydra_reports = os.environ.get("HYDRA_FULL_ERROR") == "1"
-            existing[:] = _given_run_dirs(sys.argv[1:])  # before Hydra makes them
+            existing.clear()
+            existing.update(_given_run_dirs(sys.argv[1:]))  # before Hydra writes there
             import_from_launch_dir()  # before Hydra, which may change the working directory
             dirs = [*_config_dirs(sys.argv[1:]), primary]
             return report_config_errors(lambda: entry(cfg_passthrough), config_dirs=dirs)
@@ -120,15 +121,16 @@ def _config_dirs(argv: Sequence[str]) -> list[str]:
     return dirs
 
 
-def _given_run_dirs(argv: Sequence[str]) -> list[Path]:
-    """The directories ``hydra.run.dir=`` / ``hydra.sweep.dir=`` name that exist already."""
-    found = []
+def _given_run_dirs(argv: Sequence[str]) -> dict[Path, set[str]]:
+    """The directories ``hydra.run.dir=`` / ``hydra.sweep.dir=`` name that exist already, with
+    the names of their entries."""
+    found = {}
     for arg in argv:
         key, eq, value = arg.lstrip("+").partition("=")
         if eq and key in ("hydra.run.dir", "hydra.sweep.dir") and "${" not in value:
             path = Path(value.strip("'\"")).expanduser().absolute()
             if path.is_dir():
-                found.append(path)
+                found[path] = {p.name for p in path.iterdir()}
     return found
 
 
@@ -143,13 +145,14 @@ def _print_config_error(message: str) -> None:
 HYDRA_FILES = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
 
 
-def discard_run_dir(keep: Sequence[Path] = ()) -> list[Path]:
+def discard_run_dir(keep: Mapping[Path, set[str]] | None = None) -> list[Path]:
     """Remove what Hydra wrote for the current job, which was refused before it wrote anything:
-    ``.hydra/`` (its three files), the job's log when empty, then the run directory and its
+    ``.hydra/`` (its three files) and the job's log (empty), then the run directory and its
     parents while they are empty (a sweep's directory holding only ``multirun.yaml`` too), up to
-    the launch directory (outside it, the run directory alone). A directory holding anything
-    else, e.g. an earlier run's outputs, is kept, and so are those in ``keep`` (they existed
-    before the run). Returns the directories removed.
+    the launch directory (outside it, the run directory alone). A run directory holding anything
+    else (what another run wrote there) is left as it is. ``keep``: directories that existed
+    before the run, with their entries then: they stay, and so do those entries.
+    Returns the directories removed.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -158,7 +161,10 @@ def discard_run_dir(keep: Sequence[Path] = ()) -> list[Path]:
     run_dir = Path(hc.runtime.output_dir).absolute()
     launch = Path(hc.runtime.cwd).absolute()
     sweep = Path(hc.sweep.dir).absolute() if hc.mode == RunMode.MULTIRUN else None
-    _remove_hydra_files(run_dir, hc.output_subdir, f"{hc.job.name}.log")
+    keep = keep or {}
+    ours = {hc.output_subdir or "", f"{hc.job.name}.log"} - keep.get(run_dir, set())
+    if not _remove_hydra_files(run_dir, ours, kept=keep.get(run_dir, set())):
+        return []
     removed = []
     here = run_dir
     # Never the launch directory nor one above it; above the run directory, only those inside
@@ -176,18 +182,27 @@ def discard_run_dir(keep: Sequence[Path] = ()) -> list[Path]:
     return removed
 
 
-def _remove_hydra_files(run_dir: Path, subdir: str | None, log_name: str) -> None:
-    """Remove ``run_dir/subdir`` when it holds only Hydra's files, and the job's log when empty
-    (its handler closed first)."""
+def _remove_hydra_files(run_dir: Path, ours: set[str], kept: set[str]) -> bool:
+    """Remove the entries ``ours`` of ``run_dir`` (Hydra's: its subdirectory of config files,
+    the job's log) when ``run_dir`` holds nothing else but the ``kept`` ones and they are as
+    Hydra leaves them before the job (three files; an empty log). Whether they were removed."""
     _close_logs_in(run_dir)
-    meta = run_dir / subdir if subdir else None
-    if meta is not None and meta.is_dir() and {p.name for p in meta.iterdir()} <= HYDRA_FILES:
-        for p in meta.iterdir():
+    entries = {p.name: p for p in run_dir.iterdir()} if run_dir.is_dir() else {}
+    mine = [p for name, p in entries.items() if name not in kept]
+    if any(p.name not in ours for p in mine):
+        return False  # written by the run, or by another one
+    for p in mine:
+        is_meta = p.is_dir() and {f.name for f in p.iterdir()} <= HYDRA_FILES
+        if not (is_meta or (p.is_file() and p.stat().st_size == 0)):
+            return False
+    for p in mine:
+        if p.is_dir():
+            for f in p.iterdir():
+                f.unlink()
+            p.rmdir()
+        else:
             p.unlink()
-        meta.rmdir()
-    log = run_dir / log_name
-    if log.is_file() and log.stat().st_size == 0:
-        log.unlink()
+    return True
 
 
 def _close_logs_in(folder: Path) -> None:

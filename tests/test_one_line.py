@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
-from agent_memory.cli import CONFIG_ERROR_EXIT
+from agent_memory.cli import CONFIG_ERROR_EXIT, discard_run_dir
 from agent_memory.config import load_job, register_configs
 
 REPO = Path(__file__).resolve().parents[1]
@@ -171,3 +171,63 @@ def test_the_file_is_named_wherever_the_config_dir_is(tmp_path):
     )
     expected = f"Config error: {tmp_path / 'configs_mine' / 'env' / 'corridor.yaml'}: max_step "
     assert _refused(proc).startswith(expected)
+
+
+# ---------------------------------------------------------------------- what is removed, exactly
+
+
+@pytest.fixture
+def job_in(tmp_path):
+    """``job_in(run_dir)``: Hydra's config for a job running in ``run_dir``, launched from
+    ``tmp_path``, with what Hydra writes before the job (``.hydra/``, an empty log)."""
+    from hydra.core.hydra_config import HydraConfig
+    from omegaconf import open_dict
+
+    saved = HydraConfig.instance().cfg
+
+    def make(run_dir: Path) -> Path:
+        with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+            cfg = compose(
+                config_name="config", overrides=[f"hydra.run.dir={run_dir}"],
+                return_hydra_config=True,
+            )  # fmt: skip
+        with open_dict(cfg):
+            cfg.hydra.runtime.output_dir = str(run_dir)
+            cfg.hydra.runtime.cwd = str(tmp_path)
+            cfg.hydra.job.name = "rollout"
+        HydraConfig.instance().set_config(cfg)
+        (run_dir / ".hydra").mkdir(parents=True)
+        for name in ("config.yaml", "hydra.yaml", "overrides.yaml"):
+            (run_dir / ".hydra" / name).write_text("{}")
+        (run_dir / "rollout.log").touch()
+        return run_dir
+
+    yield make
+    HydraConfig.instance().cfg = saved
+
+
+def test_hydras_files_and_the_empty_directories_above_go(tmp_path, job_in):
+    (tmp_path / "outputs" / "rollout" / "2026-01-01" / "09-00-00").mkdir(parents=True)  # earlier
+    run_dir = job_in(tmp_path / "outputs" / "rollout" / "2026-01-01" / "10-00-00")
+    assert discard_run_dir() == [run_dir]  # the date's directory holds the earlier run
+    (tmp_path / "outputs" / "rollout" / "2026-01-01" / "09-00-00").rmdir()
+    run_dir = job_in(tmp_path / "outputs" / "rollout" / "2026-01-01" / "10-00-00")
+    assert discard_run_dir() == [run_dir, *run_dir.parents[:3]]
+    assert list(tmp_path.iterdir()) == []  # the launch directory itself stays
+
+
+@pytest.mark.parametrize(
+    "written",
+    [
+        pytest.param({"summary.json": "{}"}, id="another-runs-outputs"),
+        pytest.param({"rollout.log": "[INFO] rollout started"}, id="a-log-with-lines"),
+        pytest.param({".hydra/multirun.yaml": "{}"}, id="a-file-hydra-does-not-write"),
+    ],
+)
+def test_a_run_directory_holding_more_is_left_as_it_is(tmp_path, job_in, written):
+    run_dir = job_in(tmp_path / "outputs" / "rollout" / "2026-01-01" / "10-00-00")
+    for name, text in written.items():
+        (run_dir / name).write_text(text)
+    before = sorted(p.relative_to(run_dir) for p in run_dir.rglob("*"))
+    assert discard_run_dir() == []
+    assert sorted(p.relative_to(run_dir) for p in run_dir.rglob("*")) == before
