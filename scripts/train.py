@@ -18,9 +18,9 @@ summary.json, train.log. `--help` says all this, with examples and the config gr
 A config error (trainer.model that is no model, trainer.resume that names no checkpoint, a
 missing optional package: torch, transformers and the loggers' come with the `train` extra,
 pip install -e ".[train]") stops the script before Ray starts or a model loads, with one line
-naming the fix (exit status 2), and nothing written. A failure later keeps what the run saved (the last
-checkpoint, when one was saved, and the metrics so far), says which, and exits with status 1
-(130 after Ctrl-C).
+naming the fix (exit status 2), and nothing written. A failure later keeps what the run saved
+(the last checkpoint, when one was saved, and the metrics so far), says which, and exits with
+status 1 (130 after Ctrl-C).
 """
 
 from __future__ import annotations
