@@ -103,6 +103,12 @@ MISSING = [
         id="summarizer-policy-hf",
     ),
     pytest.param(
+        ["transformers"],
+        ["policy=openai", "policy.params.model=m", "policy.params.tokenizer=/no/such/dir"],
+        f"policy.params.tokenizer needs transformers (not installed): {LLM}",
+        id="openai-tokenizer",
+    ),
+    pytest.param(
         ["textworld"],
         ["env=textworld"],
         "env.id=agent_memory/TextWorld-v0 needs textworld (not installed): "
