@@ -55,7 +55,7 @@ def _rollout(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
         pytest.param(
             ["memory=retrieval", "+memory.params.top_kk=3"],
             "Config error: memory.params has no parameter 'top_kk' for strategy 'retrieval': "
-            "did you mean memory.params.top_k? Valid: ['top_k', ",
+            "did you mean memory.params.top_k=3? Valid: ['top_k', ",
             id="param-typo",
         ),
         pytest.param(

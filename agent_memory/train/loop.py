@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from agent_memory.extras import require, trainer_needs
 from agent_memory.failures import run_status, sigterm_interrupts
 from agent_memory.policies import make_policy
 from agent_memory.rollout.driver.advantages import TrajectoryValues, compute_advantages
@@ -115,15 +116,16 @@ def train(
         The run's summary (also in ``summary.json``).
 
     Raises:
-        ConfigError: what :func:`~agent_memory.train.config.check_model` or
+        ConfigError: a missing optional package (:mod:`agent_memory.extras`), or what
+            :func:`~agent_memory.train.config.check_model` or
             :func:`~agent_memory.rollout.driver.preflight.preflight` refuses, before Ray starts.
     """
+    require(trainer_needs(cfg.trainer))  # torch, transformers, the loggers' packages
     check_model(cfg.trainer)
     import torch
 
     t, r = cfg.trainer, cfg.rollout
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if t.num_threads is not None:
         torch.set_num_threads(t.num_threads)  # a tiny model is far faster on one thread
     random.seed(t.seed)
@@ -133,6 +135,7 @@ def train(
     mode: ActionMode = "score" if cfg.policy.name == "score" else "generate"
     preflight(cfg, policy=make_policy("random"))  # env, memory, template: before any model
 
+    out.mkdir(parents=True, exist_ok=True)  # a refused config leaves no directory
     with run_log(out / "train.log"):
         learner = build_learner(cfg, out, device, dtype)
         state = learner.state
