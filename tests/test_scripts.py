@@ -245,6 +245,40 @@ def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
 
+def test_train_notes_writes_its_evaluation_rows_and_the_memorys_counters(tmp_path):
+    """A train_notes run wrote no memory figure and no trajectories (issue 50): seeing what the
+    trained model writes took a rollout on a checkpoint."""
+    from agent_memory.train.metrics import read_metrics
+
+    run_proc([
+        "scripts/train.py", "--config-name", "train_notes", "trainer.iterations=1",
+        "trainer.eval_every=1", "trainer.eval_episodes=2", "trainer.eval_seed=1000",
+        "trainer.tiny.vocab_episodes=4", "trainer.tiny.hidden=16", "trainer.tiny.layers=1",
+        "trainer.tiny.pretrain_steps=0", "trainer.logger=[csv]", "trainer.progress=false",
+        "trainer.minibatch_size=8", *TINY, f"hydra.run.dir={tmp_path}",
+    ])  # fmt: skip
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["eval_rows"] == str(tmp_path / "eval")
+    assert summary["memory_tokens"] > 0  # every step chose a block (policy=score)
+    assert summary["memory_turns"] == 0 and isinstance(summary["memory_flags"], dict)
+    assert summary["eval/memory_tokens_per_episode"] > 0
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert [r["iteration"] for r in rows] == [0.0, 1.0]
+    for prefix in ("train", "eval"):
+        assert rows[-1][f"{prefix}/memory_tokens_per_episode"] > 0
+        assert rows[-1][f"{prefix}/memory_turns_per_episode"] == 0
+        assert 0 <= rows[-1][f"{prefix}/memory_flag_cut"] <= 1
+    for done in (0, 1):  # before training and after the iteration
+        folder = tmp_path / "eval" / f"iter_{done:06d}"
+        steps = [json.loads(line) for line in (folder / "trajectories.jsonl").open()]
+        assert {s["traj_uid"] for s in steps} == {"eval-e0", "eval-e1"}
+        assert all(s["memory_candidates"] and s["memory_index"] is not None for s in steps)
+        assert all(s["response"].startswith("<memory>") for s in steps)
+        evaluated = json.loads((folder / "summary.json").read_text())
+        assert evaluated["status"] == "ok" and evaluated["iteration"] == done
+        assert evaluated["episodes"] == 2 and evaluated["memory"] == "notes"
+
+
 def test_train_script_config_errors_are_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "scripts/train.py", "trainer.iteratons=5", f"hydra.run.dir={tmp_path}"],
