@@ -41,7 +41,7 @@ from agent_memory.rollout.driver.runner import bind_run_paths
 register_configs()
 
 
-@hydra_main(config_name="bench_context")
+@hydra_main(config_name="bench_context", hidden_groups=("trainer",))
 def main(cfg: DictConfig) -> None:
     job = load_job(cfg)
     hydra_cfg = HydraConfig.get()
