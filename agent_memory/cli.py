@@ -74,6 +74,8 @@ def hydra_main(
     """
     import hydra
 
+    register_resolvers()
+
     def decorate(task: Callable[[DictConfig], Any]) -> Callable[..., Any]:
         main_of = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
         primary = str((Path(inspect.getfile(task)).parent / config_path).resolve())
@@ -111,6 +113,27 @@ def hydra_main(
         return main
 
     return decorate
+
+
+def dirname(overrides: str) -> str:
+    r"""``hydra.job.override_dirname`` as one directory's name (the configs' sweep subdirs:
+    ``${am_dirname:${hydra.job.override_dirname}}``): Hydra escapes ``:``, ``=``, brackets and
+    spaces in a value with a backslash, and a ``/`` would nest directories; each such character
+    becomes ``_``, the escapes go.
+
+    Example:
+        >>> dirname(r"env.id=my_envs\:Corridor-v0,env.kwargs={n\:1},memory=window")
+        'env.id=my_envs_Corridor-v0,env.kwargs=_n_1_,memory=window'
+    """
+    unescaped = re.sub(r"\\(.)", r"\1", overrides)
+    return re.sub(r'[\\/:*?"<>|{}\[\]()\s]', "_", unescaped)
+
+
+def register_resolvers() -> None:
+    """Register the configs' own resolvers with OmegaConf (``am_dirname``: :func:`dirname`)."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("am_dirname", dirname, replace=True)
 
 
 def hide_config_groups(groups: Sequence[str]) -> None:

@@ -57,6 +57,18 @@ def test_rollout_sweep_over_every_bundled_env(tmp_path):
         assert (tmp_path / name / "trajectories.parquet").exists()
 
 
+def test_sweep_directory_names_hold_no_backslash_nor_nested_directory(tmp_path):
+    """An own env's ``module:Id`` made ``env.id=my_envs\\:Corridor-v0`` directories (issue 50),
+    and an id's ``/`` nested them."""
+    run([
+        "scripts/rollout.py", "-m", "env=gym", "env.id=agent_memory.envs:agent_memory/Recall-v0",
+        *TINY, "rollout.group_size=1", f"hydra.sweep.dir={tmp_path}",
+    ])  # fmt: skip
+    (job,) = [p.name for p in tmp_path.iterdir() if p.is_dir()]
+    assert job.startswith("0_env.id=agent_memory.envs_agent_memory_Recall-v0,env=gym,"), job
+    assert "\\" not in job and (tmp_path / job / "summary.json").is_file()
+
+
 def test_a_users_own_envs_package_does_not_shadow_the_bundled_envs(tmp_path):
     """RL repos often have an ``envs/`` folder; the launch directory is on ``sys.path``, so a
     bundled top-level ``envs`` package was shadowed by it (``Namespace agent_memory not found``).
