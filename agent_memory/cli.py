@@ -64,14 +64,17 @@ def import_from_launch_dir() -> str:
 
 
 def hydra_main(
-    config_name: str, config_path: str = "../configs"
+    config_name: str, config_path: str = "../configs", hidden_groups: Sequence[str] = ()
 ) -> Callable[[Callable[[DictConfig], Any]], Callable[..., Any]]:
     """``@hydra.main(version_base="1.3", config_path=..., config_name=...)`` whose config errors
     print their message and exit with :data:`CONFIG_ERROR_EXIT`; the launch directory is
     importable (:func:`import_from_launch_dir`). ``config_path`` is relative to the decorated
-    function's file, as with ``hydra.main``.
+    function's file, as with ``hydra.main``. ``hidden_groups``: config groups of the directory
+    that ``--help`` leaves out (another script's, e.g. train.py's ``trainer``).
     """
     import hydra
+
+    register_resolvers()
 
     def decorate(task: Callable[[DictConfig], Any]) -> Callable[..., Any]:
         main_of = hydra.main(version_base="1.3", config_path=config_path, config_name=config_name)
@@ -99,6 +102,8 @@ def hydra_main(
         def main(cfg_passthrough: DictConfig | None = None) -> Any:
             nonlocal hydra_reports
             hydra_reports = os.environ.get("HYDRA_FULL_ERROR") == "1"
+            if hidden_groups:
+                hide_config_groups(hidden_groups)
             existing.clear()
             existing.update(_given_run_dirs(sys.argv[1:]))  # before Hydra writes there
             import_from_launch_dir()  # before Hydra, which may change the working directory
@@ -108,6 +113,48 @@ def hydra_main(
         return main
 
     return decorate
+
+
+def dirname(overrides: str) -> str:
+    r"""``hydra.job.override_dirname`` as one directory's name (the configs' sweep subdirs:
+    ``${am_dirname:${hydra.job.override_dirname}}``): Hydra escapes ``:``, ``=``, brackets and
+    spaces in a value with a backslash, and a ``/`` would nest directories; each such character
+    becomes ``_``, the escapes go.
+
+    Example:
+        >>> dirname(r"env.id=my_envs\:Corridor-v0,env.kwargs={n\:1},memory=window")
+        'env.id=my_envs_Corridor-v0,env.kwargs=_n_1_,memory=window'
+    """
+    unescaped = re.sub(r"\\(.)", r"\1", overrides)
+    return re.sub(r'[\\/:*?"<>|{}\[\]()\s]', "_", unescaped)
+
+
+def register_resolvers() -> None:
+    """Register the configs' own resolvers with OmegaConf (``am_dirname``: :func:`dirname`)."""
+    from omegaconf import OmegaConf
+
+    OmegaConf.register_new_resolver("am_dirname", dirname, replace=True)
+
+
+def hide_config_groups(groups: Sequence[str]) -> None:
+    """Leave ``groups`` (and their subgroups) out of the config groups Hydra's ``--help`` lists
+    (``$APP_CONFIG_GROUPS``): Hydra lists every group of the config directory, also those only
+    another script's config selects. Composition is unchanged (``group=option`` still works)."""
+    from hydra._internal.hydra import Hydra
+
+    original = getattr(Hydra.format_config_groups, "_unhidden", Hydra.format_config_groups)
+    hidden = tuple(groups)
+
+    def format_config_groups(
+        self: Any, predicate: Callable[[str], bool], compact: bool = True
+    ) -> str:
+        def shown(group: str) -> bool:
+            return predicate(group) and group.split("/")[0] not in hidden
+
+        return str(original(self, shown, compact))
+
+    format_config_groups._unhidden = original  # type: ignore[attr-defined]
+    Hydra.format_config_groups = format_config_groups  # type: ignore[method-assign]
 
 
 def _config_dirs(argv: Sequence[str]) -> list[str]:

@@ -30,7 +30,7 @@ from agent_memory.rollout import run_rollout
 register_configs()
 
 
-@hydra_main(config_name="config")
+@hydra_main(config_name="config", hidden_groups=("trainer",))
 def main(cfg: DictConfig) -> dict:
     job = load_job(cfg)
     hydra_cfg = HydraConfig.get()

@@ -108,6 +108,9 @@ def test_help_says_what_the_script_does_and_writes():
         in groups
     )
     assert "hydra/" not in groups
+    # train.py's own group is no option of this script; an own env has its example (issue 50).
+    assert "\ntrainer:" not in groups
+    assert "  python scripts/rollout.py env=gym env.id=my_envs:Corridor-v0 " in text
     bench = subprocess.run(
         [sys.executable, "scripts/bench_context.py", "--help"], cwd=REPO, capture_output=True,
         text=True, timeout=300,
