@@ -82,7 +82,7 @@ class SphinxRoles(griffe.Extension):
             obj = objects.pop()
             if obj.docstring is not None:
                 obj.docstring.value = rewrite_roles(obj.docstring.value, _resolver(obj))
-            objects.extend(m for m in obj.members.values() if not m.is_alias)  # type: ignore[misc]
+            objects.extend(m for m in obj.members.values() if isinstance(m, griffe.Object))
 
 
 def on_pre_build(config: object, **kwargs: object) -> None:
