@@ -135,3 +135,48 @@ def test_every_test_the_failure_guarantees_name_exists():
         if current is None or not re.search(rf"def {m.group(2)}\b", sources.get(current, "")):
             missing.append(f"{current}::{m.group(2)}")
     assert named >= 50 and missing == [], missing
+
+
+def test_sphinx_roles_in_docstrings_become_autorefs_references():
+    """Markdown shows a Sphinx role (``:class:`X```) as literal text: the docs site's griffe
+    extension rewrites each into an optional autorefs reference, the name resolved in the
+    docstring's scope (a link where the target is rendered, code where not)."""
+    import griffe
+
+    sys.path.insert(0, str(REPO))
+    try:
+        import mkdocs_hooks
+    finally:
+        sys.path.pop(0)
+
+    assert mkdocs_hooks.rewrite_roles(
+        "See :class:`~agent_memory.wrappers.HistoryOptions`, :meth:`Cls.run` and :mod:`x.y`.",
+        lambda name: name if name.startswith("agent_memory.") else f"pkg.{name}",
+    ) == (
+        'See <autoref identifier="agent_memory.wrappers.HistoryOptions" optional>'
+        '`HistoryOptions`</autoref>, <autoref identifier="pkg.Cls.run" optional>`Cls.run`'
+        '</autoref> and <autoref identifier="pkg.x.y" optional>`x.y`</autoref>.'
+    )
+    pkg = griffe.load(
+        "agent_memory",
+        search_paths=[str(REPO)],
+        extensions=griffe.load_extensions(mkdocs_hooks.SphinxRoles),
+    )
+    text_adapter = pkg["envs.text_adapter"].docstring.value
+    assert ":class:`" not in text_adapter and ":mod:`" not in text_adapter
+    assert (
+        '<autoref identifier="agent_memory.envs.text_adapter.TextAdapter" optional>`TextAdapter`'
+        in text_adapter
+    )  # a bare name resolved in the module's scope
+    assert not [
+        (obj.path, role)
+        for obj in _walk(pkg)
+        if obj.docstring and (role := re.search(r":[a-z]+:`", obj.docstring.value))
+    ]
+
+
+def _walk(obj):
+    yield obj
+    for member in obj.members.values():
+        if not member.is_alias:
+            yield from _walk(member)

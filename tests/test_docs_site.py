@@ -1,6 +1,7 @@
 """The docs site as a reader's browser shows it: pages built by ``mkdocs build --strict`` (as
 ``.ci/run`` builds them) and rendered in headless Chromium have every code block of their
-Markdown source, every image loaded, and every mermaid diagram drawn as an SVG.
+Markdown source, every image loaded, and every mermaid diagram drawn as an SVG; and (from the
+built HTML alone, no browser) the API reference shows no docstring's Sphinx role as text.
 
 The test runs offline: ``.ci/run`` installs what it needs beforehand, Debian's Chromium (driven by
 Playwright for Python, from the ``dev`` extra, with ``executable_path``: no browser download) and
@@ -134,6 +135,22 @@ def _route(base_url: str):
             route.abort()
 
     return handle
+
+
+def test_the_api_reference_shows_no_sphinx_roles_as_text(site):
+    """The docstrings' ``:class:`~pkg.X``` roles render as links (or code), not literal text;
+    needs only the built site (no browser)."""
+    role = re.compile(r":(?:class|func|meth|data|attr|mod|exc|obj):(?:`|<code>)")
+    shown = {
+        str(page.relative_to(site)): role.findall(text)
+        for page in sorted((site / "api").rglob("*.html"))
+        if role.search(text := page.read_text(encoding="utf-8")) or "<autoref" in text
+    }
+    assert not shown, f"Sphinx roles shown as text (or unresolved <autoref>): {shown}"
+    wrappers = (site / "api" / "wrappers" / "index.html").read_text(encoding="utf-8")
+    assert 'href="#agent_memory.wrappers.HistoryOptions"><code>HistoryOptions</code></a>' in (
+        wrappers
+    )  # :class:`~agent_memory.wrappers.HistoryOptions`: a link showing only the last name
 
 
 @pytest.mark.parametrize("name", PAGES)

@@ -232,6 +232,8 @@ def test_sandbox_and_parse_benchmarks_run_with_tiny_budgets():
 
 
 def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
+    from agent_memory.train.metrics import read_metrics
+
     proc = run_proc([
         "scripts/train.py", "trainer.iterations=2", "trainer.eval_every=1",
         "trainer.eval_episodes=4", "trainer.tiny.vocab_episodes=4", "trainer.tiny.hidden=16",
@@ -253,6 +255,18 @@ def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
     assert summary["status"] == "ok" and summary["iterations"] == 2 and '"status": "ok"' in out
     rows = (tmp_path / "metrics.csv").read_text().splitlines()
     assert len(rows) == 1 + 3  # header, the evaluation before training, 2 iterations
+    # The time columns account for the run's wall time (issue 50: 42 s of a 203 s training):
+    # the set-up and the first evaluation on row 0, each iteration and its checkpoint on its
+    # row, the shutdown in summary.json; no overlap (not above the wall time), a small remainder.
+    first, *its = read_metrics(tmp_path / "metrics.csv")
+    accounted = (
+        first["time/setup_s"] + first["time/eval_s"] + summary["shutdown_seconds"]
+        + sum(r["time/iteration_s"] + r["time/checkpoint_s"] for r in its)
+    )  # fmt: skip
+    wall = summary["wall_time_seconds"]
+    assert accounted <= wall, (accounted, wall)
+    assert wall - accounted <= max(2.0, 0.1 * wall), (accounted, wall, first, its)
+    assert "time/setup_s" not in its[0] and its[-1]["time/checkpoint_s"] > 0
     assert (tmp_path / "checkpoints" / "iter_000002" / "model" / "model.safetensors").exists()
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 

@@ -114,13 +114,16 @@ def train(
         on_iteration: called with the iteration number after each one is logged.
 
     Returns:
-        The run's summary (also in ``summary.json``).
+        The run's summary (also in ``summary.json``), with ``wall_time_seconds`` (from this call
+        to the summary) and ``shutdown_seconds`` (the engine, Ray and the loggers closed): the
+        time columns of ``metrics.csv`` account for the rest (docs/training.md).
 
     Raises:
         ConfigError: a missing optional package (:mod:`agent_memory.extras`), or what
             :func:`~agent_memory.train.config.check_model` or
             :func:`~agent_memory.rollout.driver.preflight.preflight` refuses, before Ray starts.
     """
+    t_start = time.perf_counter()
     require(trainer_needs(cfg.trainer))  # torch, transformers, the loggers' packages
     check_model(cfg.trainer)
     import torch
@@ -169,17 +172,26 @@ def train(
         try:
             with sigterm_interrupts():  # a scheduler's stop ends the run like Ctrl-C
                 engine.start(max(r.num_episodes, t.eval_episodes))
+                # The first row of this run carries the set-up: model, Ray, engine, workers.
+                setup = {"time/setup_s": time.perf_counter() - t_start}
                 if state.iteration == 0 and t.eval_every:  # where learning starts from
+                    t0 = time.perf_counter()
                     last_eval = evaluate(engine, cfg, 0, out)
-                    logger.log({"iteration": 0, "env_steps": 0, "episodes": 0, **last_eval})
+                    logger.log({
+                        "iteration": 0, "env_steps": 0, "episodes": 0, **last_eval, **setup,
+                        "time/eval_s": time.perf_counter() - t0,
+                    })  # fmt: skip
+                    setup = {}
                 for it in range(state.iteration, t.iterations):
                     row = iteration(cfg, it, learner, engine, policy, mode, out=out)
                     last_eval = row.pop("_eval", last_eval)
                     state.extra["last_eval"] = last_eval
-                    logger.log(row)
                     save, stopped = _after_iteration(t, it, deadline)
+                    t0 = time.perf_counter()  # saved before the row is logged: the row has it
                     if save:
                         learner.save(out)
+                    logger.log({**row, **setup, "time/checkpoint_s": time.perf_counter() - t0})
+                    setup = {}
                     _show_progress(bar, row, last_eval)
                     if on_iteration is not None:
                         on_iteration(it + 1)
@@ -189,12 +201,14 @@ def train(
             status, error = run_status(e)
             raise
         finally:
+            t_close = time.perf_counter()
             if bar is not None:
                 bar.close()
             logger.close()
             engine.close()
             if ray_started:
                 stop_ray()
+            done = time.perf_counter()
             summary = {
                 "status": status, **({"error": error} if error else {}),
                 **({"stopped": stopped} if stopped else {}),
@@ -203,6 +217,7 @@ def train(
                 "action_mode": mode, "model": str(learner.model_path), **last_eval,
                 **add_memory_totals(dict(state.extra.get("memory", {})), []),
                 **({"eval_rows": str(out / "eval")} if t.eval_rows and t.eval_every else {}),
+                "wall_time_seconds": done - t_start, "shutdown_seconds": done - t_close,
             }  # fmt: skip
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     return summary

@@ -39,7 +39,8 @@ COLUMNS: tuple[str, ...] = (
     "loss/policy", "loss/value", "loss/total", "kl/reference", "kl/approx_old", "entropy",
     "clip_fraction", "ratio", "grad_norm", "samples", "samples/stale",
     "tokens/prompt", "tokens/response", "tokens/prompt_per_episode", "speed/env_steps_per_s",
-    "time/rollout_s", "time/update_s", "time/weight_sync_s", "time/eval_s", "time/iteration_s",
+    "time/setup_s", "time/rollout_s", "time/update_s", "time/weight_sync_s", "time/eval_s",
+    "time/iteration_s", "time/checkpoint_s",
 )  # fmt: skip
 
 

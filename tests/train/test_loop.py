@@ -67,6 +67,9 @@ def test_four_iterations_equal_two_then_resume_then_two(ray_session, tmp_path):
     # The resumed run appended its rows: one metrics file, iterations 0..4, the same numbers.
     rows_once, rows_split = read_metrics(once / "metrics.csv"), read_metrics(split / "metrics.csv")
     assert [r["iteration"] for r in rows_split] == [0, 1, 2, 3, 4]
+    # Each run's first row carries its set-up; every iteration's row its checkpoint's seconds.
+    assert ["time/setup_s" in r for r in rows_split] == [True, False, False, True, False]
+    assert ["time/checkpoint_s" in r for r in rows_split] == [False, True, True, True, True]
     for r1, r2 in zip(rows_once, rows_split, strict=True):
         for key in ("train/success", "loss/policy", "eval/success", "env_steps"):
             assert r1.get(key) == r2.get(key), key
