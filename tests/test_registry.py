@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import ast
+import graphlib
+import itertools
 import re
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -178,31 +182,86 @@ def test_a_builtin_table_entry_must_name_module_and_attribute():
         Registry("shape", builtins={"x": "x.Y"})
 
 
-def test_the_package_has_no_import_cycles():
-    """Module-level imports between agent_memory's modules form no cycle (a function-level
-    import, done when called, is how a module reaches an optional or a higher layer)."""
-    import ast
-    import graphlib
-    from pathlib import Path
+class _Imports(ast.NodeVisitor):
+    """Every agent_memory module a module imports, at any depth (inside functions too: a call
+    that imports its own importer is a circle all the same), except under ``if TYPE_CHECKING:``
+    (never run)."""
 
-    root = Path(__file__).resolve().parents[1]
+    def __init__(self, name: str, is_package: bool, modules: set[str]) -> None:
+        self.package = name.split(".") if is_package else name.split(".")[:-1]
+        self.modules = modules
+        self.found: dict[str, int] = {}  # imported module -> line of its first import
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        if getattr(test, "id", getattr(test, "attr", None)) == "TYPE_CHECKING":
+            for child in node.orelse:
+                self.visit(child)
+        else:
+            self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self._add([a.name for a in node.names], node.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        module = node.module or ""
+        if node.level:  # `from . import x`, `from ..m import x`: relative to this package
+            base = self.package[: len(self.package) - node.level + 1]
+            module = ".".join([*base, *([module] if module else [])])
+        # `from pkg import mod` depends on the submodule, not on the package's __init__
+        subs = [f"{module}.{a.name}" for a in node.names]
+        self._add([t for t in subs if t in self.modules] or [module], node.lineno)
+
+    def _add(self, targets: list[str], line: int) -> None:
+        for target in targets:
+            if target in self.modules:
+                self.found.setdefault(target, line)
+
+
+def package_imports(root: Path) -> dict[str, dict[str, int]]:
+    """agent_memory's import graph: module -> {module it imports: line}."""
     paths = {}
     for path in (root / "agent_memory").rglob("*.py"):
         parts = path.relative_to(root).with_suffix("").parts
         paths[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    graph: dict[str, set[str]] = {name: set() for name in paths}
+    graph = {}
     for name, path in paths.items():
-        for node in ast.parse(path.read_text()).body:  # top level only
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                # `from pkg import mod` depends on the submodule, not on the package's __init__
-                subs = [f"{node.module}.{a.name}" for a in node.names]
-                targets = [t for t in subs if t in graph] or [node.module]
-            elif isinstance(node, ast.Import):
-                targets = [a.name for a in node.names]
-            else:
-                continue
-            graph[name].update(t for t in targets if t in graph)
-    graphlib.TopologicalSorter(graph).prepare()  # raises CycleError naming the cycle
+        imports = _Imports(name, path.name == "__init__.py", set(paths))
+        imports.visit(ast.parse(path.read_text()))
+        graph[name] = {t: line for t, line in imports.found.items() if t != name}
+    return graph
+
+
+def test_the_package_has_no_import_cycles():
+    """No two agent_memory modules import each other, directly or round a longer circle, counting
+    imports inside functions (done when called, they still tie the two modules together)."""
+    graph = package_imports(Path(__file__).resolve().parents[1])
+    try:
+        graphlib.TopologicalSorter(graph).prepare()
+    except graphlib.CycleError as e:
+        cycle = e.args[1]  # [a, b, ..., a]: each one imported by the next
+        edges = [f"{a} imports {b} (line {graph[a][b]})" for b, a in itertools.pairwise(cycle)]
+        pytest.fail("import circle: " + "; ".join(edges))
+
+
+def test_the_cycle_check_sees_imports_inside_functions_and_relative_ones(tmp_path):
+    pkg = tmp_path / "agent_memory"
+    (pkg / "sub").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "sub" / "__init__.py").write_text("from . import b\n")
+    (pkg / "a.py").write_text("def f():\n    from agent_memory.sub.b import g\n")
+    (pkg / "sub" / "b.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import agent_memory.c\n"
+        "def g():\n    import agent_memory.a\n"
+    )
+    (pkg / "c.py").write_text("import agent_memory.sub.b\n")
+    assert package_imports(tmp_path) == {
+        "agent_memory": {},
+        "agent_memory.sub": {"agent_memory.sub.b": 1},
+        "agent_memory.a": {"agent_memory.sub.b": 2},
+        "agent_memory.sub.b": {"agent_memory.a": 5},  # not agent_memory.c: TYPE_CHECKING only
+        "agent_memory.c": {"agent_memory.sub.b": 1},
+    }
 
 
 # ------------------------------------------------------------------------------ build (specs)

@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from agent_memory.models import build_tiny_lm
 
 REPO = Path(__file__).resolve().parents[1]
@@ -39,6 +41,11 @@ def ray_errors(text: str) -> list[str]:
     return RAY_ERROR.findall(text)
 
 
+def _needs_the_llm_extra() -> None:
+    pytest.importorskip("torch", reason="the 'llm' extra (torch) is not installed")
+    pytest.importorskip("transformers", reason="the 'llm' extra (transformers) is not installed")
+
+
 def rollout(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [sys.executable, "scripts/rollout.py", *args, f"hydra.run.dir={out}"],
@@ -54,6 +61,7 @@ def rollout(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
 
 def test_a_policy_service_run_logs_ray_start_and_no_ray_error(tmp_path):
     """``policy=hf``: a policy service whose actor handle every worker gets."""
+    _needs_the_llm_extra()  # the tiny model
     model = build_tiny_lm(tmp_path / "lm", ["next", "red", "blue"], hidden=8, layers=1, heads=1)
     out = tmp_path / "run"
     proc = rollout(
@@ -77,6 +85,7 @@ def test_a_policy_service_run_logs_ray_start_and_no_ray_error(tmp_path):
 def test_a_client_policy_with_a_large_tokenizer_prints_no_ray_error(tmp_path):
     """``policy=openai`` with a local tokenizer: each worker's copy of the client carries the
     tokenizer (a real model's is megabytes; this one's 20,000 words pickle to ~280 KB)."""
+    _needs_the_llm_extra()  # the tiny model
     import ray.cloudpickle
 
     from agent_memory.policies.openai_client import OpenAIPolicy

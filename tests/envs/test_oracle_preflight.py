@@ -85,7 +85,7 @@ def test_the_adapter_says_whether_it_has_an_oracle() -> None:
 def test_a_factory_annotated_with_a_vague_type_is_an_unknown_class():
     # `-> Any` is a class on Python 3.11+ and `-> gym.Env` a base class: neither says whether
     # the env has an oracle, so preflight must not refuse the scripted policy for it.
-    from agent_memory.rollout.driver.preflight import _made_class
+    from agent_memory.rollout.driver.env_check import _made_class
 
     def anything() -> Any: ...
 

@@ -326,7 +326,9 @@ def test_device_and_dtype(models):
 
 
 def test_missing_paths_are_clear_errors(tmp_path):
-    from agent_memory.policies.hf import HFPolicy
+    pytest.importorskip("torch", reason="the 'llm' extra (torch) is not installed")
+    pytest.importorskip("transformers", reason="the 'llm' extra (transformers) is not installed")
+    from agent_memory.policies.hf import HFPolicy  # (without them, it says that first)
 
     with pytest.raises(
         FileNotFoundError,

@@ -178,6 +178,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if kind == "sleep":
             time.sleep(fault[1])
+        if kind == "hold":  # ("hold", event): no answer until the test sets the event
+            fault[1].wait()
         time.sleep(state.delays.get(key, 0.0))
         content = None if kind == "null" else f"echo:{key}"
         finish = "length" if kind == "length" else "stop"
@@ -796,24 +798,33 @@ def test_sync_and_async_callers_share_the_bound(server):
 
 
 def test_closing_ends_agenerate_calls_in_flight_and_waiting(server):
-    server.delays = {"p0": 5.0, "p1": 5.0}
+    held = threading.Event()  # the server answers neither prompt until the test is over
+    server.faults = {"p0": [("hold", held)], "p1": [("hold", held)]}
     policy = OpenAIPolicy(
         server.base_url, "m", concurrency=2, max_retries=0, timeout=8.0, return_tokens=False
     ).for_workers(2)  # one slot
 
-    async def main() -> list[list[str]]:
+    async def one(prompt: str) -> tuple[list[str], dict[int, str]]:
+        texts = await policy.aact([prompt])
+        return texts, dict(policy.last_errors)  # this call's errors (no await in between)
+
+    async def main() -> list[tuple[list[str], dict[int, str]]]:
         await policy.aact(["warm"])
-        calls = asyncio.gather(policy.aact(["p0"]), policy.aact(["p1"]))
+        calls = asyncio.gather(one("p0"), one("p1"))
         while not server.attempts("p0"):
             await asyncio.sleep(0.005)
         policy.close()  # from the loop's own thread, p0 in flight, p1 waiting for the slot
         return list(await calls)
 
-    start = time.monotonic()
-    assert asyncio.run(main()) == [[""], [""]]
-    assert time.monotonic() - start < 4.0  # a hang guard: p0's answer would take 5 s
+    try:
+        outcomes = asyncio.run(main())
+    finally:
+        held.set()
+    # Ended by the close, not by an answer (held back) nor by the 8 s timeout (another error).
+    closed = {0: "RuntimeError: the policy was closed"}
+    assert outcomes == [([""], closed), ([""], closed)]
     assert policy.stats.requests == 2 and policy.stats.failures == 2  # p1 was never sent
-    assert policy.last_errors == {0: "RuntimeError: the policy was closed"}
+    assert server.attempts("p1") == []
 
 
 def test_a_cancelled_agenerate_gives_its_slot_back(server):

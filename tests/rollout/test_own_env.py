@@ -20,7 +20,7 @@ from gymnasium import spaces
 from hydra import compose, initialize_config_dir
 
 from agent_memory.config import ConfigError, EnvConfig, load_job, register_configs
-from agent_memory.rollout.driver.preflight import resolve_env
+from agent_memory.rollout.driver.env_check import resolve_env
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"

@@ -144,7 +144,7 @@ class _Planted:
 
 
 def test_a_checkpoint_holding_pickled_objects_is_refused_without_running_them(tmp_path):
-    import torch
+    torch = pytest.importorskip("torch", reason="the 'llm' extra (torch) is not installed")
 
     from agent_memory.train.checkpoint import load_checkpoint
 

@@ -20,6 +20,8 @@ def _step(n, reward, gen, terminated=False):
 
 
 def test_metrics_csv_keeps_every_column_and_skips_non_finite(tmp_path):
+    pytest.importorskip("tensorboard", reason="the 'train' extra (tensorboard) is not installed")
+    pytest.importorskip("torch", reason="the 'train' extra (torch) is not installed")
     with MetricsLogger(tmp_path, ["csv", "tensorboard"]) as log:
         log.log({"iteration": 1, "train/success": 0.5, "loss/value": float("nan")})
         log.log({"iteration": 2, "eval/success": 1.0})

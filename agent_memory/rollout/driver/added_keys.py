@@ -75,7 +75,7 @@ def _policy(name: str, value: Any, cfg: Any) -> bool:
 
 
 def _env(name: str, value: Any, cfg: Any) -> bool:
-    from agent_memory.rollout.driver.preflight import resolve_env
+    from agent_memory.rollout.driver.env_check import resolve_env
 
     env = cfg["env"]
     kwargs = {**_plain(env["kwargs"]), name: value}

@@ -17,10 +17,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from agent_memory.config import ConfigError, JobConfig
+from agent_memory.rollout.driver.env_check import MAKE_KWARGS, EnvCheck, resolve_env
 
 if TYPE_CHECKING:
     from agent_memory.policies import Policy
-    from agent_memory.rollout.driver.preflight import EnvCheck
 
 __all__ = ["check_policy_env", "env_has_oracle"]
 
@@ -50,8 +50,6 @@ def check_policy_env(
     if "oracle_action" not in needs:
         return
     if env is None:
-        from agent_memory.rollout.driver.preflight import resolve_env
-
         env = resolve_env(job.env)
     cls = env.env_class
     if cls is not None and not hasattr(cls, "oracle_action"):
@@ -106,8 +104,6 @@ def env_has_oracle(env: Any) -> bool:
 def _build(env: EnvCheck) -> Any:
     """One env made by ``env``'s entry point, as ``gym.make`` would (without its wrappers), or
     None when it cannot be built here (the workers then report that themselves)."""
-    from agent_memory.rollout.driver.preflight import MAKE_KWARGS
-
     kwargs = {k: v for k, v in env.kwargs.items() if k not in MAKE_KWARGS}
     try:
         return env.entry_point(**kwargs)

@@ -25,7 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import math
 import os
@@ -33,16 +32,16 @@ import re
 import socket
 import sys
 import tempfile
-import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_memory.config import ConfigError, EnvConfig, JobConfig
+from agent_memory.config import ConfigError, JobConfig
 from agent_memory.extras import job_needs, require
 from agent_memory.policies import Policy
+from agent_memory.rollout.driver.env_check import EnvCheck, qualname, resolve_env
 from agent_memory.rollout.driver.layout_checks import check_episode_layout, history_key
 from agent_memory.rollout.driver.oracle_check import check_policy_env
 from agent_memory.signatures import BUILD_ERRORS, bind_params, build_or_blame
@@ -59,8 +58,6 @@ __all__ = [
     "resolve_env",
 ]
 
-#: ``gym.make``'s own keyword arguments: ``make`` takes them, the env constructor never sees them.
-MAKE_KWARGS = ("max_episode_steps", "disable_env_checker")
 #: Constructor arguments the worker passes every memory strategy itself -> the key that sets them.
 MEMORY_SHARED = {
     "num_envs": "rollout.envs_per_worker",
@@ -71,20 +68,6 @@ MEMORY_SHARED = {
 }
 #: Token counter names ``make_token_counter`` knows (besides ``hf:<path>`` and ``estimate:<n>``).
 COUNTERS = ("estimate", "chars", "qwen", "qwen3.5")
-
-
-@dataclass
-class EnvCheck:
-    """What ``env.id`` resolves to, without building the env."""
-
-    #: The registered id (without a ``module:`` prefix).
-    id: str
-    #: What ``gym.make`` calls: the env class or a factory function.
-    entry_point: Callable[..., Any]
-    #: The env class it makes: the entry point, or a factory's return annotation (None: unknown).
-    env_class: type | None
-    #: Keyword arguments the constructor gets (the spec's, then ``env.kwargs``).
-    kwargs: dict[str, Any]
 
 
 @dataclass
@@ -400,98 +383,6 @@ def cluster_cpus(address: str | None) -> tuple[float | None, str]:
 # ---------------------------------------------------------------------- env
 
 
-def resolve_env(env: EnvConfig) -> EnvCheck:
-    """Look ``env.id`` up and bind ``env.kwargs`` to what it makes, without making it.
-
-    Raises:
-        ConfigError: an id that is not registered (or whose ``module:`` does not import), an
-            entry point that does not import, or kwargs its constructor does not take.
-    """
-    import gymnasium as gym
-    from gymnasium.envs.registration import load_env_creator
-
-    import agent_memory.envs  # noqa: F401  (registers the bundled ids, as the workers do)
-
-    module, sep, name = env.id.rpartition(":")
-    if sep:
-        try:
-            importlib.import_module(module)
-        except Exception as e:  # any failure to import is the user's module, reported as such
-            raise ConfigError(
-                f"env.id={env.id!r}: module {module!r} does not import ({type(e).__name__}: {e}); "
-                "'module:Id' imports the module that registers Id: fix the module name in env.id, "
-                "or pass a registered id, e.g. env.id=agent_memory/Sokoban-v0",
-                key="env.id",
-            ) from None
-    try:
-        spec = gym.spec(name)
-    except gym.error.Error as e:
-        bundled = sorted(i for i in gym.registry if i.startswith("agent_memory/"))
-        hint = did_you_mean(name, gym.registry, prefix=f"env.id={module}{sep}")  # module kept
-        fix = (
-            f"pass a registered id (bundled: {', '.join(bundled)}; or choose a bundled env's "
-            "config, e.g. env=sokoban), or 'module:Id' to import the module that registers Id"
-        )
-        raise ConfigError(
-            f"env.id={env.id!r} is not a registered Gymnasium id ({e}): "
-            + (f"{hint} Otherwise, {fix}" if hint else fix),
-            key="env.id",
-        ) from None
-    entry = spec.entry_point
-    try:
-        creator = entry if callable(entry) else load_env_creator(str(entry))
-    except Exception as e:
-        raise ConfigError(
-            f"env.id={env.id!r}: its entry point {entry!r} does not import "
-            f"({type(e).__name__}: {e}): install what it needs, or choose another env.id",
-            key="env.id",
-        ) from None
-    kwargs = {**spec.kwargs, **env.kwargs}
-    if env.max_steps is not None and "max_episode_steps" in env.kwargs:
-        raise ConfigError(
-            "env.kwargs.max_episode_steps and env.max_steps both set the step limit: remove "
-            "env.kwargs.max_episode_steps (env.max_steps is the config's step limit)",
-            key="env.kwargs.max_episode_steps",
-        )
-    given = {k: v for k, v in kwargs.items() if k not in MAKE_KWARGS}
-    where = f"env {spec.id!r} ({_qualname(creator)})"
-    bind_params(
-        creator, given, key="env.kwargs", what=where, configured=env.kwargs,
-        elsewhere=lambda name: _kwargs_left_over(creator, env.kwargs) if name in env.kwargs else "",
-    )  # fmt: skip
-    return EnvCheck(spec.id, creator, _made_class(creator), kwargs)
-
-
-def _kwargs_left_over(creator: Callable[..., Any], given: Mapping[str, Any]) -> str:
-    """How to drop kwargs another env's config left in ``env.kwargs`` (e.g. Sokoban's defaults
-    under a custom ``env.id``): Hydra merges ``env.kwargs={}`` into them, only ``~key`` deletes."""
-    try:
-        params: Mapping[str, Any] = inspect.signature(creator).parameters
-    except (TypeError, ValueError):
-        params = {}
-    extra = [k for k in given if k not in params] or list(given)
-    delete = " ".join(f"~env.kwargs.{k}" for k in extra)
-    return (
-        f"on the command line: {delete}; env.kwargs={{}} does not clear them, Hydra merges it "
-        "into the env config's kwargs. Or start from env=gym, which sets no kwargs: "
-        "env=gym env.id=<your id>"
-    )
-
-
-def _made_class(creator: Callable[..., Any]) -> type | None:
-    if isinstance(creator, type):
-        return creator
-    try:
-        made = typing.get_type_hints(creator).get("return")
-    except Exception:  # an annotation that does not resolve: the class stays unknown
-        return None
-    # `-> Any` (a class since Python 3.11) or `-> gym.Env` names no concrete env: unknown.
-    import gymnasium
-
-    vague = made is typing.Any or made in (object, gymnasium.Env)
-    return made if isinstance(made, type) and not vague else None
-
-
 def _registered(name: str, registered: list[str], key: str, what: str, fix: str) -> None:
     """Refuse a ``name`` that is not ``registered``, with the nearest registered one."""
     if name not in registered:
@@ -700,7 +591,7 @@ def _check_needs(name: str, policy: Any, env: EnvCheck, turns: bool = False) -> 
     if "oracle_action" in needs and cls is not None and not hasattr(cls, "oracle_action"):
         raise ConfigError(
             f"policy {name!r} plays the env's oracle, but env {env.id!r} "
-            f"({_qualname(cls)}) has no oracle_action(): choose a policy that needs no oracle, "
+            f"({qualname(cls)}) has no oracle_action(): choose a policy that needs no oracle, "
             "e.g. policy=random, or an env with one, e.g. env=sokoban",
             key="policy.name",
         )
@@ -729,7 +620,3 @@ def probe_server(base_url: str, timeout: float = 5.0) -> int:
             "API root, e.g. policy.params.base_url=http://localhost:8000/v1",
             key="policy.params.base_url",
         ) from None
-
-
-def _qualname(obj: Any) -> str:
-    return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
