@@ -307,8 +307,10 @@ def load_train(cfg: Any) -> TrainConfig:
 
 def check_model(trainer: TrainerConfig) -> None:
     """Refuse a ``trainer.model`` that is no model on this machine, and a ``trainer.resume``
-    that names no checkpoint, before Ray starts or a model loads (a checkpoint to resume from
-    brings its own model: ``trainer.model`` is then not read).
+    that names no checkpoint or one whose files cannot be loaded (empty, cut short, of another
+    format: :func:`~agent_memory.train.checkpoint.check_checkpoint`), before Ray starts or a
+    model loads (a checkpoint to resume from brings its own model: ``trainer.model`` is then not
+    read).
 
     Raises:
         ConfigError: naming ``trainer.model`` (or ``trainer.resume``), expected and given.
@@ -323,12 +325,13 @@ cache, got '/nonexistent': no such directory (nothing is downloaded): pass the d
 saved model, or trainer.model=tiny
     """
     if trainer.resume:
-        from agent_memory.train.checkpoint import find_checkpoint
+        from agent_memory.train.checkpoint import check_checkpoint, find_checkpoint
 
         try:
-            find_checkpoint(trainer.resume)
+            ckpt = find_checkpoint(trainer.resume)
         except FileNotFoundError as e:
             raise ConfigError(str(e), key="trainer.resume") from None
+        check_checkpoint(ckpt, trainer.resume)
         return
     model = trainer.model
     if model == "tiny":

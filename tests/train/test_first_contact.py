@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,10 @@ def test_check_model(tmp_path):
         check_model(TrainerConfig(model="no-such-org/no-such-model"))
     # A checkpoint to resume from brings its own model: trainer.model is not read.
     ckpt = tmp_path / "run" / "checkpoints" / "iter_000002"
-    ckpt.mkdir(parents=True)
-    (ckpt / STATE_FILE).write_bytes(b"")
+    (ckpt / "model").mkdir(parents=True)
+    (ckpt / "model" / "config.json").write_text("{}")
+    with zipfile.ZipFile(ckpt / STATE_FILE, "w") as z:  # an archive as torch.save writes one
+        z.writestr("trainer_state/data.pkl", b"")
     (ckpt.parent / "latest").write_text("iter_000002\n")
     check_model(TrainerConfig(model="/nonexistent", resume=str(tmp_path / "run")))
     with pytest.raises(
