@@ -19,7 +19,8 @@ A config error (trainer.model that is no model, trainer.resume that names no che
 included) stops the script before Ray starts or a model loads, with one message naming the
 override to change (exit status 2). A failure later keeps what the run saved (the last
 checkpoint, when one was saved, and the metrics so far), says which, and exits with status 1
-(130 after Ctrl-C).
+(130 after Ctrl-C); so does a run whose training episodes failed at rollout.failure_threshold's
+share or more (summary.json's failure_shares gives the share either way).
 """
 
 from __future__ import annotations

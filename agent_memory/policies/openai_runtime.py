@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from agent_memory.policies.base import Counters
 from agent_memory.policies.offsets import token_offsets
@@ -95,6 +95,17 @@ class ClientStats(Counters):
     malformed_answers: int = 0
     text_mismatches: int = 0
     oversized_answers: int = 0
+
+    @classmethod
+    def failure_kinds(cls) -> tuple[str, ...]:
+        """The counters of prompts given up on for a named reason (each also in ``failures``):
+        every :data:`Refusal` kind. A run's summary gives each one's share of the prompts.
+
+        Example:
+            >>> ClientStats.failure_kinds()
+            ('malformed_answers', 'text_mismatches', 'oversized_answers')
+        """
+        return get_args(get_args(Refusal)[0])
 
 
 #: Why an answer was refused: the :class:`ClientStats` counter it adds to, and the message.

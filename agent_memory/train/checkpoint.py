@@ -46,6 +46,7 @@ class TrainerState:
         policy_calls: the rollout policy's sampling-call counter (its RNG stream position).
         env_steps: training env-steps so far.
         episodes: training episodes so far.
+        failed_episodes: those of them that ended with an error (``rollout.failure_threshold``).
         extra: anything else worth keeping (e.g. the last eval success).
     """
 
@@ -54,6 +55,7 @@ class TrainerState:
     policy_calls: int = 0
     env_steps: int = 0
     episodes: int = 0
+    failed_episodes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 

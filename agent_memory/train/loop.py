@@ -21,12 +21,13 @@ from typing import Any, Literal
 
 import numpy as np
 
-from agent_memory.failures import run_status, sigterm_interrupts
+from agent_memory.failures import RunFailed, first_line, run_status, sigterm_interrupts
 from agent_memory.policies import make_policy
 from agent_memory.rollout.driver.advantages import TrajectoryValues, compute_advantages
 from agent_memory.rollout.driver.cluster import init_ray, stop_ray
 from agent_memory.rollout.driver.preflight import preflight
 from agent_memory.rollout.driver.runner import progress_bar, run_log
+from agent_memory.rollout.driver.verdict import failed_share, failure_shares, shares_text
 from agent_memory.rollout.types import Trajectory
 from agent_memory.train.checkpoint import (
     TrainerState,
@@ -117,6 +118,8 @@ def train(
     Raises:
         ConfigError: what :func:`~agent_memory.train.config.check_model` or
             :func:`~agent_memory.rollout.driver.preflight.preflight` refuses, before Ray starts.
+        RunFailed: the run ended, but its training episodes failed at
+            ``rollout.failure_threshold``'s share or more (``summary.json`` says so).
     """
     check_model(cfg.trainer)
     import torch
@@ -198,8 +201,31 @@ def train(
                 "episodes": state.episodes, "policy_version": state.policy_version,
                 "action_mode": mode, "model": str(learner.model_path), **last_eval,
             }  # fmt: skip
+            _judge(summary, state, r, out)
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    if summary["status"] == "failed":  # the run raised nothing: its episodes failed
+        raise RunFailed(summary["error"])
     return summary
+
+
+def _judge(summary: dict[str, Any], state: TrainerState, r: Any, out: Path) -> None:
+    """The training episodes' failure share into ``summary`` (``failure_shares``); a run that
+    raised nothing but failed at ``rollout.failure_threshold``'s share or more becomes a failed
+    run. Logs the run's last line: its status and the share."""
+    counts = {"episodes": state.episodes, "errors": state.failed_episodes}
+    summary["failure_shares"] = failure_shares(counts)
+    counts["failure_shares"] = summary["failure_shares"]
+    listed = "train.log names each"
+    verdict = failed_share(counts, r.failure_threshold, r.request_failure_threshold, listed)
+    if summary["status"] == "ok" and verdict:
+        summary["status"], summary["error"] = "failed", verdict
+    shares = shares_text(counts)
+    failed = summary["status"] != "ok"
+    (log.error if failed else log.warning if state.failed_episodes else log.info)(
+        "training %s after %d iterations%s; %s; outputs in %s",
+        summary["status"], state.iteration,
+        f": {first_line(summary.get('error'))}" if failed else "", shares, out,
+    )  # fmt: skip
 
 
 def _after_iteration(
@@ -278,9 +304,13 @@ def iteration(
 
     # 6. the counters and the metrics row
     env_steps = sum(not s.memory_turn for tr in trajs for s in tr.steps)
+    for tr in trajs:
+        if tr.error is not None:  # counted against rollout.failure_threshold at the end
+            log.warning("training episode %s failed: %s", tr.spec.traj_uid, first_line(tr.error))
     state.iteration = it + 1
     state.env_steps += env_steps
     state.episodes += len(trajs)
+    state.failed_episodes += sum(tr.error is not None for tr in trajs)
     state.policy_calls = engine.policy_calls()
     row.update({
         "iteration": it + 1, "env_steps": state.env_steps, "episodes": state.episodes,
