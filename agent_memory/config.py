@@ -414,9 +414,13 @@ class JobConfig:
 
 def register_configs() -> None:
     """Register :class:`JobConfig` with Hydra's ConfigStore as ``job_schema`` (config.yaml
-    lists it first in its defaults, so every composed config is type-checked)."""
+    lists it first in its defaults, so every composed config is type-checked), and the
+    resolvers the configs use."""
     from hydra.core.config_store import ConfigStore
 
+    from agent_memory.rundir import register_resolvers
+
+    register_resolvers()  # ${run_token:} in the default output directories
     ConfigStore.instance().store(name="job_schema", node=JobConfig)
 
 

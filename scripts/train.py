@@ -3,7 +3,7 @@
     python scripts/train.py                                   # Recall, window memory, GRPO
     python scripts/train.py env=recall memory=retrieval env.history_length=1 algo=ppo
     python scripts/train.py --config-name train_recall        # the README's demonstration
-    python scripts/train.py trainer.resume=outputs/train/<date>/<time>   # continue a run
+    python scripts/train.py trainer.resume=outputs/train/<date>/<time>-<token>   # continue a run
 
 Each iteration collects rollout.num_groups x rollout.group_size episodes with the current
 weights, computes advantages (algo=grpo|gigpo|ppo), updates the model on the recorded token ids

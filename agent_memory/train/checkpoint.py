@@ -148,7 +148,7 @@ def find_checkpoint(path: str | Path) -> Path:
     raise FileNotFoundError(
         f"trainer.resume={str(path)!r} is neither a checkpoint directory (with {STATE_FILE}) nor "
         "a run directory with checkpoints/latest: pass e.g. "
-        "trainer.resume=outputs/train/<date>/<time>"
+        "trainer.resume=outputs/train/<date>/<time>-<token>"
     )
 
 

@@ -228,6 +228,9 @@ def register_train_configs() -> None:
     train.yaml's defaults) and :data:`TRAIN_HELP` as ``hydra/help=train``."""
     from hydra.core.config_store import ConfigStore
 
+    from agent_memory.rundir import register_resolvers
+
+    register_resolvers()  # ${run_token:} in the default output directories
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(group="hydra/help", name="train", node=TRAIN_HELP)
@@ -257,7 +260,7 @@ ${hydra.help.header}
   python scripts/train.py [group=option ...] [key=value ...]
   python scripts/train.py --config-name train_recall [key=value ...]     (the README's demo)
 
-== Outputs (in hydra.run.dir, default outputs/train/<date>/<time>/, or trainer.output_dir) ==
+== Outputs (hydra.run.dir, default outputs/train/<date>/<time>-<token>/, or trainer.output_dir) ==
   summary.json           status (ok or failed, with the error), iterations, env-steps, episodes,
                          policy version, the model, the last evaluation's success and return
   metrics.csv            one row per iteration (and the evaluation before the first): train and
@@ -277,7 +280,7 @@ ${hydra.help.header}
   python scripts/train.py env=recall memory=retrieval env.history_length=1 algo=ppo \\
       trainer.iterations=20
   python scripts/train.py trainer.model=/path/to/saved_model policy=hf     (your own HF model)
-  python scripts/train.py trainer.resume=outputs/train/<date>/<time>           (continue a run)
+  python scripts/train.py trainer.resume=outputs/train/<date>/<time>-<token>   (continue a run)
   python scripts/train.py --cfg job             (print the composed config; nothing runs)
 
 The config is checked before Ray starts or a model loads: a bad value (trainer.model included)

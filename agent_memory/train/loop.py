@@ -29,6 +29,7 @@ from agent_memory.rollout.driver.preflight import preflight
 from agent_memory.rollout.driver.runner import progress_bar, run_log
 from agent_memory.rollout.driver.verdict import failed_share, failure_shares, shares_text
 from agent_memory.rollout.types import Trajectory
+from agent_memory.rundir import hold_run_dir
 from agent_memory.train.checkpoint import (
     TrainerState,
     find_checkpoint,
@@ -117,7 +118,8 @@ def train(
 
     Raises:
         ConfigError: what :func:`~agent_memory.train.config.check_model` or
-            :func:`~agent_memory.rollout.driver.preflight.preflight` refuses, before Ray starts.
+            :func:`~agent_memory.rollout.driver.preflight.preflight` refuses, before Ray starts;
+            ``RunDirInUse``: another live run holds ``out_dir``.
         RunFailed: the run ended, but its training episodes failed at
             ``rollout.failure_threshold``'s share or more (``summary.json`` says so).
     """
@@ -136,7 +138,8 @@ def train(
     mode: ActionMode = "score" if cfg.policy.name == "score" else "generate"
     preflight(cfg, policy=make_policy("random"))  # env, memory, template: before any model
 
-    with run_log(out / "train.log"):
+    # One live run per directory: another's is refused before anything is written (RunDirInUse).
+    with hold_run_dir(out, "trainer.output_dir"), run_log(out / "train.log"):
         learner = build_learner(cfg, out, device, dtype)
         state = learner.state
         # The rollout policy: the engine's policy service copies it; updates send the weights.

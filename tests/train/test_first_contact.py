@@ -39,8 +39,9 @@ def test_a_model_path_that_is_no_model_is_a_one_line_config_error(tmp_path):
     )
     assert "Traceback" not in proc.stderr and "last checkpoint" not in proc.stderr
     # Stopped before anything heavy started, as the run dir shows (not a clock): only what
-    # Hydra writes before the job, its log still empty (the run's log lines go to train.log).
-    assert sorted(p.name for p in tmp_path.iterdir()) == [".hydra", "train.log"]
+    # Hydra writes before the job (and the run's lock on the directory, taken as Hydra starts),
+    # its log still empty (the run's log lines go to train.log).
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".hydra", ".run.lock", "train.log"]
     assert (tmp_path / "train.log").read_text() == ""
 
 
@@ -118,7 +119,7 @@ def test_help_says_what_the_script_does_writes_and_how_to_run_it():
     assert out.startswith("train.py: train a policy with RL on the rollout path")
     for part in (
         "== Usage ==",
-        "== Outputs (in hydra.run.dir, default outputs/train/<date>/<time>/, or trainer.output_dir) ==",
+        "== Outputs (hydra.run.dir, default outputs/train/<date>/<time>-<token>/, or trainer.output_dir) ==",
         "summary.json",
         "metrics.csv",
         "checkpoints/iter_NNNNNN/",
@@ -126,7 +127,7 @@ def test_help_says_what_the_script_does_writes_and_how_to_run_it():
         "train.log",
         "== Examples ==",
         "python scripts/train.py --config-name train_recall env.history_length=4",
-        "python scripts/train.py trainer.resume=outputs/train/<date>/<time>",
+        "python scripts/train.py trainer.resume=outputs/train/<date>/<time>-<token>",
         "== Config groups (group=option) ==",
         "trainer: default",
         "memory: blackboard, compaction",

@@ -37,6 +37,7 @@ from agent_memory.rollout.driver.verdict import (
     shares_text,
 )
 from agent_memory.rollout.driver.writer import RolloutWriter
+from agent_memory.rundir import RunDirInUse, hold_run_dir
 
 __all__ = ["bind_run_paths", "failed_share", "progress_bar", "run_log", "run_rollout"]
 
@@ -101,7 +102,8 @@ def run_rollout(
     ``{output_dir}`` / ``{run_id}`` filled (:func:`bind_run_paths`).
 
     Raises:
-        ConfigError: a bad config, found by ``preflight`` before Ray starts (nothing written).
+        ConfigError: a bad config, found by ``preflight`` before Ray starts (nothing written);
+            ``RunDirInUse``: another live run holds ``output_dir`` (nothing written there).
         Exception: whatever stopped the run, after ``summary.json`` (status ``"failed"`` or
             ``"interrupted"``) and every finished episode are written.
     """
@@ -110,8 +112,14 @@ def run_rollout(
     run_id = bind_run_paths(job, out)
     checked = preflight(job, policy=policy)
 
-    out.mkdir(parents=True, exist_ok=True)
-    with run_log(out / "rollout.log"):
+    with contextlib.ExitStack() as stack:
+        try:  # one live run per directory: another's is refused before anything is written
+            stack.enter_context(hold_run_dir(out, "rollout.output_dir"))
+        except RunDirInUse:
+            if policy is None:
+                checked.policy.close()
+            raise
+        stack.enter_context(run_log(out / "rollout.log"))
         writer = RolloutWriter(out, job)
         groups = Groups(job.rollout.group_size, job.algo, on_group=writer.add_group)
         collector: Collector | None = None
