@@ -143,7 +143,8 @@ class Generation:
     Token fields, where set, are the prompt ids the model was conditioned on, the sampled ids
     (stop token included) and their log-probs under the sampling distribution: never a
     re-tokenisation. ``finish_reason``: ``"stop"``, ``"length"``, ``"error"`` (the request
-    failed; ``text`` is ``""``) or None. ``choice``: the ``score`` policy's :class:`ActionChoice`.
+    failed; ``text`` is ``""`` and ``error`` says why: the engine ends that episode with it and
+    never steps the env) or None. ``choice``: the ``score`` policy's :class:`ActionChoice`.
     ``response_offsets``: where each response token starts in ``text`` (OpenAI's ``text_offset``),
     which tells which tokens wrote a ``<memory>`` block. ``memory_choice``: the ``score`` policy's
     choice of the memory block it wrote (``text`` starts with it), made from the same prompt.
@@ -165,6 +166,7 @@ class Generation:
     choice: ActionChoice | None = None
     response_offsets: list[int] | None = None
     memory_choice: ActionChoice | None = None
+    error: str | None = None
 
     def __post_init__(self) -> None:
         ids = self.response_ids
@@ -175,6 +177,11 @@ class Generation:
                     f"{name} must have one value per response token: expected "
                     f"{None if ids is None else len(ids)}, got {len(values)}"
                 )
+
+    @property
+    def failed(self) -> bool:
+        """The request failed: there is no response to act on (``finish_reason="error"``)."""
+        return self.finish_reason == "error"
 
     @property
     def has_tokens(self) -> bool:

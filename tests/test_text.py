@@ -6,7 +6,7 @@ import itertools
 import json
 import re
 
-from agent_memory.text import find_tags, squash, utf8_safe
+from agent_memory.text import TAG_LOOKALIKE, defuse_tags, find_tags, squash, utf8_safe
 
 _TAGS = re.compile(r"<(record|retrieve)>(.*?)</\1>", re.DOTALL)
 _PIECES = ["<record>", "</record>", "<retrieve>", "</retrieve>", "<re", "</re", "x", ">", "/"]
@@ -21,6 +21,22 @@ def test_find_tags_equals_the_regex_on_every_short_mix_of_tag_pieces():
             one = re.findall(r"<record>(.*?)</record>", text, re.DOTALL)
             assert [b for _, b in find_tags(text, ("record",))] == one, text
             assert find_tags(text, ("record", "retrieve"), limit=1) == _TAGS.findall(text)[:1]
+
+
+def test_defuse_tags_leaves_no_tag_and_changes_only_the_lt_of_tags_on_every_short_mix():
+    """Whatever the tag name (a parser's, or one the text makes up), no tag survives; the text
+    keeps its length and differs only where a '<' became the look-alike."""
+    pieces = ["<memory>", "</memory>", "<action>", "<", "</", "a", ">", " ", "/", "\n",
+              TAG_LOOKALIKE]  # fmt: skip
+    for n in range(5):
+        for parts in itertools.product(pieces, repeat=n):
+            text = "".join(parts)
+            out = defuse_tags(text)
+            assert len(out) == len(text)
+            pairs = zip(text, out, strict=True)
+            assert all(a == b or (a, b) == ("<", TAG_LOOKALIKE) for a, b in pairs)
+            assert not re.search(r"</?\w+>", out), (text, out)
+            assert defuse_tags(out) == out
 
 
 def test_squash_equals_split_join_cut_on_every_short_whitespace_mix():

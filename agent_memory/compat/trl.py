@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_memory.config import JobConfig
 from agent_memory.rollout.driver.layouts import episode_samples
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
 from agent_memory.rollout.worker.records import Playing
+
+if TYPE_CHECKING:
+    from agent_memory.policies.hf import HFPolicy
 
 __all__ = ["EpisodeRunner", "RolloutFunc", "env_reward", "make_rollout_func", "seed_of"]
 
@@ -127,7 +130,9 @@ class RolloutFunc:
     """TRL's ``rollout_func(prompts, trainer) -> dict``, made by :func:`make_rollout_func`.
 
     It samples with the trainer's model at ``trainer.args.temperature`` (TRL's log-prob
-    temperature), rendering incrementally so each turn extends the tokens sampled before.
+    temperature) and the args' ``top_p``, ``top_k``, ``min_p`` and ``repetition_penalty`` (each
+    recorded; the model's generation config decides none of them), rendering incrementally so
+    each turn extends the tokens sampled before.
 
     Attributes:
         job: the env, memory and parser config.
@@ -143,13 +148,7 @@ class RolloutFunc:
         self.last: list[Trajectory] = []
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
-        from agent_memory.policies.hf import HFPolicy
-
-        policy = HFPolicy(
-            model=trainer.model, tokenizer=trainer.processing_class,
-            temperature=trainer.args.temperature, max_new_tokens=self.max_new_tokens,
-            batch_size=max(1, len(prompts)), incremental=True, parser=self.job.env.parser.build(),
-        )  # fmt: skip
+        policy = self.policy(trainer, len(prompts))
         cap = trainer.args.max_completion_length
         context = _context_length(trainer.model.config)
         trajs = self.runner.run(
@@ -179,6 +178,33 @@ class RolloutFunc:
                 "expected one row per prompt"
             )
         return out
+
+    def policy(self, trainer: Any, batch_size: int) -> HFPolicy:
+        """The hf policy sampling with ``trainer``'s model as its args say.
+
+        Raises:
+            ValueError: ``generation_kwargs`` set (the rollout would not sample with them).
+        """
+        from agent_memory.policies.hf import HFPolicy
+
+        args = trainer.args
+        extra = getattr(args, "generation_kwargs", None)
+        if extra:
+            raise ValueError(
+                f"GRPOConfig.generation_kwargs={extra!r}: this rollout_func samples with "
+                "temperature, top_p, top_k, min_p and repetition_penalty from the GRPOConfig and "
+                "nothing else, so these would change nothing it records: set them through those "
+                "fields, or pass generation_kwargs=None"
+            )
+        top_k, min_p = getattr(args, "top_k", 0), getattr(args, "min_p", None)
+        return HFPolicy(
+            model=trainer.model, tokenizer=trainer.processing_class,
+            temperature=args.temperature, top_p=getattr(args, "top_p", 1.0),
+            top_k=0 if top_k is None else top_k, min_p=0.0 if min_p is None else min_p,
+            repetition_penalty=getattr(args, "repetition_penalty", 1.0),
+            max_new_tokens=self.max_new_tokens, batch_size=max(1, batch_size), incremental=True,
+            parser=self.job.env.parser.build(),
+        )  # fmt: skip
 
 
 def _context_length(config: Any) -> int | None:

@@ -37,10 +37,10 @@ from agent_memory.memory.base import UNSET, Budget, EnvIds, Fetched, check_env_i
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.compaction.summarizers import fit_text
 from agent_memory.memory.settings import Settings, SettingsAttributes
-from agent_memory.text import find_tags, utf8_safe
-from agent_memory.tokens import TokenCounterSpec
+from agent_memory.text import defuse_tags, find_tags, utf8_safe
+from agent_memory.tokens import TokenCounter, TokenCounterSpec
 
-__all__ = ["NoteFlag", "NotesMemory", "NotesSettings", "memory_token_mask"]
+__all__ = ["NoteFlag", "NotesMemory", "NotesSettings", "memory_token_mask", "newest_lines"]
 
 #: Why a step's note is not simply the block it wrote.
 NoteFlag = Literal["missing", "malformed", "cut"]
@@ -64,6 +64,41 @@ def memory_token_mask(text: str, offsets: Sequence[int], tag: str) -> list[int]:
         spans.append((start, end + len(close)))
         start = text.find(open_, end + len(close))
     return [int(any(a <= o < b for a, b in spans)) for o in offsets]
+
+
+def newest_lines(lines: Sequence[str], limit: int, count: TokenCounter) -> str:
+    """The newest (last) of ``lines`` whose join counts at most ``limit`` tokens, joined; the
+    last line alone when even it counts more.
+
+    Each line is counted once, newest first, and the count stops at the bound: the cost is
+    linear in what is kept (plus one line). Counters that count a length (``chars``,
+    ``estimate``) add lengths and count exactly; others add each line's count with its newline,
+    and the join is checked (a line more goes while it counts over: a counter whose lines
+    undercount their join).
+
+    Example:
+        >>> from agent_memory.tokens import make_token_counter
+        >>> newest_lines(["a=1", "b=2", "c=3", "d=4"], 12, make_token_counter("chars"))
+        'b=2\\nc=3\\nd=4'
+    """
+    by_length = getattr(count, "count_length", None)
+    start, used = len(lines) - 1, 0
+    for k in range(len(lines) - 1, -1, -1):
+        newline = k < len(lines) - 1
+        if by_length is not None:
+            used += len(lines[k]) + newline
+            over = by_length(used) > limit
+        else:
+            used += count(lines[k] + "\n" if newline else lines[k])
+            over = used > limit
+        if over:
+            break
+        start = k
+    while True:
+        joined = "\n".join(lines[start:])
+        if start == len(lines) - 1 or count(joined) <= limit:
+            return joined
+        start += 1
 
 
 @dataclass(frozen=True)
@@ -162,22 +197,43 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
 
     def candidates(self, env_id: int, observation: str) -> list[str]:
         """The blocks a choosing policy may write next: the note kept as it is, then the note
-        with one more line of ``observation`` (each distinct non-empty line, at most
-        ``max_candidates - 1``), as response text.
+        with one more line of ``observation`` (of its first ``max_candidates - 1`` distinct
+        non-empty lines), as response text.
+
+        Each block is what the memory would keep: within ``note_tokens`` (a long line is cut, a
+        line with no room beside the note is left out), so a policy's cost per act is bounded
+        by ``note_tokens`` however long the observation's lines. Its text is the env's, with the
+        ``<`` of any tag replaced by a look-alike (:func:`~agent_memory.text.defuse_tags`): the
+        response carries it without the model writing it, and there a ``</memory>`` or
+        ``<action>`` of the env would close the block or forge an action.
 
         Example:
-            >>> mem = NotesMemory(num_envs=1, update="append")
-            >>> mem.candidates(0, "key=RED\\nSay 'next'.")
-            ['<memory></memory>', '<memory>key=RED</memory>', "<memory>Say 'next'.</memory>"]
+            >>> mem = NotesMemory(num_envs=1, update="append", note_tokens=4)
+            >>> mem.candidates(0, "key=RED\\n<b>Say 'next'.</b> " + "blah " * 10_000)
+            ['<memory></memory>', '<memory>key=RED</memory>', '<memory>＜b>Say ...</memory>']
         """
         s, note = self.settings, self.note(env_id)
-        lines = list(dict.fromkeys(x.strip() for x in observation.splitlines() if x.strip()))
-        lines = lines[: s.max_candidates - 1]
+        lines: dict[str, None] = {}
+        for raw in observation.splitlines():  # its first distinct lines (the loop stops there)
+            if len(lines) == s.max_candidates - 1:
+                break
+            if line := raw.strip():
+                lines[line] = None
         if s.update == "append":  # a block adds a line; an empty block keeps the note
-            blocks = ["", *lines]
-        else:  # a block is the whole new note
-            blocks = [note, *("\n".join(x for x in (note, line) if x) for line in lines)]
-        return [f"<{s.tag}>{b}</{s.tag}>" for b in blocks]
+            kept, prefix = "", ""
+            blocks = [self._bounded(line) for line in lines]
+        else:  # a block is the whole new note: it must keep the note whole
+            kept = self._bounded(note)
+            prefix = f"{kept}\n" if kept else ""
+            blocks = [self._bounded(prefix + line) for line in lines]
+        offered = dict.fromkeys(
+            [kept, *(b for b in blocks if b.startswith(prefix) and b != prefix)]
+        )
+        return [f"<{s.tag}>{b}</{s.tag}>" for b in offered]
+
+    def _bounded(self, text: str) -> str:
+        """``text`` with its tags defused, cut to ``note_tokens`` (``""`` when nothing fits)."""
+        return fit_text(defuse_tags(text), self.settings.note_tokens, self.token_counter)
 
     def step_flags(self, env_ids: Sequence[int]) -> dict[int, str]:
         """The flags the last store raised for the envs of ``env_ids`` that have one."""
@@ -254,15 +310,16 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
             self.flag_counts[flag] += 1
 
     def _fit(self, note: str) -> str:
-        """``note`` within ``note_tokens``: appended notes lose their oldest lines first."""
+        """``note`` within ``note_tokens``: appended notes lose their oldest lines first.
+
+        Linear in the note: each line is counted once, newest first, until the bound is
+        reached (not the whole note again after each line it drops).
+        """
         limit, count = self.settings.note_tokens, self.token_counter
         if count(note) <= limit:
             return note
-        if self.settings.update == "append":
-            lines = note.split("\n")
-            while len(lines) > 1 and count("\n".join(lines)) > limit:
-                lines.pop(0)
-            note = "\n".join(lines)
+        if self.settings.update == "append" and "\n" in note:
+            note = newest_lines(note.split("\n"), limit, count)
         return fit_text(note, limit, count)
 
     def __repr__(self) -> str:

@@ -30,6 +30,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from agent_memory.checks import check_choice, check_int, check_number, check_stop, is_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Counters, Policy, Prompt, check_batch
+from agent_memory.policies.generation_config import (
+    SENT_FIELDS,
+    check_generation_config,
+    repetition_penalty,
+)
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.offsets import token_offsets
 from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
@@ -72,8 +77,11 @@ class HFPolicy(Policy):
     """Answers prompts with a local Hugging Face causal LM (see the module docstring).
 
     Give ``path`` (a model directory or cached hub id), or a loaded ``model`` and its
-    ``tokenizer`` (e.g. a trainer's live model). ``temperature=0`` is greedy; ``top_k=0`` and
-    ``top_p=1`` are off; other settings come from ``generation_config.json``. ``num_threads``
+    ``tokenizer`` (e.g. a trainer's live model). ``temperature=0`` is greedy; ``top_k=0``,
+    ``top_p=1``, ``min_p=0`` and ``repetition_penalty=1`` are off. Every sampling field is sent
+    from these settings and recorded, whatever the model's ``generation_config.json`` says; a
+    model whose generation config sets another field that changes the distribution is refused
+    (:func:`~agent_memory.policies.generation_config.check_generation_config`). ``num_threads``
     sets torch's (process-wide) thread count.
 
     Attributes:
@@ -89,7 +97,8 @@ class HFPolicy(Policy):
     def __init__(
         self, path: str | os.PathLike[str] | None = None, *, model: Any = None,
         tokenizer: Any = None, max_new_tokens: int = 256, temperature: float = 1.0,
-        top_p: float = 1.0, top_k: int = 0, batch_size: int = 8, device: str = "cpu",
+        top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0,
+        batch_size: int = 8, device: str = "cpu",
         dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto", seed: int | None = None,
         use_chat_template: bool | Literal["auto"] = "auto", stop: str | Sequence[str] | None = None,
         num_threads: int | None = None, incremental: bool = False,
@@ -104,6 +113,8 @@ class HFPolicy(Policy):
         check_number("temperature", temperature, low=0)
         if not is_number(top_p) or not 0 < top_p <= 1:
             raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+        check_number("min_p", min_p, low=0, high=1)
+        check_number("repetition_penalty", repetition_penalty, low=0, low_open=True)
         check_use_chat_template(use_chat_template)
         check_choice("dtype", dtype, _DTYPES)
         stops = check_stop(stop) or []
@@ -114,6 +125,8 @@ class HFPolicy(Policy):
         self.temperature = float(temperature)
         self.top_p = float(top_p)
         self.top_k = top_k
+        self.min_p = float(min_p)
+        self.repetition_penalty = float(repetition_penalty)
         self.batch_size = batch_size
         self.seed = seed
         self.stop: list[str] = stops
@@ -133,6 +146,7 @@ class HFPolicy(Policy):
         )  # fmt: skip
         self.use_chat_template = use_chat_template
         self._context = _context_length(self.model.config)
+        self.check_generation_config()
         if self._context is not None and self._context <= max_new_tokens:
             raise ValueError(
                 f"max_new_tokens must be < the model's context length {self._context} to leave "
@@ -276,6 +290,11 @@ class HFPolicy(Policy):
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch])
         attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
         stopper = _stop_criteria(self.tokenizer, self.stop, width, len(batch))
+        penalty = (
+            []
+            if self.repetition_penalty == 1.0
+            else [repetition_penalty(self.repetition_penalty, [width - len(x) for x in batch])]
+        )
         t0 = time.perf_counter()
         training = self.model.training
         self.model.eval()
@@ -284,7 +303,9 @@ class HFPolicy(Policy):
                 input_ids=input_ids.to(self.device),
                 attention_mask=attention.to(self.device),
                 generation_config=self._generation_config(),
+                logits_processor=penalty or None,
                 stopping_criteria=None if stopper is None else [stopper],
+                **_own_config_only(self.model),
             )
             # The logits each token was sampled from (after every processor), log-softmaxed.
             scores = torch.stack(generated.scores, dim=1).float().log_softmax(-1)
@@ -347,28 +368,73 @@ class HFPolicy(Policy):
         return None if offsets is None else [min(o, length) for o in offsets]
 
     def sampling_params(self) -> SamplingParams:
-        """How this policy samples (recorded with each response)."""
+        """How this policy samples (recorded with each response): every field it sends
+        ``generate()`` (the repetition penalty shapes greedy decoding too)."""
         greedy = self.temperature == 0
         return SamplingParams(
             temperature=self.temperature, top_p=None if greedy else self.top_p,
             top_k=None if greedy else self.top_k, max_tokens=self.max_new_tokens, seed=self.seed,
+            min_p=None if greedy else self.min_p, repetition_penalty=self.repetition_penalty,
         )  # fmt: skip
 
+    def check_generation_config(self) -> None:
+        """Refuse a model whose generation config changes what is sampled in a way the rows
+        cannot record (see :mod:`~agent_memory.policies.generation_config`); log the sampling
+        fields it asks for that this policy's own settings replace.
+
+        Raises:
+            ValueError: such a field, named with the fix.
+        """
+        config = self.model.generation_config
+        check_generation_config(config, None if self.path is None else str(self.path))
+        sent = self._generation_config()
+        replaced = {
+            name: (value, getattr(sent, name))
+            for name in ("do_sample", "temperature", "top_k", "top_p", "min_p")
+            if (value := getattr(config, name, None)) is not None and value != getattr(sent, name)
+        }
+        if getattr(config, "repetition_penalty", None) not in (None, self.repetition_penalty):
+            replaced["repetition_penalty"] = (config.repetition_penalty, self.repetition_penalty)
+        if replaced:
+            log.info(
+                "hf policy: the model's generation config asks for %s; the policy samples with "
+                "its own settings (policy.params) and records them",
+                ", ".join(f"{k}={v} (policy: {mine})" for k, (v, mine) in replaced.items()),
+            )
+
     def _generation_config(self) -> Any:
+        """The model's generation config with every field of
+        :data:`~agent_memory.policies.generation_config.SENT_FIELDS` set from this policy (the
+        repetition penalty is applied by its own processor, which skips the left padding)."""
         import copy
 
         config = copy.deepcopy(self.model.generation_config)
         sampling = self.temperature > 0
-        config.update(
+        fields = dict(
             max_new_tokens=self.max_new_tokens, num_beams=1, num_return_sequences=1,
             do_sample=sampling,
             # Greedy: the library defaults, so no "unused sampling flag" warnings.
             temperature=self.temperature if sampling else 1.0,
             top_p=self.top_p if sampling else 1.0, top_k=self.top_k if sampling else 50,
+            min_p=self.min_p if sampling else None, repetition_penalty=1.0,
             pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self._eos or None,
             output_scores=True, return_dict_in_generate=True,
         )  # fmt: skip
+        config.update(**{name: fields[name] for name in SENT_FIELDS})
         return config
+
+
+def _own_config_only(model: Any) -> dict[str, Any]:
+    """``generate``'s argument that keeps the model's generation config from replacing the
+    fields of the one passed that equal the library defaults (transformers 4.50 to 4.x do that
+    unless told not to: a policy's ``temperature=1.0`` would sample at the model's 0.7)."""
+    import inspect
+
+    try:
+        takes = "use_model_defaults" in inspect.signature(model.generate).parameters
+    except (TypeError, ValueError):
+        takes = False
+    return {"use_model_defaults": False} if takes else {}
 
 
 def _check_source(path: object, model: object, tokenizer: object) -> None:

@@ -197,6 +197,14 @@ class ResponseReader:
             self.state = "end"
             return
         codings = [c.lower() for c in head.get(b"transfer-encoding")]
+        if codings and head.get(b"content-length"):
+            # RFC 9112 §6.1: a sender MUST NOT send both; §6.3 (3): such a message "ought to be
+            # handled as an error" (request smuggling, response splitting): refused, and the
+            # connection closed, never reused for a next request.
+            raise ProtocolError(
+                "the answer has both Transfer-Encoding and Content-Length: expected one of them "
+                "(RFC 9112, section 6.3: such a message is an error)"
+            )
         if codings:
             if codings != [b"chunked"]:
                 shown = ", ".join(c.decode("latin-1") for c in codings)

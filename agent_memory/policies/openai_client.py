@@ -37,7 +37,6 @@ from agent_memory.policies.openai_protocol import (
     NEUTRAL_SAMPLING,
     OPENAI_SAMPLING,
     LogprobsKind,
-    MalformedAnswer,
     logprobs_kind,
     messages_of,
     probe_fields,
@@ -61,6 +60,7 @@ from agent_memory.policies.openai_runtime import (
     require_tokens,
 )
 from agent_memory.policies.rendering import PromptRenderer
+from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import Generation, SamplingParams
 
 __all__ = [
@@ -82,15 +82,19 @@ class OpenAIPolicy(Policy):
     """Answers prompts with an OpenAI-compatible server (see the module docstring).
 
     Sampling fields are sent explicitly (None: the neutral value); ``extra_body`` is merged into
-    every request last. ``timeout`` bounds a request in total. ``dead_calls`` calls in a row
-    without any HTTP answer raise :class:`ServerUnavailable` (0: never). The API key is never
-    logged nor shown.
+    every request last, and only fields known to leave the sampled distribution alone are taken
+    (:mod:`~agent_memory.policies.request_fields`). ``timeout`` bounds a request in total.
+    ``dead_calls`` calls in a row without any HTTP answer raise :class:`ServerUnavailable` (0:
+    never). The API key is never logged nor shown.
 
     An answer is checked at the edge, and one that fails is answered ``""`` (not retried; counted
     in :class:`ClientStats`): its body at most ``max_answer_bytes`` as received and inflated
-    (enforced while it is read); token ids ints in ``[0, vocab_size)`` (``vocab_size``, else the
-    tokenizer's size; ints >= 0 without either); log-probs finite and <= 0; with a
-    ``tokenizer``, response ids that decode to the response text.
+    (enforced while it is read) and JSON that parses (whatever the parse raises); its content
+    text (not null, no tool calls); token ids ints in ``[0, vocab_size)`` (``vocab_size``, else
+    the tokenizer's size; ints >= 0 without either); log-probs finite and <= 0; with a
+    ``tokenizer``, response ids below its size (not in the model's padding range) that decode
+    to the response text, and prompt ids that are the prompt's own rendering (without one, the
+    server's prompt ids are trusted as they come).
 
     Attributes:
         stats, last_stats: :class:`ClientStats` since construction and of the last call.
@@ -156,6 +160,7 @@ class OpenAIPolicy(Policy):
         self.seed = seed
         # Plain containers (a Hydra DictConfig is a Mapping, but not JSON-serialisable).
         self.extra_body: dict[str, Any] = _plain(extra_body or {})
+        check_extra_body(self.extra_body)
         self.concurrency = concurrency
         #: The most :meth:`set_concurrency` may set: ``concurrency`` as given (a worker's copy
         #: starts at its share of it, see :meth:`for_workers`).
@@ -170,8 +175,14 @@ class OpenAIPolicy(Policy):
         self.token_in = token_in
         self.tokenizer_path = tokenizer
         self.use_chat_template = use_chat_template
+        # What the server tokenizes: a completion's text prompt as it is, else the chat.
+        templated = use_chat_template if token_in or mode == "chat" else False
         self.renderer = (
-            None if tokenizer is None else _renderer(tokenizer, use_chat_template, incremental)
+            None
+            if tokenizer is None
+            else _renderer(
+                tokenizer, templated, incremental, self.extra_body.get("chat_template_kwargs")
+            )
         )
         self.max_answer_bytes = max_answer_bytes
         self.vocab_size = _vocab_size(vocab_size, self.renderer)
@@ -204,12 +215,13 @@ class OpenAIPolicy(Policy):
         #: Which log-probs the server reports (see :meth:`check_server`); None until known.
         self.logprobs_kind: LogprobsKind | None = None
         self._checked = False
+        self._check_after = 0.0  # (time.monotonic) no server check before: its Retry-After
 
     def generate(
         self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None
     ) -> list[Generation]:
-        """One generation per prompt, in order; a prompt whose requests failed gets text ``""``
-        and ``finish_reason="error"``.
+        """One generation per prompt, in order; a prompt whose requests failed gets text ``""``,
+        ``finish_reason="error"`` and the failure in ``error`` (the engine ends its episode).
 
         Raises:
             ValueError: a prompt this mode cannot send, before any request is made.
@@ -287,7 +299,9 @@ class OpenAIPolicy(Policy):
     def check_server(self) -> None:
         """Send one one-token request (once per policy copy) to fail before any episode when the
         server cannot give what rows need (raw log-probs are accepted only where they are the
-        sampling distribution's). A server that does not answer is checked again later.
+        sampling distribution's). A 408, 429 or 5xx is retried as a request is (its
+        ``Retry-After`` honoured) within ``timeout``; a server that does not answer, or still
+        answers so, is checked again at a later call (not before the wait it asked for).
 
         Raises:
             ServerRefused: the server answered 4xx (it refuses a field the policy sends).
@@ -299,36 +313,30 @@ class OpenAIPolicy(Policy):
             runtime.run(self._acheck(runtime))
 
     async def _acheck(self, runtime: Runtime, conns: Connections | None = None) -> None:
-        """:meth:`check_server` on the running loop (its calls wait for one check)."""
+        """:meth:`check_server` on the running loop (its calls wait for one check; none before
+        the wait a server asked for is over)."""
         conns = conns or runtime.connections()
         async with conns.check_lock:
-            if not self._checked:
+            if not self._checked and time.monotonic() >= self._check_after:
                 with conns.tracked():
                     await self._check(conns, runtime)
 
     async def _check(self, conns: Connections, runtime: Runtime) -> None:
-        import httpx
-
-        from agent_memory.policies.openai_transport import AnswerTooLarge
-
         fields = self._fields()
         fields.pop("stop", None)
         local = self.renderer.ids("Hi") if self.token_in and self.renderer is not None else None
         probe = probe_fields(self.mode, self.server) if self.return_tokens else {"max_tokens": 1}
         body = {**fields, **self._prompt_field("Hi", 0, local), **self.extra_body, **probe}
         try:
-            response = await self._sender.post(conns, json.dumps(body).encode())
-        except (httpx.HTTPError, TimeoutError, RuntimeError, AnswerTooLarge) as e:
-            log.debug("openai policy: server check got no answer (%s); checked again later", e)
-            return
+            response, self._check_after = await self._sender.probe(conns, json.dumps(body).encode())
         except asyncio.CancelledError:
             if not closing(runtime.slots):
                 raise
             log.debug("openai policy: closed during the server check")
             return
-        status = response.status_code
-        if status in (408, 429) or status >= 500:
+        if response is None:
             return
+        status = response.status_code
         if status != 200:
             raise ServerRefused(
                 f"the server at {self.url} refused the policy's request: HTTP {status}: "
@@ -343,7 +351,7 @@ class OpenAIPolicy(Policy):
         try:
             data = response.json()
             answer = read_answer(data, self.mode)
-        except (ValueError, MalformedAnswer):
+        except Exception:  # whatever the parse raises (e.g. RecursionError): not the check's
             return  # the requests' own checks name what is wrong with an answer
         # Token-in: the prompt ids are the ones sent, whether or not the server echoes them.
         prompt_ids = [] if self.token_in else answer.prompt_ids
@@ -388,7 +396,7 @@ class OpenAIPolicy(Policy):
     # A policy may be shipped to a Ray actor: the copy opens its own clients there.
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        for name in ("_runtime", "_finalizer", "_lock", "_closed", "_checked"):
+        for name in ("_runtime", "_finalizer", "_lock", "_closed", "_checked", "_check_after"):
             state.pop(name, None)
         return state
 
@@ -681,10 +689,14 @@ def _vocab_size(vocab_size: int | None, renderer: PromptRenderer | None) -> int 
 
 
 def _renderer(
-    tokenizer: str, use_chat_template: bool | Literal["auto"], incremental: bool
-) -> PromptRenderer:
+    tokenizer: str, use_chat_template: bool | Literal["auto"], incremental: bool,
+    template_kwargs: Mapping[str, Any] | None,
+) -> PromptRenderer:  # fmt: skip
     from transformers import AutoTokenizer
 
     path = resolve_model(tokenizer, need="tokenizer")
     loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    return PromptRenderer(loaded, use_chat_template, str(path), incremental=incremental)
+    return PromptRenderer(
+        loaded, use_chat_template, str(path), incremental=incremental,
+        template_kwargs=template_kwargs,
+    )  # fmt: skip

@@ -26,8 +26,9 @@ from agent_memory.protocol import Prompt
 
 __all__ = [
     "DEFAULT_MAX_ANSWER_BYTES", "LOGPROB_EPS", "MAX_ERROR_CHARS", "MAX_TOKEN_ID",
-    "NEUTRAL_SAMPLING", "Answer", "LogprobsKind", "MalformedAnswer", "logprobs_kind", "messages_of",
-    "probe_fields", "read_answer", "retry_after", "server_message", "token_fields",
+    "NEUTRAL_SAMPLING", "Answer", "LogprobsKind", "MalformedAnswer", "NonTextAnswer",
+    "logprobs_kind", "messages_of", "probe_fields", "read_answer", "retry_after", "server_message",
+    "token_fields",
 ]  # fmt: skip
 
 Mode = Literal["chat", "completion"]
@@ -64,12 +65,18 @@ class MalformedAnswer(ValueError):
     """A 200 answer without the fields the request asked for."""
 
 
+class NonTextAnswer(MalformedAnswer):
+    """A 200 answer whose content is not text (null, or tool calls): no action to read, and its
+    token ids are not the text's."""
+
+
 @dataclass(frozen=True)
 class Answer:
     """One choice of a completion, read off the wire.
 
     Attributes:
-        text: the response text ("" for a null content, e.g. a tool-call-only answer).
+        text: the response text (:func:`read_answer` raises :class:`NonTextAnswer` for a null
+            one, or tool calls).
         finish_reason: the server's, e.g. ``"stop"`` or ``"length"``.
         prompt_ids: the prompt's token ids as the server saw them (None if not returned).
         response_ids: the sampled ids (None if not returned).
@@ -105,11 +112,12 @@ def token_fields(mode: Mode, server: Server) -> dict[str, Any]:
 
 
 def read_answer(data: Any, mode: Mode) -> Answer:
-    """The first choice of ``data`` (a parsed JSON answer), checked: a text that is a string (or
-    null), a finish reason that is one, token ids that are ints in ``[0, 2**63)``, log-probs that
-    are finite and at most 0 (:data:`LOGPROB_EPS` above it is read as 0).
+    """The first choice of ``data`` (a parsed JSON answer), checked: a text that is a string, a
+    finish reason that is one (or null), token ids that are ints in ``[0, 2**63)``, log-probs
+    that are finite and at most 0 (:data:`LOGPROB_EPS` above it is read as 0).
 
     Raises:
+        NonTextAnswer: a null text (content), or a message with tool calls.
         MalformedAnswer: no ``choices[0]`` text, or a field of the wrong type, shape or range.
     """
     try:
@@ -121,6 +129,9 @@ def read_answer(data: Any, mode: Mode) -> Answer:
     for name, value in (("text", text), ("finish_reason", finish)):
         if value is not None and not isinstance(value, str):
             raise MalformedAnswer(f"{name}: expected a string or null, got {value!r}"[:200])
+    not_text = _not_text(choice, mode, text)
+    if not_text is not None:  # (a null text is one)
+        raise NonTextAnswer(not_text)
     usage = data.get("usage") if _is_map(data) else None
     usage = usage if _is_map(usage) else {}
     response_ids, logprobs = _sampled(choice)
@@ -128,12 +139,48 @@ def read_answer(data: Any, mode: Mode) -> Answer:
     if prompt_ids is None and _is_map(data):
         prompt_ids = data.get("prompt_token_ids")  # vLLM chat: at the top level
     return Answer(
-        text="" if text is None else text, finish_reason=finish,
+        text=text or "", finish_reason=finish,
         prompt_ids=_ints(prompt_ids, "prompt_token_ids"), response_ids=response_ids,
         logprobs=logprobs, prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),
         stop_reason=stop if isinstance(stop, (str, int)) and not isinstance(stop, bool) else None,
     )  # fmt: skip
+
+
+def _not_text(choice: Mapping[str, Any], mode: Mode, text: str | None) -> str | None:
+    """Why a choice holds no text to act on: tool calls (beside a text or not: the ids hold the
+    calls' tokens), or a null text (what the message holds instead named); None: it is text.
+
+    Example:
+        >>> _not_text({"message": {"content": None, "refusal": "no"}}, "chat", None)
+        'choices[0].message.content is null: expected text (the message holds a refusal)'
+    """
+    where = "choices[0].message.content" if mode == "chat" else "choices[0].text"
+    message = choice.get("message") if mode == "chat" else None
+    message = message if _is_map(message) else {}
+    calls = message.get("tool_calls") or message.get("function_call")
+    if calls:
+        n = len(calls) if _is_list(calls) else 1
+        content = "null" if text is None else repr(text[:60])
+        return (
+            f"{where} is {content} with {n} tool call(s): expected text only (tool calls are "
+            "not actions yet: send no tools in policy.params.extra_body, or serve without "
+            "--enable-auto-tool-choice)"
+        )
+    if text is not None:
+        return None
+    held = list(dict.fromkeys(what for key, what in _HELD if message.get(key)))
+    return f"{where} is null: expected text" + (
+        f" (the message holds {' and '.join(held)})" if held else ""
+    )
+
+
+#: What a chat message may hold instead of text, as an error names it.
+_HELD = (
+    ("refusal", "a refusal"),
+    ("reasoning_content", "reasoning only: a reasoning parser took the whole answer"),
+    ("reasoning", "reasoning only: a reasoning parser took the whole answer"),
+)
 
 
 def probe_fields(mode: Mode, server: Server) -> dict[str, Any]:
@@ -326,7 +373,7 @@ def server_message(response: Readable) -> str:
     """The error message of an OpenAI-style (or vLLM / FastAPI) error body, else the raw text."""
     try:
         data = response.json()
-    except ValueError:
+    except Exception:  # not JSON, or too deeply nested to parse (RecursionError)
         data = None
     message: Any = None
     if isinstance(data, Mapping):

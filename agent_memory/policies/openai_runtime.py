@@ -26,12 +26,17 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from agent_memory.policies.base import Counters
 from agent_memory.policies.offsets import token_offsets
+from agent_memory.policies.openai_answers import (
+    Refusal,
+    RefusalKind,
+    parse,
+    prompt_refusal,
+    shown,
+    token_refusal,
+)
 from agent_memory.policies.openai_protocol import (
     DEFAULT_MAX_ANSWER_BYTES,
-    MAX_ERROR_CHARS,
     Answer,
-    MalformedAnswer,
-    read_answer,
     retry_after,
     server_message,
 )
@@ -72,13 +77,16 @@ class ClientStats(Counters):
         truncated: responses the server cut at ``max_tokens``.
         total_latency_s, wall_s: seconds waiting on requests (summed); seconds in ``act``.
         prompt_tokens, completion_tokens: the servers' ``usage`` counts, summed.
-        prompt_id_mismatches: prompts whose server-reported ids differ from the local rendering.
-        malformed_answers, text_mismatches, oversized_answers: answers refused at the edge (each
-            also in ``failures``, its prompt answered ``""``): not what the protocol allows (not
-            JSON, a field missing or of the wrong type, a token id outside the vocabulary, a
-            log-prob not finite or above 0, an encoding that does not inflate); response ids
-            that do not decode to the response text (a tokenizer known); a body over
-            ``max_answer_bytes``.
+        malformed_answers, text_mismatches, oversized_answers, padding_id_answers, non_text_answers,
+        prompt_id_mismatches: answers refused at the edge (each also in ``failures``, its prompt
+            answered ``""``): not what the protocol allows (not JSON, or none that parses, a
+            field missing or of the wrong type, a token id outside the vocabulary, a log-prob not
+            finite or above 0, an encoding that does not inflate); response ids that do not
+            decode to the response text (a tokenizer known); a body over ``max_answer_bytes``; a
+            sampled id in the model's padding range (at or above the tokenizer's size, below
+            ``vocab_size``: it decodes to nothing); a content that is not text (null, or tool
+            calls); prompt ids other than the ones sent or rendered here (a tokenizer known:
+            another request's answer, or a server rendering prompts differently).
     """
 
     calls: int = 0
@@ -95,21 +103,21 @@ class ClientStats(Counters):
     malformed_answers: int = 0
     text_mismatches: int = 0
     oversized_answers: int = 0
+    padding_id_answers: int = 0
+    non_text_answers: int = 0
 
     @classmethod
     def failure_kinds(cls) -> tuple[str, ...]:
         """The counters of prompts given up on for a named reason (each also in ``failures``):
-        every :data:`Refusal` kind. A run's summary gives each one's share of the prompts.
+        every :data:`~agent_memory.policies.openai_answers.RefusalKind`. A run's summary gives
+        each one's share of the prompts.
 
         Example:
-            >>> ClientStats.failure_kinds()
-            ('malformed_answers', 'text_mismatches', 'oversized_answers')
+            >>> ClientStats.failure_kinds()  # doctest: +NORMALIZE_WHITESPACE
+            ('malformed_answers', 'text_mismatches', 'oversized_answers', 'padding_id_answers',
+             'non_text_answers', 'prompt_id_mismatches')
         """
-        return get_args(get_args(Refusal)[0])
-
-
-#: Why an answer was refused: the :class:`ClientStats` counter it adds to, and the message.
-Refusal = tuple[Literal["malformed_answers", "text_mismatches", "oversized_answers"], str]
+        return get_args(RefusalKind)
 
 
 @dataclass(frozen=True)
@@ -135,7 +143,7 @@ class Call:
 
     def count(
         self, t0: float | None, *, usage: tuple[int, int, bool] | None = None,
-        error: tuple[int, str, int] | None = None, retry: bool = False, mismatch: bool = False,
+        error: tuple[int, str, int] | None = None, retry: bool = False,
         refused: str | None = None,
     ) -> None:  # fmt: skip
         """Record one request sent at ``t0`` (None: none was): its usage, a retry to come, or
@@ -145,7 +153,6 @@ class Call:
             setattr(s, refused, getattr(s, refused) + 1)
         s.requests += t0 is not None
         s.retries += retry
-        s.prompt_id_mismatches += mismatch
         s.total_latency_s += time.perf_counter() - t0 if t0 is not None else 0.0
         if usage is not None:
             s.prompt_tokens += usage[0]
@@ -490,11 +497,6 @@ def merged_headers(headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
     return encode_headers({**kept, **headers}, "policy.params.headers")
 
 
-def shown(response: Reply) -> str:
-    """The start of an answer's body, as an error message quotes it."""
-    return response.text[:MAX_ERROR_CHARS]
-
-
 def closing(slots: Slots) -> bool:
     """The policy's close cancelled the current task, and nothing else did (the cancellation
     is then taken back: the request answers ``""``)."""
@@ -510,7 +512,8 @@ class Sender:
     with backoff (at least a ``Retry-After`` up to ``max_retry_after``), and what an answer must
     hold. ``tokenizer`` (the served model's, if known): response ids must decode to the response
     text, and with ``decode_stops`` a response a stop string ended gets the text of its ids.
-    ``vocab_size`` (if known): token ids are below it."""
+    ``vocab_size`` (if known): token ids are below it; with a tokenizer, response ids are below
+    its size too (see :func:`~agent_memory.policies.openai_answers.token_refusal`)."""
 
     url: str
     mode: Literal["chat", "completion"]
@@ -525,11 +528,15 @@ class Sender:
     decode_stops: bool = False
     vocab_size: int | None = None
     target: Target = field(init=False, repr=False)
+    #: The tokenizer's size (its ids, added tokens included), None without one.
+    tokenizer_size: int | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         from agent_memory.policies.openai_transport import Target
 
         self.target = Target(self.url)
+        if self.tokenizer is not None:
+            self.tokenizer_size = len(self.tokenizer)
 
     async def send(
         self, conns: Connections, index: int, request: Request, call: Call, version: int,
@@ -540,8 +547,9 @@ class Sender:
         try:
             await slots.acquire()
         except RuntimeError as e:  # closed while waiting for a slot
-            call.count(None, error=(index, f"{type(e).__name__}: {e}", 0))
-            return self._failed(request, version)
+            why = f"{type(e).__name__}: {e}"
+            call.count(None, error=(index, why, 0))
+            return self._failed(request, version, why)
         attempt = 0
         delay: float | None = None
         with conns.tracked(slots):
@@ -575,11 +583,44 @@ class Sender:
                             wait = retry_after(response.headers.get("retry-after"))
                 if not retryable or attempt >= self.max_retries:
                     call.count(t0, error=(index, error, attempt), refused=refused)
-                    return self._failed(request, version)
+                    named = error if self.url in error else f"{self.url}: {error}"
+                    return self._failed(request, version, named)
                 call.count(t0, retry=True)
-                delay = self._delay(attempt, wait)
+                delay = self.delay(attempt, wait)
                 log.debug("openai policy: prompt %d: %s; retry in %.2f s", index, error, delay)
                 attempt += 1
+
+    async def probe(self, conns: Connections, body: bytes) -> tuple[Reply | None, float]:
+        """The server check's answer to ``body`` (None: none yet, checked again at a later call)
+        and the earliest ``time.monotonic()`` of that next check. A 408, 429 or 5xx is retried
+        as a request is (``max_retries``; ``Retry-After`` honoured up to ``max_retry_after``)
+        while the wait ends within ``timeout`` of the check's start; a wait past that, or past
+        the last retry, defers the next check until it is over."""
+        import httpx
+
+        from agent_memory.policies.openai_transport import AnswerTooLarge
+
+        start = time.monotonic()
+        attempt = 0
+        while True:
+            try:
+                response = await self.post(conns, body)
+            except (httpx.HTTPError, TimeoutError, RuntimeError, AnswerTooLarge) as e:
+                log.debug("openai policy: server check got no answer (%s); checked again later", e)
+                return None, 0.0
+            status = response.status_code
+            if not (status in (408, 429) or status >= 500):
+                return response, 0.0
+            wait = (
+                retry_after(response.headers.get("retry-after")) if status in (429, 503) else None
+            )
+            delay, now = self.delay(attempt, wait), time.monotonic()
+            if attempt >= self.max_retries or now + delay > start + self.timeout:
+                log.debug("openai policy: server check: HTTP %d; again after %.2f s", status, delay)
+                return None, now + delay
+            log.debug("openai policy: server check: HTTP %d; retry in %.2f s", status, delay)
+            await asyncio.sleep(delay)
+            attempt += 1
 
     def _no_answer(self, e: Exception) -> tuple[str, bool, str | None]:
         """Why a request got no (readable) answer: the message, whether to retry, and the
@@ -611,10 +652,11 @@ class Sender:
             return await conns.transport.request(self.target, b"POST", conns.headers, body)
 
     @staticmethod
-    def _failed(request: Request, version: int) -> Generation:
+    def _failed(request: Request, version: int, why: str) -> Generation:
         return Generation(
-            "", finish_reason="error", policy_version=version, sampling=request.sampling
-        )
+            "", finish_reason="error", policy_version=version, sampling=request.sampling,
+            error=why,
+        )  # fmt: skip
 
     def _read(
         self, response: Reply, request: Request, call: Call, t0: float, version: int
@@ -624,28 +666,24 @@ class Sender:
         Raises:
             TokenIdsMissing: ``return_tokens`` and the answer holds no ids or log-probs.
         """
-        try:
-            data = response.json()
-        except ValueError:
-            return "malformed_answers", f"malformed response (not JSON): {shown(response)!r}"
-        try:
-            answer = read_answer(data, self.mode)
-        except MalformedAnswer as e:
-            return "malformed_answers", f"malformed response ({e}): {shown(response)!r}"
+        answer = parse(response, self.mode, self.url)
+        if not isinstance(answer, Answer):
+            return answer
         prompt_ids = answer.prompt_ids if answer.prompt_ids is not None else request.prompt_ids
         response_ids, logprobs = answer.response_ids, answer.logprobs
         if self.return_tokens:
             require_tokens(self.url, self.server, prompt_ids, response_ids, logprobs)
-            outside = self._outside_vocab(answer)
-            if outside is not None:
-                return "malformed_answers", f"malformed response ({outside}): {shown(response)!r}"
+            refused = token_refusal(answer, self.vocab_size, self.tokenizer_size)
+            if refused is not None:
+                return refused[0], f"{refused[1]}: {shown(response)!r}"
+        refused = prompt_refusal(request.prompt_ids, answer.prompt_ids)
+        if refused is not None:
+            return refused
         text = self._text(answer)
         if not isinstance(text, str):
             return text
-        sent, echoed = request.prompt_ids, answer.prompt_ids
-        mismatch = sent is not None and echoed is not None and echoed != sent
         usage = (answer.prompt_tokens, answer.completion_tokens, answer.finish_reason == "length")
-        call.count(t0, usage=usage, mismatch=mismatch)
+        call.count(t0, usage=usage)
         return Generation(
             text=text, prompt_ids=prompt_ids if self.return_tokens else None,
             response_ids=response_ids if self.return_tokens else None,
@@ -687,24 +725,9 @@ class Sender:
             "the served model's, and no reasoning or tool-call parser splitting its text?"
         )
 
-    def _outside_vocab(self, answer: Answer) -> str | None:
-        """Why the answer's token ids are not the model's (one at or above ``vocab_size``)."""
-        if self.vocab_size is None:
-            return None
-        for name, ids in (
-            ("prompt_token_ids", answer.prompt_ids),
-            ("token_ids", answer.response_ids),
-        ):
-            for i, v in enumerate(ids or ()):
-                if v >= self.vocab_size:
-                    return (
-                        f"{name}[{i}]: expected a token id below the vocabulary size "
-                        f"{self.vocab_size} (policy.params.vocab_size, else the tokenizer's), "
-                        f"got {v}"
-                    )
-        return None
-
-    def _delay(self, attempt: int, wait: float | None) -> float:
+    def delay(self, attempt: int, wait: float | None) -> float:
+        """The wait before retry ``attempt + 1``: exponential backoff with jitter, at least the
+        server's ``Retry-After`` (``wait``) up to ``max_retry_after``."""
         base, cap = self.backoff
         ceiling = min(cap, base * 2.0**attempt)
         delay = ceiling / 2 + self.jitter.uniform(0, ceiling / 2)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Literal
 
 from agent_memory.protocol import Prompt
@@ -64,6 +65,8 @@ class PromptRenderer:
         use_chat_template: ``"auto"``, ``True`` or ``False``.
         source: how to name the tokenizer in errors (e.g. its path).
         incremental: render an episode's growing chat incrementally (see the module docstring).
+        template_kwargs: further arguments of the chat template (e.g. ``enable_thinking``), as
+            a server's ``chat_template_kwargs`` gives them.
 
     Raises:
         ValueError: ``use_chat_template=True`` for a tokenizer without a chat template.
@@ -71,7 +74,7 @@ class PromptRenderer:
 
     def __init__(
         self, tokenizer: Any, use_chat_template: bool | Literal["auto"] = "auto", source: str = "",
-        incremental: bool = False,
+        incremental: bool = False, template_kwargs: Mapping[str, Any] | None = None,
     ) -> None:  # fmt: skip
         check_use_chat_template(use_chat_template)
         has_template = bool(getattr(tokenizer, "chat_template", None))
@@ -85,6 +88,7 @@ class PromptRenderer:
         self.use_chat_template = use_chat_template
         self.templated = has_template and use_chat_template in (True, "auto")
         self.incremental = incremental
+        self.template_kwargs = dict(template_kwargs or {})
         self._where = where
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
 
@@ -115,7 +119,7 @@ class PromptRenderer:
                 f"(dicts with 'role' and 'content'), got {prompt!r}"[:300]
             )
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True
+            messages, tokenize=False, add_generation_prompt=True, **self.template_kwargs
         )
 
     def ids(self, prompt: Prompt, index: int = 0) -> list[int]:
@@ -174,7 +178,7 @@ class PromptRenderer:
             or any(m.get("role") == "assistant" for m in new[n + 1 :])
         ):
             return None
-        template = self.tokenizer.apply_chat_template
+        template = partial(self.tokenizer.apply_chat_template, **self.template_kwargs)
         marker = "\x1fREPLY\x1f"  # its text is never used: the ids are
         reply = {"role": "assistant", "content": marker}
         closed = template([*old, reply], tokenize=False)

@@ -211,6 +211,14 @@ def _select_cache(cache: Any, index: torch.Tensor) -> Any:
     return selected
 
 
+class _Loader(HFPolicy):
+    """The hf policy as the score policy uses it: to load a model and render prompts, never to
+    ``generate``, so the model's generation config shapes nothing it samples."""
+
+    def check_generation_config(self) -> None:
+        """Nothing to check: no ``generate`` call."""
+
+
 class ScoringPolicy(Policy):
     """Chooses among the admissible actions by the model's likelihood of each (module docstring).
 
@@ -240,7 +248,7 @@ class ScoringPolicy(Policy):
         check_choice("action_score", action_score, SCORE_RULES)
         check_choice("memory_score", memory_score, SCORE_RULES)
         # The hf policy loads the model, adopts a live one and renders prompts the same way.
-        self._lm = HFPolicy(
+        self._lm = _Loader(
             path, model=model, tokenizer=tokenizer, max_new_tokens=1, temperature=0.0,
             device=device, dtype=dtype, use_chat_template=use_chat_template,
             num_threads=num_threads, parser=parser,

@@ -136,11 +136,14 @@ class WorkerStatus:
         init_error: the exception its constructor raised (type, message, last frames), or None
             when it is ready; the driver does not restart a worker for it (deterministic).
         crashes: what the worker's previous process was doing when it died (may be empty).
+        node: the Ray node it runs on (None outside Ray): the driver asks Ray whether that
+            node died when the worker does (a lost node is no env's doing).
     """
 
     pid: int
     init_error: str | None = None
     crashes: tuple[CrashReport, ...] = ()
+    node: str | None = None
 
 
 @by_position

@@ -24,7 +24,12 @@ from agent_memory.policies import Policy
 from agent_memory.rollout.driver.book import EpisodeBook, Slot
 from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
-from agent_memory.rollout.worker.records import Playing, policy_inputs, step_record
+from agent_memory.rollout.worker.records import (
+    Playing,
+    policy_inputs,
+    request_failure,
+    step_record,
+)
 from agent_memory.rollout.worker.worker import RolloutWorker
 
 __all__ = ["play"]
@@ -79,7 +84,15 @@ def play(
             gens = policy.generate(*policy_inputs([playing[s] for s in live], memory_tag))
             freed: list[Slot] = []
             turns = [i for (_, i) in live if playing[(0, i)].turn]
-            answers = {i: g.text for (_, i), g in zip(live, gens, strict=True)}
+            answers = {}
+            for slot, g in zip(live, gens, strict=True):
+                if (why := request_failure(g)) is not None:  # not stepped: the episode ends
+                    finish(slot, error=why, final=playing[slot].view.prompt)
+                    freed.append(slot)
+                else:
+                    answers[slot[1]] = g.text
+            if len(answers) < len(live):
+                worker.reset_envs([], park=[i for (_, i) in freed])
             for res in worker.step(answers, turns):
                 slot = (0, res.env)
                 run = playing[slot]

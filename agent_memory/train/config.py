@@ -191,14 +191,7 @@ class TrainConfig(JobConfig):
                 key="policy.params.temperature",
             )
         if self.policy.name == "hf":
-            top_p, top_k = self.policy.params.get("top_p", 1.0), self.policy.params.get("top_k", 0)
-            if top_p != 1.0 or top_k not in (0, None):
-                raise ConfigError(
-                    f"the trainer recomputes log-probs with the sampling temperature only, but "
-                    f"policy.params has top_p={top_p}, top_k={top_k}: pass "
-                    "policy.params.top_p=1.0 policy.params.top_k=0",
-                    key="policy.params.top_p",
-                )
+            _check_temperature_only(self.policy.params)
         if not t.train_memory_tokens and not self.memory.asks_turns:
             _check_memory_written(self.memory.strategy)
         if r.layout != "step":
@@ -221,6 +214,25 @@ class TrainConfig(JobConfig):
     def train_seeds_per_iteration(self) -> int:
         """Distinct reset seeds one iteration uses (one per group)."""
         return self.rollout.num_groups
+
+
+#: The hf policy's sampling fields besides the temperature, and their "off" values.
+_OFF = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+
+
+def _check_temperature_only(params: Any) -> None:
+    """The hf policy samples with the temperature alone, which is all the trainer recomputes
+    log-probs with: top-p, top-k, min-p and the repetition penalty off."""
+    given = {k: params.get(k, off) for k, off in _OFF.items()}
+    if any(v not in (off, None) for v, off in zip(given.values(), _OFF.values(), strict=True)):
+        shown = ", ".join(f"{k}={v}" for k, v in given.items())
+        bad = [k for k, v in given.items() if v not in (_OFF[k], None)]
+        raise ConfigError(
+            f"the trainer recomputes log-probs with the sampling temperature only, but "
+            f"policy.params has {shown}: pass "
+            + " ".join(f"policy.params.{k}={_OFF[k]}" for k in bad),
+            key=f"policy.params.{bad[0]}",
+        )
 
 
 def register_train_configs() -> None:

@@ -173,3 +173,54 @@ def test_episodes_stop_before_they_overflow_the_completion_budget(tmp_path, monk
         first = traj.steps[0].generation
         assert len(first.prompt_ids) + len(comp) <= 64  # within the model's context
         assert out["turns"][0] < 10  # cut by the budget, not by the env's step limit
+
+
+def _trainer(tmp_path, **args):
+    """What the rollout function reads of a GRPOTrainer: its model, tokenizer and args."""
+    from types import SimpleNamespace
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_memory.models import build_tiny_lm
+
+    path = build_tiny_lm(tmp_path / "lm", WORDS)
+    model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    model.generation_config.repetition_penalty = 1.05  # as Qwen2.5-Instruct's asks
+    fields = {"temperature": 0.9, "top_p": 1.0, "top_k": 0, "min_p": None,
+              "repetition_penalty": 1.0, "generation_kwargs": None, **args}  # fmt: skip
+    return SimpleNamespace(
+        model=model,
+        processing_class=AutoTokenizer.from_pretrained(path, local_files_only=True),
+        args=SimpleNamespace(**fields),
+    )
+
+
+def test_the_rollout_samples_with_the_grpo_configs_fields_and_records_them(tmp_path):
+    """Issue 45: the rollout sampled with the model's generation config (its repetition
+    penalty) and ignored the GRPOConfig's top_p, top_k, min_p and repetition_penalty."""
+    from agent_memory.compat.trl import make_rollout_func
+
+    trainer = _trainer(tmp_path, top_p=0.9, top_k=3, min_p=0.05, repetition_penalty=1.2)
+    policy = make_rollout_func(_job(), max_new_tokens=2).policy(trainer, 4)
+    (g,) = policy.generate(["next red"])
+    s = g.sampling
+    assert (s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty) == (
+        0.9, 0.9, 3, 0.05, 1.2,
+    )  # fmt: skip
+    plain = make_rollout_func(_job(), max_new_tokens=2).policy(_trainer(tmp_path), 4)
+    assert plain.sampling_params().repetition_penalty == 1.0  # not the model's 1.05
+
+
+def test_generation_kwargs_the_rollout_cannot_honour_are_refused(tmp_path):
+    from agent_memory.compat.trl import make_rollout_func
+
+    trainer = _trainer(tmp_path, generation_kwargs={"no_repeat_ngram_size": 2})
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "GRPOConfig.generation_kwargs={'no_repeat_ngram_size': 2}: this rollout_func samples "
+            "with temperature, top_p, top_k, min_p and repetition_penalty from the GRPOConfig and "
+            "nothing else"
+        ),
+    ):
+        make_rollout_func(_job(), max_new_tokens=2).policy(trainer, 4)

@@ -504,6 +504,49 @@ def test_a_thread_left_running_cannot_answer_for_the_next_step() -> None:
     env.close()
 
 
+#: Helpers (after ``FIND_SEQ``) for run N to write frames to every pipe the runner holds.
+NEXT_FRAME = """
+import json, os, stat, threading, time
+def frame(seq, head):
+    body = json.dumps({"op": "result", "seq": seq, "status": "ok", "head": head, "tail": "",
+                       "omitted": 0, "names": [["forged", "int"]]}).encode()
+    return len(body).to_bytes(4, "big") + body
+def write(data):
+    for name in os.listdir("/proc/self/fd"):
+        try:
+            if stat.S_ISFIFO(os.fstat(int(name)).st_mode):
+                os.write(int(name), data)
+        except OSError:
+            pass
+"""
+#: The main thread: a frame for its own run (which ends the wait for it), then one for the next.
+NEXT_FROM_MAIN = "write(frame(SEQ, 'mine\\n') + frame(SEQ + 1, 'FORGED\\n'))"
+#: A thread that waits until the runner waits for the next run (this run's answer is in the pipe),
+#: writes a frame for the next run and a partial header, and ends: no thread is left running.
+NEXT_FROM_THREAD = """
+main = threading.main_thread().ident
+def forge():
+    while sys._current_frames()[main].f_code.co_name != "_read_exact":
+        time.sleep(0.001)
+    write(frame(SEQ + 1, "FORGED\\n") + b"\\x00\\x00\\x10")
+threading.Thread(target=forge).start()
+"""
+
+
+@pytest.mark.parametrize("code", [NEXT_FROM_MAIN, NEXT_FROM_THREAD], ids=["main", "thread"])
+def test_frames_a_step_leaves_cannot_answer_for_the_next_step(code: str) -> None:
+    """What step N wrote to the result channel, however timed, is never step N + 1's answer."""
+    env = CodeEnv(timeout_s=20.0)
+    env.reset(seed=0)
+    env.step("<code>x = 1</code>")
+    env.step(f"<code>import sys\n{FIND_SEQ}{NEXT_FRAME}{code}</code>")
+    for step, expected in (("print('real')", "real\n"), ("print('four')", "four\n")):
+        obs, *_ = env.step(f"<code>{step}</code>")
+        assert obs == expected, obs  # not FORGED, nor a death from the partial frame
+    assert "forged" not in {name for name, _ in env.sandbox.run("pass").names}
+    env.close()
+
+
 # --- 5. the answers ------------------------------------------------------------------------------
 
 ANSWER_ATTACK = """

@@ -10,6 +10,7 @@ import pytest
 
 import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.memory import make_memory
+from agent_memory.memory.compaction import fit_text
 from agent_memory.memory.notes import NotesMemory, NotesSettings, memory_token_mask
 from agent_memory.parsing import ActionParser
 from agent_memory.wrappers import VectorHistoryWrapper
@@ -131,3 +132,89 @@ def test_hf_offsets_give_each_token_its_place_in_the_text(tmp_path):
     for k in range(len(kept)):  # a token starts where the text of the ones before it ends
         assert g.response_offsets[k] == len(decode(kept[:k], skip_special_tokens=True))
     assert g.response_offsets == sorted(g.response_offsets)
+
+
+def _bodies(blocks: list[str]) -> list[str]:
+    return [b.removeprefix("<memory>").removesuffix("</memory>") for b in blocks]
+
+
+@pytest.mark.parametrize("update", ["replace", "append"])
+def test_candidates_of_an_8000_word_line_fit_the_note_at_a_cost_its_length_leaves_alone(update):
+    """Issue 45: each observation line was offered whole (an 8,000-word line: 11.5 s and +970 MB
+    per act of the score policy). A block is now what the memory would keep: within
+    note_tokens, and the counting it costs does not grow with the line."""
+    counted: list[int] = []
+
+    def count(text: str) -> int:
+        counted.append(len(text))
+        return -(-len(text) // 4)
+
+    mem = NotesMemory(num_envs=1, update=update, note_tokens=64, token_counter=count)
+    store(mem, "<memory>key=BLUE</memory>")
+    costs = []
+    for words in (8_000, 80_000):
+        line = " ".join(f"w{k}" for k in range(words))
+        counted.clear()
+        blocks = mem.candidates(0, f"Remember: the kite is RED.\n{line}\nSay 'next'.")
+        costs.append(sum(counted))
+        bodies = _bodies(blocks)
+        assert len(bodies) == 4 and all(count(b) <= 64 for b in bodies), [len(b) for b in bodies]
+        long = bodies[2].removeprefix("key=BLUE\n")  # (replace: the note, then the line)
+        assert long.startswith("w0 w1 w2 ") and long.endswith(" ...")
+        if update == "replace":
+            assert bodies[0] == "key=BLUE" and all(b.startswith("key=BLUE\n") for b in bodies[1:])
+        else:
+            assert bodies[:2] == ["", "Remember: the kite is RED."]
+    # The same counting for both lines: about two of fit_text's windows (256 characters a token).
+    assert costs[0] == costs[1] <= 2 * 256 * 65, costs
+
+
+def test_a_line_with_no_room_beside_the_note_is_not_offered():
+    mem = NotesMemory(num_envs=1, note_tokens=12, token_counter="chars")
+    store(mem, "<memory>key=BLUE</memory>")
+    assert mem.candidates(0, "a\nhat=PINK and more") == [
+        "<memory>key=BLUE</memory>",
+        "<memory>key=BLUE\na</memory>",  # "key=BLUE\nhat ..." would be 15 characters
+    ]
+
+
+def test_fitting_an_appended_note_counts_each_line_once():
+    """Issue 45: fitting re-counted the whole joined note after each line it dropped (quadratic:
+    one 20,000-character answer of short lines cost 1.2 to 4.9 s per store). Now the characters
+    counted are a small multiple of the note's, and the note is the same."""
+    counted: list[int] = []
+
+    def count(text: str) -> int:  # no count_length: the general (per-line) path
+        counted.append(len(text))
+        return len(text)
+
+    mem = NotesMemory(num_envs=1, update="append", note_tokens=64, token_counter=count)
+    lines = [f"fact {k:04d}" for k in range(2_000)]  # 2,000 lines: 19,999 characters
+    block = "\n".join(lines)
+    store(mem, f"<memory>{block}</memory><action>next</action>")
+    assert mem.note(0) == "\n".join(lines[-6:])  # 6 lines of 9 characters and 5 newlines
+    assert mem.step_flags([0]) == {0: "cut"}
+    assert sum(counted) <= 3 * len(block), sum(counted)  # main's loop: about 20 million
+
+
+@pytest.mark.parametrize("counter", ["chars", "estimate", "words"])
+def test_an_appended_note_keeps_as_many_newest_lines_as_fit(counter):
+    """The linear fit keeps what the old loop kept: the longest run of newest lines that fits."""
+    import random
+
+    spec = (lambda text: len(text.split())) if counter == "words" else counter
+    mem = NotesMemory(num_envs=1, update="append", note_tokens=20, token_counter=spec)
+    count = mem.token_counter
+    rng = random.Random(0)
+    for _ in range(300):
+        lines = [" ".join("ab" * rng.randint(0, 3) for _ in range(rng.randint(0, 4)))
+                 for _ in range(rng.randint(1, 12))]  # fmt: skip
+        mem.reset()
+        store(mem, "<memory>" + "\n".join(lines) + "</memory>")
+        expected = "\n".join(lines).strip()  # the block, as the memory reads it
+        if count(expected) > 20:  # the old loop: drop the oldest line until the join fits
+            want = expected.split("\n")
+            while len(want) > 1 and count("\n".join(want)) > 20:
+                want.pop(0)
+            expected = fit_text("\n".join(want), 20, count)
+        assert mem.note(0) == expected, lines

@@ -150,6 +150,8 @@ def test_a_folded_header_value_is_joined_by_a_space():
         (b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\n", False, "the answer's Content-Length is 1, 2: expected one non-negative integer"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", False, "the answer's Content-Length is -1: expected one non-negative integer"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", False, "the answer's Transfer-Encoding is gzip, chunked: expected chunked (the only transfer coding this client reads)"),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 11\r\n\r\n", False, "the answer has both Transfer-Encoding and Content-Length: expected one of them (RFC 9112, section 6.3: such a message is an error)"),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nTransfer-Encoding: chunked\r\n\r\n", False, "the answer has both Transfer-Encoding and Content-Length"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", False, "expected a chunk size (hexadecimal digits), got b'zz'"),
         (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokxx", False, "expected CRLF after a chunk's data, got b'xx'"),
         (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", False, "the server switched protocols (101): expected an answer over HTTP/1.1"),

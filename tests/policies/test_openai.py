@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import email.utils
 import json
 import logging
+import math
 import os
 import pickle
 import re
@@ -74,8 +76,10 @@ class FakeOpenAI:
         """The bodies of the prompts' requests (not the policy's one-token server check)."""
         return [r["body"] for r in self.requests if r["key"] != CHECK]
 
-    def attempts(self, key: str) -> list[float]:
-        return [r["time"] for r in self.requests if r["key"] == key]
+    def attempts(self, key: str, clock: str = "time") -> list[float]:
+        """When each request of ``key`` arrived: ``time.monotonic()`` (``clock="time"``) or
+        ``time.time()`` (``"wall"``)."""
+        return [r[clock] for r in self.requests if r["key"] == key]
 
 
 def _key(body: dict[str, Any]) -> str:
@@ -123,6 +127,8 @@ class _Handler(BaseHTTPRequestHandler):
                     "headers": dict(self.headers),
                     "key": key,
                     "time": time.monotonic(),
+                    "wall": time.time(),
+                    "port": self.client_address[1],  # the client's end: its connection
                 }
             )
             queue = state.faults.get(key, [])
@@ -150,8 +156,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             self.connection.shutdown(socket.SHUT_RDWR)
             return
-        if kind == "raw":  # ("raw", body[, headers])
-            self._send(200, fault[1], fault[2] if len(fault) > 2 else None)
+        if kind == "raw":  # ("raw", body[, headers[, status]])
+            status = fault[3] if len(fault) > 3 else 200
+            self._send(status, fault[1], fault[2] if len(fault) > 2 else None)
             return
         if kind == "chunked":  # ("chunked", chunks, headers): no Content-Length
             self._chunked(fault[1], fault[2])
@@ -262,10 +269,11 @@ def test_chat_keeps_prompt_order_and_sends_sampling_params_and_key(server, monke
         api_key_env="TEST_LLM_KEY",
         temperature=0.7,
         top_p=0.9,
+        top_k=20,
         max_tokens=32,
         stop=["</action>"],
         seed=100,
-        extra_body={"top_k": 20, "chat_template_kwargs": {"enable_thinking": False}},
+        extra_body={"chat_template_kwargs": {"enable_thinking": False}},
         concurrency=4,
         **FAST,
     ) as policy:
@@ -453,11 +461,17 @@ def test_concurrent_callers_share_the_limit(server):
     assert server.max_in_flight == 2 and policy.stats.calls == 3 and policy.stats.requests == 18
 
 
-def test_null_content_and_length_finish(server):
+def test_null_content_fails_its_request_and_a_length_finish_is_counted(server):
+    # A null content is no text (a tool call's, a refusal's): its request's failure, not "".
     server.faults = {"a": [("null",)], "b": [("length",)]}
     with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
-        assert policy.act(["a", "b"]) == ["", "echo:b"]
-    assert policy.stats.failures == 0 and policy.stats.truncated == 1
+        a, b = policy.generate(["a", "b"])
+    assert (a.text, a.finish_reason, b.text, b.finish_reason) == ("", "error", "echo:b", "length")
+    assert policy.stats.failures == policy.stats.non_text_answers == 1
+    assert policy.stats.truncated == 1 and len(server.attempts("a")) == 1  # not retried
+    assert policy.last_errors[0].startswith(
+        "non-text response (choices[0].message.content is null: expected text): '{"
+    )
 
 
 # ---------------------------------------------------------------------- faults
@@ -484,6 +498,49 @@ def test_429_and_503_honour_retry_after(server):
     assert x[1] - x[0] >= 1.0  # the backoff alone would wait at most 5 ms
     assert y[1] - y[0] >= 0.3
     assert policy.stats.retries == 2
+
+
+def test_the_server_check_waits_the_retry_after_seconds_of_a_429(server):
+    server.faults = {CHECK: [("status", 429, "slow down", {"Retry-After": "1"})]}
+    with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
+        policy.prepare()  # what a rollout worker does at start-up
+        assert policy.act(["x"]) == ["echo:x"]
+    first, second = server.attempts(CHECK)  # the check retried once, and nothing more
+    assert second - first >= 1.0  # the backoff alone would wait at most 5 ms
+    assert policy.stats.requests == 1  # (the check is not a prompt's request)
+
+
+def test_the_server_check_waits_until_the_retry_after_date_of_a_429(server):
+    date = math.ceil(time.time()) + 2  # an HTTP date has whole seconds: 1 to 2 s ahead
+    value = email.utils.formatdate(date, usegmt=True)
+    server.faults = {CHECK: [("status", 429, "slow down", {"Retry-After": value})]}
+    with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
+        policy.prepare()
+        assert policy.act(["x"]) == ["echo:x"]
+    first, second = server.attempts(CHECK, clock="wall")
+    assert first < date <= second + 0.01  # (0.01: the two clocks' reading of one instant)
+
+
+def test_a_retry_after_past_the_checks_deadline_defers_the_next_check(server):
+    # 30 s is past the check's own deadline (timeout=5): it gives up at once, and no call
+    # sends the check again before the 30 s are over; the prompts' requests go meanwhile.
+    server.faults = {CHECK: [("status", 429, "slow down", {"Retry-After": "30"})]}
+    with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
+        policy.prepare()
+        assert policy.act(["x"]) == ["echo:x"]
+        assert policy.act(["y"]) == ["echo:y"]
+    assert len(server.attempts(CHECK)) == 1
+
+
+def test_the_server_check_gives_up_after_max_retries(server):
+    server.faults = {CHECK: [("status", 503, "loading", {"Retry-After": "0.2"})] * 2}
+    with OpenAIPolicy(server.base_url, "m", **FAST | {"max_retries": 1}) as policy:
+        policy.prepare()  # two attempts, 0.2 s apart, then the check waits for a later call
+        assert len(server.attempts(CHECK)) == 2
+        time.sleep(0.2)
+        assert policy.act(["x"]) == ["echo:x"]  # checked again (answered), then sent
+    checks = server.attempts(CHECK)
+    assert len(checks) == 3 and checks[1] - checks[0] >= 0.2 and checks[2] - checks[1] >= 0.2
 
 
 def test_retry_after_is_capped(server, caplog):
@@ -564,7 +621,10 @@ def test_malformed_200_is_a_failure_not_retried(server):
     with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
         assert policy.act(["x"]) == [""]
     assert policy.stats.requests == 1
-    assert policy.last_errors[0] == "malformed response (not JSON): '<html>proxy error</html>'"
+    assert policy.last_errors[0] == (
+        f"malformed response from {server.base_url}/chat/completions (not JSON: JSONDecodeError: "
+        "Expecting value: line 1 column 1 (char 0)): '<html>proxy error</html>'"
+    )
 
 
 def test_a_server_that_never_answers_fails_after_dead_calls():
@@ -863,7 +923,7 @@ def test_hydra_containers_are_accepted(server):
 
     params = OmegaConf.create(
         {
-            "extra_body": {"chat_template_kwargs": {"enable_thinking": False}, "top_k": 5},
+            "extra_body": {"chat_template_kwargs": {"enable_thinking": False}, "priority": 5},
             "backoff": [0.001, 0.002],
             "stop": ["</action>"],
             "return_tokens": False,

@@ -168,10 +168,11 @@ def _ids(tokenizer_dir: Path, text: str) -> list[int]:
 
 def test_response_ids_must_decode_to_the_response_text(server, tokenizer_dir):
     go_up, eos = _ids(tokenizer_dir, "go up"), 3
+    unknown = _ids(tokenizer_dir, "x")  # the prompts' ids: x, y and z are [UNK]
     server.faults = {
-        "x": [("raw", _answer("go left", [*go_up, eos], (-0.1, -0.2, -0.3)))],
-        "y": [("raw", _answer("go up", [*go_up, eos], (-0.1, -0.2, -0.3)))],
-        "z": [("raw", _answer("go up", go_up, (-0.1, -0.2), finish="length"))],
+        "x": [("raw", _answer("go left", [*go_up, eos], (-0.1, -0.2, -0.3), prompt_ids=unknown))],
+        "y": [("raw", _answer("go up", [*go_up, eos], (-0.1, -0.2, -0.3), prompt_ids=unknown))],
+        "z": [("raw", _answer("go up", go_up, (-0.1, -0.2), "length", prompt_ids=unknown))],
     }
     with OpenAIPolicy(server.base_url, "m", tokenizer=str(tokenizer_dir), **TOKENS) as policy:
         g = _one(policy)
@@ -201,8 +202,10 @@ def test_offsets_are_reported_for_a_memory_that_reads_the_policys_blocks(server,
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)
     text = "<memory>the kéy is red 🎉</memory><action>go up</action>"
     ids = list(tok(text, add_special_tokens=False)["input_ids"])
-    answer = _answer(text, ids, [-0.1] * len(ids))
-    server.faults = {k: [("raw", answer)] for k in ("x", "y", "z")}
+    server.faults = {
+        k: [("raw", _answer(text, ids, [-0.1] * len(ids), prompt_ids=tok(k)["input_ids"]))]
+        for k in ("x", "y", "z")
+    }
     with OpenAIPolicy(server.base_url, "m", tokenizer=str(path), **TOKENS) as policy:
         plain, asked = policy.generate(["x", "y"], [{}, {"memory_tag": "memory"}])
         (other,) = policy.generate(["z"], [{"memory_tag": "memory"}])
@@ -220,6 +223,38 @@ def test_offsets_are_reported_for_a_memory_that_reads_the_policys_blocks(server,
     assert block == "<memory>the kéy is red 🎉</memory><" and other.response_offsets == offsets
 
 
+@pytest.mark.parametrize(
+    ("text", "sampled", "at"),
+    [
+        ("", ["pad", "eos"], 0),  # the server's text of a padding id: nothing
+        ("go", ["go", "pad"], 1),  # a padding id after a word: the text shows only the word
+    ],
+)
+def test_a_sampled_id_in_the_models_padding_range_fails_its_request(
+    server, tokenizer_dir, text, sampled, at
+):
+    # The model's embedding has rows past the tokenizer's tokens (vocab_size 64 above its size,
+    # as Qwen2.5's 151,936 rows over 151,665 tokens): an id there decodes to nothing, so the
+    # text is not what was sampled. Not an invalid action: its request's named failure.
+    from transformers import AutoTokenizer
+
+    size = len(AutoTokenizer.from_pretrained(tokenizer_dir, local_files_only=True))
+    named = {"pad": size + 5, "eos": 3, "go": _ids(tokenizer_dir, "go")[0]}
+    ids = [named[t] for t in sampled]
+    server.faults = {"x": [("raw", _answer(text, ids, (-0.1, -0.2)))]}
+    with OpenAIPolicy(
+        server.base_url, "m", tokenizer=str(tokenizer_dir), vocab_size=size + 64, **TOKENS
+    ) as policy:
+        g = _one(policy)
+    error = _refused(policy, g, "padding_id_answers", server)
+    assert error.startswith(
+        f"padding-range token id (token_ids[{at}]: expected a token id below the tokenizer's "
+        f"size {size}, got {size + 5}: an embedding row of the model "
+        f"(policy.params.vocab_size={size + 64}) that no token of policy.params.tokenizer uses, "
+        "which decodes to nothing; is the tokenizer the served model's?): '{"
+    ), error
+
+
 def test_token_ids_must_be_below_the_tokenizers_size(server, tokenizer_dir):
     from transformers import AutoTokenizer
 
@@ -231,6 +266,113 @@ def test_token_ids_must_be_below_the_tokenizers_size(server, tokenizer_dir):
     assert error.startswith(
         f"malformed response (token_ids[1]: expected a token id below the vocabulary size {size}"
     )
+
+
+# ---------------------------------------------------------------------- content that is not text
+
+_CALL = {
+    "id": "call-1",
+    "type": "function",
+    "function": {"name": "look", "arguments": '{"at": "door"}'},
+}
+_TOOLS_HINT = (
+    "expected text only (tool calls are not actions yet: send no tools in "
+    "policy.params.extra_body, or serve without --enable-auto-tool-choice)"
+)
+
+
+def _chat_answer(message: dict[str, Any]) -> bytes:
+    """A vLLM /v1/chat/completions answer whose message holds ``message``'s fields, with the
+    token fields of what was sampled (a tool call's tokens too)."""
+    entries = [{"token": "t", "logprob": lp} for lp in (-0.5, -0.25, -0.1)]
+    choice = {
+        "index": 0,
+        "message": {"role": "assistant", **message},
+        "logprobs": {"content": entries},
+        "finish_reason": "tool_calls" if message.get("tool_calls") else "stop",
+        "token_ids": [5, 6, 7],
+    }
+    return json.dumps({"choices": [choice], "prompt_token_ids": [1, 2]}).encode()
+
+
+NOT_TEXT = [
+    (
+        {"content": None, "tool_calls": [_CALL]},
+        f"choices[0].message.content is null with 1 tool call(s): {_TOOLS_HINT}",
+    ),
+    (
+        {"content": "", "tool_calls": [_CALL, _CALL]},
+        f"choices[0].message.content is '' with 2 tool call(s): {_TOOLS_HINT}",
+    ),
+    (  # text beside a call: the ids hold the call's tokens too
+        {"content": "let me look", "tool_calls": [_CALL]},
+        f"choices[0].message.content is 'let me look' with 1 tool call(s): {_TOOLS_HINT}",
+    ),
+    (
+        {"content": None, "refusal": "I cannot help with that"},
+        "choices[0].message.content is null: expected text (the message holds a refusal)",
+    ),
+    (
+        {"content": None, "reasoning_content": "the door is north"},
+        "choices[0].message.content is null: expected text (the message holds reasoning only: "
+        "a reasoning parser took the whole answer)",
+    ),
+    ({"content": None}, "choices[0].message.content is null: expected text"),
+]
+
+
+@pytest.mark.parametrize(("message", "reason"), NOT_TEXT)
+def test_an_answer_whose_content_is_not_text_fails_its_request(server, message, reason):
+    server.faults = {"x": [("raw", _chat_answer(message))]}
+    with OpenAIPolicy(server.base_url, "m", **TOKENS | {"mode": "chat"}) as policy:
+        g = _one(policy)
+    error = _refused(policy, g, "non_text_answers", server)  # no row keeps the call's tokens
+    assert error.startswith(f"non-text response ({reason}): '{{"), error
+
+
+def test_a_null_completion_text_fails_its_request(server):
+    server.faults = {"x": [("raw", _answer(text=None))]}
+    with OpenAIPolicy(server.base_url, "m", **TOKENS) as policy:
+        g = _one(policy)
+    error = _refused(policy, g, "non_text_answers", server)
+    assert error.startswith("non-text response (choices[0].text is null: expected text): '{")
+
+
+# ---------------------------------------------------------------------- answers that cannot be parsed
+
+#: JSON nested past Python's recursion limit: its parse raises RecursionError, not ValueError.
+DEEP = b"[" * 100_000 + b"]" * 100_000
+_TOO_DEEP = "RecursionError: maximum recursion depth exceeded while decoding a JSON"
+
+
+@pytest.mark.parametrize(
+    "body", [DEEP, b'{"choices": [{"text": ' + DEEP + b"}]}"], ids=["array", "inside-a-choice"]
+)
+def test_an_answer_that_cannot_be_parsed_fails_its_request_naming_the_server(server, body):
+    server.faults = {"x": [("raw", body)]}
+    with OpenAIPolicy(server.base_url, "m", **TOKENS) as policy:
+        g = _one(policy)
+        assert _one(policy, "y")[0].text == "echo:y"  # the policy goes on
+    error = _refused(policy, g, "malformed_answers", server)
+    assert error.startswith(
+        f"malformed response from {server.base_url}/completions (not JSON: {_TOO_DEEP}"
+    ), error
+
+
+def test_an_error_answer_that_cannot_be_parsed_is_an_http_error(server):
+    server.faults = {"x": [("raw", DEEP, {}, 500)] * 3}
+    with OpenAIPolicy(server.base_url, "m", **TOKENS) as policy:
+        g, error = _one(policy)
+    assert (g.text, g.finish_reason) == ("", "error")
+    assert error == f"HTTP 500: {'[' * 500} (after 2 retries)"  # its raw text, cut
+    assert len(server.attempts("x")) == 3 and policy.stats.failures == 1
+
+
+def test_a_server_check_answer_that_cannot_be_parsed_stops_nothing(server):
+    server.faults = {CHECK: [("raw", DEEP)]}
+    with OpenAIPolicy(server.base_url, "m", **TOKENS) as policy:
+        g, error = _one(policy)
+    assert (g.text, error, policy.stats.failures) == ("echo:x", None, 0)
 
 
 # ---------------------------------------------------------------------- the byte cap

@@ -111,7 +111,7 @@ def test_token_in_sends_the_local_rendering_and_counts_no_mismatch(tiny, model):
     assert policy.stats.prompt_id_mismatches == 0
 
 
-def test_a_server_rendering_differently_is_counted(tiny, tmp_path):
+def test_a_server_rendering_differently_fails_each_request(tiny, tmp_path):
     other = tmp_path / "other-template"
     shutil.copytree(tiny, other)
     template = other / "chat_template.jinja"  # where transformers saves the chat template
@@ -123,8 +123,13 @@ def test_a_server_rendering_differently_is_counted(tiny, tmp_path):
         ) as policy,  # fmt: skip
     ):
         gens = policy.generate(PROMPTS)
-    assert policy.stats.prompt_id_mismatches == 3  # the server's ids are recorded, not ours
-    assert all(g.prompt_ids[-1] != g.prompt_ids[-2] for g in gens)
+    # Nothing tells the server's own rendering from another request's ids: no row holds them.
+    assert policy.stats.prompt_id_mismatches == policy.stats.failures == 3
+    assert all(g.finish_reason == "error" and g.prompt_ids is None for g in gens)
+    assert policy.last_errors[0].startswith(
+        "the server's prompt ids are not this prompt's (11 ids, 12 sent or rendered here by "
+        "policy.params.tokenizer; first difference at position 11: the end, here "
+    )
 
 
 def test_per_episode_seeds_do_not_depend_on_the_order_of_requests(tiny):

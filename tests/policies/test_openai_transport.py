@@ -9,6 +9,7 @@ import asyncio
 import json
 import re
 
+import httpx
 import pytest
 
 from agent_memory.policies.openai_client import OpenAIPolicy
@@ -119,3 +120,44 @@ def test_a_request_that_asks_to_close_its_connection_does_not_keep_it(server):
 
     assert asyncio.run(once({})) == (200, 1)
     assert asyncio.run(once({"Connection": "close"})) == (200, 0)
+
+
+def test_an_answer_with_both_transfer_encoding_and_content_length_closes_its_connection(server):
+    # RFC 9112, section 6.3: a message with both is an error (a smuggling or splitting attempt):
+    # refused, its connection closed, never reused for the next request.
+    answer = json.dumps({"choices": [{"message": {"content": "chunked"}}]}).encode()
+    server.faults = {"a": [("chunked", [answer], {"Content-Length": str(len(answer))})]}
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "a"}]}).encode()
+
+    async def twice() -> tuple[str, int, Reply]:
+        transport = Transport(keep=4)
+        target = Target(f"{server.base_url}/chat/completions")
+        try:
+            with pytest.raises(httpx.RemoteProtocolError) as refused:
+                await transport.request(target, b"POST", merged_headers({}), body)
+            left = len(transport.open)
+            return (
+                str(refused.value),
+                left,
+                await transport.request(target, b"POST", merged_headers({}), body),
+            )
+        finally:
+            await transport.aclose()
+
+    error, left, reply = asyncio.run(twice())
+    assert error == (
+        "the answer has both Transfer-Encoding and Content-Length: expected one of them "
+        "(RFC 9112, section 6.3: such a message is an error)"
+    )
+    assert left == 0 and reply.json()["choices"][0]["message"]["content"] == "echo:a"
+    first, second = (r["port"] for r in server.requests)
+    assert first != second  # the next request went on a new connection
+
+
+def test_a_policy_retries_an_answer_with_both_framings_on_a_new_connection(server):
+    answer = json.dumps({"choices": [{"message": {"content": "chunked"}}]}).encode()
+    server.faults = {"x": [("chunked", [answer], {"Content-Length": str(len(answer))})]}
+    with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
+        assert policy.act(["x"]) == ["echo:x"]  # not the chunked body: the retry's answer
+    first, second = (r["port"] for r in server.requests if r["key"] == "x")
+    assert first != second and policy.stats.retries == 1

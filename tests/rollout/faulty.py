@@ -19,6 +19,7 @@ Five steps of ``go`` to win. ``fault`` chooses what goes wrong, for episodes who
   memory strategy (registered here too) raises SQLite's "database is locked" when it stores it.
 
 ``log`` (a file path) gets one line per constructor call, so tests can count restarts.
+``step_s``: every step sleeps this long (episodes that last, for a test to interrupt).
 """
 
 from __future__ import annotations
@@ -43,11 +44,12 @@ _RESETS_IN_PROCESS = [0]
 
 class FaultyEnv(gym.Env):
     def __init__(
-        self, fault: str = "none", bad_seed: int = 1, at_step: int = 2, log: str | None = None
-    ) -> None:
+        self, fault: str = "none", bad_seed: int = 1, at_step: int = 2, log: str | None = None,
+        step_s: float = 0.0,
+    ) -> None:  # fmt: skip
         self.observation_space = spaces.Text(64, min_length=0, charset=string.printable)
         self.action_space = spaces.Text(64, min_length=0, charset=string.printable)
-        self.fault, self.bad_seed, self.at_step = fault, bad_seed, at_step
+        self.fault, self.bad_seed, self.at_step, self.step_s = fault, bad_seed, at_step, step_s
         if log is not None:
             with open(log, "a") as f:
                 f.write(f"{os.getpid()}\n")
@@ -64,6 +66,7 @@ class FaultyEnv(gym.Env):
         return "t0", {"admissible_actions": ["go"], "won": False, "state_key": "s0"}
 
     def step(self, action):
+        time.sleep(self.step_s)
         self.t += 1
         reward = 0.0
         if self.bad and self.t == self.at_step:

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from agent_memory.policies import Policy
+from agent_memory.protocol import Generation
 from agent_memory.rollout.driver.collector import build_policy
 from agent_memory.rollout.messages import EpisodeAssignment, EpisodeBatch, FinishedEpisode
 from agent_memory.rollout.worker.episode_loop import EpisodeLoop
@@ -315,3 +316,60 @@ def test_a_gathering_pass_is_woken_by_an_answer_only_once_no_request_waits_for_a
     # on (each wake would be a pass of the event loop for nothing).
     assert any(gathering for gathering, _ in wakes)
     assert all(backlog <= 0 for gathering, backlog in wakes if gathering)
+
+
+class _FailsSecondAnswers(Policy):
+    """Answers "up"; each env's second request fails (``finish_reason="error"``), as an OpenAI
+    client's request does after its retries, or on an answer that is not text."""
+
+    runs_in = "worker"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: dict[str, int] = {}
+
+    def generate(self, prompts, meta=None):
+        out = []
+        for m in meta or [{}] * len(prompts):
+            n = self.asked[m["traj_uid"]] = self.asked.get(m["traj_uid"], 0) + 1
+            out.append(
+                Generation("", finish_reason="error", error="HTTP 500: overloaded")
+                if n == 2
+                else Generation("<action>up</action>", finish_reason="stop")
+            )
+        return out
+
+
+class _Recording(RolloutWorker):
+    """A worker that keeps every response its envs were stepped with."""
+
+    def step(self, responses, turns=()):
+        self.stepped = [*getattr(self, "stepped", []), *responses.values()]
+        return super().step(responses, turns)
+
+
+def test_a_failed_request_ends_its_episode_and_never_steps_the_env():
+    """The request's failure is the episode's error, named; the env is never stepped with ""
+    (the model's invalid action, which it never took); the env plays its next episode."""
+    job = make_job("agent_memory/FrozenLake-v0", policy="random", envs=1)
+    job.env.max_steps = 5
+    policy = _FailsSecondAnswers()
+    worker = _Recording(0, job, 1, sorted(policy.needs), None, policy)
+    ended = [ep for batch in _play(worker, [a(0, 0, 0), a(0, 1, 1)], episodes=2) for ep in batch]
+    assert [ep.traj_uid for ep in ended] == ["g0-t0", "g1-t0"]
+    for ep in ended:
+        assert ep.error == "policy request failed: HTTP 500: overloaded"
+        assert len(ep.steps) == 1 and ep.steps[0].valid
+    assert "" not in worker.stepped and len(worker.stepped) == 2
+
+
+def test_the_reference_loop_ends_a_failed_requests_episode_too():
+    from agent_memory.rollout.reference import play
+    from agent_memory.rollout.types import EpisodeSpec
+
+    job = make_job("agent_memory/FrozenLake-v0", policy="random", envs=1)
+    job.env.max_steps = 5
+    specs = [EpisodeSpec(f"g{g}", f"g{g}-t0", g, 0, g) for g in range(2)]
+    trajectories = play(job, specs, _FailsSecondAnswers())
+    assert [t.error for t in trajectories] == ["policy request failed: HTTP 500: overloaded"] * 2
+    assert all(len(t.steps) == 1 and t.steps[0].valid for t in trajectories)

@@ -1,5 +1,7 @@
-"""A rollout whose policy is an OpenAI-compatible HTTP server: server errors are retried or end in
-the invalid-action path; the rollout always completes."""
+"""A rollout whose policy is an OpenAI-compatible HTTP server: server errors are retried or end
+their episode (never an invalid action); hostile answers (tool calls, JSON nested past Python's recursion limit,
+sampled ids in the model's padding range) are their requests' named failures, counted in
+summary.json; the rollout always completes."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import re
 import subprocess
 import sys
 import threading
+from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
 
@@ -180,8 +183,12 @@ def test_a_dead_server_fails_the_run_fast_naming_the_url(tmp_path):
     ):
         run_rollout(job, tmp_path, policy=policy)
     summary = json.loads((tmp_path / "summary.json").read_text())
-    assert summary["status"] == "failed" and summary["episodes"] == 0
+    # The first call's failed requests ended their episodes (the env never stepped with ""):
+    # every episode written is an error episode, none a played one.
+    assert summary["status"] == "failed" and summary["episodes"] == summary["errors"]
     assert "the server at http://127.0.0.1:9/v1/chat/completions never answered" in summary["error"]
+    errors = [json.loads(line) for line in (tmp_path / "errors.jsonl").read_text().splitlines()]
+    assert errors and all(e["error"].startswith("policy request failed: ") for e in errors)
 
 
 def _async_openai_collect(job, base_url: str, concurrency: int, num_episodes: int, check):
@@ -244,3 +251,129 @@ def test_a_restarted_worker_gets_its_share_back_and_the_run_completes():
     errors = [t.spec.traj_uid for t in trajectories if t.error]
     assert errors == ["g3-t0"]
     assert all(len(t.steps) == 5 and t.won for t in trajectories if not t.error)
+
+
+class HostileAgentServer(BaseHTTPRequestHandler):
+    """/v1/chat/completions answering the prompt's first admissible action as a bare word with
+    vLLM's token fields (the ids of :attr:`words`, then EOS); every 3rd answer to a prompt is
+    hostile instead, in turn: a tool call (content null, the call's tokens in ``token_ids``),
+    JSON nested past Python's recursion limit, and a sampled id in the model's padding range
+    (text ``""``, as a server's detokenizer writes it). :attr:`sent` counts each kind sent. Its
+    prompt ids are the chat's rendering by :attr:`tokenizer`, as a server's are."""
+
+    protocol_version = "HTTP/1.1"
+    tokenizer: Any = None
+    words: ClassVar[dict[str, int]] = {}
+    pad_id = 0
+    count = 0
+    sent: ClassVar[Counter[str]] = Counter()
+    lock = threading.Lock()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        prompt = body["messages"][-1]["content"]
+        match = ADMISSIBLE.search(prompt)
+        action = match.group(1) if match else "next"
+        kind = "ok"
+        if prompt != "Hi":  # not the policy's server check
+            with HostileAgentServer.lock:
+                HostileAgentServer.count += 1
+                if HostileAgentServer.count % 3 == 0:
+                    kind = ("tool", "deep", "pad")[HostileAgentServer.count // 3 % 3]
+                HostileAgentServer.sent[kind] += 1
+        if kind == "deep":
+            data = b"[" * 100_000 + b"]" * 100_000
+        else:
+            message: dict[str, Any] = {"role": "assistant", "content": action}
+            ids = [self.words[action], 3]
+            if kind == "tool":
+                call = {"name": action, "arguments": "{}"}
+                message.update(content=None, tool_calls=[{"id": "c", "type": "function",
+                                                          "function": call}])  # fmt: skip
+            elif kind == "pad":
+                message["content"], ids = "", [self.pad_id, 3]
+            entries = [{"token": "t", "logprob": -0.1} for _ in ids]
+            data = json.dumps({
+                "id": "x", "object": "chat.completion", "model": body["model"],
+                "choices": [{"index": 0, "message": message, "finish_reason": "stop",
+                             "token_ids": ids, "logprobs": {"content": entries}}],
+                "prompt_token_ids": self._prompt_ids(body["messages"]),
+            }).encode()  # fmt: skip
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _prompt_ids(self, messages: list[dict[str, Any]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True
+        )
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def test_hostile_answers_are_counted_failures_of_their_requests_and_the_rollout_completes(
+    tmp_path,
+):
+    pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
+    from transformers import AutoTokenizer
+
+    from agent_memory.envs.recall import COLOURS
+    from agent_memory.models import build_tiny_lm
+
+    lm = build_tiny_lm(tmp_path / "lm", ["next", *COLOURS], hidden=8, layers=1, heads=1)
+    tok = AutoTokenizer.from_pretrained(lm, local_files_only=True)
+    HostileAgentServer.tokenizer = tok
+    HostileAgentServer.words = {w: tok.convert_tokens_to_ids(w) for w in ["next", *COLOURS]}
+    HostileAgentServer.pad_id = len(tok) + 5  # a row of the model's embedding past its tokens
+    HostileAgentServer.count = 0
+    HostileAgentServer.sent = Counter()
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), HostileAgentServer)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        job = _job(f"http://127.0.0.1:{httpd.server_address[1]}/v1")
+        job.env.parser.tag = None  # bare words: the tiny tokenizer's words round-trip
+        job.rollout.failure_threshold = 1.0  # a third of the requests fail: the run stays ok
+        job.policy.params.update(
+            return_tokens=True, tokenizer=str(lm), vocab_size=len(tok) + 64, max_tokens=8
+        )
+        summary = run_rollout(job, tmp_path / "run")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+    sent, stats = HostileAgentServer.sent, summary["policy_stats"]
+    assert min(sent["tool"], sent["deep"], sent["pad"]) >= 1, sent
+    # The nested JSON ended no rollout: each failed request ended its own episode.
+    assert summary["status"] == "ok" and summary["episodes"] == 4
+    # Each hostile answer is its request's failure, named by its kind, in summary.json.
+    assert (stats["non_text_answers"], stats["malformed_answers"], stats["padding_id_answers"]) == (
+        sent["tool"], sent["deep"], sent["pad"],
+    )  # fmt: skip
+    assert stats["failures"] == sent["tool"] + sent["deep"] + sent["pad"]
+    assert stats["prompts"] == sum(sent.values())
+    errors = [json.loads(line) for line in (tmp_path / "run" / "errors.jsonl").open()]
+    assert summary["errors"] == len(errors) == stats["failures"]
+    for e in errors:  # each names the server and what its answer held
+        assert (
+            e["error"].startswith("policy request failed: ") and "http://127.0.0.1:" in e["error"]
+        )
+    kinds = Counter(
+        next(k for k in ("non-text", "padding-range", "RecursionError") if k in e["error"])
+        for e in errors
+    )
+    assert kinds == Counter({"non-text": stats["non_text_answers"],
+                             "padding-range": stats["padding_id_answers"],
+                             "RecursionError": stats["malformed_answers"]})  # fmt: skip
+    # A failed request is never a step: no row holds a hostile answer (nor its tokens: a tool
+    # call's ids, a padding id), and every row is a text answer that played its action, so no
+    # failure was charged as the model's invalid action.
+    rows = [json.loads(line) for line in (tmp_path / "run" / "trajectories.jsonl").open()]
+    assert len(rows) == stats["prompts"] - stats["failures"]
+    assert all(r["finish_reason"] == "stop" and r["is_action_valid"] for r in rows)
+    assert all(r["response_ids"] for r in rows)

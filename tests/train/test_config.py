@@ -74,8 +74,12 @@ def test_the_demo_preset_composes():
         ),
         (["policy.params.temperature=0"], "policy.params.temperature must be > 0 to train"),
         (
-            ["policy=hf", "+policy.params.top_p=0.9"],
-            "the trainer recomputes log-probs with the sampling temperature only, but policy.params has top_p=0.9, top_k=0: pass policy.params.top_p=1.0 policy.params.top_k=0",
+            ["policy=hf", "policy.params.top_p=0.9"],
+            "the trainer recomputes log-probs with the sampling temperature only, but policy.params has top_p=0.9, top_k=0, min_p=0.0, repetition_penalty=1.0: pass policy.params.top_p=1.0",
+        ),
+        (
+            ["policy=hf", "policy.params.repetition_penalty=1.05"],
+            "the trainer recomputes log-probs with the sampling temperature only, but policy.params has top_p=1.0, top_k=0, min_p=0.0, repetition_penalty=1.05: pass policy.params.repetition_penalty=1.0",
         ),
         (
             ["rollout.layout=episode"],

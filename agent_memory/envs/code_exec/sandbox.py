@@ -7,7 +7,8 @@ restarts empty (files are kept).
 
 Layers, each reported by :attr:`Sandbox.layers` as ``"on (...)"`` or ``"off (<reason>)"``
 (``require=`` refuses to run with one off): ``protocol`` (each run gets one checked answer, for
-that run, from a runner in which no thread of an earlier run is alive),
+that run, from a runner in which no thread of an earlier run is alive; a frame written during an
+earlier run lacks the run's random token and is dropped),
 ``seccomp`` (no processes, ``execve``, sockets or unneeded kernel surface), ``privileges`` (a uid
 of its own, no capabilities), ``filesystem`` (a private read-only root without ``/tmp``, ``/home``
 or the project), ``network`` (new network and IPC namespaces), ``landlock`` (reads and writes

@@ -1,8 +1,10 @@
 """``EpisodeBook``: the episodes of a run — waiting, running on a slot, or finished.
 
 The driver's one record of where every episode is, so nothing is lost or duplicated: when a worker
-dies, its episodes go back to the front of the queue or, after ``max_attempts`` crashes of their
-own, finish with an error.
+dies, its episodes go back to the front of the queue at once, for the live workers, each suspected
+of the crash until the dead worker's restart tells which one (if any) took it down; after
+``max_attempts`` crashes of its own an episode finishes with an error. An episode that may have
+spent its attempts (counting those it is suspected of) is held until that is known.
 
 Example:
     >>> from agent_memory.rollout.types import EpisodeSpec
@@ -10,13 +12,17 @@ Example:
     >>> run = book.start((0, 3))  # worker 0, sub-env 3
     >>> run.spec.traj_uid, run.attempt
     ('g0-t0', 1)
-    >>> book.interrupt((0, 3), charge=True, reason="the env killed its worker") is None
-    True
-    >>> run = book.start((1, 0))  # the re-run
-    >>> book.interrupt((1, 0), charge=True, reason="the env killed its worker").error
-    'the env killed its worker (2 of rollout.max_episode_attempts=2 attempts)'
-    >>> book.done, [t.attempts for t in book.trajectories()]
-    (True, [2])
+    >>> book.release(0)  # worker 0 died: its episodes, by env
+    {3: ['g0-t0']}
+    >>> run = book.start((1, 0))  # re-run at once, on worker 1, still suspected
+    >>> book.clear("g0-t0", charge="the env killed its worker")  # worker 0's restart: it was
+    >>> book.release(1)  # worker 1 died too: 1 crash + 1 suspected, held
+    {0: ['g0-t0']}
+    >>> book.waiting, list(book.held)
+    (deque([]), ['g0-t0'])
+    >>> book.clear("g0-t0", charge="the env killed its worker")
+    >>> book.done, book.trajectories()[0].error
+    (True, 'the env killed its worker (2 of rollout.max_episode_attempts=2 attempts)')
 
     An episode queued on a busy slot starts there when the running one ends:
 
@@ -45,8 +51,7 @@ Slot = tuple[int, int]
 @dataclass
 class _Waiting:
     spec: EpisodeSpec
-    attempts: int = 0  # starts so far
-    crashes: int = 0  # starts that ended with this episode taking its worker down
+    worker: int = -1  # the worker it last ran on (-1: none yet)
 
 
 @dataclass
@@ -55,12 +60,10 @@ class RunningEpisode:
 
     Attributes:
         attempt: which start of the episode this is (1 for the first).
-        crashes: earlier starts that ended with this episode taking its worker down.
     """
 
     spec: EpisodeSpec
     attempt: int
-    crashes: int
     steps: list[StepRecord] = field(default_factory=list)
 
 
@@ -89,14 +92,21 @@ class EpisodeBook:
         #: soon as the slot's running episode ends, without waiting for the driver
         #: (asynchronous engine).
         self.queued: dict[Slot, deque[_Waiting]] = {}
+        #: Episodes that may have spent their attempts: they wait for :meth:`clear`.
+        self.held: dict[str, _Waiting] = {}
         self.finished: dict[str, Trajectory] = {}
         #: Episodes that went back to the queue because their worker died.
         self.reruns = 0
+        self.starts: Counter[str] = Counter()  # by uid
+        self.crashes: Counter[str] = Counter()  # crashes of its own, by uid
+        self.suspected: Counter[str] = Counter()  # dead workers that may have died of it
+        self._doomed: dict[str, str] = {}  # uid -> the error it ends with if it dies again
+        self._reason: dict[str, str] = {}  # uid -> its last crash's reason
 
     @property
     def done(self) -> bool:
         """Every episode finished."""
-        return not self.waiting and not self.running and not self.queued
+        return not self.waiting and not self.running and not self.queued and not self.held
 
     def start(self, slot: Slot) -> RunningEpisode | None:
         """The next waiting episode, now running on ``slot`` (None when none waits)."""
@@ -104,11 +114,7 @@ class EpisodeBook:
             raise ValueError(f"slot {slot} already runs {self.running[slot].spec.traj_uid}")
         if not self.waiting:
             return None
-        w = self.waiting.popleft()
-        run = RunningEpisode(w.spec, w.attempts + 1, w.crashes)
-        self.running[slot] = run
-        self.running_on[slot[0]] += 1
-        return run
+        return self._run(slot, self.waiting.popleft())
 
     def queue(self, slot: Slot) -> EpisodeSpec | None:
         """The next waiting episode, now queued on ``slot`` (which runs one) behind those queued
@@ -136,68 +142,104 @@ class EpisodeBook:
         w = q.popleft()
         if not q:
             del self.queued[slot]
-        self.running[slot] = run = RunningEpisode(w.spec, w.attempts + 1, w.crashes)
-        self.running_on[slot[0]] += 1
-        return run
+        return self._run(slot, w)
 
-    def drop_queued(self, worker: int, started: Callable[[Slot, str], bool]) -> None:
-        """``worker`` died: settle the episodes queued on its slots.
-
-        ``started(slot, uid)``: the worker's marks say its env was playing queued ``uid``; the
-        episodes before it ended unreported and run again, uncharged, and ``uid`` now runs on
-        the slot. Queued episodes that never started go back to the front of the queue.
+    def release(self, worker: int) -> dict[int, list[str]]:
+        """``worker`` lost its process: each episode on it, running or queued, goes back to the
+        front of the queue (running ones first), for any live worker to play, and is suspected
+        of the crash until :meth:`clear`. One that may have spent its attempts is held; one a
+        timeout doomed finishes with its error. Returns the uids by env, running one first.
 
         Example:
             >>> book = EpisodeBook([EpisodeSpec("g0", f"g0-t{m}", 0, m, 7) for m in range(4)], 2)
             >>> for slot in [(0, 0), (0, 1)]:
             ...     _ = book.start(slot)
-            >>> [book.queue((0, 0)).traj_uid for _ in range(2)]
-            ['g0-t2', 'g0-t3']
-            >>> book.drop_queued(0, started=lambda slot, uid: uid == "g0-t2")
-            >>> book.running[(0, 0)].spec.traj_uid, [w.spec.traj_uid for w in book.waiting]
-            ('g0-t2', ['g0-t0', 'g0-t3'])
+            >>> book.queue((0, 0)).traj_uid
+            'g0-t2'
+            >>> book.release(0)
+            {0: ['g0-t0', 'g0-t2'], 1: ['g0-t1']}
+            >>> [w.spec.traj_uid for w in book.waiting], book.reruns
+            (['g0-t0', 'g0-t1', 'g0-t2', 'g0-t3'], 2)
         """
-        for slot in [s for s in self.queued if s[0] == worker]:
-            q = list(self.queued.pop(slot))
-            playing = next((k for k, w in enumerate(q) if started(slot, w.spec.traj_uid)), -1)
-            self.waiting.extendleft(reversed(q[playing + 1 :]))  # never started
-            if playing >= 0:
-                self.queued[slot] = deque(q[: playing + 1])
-                for _ in range(playing + 1):  # the ones before it ended, unreported
-                    self.interrupt(slot, charge=False, reason="")
-                    self.promote(slot)
+        lost: dict[int, list[str]] = {}
+        running: list[_Waiting] = []
+        queued: list[_Waiting] = []
+        for slot in self.on_worker(worker):
+            run = self.running.pop(slot)
+            self.running_on[worker] -= 1
+            behind = list(self.queued.pop(slot, ()))
+            running.append(_Waiting(run.spec, worker))
+            queued.extend(behind)
+            lost[slot[1]] = [run.spec.traj_uid, *(w.spec.traj_uid for w in behind)]
+        front = []
+        for k, w in enumerate(running + queued):
+            uid = w.spec.traj_uid
+            self.suspected[uid] += 1
+            if uid in self._doomed:  # a step timeout ended an earlier start of it
+                self._end(w, self._doomed.pop(uid))
+                continue
+            self.reruns += k < len(running)
+            if self.crashes[uid] + self.suspected[uid] >= self.max_attempts:
+                self.held[uid] = w
+            else:
+                front.append(w)
+        self.waiting.extendleft(reversed(front))
+        return lost
+
+    def clear(
+        self, uid: str, *, charge: str | None = None, end: str | None = None,
+        started: bool = False,
+    ) -> None:  # fmt: skip
+        """One suspicion of ``uid`` (a worker it was on died: :meth:`release`) is settled.
+
+        Args:
+            uid: the episode.
+            charge: it took that worker down, for this reason: one crash of its own. At
+                ``max_attempts`` of them it finishes with the reason as its error.
+            end: it ran past the step timeout: it ends with this error (at once when it waits,
+                else when it dies again: a start it has made since may finish).
+            started: the dead worker had started it, queued ahead (a start not counted yet).
+        """
+        self.starts[uid] += started
+        self.suspected[uid] -= 1
+        if self.suspected[uid] <= 0:
+            del self.suspected[uid]
+        if uid in self.finished:
+            return
+        if charge is not None:
+            self.crashes[uid] += 1
+            self._reason[uid] = charge
+        w = self.held.pop(uid, None)
+        if w is None:
+            w = next((x for x in self.waiting if x.spec.traj_uid == uid), None) if end else None
+            if w is None:
+                if end is not None:
+                    self._doomed[uid] = end  # it runs or is queued on a live worker
+                return
+            self.waiting.remove(w)
+        if end is not None:
+            self._end(w, end)
+        elif self.crashes[uid] >= self.max_attempts:
+            crashes = self.crashes[uid]
+            self._end(w, f"{self._reason[uid]} ({crashes} of rollout.max_episode_attempts="
+                      f"{self.max_attempts} attempts)")  # fmt: skip
+        elif self.crashes[uid] + self.suspected[uid] >= self.max_attempts:
+            self.held[uid] = w
+        else:
+            self.waiting.appendleft(w)
 
     def finish(self, slot: Slot, *, won: bool = False, error: str | None = None,
                final_prompt: object = None) -> Trajectory:  # fmt: skip
         """The episode on ``slot`` ended (in its env, or with ``error``)."""
         run = self.running.pop(slot)
         self.running_on[slot[0]] -= 1
+        self._doomed.pop(run.spec.traj_uid, None)
         traj = Trajectory(
             spec=run.spec, steps=run.steps, won=won, error=error, final_prompt=final_prompt,
-            worker=slot[0], attempts=run.attempt,
+            worker=slot[0], attempts=self.starts[run.spec.traj_uid],
         )  # fmt: skip
         self._finished(traj)
         return traj
-
-    def interrupt(self, slot: Slot, *, charge: bool, reason: str) -> Trajectory | None:
-        """The episode on ``slot`` lost its worker: it goes back to the front of the queue,
-        unless charged for the ``max_attempts``-th time; then it finishes with ``reason`` as
-        its error, and that trajectory is returned."""
-        run = self.running.pop(slot)
-        self.running_on[slot[0]] -= 1
-        crashes = run.crashes + charge
-        if crashes >= self.max_attempts:
-            error = (
-                f"{reason} ({crashes} of rollout.max_episode_attempts={self.max_attempts} attempts)"
-            )
-            traj = Trajectory(
-                run.spec, run.steps, error=error, worker=slot[0], attempts=run.attempt
-            )
-            self._finished(traj)
-            return traj
-        self.waiting.appendleft(_Waiting(run.spec, run.attempt, crashes))
-        self.reruns += 1
-        return None
 
     def on_worker(self, worker: int) -> list[Slot]:
         """The slots of ``worker`` that run an episode."""
@@ -206,6 +248,19 @@ class EpisodeBook:
     def trajectories(self) -> list[Trajectory]:
         """The finished trajectories, in the order of the specs."""
         return [self.finished[s.traj_uid] for s in self.specs if s.traj_uid in self.finished]
+
+    def _run(self, slot: Slot, w: _Waiting) -> RunningEpisode:
+        self.starts[w.spec.traj_uid] += 1
+        self.running[slot] = run = RunningEpisode(w.spec, self.starts[w.spec.traj_uid])
+        self.running_on[slot[0]] += 1
+        return run
+
+    def _end(self, w: _Waiting, error: str) -> None:
+        """``w`` (not running) finishes with ``error``, on the worker it last ran on."""
+        uid = w.spec.traj_uid
+        self._finished(
+            Trajectory(w.spec, [], error=error, worker=w.worker, attempts=self.starts[uid])
+        )
 
     def _finished(self, traj: Trajectory) -> None:
         if traj.spec.traj_uid in self.finished:

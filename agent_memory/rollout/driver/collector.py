@@ -39,6 +39,8 @@ __all__ = [
 
 log = logging.getLogger("agent_memory.rollout.driver.collector")
 
+_POLL_S = 0.5  # while a restart is watched: how often the loop looks at it (and at the nodes)
+
 
 class RolloutFailed(RuntimeError):
     """The run could not finish its episodes (e.g. every worker died for good)."""
@@ -102,6 +104,10 @@ class Collector:
         #: Each worker's share of a client policy's ``concurrency`` as last sent (None: the
         #: policy has no shares). See :mod:`agent_memory.rollout.driver.shares`.
         self.shares: dict[int, int] | None = None
+        #: Each dead worker's episodes (by env, the running one first) whose charges wait for
+        #: what its restart tells (:meth:`_suspects_settled`).
+        self._lost: dict[int, dict[int, list[str]]] = {}
+        self._node_check = 0.0  # when to ask Ray next whether a dead worker's node died
 
     def run(
         self, progress: Callable[[Trajectory], None] | None = None,
@@ -187,16 +193,22 @@ class Collector:
         import ray
 
         self.book = book = self._new_book(specs, progress, on_episode)
+        self._lost = {}  # an earlier collect's suspects finished with it
         self._slots = sum(self.pool.envs_per_worker for ok in self.pool.alive if ok)
         self._plan = {}
         t_loop = time.perf_counter()
         try:
+            if self.pool.restarting:
+                self._recover()  # restarts that ended between collects
             self._feed(sorted(self.parked))
             self._reshare()
             self._send()
-            while self._streams:
-                ready, _ = ray.wait(list(self._streams), num_returns=1)
-                gen: Any = ready[0]  # an ObjectRefGenerator (a streaming call)
+            # Dead workers' restarts are watched alongside (never waited for while a live
+            # worker has work): they settle what their episodes are charged.
+            while self._streams or (self.pool.restarting and not book.done):
+                gen: Any = self._next_ready()  # an ObjectRefGenerator (a streaming call)
+                if gen is None:
+                    continue
                 w = self._streams[gen]
                 try:
                     batch: EpisodeBatch = ray.get(next(gen))
@@ -223,6 +235,22 @@ class Collector:
             self.stats.episodes_rerun += book.reruns
             self._gather_policy_stats()
         return book.trajectories()
+
+    def _next_ready(self) -> Any:
+        """The next stream with news, or None after a look at the watched restarts (every
+        :data:`_POLL_S` at least while there are some)."""
+        import ray
+
+        if not self.pool.restarting:
+            return ray.wait(list(self._streams), num_returns=1)[0][0]
+        waits = [*self._streams, *self.pool.waits()]
+        if waits:
+            ready, _ = ray.wait(waits, num_returns=1, timeout=_POLL_S)
+        else:  # a restart asks again in a moment: nothing to wait on meanwhile
+            ready = []
+            time.sleep(_POLL_S / 5)
+        self._recover()
+        return ready[0] if ready and ready[0] in self._streams else None
 
     def close(self) -> None:
         """End the workers and the policy service."""
@@ -393,7 +421,7 @@ class Collector:
 
     def _failed(self, w: int, e: BaseException) -> None:
         """Worker ``w``'s stream failed: the policy's error fails the run; a dead worker's
-        episodes are settled by the pool and run again."""
+        episodes go to the live workers at once (its restart, if it comes, gets new work)."""
         cause = getattr(e, "cause", None)
         if isinstance(cause, PolicyFailed):  # the policy's own error, raised here
             own = cause.error if isinstance(cause.error, Exception) else None
@@ -401,43 +429,70 @@ class Collector:
         book = self.book
         assert book is not None
         error = self.pool.failure(w, e)
-        crashes, back = self.pool.recover(w, error)
-        self._settle_lost(w, crashes)
-        slots = self.pool.slots(w) if back else []
+        self._lost[w] = book.release(w)
+        if not self.pool.lost(w, error):  # no restart left: no report will come
+            self._suspects_settled(w, None)
         self.parked -= {s for s in self.parked if s[0] == w}
-        if self.shares is not None:  # a restarted worker starts from its first share
+        if self.shares is not None:  # the live workers share its part
+            self.shares.pop(w, None)
+        self._refeed()
+
+    def _recover(self) -> None:
+        """Take what the watched restarts tell: a worker back (its report settles what its
+        episodes are charged; its slots take new work) or gone; a dead worker's node reported
+        dead (its episodes are charged nothing)."""
+        for w, status in self.pool.poll():
+            self._suspects_settled(w, None if status is None else status.crashes)
             if self.pool.alive[w]:
-                self.shares[w] = self.pool.policy.concurrency
-            else:
-                self.shares.pop(w, None)
-        self._feed(slots)
+                self.parked |= set(self.pool.slots(w))
+                if self.shares is not None:  # a restarted worker starts from its first share
+                    self.shares[w] = self.pool.policy.concurrency
+        now = time.monotonic()
+        if self._lost and now >= self._node_check:
+            self._node_check = now + _POLL_S
+            for w in [w for w in self._lost if self.pool.node_lost(w)]:
+                self._suspects_settled(w, ())
+        self._refeed()
+
+    def _refeed(self) -> None:
+        """Waiting episodes to the parked slots; the shares and the plan out."""
+        book = self.book
+        assert book is not None
         if book.waiting and self.parked:
             self._feed(sorted(self.parked))
         self._reshare()
         self._send()
 
-    def _settle_lost(self, w: int, crashes: dict[int, CrashReport]) -> None:
-        """Worker ``w`` lost its process: each of its episodes runs again, or finishes with an
-        error (its env took the process down once too often, or ran past the step timeout)."""
+    def _suspects_settled(self, w: int, crashes: Sequence[CrashReport] | None) -> None:
+        """What dead worker ``w``'s episodes are charged, once known: the env its restarted
+        process names (``crashes``) took it down (or ran past the step timeout); the others
+        merely shared it. None or none: nobody can tell, so every episode it was running is
+        charged, unless Ray reports its node dead (no env's doing)."""
+        lost = self._lost.pop(w, None)
         book = self.book
-        assert book is not None
-        book.drop_queued(
-            w, lambda slot, uid: (c := crashes.get(slot[1])) is not None and c.traj_uid == uid
-        )
-        for slot in book.on_worker(w):
-            crash = crashes.get(slot[1])
-            if crash is not None and crash.reason == "timeout":
-                self.stats.step_timeouts += 1
-                book.finish(
-                    slot, error=f"the env's {crash.phase} ran {crash.seconds} s, longer than "
-                    f"rollout.step_timeout_s={self.job.rollout.step_timeout_s}: the worker was "
-                    "restarted",
-                )  # fmt: skip
-            elif crash is not None or not crashes:
-                # This env took the process down, or nobody can tell which did: charge it.
-                book.interrupt(slot, charge=True, reason=crash_reason(crash, w))
-            else:
-                book.interrupt(slot, charge=False, reason="")
+        if lost is None or book is None:
+            return
+        named: dict[str, CrashReport] = {}
+        for crash in crashes or ():
+            uid = crash.traj_uid or (lost[crash.env][0] if crash.env in lost else None)
+            if uid is not None:
+                named[uid] = crash
+        blind = not crashes and not self.pool.node_lost(w)
+        for uids in lost.values():
+            for k, uid in enumerate(uids):
+                c = named.get(uid)
+                if c is not None and c.reason == "timeout":
+                    self.stats.step_timeouts += 1
+                    error = (
+                        f"the env's {c.phase} ran {c.seconds} s, longer than rollout."
+                        f"step_timeout_s={self.job.rollout.step_timeout_s}: the worker was "
+                        "restarted"
+                    )
+                    book.clear(uid, end=error, started=k > 0)
+                elif c is not None or (blind and k == 0):
+                    book.clear(uid, charge=crash_reason(c, w), started=k > 0 and c is not None)
+                else:
+                    book.clear(uid)
 
     def _reshare(self) -> None:
         """Re-split a client policy's ``concurrency`` by the workers' live envs and send the

@@ -2,7 +2,9 @@
 
 The engine decides what each worker does; the pool starts the actors (a constructor error stops
 the run at once, with the worker's own message), turns failed calls into readable errors, and
-waits for Ray to bring a dead worker back with the call marks that name its culprit episode.
+watches for Ray to bring a dead worker back with the call marks that name its culprit episode.
+Nothing waits for that: a restart that cannot be placed (its node is gone, no other has room)
+holds no episode, and is given up after :data:`RESTART_TIMEOUT_S`.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from agent_memory.config import JobConfig
@@ -19,9 +22,23 @@ from agent_memory.rollout.driver.stats import RolloutStats
 from agent_memory.rollout.messages import CrashReport, WorkerStatus
 from agent_memory.rollout.worker.worker import RolloutWorker, marks_dir
 
-__all__ = ["WorkerPool", "WorkerSetupError"]
+__all__ = ["RESTART_TIMEOUT_S", "WorkerPool", "WorkerSetupError"]
 
 log = logging.getLogger("agent_memory.rollout.driver.collector")
+
+#: Seconds a dead worker's restart is watched for before the worker is given up.
+RESTART_TIMEOUT_S = 120.0
+_RETRY_S = 0.2  # after a restarting worker's "unavailable", ask again this much later
+
+
+@dataclass
+class _Restart:
+    """A dead worker's restart, watched: the status call in flight (None: ask again at
+    ``retry_at``) and when to give the worker up."""
+
+    deadline: float
+    ref: Any = None
+    retry_at: float = 0.0
 
 
 class WorkerSetupError(RuntimeError):
@@ -52,6 +69,12 @@ class WorkerPool:
         self.alive: list[bool] = []
         self.restarts: list[int] = []
         self.pids: dict[int, int] = {}
+        #: Each worker's Ray node, as it last reported it (None: unknown), and the one it was on
+        #: when it last failed.
+        self.nodes: dict[int, str | None] = {}
+        self.failed_on: dict[int, str | None] = {}
+        #: The dead workers whose restart is watched (:meth:`lost`, :meth:`poll`).
+        self.restarting: dict[int, _Restart] = {}
         self.envs_per_worker = 0
         self._policy_ref: Any = None  # self.policy in Ray's object store (see start)
 
@@ -107,6 +130,8 @@ class WorkerPool:
         self.restarts = [0] * num_workers
         statuses, failed = self.gather({w: self._ready(a) for w, a in enumerate(self.workers)})
         self.pids = {w: s.pid for w, s in statuses.items()}
+        self.nodes = {w: s.node for w, s in statuses.items()}
+        self.restarting = {}
         errors = {w: s.init_error for w, s in statuses.items() if s.init_error is not None}
         errors.update(failed)
         if errors:
@@ -128,9 +153,12 @@ class WorkerPool:
         return worker.set_policy.remote(self._policy_ref)
 
     def shutdown(self) -> None:
-        """Close every live worker's envs and memory (files, sandboxes), then end the actors."""
+        """Close every live worker's envs and memory (files, sandboxes), then end the actors; a
+        restart still awaited is given up (the worker counts as lost)."""
         import ray
 
+        for w in list(self.restarting):
+            self._give_up(w, "its restart was still awaited when the workers closed")
         closing = [w.close.remote() for w, ok in zip(self.workers, self.alive, strict=True) if ok]
         if closing:
             ray.wait(closing, num_returns=len(closing), timeout=30)
@@ -178,43 +206,84 @@ class WorkerPool:
             ray.kill(self.workers[w], no_restart=False)
         return f"{type(e).__name__}: {clean_text(str(e), max_lines=12)}"
 
-    def recover(self, w: int, error: str) -> tuple[dict[int, CrashReport], bool]:
-        """Worker ``w`` died (or raised): wait for its restart. Returns what its previous
-        process was doing in which env when it died (by env), and whether it is back."""
+    def lost(self, w: int, error: str) -> bool:
+        """Worker ``w`` died (or raised; ``error`` says how): it takes no work until it is back.
+        Returns whether its restart is watched (:meth:`poll`); False: it had no restart left
+        (``rollout.max_restarts``) and is gone."""
         self.stats.failures.append(f"worker {w}: {error}")
         log.warning("rollout worker %d failed: %s", w, first_line(error))
         self.restarts[w] += 1
         self.stats.worker_restarts += 1
-        back = self.restarts[w] <= self.job.rollout.max_restarts
-        status = self._wait_until_back(w) if back else None
-        crashes = {} if status is None else {c.env: c for c in status.crashes}
-        if status is None or status.init_error is not None:
-            if status is not None:
-                self.stats.failures.append(f"worker {w} could not restart: {status.init_error}")
-            self.alive[w] = False
-            self.stats.workers_lost += 1
-            log.warning("rollout worker %d is gone; %d workers left", w, sum(self.alive))
-            return crashes, False
-        return crashes, True
+        self.alive[w] = False
+        self.failed_on[w] = self.nodes.get(w)
+        limit = self.job.rollout.max_restarts
+        if self.restarts[w] > limit:
+            self._give_up(w, f"no restart left: rollout.max_restarts={limit}")
+            return False
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        self.restarting[w] = _Restart(deadline, self._ready(self.workers[w]))
+        return True
 
-    def _wait_until_back(self, w: int, timeout: float = 120.0) -> WorkerStatus | None:
-        """Wait while Ray restarts worker ``w`` (calls fail as "unavailable" meanwhile); its
-        status, or None when it is dead for good or does not answer within ``timeout`` s."""
+    def waits(self) -> list[Any]:
+        """The status calls of the watched restarts in flight (for ``ray.wait``)."""
+        return [r.ref for r in self.restarting.values() if r.ref is not None]
+
+    def poll(self) -> list[tuple[int, WorkerStatus | None]]:
+        """The watched restarts that ended, without waiting: each worker with its restarted
+        process's status (it is back, unless its constructor failed this time: then gone), or
+        None (it is gone: dead for good, or not back within :data:`RESTART_TIMEOUT_S`)."""
         import ray
-        from ray.exceptions import ActorUnavailableError, GetTimeoutError, RayActorError
+        from ray.exceptions import ActorUnavailableError, RayActorError
 
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                left = max(0.1, deadline - time.monotonic())
-                status = ray.get(self._ready(self.workers[w]), timeout=left)
-                self.pids[w] = status.pid
-                return status
-            except ActorUnavailableError:
-                time.sleep(0.2)
-            except (RayActorError, GetTimeoutError):
-                return None
-        return None
+        ended: list[tuple[int, WorkerStatus | None]] = []
+        now = time.monotonic()
+        for w, watch in list(self.restarting.items()):
+            if watch.ref is None and now >= watch.retry_at:
+                watch.ref = self._ready(self.workers[w])
+            if watch.ref is not None and ray.wait([watch.ref], timeout=0)[0]:
+                try:
+                    status: WorkerStatus = ray.get(watch.ref)
+                except ActorUnavailableError:  # not restarted yet
+                    watch.ref, watch.retry_at = None, now + _RETRY_S
+                except RayActorError:
+                    self._give_up(w, "Ray gave its actor up")
+                    ended.append((w, None))
+                else:
+                    del self.restarting[w]
+                    self.pids[w], self.nodes[w] = status.pid, status.node
+                    if status.init_error is None:
+                        self.alive[w] = True
+                    else:
+                        self.stats.failures.append(
+                            f"worker {w} could not restart: {status.init_error}"
+                        )
+                        self._give_up(w, "its constructor failed")
+                    ended.append((w, status))
+                    continue
+            if w in self.restarting and now >= watch.deadline:
+                self._give_up(w, f"not back within {RESTART_TIMEOUT_S:g} s")
+                ended.append((w, None))
+        return ended
+
+    def node_lost(self, w: int) -> bool:
+        """Whether Ray reports the node worker ``w`` was on when it last failed dead (its
+        restart may run elsewhere)."""
+        import ray
+
+        node = self.failed_on.get(w)
+        return node is not None and any(
+            n.get("NodeID") == node and not n.get("Alive") for n in ray.nodes()
+        )
+
+    def _give_up(self, w: int, why: str) -> None:
+        """Worker ``w`` is gone for good (``why``)."""
+        self.restarting.pop(w, None)
+        self.alive[w] = False
+        self.stats.workers_lost += 1
+        log.warning(
+            "rollout worker %d is gone (%s); %d workers up, %d restarting",
+            w, why, sum(self.alive), len(self.restarting),
+        )  # fmt: skip
 
 
 def crash_reason(crash: CrashReport | None, w: int) -> str:

@@ -19,7 +19,12 @@ from agent_memory.failures import describe_exception
 from agent_memory.policies import Policy
 from agent_memory.protocol import Generation
 from agent_memory.rollout.messages import EpisodeAssignment, FinishedEpisode
-from agent_memory.rollout.worker.records import Playing, policy_inputs, step_record
+from agent_memory.rollout.worker.records import (
+    Playing,
+    policy_inputs,
+    request_failure,
+    step_record,
+)
 
 __all__ = ["EpisodeLoop", "PolicyFailed", "answers_inline"]
 
@@ -373,6 +378,21 @@ class EpisodeLoop:
             self.gathering = False
             timer.cancel()
 
+    def _end_failed(self, ready: dict[int, Generation]) -> list[FinishedEpisode]:
+        """End (and take out of ``ready``) the episodes whose request failed: their envs are
+        not stepped, and are parked until their next episode."""
+        out = []
+        for env in [env for env, g in ready.items() if g.failed]:
+            lv = self.live.pop(env)
+            self.freed.add(env)
+            out.append(FinishedEpisode(
+                env, lv.run.traj_uid, lv.run.steps, error=request_failure(ready.pop(env)),
+                final_prompt=lv.run.view.prompt, requests=lv.requests,
+            ))  # fmt: skip
+        if out:
+            self.worker.reset_envs([], park=[ep.env for ep in out])
+        return out
+
     def _step(self) -> list[FinishedEpisode]:
         """Step the envs whose answers are in (one masked step); return the ended episodes."""
         ready: dict[int, Generation] = {}
@@ -387,6 +407,7 @@ class EpisodeLoop:
                 ready[env] = fut.result()
             except Exception as e:
                 raise PolicyFailed(describe_exception(e), e) from e
+        out += self._end_failed(ready)
         if not ready:
             return out
         turns = [env for env in ready if self.live[env].run.turn]

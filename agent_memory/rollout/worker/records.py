@@ -26,7 +26,7 @@ from agent_memory.rollout.jsonsafe import capped_text
 from agent_memory.rollout.messages import PromptView, StepResult
 from agent_memory.rollout.types import StepRecord
 
-__all__ = ["Playing", "policy_inputs", "step_record"]
+__all__ = ["Playing", "policy_inputs", "request_failure", "step_record"]
 
 
 @dataclass
@@ -83,3 +83,21 @@ def step_record(
         thought=res.thought, memory_flag=res.memory_flag, memory_mask=mask, generation=gen,
         memory_turn=run.turn,
     )  # fmt: skip
+
+
+def request_failure(gen: Generation) -> str | None:
+    """Why ``gen``'s episode ends without its step (its request failed), or None.
+
+    A failed request has no response to act on: stepping the env with ``""`` would charge the
+    policy an invalid action it never took (and teach RL to avoid a correct tool call). The
+    engine and the reference loop end the episode with this error instead.
+
+    Example:
+        >>> request_failure(Generation("", finish_reason="error", error="HTTP 500: boom"))
+        'policy request failed: HTTP 500: boom'
+        >>> request_failure(Generation("up", finish_reason="stop")) is None
+        True
+    """
+    if not gen.failed:
+        return None
+    return f"policy request failed: {gen.error or 'the policy gave no reason'}"

@@ -154,8 +154,11 @@ class RolloutWorker:
 
     def status(self) -> WorkerStatus:
         """The worker's process, its set-up error if any, and what its predecessor left."""
+        import ray
+
         crashes, self.crashes = self.crashes, ()
-        return WorkerStatus(os.getpid(), self.init_error, crashes)
+        node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+        return WorkerStatus(os.getpid(), self.init_error, crashes, node)
 
     def set_policy(self, policy: Any) -> WorkerStatus:
         """Answer with ``policy`` from now on (as the constructor's ``policy``); returns

@@ -2,7 +2,8 @@
 
 Forked by the supervisor after the private view is built, it hardens itself (:func:`harden`) and
 answers ``ready``; then it runs each ``exec`` frame's code in one persistent namespace and answers
-a ``result`` frame: the captured output, kept as head and tail of at most ``cap`` characters each.
+a ``result`` frame: the captured output, kept as head and tail of at most ``cap`` characters each,
+with the frame's ``seq`` and ``token`` (the supervisor accepts no answer without that run's token).
 """
 
 from __future__ import annotations
@@ -205,16 +206,17 @@ def main(init: dict, fds: tuple[int, int], keep: dict, namespace: dict, hidden: 
         msg = protocol.recv_or_none(cmd_fd)
         if msg is None:  # the supervisor is gone (or the code broke our pipe)
             _exit(1)
-        seq = msg.get("seq")
+        seq, token = msg.get("seq"), msg.get("token")
         try:
             answer = run(str(msg.get("code", "")), namespace, seq, cap, hidden)
-            answer["seq"] = seq
+            answer.update(seq=seq, token=token)
             protocol.send(out_fd, answer)
         except OSError:  # the code closed or broke our pipe
             _exit(1)
         except MemoryError:
             try:
                 fallback = {"status": "error", "head": "MemoryError\n", "tail": "", "omitted": 0}
-                protocol.send(out_fd, {"op": "result", "seq": seq, **fallback, "names": []})
+                answer = {"op": "result", "seq": seq, "token": token, **fallback, "names": []}
+                protocol.send(out_fd, answer)
             except BaseException:
                 _exit(3)  # the supervisor sees EOF and reports the death

@@ -6,6 +6,9 @@ comes back (:func:`.protocol.clean_result`); if the runner dies or breaks the fr
 is ``died`` and the supervisor exits, as it does (after emptying the working dir) if the env dies.
 If a run leaves threads running, the runner is killed before its answer goes back (marked
 ``restart``) and the supervisor exits: no thread of one run is alive during the next.
+Each run's answer must carry a token drawn from the kernel's random source when that run starts
+(and bytes left in the runner's pipe are dropped first): a frame the code of an earlier run wrote,
+from a thread or its main one, cannot answer for a later run.
 """
 
 from __future__ import annotations
@@ -24,8 +27,10 @@ _exit = os._exit
 _abandoning = _thread.allocate_lock()
 _PROTOCOL = (
     "on (a supervisor process owns the env's pipes; the code runs in its child, which holds none "
-    "of them; answers are checked against the run's sequence number and rebuilt; a run that "
-    "leaves threads running ends with a restart, so none is alive during a later run)"
+    "of them; answers are checked against the run's sequence number and a random token drawn "
+    "when the run starts, so nothing written during an earlier run answers for a later one, and "
+    "rebuilt; a run that leaves threads running ends with a restart, so none is alive during a "
+    "later run)"
 )
 
 
@@ -113,8 +118,25 @@ def _reap(child: int) -> int | None:
         time.sleep(0.005)
 
 
-def _await_result(fd: int, seq: int, cap: int, child: int) -> dict:
-    """The runner's answer to run ``seq``; forged or stale frames are dropped."""
+def _drain(fd: int) -> None:
+    """Drop what is waiting in the runner's pipe: an honest runner leaves nothing there between
+    runs, so it is what code wrote (a partial frame would otherwise garble the next answer)."""
+    os.set_blocking(fd, False)
+    try:
+        while os.read(fd, 1 << 16):
+            pass
+    except BlockingIOError:  # empty
+        pass
+    except OSError:  # the runner is gone: reading its pipe again says how
+        pass
+    finally:
+        os.set_blocking(fd, True)
+
+
+def _await_result(fd: int, run: tuple[int, str], cap: int, child: int) -> dict:
+    """The runner's answer to ``run`` (its sequence number and token); forged or stale frames,
+    those without the run's token, are dropped."""
+    seq, token = run
     max_size = protocol.max_result_size(cap)
     while True:
         try:
@@ -129,7 +151,7 @@ def _await_result(fd: int, seq: int, cap: int, child: int) -> dict:
             if code is None:
                 return {"op": "died", "why": "it closed its connection to the supervisor"}
             return {"op": "died", "code": code}
-        clean = protocol.clean_result(msg, seq, cap)
+        clean = protocol.clean_result(msg, seq, cap) if msg.get("token") == token else None
         if clean is not None:
             return clean
 
@@ -307,10 +329,12 @@ def _serve(env: tuple[int, int], child_fds: tuple[int, int], child: int, init: d
         if msg is None or msg.get("op") != "exec" or type(msg.get("seq")) is not int:
             _disconnected(parent_pid, workdir, child)
             return
-        seq = msg["seq"]
+        seq, token = msg["seq"], os.urandom(16).hex()  # unknown to any code run so far
+        _drain(from_child)
+        run = {"op": "exec", "seq": seq, "token": token, "code": str(msg.get("code", ""))}
         with contextlib.suppress(OSError):  # the runner is gone: reading its pipe says how
-            protocol.send(to_child, {"op": "exec", "seq": seq, "code": str(msg.get("code", ""))})
-        answer = _await_result(from_child, seq, cap, child)
+            protocol.send(to_child, run)
+        answer = _await_result(from_child, (seq, token), cap, child)
         if answer["op"] == "result" and _threads_left(child):  # they could answer a later run
             with contextlib.suppress(OSError):
                 os.kill(child, 9)
