@@ -235,7 +235,6 @@ class RolloutConfig:
     node_timeout_s: Optional[float] = 30.0
     max_response_chars: int = 100_000
     failure_threshold: float = 0.1
-    request_failure_threshold: float = 0.05
     layout: str = "step"
     mode: str = "async"
     max_policy_lag: int = 0
@@ -263,9 +262,10 @@ class RolloutConfig:
         ):  # fmt: skip
             v = getattr(self, key)
             _need(v in choices, f"rollout.{key}", " or ".join(map(repr, choices)), v, choices[0])
-        for key, example in (("failure_threshold", 0.1), ("request_failure_threshold", 0.05)):
-            v = getattr(self, key)
-            _need(_num(v, 0) and 0 < v <= 1, f"rollout.{key}", "a share in (0, 1]", v, example)
+        _need(
+            _num(self.failure_threshold, 0) and 0 < self.failure_threshold <= 1,
+            "rollout.failure_threshold", "a share in (0, 1]", self.failure_threshold, 0.1,
+        )  # fmt: skip
         _need(
             self.step_timeout_s is None
             or (isinstance(self.step_timeout_s, (int, float)) and self.step_timeout_s > 0),

@@ -13,9 +13,9 @@ the
 script in seconds with one message naming the override to change, and exit status 2. A run that
 fails later still writes what finished and a summary with "status": "failed"; the script then
 prints the error (type, message, last frames) and exits with status 1 (130 after Ctrl-C). So does
-a run whose episodes failed at rollout.failure_threshold's share (0.1) or more, or its policy
-requests at rollout.request_failure_threshold's (0.05); summary.json's failure_shares and the last
-log line give both shares either way.
+a run whose episodes failed at rollout.failure_threshold's share (0.1) or more (a policy request
+that fails after its retries ends its episode); summary.json's failure_shares and the last log
+line give the shares of failed episodes and requests (by kind) either way.
 """
 
 from __future__ import annotations

@@ -219,7 +219,7 @@ def _judge(summary: dict[str, Any], state: TrainerState, r: Any, out: Path) -> N
     summary["failure_shares"] = failure_shares(counts)
     counts["failure_shares"] = summary["failure_shares"]
     listed = "train.log names each"
-    verdict = failed_share(counts, r.failure_threshold, r.request_failure_threshold, listed)
+    verdict = failed_share(counts, r.failure_threshold, listed)
     if summary["status"] == "ok" and verdict:
         summary["status"], summary["error"] = "failed", verdict
     shares = shares_text(counts)

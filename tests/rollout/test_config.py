@@ -98,8 +98,8 @@ def test_every_yaml_key_has_a_comment_above_it():
             "rollout.failure_threshold must be a share in (0, 1], got 0.0: pass e.g. rollout.failure_threshold=0.1",
         ),
         (
-            "rollout.request_failure_threshold=1.5",
-            "rollout.request_failure_threshold must be a share in (0, 1], got 1.5: pass e.g. rollout.request_failure_threshold=0.05",
+            "rollout.failure_threshold=1.5",
+            "rollout.failure_threshold must be a share in (0, 1], got 1.5: pass e.g. rollout.failure_threshold=0.1",
         ),
         (
             "env.history_length=-2",

@@ -104,51 +104,49 @@ class FailingServer(AgentServer):
 
 def test_a_run_whose_requests_mostly_failed_with_500_is_a_failed_run_saying_its_shares(tmp_path):
     """Issue 45: 18 of 24 policy requests failed with HTTP 500 and the run said "ok" (exit 0, no
-    warning): rollout.failure_threshold=1.0 failed only a run where every request failed."""
+    warning): rollout.failure_threshold=1.0 failed only a run where everything failed. Each
+    failed request ends its episode (one step each here): 18 of 24 episodes fail, at 0.1 or more."""
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), FailingServer)
     httpd.daemon_threads = True
     thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
     out = tmp_path / "run"
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     try:
         proc = subprocess.run(
-            [sys.executable, "scripts/rollout.py", "env=recall", "env.kwargs.num_distractors=2",
-             "env.max_steps=4",
-             "policy=openai", f"policy.params.base_url=http://127.0.0.1:{httpd.server_address[1]}/v1",
-             "policy.params.model=test-model", "policy.params.return_tokens=false",
-             "policy.params.max_retries=0", "rollout.num_groups=3", "rollout.group_size=2",
-             "rollout.num_workers=1", "rollout.envs_per_worker=2", "rollout.progress=false",
-             f"hydra.run.dir={out}"],
+            [sys.executable, "scripts/rollout.py", "env=recall", "env.max_steps=1",
+             "policy=openai", f"policy.params.base_url={url}", "policy.params.model=test-model",
+             "policy.params.return_tokens=false", "policy.params.max_retries=0",
+             "rollout.num_groups=12", "rollout.group_size=2", "rollout.num_workers=1",
+             "rollout.envs_per_worker=4", "rollout.progress=false", f"hydra.run.dir={out}"],
             cwd=REPO, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
     finally:
         httpd.shutdown()
         httpd.server_close()
         thread.join(timeout=5)
-    # 6 episodes of 4 steps (a failed request is an invalid action: cut off at 4), no retries
-    assert FailingServer.episode_requests == 24
+    assert FailingServer.episode_requests == 24  # 24 episodes of one step, no retries
     assert proc.returncode == 1, proc.stderr[-3000:]
     verdict = (
-        "18 of 24 policy requests failed: 18 request_errors "
-        "(rollout.request_failure_threshold=0.05); policy_stats in summary.json counts them by kind"
+        "18 of 24 episodes failed (rollout.failure_threshold=0.1); each is in errors.jsonl; "
+        "18 of 24 policy requests failed (18 request_errors), each ending its episode"
     )
     assert f"Rollout failed: {verdict}" in proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"] == verdict
-    assert summary["episodes"] == 6 and summary["errors"] == 0  # every episode finished
+    assert summary["episodes"] == 24 and summary["errors"] == 18
+    kinds = ("malformed_answers", "text_mismatches", "oversized_answers", "padding_id_answers",
+             "non_text_answers", "prompt_id_mismatches")  # fmt: skip
     assert summary["failure_shares"] == {
-        "episodes": 0.0, "policy_requests": 0.75,
-        "policy_requests_by_kind": {
-            "request_errors": 0.75, "malformed_answers": 0.0, "text_mismatches": 0.0,
-            "oversized_answers": 0.0,
-        },
+        "episodes": 0.75, "policy_requests": 0.75,
+        "policy_requests_by_kind": {"request_errors": 0.75, **dict.fromkeys(kinds, 0.0)},
     }  # fmt: skip
     last = (out / "rollout.log").read_text().splitlines()[-1]
-    assert "[ERROR] - rollout failed after 6 of 6 episodes: 18 of 24 policy requests failed" in last
-    assert (
-        "; failure shares: episodes 0 (0 of 6), policy requests 0.75 (18 of 24: 18 "
+    assert f"[ERROR] - rollout failed after 24 of 24 episodes: {verdict}; " in last
+    assert last.endswith(
+        "; failure shares: episodes 0.75 (18 of 24), policy requests 0.75 (18 of 24: 18 "
         f"request_errors); what finished is in {out}"
-    ) in last
+    )
 
 
 def _job(base_url: str):

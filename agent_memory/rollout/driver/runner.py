@@ -151,8 +151,7 @@ def run_rollout(
             summary = _summary(job, collector, labels, status, error)
             summary["ray_init_seconds"] = ray_seconds
             summary["wall_time_seconds"] = time.perf_counter() - t0
-            r = job.rollout
-            verdict = failed_share(summary, r.failure_threshold, r.request_failure_threshold)
+            verdict = failed_share(summary, job.rollout.failure_threshold)
             if status == "ok" and verdict:
                 summary["status"], summary["error"] = "failed", verdict
             close_error = _close(writer, groups, summary)

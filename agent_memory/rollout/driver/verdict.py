@@ -1,19 +1,20 @@
-"""Whether a run that raised nothing failed: the shares of its episodes and of its policy's
-requests that failed, against ``rollout.failure_threshold`` and
-``rollout.request_failure_threshold`` (docs/rollouts.md says why the defaults are 0.1 and 0.05).
+"""Whether a run that raised nothing failed: the share of its episodes that failed, against
+``rollout.failure_threshold`` (docs/rollouts.md says why its default is 0.1).
 
-Every share goes into ``summary.json`` (``failure_shares``) and the run's last log line, whatever
-the verdict: a run below the thresholds still says how much of it failed.
+A policy request that fails after its retries ends its episode (``policy request failed: ...``),
+so that share counts failed requests too, each as the episode it cost; the shares of failed
+requests, by kind, say why. Every share goes into ``summary.json`` (``failure_shares``) and the
+run's last log line, whatever the verdict.
 
 Example:
-    >>> summary = {"episodes": 6, "episodes_planned": 6, "errors": 0,
+    >>> summary = {"episodes": 24, "episodes_planned": 24, "errors": 18,
     ...            "policy_stats": {"prompts": 24, "failures": 18, "malformed_answers": 2}}
     >>> shares = failure_shares(summary, kinds=("malformed_answers",))
     >>> shares["policy_requests"], shares["policy_requests_by_kind"]
     (0.75, {'request_errors': 0.6666666666666666, 'malformed_answers': 0.08333333333333333})
-    >>> failed_share({**summary, "failure_shares": shares}, 0.1, 0.05)
-    '18 of 24 policy requests failed: 16 request_errors, 2 malformed_answers \
-(rollout.request_failure_threshold=0.05); policy_stats in summary.json counts them by kind'
+    >>> print(failed_share({**summary, "failure_shares": shares}, 0.1))
+    18 of 24 episodes failed (rollout.failure_threshold=0.1); each is in errors.jsonl; 18 of 24 \
+policy requests failed (16 request_errors, 2 malformed_answers), each ending its episode
 """
 
 from __future__ import annotations
@@ -53,37 +54,33 @@ def failure_shares(summary: Mapping[str, Any], kinds: Sequence[str] = ()) -> dic
 
 
 def failed_share(
-    summary: Mapping[str, Any], threshold: float, request_threshold: float,
-    listed: str = "each is in errors.jsonl",
-) -> str | None:  # fmt: skip
+    summary: Mapping[str, Any], threshold: float, listed: str = "each is in errors.jsonl"
+) -> str | None:
     """Why a run that raised nothing is a failed run: its episodes failed at ``threshold``'s
-    share or more (``rollout.failure_threshold``), or its policy's requests at
-    ``request_threshold``'s (``rollout.request_failure_threshold``); both when both did. None
-    when neither did. ``listed`` says where the failed episodes are named.
+    share or more (``rollout.failure_threshold``), with the policy requests that failed, if
+    any; None when they did not. ``listed`` says where the failed episodes are named.
 
     Example:
-        >>> failed_share({"episodes": 4, "errors": 1, "episodes_planned": 4}, 0.25, 0.05)
+        >>> failed_share({"episodes": 4, "errors": 1, "episodes_planned": 4}, 0.25)
         '1 of 4 episodes failed (rollout.failure_threshold=0.25); each is in errors.jsonl'
-        >>> failed_share({"episodes": 4, "errors": 1, "episodes_planned": 4}, 0.5, 0.05) is None
+        >>> failed_share({"episodes": 4, "errors": 1, "episodes_planned": 4}, 0.5) is None
         True
     """
     shares = summary.get("failure_shares") or failure_shares(summary)
-    why = []
-    if shares["episodes"] and shares["episodes"] >= threshold:
-        planned = summary.get("episodes_planned", summary["episodes"])
-        why.append(
-            f"{summary['errors']} of {planned} episodes failed "
-            f"(rollout.failure_threshold={float(threshold)!r}); {listed}"
-        )
-    if shares.get("policy_requests") and shares["policy_requests"] >= request_threshold:
+    if not shares["episodes"] or shares["episodes"] < threshold:
+        return None
+    planned = summary.get("episodes_planned", summary["episodes"])
+    why = (
+        f"{summary['errors']} of {planned} episodes failed "
+        f"(rollout.failure_threshold={float(threshold)!r}); {listed}"
+    )
+    if shares.get("policy_requests"):
         stats = summary["policy_stats"]
-        why.append(
-            f"{stats['failures']} of {stats['prompts']} policy requests failed: "
-            f"{_kinds(shares, stats)} "
-            f"(rollout.request_failure_threshold={float(request_threshold)!r}); policy_stats in "
-            "summary.json counts them by kind"
+        why += (
+            f"; {stats['failures']} of {stats['prompts']} policy requests failed "
+            f"({_kinds(shares, stats)}), each ending its episode"
         )
-    return "; ".join(why) or None
+    return why
 
 
 def shares_text(summary: Mapping[str, Any]) -> str:
