@@ -29,7 +29,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
 
 from agent_memory.checks import bounded_capacity
-from agent_memory.suggest import did_you_mean
+from agent_memory.suggest import did_you_mean, override_value
 
 __all__ = [
     "FIXED_HISTORY",
@@ -414,13 +414,9 @@ class JobConfig:
 
 def register_configs() -> None:
     """Register :class:`JobConfig` with Hydra's ConfigStore as ``job_schema`` (config.yaml
-    lists it first in its defaults, so every composed config is type-checked), and the
-    resolvers the configs use."""
+    lists it first in its defaults, so every composed config is type-checked)."""
     from hydra.core.config_store import ConfigStore
 
-    from agent_memory.rundir import register_resolvers
-
-    register_resolvers()  # ${run_token:} in the default output directories
     ConfigStore.instance().store(name="job_schema", node=JobConfig)
 
 
@@ -497,7 +493,7 @@ def _check_keys(data: Any, cls: Any, path: str) -> None:
     names = [f.name for f in dataclasses.fields(cls)]
     for key in data:
         if key not in hints and not (path == "" and key == "hydra"):
-            raise unknown_key(f"{path}{key}", names, value=data[key])
+            raise unknown_key(f"{path}{key}", names, value=override_value(data[key]))
     for name in names:
         sub = hints[name]
         if dataclasses.is_dataclass(sub) and name in data:

@@ -82,8 +82,8 @@ class ActionParser:
     ``"first"`` / ``"last"`` is taken. ``match="exact"`` skips the :func:`normalize` fallback.
     With ``action_names`` a valid action is returned as its index (``Discrete`` envs). Responses
     over ``max_chars`` are invalid unscanned. ``on_invalid``: the wrapper sends an invalid step's
-    env the empty action (``"skip"``) or ``noop_action`` (``"noop"``), and adds ``invalid_penalty``
-    to its reward.
+    env the empty action (``"skip"``: the env is still stepped, with ``""``) or ``noop_action``
+    (``"noop"``), and adds ``invalid_penalty`` to its reward (docs/what-your-env-receives.md).
     """
 
     def __init__(

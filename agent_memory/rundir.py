@@ -9,8 +9,8 @@ choose another, before it writes anything there. The scripts take the lock as Hy
 (:class:`HoldRunDir`, a Hydra callback in configs/*.yaml), before Hydra writes ``.hydra/`` and
 its log into the directory; the run's own call then takes the lock its process holds.
 
-The default directories (``hydra.run.dir``, ``hydra.sweep.dir``) end in ``${run_token:}``, a token
-drawn once per process: two runs started in the same second get different directories.
+The default directories (``hydra.run.dir``, ``hydra.sweep.dir``) end in ``${am_run_token:}``, a
+token drawn once per process: two runs started in the same second get different directories.
 
 Example:
     >>> import tempfile
@@ -44,12 +44,13 @@ from typing import Any
 from agent_memory.config import ConfigError
 
 __all__ = [
-    "LOCK_FILE", "RUN_TOKEN", "HoldRunDir", "RunDirInUse", "hold_run_dir", "register_resolvers",
+    "LOCK_FILE", "RUN_TOKEN", "HoldRunDir", "RunDirInUse", "hold_run_dir",
 ]  # fmt: skip
 
 #: The lock file a run holds in its output directory (left in place: it is locked, not present).
 LOCK_FILE = ".run.lock"
-#: This process's token in default directory names (``${run_token:}``): 6 hex digits.
+#: This process's token in default directory names (``${am_run_token:}``, registered by
+#: :func:`agent_memory.cli.register_resolvers`): 6 hex digits.
 RUN_TOKEN = secrets.token_hex(3)
 
 
@@ -193,11 +194,3 @@ class HoldRunDir:
         if self._key is not None:
             _release(self._key, shared=True)
             self._key = None
-
-
-def register_resolvers() -> None:
-    """Register ``${run_token:}`` (:data:`RUN_TOKEN`) with OmegaConf, once."""
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("run_token"):
-        OmegaConf.register_new_resolver("run_token", lambda: RUN_TOKEN)

@@ -19,11 +19,11 @@ from __future__ import annotations
 
 import inspect
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from agent_memory.config import ConfigError
-from agent_memory.suggest import did_you_mean
+from agent_memory.suggest import close_matches, override_value
 
 __all__ = ["BUILD_ERRORS", "bind_params", "blame", "build_or_blame"]
 
@@ -34,6 +34,7 @@ BUILD_ERRORS = (ValueError, TypeError, ImportError, OSError, LookupError)
 def bind_params(
     factory: Callable[..., Any], given: Mapping[str, Any], *, key: str, what: str,
     reserved: Mapping[str, str] | None = None, elsewhere: Callable[[str], str] | None = None,
+    configured: Collection[str] | None = None,
 ) -> None:  # fmt: skip
     """Refuse keys of ``given`` that ``factory`` does not take (naming the nearest valid ones)
     or that another config key sets (``reserved``), and required parameters ``given`` lacks.
@@ -45,6 +46,8 @@ def bind_params(
         what: what is built, for messages (``"strategy 'retrieval'"``).
         reserved: parameters the caller passes itself.
         elsewhere: ``name -> hint`` for an unknown name with nothing close to it.
+        configured: the names the composed config holds under ``key`` (default: ``given``'s):
+            the suggested override sets one of them as it is, another with ``+``.
 
     Example:
         >>> def make(top_k=3, header="x"):
@@ -53,7 +56,7 @@ def bind_params(
         Traceback (most recent call last):
         ...
         agent_memory.config.ConfigError: memory.params has no parameter 'top_kk' for strategy \
-'demo': did you mean memory.params.top_k? Valid: ['top_k', 'header']
+'demo': did you mean +memory.params.top_k=3? Valid: ['top_k', 'header']
     """
     reserved = reserved or {}
     try:
@@ -71,7 +74,7 @@ def bind_params(
                 key=f"{key}.{name}",
             )
         if name not in valid and not open_ended:
-            hint = did_you_mean(name, valid, prefix=f"{key}.")
+            hint = _renamed(name, given, valid, key, configured)
             if not hint:
                 other = elsewhere(name) if elsewhere is not None else ""
                 hint = f"remove {key}.{name}" + (f" ({other})." if other else ".")
@@ -87,6 +90,19 @@ def bind_params(
                 f"pass +{key}.{name}=<value>",
                 key=f"{key}.{name}",
             )
+
+
+def _renamed(
+    name: str, given: Mapping[str, Any], valid: list[str], key: str,
+    configured: Collection[str] | None,
+) -> str:  # fmt: skip
+    """``"did you mean <override>?"``: the nearest valid names set to ``given[name]``, as
+    overrides (``+`` for a name the config does not hold yet: not in ``configured``, by default
+    ``given``), or ``""``."""
+    held = given if configured is None else configured
+    value = override_value(given[name])
+    fixes = [f"{'' if m in held else '+'}{key}.{m}={value}" for m in close_matches(name, valid)]
+    return f"did you mean {' or '.join(fixes)}?" if fixes else ""
 
 
 def build_or_blame(make: Callable[[], Any], what: str, names: Mapping[str, str]) -> Any:

@@ -10,14 +10,18 @@ Example:
     'did you mean rollout.group_size?'
     >>> did_you_mean("xyz", ["group_size"])
     ''
+    >>> override_value([5, 5]), override_value(True), override_value("a b"), override_value("3")
+    ('[5,5]', 'true', "'a b'", "'3'")
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+import re
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["close_matches", "did_you_mean"]
+__all__ = ["close_matches", "did_you_mean", "override_value"]
 
 
 def close_matches(name: str, candidates: Iterable[str], n: int = 3) -> list[str]:
@@ -43,3 +47,29 @@ def did_you_mean(
     if not found:
         return ""
     return "did you mean " + " or ".join(f"{prefix}{m}{suffix}" for m in found) + "?"
+
+
+#: Words Hydra's override grammar reads as another type than str.
+_WORDS = frozenset({"null", "true", "false", "inf", "nan"})
+#: A string Hydra's override grammar reads back as the same string, unquoted.
+_PLAIN = re.compile(r"[A-Za-z_/.][\w./:-]*")
+
+
+def override_value(value: Any) -> str:
+    """``value`` as a command-line override writes it, so that Hydra reads back the same value:
+    ``null``, ``true``, ``3``, ``[5,5]``, ``{k:v}``, and a string bare when it reads back as
+    that string, else quoted (``'a b'``, ``'3'``, ``'null'``)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        bare = _PLAIN.fullmatch(value) and value.lower() not in _WORDS
+        return value if bare else "'" + value.replace("'", "\\'") + "'"
+    if isinstance(value, Mapping):
+        return "{" + ",".join(f"{k}:{override_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(override_value(v) for v in value) + "]"
+    return str(value)

@@ -24,7 +24,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from bench_lib.context_length import job_rows, strategy_label, write_csv
+from bench_lib.context_length import env_label, job_rows, strategy_label, write_csv
 from bench_lib.sweep import claim_job, job_key
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
@@ -41,7 +41,7 @@ from agent_memory.rollout.driver.runner import bind_run_paths
 register_configs()
 
 
-@hydra_main(config_name="bench_context")
+@hydra_main(config_name="bench_context", hidden_groups=("trainer",))
 def main(cfg: DictConfig) -> None:
     job = load_job(cfg)
     hydra_cfg = HydraConfig.get()
@@ -84,7 +84,7 @@ def run_job(job: JobConfig, hydra_cfg: Any) -> None:
     mem = job.memory
     labels = {
         "env": job.env.id,
-        "env_config": choices["env"],
+        "env_config": env_label(choices["env"], job.env.id),
         "memory": choices["memory"],
         "strategy": strategy_label(
             choices["memory"], job.history_length, mem.max_tokens, mem.max_prompt_tokens

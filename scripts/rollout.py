@@ -8,9 +8,9 @@
 Outputs, in Hydra's run directory (or rollout.output_dir): trajectories.jsonl, trajectories.parquet,
 summary.json and rollout.log. Configs: configs/ (every key documented there); `--help` lists them.
 
-The config is checked before Ray starts (agent_memory.rollout.driver.preflight): a bad value stops
-the
-script in seconds with one message naming the override to change, and exit status 2. A run that
+The config is checked before Ray starts (agent_memory.rollout.driver.preflight): a bad value (or a
+missing optional package, named by its extra) stops the script in seconds with one line naming the
+override to change, exit status 2, and nothing written. A run that
 fails later still writes what finished and a summary with "status": "failed"; the script then
 prints the error (type, message, last frames) and exits with status 1 (130 after Ctrl-C). So does
 a run whose episodes failed at rollout.failure_threshold's share (0.1) or more (a policy request
@@ -33,7 +33,7 @@ from agent_memory.rollout import run_rollout
 register_configs()
 
 
-@hydra_main(config_name="config")
+@hydra_main(config_name="config", hidden_groups=("trainer",))
 def main(cfg: DictConfig) -> dict:
     job = load_job(cfg)
     hydra_cfg = HydraConfig.get()

@@ -15,12 +15,14 @@ wandb/ (trainer.logger=[csv,tensorboard,wandb], offline), checkpoints/iter_NNNNN
 summary.json, train.log. `--help` says all this, with examples and the config groups
 (agent_memory.train.config.TRAIN_HELP).
 
-A config error (trainer.model that is no model, trainer.resume that names no checkpoint
-included) stops the script before Ray starts or a model loads, with one message naming the
-override to change (exit status 2). A failure later keeps what the run saved (the last
-checkpoint, when one was saved, and the metrics so far), says which, and exits with status 1
-(130 after Ctrl-C); so does a run whose training episodes failed at rollout.failure_threshold's
-share or more (summary.json's failure_shares gives the share either way).
+A config error (trainer.model that is no model, trainer.resume that names no checkpoint, a
+missing optional package: torch, transformers and the loggers' come with the `train` extra,
+pip install -e ".[train]") stops the script before Ray starts or a model loads, with one line
+naming the fix (exit status 2), and nothing written. A failure later keeps what the run saved
+(the last checkpoint, when one was saved, and the metrics so far), says which, and exits with
+status 1 (130 after Ctrl-C); so does a run whose training episodes failed at
+rollout.failure_threshold's share or more (summary.json's failure_shares gives the share either
+way).
 """
 
 from __future__ import annotations

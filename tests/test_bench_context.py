@@ -143,6 +143,25 @@ def test_every_series_has_its_own_style_and_keeps_it_across_plots():
     assert styles["window k=6"] != styles["token_budget 1024"]
 
 
+def test_an_own_env_is_reported_by_its_id_not_as_gym(tmp_path):
+    """The report labelled every ``env=gym`` env 'gym' (issue 50); its id names its plot file."""
+    from bench_lib.context_length import env_label, write_csv, write_report
+
+    label = env_label("gym", "my_envs:Corridor-v0")
+    assert (
+        label == "my_envs:Corridor-v0" and env_label("recall", "agent_memory/Recall-v0") == "recall"
+    )
+    (tmp_path / "job").mkdir()
+    rows = _fake_rows(label, ["none", "window k=1"], 0)
+    for r in rows:  # the columns the report reads besides _fake_rows'
+        r.update(prompt_chars=4 * r["prompt_tokens"], history_steps=0, seed=0)
+    write_csv(tmp_path / "job" / "steps.csv", rows)
+    report = write_report(tmp_path).read_text()
+    assert "## my_envs:Corridor-v0\n" in report and "## gym" not in report
+    assert "![my_envs:Corridor-v0](plots/my_envs_Corridor-v0.png)" in report
+    assert (tmp_path / "plots" / "my_envs_Corridor-v0.png").is_file()
+
+
 def test_a_failed_job_gives_its_claim_back(tmp_path):
     with (
         pytest.raises(RuntimeError, match="worker died"),

@@ -55,7 +55,7 @@ def _rollout(*args: str, env: dict[str, str] | None = None) -> subprocess.Comple
         pytest.param(
             ["memory=retrieval", "+memory.params.top_kk=3"],
             "Config error: memory.params has no parameter 'top_kk' for strategy 'retrieval': "
-            "did you mean memory.params.top_k? Valid: ['top_k', ",
+            "did you mean memory.params.top_k=3? Valid: ['top_k', ",
             id="param-typo",
         ),
         pytest.param(
@@ -108,6 +108,9 @@ def test_help_says_what_the_script_does_and_writes():
         in groups
     )
     assert "hydra/" not in groups
+    # train.py's own group is no option of this script; an own env has its example (issue 50).
+    assert "\ntrainer:" not in groups
+    assert "  python scripts/rollout.py env=gym env.id=my_envs:Corridor-v0 " in text
     bench = subprocess.run(
         [sys.executable, "scripts/bench_context.py", "--help"], cwd=REPO, capture_output=True,
         text=True, timeout=300,

@@ -120,3 +120,18 @@ def test_the_docs_name_checkpoint_directories_as_the_trainer_writes_them():
     ]
     assert not wrong, f"checkpoint directories are named like {checkpoint_name(2)}: {wrong}"
     assert "checkpoints/iter_000002/" in (DOCS / "training.md").read_text(encoding="utf-8")
+
+
+def test_every_test_the_failure_guarantees_name_exists():
+    """docs/failures.md lists each guarantee beside its test: a renamed or removed test would
+    leave a guarantee that nothing checks. ``file.py::name`` and a following ``::name`` (same
+    file) must each name a test function of the suite."""
+    text = (REPO / "docs" / "failures.md").read_text()
+    sources = {p.name: p.read_text() for p in (REPO / "tests").rglob("test_*.py")}
+    named, missing, current = 0, [], None
+    for m in re.finditer(r"`(?:tests/[\w/]+/)?(test_\w+\.py)?::(\w+)", text):
+        current = m.group(1) or current
+        named += 1
+        if current is None or not re.search(rf"def {m.group(2)}\b", sources.get(current, "")):
+            missing.append(f"{current}::{m.group(2)}")
+    assert named >= 50 and missing == [], missing

@@ -170,7 +170,7 @@ def test_the_lock_goes_with_its_process_however_it_ends(tmp_path):
 
 @pytest.mark.parametrize(("name", "kind"), [("rollout.py", "rollout"), ("train.py", "train")])
 def test_two_starts_get_different_default_directories_even_in_one_second(name, kind):
-    """The default directory ends in 6 hex digits drawn per process (``${run_token:}``): two
+    """The default directory ends in 6 hex digits drawn per process (``${am_run_token:}``): two
     processes started within one second get different directories (the lock refuses the one in a
     16.7 million chance that they draw the same)."""
     command = [sys.executable, f"scripts/{name}", "--cfg", "hydra", "-p", "hydra.run.dir",

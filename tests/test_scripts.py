@@ -57,6 +57,18 @@ def test_rollout_sweep_over_every_bundled_env(tmp_path):
         assert (tmp_path / name / "trajectories.parquet").exists()
 
 
+def test_sweep_directory_names_hold_no_backslash_nor_nested_directory(tmp_path):
+    """An own env's ``module:Id`` made ``env.id=my_envs\\:Corridor-v0`` directories (issue 50),
+    and an id's ``/`` nested them."""
+    run([
+        "scripts/rollout.py", "-m", "env=gym", "env.id=agent_memory.envs:agent_memory/Recall-v0",
+        *TINY, "rollout.group_size=1", f"hydra.sweep.dir={tmp_path}",
+    ])  # fmt: skip
+    (job,) = [p.name for p in tmp_path.iterdir() if p.is_dir()]
+    assert job.startswith("0_env.id=agent_memory.envs_agent_memory_Recall-v0,env=gym,"), job
+    assert "\\" not in job and (tmp_path / job / "summary.json").is_file()
+
+
 def test_a_users_own_envs_package_does_not_shadow_the_bundled_envs(tmp_path):
     """RL repos often have an ``envs/`` folder; the launch directory is on ``sys.path``, so a
     bundled top-level ``envs`` package was shadowed by it (``Namespace agent_memory not found``).
@@ -243,6 +255,40 @@ def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
     assert len(rows) == 1 + 3  # header, the evaluation before training, 2 iterations
     assert (tmp_path / "checkpoints" / "iter_000002" / "model" / "model.safetensors").exists()
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+
+
+def test_train_notes_writes_its_evaluation_rows_and_the_memorys_counters(tmp_path):
+    """A train_notes run wrote no memory figure and no trajectories (issue 50): seeing what the
+    trained model writes took a rollout on a checkpoint."""
+    from agent_memory.train.metrics import read_metrics
+
+    run_proc([
+        "scripts/train.py", "--config-name", "train_notes", "trainer.iterations=1",
+        "trainer.eval_every=1", "trainer.eval_episodes=2", "trainer.eval_seed=1000",
+        "trainer.tiny.vocab_episodes=4", "trainer.tiny.hidden=16", "trainer.tiny.layers=1",
+        "trainer.tiny.pretrain_steps=0", "trainer.logger=[csv]", "trainer.progress=false",
+        "trainer.minibatch_size=8", *TINY, f"hydra.run.dir={tmp_path}",
+    ])  # fmt: skip
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["eval_rows"] == str(tmp_path / "eval")
+    assert summary["memory_tokens"] > 0  # every step chose a block (policy=score)
+    assert summary["memory_turns"] == 0 and isinstance(summary["memory_flags"], dict)
+    assert summary["eval/memory_tokens_per_episode"] > 0
+    rows = read_metrics(tmp_path / "metrics.csv")
+    assert [r["iteration"] for r in rows] == [0.0, 1.0]
+    for prefix in ("train", "eval"):
+        assert rows[-1][f"{prefix}/memory_tokens_per_episode"] > 0
+        assert rows[-1][f"{prefix}/memory_turns_per_episode"] == 0
+        assert 0 <= rows[-1][f"{prefix}/memory_flag_cut"] <= 1
+    for done in (0, 1):  # before training and after the iteration
+        folder = tmp_path / "eval" / f"iter_{done:06d}"
+        steps = [json.loads(line) for line in (folder / "trajectories.jsonl").open()]
+        assert {s["traj_uid"] for s in steps} == {"eval-e0", "eval-e1"}
+        assert all(s["memory_candidates"] and s["memory_index"] is not None for s in steps)
+        assert all(s["response"].startswith("<memory>") for s in steps)
+        evaluated = json.loads((folder / "summary.json").read_text())
+        assert evaluated["status"] == "ok" and evaluated["iteration"] == done
+        assert evaluated["episodes"] == 2 and evaluated["memory"] == "notes"
 
 
 def test_train_script_config_errors_are_one_line(tmp_path):

@@ -228,7 +228,8 @@ def make_rollout_func(
         max_new_tokens: the most tokens per model turn.
 
     Raises:
-        ConfigError: a config whose prompts do not grow turn by turn, naming the override.
+        ConfigError: a config whose prompts do not grow turn by turn, naming the override; trl,
+            torch or transformers not installed (naming the extra, ``trl``).
 
     Example:
         >>> from agent_memory.config import EnvConfig
@@ -240,8 +241,10 @@ on the whole conversation, so every turn's prompt must extend the previous one: 
 whole history, got env.history_length=3: pass env.history_length=-1 (or memory=full), or \
 rollout.layout=step
     """
+    from agent_memory.extras import Need, require
     from agent_memory.rollout.driver.layout_checks import append_only_error
 
+    require([Need("the TRL adapter (make_rollout_func)", "trl")])
     if (error := append_only_error(job)) is not None:
         raise error
     return RolloutFunc(job, max_turns, max_new_tokens)

@@ -21,6 +21,7 @@ from typing import Any
 
 from agent_memory.config import JobConfig
 from agent_memory.policies import Policy
+from agent_memory.protocol import Generation
 from agent_memory.rollout.driver.book import EpisodeBook, Slot
 from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
@@ -84,14 +85,8 @@ def play(
             gens = policy.generate(*policy_inputs([playing[s] for s in live], memory_tag))
             freed: list[Slot] = []
             turns = [i for (_, i) in live if playing[(0, i)].turn]
-            answers = {}
-            for slot, g in zip(live, gens, strict=True):
-                if (why := request_failure(g)) is not None:  # not stepped: the episode ends
-                    finish(slot, error=why, final=playing[slot].view.prompt)
-                    freed.append(slot)
-                else:
-                    answers[slot[1]] = g.text
-            if len(answers) < len(live):
+            answers = _answers(live, gens, playing, finish, freed)
+            if freed:  # their requests failed: parked, not stepped
                 worker.reset_envs([], park=[i for (_, i) in freed])
             for res in worker.step(answers, turns):
                 slot = (0, res.env)
@@ -110,6 +105,22 @@ def play(
         if own:
             worker.close()
     return book.trajectories()
+
+
+def _answers(
+    live: list[Slot], gens: Sequence[Generation], playing: dict[Slot, Playing],
+    finish: Callable[..., None], freed: list[Slot],
+) -> dict[int, Any]:  # fmt: skip
+    """The responses to step the envs of ``live`` with; an episode whose request failed ends
+    with that failure instead (its slot joins ``freed``)."""
+    answers = {}
+    for slot, g in zip(live, gens, strict=True):
+        if (why := request_failure(g)) is not None:
+            finish(slot, error=why, final=playing[slot].view.prompt)
+            freed.append(slot)
+        else:
+            answers[slot[1]] = g.text
+    return answers
 
 
 def _start(

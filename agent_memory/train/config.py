@@ -108,6 +108,7 @@ class TrainerConfig:
     eval_every: int = 10
     eval_episodes: int = 64
     eval_seed: int = 1_000_000
+    eval_rows: bool = False
     save_every: int = 50
     resume: Optional[str] = None
     logger: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])
@@ -240,9 +241,6 @@ def register_train_configs() -> None:
     train.yaml's defaults) and :data:`TRAIN_HELP` as ``hydra/help=train``."""
     from hydra.core.config_store import ConfigStore
 
-    from agent_memory.rundir import register_resolvers
-
-    register_resolvers()  # ${run_token:} in the default output directories
     store = ConfigStore.instance()
     store.store(name="train_schema", node=TrainConfig)
     store.store(group="hydra/help", name="train", node=TRAIN_HELP)
@@ -276,13 +274,16 @@ ${hydra.help.header}
   summary.json           status (ok or failed, with the error), iterations, env-steps, episodes,
                          policy version, the model, the last evaluation's success and return
   metrics.csv            one row per iteration (and the evaluation before the first): train and
-                         eval success, return, episode length, valid-action ratio, tokens, loss
-                         terms, KL, clip fraction, time per phase
+                         eval success, return, episode length, valid-action ratio, tokens, the
+                         memory's counters (tokens written, turns, flags), loss terms, KL, clip
+                         fraction, time per phase
   checkpoints/iter_NNNNNN/  model/ (save_pretrained: loadable as trainer.model=<that dir>) and
                          trainer_state.pt; checkpoints/latest names the newest
                          (every trainer.save_every iterations, and at the end)
   tensorboard/           the same metrics for TensorBoard (trainer.logger=[csv,tensorboard])
   wandb/                 with trainer.logger=[csv,tensorboard,wandb] (offline: no network)
+  eval/iter_NNNNNN/      with trainer.eval_rows=true: each evaluation's episodes as rollout.py
+                         writes them (trajectories.jsonl, errors.jsonl, summary.json)
   tiny_model/            the demo model built for the env (trainer.model=tiny)
   train.log              the run's log (.hydra/ beside it keeps the composed config)
 

@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from agent_memory.extras import require, trainer_needs
 from agent_memory.failures import RunFailed, first_line, run_status, sigterm_interrupts
 from agent_memory.policies import make_policy
 from agent_memory.rollout.driver.advantages import TrajectoryValues, compute_advantages
@@ -41,6 +42,7 @@ from agent_memory.train.divergence import check_update
 from agent_memory.train.engine import RolloutEngine, eval_specs, train_specs
 from agent_memory.train.logprobs import ValueHead, forward, prompt_hidden
 from agent_memory.train.loss import policy_loss, value_loss
+from agent_memory.train.memory_figures import add_memory_totals, memory_metrics, write_eval_rows
 from agent_memory.train.metrics import MetricsLogger
 from agent_memory.train.model import build_tiny_for_env, load_model, pick_device
 from agent_memory.train.samples import ActionMode, Sample, build_samples, is_stale
@@ -117,18 +119,19 @@ def train(
         The run's summary (also in ``summary.json``).
 
     Raises:
-        ConfigError: what :func:`~agent_memory.train.config.check_model` or
+        ConfigError: a missing optional package (:mod:`agent_memory.extras`), or what
+            :func:`~agent_memory.train.config.check_model` or
             :func:`~agent_memory.rollout.driver.preflight.preflight` refuses, before Ray starts;
             ``RunDirInUse``: another live run holds ``out_dir``.
         RunFailed: the run ended, but its training episodes failed at
             ``rollout.failure_threshold``'s share or more (``summary.json`` says so).
     """
+    require(trainer_needs(cfg.trainer))  # torch, transformers, the loggers' packages
     check_model(cfg.trainer)
     import torch
 
     t, r = cfg.trainer, cfg.rollout
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     if t.num_threads is not None:
         torch.set_num_threads(t.num_threads)  # a tiny model is far faster on one thread
     random.seed(t.seed)
@@ -138,7 +141,8 @@ def train(
     mode: ActionMode = "score" if cfg.policy.name == "score" else "generate"
     preflight(cfg, policy=make_policy("random"))  # env, memory, template: before any model
 
-    # One live run per directory: another's is refused before anything is written (RunDirInUse).
+    # Made only now (a refused config leaves no directory), and held: another live run's is
+    # refused before anything is written there (RunDirInUse).
     with hold_run_dir(out, "trainer.output_dir"), run_log(out / "train.log"):
         learner = build_learner(cfg, out, device, dtype)
         state = learner.state
@@ -172,10 +176,10 @@ def train(
             with sigterm_interrupts():  # a scheduler's stop ends the run like Ctrl-C
                 engine.start(max(r.num_episodes, t.eval_episodes))
                 if state.iteration == 0 and t.eval_every:  # where learning starts from
-                    last_eval = evaluate(engine, t.eval_episodes, t.eval_seed)
+                    last_eval = evaluate(engine, cfg, 0, out)
                     logger.log({"iteration": 0, "env_steps": 0, "episodes": 0, **last_eval})
                 for it in range(state.iteration, t.iterations):
-                    row = iteration(cfg, it, learner, engine, policy, mode)
+                    row = iteration(cfg, it, learner, engine, policy, mode, out=out)
                     last_eval = row.pop("_eval", last_eval)
                     state.extra["last_eval"] = last_eval
                     logger.log(row)
@@ -203,6 +207,8 @@ def train(
                 "iterations": state.iteration, "env_steps": state.env_steps,
                 "episodes": state.episodes, "policy_version": state.policy_version,
                 "action_mode": mode, "model": str(learner.model_path), **last_eval,
+                **add_memory_totals(dict(state.extra.get("memory", {})), []),
+                **({"eval_rows": str(out / "eval")} if t.eval_rows and t.eval_every else {}),
             }  # fmt: skip
             _judge(summary, state, r, out)
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
@@ -252,10 +258,11 @@ def _show_progress(bar: Any, row: Mapping[str, Any], last_eval: Mapping[str, flo
 
 def iteration(
     cfg: TrainConfig, it: int, learner: Learner, engine: RolloutEngine, policy: Any,
-    mode: ActionMode,
+    mode: ActionMode, *, out: Path | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """Iteration ``it``: collect, advantages, update, weights to the engine, evaluation when
-    due; the metrics row (with ``_eval``: this iteration's evaluation, when there was one)."""
+    due; the metrics row (with ``_eval``: this iteration's evaluation, when there was one).
+    ``out``: the run's directory, where ``trainer.eval_rows`` writes the evaluation's rows."""
     t, r, state = cfg.trainer, cfg.rollout, learner.state
     t_iter = time.perf_counter()
     if t.anneal_lr:  # a function of the iteration: a resumed run continues it
@@ -301,7 +308,7 @@ def iteration(
     eval_s = 0.0
     if t.eval_every and ((it + 1) % t.eval_every == 0 or it + 1 == t.iterations):
         t0 = time.perf_counter()
-        row["_eval"] = evaluate(engine, t.eval_episodes, t.eval_seed)
+        row["_eval"] = evaluate(engine, cfg, it + 1, out)
         eval_s = time.perf_counter() - t0
         row.update(row["_eval"])
 
@@ -315,6 +322,7 @@ def iteration(
     state.episodes += len(trajs)
     state.failed_episodes += sum(tr.error is not None for tr in trajs)
     state.policy_calls = engine.policy_calls()
+    state.extra["memory"] = add_memory_totals(dict(state.extra.get("memory", {})), trajs)
     row.update({
         "iteration": it + 1, "env_steps": state.env_steps, "episodes": state.episodes,
         "policy_version": state.policy_version, **episode_metrics(trajs, "train"), **stats,
@@ -326,14 +334,23 @@ def iteration(
     return row
 
 
-def evaluate(engine: RolloutEngine, episodes: int, seed: int) -> dict[str, float]:
-    """Greedy episodes on the held-out seeds; their ``eval/`` metrics."""
-    trajs = engine.collect(eval_specs(episodes, seed), evaluate=True)
+def evaluate(
+    engine: RolloutEngine, cfg: TrainConfig, done: int, out: Path | None = None
+) -> dict[str, float]:
+    """Greedy episodes on the held-out seeds after ``done`` iterations; their ``eval/`` metrics.
+    With ``trainer.eval_rows`` (and ``out``) their rows go to ``out/eval/iter_NNNNNN/``."""
+    t = cfg.trainer
+    t0 = time.perf_counter()
+    trajs = engine.collect(eval_specs(t.eval_episodes, t.eval_seed), evaluate=True)
+    if t.eval_rows and out is not None:
+        labels = {"iteration": done, "policy_version": engine.policy.version}
+        write_eval_rows(out, done, trajs, cfg, time.perf_counter() - t0, labels)
     return episode_metrics(trajs, "eval")
 
 
 def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
-    """Success, return, length, valid-action ratio and prompt tokens per episode of ``trajs``.
+    """Success, return, length, valid-action ratio, prompt tokens per episode of ``trajs`` and
+    the memory's counters (:func:`~agent_memory.train.memory_figures.memory_metrics`).
 
     Example:
         >>> episode_metrics([], "eval")
@@ -358,7 +375,7 @@ def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float
             "tokens/response": float(sum(response)),
             "tokens/prompt_per_episode": sum(prompt) / n,
         })  # fmt: skip
-    return out
+    return {**out, **memory_metrics(trajs, prefix)}
 
 
 def update(

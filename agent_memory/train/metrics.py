@@ -33,6 +33,9 @@ COLUMNS: tuple[str, ...] = (
     "train/prompt_tokens_per_episode",
     "eval/success", "eval/return", "eval/episode_length", "eval/valid_action_ratio",
     "eval/prompt_tokens_per_episode",
+    *(f"{p}/memory_{k}" for p in ("train", "eval") for k in (
+        "tokens_per_episode", "turns_per_episode", "flag_missing", "flag_malformed", "flag_cut",
+    )),
     "loss/policy", "loss/value", "loss/total", "kl/reference", "kl/approx_old", "entropy",
     "clip_fraction", "ratio", "grad_norm", "samples", "samples/stale",
     "tokens/prompt", "tokens/response", "tokens/prompt_per_episode", "speed/env_steps_per_s",

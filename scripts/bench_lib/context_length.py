@@ -22,6 +22,7 @@ strategy keeps its style in every figure (:mod:`bench_lib.styles`).
 from __future__ import annotations
 
 import csv
+import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -151,6 +152,27 @@ def _order(label: str) -> tuple[int, str, int]:
     return rank, kind, num[0] if num else 0
 
 
+def env_label(config: str, env_id: str) -> str:
+    """The report's name for an env: its config's (``env=recall``), or the id itself for
+    ``env=gym``, which runs whatever ``env.id`` names (an own env).
+
+    Example:
+        >>> env_label("recall", "agent_memory/Recall-v0"), env_label("gym", "my_envs:Corridor-v0")
+        ('recall', 'my_envs:Corridor-v0')
+    """
+    return env_id if config == "gym" else config
+
+
+def file_stem(label: str) -> str:
+    """``label`` as a file name (a plot's): an id's ``:`` and ``/`` become ``_``.
+
+    Example:
+        >>> file_stem("my_envs:Corridor-v0")
+        'my_envs_Corridor-v0'
+    """
+    return re.sub(r"[^\w.-]", "_", label)
+
+
 def by_strategy(rows: Iterable[dict[str, Any]]) -> dict[str, dict[str, list[dict[str, Any]]]]:
     """Rows grouped per env config, then per strategy label (in table order). Jobs that amount
     to the same strategy (same label: same seeds, same config) count once: the first job's rows."""
@@ -174,14 +196,14 @@ def report_figures(rows: Sequence[dict[str, Any]]) -> dict[str, Figure]:
     counter = rows[0]["token_counter"]
     figures: dict[str, Figure] = {}
     for env, strategies in by_strategy(rows).items():
-        figures[f"{env}.png"] = tokens_figure(env, strategies, counter)
+        figures[f"{file_stem(env)}.png"] = tokens_figure(env, strategies, counter)
         families: dict[str, dict[int, list[dict[str, Any]]]] = defaultdict(dict)
         for label, strategy_rows in strategies.items():
             if " k=" in label:  # swept over the window: "window k=3", "retrieval k=1"
                 families[label.split()[0]][strategy_rows[0]["history_length"]] = strategy_rows
         swept = {kind: by_k for kind, by_k in families.items() if len(by_k) >= 2}
         if swept:
-            figures[f"{env}_success.png"] = success_figure(env, swept, counter)
+            figures[f"{file_stem(env)}_success.png"] = success_figure(env, swept, counter)
     return figures
 
 
@@ -214,9 +236,10 @@ def write_report(root: str | Path, title: str = "Context length per step") -> Pa
                 f"| {s['per_episode']:.0f} | {s['growth']:+.1f} | {s['late_growth']:+.1f} "
                 f"| {s['success']:.0%} |"
             )
-        lines += ["", f"![{env}](plots/{env}.png)", ""]
-        if f"{env}_success.png" in figures:
-            lines += [f"![{env} success](plots/{env}_success.png)", ""]
+        stem = file_stem(env)
+        lines += ["", f"![{env}](plots/{stem}.png)", ""]
+        if f"{stem}_success.png" in figures:
+            lines += [f"![{env} success](plots/{stem}_success.png)", ""]
     report = root / "report.md"
     report.write_text("\n".join(lines))
     return report

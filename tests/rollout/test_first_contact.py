@@ -23,6 +23,7 @@ from agent_memory.config import (
     load_job,
     register_configs,
 )
+from agent_memory.protocol import Generation
 from agent_memory.rollout.driver import preflight as checks
 from agent_memory.rollout.driver.outputs import summarize
 from agent_memory.rollout.driver.stats import RolloutStats
@@ -172,6 +173,10 @@ def test_summary_reports_prompt_tokens_per_episode():
     assert s["episode_prompt_tokens"] == {"mean": 170 / 3, "p95": 96.0, "max": 100}
     assert s["episode_peak_prompt_tokens"] == {"mean": 45.0, "p95": 93.0, "max": 100}
     assert s["mean_prompt_tokens"] == 170 / 6 and s["max_prompt_tokens"] == 100
+    # Which counter counted them (issue 50: bench_context counts with qwen, a run with chars/4).
+    assert s["token_counter"] == "estimate" and s["prompt_tokens_from"] == "token_counter"
+    trajs[0].steps[0].generation = Generation("r", prompt_ids=[1] * 10)
+    assert summarize(trajs, RolloutStats(), job)["prompt_tokens_from"] == "both"
     empty = summarize([], RolloutStats(), job)
     assert empty["episode_prompt_tokens"] == {"mean": 0.0, "p95": 0.0, "max": 0}
     assert empty["episode_peak_prompt_tokens"] == {"mean": 0.0, "p95": 0.0, "max": 0}

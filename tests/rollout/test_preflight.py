@@ -108,13 +108,13 @@ INVALID = [
     pytest.param(
         ["+env.kwargs.dim_rom=[5,5]"],
         "env.kwargs has no parameter 'dim_rom' for env 'agent_memory/Sokoban-v0' "
-        "(agent_memory.envs.sokoban.env.SokobanEnv): did you mean env.kwargs.dim_room? Valid: ['dim_room', ",
+        "(agent_memory.envs.sokoban.env.SokobanEnv): did you mean env.kwargs.dim_room=[5,5]? Valid: ['dim_room', ",
         id="env-kwarg-typo",
     ),
     pytest.param(
         ["env=frozen_lake", "+env.kwargs.slippery=true"],
         "env.kwargs has no parameter 'slippery' for env 'agent_memory/FrozenLake-v0' "
-        "(agent_memory.envs.toy_text.make_frozen_lake): did you mean env.kwargs.is_slippery?",
+        "(agent_memory.envs.toy_text.make_frozen_lake): did you mean env.kwargs.is_slippery=true?",
         id="env-kwarg-typo-factory",
     ),
     pytest.param(
@@ -127,13 +127,13 @@ INVALID = [
         ["+memory.params.top_kk=3"],
         "memory.params has no parameter 'top_kk' for strategy 'window': remove "
         "memory.params.top_kk (top_k is a parameter of strategy episodic, retrieval: "
-        "e.g. memory=retrieval). Valid: []",
+        "e.g. memory=retrieval ++memory.params.top_k=3). Valid: []",
         id="memory-param-of-another-strategy",
     ),
     pytest.param(
         ["memory=retrieval", "+memory.params.top_kk=3"],
         "memory.params has no parameter 'top_kk' for strategy 'retrieval': did you mean "
-        "memory.params.top_k? Valid: ['top_k', 'similarity_threshold', ",
+        "memory.params.top_k=3? Valid: ['top_k', 'similarity_threshold', ",
         id="memory-param-typo",
     ),
     pytest.param(
@@ -157,7 +157,7 @@ INVALID = [
     pytest.param(
         ["+policy.params.sed=3"],
         "policy.params has no parameter 'sed' for policy 'random': did you mean "
-        "policy.params.seed? Valid: ['seed', 'actions']",
+        "+policy.params.seed=3? Valid: ['seed', 'actions']",
         id="policy-param-typo",
     ),
     pytest.param(
@@ -175,7 +175,7 @@ INVALID = [
     pytest.param(
         ["env=code", "+env.formatter.max_char=100"],
         "env.formatter has no parameter 'max_char' for formatter 'code': did you mean "
-        "env.formatter.max_chars?",
+        "env.formatter.max_chars=100?",
         id="formatter-setting-typo",
     ),
     pytest.param(

@@ -99,7 +99,10 @@ def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[s
 
     ``episode_prompt_tokens`` / ``episode_peak_prompt_tokens``: mean, p95 and max over episodes
     (with steps) of each episode's summed / largest prompt tokens; ``mean_prompt_tokens`` /
-    ``max_prompt_tokens`` are per step.
+    ``max_prompt_tokens`` are per step. ``token_counter`` names what counts a prompt without
+    the policy's ids (``memory.token_counter``; its budgets too), ``prompt_tokens_from`` what
+    the prompt figures counted: ``prompt_ids`` (the policy's tokenizer), ``token_counter`` or
+    ``both`` (some steps each way).
     """
     every = [s for t in trajs for s in t.steps]
     steps = [s for s in every if not s.memory_turn]  # the env's steps
@@ -111,6 +114,7 @@ def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[s
         "group_size": job.rollout.group_size, **_outcome_figures(trajs, steps),
         "env_steps_per_second": _ratio(len(steps), stats.loop_time),
         "memory_turns": len(every) - len(steps),
+        "token_counter": job.memory.token_counter, "prompt_tokens_from": _counted_by(steps),
         "setup_seconds": stats.setup_time, "loop_seconds": stats.loop_time,
         "policy_requests": stats.policy_requests, "worker_restarts": stats.worker_restarts,
         "workers_lost": stats.workers_lost, "episodes_rerun": stats.episodes_rerun,
@@ -144,6 +148,14 @@ def _outcome_figures(trajs: Sequence[Trajectory], steps: Sequence[StepRecord]) -
         "episode_prompt_tokens": spread([sum(e) for e in per_episode]),
         "episode_peak_prompt_tokens": spread([max(e) for e in per_episode]),
     }
+
+
+def _counted_by(steps: Sequence[StepRecord]) -> str:
+    """What the steps' ``context_tokens`` counted (see :func:`summarize`)."""
+    with_ids = {s.generation is not None and s.generation.prompt_ids is not None for s in steps}
+    if with_ids == {True}:
+        return "prompt_ids"
+    return "both" if with_ids == {True, False} else "token_counter"
 
 
 def _flag_counts(steps: Sequence[StepRecord]) -> dict[str, int]:

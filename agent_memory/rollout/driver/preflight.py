@@ -4,7 +4,8 @@
 prompt, parser, policy) the cheap way, so a bad value fails in seconds with a
 :class:`~agent_memory.config.ConfigError` naming the override that fixes it (docs/failures.md
 lists them), plus the episode count (:func:`check_episodes`), the worker count
-(:func:`check_workers`), the Ray address (:func:`check_ray_address`) and the episode layout. The
+(:func:`check_workers`), the Ray address (:func:`check_ray_address`), the optional packages it
+needs (:mod:`agent_memory.extras`) and the episode layout. The
 env itself is not built: TextWorld generates games and Code starts a sandbox on construction.
 
 Example:
@@ -19,7 +20,7 @@ Example:
     ...
     agent_memory.config.ConfigError: env.kwargs has no parameter 'num_distractor' for env \
 'agent_memory/Recall-v0' (agent_memory.envs.recall.RecallEnv): did you mean \
-env.kwargs.num_distractors? Valid: ['num_distractors', 'num_choices', ...]
++env.kwargs.num_distractors=2? Valid: ['num_distractors', 'num_choices', ...]
 """
 
 from __future__ import annotations
@@ -40,11 +41,12 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.config import ConfigError, EnvConfig, JobConfig
+from agent_memory.extras import job_needs, require
 from agent_memory.policies import Policy
 from agent_memory.rollout.driver.layout_checks import check_episode_layout, history_key
 from agent_memory.rollout.driver.oracle_check import check_policy_env
 from agent_memory.signatures import BUILD_ERRORS, bind_params, build_or_blame
-from agent_memory.suggest import did_you_mean
+from agent_memory.suggest import did_you_mean, override_value
 
 __all__ = [
     "EnvCheck",
@@ -118,6 +120,7 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     check_ray_address(job.rollout.ray_address)
     episode = job.rollout.layout == "episode"
     env = resolve_env(job.env)
+    require(job_needs(job, env.id))  # optional dependencies: one line naming the extra
     check_policy_env(job, env, policy=policy)
     if job.algo.name == "ppo":
         _check_value_fn(job.algo.value_fn)
@@ -424,7 +427,7 @@ def resolve_env(env: EnvConfig) -> EnvCheck:
         spec = gym.spec(name)
     except gym.error.Error as e:
         bundled = sorted(i for i in gym.registry if i.startswith("agent_memory/"))
-        hint = did_you_mean(name, gym.registry, prefix="env.id=")
+        hint = did_you_mean(name, gym.registry, prefix=f"env.id={module}{sep}")  # module kept
         fix = (
             f"pass a registered id (bundled: {', '.join(bundled)}; or choose a bundled env's "
             "config, e.g. env=sokoban), or 'module:Id' to import the module that registers Id"
@@ -453,7 +456,7 @@ def resolve_env(env: EnvConfig) -> EnvCheck:
     given = {k: v for k, v in kwargs.items() if k not in MAKE_KWARGS}
     where = f"env {spec.id!r} ({_qualname(creator)})"
     bind_params(
-        creator, given, key="env.kwargs", what=where,
+        creator, given, key="env.kwargs", what=where, configured=env.kwargs,
         elsewhere=lambda name: _kwargs_left_over(creator, env.kwargs) if name in env.kwargs else "",
     )  # fmt: skip
     return EnvCheck(spec.id, creator, _made_class(creator), kwargs)
@@ -510,7 +513,9 @@ def _token_counter(spec: Any) -> Any:
     try:
         return make_token_counter(spec)
     except BUILD_ERRORS as e:
-        hint = did_you_mean(str(spec), COUNTERS, prefix="memory.token_counter=")
+        # A name that is not one: the nearest that is (a known name failed for another reason).
+        near = [] if str(spec) in COUNTERS else COUNTERS
+        hint = did_you_mean(str(spec), near, prefix="memory.token_counter=")
         raise ConfigError(
             f"memory.token_counter={spec!r} cannot be built ({type(e).__name__}: {e}): "
             + (hint or "pass e.g. memory.token_counter=estimate"),
@@ -547,7 +552,8 @@ def _memory(job: JobConfig, counter: Any) -> Iterator[Any]:
     factory = memory_factory(strategy)
     bind_params(
         factory, params, key="memory.params", what=f"strategy {strategy!r}",
-        reserved=MEMORY_SHARED, elsewhere=lambda name: _other_strategies(name, strategy),
+        reserved=MEMORY_SHARED,
+        elsewhere=lambda name: other_strategies(name, strategy, params[name]),
     )  # fmt: skip
     capacity = job.memory_capacity
     names = {k: f"memory.params.{k}" for k in params} | MEMORY_SHARED
@@ -570,8 +576,10 @@ def _memory(job: JobConfig, counter: Any) -> Iterator[Any]:
             memory.close()
 
 
-def _other_strategies(name: str, strategy: str) -> str:
-    """Which other strategies take ``name`` (or the closest name): an unknown parameter's hint."""
+def other_strategies(name: str, strategy: str, value: Any) -> str:
+    """Which other strategies take ``name`` (or the closest name), with the overrides that
+    choose one and set it to ``value`` (``++``: whether or not its config has the key): an
+    unknown parameter's hint."""
     from agent_memory.memory import available_memories, memory_factory
     from agent_memory.suggest import close_matches
 
@@ -588,7 +596,8 @@ def _other_strategies(name: str, strategy: str) -> str:
     if not best:
         return f"strategy {strategy!r} takes no such parameter"
     having = owners[best[0]]
-    return f"{best[0]} is a parameter of strategy {', '.join(having)}: e.g. memory={having[-1]}"
+    fix = f"memory={having[-1]} ++memory.params.{best[0]}={override_value(value)}"
+    return f"{best[0]} is a parameter of strategy {', '.join(having)}: e.g. {fix}"
 
 
 def _check_writable(path: str, key: str) -> None:
