@@ -199,8 +199,8 @@ HYDRA_FILES = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
 def discard_run_dir(keep: Mapping[Path, set[str]] | None = None) -> list[Path]:
     """Remove what Hydra wrote for the current job, which was refused before it wrote anything:
     ``.hydra/`` (its three files) and the job's log (empty), then the run directory and its
-    parents while they are empty (a sweep's directory holding only ``multirun.yaml`` too), up to
-    the launch directory (outside it, the run directory alone). A run directory holding anything
+    parents while they are empty (a sweep's directory holding only ``multirun.yaml`` and this
+    process's lock too), up to the launch directory (outside it, the run directory alone). A run directory holding anything
     else (what another run wrote there) is left as it is. ``keep``: directories that existed
     before the run, with their entries then: they stay, and so do those entries.
     Returns the directories removed.
@@ -223,8 +223,9 @@ def discard_run_dir(keep: Mapping[Path, set[str]] | None = None) -> list[Path]:
     while here.is_dir() and not launch.is_relative_to(here) and here not in keep:
         if here != run_dir and here != sweep and not here.is_relative_to(launch):
             break
-        if here == sweep and [p.name for p in here.iterdir()] == ["multirun.yaml"]:
-            (here / "multirun.yaml").unlink()
+        if here == sweep and {p.name for p in here.iterdir()} <= {"multirun.yaml", LOCK_FILE}:
+            for name in ("multirun.yaml", LOCK_FILE):  # Hydra's, and this process's lock
+                (here / name).unlink(missing_ok=True)
         if any(here.iterdir()):
             break
         here.rmdir()
