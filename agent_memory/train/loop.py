@@ -212,9 +212,14 @@ def train(
             }  # fmt: skip
             _judge(summary, state, r, out)
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
-    if summary["status"] == "failed":  # the run raised nothing: its episodes failed
-        raise RunFailed(summary["error"])
+    _raise_verdict(summary)  # the run raised nothing, but its episodes may have failed
     return summary
+
+
+def _raise_verdict(summary: dict[str, Any]) -> None:
+    """Raise the verdict :func:`_judge` gave a run that raised nothing (``RunFailed``)."""
+    if summary["status"] == "failed":
+        raise RunFailed(summary["error"])
 
 
 def _judge(summary: dict[str, Any], state: TrainerState, r: Any, out: Path) -> None:
