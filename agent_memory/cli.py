@@ -42,6 +42,7 @@ from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBase
 
 from agent_memory.config import ConfigError, unknown_key
 from agent_memory.failures import RunFailed, describe_exception, first_line, is_sigterm
+from agent_memory.rundir import LOCK_FILE, RUN_TOKEN
 from agent_memory.suggest import did_you_mean
 
 __all__ = [
@@ -130,10 +131,13 @@ def dirname(overrides: str) -> str:
 
 
 def register_resolvers() -> None:
-    """Register the configs' own resolvers with OmegaConf (``am_dirname``: :func:`dirname`)."""
+    """Register the configs' own resolvers with OmegaConf (``am_dirname``: :func:`dirname`;
+    ``am_run_token``: :data:`agent_memory.rundir.RUN_TOKEN`, this process's token in the
+    default run directories)."""
     from omegaconf import OmegaConf
 
     OmegaConf.register_new_resolver("am_dirname", dirname, replace=True)
+    OmegaConf.register_new_resolver("am_run_token", lambda: RUN_TOKEN, replace=True)
 
 
 def hide_config_groups(groups: Sequence[str]) -> None:
@@ -195,8 +199,8 @@ HYDRA_FILES = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
 def discard_run_dir(keep: Mapping[Path, set[str]] | None = None) -> list[Path]:
     """Remove what Hydra wrote for the current job, which was refused before it wrote anything:
     ``.hydra/`` (its three files) and the job's log (empty), then the run directory and its
-    parents while they are empty (a sweep's directory holding only ``multirun.yaml`` too), up to
-    the launch directory (outside it, the run directory alone). A run directory holding anything
+    parents while they are empty (a sweep's directory holding only ``multirun.yaml`` and this
+    process's lock too), up to the launch directory (outside it, the run directory alone). A run directory holding anything
     else (what another run wrote there) is left as it is. ``keep``: directories that existed
     before the run, with their entries then: they stay, and so do those entries.
     Returns the directories removed.
@@ -209,7 +213,7 @@ def discard_run_dir(keep: Mapping[Path, set[str]] | None = None) -> list[Path]:
     launch = Path(hc.runtime.cwd).absolute()
     sweep = Path(hc.sweep.dir).absolute() if hc.mode == RunMode.MULTIRUN else None
     keep = keep or {}
-    ours = {hc.output_subdir or "", f"{hc.job.name}.log"} - keep.get(run_dir, set())
+    ours = {hc.output_subdir or "", f"{hc.job.name}.log", LOCK_FILE} - keep.get(run_dir, set())
     if not _remove_hydra_files(run_dir, ours, kept=keep.get(run_dir, set())):
         return []
     removed = []
@@ -219,8 +223,9 @@ def discard_run_dir(keep: Mapping[Path, set[str]] | None = None) -> list[Path]:
     while here.is_dir() and not launch.is_relative_to(here) and here not in keep:
         if here != run_dir and here != sweep and not here.is_relative_to(launch):
             break
-        if here == sweep and [p.name for p in here.iterdir()] == ["multirun.yaml"]:
-            (here / "multirun.yaml").unlink()
+        if here == sweep and {p.name for p in here.iterdir()} <= {"multirun.yaml", LOCK_FILE}:
+            for name in ("multirun.yaml", LOCK_FILE):  # Hydra's, and this process's lock
+                (here / name).unlink(missing_ok=True)
         if any(here.iterdir()):
             break
         here.rmdir()
@@ -231,8 +236,9 @@ def discard_run_dir(keep: Mapping[Path, set[str]] | None = None) -> list[Path]:
 
 def _remove_hydra_files(run_dir: Path, ours: set[str], kept: set[str]) -> bool:
     """Remove the entries ``ours`` of ``run_dir`` (Hydra's: its subdirectory of config files,
-    the job's log) when ``run_dir`` holds nothing else but the ``kept`` ones and they are as
-    Hydra leaves them before the job (three files; an empty log). Whether they were removed."""
+    the job's log; the lock this process took on the directory as Hydra started) when
+    ``run_dir`` holds nothing else but the ``kept`` ones and they are as Hydra leaves them
+    before the job (three files; an empty log). Whether they were removed."""
     _close_logs_in(run_dir)
     entries = {p.name: p for p in run_dir.iterdir()} if run_dir.is_dir() else {}
     mine = [p for name, p in entries.items() if name not in kept]
@@ -240,7 +246,7 @@ def _remove_hydra_files(run_dir: Path, ours: set[str], kept: set[str]) -> bool:
         return False  # written by the run, or by another one
     for p in mine:
         is_meta = p.is_dir() and {f.name for f in p.iterdir()} <= HYDRA_FILES
-        if not (is_meta or (p.is_file() and p.stat().st_size == 0)):
+        if not (is_meta or (p.is_file() and (p.name == LOCK_FILE or p.stat().st_size == 0))):
             return False
     for p in mine:
         if p.is_dir():

@@ -234,7 +234,7 @@ class RolloutConfig:
     step_timeout_s: Optional[float] = 300.0
     node_timeout_s: Optional[float] = 30.0
     max_response_chars: int = 100_000
-    failure_threshold: float = 1.0
+    failure_threshold: float = 0.1
     layout: str = "step"
     mode: str = "async"
     max_policy_lag: int = 0
@@ -264,7 +264,7 @@ class RolloutConfig:
             _need(v in choices, f"rollout.{key}", " or ".join(map(repr, choices)), v, choices[0])
         _need(
             _num(self.failure_threshold, 0) and 0 < self.failure_threshold <= 1,
-            "rollout.failure_threshold", "a share in (0, 1]", self.failure_threshold, 1.0,
+            "rollout.failure_threshold", "a share in (0, 1]", self.failure_threshold, 0.1,
         )  # fmt: skip
         _need(
             self.step_timeout_s is None

@@ -105,8 +105,9 @@ def run_status(error: BaseException) -> tuple[str, str]:
 
 
 class RunFailed(RuntimeError):
-    """A run that ended without an exception but whose episodes or policy requests failed at or
-    above ``rollout.failure_threshold``: its outputs are written, its status is ``"failed"``."""
+    """A run that ended without an exception but whose episodes failed (a failed policy request
+    ends its episode) at or above ``rollout.failure_threshold``'s share: its outputs are
+    written, its status is ``"failed"``."""
 
 
 class Terminated(KeyboardInterrupt):

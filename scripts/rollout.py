@@ -12,7 +12,10 @@ The config is checked before Ray starts (agent_memory.rollout.driver.preflight):
 missing optional package, named by its extra) stops the script in seconds with one line naming the
 override to change, exit status 2, and nothing written. A run that
 fails later still writes what finished and a summary with "status": "failed"; the script then
-prints the error (type, message, last frames) and exits with status 1 (130 after Ctrl-C).
+prints the error (type, message, last frames) and exits with status 1 (130 after Ctrl-C). So does
+a run whose episodes failed at rollout.failure_threshold's share (0.1) or more (a policy request
+that fails after its retries ends its episode); summary.json's failure_shares and the last log
+line give the shares of failed episodes and requests (by kind) either way.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
     python scripts/train.py                                   # Recall, window memory, GRPO
     python scripts/train.py env=recall memory=retrieval env.history_length=1 algo=ppo
     python scripts/train.py --config-name train_recall        # the README's demonstration
-    python scripts/train.py trainer.resume=outputs/train/<date>/<time>   # continue a run
+    python scripts/train.py trainer.resume=outputs/train/<date>/<time>-<token>   # continue a run
 
 Each iteration collects rollout.num_groups x rollout.group_size episodes with the current
 weights, computes advantages (algo=grpo|gigpo|ppo), updates the model on the recorded token ids
@@ -20,7 +20,9 @@ missing optional package: torch, transformers and the loggers' come with the `tr
 pip install -e ".[train]") stops the script before Ray starts or a model loads, with one line
 naming the fix (exit status 2), and nothing written. A failure later keeps what the run saved
 (the last checkpoint, when one was saved, and the metrics so far), says which, and exits with
-status 1 (130 after Ctrl-C).
+status 1 (130 after Ctrl-C); so does a run whose training episodes failed at
+rollout.failure_threshold's share or more (summary.json's failure_shares gives the share either
+way).
 """
 
 from __future__ import annotations

@@ -22,12 +22,13 @@ from collections import deque
 from collections.abc import AsyncIterator, Coroutine, Mapping
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args
 
 from agent_memory.policies.base import Counters
 from agent_memory.policies.offsets import token_offsets
 from agent_memory.policies.openai_answers import (
     Refusal,
+    RefusalKind,
     parse,
     prompt_refusal,
     shown,
@@ -104,6 +105,19 @@ class ClientStats(Counters):
     oversized_answers: int = 0
     padding_id_answers: int = 0
     non_text_answers: int = 0
+
+    @classmethod
+    def failure_kinds(cls) -> tuple[str, ...]:
+        """The counters of prompts given up on for a named reason (each also in ``failures``):
+        every :data:`~agent_memory.policies.openai_answers.RefusalKind`. A run's summary gives
+        each one's share of the prompts.
+
+        Example:
+            >>> ClientStats.failure_kinds()  # doctest: +NORMALIZE_WHITESPACE
+            ('malformed_answers', 'text_mismatches', 'oversized_answers', 'padding_id_answers',
+             'non_text_answers', 'prompt_id_mismatches')
+        """
+        return get_args(RefusalKind)
 
 
 @dataclass(frozen=True)

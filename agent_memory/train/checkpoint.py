@@ -3,27 +3,37 @@
 ``<run>/checkpoints/iter_000010/`` holds ``model/`` (``save_pretrained``: loadable as
 ``trainer.model=<that dir>``) and ``trainer_state.pt`` (optimizer, value head, reference, counters,
 RNG states); ``checkpoints/latest`` names the newest. A checkpoint is written to a temporary
-directory and renamed into place, so a run killed while saving keeps the previous one.
+directory and renamed into place, so a run killed while saving keeps the previous one. A
+checkpoint file that cannot be read (empty, cut short, overwritten: a full disk, a copy that
+failed) is a config error naming the file and ``trainer.resume`` (:func:`check_checkpoint`),
+found before Ray starts.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import random
 import shutil
+import struct
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from agent_memory.config import ConfigError
+
 __all__ = [
-    "TrainerState", "checkpoint_name", "find_checkpoint", "kept_outputs", "load_checkpoint",
-    "save_checkpoint",
+    "TrainerState", "check_checkpoint", "checkpoint_name", "find_checkpoint", "kept_outputs",
+    "load_checkpoint", "save_checkpoint",
 ]  # fmt: skip
 
 STATE_FILE = "trainer_state.pt"
+#: The largest safetensors header the format allows (the library refuses a larger one).
+MAX_SAFETENSORS_HEADER = 100_000_000
 
 
 @dataclass
@@ -36,6 +46,7 @@ class TrainerState:
         policy_calls: the rollout policy's sampling-call counter (its RNG stream position).
         env_steps: training env-steps so far.
         episodes: training episodes so far.
+        failed_episodes: those of them that ended with an error (``rollout.failure_threshold``).
         extra: anything else worth keeping (e.g. the last eval success).
     """
 
@@ -44,6 +55,7 @@ class TrainerState:
     policy_calls: int = 0
     env_steps: int = 0
     episodes: int = 0
+    failed_episodes: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -136,7 +148,7 @@ def find_checkpoint(path: str | Path) -> Path:
     raise FileNotFoundError(
         f"trainer.resume={str(path)!r} is neither a checkpoint directory (with {STATE_FILE}) nor "
         "a run directory with checkpoints/latest: pass e.g. "
-        "trainer.resume=outputs/train/<date>/<time>"
+        "trainer.resume=outputs/train/<date>/<time>-<token>"
     )
 
 
@@ -167,20 +179,112 @@ def kept_outputs(run_dir: str | Path) -> str:
     return f"No checkpoint or metrics were saved{log}{failed}."
 
 
+def check_checkpoint(ckpt: Path, resume: str | Path) -> None:
+    """Refuse checkpoint ``ckpt`` (what ``trainer.resume=resume`` names) when one of its files
+    cannot be what the trainer wrote: empty, cut short, or not of its format (``trainer_state.pt``
+    a ``torch.save`` zip archive, ``model/*.safetensors`` a safetensors file whose header covers
+    its bytes, ``model/config.json`` JSON). Reads headers and sizes only.
+
+    Raises:
+        ConfigError: naming the file, what is wrong with it and ``trainer.resume``.
+    """
+    checks = [(ckpt / STATE_FILE, _zip_problem), (ckpt / "model" / "config.json", _json_problem)]
+    checks += [(f, _safetensors_problem) for f in sorted((ckpt / "model").glob("*.safetensors"))]
+    for path, problem in checks:
+        try:
+            why = "is empty (0 bytes)" if path.stat().st_size == 0 else problem(path)
+        except OSError as e:
+            why = f"cannot be read ({e.strerror or e})"
+        if why is not None:
+            raise unreadable_checkpoint(ckpt, resume, path, why)
+
+
+def unreadable_checkpoint(ckpt: Path, resume: str | Path, path: Path, why: str) -> ConfigError:
+    """The config error of checkpoint file ``path`` that ``why`` cannot be loaded (keyed
+    ``trainer.resume``): it names an earlier checkpoint of the run to resume from, if any."""
+    others = sorted(p for p in ckpt.parent.glob("iter_*") if (p / STATE_FILE).is_file())
+    earlier = [p for p in others if p.name < ckpt.name]
+    fix = f"pass an earlier one, e.g. trainer.resume={earlier[-1]}, " if earlier else ""
+    return ConfigError(
+        f"trainer.resume={str(resume)!r} names a checkpoint that cannot be loaded: {path} {why}: "
+        f"{fix}or trainer.resume=null to start afresh",
+        key="trainer.resume",
+    )
+
+
+def _zip_problem(path: Path) -> str | None:
+    """What keeps ``path`` from being a ``torch.save`` zip archive (None: nothing seen)."""
+    if zipfile.is_zipfile(path):
+        return None
+    with path.open("rb") as f:
+        head = f.read(4)
+    if head == b"PK\x03\x04":  # a zip's start: its directory, written last, is missing
+        return f"is truncated ({path.stat().st_size} bytes: the end of its zip archive is missing)"
+    return "is not a torch.save archive (no zip archive in it)"
+
+
+def _json_problem(path: Path) -> str | None:
+    """What keeps ``path`` from being JSON (None: it parses)."""
+    try:
+        json.loads(path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as e:
+        return f"is not JSON ({e})"
+    return None
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """What keeps ``path`` from being a whole safetensors file (None: its header parses and
+    covers exactly its bytes): an 8-byte little-endian header length, a JSON header whose
+    tensors' ``data_offsets`` end where the file ends."""
+    size = path.stat().st_size
+    if size < 8:
+        return f"is truncated ({size} bytes: less than its header's 8-byte length)"
+    with path.open("rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > MAX_SAFETENSORS_HEADER:
+            return f"is not a safetensors file (its first 8 bytes give a header of {length} bytes)"
+        if 8 + length > size:
+            return f"is truncated ({size} bytes: its header alone takes {8 + length})"
+        raw = f.read(length)
+    try:
+        header = json.loads(raw)
+        ends = [int(t["data_offsets"][1]) for k, t in header.items() if k != "__metadata__"]
+    except (ValueError, TypeError, KeyError, IndexError, AttributeError, UnicodeDecodeError):
+        return "is not a safetensors file (its header is not the JSON of its tensors)"
+    expected = 8 + length + max(ends, default=0)
+    if size < expected:
+        return f"is truncated ({size} of its {expected} bytes)"
+    if size > expected:
+        return f"has {size - expected} bytes after the tensors its header lists"
+    return None
+
+
 def load_checkpoint(
     ckpt: Path, *, optimizer: Any, shuffler: Any, value_head: Any = None, reference: Any = None,
 ) -> TrainerState:  # fmt: skip
     """Restore the optimizer, value head, reference and RNGs from ``ckpt`` (the model weights
-    are loaded from ``ckpt/model`` by the caller); returns the loop's counters."""
+    are loaded from ``ckpt/model`` by the caller); returns the loop's counters.
+
+    Raises:
+        ValueError: the state file holds more than tensors and plain values.
+        ConfigError: the state file cannot be read (corrupt where :func:`check_checkpoint` does
+            not look: inside its archive), naming it and ``trainer.resume``.
+    """
     import torch
 
+    path = ckpt / STATE_FILE
     try:  # tensors and plain values only: a checkpoint someone else wrote runs no code here
-        data = torch.load(ckpt / STATE_FILE, weights_only=True)
+        data = torch.load(path, weights_only=True)
     except pickle.UnpicklingError as e:
         raise ValueError(
-            f"{ckpt / STATE_FILE} holds more than tensors and plain values, so it is not loaded "
+            f"{path} holds more than tensors and plain values, so it is not loaded "
             f"(weights_only=True; it was not written by this version's trainer): {e}"
         ) from e
+    except MemoryError:
+        raise
+    except Exception as e:  # whatever a damaged archive makes torch.load raise
+        why = f"cannot be read ({type(e).__name__}: {str(e).strip() or 'no message'})"
+        raise unreadable_checkpoint(ckpt, ckpt, path, why) from e
     optimizer.load_state_dict(data["optimizer"])
     for module, key in ((value_head, "value_head"), (reference, "reference")):
         if module is not None and data[key] is not None:

@@ -270,7 +270,7 @@ ${hydra.help.header}
   python scripts/train.py [group=option ...] [key=value ...]
   python scripts/train.py --config-name train_recall [key=value ...]     (the README's demo)
 
-== Outputs (in hydra.run.dir, default outputs/train/<date>/<time>/, or trainer.output_dir) ==
+== Outputs (hydra.run.dir, default outputs/train/<date>/<time>-<token>/, or trainer.output_dir) ==
   summary.json           status (ok or failed, with the error), iterations, env-steps, episodes,
                          policy version, the model, the last evaluation's success and return
   metrics.csv            one row per iteration (and the evaluation before the first): train and
@@ -293,7 +293,7 @@ ${hydra.help.header}
   python scripts/train.py env=recall memory=retrieval env.history_length=1 algo=ppo \\
       trainer.iterations=20
   python scripts/train.py trainer.model=/path/to/saved_model policy=hf     (your own HF model)
-  python scripts/train.py trainer.resume=outputs/train/<date>/<time>           (continue a run)
+  python scripts/train.py trainer.resume=outputs/train/<date>/<time>-<token>   (continue a run)
   python scripts/train.py --cfg job             (print the composed config; nothing runs)
 
 The config is checked before Ray starts or a model loads: a bad value (trainer.model included)
@@ -323,8 +323,10 @@ def load_train(cfg: Any) -> TrainConfig:
 
 def check_model(trainer: TrainerConfig) -> None:
     """Refuse a ``trainer.model`` that is no model on this machine, and a ``trainer.resume``
-    that names no checkpoint, before Ray starts or a model loads (a checkpoint to resume from
-    brings its own model: ``trainer.model`` is then not read).
+    that names no checkpoint or one whose files cannot be loaded (empty, cut short, of another
+    format: :func:`~agent_memory.train.checkpoint.check_checkpoint`), before Ray starts or a
+    model loads (a checkpoint to resume from brings its own model: ``trainer.model`` is then not
+    read).
 
     Raises:
         ConfigError: naming ``trainer.model`` (or ``trainer.resume``), expected and given.
@@ -339,12 +341,13 @@ cache, got '/nonexistent': no such directory (nothing is downloaded): pass the d
 saved model, or trainer.model=tiny
     """
     if trainer.resume:
-        from agent_memory.train.checkpoint import find_checkpoint
+        from agent_memory.train.checkpoint import check_checkpoint, find_checkpoint
 
         try:
-            find_checkpoint(trainer.resume)
+            ckpt = find_checkpoint(trainer.resume)
         except FileNotFoundError as e:
             raise ConfigError(str(e), key="trainer.resume") from None
+        check_checkpoint(ckpt, trainer.resume)
         return
     model = trainer.model
     if model == "tiny":

@@ -22,13 +22,15 @@ from typing import Any, Literal
 import numpy as np
 
 from agent_memory.extras import require, trainer_needs
-from agent_memory.failures import run_status, sigterm_interrupts
+from agent_memory.failures import RunFailed, first_line, run_status, sigterm_interrupts
 from agent_memory.policies import make_policy
 from agent_memory.rollout.driver.advantages import TrajectoryValues, compute_advantages
 from agent_memory.rollout.driver.cluster import init_ray, stop_ray
 from agent_memory.rollout.driver.preflight import preflight
 from agent_memory.rollout.driver.runner import progress_bar, run_log
+from agent_memory.rollout.driver.verdict import failed_share, failure_shares, shares_text
 from agent_memory.rollout.types import Trajectory
+from agent_memory.rundir import hold_run_dir
 from agent_memory.train.checkpoint import (
     TrainerState,
     find_checkpoint,
@@ -121,7 +123,10 @@ def train(
     Raises:
         ConfigError: a missing optional package (:mod:`agent_memory.extras`), or what
             :func:`~agent_memory.train.config.check_model` or
-            :func:`~agent_memory.rollout.driver.preflight.preflight` refuses, before Ray starts.
+            :func:`~agent_memory.rollout.driver.preflight.preflight` refuses, before Ray starts;
+            ``RunDirInUse``: another live run holds ``out_dir``.
+        RunFailed: the run ended, but its training episodes failed at
+            ``rollout.failure_threshold``'s share or more (``summary.json`` says so).
     """
     t_start = time.perf_counter()
     require(trainer_needs(cfg.trainer))  # torch, transformers, the loggers' packages
@@ -139,8 +144,9 @@ def train(
     mode: ActionMode = "score" if cfg.policy.name == "score" else "generate"
     preflight(cfg, policy=make_policy("random"))  # env, memory, template: before any model
 
-    out.mkdir(parents=True, exist_ok=True)  # a refused config leaves no directory
-    with run_log(out / "train.log"):
+    # Made only now (a refused config leaves no directory), and held: another live run's is
+    # refused before anything is written there (RunDirInUse).
+    with hold_run_dir(out, "trainer.output_dir"), run_log(out / "train.log"):
         learner = build_learner(cfg, out, device, dtype)
         state = learner.state
         # The rollout policy: the engine's policy service copies it; updates send the weights.
@@ -219,8 +225,36 @@ def train(
                 **({"eval_rows": str(out / "eval")} if t.eval_rows and t.eval_every else {}),
                 "wall_time_seconds": done - t_start, "shutdown_seconds": done - t_close,
             }  # fmt: skip
+            _judge(summary, state, r, out)
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
+    _raise_verdict(summary)  # the run raised nothing, but its episodes may have failed
     return summary
+
+
+def _raise_verdict(summary: dict[str, Any]) -> None:
+    """Raise the verdict :func:`_judge` gave a run that raised nothing (``RunFailed``)."""
+    if summary["status"] == "failed":
+        raise RunFailed(summary["error"])
+
+
+def _judge(summary: dict[str, Any], state: TrainerState, r: Any, out: Path) -> None:
+    """The training episodes' failure share into ``summary`` (``failure_shares``); a run that
+    raised nothing but failed at ``rollout.failure_threshold``'s share or more becomes a failed
+    run. Logs the run's last line: its status and the share."""
+    counts = {"episodes": state.episodes, "errors": state.failed_episodes}
+    summary["failure_shares"] = failure_shares(counts)
+    counts["failure_shares"] = summary["failure_shares"]
+    listed = "train.log names each"
+    verdict = failed_share(counts, r.failure_threshold, listed)
+    if summary["status"] == "ok" and verdict:
+        summary["status"], summary["error"] = "failed", verdict
+    shares = shares_text(counts)
+    failed = summary["status"] != "ok"
+    (log.error if failed else log.warning if state.failed_episodes else log.info)(
+        "training %s after %d iterations%s; %s; outputs in %s",
+        summary["status"], state.iteration,
+        f": {first_line(summary.get('error'))}" if failed else "", shares, out,
+    )  # fmt: skip
 
 
 def _after_iteration(
@@ -300,9 +334,13 @@ def iteration(
 
     # 6. the counters and the metrics row
     env_steps = sum(not s.memory_turn for tr in trajs for s in tr.steps)
+    for tr in trajs:
+        if tr.error is not None:  # counted against rollout.failure_threshold at the end
+            log.warning("training episode %s failed: %s", tr.spec.traj_uid, first_line(tr.error))
     state.iteration = it + 1
     state.env_steps += env_steps
     state.episodes += len(trajs)
+    state.failed_episodes += sum(tr.error is not None for tr in trajs)
     state.policy_calls = engine.policy_calls()
     state.extra["memory"] = add_memory_totals(dict(state.extra.get("memory", {})), trajs)
     row.update({

@@ -6,10 +6,14 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from agent_memory.config import AlgoConfig, ConfigError
 from agent_memory.rollout.driver.advantages import (
+    FLOAT_MAX,
     discounted_returns,
+    episode_return,
     gae,
     gigpo,
     group_normalize,
@@ -138,3 +142,127 @@ def test_a_non_finite_or_negative_advantage_setting_is_refused(key, value):
         f"algo.{key} must be a finite number >= 0, got {value!r}"
     )):  # fmt: skip
         AlgoConfig(**{key: value})
+
+
+# --- finite rewards, finite advantages ---------------------------------------------------------
+
+
+def test_a_group_with_rewards_near_the_largest_float_gets_finite_advantages():
+    """Issue 45: returns [1.5e308, 1.5e308, 1, 0] gave NaN to every member (the mean overflowed)."""
+    rewards = [np.array([1.5e308]), np.array([1.5e308]), np.array([1.0]), np.array([0.0])]
+    adv = [a[0] for a in grpo(rewards, ["g"] * 4)]
+    # As for [1, 1, 0, 0] (1 and 0 are nothing beside 1.5e308): +-0.5 / sqrt(1/3).
+    assert adv == pytest.approx([3**0.5 / 2, 3**0.5 / 2, -(3**0.5) / 2, -(3**0.5) / 2])
+    # Centred only, the first members are 1.5e308 - 7.5e307 above the mean: representable.
+    assert [a[0] for a in grpo(rewards, ["g"] * 4, normalize_std=False)] == pytest.approx(
+        [7.5e307, 7.5e307, -7.5e307, -7.5e307]
+    )
+    # Sums beyond the largest float saturate there: the return, the discounted returns, GAE.
+    assert episode_return(np.array([1e308, 1e308])) == FLOAT_MAX
+    assert discounted_returns(np.array([1e308, 1e308]), 1.0).tolist() == [FLOAT_MAX, 1e308]
+    adv_gae, ret = gae(np.array([1e308, 1e308]), np.array([-1e308, 0.0]), terminated=True)
+    assert adv_gae.tolist() == [FLOAT_MAX, 1e308] and ret.tolist() == [FLOAT_MAX, 1e308]
+
+
+FINITE = st.floats(allow_nan=False, allow_infinity=False)  # extremes, subnormals and -0 too
+TRAJECTORIES = st.lists(
+    st.tuples(st.sampled_from("abc"), st.lists(FINITE, min_size=1, max_size=4)),
+    min_size=1, max_size=6,
+)  # fmt: skip
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    trajs=TRAJECTORIES, normalize_std=st.booleans(), eps=st.sampled_from([0.0, 1e-6, 1.0]),
+    gamma=st.floats(0, 1), lam=st.floats(0, 1), step_weight=st.floats(0, FLOAT_MAX),
+)  # fmt: skip
+@example(
+    trajs=[("g", [1.5e308]), ("g", [1.5e308]), ("g", [1.0]), ("g", [0.0])], normalize_std=True,
+    eps=1e-6, gamma=0.95, lam=0.95, step_weight=1.0,
+)  # fmt: skip
+def test_advantages_are_finite_for_any_finite_rewards(
+    trajs, normalize_std, eps, gamma, lam, step_weight
+):
+    groups = [g for g, _ in trajs]
+    rewards = [np.array(r, dtype=np.float64) for _, r in trajs]
+    keys = [[len(r) % 2] * len(r) for r in rewards]  # some steps share a state across members
+    with np.errstate(all="raise", under="ignore"):  # no overflow or 0/0 on the way, either
+        outs = [
+            *grpo(rewards, groups, normalize_std=normalize_std, eps=eps),
+            *gigpo(rewards, groups, keys, gamma=gamma, step_weight=step_weight,
+                   normalize_std=normalize_std, eps=eps),
+            *(discounted_returns(r, gamma) for r in rewards),
+            np.array([episode_return(r) for r in rewards]),
+        ]  # fmt: skip
+        for r in rewards:  # a critic's values: the rewards reversed, as finite as they are
+            outs += gae(r, r[::-1], terminated=False, final_value=r[0], gamma=gamma, lam=lam)
+    for out in outs:
+        assert np.isfinite(out).all(), out
+
+
+def _textbook_normalize(x, groups, normalize_std, eps):
+    """group_normalize as written before issue 45 (no scaling)."""
+    x, out = np.asarray(x, dtype=np.float64), np.zeros(len(x))
+    for g in set(groups):
+        idx = [j for j, h in enumerate(groups) if h == g]
+        if len(idx) > 1:
+            v = x[idx]
+            scale = v.std(ddof=1) + eps if normalize_std else 1.0
+            out[idx] = (v - v.mean()) / scale if scale > 0 else 0.0
+    return out
+
+
+def _textbook_discounted(r, gamma):
+    out, running = [], 0.0
+    for x in r[::-1]:
+        running = x + gamma * running
+        out.append(running)
+    return out[::-1]
+
+
+def _textbook_gae(r, v, final, gamma, lam):
+    adv, running, nxt = np.empty(len(r)), 0.0, final
+    for t in range(len(r) - 1, -1, -1):
+        running = r[t] + gamma * nxt - v[t] + gamma * lam * running
+        adv[t], nxt = running, v[t]
+    return adv, adv + v
+
+
+ORDINARY = st.one_of(
+    st.integers(-1000, 1000).map(float),
+    st.floats(-1e6, 1e6).filter(lambda x: x == 0 or abs(x) > 1e-100),
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    trajs=st.lists(
+        st.tuples(st.sampled_from("ab"), st.lists(ORDINARY, min_size=1, max_size=4)),
+        min_size=1, max_size=6,
+    ),
+    normalize_std=st.booleans(), gamma=st.floats(0, 1), lam=st.floats(0, 1),
+)  # fmt: skip
+def test_ordinary_rewards_get_the_same_bits_as_the_textbook_formulas(
+    trajs, normalize_std, gamma, lam
+):
+    """The scaling that keeps extremes finite is by powers of two: exact for ordinary rewards."""
+    groups = [g for g, _ in trajs]
+    rewards = [np.array(r, dtype=np.float64) for _, r in trajs]
+    returns = [float(np.sum(r)) for r in rewards]
+    want = _textbook_normalize(returns, groups, normalize_std, 1e-6)
+    got = [a[0] for a in grpo(rewards, groups, normalize_std=normalize_std)]
+    assert got == want.tolist()
+    keys = [[len(r) % 2] * len(r) for r in rewards]
+    flat = [g for r in rewards for g in _textbook_discounted(r, gamma)]
+    step_groups = [(g, k) for g, ks in zip(groups, keys, strict=True) for k in ks]
+    step = _textbook_normalize(flat, step_groups, normalize_std, 1e-6)
+    episode = [a for r, a in zip(rewards, want, strict=True) for _ in r]
+    want_gigpo = [w + s for w, s in zip(episode, step, strict=True)]
+    got_gigpo = gigpo(rewards, groups, keys, gamma=gamma, normalize_std=normalize_std)
+    assert np.concatenate(got_gigpo).tolist() == want_gigpo
+    for r in rewards:
+        assert episode_return(r) == float(np.sum(r))
+        values = r[::-1] / 3
+        want_adv, want_ret = _textbook_gae(r, values, 0.5, gamma, lam)
+        got_adv, got_ret = gae(r, values, terminated=False, final_value=0.5, gamma=gamma, lam=lam)
+        assert got_adv.tolist() == want_adv.tolist() and got_ret.tolist() == want_ret.tolist()

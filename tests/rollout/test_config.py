@@ -94,6 +94,14 @@ def test_every_yaml_key_has_a_comment_above_it():
             "rollout.queue_depth must be null (by the policy) or an int >= 1, got 0: pass e.g. rollout.queue_depth=1",
         ),
         (
+            "rollout.failure_threshold=0",
+            "rollout.failure_threshold must be a share in (0, 1], got 0.0: pass e.g. rollout.failure_threshold=0.1",
+        ),
+        (
+            "rollout.failure_threshold=1.5",
+            "rollout.failure_threshold must be a share in (0, 1], got 1.5: pass e.g. rollout.failure_threshold=0.1",
+        ),
+        (
             "env.history_length=-2",
             "env.history_length must be -1 (whole episode), 0 (none) or k > 0, got -2: pass e.g. env.history_length=3",
         ),

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
 import threading
 from collections import Counter
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -18,7 +20,7 @@ from agent_memory.config import PolicyConfig
 from agent_memory.policies.openai_client import ServerUnavailable
 from agent_memory.rollout import run_rollout
 from agent_memory.rollout.driver.collector import build_policy
-from tests.rollout.conftest import make_job
+from tests.rollout.conftest import REPO, make_job
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -46,19 +48,23 @@ class AgentServer(BaseHTTPRequestHandler):
             fail = AgentServer.count % 4 == 0 and raw not in AgentServer.failed
             if fail:
                 AgentServer.failed.add(raw)
-        if fail:
-            payload, status = {"error": {"message": "overloaded"}}, 500
-        else:
-            prompt = body["messages"][-1]["content"]
-            match = ADMISSIBLE.search(prompt)
-            action = match.group(1) if match else "next"
-            content = f"<think>the first option</think><action>{action}</action>"
-            payload, status = {
-                "id": "x", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                             "finish_reason": "stop"}],
-                "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-            }, 200  # fmt: skip
+        self.reply(*(({"error": {"message": "overloaded"}}, 500) if fail else self.answer(body)))
+
+    @staticmethod
+    def answer(body: dict[str, Any]) -> tuple[dict[str, Any], int]:
+        """The chat completion choosing the prompt's first admissible action."""
+        prompt = body["messages"][-1]["content"]
+        match = ADMISSIBLE.search(prompt)
+        action = match.group(1) if match else "next"
+        content = f"<think>the first option</think><action>{action}</action>"
+        return {
+            "id": "x", "object": "chat.completion", "model": body["model"],
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                         "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+        }, 200  # fmt: skip
+
+    def reply(self, payload: dict[str, Any], status: int) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -77,6 +83,70 @@ def server_url():
     httpd.shutdown()
     httpd.server_close()
     thread.join(timeout=5)
+
+
+class FailingServer(AgentServer):
+    """AgentServer whose episode requests fail with a 500 three times in four (each one's retry
+    would too); the policy's one-token server check ("Hi") is answered."""
+
+    episode_requests = 0
+
+    def do_POST(self) -> None:
+        raw = self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.loads(raw)
+        fail = False
+        if body["messages"][-1]["content"] != "Hi":
+            with AgentServer.lock:
+                FailingServer.episode_requests += 1
+                fail = FailingServer.episode_requests % 4 != 0
+        self.reply(*(({"error": {"message": "overloaded"}}, 500) if fail else self.answer(body)))
+
+
+def test_a_run_whose_requests_mostly_failed_with_500_is_a_failed_run_saying_its_shares(tmp_path):
+    """Issue 45: 18 of 24 policy requests failed with HTTP 500 and the run said "ok" (exit 0, no
+    warning): rollout.failure_threshold=1.0 failed only a run where everything failed. Each
+    failed request ends its episode (one step each here): 18 of 24 episodes fail, at 0.1 or more."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), FailingServer)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    out = tmp_path / "run"
+    url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "scripts/rollout.py", "env=recall", "env.max_steps=1",
+             "policy=openai", f"policy.params.base_url={url}", "policy.params.model=test-model",
+             "policy.params.return_tokens=false", "policy.params.max_retries=0",
+             "rollout.num_groups=12", "rollout.group_size=2", "rollout.num_workers=1",
+             "rollout.envs_per_worker=4", "rollout.progress=false", f"hydra.run.dir={out}"],
+            cwd=REPO, capture_output=True, text=True, timeout=300,
+        )  # fmt: skip
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+        thread.join(timeout=5)
+    assert FailingServer.episode_requests == 24  # 24 episodes of one step, no retries
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    verdict = (
+        "18 of 24 episodes failed (rollout.failure_threshold=0.1); each is in errors.jsonl; "
+        "18 of 24 policy requests failed (18 request_errors), each ending its episode"
+    )
+    assert f"Rollout failed: {verdict}" in proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] == verdict
+    assert summary["episodes"] == 24 and summary["errors"] == 18
+    kinds = ("malformed_answers", "text_mismatches", "oversized_answers", "padding_id_answers",
+             "non_text_answers", "prompt_id_mismatches")  # fmt: skip
+    assert summary["failure_shares"] == {
+        "episodes": 0.75, "policy_requests": 0.75,
+        "policy_requests_by_kind": {"request_errors": 0.75, **dict.fromkeys(kinds, 0.0)},
+    }  # fmt: skip
+    last = (out / "rollout.log").read_text().splitlines()[-1]
+    assert f"[ERROR] - rollout failed after 24 of 24 episodes: {verdict}; " in last
+    assert last.endswith(
+        "; failure shares: episodes 0.75 (18 of 24), policy requests 0.75 (18 of 24: 18 "
+        f"request_errors); what finished is in {out}"
+    )
 
 
 def _job(base_url: str):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -63,8 +64,10 @@ def test_check_model(tmp_path):
         check_model(TrainerConfig(model="no-such-org/no-such-model"))
     # A checkpoint to resume from brings its own model: trainer.model is not read.
     ckpt = tmp_path / "run" / "checkpoints" / "iter_000002"
-    ckpt.mkdir(parents=True)
-    (ckpt / STATE_FILE).write_bytes(b"")
+    (ckpt / "model").mkdir(parents=True)
+    (ckpt / "model" / "config.json").write_text("{}")
+    with zipfile.ZipFile(ckpt / STATE_FILE, "w") as z:  # an archive as torch.save writes one
+        z.writestr("trainer_state/data.pkl", b"")
     (ckpt.parent / "latest").write_text("iter_000002\n")
     check_model(TrainerConfig(model="/nonexistent", resume=str(tmp_path / "run")))
     with pytest.raises(
@@ -115,7 +118,7 @@ def test_help_says_what_the_script_does_writes_and_how_to_run_it():
     assert out.startswith("train.py: train a policy with RL on the rollout path")
     for part in (
         "== Usage ==",
-        "== Outputs (in hydra.run.dir, default outputs/train/<date>/<time>/, or trainer.output_dir) ==",
+        "== Outputs (hydra.run.dir, default outputs/train/<date>/<time>-<token>/, or trainer.output_dir) ==",
         "summary.json",
         "metrics.csv",
         "checkpoints/iter_NNNNNN/",
@@ -123,7 +126,7 @@ def test_help_says_what_the_script_does_writes_and_how_to_run_it():
         "train.log",
         "== Examples ==",
         "python scripts/train.py --config-name train_recall env.history_length=4",
-        "python scripts/train.py trainer.resume=outputs/train/<date>/<time>",
+        "python scripts/train.py trainer.resume=outputs/train/<date>/<time>-<token>",
         "== Config groups (group=option) ==",
         "trainer: default",
         "memory: blackboard, compaction",

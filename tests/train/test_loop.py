@@ -186,3 +186,30 @@ def test_a_learner_on_a_gpu_trains_while_the_rollout_runs_on_a_cpu_copy(
     assert any(not torch.equal(final[n].float(), start[n].float()) for n in final)
     rows = read_metrics(tmp_path / "metrics.csv")
     assert [r["iteration"] for r in rows if "eval/success" in r] == [0, 1, 2]
+
+
+def test_a_training_whose_episodes_failed_at_the_threshold_is_a_failed_run(ray_session, tmp_path):
+    """Issue 45: a training whose episodes failed reported "ok". Iteration 1's group 1 (seed 3)
+    exits at step 2: 2 of the run's 8 training episodes fail, at or above
+    rollout.failure_threshold=0.1; the run ends, keeps what it saved and says why it failed."""
+    from agent_memory.failures import RunFailed
+
+    job = small_job(iterations=2, eval_every=0)
+    job.env = EnvConfig(
+        id="tests.rollout.faulty:Faulty-v0", kwargs={"fault": "sysexit", "bad_seed": 3}
+    )
+    job.env.parser.tag = None  # Faulty takes bare actions
+    verdict = "2 of 8 episodes failed (rollout.failure_threshold=0.1); train.log names each"
+    with pytest.raises(RunFailed, match=re.escape(verdict)):
+        train(job, tmp_path)
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["error"] == verdict
+    assert summary["iterations"] == 2 and summary["failure_shares"] == {"episodes": 0.25}
+    assert (tmp_path / "checkpoints" / "latest").read_text().strip() == "iter_000002"
+    log = (tmp_path / "train.log").read_text().splitlines()
+    assert (
+        sum("training episode it1-g1-t" in line and "failed: SystemExit: 4" in line for line in log)
+        == 2
+    )
+    assert "[ERROR] training failed after 2 iterations: 2 of 8 episodes failed" in log[-1]
+    assert "; failure shares: episodes 0.25 (2 of 8); outputs in" in log[-1]

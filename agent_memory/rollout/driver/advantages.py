@@ -3,6 +3,9 @@
 Inputs are plain arrays per trajectory, so the estimators do not depend on how rollouts were
 collected. A non-finite reward marks its trajectory as missing: advantage 0 at every step, and
 left out of every group statistic, so one broken reward never turns a whole group into NaN.
+Finite rewards give finite advantages, however large: sums, means and spreads are computed on
+values divided by a power of two that keeps them below 1 (exact, so ordinary rewards get the
+same bits as without it), and a result beyond the largest float saturates there.
 
 Example:
     >>> import numpy as np
@@ -26,9 +29,42 @@ if TYPE_CHECKING:
     from agent_memory.rollout.types import StepRecord, Trajectory
 
 __all__ = [
-    "TrajectoryValues", "anchor", "compute_advantages", "discounted_returns", "gae", "gigpo",
-    "group_normalize", "grpo", "load_value_fn",
+    "FLOAT_MAX", "TrajectoryValues", "anchor", "compute_advantages", "discounted_returns",
+    "episode_return", "gae", "gigpo", "group_normalize", "grpo", "load_value_fn",
 ]  # fmt: skip
+
+#: The largest float: an advantage or return beyond it is written as this (never as inf).
+FLOAT_MAX = float(np.finfo(np.float64).max)
+
+
+def _exponent(values: np.ndarray, terms: int = 1) -> int:
+    """The power of two ``E >= 0`` above ``terms`` times the largest finite ``|value|``: values
+    divided by ``2**E`` (exactly: a power of two) add up ``terms`` at a time without overflow.
+
+    Example:
+        >>> _exponent(np.array([3.0, -1.0])), _exponent(np.array([3.0]), terms=4)
+        (2, 4)
+        >>> _exponent(np.array([1.5e308, np.inf]))
+        1024
+    """
+    finite = np.abs(values[np.isfinite(values)])
+    top = float(finite.max()) if finite.size else 0.0
+    return max(0, int(np.frexp(top)[1]) + (terms - 1).bit_length())
+
+
+def _unscale(x: Any, e: int) -> np.ndarray:
+    """``x * 2**e``; a finite value that overflows saturates at :data:`FLOAT_MAX` (a non-finite
+    one stays as it is).
+
+    Example:
+        >>> _unscale(np.array([0.75, -0.75]), 1025).tolist() == [FLOAT_MAX, -FLOAT_MAX]
+        True
+    """
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        y = np.ldexp(x, e)
+    over = np.isinf(y) & np.isfinite(x)
+    return np.where(over, np.copysign(FLOAT_MAX, x), y) if over.any() else y
 
 
 def group_normalize(
@@ -38,7 +74,8 @@ def group_normalize(
     """``value - mean(group)``, divided by ``std(group, ddof=1) + eps`` when ``normalize_std``.
 
     Members of a group of one get 0. A non-finite value (NaN, ±inf) is missing: it gets 0 and
-    its group's statistics are computed over the other members.
+    its group's statistics are computed over the other members. Finite values give finite
+    results, however large (the module docstring says how).
 
     Example:
         >>> group_normalize([1.0, 3.0, 5.0], ["a", "a", "b"], normalize_std=False).tolist()
@@ -47,6 +84,8 @@ def group_normalize(
         [-1.0, 0.0, 1.0]
         >>> group_normalize([2.0, 2.0], ["a", "a"], eps=0.0).tolist()
         [0.0, 0.0]
+        >>> group_normalize([1.5e308, 1.5e308, 1.0, 0.0], ["a"] * 4).round(3).tolist()
+        [0.866, 0.866, -0.866, -0.866]
     """
     x = np.asarray(values, dtype=np.float64)
     if len(x) != len(groups):
@@ -60,27 +99,55 @@ def group_normalize(
     for idx in members.values():
         if len(idx) < 2:
             continue
-        v = x[idx]
+        e = _exponent(x[idx])
+        v = np.ldexp(x[idx], -e)  # below 1: neither the sum nor the squares overflow
         centered = v - v.mean()
-        scale = v.std(ddof=1) + eps if normalize_std else 1.0
+        if not normalize_std:
+            out[idx] = _unscale(centered, e)
+            continue
+        scale = v.std(ddof=1) + np.ldexp(eps, -e)
         # Equal values with eps=0: 0/0. They are all at the mean: 0, not NaN.
         out[idx] = centered / scale if scale > 0 else 0.0
     return out
 
 
 def discounted_returns(rewards: np.ndarray, gamma: float) -> np.ndarray:
-    """``G_t = r_t + gamma * G_{t+1}``, in one backward pass.
+    """``G_t = r_t + gamma * G_{t+1}``, in one backward pass (a finite return beyond the
+    largest float saturates there).
 
     Example:
         >>> discounted_returns(np.array([1.0, 0.0, 2.0]), 0.5).tolist()
         [1.5, 1.0, 2.0]
     """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    e = _exponent(rewards, len(rewards))  # |G_t| <= len(rewards) * max |r|, as gamma <= 1
+    scaled = np.ldexp(rewards, -e)
     out = np.empty(len(rewards), dtype=np.float64)
     running = 0.0
     for t in range(len(rewards) - 1, -1, -1):
-        running = float(rewards[t]) + gamma * running
+        running = float(scaled[t]) + gamma * running
         out[t] = running
-    return out
+    return _unscale(out, e)
+
+
+def episode_return(rewards: np.ndarray) -> float:
+    """The sum of ``rewards`` (a finite sum beyond the largest float saturates there).
+
+    Example:
+        >>> episode_return(np.array([1e308, 1e308])) == FLOAT_MAX
+        True
+    """
+    rewards = np.asarray(rewards, dtype=np.float64)
+    e = _exponent(rewards, len(rewards))
+    return float(_unscale(np.sum(np.ldexp(rewards, -e)), e))
+
+
+def _common_exponent(rewards: Sequence[np.ndarray]) -> int:
+    """:func:`_exponent` of every finite trajectory's rewards, for sums as long as the longest."""
+    finite = [np.asarray(r, dtype=np.float64) for r in rewards if np.isfinite(r).all()]
+    if not finite:
+        return 0
+    return _exponent(np.concatenate(finite), max(len(r) for r in finite))
 
 
 def grpo(
@@ -95,8 +162,12 @@ def grpo(
         normalize_std: divide by the group's std (Dr. GRPO-style runs turn it off).
     """
     # A non-finite reward makes the return non-finite (NaN for inf - inf): missing in the group.
-    returns = [float(np.sum(r)) if np.isfinite(r).all() else np.nan for r in rewards]
-    adv = group_normalize(returns, groups, normalize_std=normalize_std, eps=eps)
+    # Returns are summed divided by one power of two (their group statistics compare them).
+    e = _common_exponent(rewards)
+    returns = [float(np.sum(np.ldexp(r, -e))) if np.isfinite(r).all() else np.nan for r in rewards]
+    adv = group_normalize(returns, groups, normalize_std=normalize_std, eps=np.ldexp(eps, -e))
+    if not normalize_std:
+        adv = _unscale(adv, e)
     return [np.full(len(r), a, dtype=np.float64) for r, a in zip(rewards, adv, strict=True)]
 
 
@@ -114,6 +185,7 @@ def gigpo(
         step_weight: weight of the step advantage (GiGPO's omega).
     """
     episode = grpo(rewards, groups, normalize_std=normalize_std, eps=eps)
+    e = _common_exponent(rewards)  # the step returns are compared divided by 2**e
     flat_returns: list[float] = []
     flat_groups: list[tuple[Hashable, Hashable]] = []
     for r, g, keys in zip(rewards, groups, state_keys, strict=True):
@@ -121,14 +193,20 @@ def gigpo(
             raise ValueError(f"a trajectory has {len(r)} rewards but {len(keys)} state keys")
         r = np.asarray(r, dtype=np.float64)
         if np.isfinite(r).all():
-            flat_returns.extend(discounted_returns(r, gamma))
+            flat_returns.extend(discounted_returns(np.ldexp(r, -e), gamma))
         else:  # missing at every step, also where its later returns happen to be finite
             flat_returns.extend([np.nan] * len(r))
         flat_groups.extend((g, k) for k in keys)
-    step = group_normalize(flat_returns, flat_groups, normalize_std=normalize_std, eps=eps)
+    step = group_normalize(
+        flat_returns, flat_groups, normalize_std=normalize_std, eps=np.ldexp(eps, -e)
+    )
+    if not normalize_std:
+        step = _unscale(step, e)
     out, start = [], 0
     for ep in episode:
-        out.append(ep + step_weight * step[start : start + len(ep)])
+        with np.errstate(over="ignore"):
+            total = ep + step_weight * step[start : start + len(ep)]
+        out.append(np.clip(total, -FLOAT_MAX, FLOAT_MAX))
         start += len(ep)
     return out
 
@@ -161,15 +239,19 @@ def gae(
     n = len(rewards)
     if not np.isfinite(rewards).all():
         return np.zeros(n, dtype=np.float64), values.copy()
+    # |delta| <= 3 max(|r|, |V|), |A_t| <= n times that, |A_t + V_t| <= 4n times: divided by
+    # 2**e, nothing overflows.
+    e = _exponent(np.concatenate([rewards, values, [final_value]]), 4 * max(n, 1))
+    r, v = np.ldexp(rewards, -e), np.ldexp(values, -e)
     adv = np.empty(n, dtype=np.float64)
-    next_value = 0.0 if terminated else float(final_value)
+    next_value = 0.0 if terminated else float(np.ldexp(final_value, -e))
     running = 0.0
     for t in range(n - 1, -1, -1):
-        delta = rewards[t] + gamma * next_value - values[t]
+        delta = r[t] + gamma * next_value - v[t]
         running = delta + gamma * lam * running
         adv[t] = running
-        next_value = values[t]
-    return adv, adv + values
+        next_value = v[t]
+    return _unscale(adv, e), _unscale(adv + v, e)
 
 
 ValueFn = Callable[[Sequence[Any]], Sequence[float]]
@@ -274,7 +356,7 @@ def _grpo_estimates(
 ) -> Estimates:
     groups = [t.spec.group_uid for t in trajs]
     advs = grpo(rewards, groups, normalize_std=algo.normalize_std, eps=algo.epsilon)
-    return advs, [np.full(len(r), r.sum()) for r in rewards]
+    return advs, [np.full(len(r), episode_return(r)) for r in rewards]
 
 
 def _gigpo_estimates(

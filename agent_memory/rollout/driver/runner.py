@@ -30,7 +30,14 @@ from agent_memory.rollout.driver.collector import Collector
 from agent_memory.rollout.driver.groups import Groups
 from agent_memory.rollout.driver.outputs import summarize
 from agent_memory.rollout.driver.preflight import preflight
+from agent_memory.rollout.driver.verdict import (
+    failed_share,
+    failure_kinds,
+    failure_shares,
+    shares_text,
+)
 from agent_memory.rollout.driver.writer import RolloutWriter
+from agent_memory.rundir import RunDirInUse, hold_run_dir
 
 __all__ = ["bind_run_paths", "failed_share", "progress_bar", "run_log", "run_rollout"]
 
@@ -95,7 +102,8 @@ def run_rollout(
     ``{output_dir}`` / ``{run_id}`` filled (:func:`bind_run_paths`).
 
     Raises:
-        ConfigError: a bad config, found by ``preflight`` before Ray starts (nothing written).
+        ConfigError: a bad config, found by ``preflight`` before Ray starts (nothing written);
+            ``RunDirInUse``: another live run holds ``output_dir`` (nothing written there).
         Exception: whatever stopped the run, after ``summary.json`` (status ``"failed"`` or
             ``"interrupted"``) and every finished episode are written.
     """
@@ -104,8 +112,14 @@ def run_rollout(
     run_id = bind_run_paths(job, out)
     checked = preflight(job, policy=policy)
 
-    out.mkdir(parents=True, exist_ok=True)
-    with run_log(out / "rollout.log"):
+    with contextlib.ExitStack() as stack:
+        try:  # one live run per directory: another's is refused before anything is written
+            stack.enter_context(hold_run_dir(out, "rollout.output_dir"))
+        except RunDirInUse:
+            if policy is None:
+                checked.policy.close()
+            raise
+        stack.enter_context(run_log(out / "rollout.log"))
         writer = RolloutWriter(out, job)
         groups = Groups(job.rollout.group_size, job.algo, on_group=writer.add_group)
         collector: Collector | None = None
@@ -137,7 +151,8 @@ def run_rollout(
             summary = _summary(job, collector, labels, status, error)
             summary["ray_init_seconds"] = ray_seconds
             summary["wall_time_seconds"] = time.perf_counter() - t0
-            if status == "ok" and (verdict := failed_share(summary, job.rollout.failure_threshold)):
+            verdict = failed_share(summary, job.rollout.failure_threshold)
+            if status == "ok" and verdict:
                 summary["status"], summary["error"] = "failed", verdict
             close_error = _close(writer, groups, summary)
             _log_end(summary, out)
@@ -150,32 +165,6 @@ def run_rollout(
         if summary["status"] == "failed":
             raise RunFailed(summary["error"])
     return summary
-
-
-def failed_share(summary: dict[str, Any], threshold: float) -> str | None:
-    """Why a run that raised nothing is a failed run: its episodes, or its policy's requests,
-    failed at ``threshold``'s share or more (``rollout.failure_threshold``); None when not.
-
-    Example:
-        >>> failed_share({"episodes": 4, "errors": 4, "episodes_planned": 4}, 1.0)
-        '4 of 4 episodes failed (rollout.failure_threshold=1.0); each is in errors.jsonl'
-        >>> failed_share({"episodes": 4, "errors": 1, "episodes_planned": 4}, 1.0) is None
-        True
-    """
-    setting = f"rollout.failure_threshold={float(threshold)!r}"
-    planned = summary.get("episodes_planned", summary["episodes"])
-    if planned and summary["errors"] >= threshold * planned:
-        return (
-            f"{summary['errors']} of {planned} episodes failed ({setting}); each is in errors.jsonl"
-        )
-    stats = summary.get("policy_stats") or {}
-    prompts, failures = stats.get("prompts", 0), stats.get("failures", 0)
-    if prompts and failures >= threshold * prompts:
-        return (
-            f"{failures} of {prompts} policy requests failed ({setting}): see policy_stats "
-            "and rollout.log"
-        )
-    return None
 
 
 def _close(writer: RolloutWriter, groups: Groups, summary: dict[str, Any]) -> BaseException | None:
@@ -203,23 +192,25 @@ def _close(writer: RolloutWriter, groups: Groups, summary: dict[str, Any]) -> Ba
 
 
 def _log_end(summary: dict[str, Any], out: Path) -> None:
-    """The run's last log line: its figures, or its status and error."""
+    """The run's last log line: its figures (or its status and error) and every failure share
+    (a warning when something failed)."""
+    shares = shares_text(summary)
     if summary["status"] != "ok":
         log.error(
-            "rollout %s after %d of %d episodes: %s; what finished is in %s",
+            "rollout %s after %d of %d episodes: %s; %s; what finished is in %s",
             summary["status"], summary["episodes"], summary["episodes_planned"],
-            first_line(summary.get("error")), out,
+            first_line(summary.get("error")), shares, out,
         )  # fmt: skip
         return
     per_episode = summary["episode_prompt_tokens"]
-    errors = summary["errors"]
-    failed = f"; {errors} of {summary['episodes']} episodes failed (errors.jsonl)" if errors else ""
+    failed = summary["errors"] or summary["failure_shares"].get("policy_requests")
+    listed = "; each failed episode is in errors.jsonl" if summary["errors"] else ""
     (log.warning if failed else log.info)(
         "rollout ok: %d episodes, success rate %.3f, %d env-steps, prompt tokens per episode "
-        "mean %.0f / p95 %.0f / max %d (per step mean %.0f / max %d)%s; outputs in %s",
+        "mean %.0f / p95 %.0f / max %d (per step mean %.0f / max %d); %s%s; outputs in %s",
         summary["episodes"], summary["success_rate"], summary["env_steps"], per_episode["mean"],
         per_episode["p95"], per_episode["max"], summary["mean_prompt_tokens"],
-        summary["max_prompt_tokens"], failed, out,
+        summary["max_prompt_tokens"], shares, listed, out,
     )  # fmt: skip
 
 
@@ -242,4 +233,5 @@ def _summary(
     policy_stats = None if collector is None else collector.policy.stats
     if policy_stats is not None:  # e.g. the openai client's requests, retries, failures
         summary["policy_stats"] = policy_stats.as_dict()
+    summary["failure_shares"] = failure_shares(summary, failure_kinds(policy_stats))
     return summary
