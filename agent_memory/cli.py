@@ -200,10 +200,10 @@ def discard_run_dir(keep: Mapping[Path, set[str]] | None = None) -> list[Path]:
     """Remove what Hydra wrote for the current job, which was refused before it wrote anything:
     ``.hydra/`` (its three files) and the job's log (empty), then the run directory and its
     parents while they are empty (a sweep's directory holding only ``multirun.yaml`` and this
-    process's lock too), up to the launch directory (outside it, the run directory alone). A run directory holding anything
-    else (what another run wrote there) is left as it is. ``keep``: directories that existed
-    before the run, with their entries then: they stay, and so do those entries.
-    Returns the directories removed.
+    process's lock too), up to the launch directory (outside it, the run directory alone). A
+    run directory holding anything else (what another run wrote there) is left as it is.
+    ``keep``: directories that existed before the run, with their entries then: they stay, and
+    so do those entries. Returns the directories removed.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode

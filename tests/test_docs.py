@@ -129,7 +129,7 @@ def test_every_test_the_failure_guarantees_name_exists():
     text = (REPO / "docs" / "failures.md").read_text()
     sources = {p.name: p.read_text() for p in (REPO / "tests").rglob("test_*.py")}
     named, missing, current = 0, [], None
-    for m in re.finditer(r"`(?:tests/[\w/]+/)?(test_\w+\.py)?::(\w+)", text):
+    for m in re.finditer(r"`(?:tests/(?:\w+/)*)?(test_\w+\.py)?::(\w+)", text):
         current = m.group(1) or current
         named += 1
         if current is None or not re.search(rf"def {m.group(2)}\b", sources.get(current, "")):
