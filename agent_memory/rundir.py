@@ -71,10 +71,28 @@ _HELD: dict[str, _Hold] = {}
 _GUARD = threading.Lock()
 
 
+def _unusable(d: Path, keys: str, e: OSError) -> ConfigError:
+    """Why ``d`` cannot hold a run (a path through a file, /proc, a read-only or full file
+    system), said before anything runs, as a config error naming the setting to change."""
+    through = next((p for p in [d, *d.parents] if p.is_file()), None)
+    why = (
+        f"{str(through)!r} is a file, not a directory"
+        if through is not None
+        else f"{type(e).__name__}: {e.strerror or e}"
+    )
+    return ConfigError(
+        f"the output directory {str(d)!r} cannot be made or written ({why}): choose one you can "
+        f"write with {keys}"
+    )
+
+
 def _acquire(path: str | Path, keys: str, shared: bool = False) -> str:
     """Hold directory ``path`` (made if missing); returns the key to :func:`_release` it."""
     d = Path(path).expanduser()
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise _unusable(d, keys, e) from None
     key = os.path.realpath(d)
     with _GUARD:
         held = _HELD.get(key)
@@ -83,7 +101,10 @@ def _acquire(path: str | Path, keys: str, shared: bool = False) -> str:
                 held.runs = 1  # the script's run takes the directory its callback holds
                 return key
             raise _in_use(d, keys, "another run in this process")
-        fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fd = os.open(d / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise _unusable(d, keys, e) from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -183,3 +183,36 @@ def test_two_starts_get_different_default_directories_even_in_one_second(name, k
     tokens = [re.fullmatch(pattern, d) for d in dirs]
     assert all(tokens), dirs
     assert tokens[0].group(1) != tokens[1].group(1), dirs
+
+
+@pytest.mark.parametrize(
+    ("script_name", "key"),
+    [("rollout.py", "rollout.output_dir"), ("train.py", "trainer.output_dir")],
+)
+@pytest.mark.parametrize("where", ["through a file", "under /proc"])
+def test_an_output_directory_that_cannot_be_made_is_one_line_before_anything_runs(
+    tmp_path, script_name, key, where
+):
+    """Issue 50: a bad ``rollout.output_dir`` (under /proc, or under a file) exited 1 with stack
+    frames and a false "What finished is in ..." line. It is a config error now: one line
+    naming the directory, why, and the override; exit 2; Hydra's own directory is not left."""
+    if where == "under /proc" and not Path("/proc/self").exists():
+        pytest.skip("no /proc on this platform")
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    bad = blocker / "run" if where == "through a file" else Path("/proc/no-such-dir/run")
+    hydra_dir = tmp_path / "hydra"
+    proc = subprocess.run(
+        [sys.executable, f"scripts/{script_name}", f"{key}={bad}", f"hydra.run.dir={hydra_dir}",
+         *(TINY if script_name == "rollout.py" else ["trainer.iterations=1"])],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    why = f"{str(blocker)!r} is a file, not a directory" if where == "through a file" else (
+        "FileNotFoundError: No such file or directory"
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == [
+        f"Config error: the output directory {str(bad)!r} cannot be made or written ({why}): "
+        f"choose one you can write with {key}=<dir> (or hydra.run.dir=<dir>)"
+    ]
+    assert "What finished" not in proc.stdout + proc.stderr and not hydra_dir.exists()

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from agent_memory.config import JobConfig
+from agent_memory.config import ConfigError, JobConfig
 from agent_memory.failures import (
     RunFailed,
     describe_exception,
@@ -37,7 +37,7 @@ from agent_memory.rollout.driver.verdict import (
     shares_text,
 )
 from agent_memory.rollout.driver.writer import RolloutWriter
-from agent_memory.rundir import RunDirInUse, hold_run_dir
+from agent_memory.rundir import hold_run_dir
 
 __all__ = ["bind_run_paths", "failed_share", "progress_bar", "run_log", "run_rollout"]
 
@@ -103,7 +103,8 @@ def run_rollout(
 
     Raises:
         ConfigError: a bad config, found by ``preflight`` before Ray starts (nothing written);
-            ``RunDirInUse``: another live run holds ``output_dir`` (nothing written there).
+            ``RunDirInUse``: another live run holds ``output_dir`` (nothing written there); or
+            ``output_dir`` cannot be made or written (a path through a file, /proc).
         Exception: whatever stopped the run, after ``summary.json`` (status ``"failed"`` or
             ``"interrupted"``) and every finished episode are written.
     """
@@ -115,7 +116,7 @@ def run_rollout(
     with contextlib.ExitStack() as stack:
         try:  # one live run per directory: another's is refused before anything is written
             stack.enter_context(hold_run_dir(out, "rollout.output_dir"))
-        except RunDirInUse:
+        except ConfigError:  # held by another run, or a directory that cannot be made
             if policy is None:
                 checked.policy.close()
             raise
