@@ -274,6 +274,8 @@ def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
 def test_train_notes_writes_its_evaluation_rows_and_the_memorys_counters(tmp_path):
     """A train_notes run wrote no memory figure and no trajectories (issue 50): seeing what the
     trained model writes took a rollout on a checkpoint."""
+    from omegaconf import OmegaConf
+
     from agent_memory.train.metrics import read_metrics
 
     run_proc([
@@ -288,18 +290,25 @@ def test_train_notes_writes_its_evaluation_rows_and_the_memorys_counters(tmp_pat
     assert summary["memory_tokens"] > 0  # every step chose a block (policy=score)
     assert summary["memory_turns"] == 0 and isinstance(summary["memory_flags"], dict)
     assert summary["eval/memory_tokens_per_episode"] > 0
+    bound = OmegaConf.load(REPO / "configs" / "train_notes.yaml").memory.params.note_tokens
+    assert summary["memory_note_steps"] == summary["env_steps"] > 0  # each step's note counted
+    assert 0 <= summary["memory_note_tokens_mean"] <= summary["memory_note_tokens_max"] <= bound
     rows = read_metrics(tmp_path / "metrics.csv")
     assert [r["iteration"] for r in rows] == [0.0, 1.0]
     for prefix in ("train", "eval"):
         assert rows[-1][f"{prefix}/memory_tokens_per_episode"] > 0
         assert rows[-1][f"{prefix}/memory_turns_per_episode"] == 0
         assert 0 <= rows[-1][f"{prefix}/memory_flag_cut"] <= 1
+        # The note's length (issue 50): within the note's bound, the max above the mean.
+        mean, most = (rows[-1][f"{prefix}/memory_note_tokens_{k}"] for k in ("mean", "max"))
+        assert 0 <= mean <= most <= bound, (mean, most)
     for done in (0, 1):  # before training and after the iteration
         folder = tmp_path / "eval" / f"iter_{done:06d}"
         steps = [json.loads(line) for line in (folder / "trajectories.jsonl").open()]
         assert {s["traj_uid"] for s in steps} == {"eval-e0", "eval-e1"}
         assert all(s["memory_candidates"] and s["memory_index"] is not None for s in steps)
         assert all(s["response"].startswith("<memory>") for s in steps)
+        assert all(0 <= s["memory_note_tokens"] <= bound for s in steps)
         evaluated = json.loads((folder / "summary.json").read_text())
         assert evaluated["status"] == "ok" and evaluated["iteration"] == done
         assert evaluated["episodes"] == 2 and evaluated["memory"] == "notes"

@@ -423,6 +423,12 @@ class BaseMemory(ABC):
         e.g. a note cut to its bound); none by default."""
         return {}
 
+    def note_lengths(self, env_ids: Sequence[int]) -> dict[int, int]:
+        """Per env of ``env_ids``, the tokens of the note the memory keeps after the last store
+        (``info["memory_note_tokens"]``: what the next prompt shows of it); none by default (a
+        memory without a note)."""
+        return {}
+
     def turn_prompts(self, env_ids: Sequence[int]) -> dict[int, str]:
         """The prompts of the memory turns the envs of ``env_ids`` wait for: requests the
         acting policy answers as a turn of the episode before its next action (e.g.

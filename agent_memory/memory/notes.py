@@ -7,7 +7,8 @@ and shows it before a window of the env's recent steps: with a fixed window the 
 same size however long the episode runs, and RL decides what the note keeps.
 
 A response without a block (``"missing"``), with an unclosed one (``"malformed"``) or a note
-over its bound (``"cut"``) is flagged in the step's ``info["memory_flag"]`` and counted. A policy
+over its bound (``"cut"``) is flagged in the step's ``info["memory_flag"]`` and counted; the
+note's length in tokens after each store is the step's ``info["memory_note_tokens"]``. A policy
 that chooses rather than writes (``policy=score``) picks among :meth:`NotesMemory.candidates`:
 keep the note as it is, or add one line of the current observation (Memory-R1's NOOP / ADD).
 
@@ -17,8 +18,8 @@ Example:
     ...            "response": ["<memory>key=BLUE</memory><action>next</action>"]})
     >>> mem.store({"observation": ["Octopuses have three hearts."], "action": ["next"],
     ...            "response": ["<action>next</action>"]})
-    >>> mem.note(0), mem.step_flags([0]), dict(mem.flag_counts)
-    ('key=BLUE', {0: 'missing'}, {'missing': 1})
+    >>> mem.note(0), mem.step_flags([0]), dict(mem.flag_counts), mem.note_lengths([0])
+    ('key=BLUE', {0: 'missing'}, {'missing': 1}, {0: 8})
     >>> print(mem.fetch(0).contexts[0])
     Memory:
     key=BLUE
@@ -177,6 +178,8 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         self.layout = BlockLayout(header=s.header, window_header=s.window_header)
         self._open = f"<{s.tag}>"
         self._notes: list[str] = [""] * num_envs
+        #: Each note's tokens (of ``token_counter``), counted when the note is fitted.
+        self._lengths: list[int] = [0] * num_envs
         self._last: dict[int, NoteFlag] = {}
         #: How often each flag was raised since the memory was built.
         self.flag_counts: Counter[str] = Counter()
@@ -239,8 +242,15 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         """The flags the last store raised for the envs of ``env_ids`` that have one."""
         return {i: self._last[i] for i in env_ids if i in self._last}
 
+    def note_lengths(self, env_ids: Sequence[int]) -> dict[int, int]:
+        """Each env of ``env_ids``'s note length in tokens (of ``token_counter``; at most
+        ``note_tokens``): what its next prompt shows of the note. Counted when the note is
+        fitted, not again here."""
+        return {i: self._lengths[i] for i in env_ids}
+
     def _reset_env(self, i: int) -> None:
         self._notes[i] = ""
+        self._lengths[i] = 0
         self._last.pop(i, None)
 
     def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
@@ -282,45 +292,53 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         self._check_state(state)
         self._window.load_state_dict(state["window"])
         self._notes = [str(n) for n in state["notes"]]
+        self._lengths = [self.token_counter(n) for n in self._notes]
         self.flag_counts = Counter(state["flag_counts"])
         self._last = {}
 
     def _update(self, i: int, response: str) -> None:
-        """Env ``i``'s note after a response (its flag in ``_last``)."""
+        """Env ``i``'s note after a response (its flag in ``_last``, its length in ``_lengths``)."""
         s = self.settings
         found = find_tags(response, (s.tag,))
         flag: NoteFlag | None = None
         if not found:
             flag = "malformed" if self._open in response else "missing"
-            note = self._notes[i] if s.on_missing == "keep" else ""
+            if s.on_missing == "keep":
+                note, length = self._notes[i], self._lengths[i]
+            else:
+                note, length = "", 0
         else:
             block = utf8_safe(found[-1][1].strip())
             if s.update == "replace":
                 note = block
             else:
                 note = "\n".join(x for x in (self._notes[i], block) if x)
-            fitted = self._fit(note)
+            fitted, length = self._fit(note)
             if fitted != note:
                 flag, note = "cut", fitted
-        self._notes[i] = note
+        self._notes[i], self._lengths[i] = note, length
         if flag is None:
             self._last.pop(i, None)
         else:
             self._last[i] = flag
             self.flag_counts[flag] += 1
 
-    def _fit(self, note: str) -> str:
-        """``note`` within ``note_tokens``: appended notes lose their oldest lines first.
+    def _fit(self, note: str) -> tuple[str, int]:
+        """``note`` within ``note_tokens`` (appended notes lose their oldest lines first), and
+        its tokens.
 
         Linear in the note: each line is counted once, newest first, until the bound is
-        reached (not the whole note again after each line it drops).
+        reached (not the whole note again after each line it drops). A note that fits is
+        counted once; a cut one once more, after the cut.
         """
         limit, count = self.settings.note_tokens, self.token_counter
-        if count(note) <= limit:
-            return note
+        length = count(note)
+        if length <= limit:
+            return note, length
         if self.settings.update == "append" and "\n" in note:
             note = newest_lines(note.split("\n"), limit, count)
-        return fit_text(note, limit, count)
+        fitted = fit_text(note, limit, count)
+        return fitted, count(fitted)
 
     def __repr__(self) -> str:
         s = self.settings

@@ -86,6 +86,8 @@ class StepResult:
     parsed_action: Any = None
     thought: str | None = None
     memory_flag: str | None = None
+    #: The tokens of the memory's note after the step (``info["memory_note_tokens"]``).
+    memory_note_tokens: int | None = None
     state_key: str | None = None
     won: bool = False
     error: str | None = None

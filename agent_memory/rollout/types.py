@@ -52,6 +52,9 @@ class StepRecord:
     #: The memory's flag for this step (``info["memory_flag"]``, e.g. ``memory=notes``'s
     #: ``"missing"`` / ``"malformed"`` / ``"cut"``), else None.
     memory_flag: str | None = None
+    #: The tokens of the note the memory keeps after this step (``info["memory_note_tokens"]``,
+    #: ``memory=notes``: what the next prompt shows of it, at most ``note_tokens``), else None.
+    memory_note_tokens: int | None = None
     #: Per response token, 1 where it writes the memory's block (``memory=notes``), else 0;
     #: None when the memory reads no block or the policy reports no token offsets.
     memory_mask: list[int] | None = None

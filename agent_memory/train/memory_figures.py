@@ -5,8 +5,10 @@ The memory's own counters, per episode, for the training and the evaluation epis
 wrote into its memory (``memory=notes``' blocks: the chosen block's ids with ``policy=score``,
 the ``<memory>`` tokens of a generated response), its memory turns (``summarizer=policy``) and
 the share of env steps the memory flagged (``missing``, ``malformed``, ``cut``: the rollout
-summary's ``memory_flags``). With ``trainer.eval_rows=true`` every evaluation's episodes are
-written as a rollout writes them, to ``eval/iter_NNNNNN/`` (docs/output-schema.md).
+summary's ``memory_flags``) and the length of the note it keeps (``memory=notes``: its tokens
+after each step, what the next prompt shows; mean and max over the steps). With
+``trainer.eval_rows=true`` every evaluation's episodes are written as a rollout writes them, to
+``eval/iter_NNNNNN/`` (docs/output-schema.md).
 
 Example:
     >>> memory_metrics([], "eval")
@@ -32,6 +34,7 @@ __all__ = [
     "eval_rows_dir",
     "memory_metrics",
     "memory_tokens",
+    "note_lengths",
     "write_eval_rows",
 ]
 
@@ -57,9 +60,25 @@ def memory_tokens(step: StepRecord) -> int:
     return sum(step.memory_mask or ())
 
 
+def note_lengths(trajs: Sequence[Trajectory]) -> list[int]:
+    """The note's tokens after each step of ``trajs`` that has one (``memory=notes``; none for
+    a memory without a note).
+
+    Example:
+        >>> from agent_memory.rollout.types import EpisodeSpec, StepRecord
+        >>> s = StepRecord(1, "p", "r", "a", True, None, 0.0, False, False, 1, 1, 0, None)
+        >>> t = Trajectory(EpisodeSpec("g", "g-t0", 0, 0, 0), [s, s])
+        >>> s.memory_note_tokens = 5
+        >>> note_lengths([t])
+        [5, 5]
+    """
+    return [n for t in trajs for s in t.steps if (n := s.memory_note_tokens) is not None]
+
+
 def memory_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]:
     """The memory's counters over ``trajs`` as ``metrics.csv`` columns under ``prefix``: its
-    tokens and turns per episode, and each flag's share of the env steps."""
+    tokens and turns per episode, each flag's share of the env steps, and the note's mean and
+    max tokens over the steps (left out for a memory without a note: no length to show)."""
     if not trajs:
         return {}
     every = [s for t in trajs for s in t.steps]
@@ -72,12 +91,17 @@ def memory_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float]
     }
     for flag in MEMORY_FLAGS:
         out[f"{prefix}/memory_flag_{flag}"] = flags[flag] / max(1, len(steps))
+    if lengths := note_lengths(trajs):
+        out[f"{prefix}/memory_note_tokens_mean"] = sum(lengths) / len(lengths)
+        out[f"{prefix}/memory_note_tokens_max"] = float(max(lengths))
     return out
 
 
 def add_memory_totals(totals: dict[str, Any], trajs: Sequence[Trajectory]) -> dict[str, Any]:
     """``totals`` (``summary.json``'s ``memory_tokens``, ``memory_turns`` and ``memory_flags``,
-    over every training episode so far) with ``trajs``'s added; returns it.
+    over every training episode so far; with a note, ``memory_note_steps``, the steps whose
+    note was measured, and the note's ``memory_note_tokens_mean`` and ``_max`` over them) with
+    ``trajs``'s added; returns it.
 
     Example:
         >>> add_memory_totals({}, [])
@@ -89,6 +113,13 @@ def add_memory_totals(totals: dict[str, Any], trajs: Sequence[Trajectory]) -> di
     totals["memory_tokens"] = totals.get("memory_tokens", 0) + sum(memory_tokens(s) for s in every)
     totals["memory_turns"] = totals.get("memory_turns", 0) + sum(s.memory_turn for s in every)
     totals["memory_flags"] = dict(flags)
+    if lengths := note_lengths(trajs):
+        before = totals.get("memory_note_steps", 0)
+        steps = before + len(lengths)
+        mean = totals.get("memory_note_tokens_mean", 0.0)
+        totals["memory_note_steps"] = steps
+        totals["memory_note_tokens_mean"] = (mean * before + sum(lengths)) / steps
+        totals["memory_note_tokens_max"] = max(totals.get("memory_note_tokens_max", 0), *lengths)
     return totals
 
 

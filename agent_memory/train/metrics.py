@@ -35,6 +35,7 @@ COLUMNS: tuple[str, ...] = (
     "eval/prompt_tokens_per_episode",
     *(f"{p}/memory_{k}" for p in ("train", "eval") for k in (
         "tokens_per_episode", "turns_per_episode", "flag_missing", "flag_malformed", "flag_cut",
+        "note_tokens_mean", "note_tokens_max",
     )),
     "loss/policy", "loss/value", "loss/total", "kl/reference", "kl/approx_old", "entropy",
     "clip_fraction", "ratio", "grad_norm", "samples", "samples/stale",

@@ -64,6 +64,8 @@ class Verdicts:
     replies: dict[int, str]
     #: env id -> the memory's flag for the step stored (``BaseMemory.step_flags``).
     flags: dict[int, str] = field(default_factory=dict)
+    #: env id -> its note's tokens after the step was stored (``BaseMemory.note_lengths``).
+    note_tokens: dict[int, int] = field(default_factory=dict)
 
     def items(self) -> list[tuple[str, np.ndarray]]:
         """The info keys and their per-env values (``memory_reply`` apart)."""
@@ -81,6 +83,8 @@ class Verdicts:
             out["memory_reply"] = self.replies[i]
         if i in self.flags:
             out["memory_flag"] = self.flags[i]
+        if i in self.note_tokens:
+            out["memory_note_tokens"] = self.note_tokens[i]
         return out
 
 
@@ -97,10 +101,12 @@ class StepFlow:
         self.recorder = recorder
         self.parser = parser
         self.num_envs = recorder.num_envs
-        # A memory without memory actions needs no scan of the responses (nor, without flags,
-        # a question after each store).
-        self._intercepts = type(recorder.memory).intercept is not BaseMemory.intercept
-        self._flags = type(recorder.memory).step_flags is not BaseMemory.step_flags
+        # A memory without memory actions needs no scan of the responses (nor, without flags
+        # or a note, a question after each store).
+        kind = type(recorder.memory)
+        self._intercepts = kind.intercept is not BaseMemory.intercept
+        self._flags = kind.step_flags is not BaseMemory.step_flags
+        self._notes = kind.note_lengths is not BaseMemory.note_lengths
 
     def plan(self, responses: Sequence[Any], ids: Sequence[int]) -> Plan:
         """Intercept, parse and fall back for the envs in ``ids`` (``responses`` indexed by env)."""
@@ -137,6 +143,8 @@ class StepFlow:
         verdicts = self._judge(plan, step_infos, parser.invalid_penalty)
         if self._flags:
             verdicts.flags = recorder.memory.step_flags(ids)
+        if self._notes:
+            verdicts.note_tokens = recorder.memory.note_lengths(ids)
         rewards += verdicts.invalid_penalty
         recorder.add_rewards(ids, rewards[ids])
         return verdicts

@@ -382,7 +382,10 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         for key, values in verdicts.items():
             info[key] = values
             info[f"_{key}"] = acting.copy()
-        for key, by_env in (("memory_reply", verdicts.replies), ("memory_flag", verdicts.flags)):
+        for key, by_env in (
+            ("memory_reply", verdicts.replies), ("memory_flag", verdicts.flags),
+            ("memory_note_tokens", verdicts.note_tokens),
+        ):  # fmt: skip
             if by_env:
                 self._put_some(info, key, by_env)
 

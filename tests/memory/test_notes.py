@@ -96,6 +96,42 @@ def test_bad_settings_say_what_was_expected(kwargs, message):
         NotesSettings(**kwargs)
 
 
+@pytest.mark.parametrize("counter", ["chars", "estimate"])
+@pytest.mark.parametrize("update", ["replace", "append"])
+def test_the_note_length_after_each_store_is_the_counters_count_within_the_bound(counter, update):
+    """The note's length (issue 50: training showed nothing of it) is what the token counter
+    counts of the note the next prompt shows, after a write, a cut, a missing block, a reset and
+    a state round trip; never above ``note_tokens``."""
+    mem = NotesMemory(num_envs=2, token_counter=counter, note_tokens=12, update=update,
+                      on_missing="keep")  # fmt: skip
+    count = mem.token_counter
+    assert mem.note_lengths([0, 1]) == {0: 0, 1: 0}
+    for responses in (
+        ("<memory>key=BLUE</memory>", "<memory>a=1</memory>"),
+        ("<memory>" + "word " * 10 + "</memory>", "<action>next</action>"),  # cut; missing
+        ("<memory>b=2</memory>", "<memory>unclosed"),  # malformed keeps the note
+        ("<memory>c=3</memory>", "<memory>d=4</memory>"),
+    ):
+        store(mem, *responses)
+        lengths = mem.note_lengths([0, 1])
+        assert lengths == {i: count(mem.note(i)) for i in (0, 1)}, (responses, lengths)
+        assert all(0 <= n <= 12 for n in lengths.values())
+    assert mem.note_lengths([1]) == {1: count(mem.note(1))} and mem.note(1)
+    copy = NotesMemory(num_envs=2, token_counter=counter, note_tokens=12, update=update)
+    copy.load_state_dict(mem.state_dict())
+    assert copy.note_lengths([0, 1]) == mem.note_lengths([0, 1])
+    mem.reset([1])
+    assert mem.note_lengths([0, 1]) == {0: count(mem.note(0)), 1: 0}
+    empty = NotesMemory(num_envs=1, token_counter=counter, on_missing="empty")
+    store(empty, "<memory>key=BLUE</memory>")
+    store(empty, "<action>next</action>")
+    assert empty.note_lengths([0]) == {0: 0}
+
+
+def test_a_memory_without_a_note_reports_no_length():
+    assert make_memory("window", num_envs=2).note_lengths([0, 1]) == {}
+
+
 def test_memory_token_mask_covers_whole_blocks_only():
     text = "<think>hm</think><memory>k=B</memory><action>next</action><memory>unclosed"
     starts = [0, 7, 17, 25, 28, 37, 45, 49, 58]
@@ -115,6 +151,9 @@ def test_the_wrapper_shows_the_note_and_flags_the_step():
     assert prompts[1].startswith("Did you know?")
     assert info["memory_flag"].tolist() == [None, "missing"]
     assert info["_memory_flag"].tolist() == [False, True]
+    count = mem.token_counter
+    assert info["memory_note_tokens"].tolist() == [count("balloon=BROWN"), 0]
+    assert info["_memory_note_tokens"].tolist() == [True, True]
     env.close()
 
 

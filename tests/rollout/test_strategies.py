@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import pytest
 
 from agent_memory.config import MemoryConfig
 from agent_memory.rollout import run_rollout
+from agent_memory.tokens import make_token_counter
 from tests.rollout.conftest import make_job
 
 pytestmark = pytest.mark.usefixtures("ray_session")
@@ -91,12 +93,21 @@ def test_notes_an_expert_writes_carry_every_cue_past_an_empty_window(tmp_path):
         j.policy.params = policy_params
         return j
 
-    notes = run_rollout(job("notes", memory_tag="memory"), tmp_path / "notes")
+    notes_job = job("notes", memory_tag="memory")
+    notes = run_rollout(notes_job, tmp_path / "notes")
     window = run_rollout(job("window"), tmp_path / "window")
     assert notes["success_rate"] == 1.0 and notes["memory_flags"] == {}
     assert window["success_rate"] < 0.75  # 4 options and 2 cues: the expert guesses
     rows = [json.loads(line) for line in (tmp_path / "notes" / "trajectories.jsonl").open()]
     assert all(r["prompt"].startswith("Memory:\nRemember this:") for r in rows if r["step"] > 1)
+    # Each step's note length (issue 50) counts the note its block wrote (the next prompt's).
+    count = make_token_counter(notes_job.memory.token_counter)
+    for r in rows:
+        block = re.findall(r"<memory>(.*?)</memory>", r["response"], re.DOTALL)[-1].strip()
+        assert r["memory_note_tokens"] == count(block) > 0, r
+    assert max(r["memory_note_tokens"] for r in rows) <= 64  # note_tokens' default
+    windows = [json.loads(line) for line in (tmp_path / "window" / "trajectories.jsonl").open()]
+    assert windows and all(r["memory_note_tokens"] is None for r in windows)
 
 
 def test_notes_flags_are_counted_in_the_summary_and_rows(tmp_path):
@@ -107,3 +118,4 @@ def test_notes_flags_are_counted_in_the_summary_and_rows(tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").open()]
     assert summary["memory_flags"] == {"missing": summary["env_steps"]} == {"missing": len(rows)}
     assert {r["memory_flag"] for r in rows} == {"missing"}
+    assert {r["memory_note_tokens"] for r in rows} == {0}  # no block, no note

@@ -36,6 +36,7 @@ def _step_row(t: Trajectory, s: StepRecord) -> dict[str, Any]:
         "state_key": s.state_key, "advantage": s.advantage, "return": s.ret, "won": t.won,
         "error": t.error, "attempts": t.attempts, "thought": s.thought,
         "memory_flag": s.memory_flag, "memory_mask": s.memory_mask, "memory_turn": s.memory_turn,
+        "memory_note_tokens": s.memory_note_tokens,
         **_generation_columns(s.generation),
     }  # fmt: skip
 

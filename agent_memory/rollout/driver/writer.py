@@ -61,6 +61,7 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     "memory_flag": ("string", "the memory's flag for the step (notes: missing, malformed, cut)"),
     "memory_mask": ("list:int8", "1 for each sampled token that writes the memory's block"),
     "memory_turn": ("bool_", "a memory turn (the policy wrote its memory's summary), no env step"),
+    "memory_note_tokens": ("int64", "notes: the note's tokens after the step (the next prompt's)"),
     "prompt_ids": ("list:int64", "the prompt token ids the model was conditioned on"),
     "response_ids": ("list:int64", "the sampled token ids"),
     "response_logprobs": ("list:float64", "each sampled token's sampling log-prob"),

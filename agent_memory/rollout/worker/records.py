@@ -81,7 +81,7 @@ def step_record(
         truncated=res.truncated, context_tokens=tokens, context_chars=view.context_chars,
         history_steps=view.history_steps, state_key=res.state_key, observation=view.observation,
         thought=res.thought, memory_flag=res.memory_flag, memory_mask=mask, generation=gen,
-        memory_turn=run.turn,
+        memory_turn=run.turn, memory_note_tokens=res.memory_note_tokens,
     )  # fmt: skip
 
 

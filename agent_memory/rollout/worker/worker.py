@@ -285,7 +285,7 @@ class RolloutWorker:
             for key, default in (
                 ("error", None), ("is_action_valid", True), ("invalid_reason", None),
                 ("parsed_action", None), ("thought", None), ("won", False), ("state_key", None),
-                ("memory_flag", None),
+                ("memory_flag", None), ("memory_note_tokens", None),
             )
         }  # fmt: skip
         out = []
@@ -299,6 +299,7 @@ class RolloutWorker:
                 invalid_reason=values["invalid_reason"][j],
                 parsed_action=values["parsed_action"][j], thought=values["thought"][j] or None,
                 memory_flag=values["memory_flag"][j], state_key=self.state_keys[i],
+                memory_note_tokens=values["memory_note_tokens"][j],
                 won=bool(values["won"][j]), error=error, next=views[i],
                 memory_turn=turns.get(i) if error is None else None,
             )  # fmt: skip
