@@ -40,7 +40,7 @@ from typing import Any
 from omegaconf import DictConfig
 from omegaconf.errors import ConfigAttributeError, ConfigKeyError, OmegaConfBaseException
 
-from agent_memory.config import ConfigError, unknown_key
+from agent_memory.config import CONFIG_ERROR_EXIT, ConfigError, unknown_key
 from agent_memory.failures import RunFailed, describe_exception, first_line, is_sigterm
 from agent_memory.rundir import LOCK_FILE, RUN_TOKEN
 from agent_memory.suggest import did_you_mean
@@ -51,7 +51,6 @@ __all__ = [
 ]  # fmt: skip
 
 #: Exit status of a script stopped by a config error (2: a usage error, as argparse uses).
-CONFIG_ERROR_EXIT = 2
 
 
 def import_from_launch_dir() -> str:

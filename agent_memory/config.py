@@ -32,6 +32,7 @@ from agent_memory.checks import bounded_capacity
 from agent_memory.suggest import did_you_mean, override_value
 
 __all__ = [
+    "CONFIG_ERROR_EXIT",
     "FIXED_HISTORY",
     "REMOVED_KEYS",
     "AlgoConfig",
@@ -50,6 +51,10 @@ __all__ = [
 
 # OmegaConf's structured configs need typing.Optional (it does not read `X | None`).
 # ruff: noqa: UP045
+
+
+#: The exit status of a script stopped by a :class:`ConfigError`.
+CONFIG_ERROR_EXIT = 2
 
 
 class ConfigError(ValueError):

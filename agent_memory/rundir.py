@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agent_memory.config import ConfigError
+from agent_memory.config import CONFIG_ERROR_EXIT, ConfigError
 
 __all__ = [
     "LOCK_FILE", "RUN_TOKEN", "HoldRunDir", "RunDirInUse", "hold_run_dir",
@@ -204,9 +204,7 @@ class HoldRunDir:
         callback raises into a warning and runs the job anyway)."""
         try:
             self._key = _acquire(path, keys, shared=True)
-        except RunDirInUse as e:
-            from agent_memory.cli import CONFIG_ERROR_EXIT
-
+        except ConfigError as e:  # held by another run, or a directory that cannot be made
             sys.stderr.write(f"Config error: {e}\n")
             sys.stderr.flush()
             raise SystemExit(CONFIG_ERROR_EXIT) from None
