@@ -21,9 +21,16 @@ from typing import Any
 import numpy as np
 
 __all__ = [
-    "bounded_capacity", "check_choice", "check_history_length", "check_int", "check_number",
-    "check_stop", "check_str", "is_int", "is_number",
-]  # fmt: skip
+    "bounded_capacity",
+    "check_choice",
+    "check_history_length",
+    "check_int",
+    "check_number",
+    "check_stop",
+    "check_str",
+    "is_int",
+    "is_number",
+]
 
 
 def is_int(value: Any) -> bool:
@@ -117,9 +124,14 @@ def check_int(name: str, value: Any, low: int, *, allow_none: bool = False) -> A
 
 
 def check_number(
-    name: str, value: Any, *, low: float, high: float | None = None, low_open: bool = False,
+    name: str,
+    value: Any,
+    *,
+    low: float,
+    high: float | None = None,
+    low_open: bool = False,
     allow_none: bool = False,
-) -> float | None:  # fmt: skip
+) -> float | None:
     """``value`` as a float in ``[low, high]`` (``(low, ...`` when ``low_open``; no upper bound
     when ``high`` is None; bools, NaN and inf refused), or None when ``allow_none``.
 

@@ -46,9 +46,14 @@ from agent_memory.rundir import LOCK_FILE, RUN_TOKEN
 from agent_memory.suggest import did_you_mean
 
 __all__ = [
-    "CONFIG_ERROR_EXIT", "config_error_message", "discard_run_dir", "hydra_main",
-    "import_from_launch_dir", "report_config_errors", "script_failures",
-]  # fmt: skip
+    "CONFIG_ERROR_EXIT",
+    "config_error_message",
+    "discard_run_dir",
+    "hydra_main",
+    "import_from_launch_dir",
+    "report_config_errors",
+    "script_failures",
+]
 
 #: Exit status of a script stopped by a config error (2: a usage error, as argparse uses).
 

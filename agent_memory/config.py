@@ -155,12 +155,18 @@ class EnvConfig:
     def __post_init__(self) -> None:
         _need(
             _is_int(self.history_length) and self.history_length >= -1,
-            "env.history_length", "-1 (whole episode), 0 (none) or k > 0", self.history_length, 3,
-        )  # fmt: skip
+            "env.history_length",
+            "-1 (whole episode), 0 (none) or k > 0",
+            self.history_length,
+            3,
+        )
         _need(
             self.max_steps is None or (_is_int(self.max_steps) and self.max_steps >= 1),
-            "env.max_steps", "null or an int >= 1", self.max_steps, 50,
-        )  # fmt: skip
+            "env.max_steps",
+            "null or an int >= 1",
+            self.max_steps,
+            50,
+        )
 
 
 #: Strategies that fix the history length (``memory=none``, ``memory=full``): the window
@@ -251,50 +257,77 @@ class RolloutConfig:
     output_dir: Optional[str] = None
 
     def __post_init__(self) -> None:
-        _need_ints(self, "rollout", (
-            ("num_groups", 1, 4), ("group_size", 1, 8), ("num_workers", 1, 2),
-            ("envs_per_worker", 1, 8), ("max_restarts", 0, 2), ("max_episode_attempts", 1, 2),
-            ("max_policy_lag", 0, 0), ("max_response_chars", 1, 100000),
-        ))  # fmt: skip
+        _need_ints(
+            self,
+            "rollout",
+            (
+                ("num_groups", 1, 4),
+                ("group_size", 1, 8),
+                ("num_workers", 1, 2),
+                ("envs_per_worker", 1, 8),
+                ("max_restarts", 0, 2),
+                ("max_episode_attempts", 1, 2),
+                ("max_policy_lag", 0, 0),
+                ("max_response_chars", 1, 100000),
+            ),
+        )
         _need(
             isinstance(self.num_cpus_per_worker, (int, float)) and self.num_cpus_per_worker > 0,
-            "rollout.num_cpus_per_worker", "a number > 0 (fractions allowed)",
-            self.num_cpus_per_worker, 0.5,
-        )  # fmt: skip
+            "rollout.num_cpus_per_worker",
+            "a number > 0 (fractions allowed)",
+            self.num_cpus_per_worker,
+            0.5,
+        )
         for key, choices in (
-            ("vectorization", ("sync", "async")), ("mode", ("async", "lockstep")),
+            ("vectorization", ("sync", "async")),
+            ("mode", ("async", "lockstep")),
             ("layout", ("step", "episode")),
-        ):  # fmt: skip
+        ):
             v = getattr(self, key)
             _need(v in choices, f"rollout.{key}", " or ".join(map(repr, choices)), v, choices[0])
         _need(
             _num(self.failure_threshold, 0) and 0 < self.failure_threshold <= 1,
-            "rollout.failure_threshold", "a share in (0, 1]", self.failure_threshold, 0.1,
-        )  # fmt: skip
+            "rollout.failure_threshold",
+            "a share in (0, 1]",
+            self.failure_threshold,
+            0.1,
+        )
         _need(
             self.step_timeout_s is None
             or (isinstance(self.step_timeout_s, (int, float)) and self.step_timeout_s > 0),
-            "rollout.step_timeout_s", "null (no limit) or a number of seconds > 0",
-            self.step_timeout_s, 300,
-        )  # fmt: skip
+            "rollout.step_timeout_s",
+            "null (no limit) or a number of seconds > 0",
+            self.step_timeout_s,
+            300,
+        )
         _need(
             self.node_timeout_s is None or _num(self.node_timeout_s, 1),
-            "rollout.node_timeout_s", "null (Ray's defaults) or a number of seconds >= 1",
-            self.node_timeout_s, 30,
-        )  # fmt: skip
+            "rollout.node_timeout_s",
+            "null (Ray's defaults) or a number of seconds >= 1",
+            self.node_timeout_s,
+            30,
+        )
         _need(
             self.queue_depth is None or (_is_int(self.queue_depth) and self.queue_depth >= 1),
-            "rollout.queue_depth", "null (by the policy) or an int >= 1", self.queue_depth, 1,
-        )  # fmt: skip
+            "rollout.queue_depth",
+            "null (by the policy) or an int >= 1",
+            self.queue_depth,
+            1,
+        )
         _need(
             _num(self.pass_window_s, 0) and self.pass_window_s <= 1,
-            "rollout.pass_window_s", "a number of seconds in [0, 1]", self.pass_window_s, 0.05,
-        )  # fmt: skip
+            "rollout.pass_window_s",
+            "a number of seconds in [0, 1]",
+            self.pass_window_s,
+            0.05,
+        )
         _need(
             self.report_interval_s is None or _num(self.report_interval_s, 0),
-            "rollout.report_interval_s", "null (by rollout.queue_depth) or a number of seconds "
-            ">= 0", self.report_interval_s, 0.02,
-        )  # fmt: skip
+            "rollout.report_interval_s",
+            "null (by rollout.queue_depth) or a number of seconds >= 0",
+            self.report_interval_s,
+            0.02,
+        )
 
     @property
     def num_episodes(self) -> int:

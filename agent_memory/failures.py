@@ -28,9 +28,15 @@ import traceback
 from collections.abc import Iterator
 
 __all__ = [
-    "RunFailed", "Terminated", "clean_text", "describe_exception", "first_line", "is_sigterm",
-    "run_status", "sigterm_interrupts",
-]  # fmt: skip
+    "RunFailed",
+    "Terminated",
+    "clean_text",
+    "describe_exception",
+    "first_line",
+    "is_sigterm",
+    "run_status",
+    "sigterm_interrupts",
+]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 #: Lines that only point at a span of the line above (``^^^^``, ``~~~~``).

@@ -87,13 +87,18 @@ class ActionParser:
     """
 
     def __init__(
-        self, tag: str | None = "action", think_tag: str | None = "think", *,
+        self,
+        tag: str | None = "action",
+        think_tag: str | None = "think",
+        *,
         multiple: Literal["invalid", "first", "last"] = "invalid",
         match: Literal["normalized", "exact"] = "normalized",
-        action_names: Sequence[str] | None = None, max_chars: int = 20_000,
-        on_invalid: Literal["skip", "noop"] = "skip", noop_action: Any = None,
+        action_names: Sequence[str] | None = None,
+        max_chars: int = 20_000,
+        on_invalid: Literal["skip", "noop"] = "skip",
+        noop_action: Any = None,
         invalid_penalty: float = 0.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if multiple not in ("invalid", "first", "last"):
             raise ValueError(f"multiple must be 'invalid', 'first' or 'last', got {multiple!r}")
         if match not in ("normalized", "exact"):

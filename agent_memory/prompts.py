@@ -29,10 +29,17 @@ from agent_memory.suggest import did_you_mean
 
 __all__ = ["DEFAULT_TEMPLATE", "FIELDS", "PromptTemplate"]
 
-FIELDS: Final = frozenset({
-    "task", "observation", "admissible_actions", "history", "history_length", "step_count",
-    "current_step",
-})  # fmt: skip
+FIELDS: Final = frozenset(
+    {
+        "task",
+        "observation",
+        "admissible_actions",
+        "history",
+        "history_length",
+        "step_count",
+        "current_step",
+    }
+)
 
 _DEFAULT_NO_HISTORY = (
     "{task}\n\nYour current observation is:\n{observation}\n\n"
@@ -112,10 +119,14 @@ class PromptTemplate:
     """
 
     def __init__(
-        self, no_history: str = _DEFAULT_NO_HISTORY, with_history: str = _DEFAULT_WITH_HISTORY,
-        task: str = "", system: str | None = None, action_quote: str = '"',
+        self,
+        no_history: str = _DEFAULT_NO_HISTORY,
+        with_history: str = _DEFAULT_WITH_HISTORY,
+        task: str = "",
+        system: str | None = None,
+        action_quote: str = '"',
         action_separator: str = ", ",
-    ) -> None:  # fmt: skip
+    ) -> None:
         _check_fields("no_history", no_history)
         _check_fields("with_history", with_history)
         if system is not None:
@@ -183,9 +194,15 @@ class PromptTemplate:
         return text
 
     def render(
-        self, *, observation: str, task: str | None = None, admissible: Sequence[Any] | None = None,
-        history: str | None = None, history_length: int = 0, step_count: int = 0,
-    ) -> str:  # fmt: skip
+        self,
+        *,
+        observation: str,
+        task: str | None = None,
+        admissible: Sequence[Any] | None = None,
+        history: str | None = None,
+        history_length: int = 0,
+        step_count: int = 0,
+    ) -> str:
         """The prompt text; ``history=None`` selects ``no_history``."""
         task = self.task if task is None else task
         shown = history or ""
@@ -195,15 +212,23 @@ class PromptTemplate:
         # str() of a str is itself, of an int what format(value, "") gives: the same text.
         if join is not None and type(task) is type(observation) is type(shown) is str:
             return join(
-                task=task, observation=observation, admissible_actions=actions, history=shown,
-                history_length=history_length, step_count=step_count,
+                task=task,
+                observation=observation,
+                admissible_actions=actions,
+                history=shown,
+                history_length=history_length,
+                step_count=step_count,
                 current_step=step_count + 1,
-            )  # fmt: skip
+            )
         fields = {
-            "task": task, "observation": observation, "admissible_actions": actions,
-            "history": shown, "history_length": history_length, "step_count": step_count,
+            "task": task,
+            "observation": observation,
+            "admissible_actions": actions,
+            "history": shown,
+            "history_length": history_length,
+            "step_count": step_count,
             "current_step": step_count + 1,
-        }  # fmt: skip
+        }
         return text.format_map(fields)
 
     def render_system(self, *, task: str | None = None) -> str | None:

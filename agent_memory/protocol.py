@@ -13,10 +13,20 @@ from agent_memory.checks import check_choice
 from agent_memory.pickling import by_position
 
 __all__ = [
-    "ADMISSIBLE_ACTIONS", "EPISODE_HISTORY", "INVALID_REASON", "IS_ACTION_VALID", "SCORE_RULES",
-    "STATE_KEY", "TASK", "WON", "ActionChoice", "Episode", "Generation", "SamplingParams",
+    "ADMISSIBLE_ACTIONS",
+    "EPISODE_HISTORY",
+    "INVALID_REASON",
+    "IS_ACTION_VALID",
+    "SCORE_RULES",
+    "STATE_KEY",
+    "TASK",
+    "WON",
+    "ActionChoice",
+    "Episode",
+    "Generation",
+    "SamplingParams",
     "ScoreRule",
-]  # fmt: skip
+]
 
 #: How a scoring policy makes a candidate's score from its tokens' log-probs: their ``sum`` (the
 #: candidate's log-likelihood, GLAM) or their ``mean`` (length-normalised, so a short candidate

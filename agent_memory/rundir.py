@@ -44,8 +44,12 @@ from typing import Any
 from agent_memory.config import CONFIG_ERROR_EXIT, ConfigError
 
 __all__ = [
-    "LOCK_FILE", "RUN_TOKEN", "HoldRunDir", "RunDirInUse", "hold_run_dir",
-]  # fmt: skip
+    "LOCK_FILE",
+    "RUN_TOKEN",
+    "HoldRunDir",
+    "RunDirInUse",
+    "hold_run_dir",
+]
 
 #: The lock file a run holds in its output directory (left in place: it is locked, not present).
 LOCK_FILE = ".run.lock"

@@ -32,10 +32,15 @@ BUILD_ERRORS = (ValueError, TypeError, ImportError, OSError, LookupError)
 
 
 def bind_params(
-    factory: Callable[..., Any], given: Mapping[str, Any], *, key: str, what: str,
-    reserved: Mapping[str, str] | None = None, elsewhere: Callable[[str], str] | None = None,
+    factory: Callable[..., Any],
+    given: Mapping[str, Any],
+    *,
+    key: str,
+    what: str,
+    reserved: Mapping[str, str] | None = None,
+    elsewhere: Callable[[str], str] | None = None,
     configured: Collection[str] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Refuse keys of ``given`` that ``factory`` does not take (naming the nearest valid ones)
     or that another config key sets (``reserved``), and required parameters ``given`` lacks.
 
@@ -93,9 +98,12 @@ def bind_params(
 
 
 def _renamed(
-    name: str, given: Mapping[str, Any], valid: list[str], key: str,
+    name: str,
+    given: Mapping[str, Any],
+    valid: list[str],
+    key: str,
     configured: Collection[str] | None,
-) -> str:  # fmt: skip
+) -> str:
     """``"did you mean <override>?"``: the nearest valid names set to ``given[name]``, as
     overrides (``+`` for a name the config does not hold yet: not in ``configured``, by default
     ``given``), or ``""``."""

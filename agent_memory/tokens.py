@@ -27,10 +27,19 @@ from agent_memory.registry import Registry
 from agent_memory.text import utf8_safe
 
 __all__ = [
-    "PIECE_CHARS", "CallableCounter", "CharCounter", "EstimateCounter", "HFTokenizerCounter",
-    "QwenCounter", "TokenCounter", "TokenCounterSpec", "available_token_counters",
-    "make_token_counter", "register_token_counter", "split_pieces",
-]  # fmt: skip
+    "PIECE_CHARS",
+    "CallableCounter",
+    "CharCounter",
+    "EstimateCounter",
+    "HFTokenizerCounter",
+    "QwenCounter",
+    "TokenCounter",
+    "TokenCounterSpec",
+    "available_token_counters",
+    "make_token_counter",
+    "register_token_counter",
+    "split_pieces",
+]
 
 #: Exact counters count longer texts in pieces of at most this many characters.
 PIECE_CHARS = 8192
@@ -272,16 +281,21 @@ _REGISTRY: Registry[TokenCounter] = Registry(
     "tokenizer, or a callable str -> int",
 )
 for _name, _factory in (
-    ("estimate", _estimate), ("default", _estimate), ("chars", _chars), ("qwen", _qwen),
+    ("estimate", _estimate),
+    ("default", _estimate),
+    ("chars", _chars),
+    ("qwen", _qwen),
     ("hf", _hf),
-):  # fmt: skip
+):
     _REGISTRY.register(_name, _factory)
 
 
 def register_token_counter(
-    name: str, factory: Callable[[str | None], TokenCounter] | None = None, *,
+    name: str,
+    factory: Callable[[str | None], TokenCounter] | None = None,
+    *,
     overwrite: bool = False,
-) -> Any:  # fmt: skip
+) -> Any:
     """Make ``"<name>"`` / ``"<name>:<argument>"`` build ``factory(argument or None)``; usable as
     a decorator.
 

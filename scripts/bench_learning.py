@@ -57,10 +57,15 @@ SETTINGS = (
 )
 
 QUICK = (
-    "trainer.iterations=2", "trainer.eval_every=1", "trainer.eval_episodes=8",
-    "rollout.num_groups=2", "rollout.group_size=2", "rollout.envs_per_worker=8",
-    "trainer.tiny.vocab_episodes=8", "trainer.logger=[csv]",
-)  # fmt: skip
+    "trainer.iterations=2",
+    "trainer.eval_every=1",
+    "trainer.eval_episodes=8",
+    "rollout.num_groups=2",
+    "rollout.group_size=2",
+    "rollout.envs_per_worker=8",
+    "trainer.tiny.vocab_episodes=8",
+    "trainer.logger=[csv]",
+)
 
 
 def compose(overrides: list[str]) -> Any:
@@ -144,12 +149,20 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> None:
     run_benchmark(
-        "bench_learning.py", __doc__ or "", SETTINGS, QUICK, run_one,
-        lambda r: f"final eval success {r['final']:.1%} (best {r['best']:.1%}), "
-        f"{r['tokens']:.0f} prompt tokens/episode, {r['wall'] / 60:.1f} min",
-        table, plot, "learning",
+        "bench_learning.py",
+        __doc__ or "",
+        SETTINGS,
+        QUICK,
+        run_one,
+        lambda r: (
+            f"final eval success {r['final']:.1%} (best {r['best']:.1%}), "
+            f"{r['tokens']:.0f} prompt tokens/episode, {r['wall'] / 60:.1f} min"
+        ),
+        table,
+        plot,
+        "learning",
         check=lambda s, extra: compose([*s.overrides, "trainer.progress=false", *extra]),
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

@@ -45,31 +45,61 @@ class Setting:
 #: Every configuration's budget: its training time, and its evaluation during training.
 BUDGET = ("trainer.max_minutes=10", "trainer.eval_every=10", "trainer.eval_episodes=100")
 #: The task and model of configs/train_notes.yaml, for the configurations built on train_recall.
-TASK = ("env.kwargs.num_cues=2", "env.kwargs.num_distractors=5", "env.parser.tag=action",
-        "env.kwargs.answer_format=statement", "trainer.minibatch_size=64",
-        "trainer.tiny.lowercase=true", "trainer.tiny.pretrain_steps=3000")  # fmt: skip
+TASK = (
+    "env.kwargs.num_cues=2",
+    "env.kwargs.num_distractors=5",
+    "env.parser.tag=action",
+    "env.kwargs.answer_format=statement",
+    "trainer.minibatch_size=64",
+    "trainer.tiny.lowercase=true",
+    "trainer.tiny.pretrain_steps=3000",
+)
 SETTINGS = (
-    Setting("window", "window 3 (about the note's tokens)", "train_recall",
-            (*TASK, "env.history_length=3")),
+    Setting(
+        "window",
+        "window 3 (about the note's tokens)",
+        "train_recall",
+        (*TASK, "env.history_length=3"),
+    ),
     Setting("full", "whole history", "train_recall", (*TASK, "env.history_length=-1")),
     Setting(
-        "compaction", "extractive compaction, window 1", "train_recall",
-        (*TASK, "memory=compaction", "env.history_length=1", "memory.params.trigger_steps=2",
-         "memory.params.keep_last=1"),
+        "compaction",
+        "extractive compaction, window 1",
+        "train_recall",
+        (
+            *TASK,
+            "memory=compaction",
+            "env.history_length=1",
+            "memory.params.trigger_steps=2",
+            "memory.params.keep_last=1",
+        ),
     ),
-    Setting("retrieval", "retrieval, 2 steps", "train_recall",
-            (*TASK, "memory=retrieval", "env.history_length=2")),
+    Setting(
+        "retrieval",
+        "retrieval, 2 steps",
+        "train_recall",
+        (*TASK, "memory=retrieval", "env.history_length=2"),
+    ),
     Setting("notes", "notes the policy writes (trained)", "train_notes", TASK),
-    Setting("notes_memory_untrained", "notes, memory choices not trained", "train_notes",
-            (*TASK, "trainer.train_memory_tokens=false")),
-)  # fmt: skip
+    Setting(
+        "notes_memory_untrained",
+        "notes, memory choices not trained",
+        "train_notes",
+        (*TASK, "trainer.train_memory_tokens=false"),
+    ),
+)
 
 QUICK = (
-    "trainer.iterations=2", "trainer.eval_every=1", "trainer.eval_episodes=8",
-    "rollout.num_groups=2", "rollout.group_size=2", "rollout.envs_per_worker=8",
-    "trainer.tiny.vocab_episodes=8", "trainer.logger=[csv]",
+    "trainer.iterations=2",
+    "trainer.eval_every=1",
+    "trainer.eval_episodes=8",
+    "rollout.num_groups=2",
+    "rollout.group_size=2",
+    "rollout.envs_per_worker=8",
+    "trainer.tiny.vocab_episodes=8",
+    "trainer.logger=[csv]",
     "trainer.tiny.pretrain_steps=2",
-)  # fmt: skip
+)
 
 
 def compose(config: str, overrides: list[str]) -> Any:
@@ -115,11 +145,17 @@ def play(job: Any, model: Path, cues: int, distractors: int, out: Path) -> dict[
         job.policy, params={**job.policy.params, "path": str(model), "temperature": 0.0}
     )
     rollout = dataclasses.replace(
-        r, num_groups=t.eval_episodes, group_size=1, seed=t.eval_seed, save_parquet=False,
-        progress=False, output_dir=None,
-    )  # fmt: skip
-    summary = run_rollout(JobConfig(**{**fields, "env": env, "policy": policy,
-                                       "rollout": rollout}), out)  # fmt: skip
+        r,
+        num_groups=t.eval_episodes,
+        group_size=1,
+        seed=t.eval_seed,
+        save_parquet=False,
+        progress=False,
+        output_dir=None,
+    )
+    summary = run_rollout(
+        JobConfig(**{**fields, "env": env, "policy": policy, "rollout": rollout}), out
+    )
     return {
         "success": float(summary["success_rate"]),
         "tokens_mean": float(summary["mean_prompt_tokens"]),
@@ -139,28 +175,37 @@ def run_one(setting: Setting, out: Path, extra: list[str]) -> dict[str, Any]:
     model = find_checkpoint(out / setting.name) / "model"
     plays = [play(job, model, c, d, out / setting.name / f"play_{c}_cues") for c, d in HORIZONS]
     return {
-        "setting": setting, "success": [p["success"] for p in plays],
+        "setting": setting,
+        "success": [p["success"] for p in plays],
         "tokens_mean": [p["tokens_mean"] for p in plays],
-        "tokens_max": [p["tokens_max"] for p in plays], "wall": wall,
-        "status": summary["status"], "iterations": summary["iterations"],
+        "tokens_max": [p["tokens_max"] for p in plays],
+        "wall": wall,
+        "status": summary["status"],
+        "iterations": summary["iterations"],
         "env_steps": summary["env_steps"],
-    }  # fmt: skip
+    }
 
 
 def table(results: list[dict[str, Any]]) -> str:
     """The markdown table of ``results``: success, then prompt tokens per step (mean / max), at
     each horizon; the training's env-steps, iterations and time."""
-    names = [f"{k}x ({c} cues, {c + d + 1} steps)"
-             for k, (c, d) in zip((1, 2, 4), HORIZONS, strict=True)]  # fmt: skip
+    names = [
+        f"{k}x ({c} cues, {c + d + 1} steps)" for k, (c, d) in zip((1, 2, 4), HORIZONS, strict=True)
+    ]
     head = [*(f"success {n}" for n in names), *(f"tokens/step {k}x" for k in (1, 2, 4))]
-    lines = [f"| configuration | {' | '.join(head)} | env-steps | iterations | training time |",
-             "|---" * (len(head) + 4) + "|"]  # fmt: skip
+    lines = [
+        f"| configuration | {' | '.join(head)} | env-steps | iterations | training time |",
+        "|---" * (len(head) + 4) + "|",
+    ]
     for r in results:
         cells = [f"{s:.1%}" for s in r["success"]]
-        cells += [f"{m:.0f} / {x:.0f}"
-                  for m, x in zip(r["tokens_mean"], r["tokens_max"], strict=True)]  # fmt: skip
-        lines.append(f"| {r['setting'].label} | {' | '.join(cells)} | {r['env_steps']:,} "
-                     f"| {r['iterations']} | {r['wall'] / 60:.1f} min |")  # fmt: skip
+        cells += [
+            f"{m:.0f} / {x:.0f}" for m, x in zip(r["tokens_mean"], r["tokens_max"], strict=True)
+        ]
+        lines.append(
+            f"| {r['setting'].label} | {' | '.join(cells)} | {r['env_steps']:,} "
+            f"| {r['iterations']} | {r['wall'] / 60:.1f} min |"
+        )
     return "\n".join(lines)
 
 
@@ -191,12 +236,18 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 def main() -> None:
     run_benchmark(
-        "bench_notes.py", __doc__ or "", SETTINGS, QUICK, run_one,
+        "bench_notes.py",
+        __doc__ or "",
+        SETTINGS,
+        QUICK,
+        run_one,
         lambda r: "success at 1x/2x/4x: " + ", ".join(f"{s:.1%}" for s in r["success"]),
-        table, plot, "notes",
+        table,
+        plot,
+        "notes",
         check=lambda s, extra: compose(s.config, [*s.overrides, "trainer.progress=false", *extra]),
         prepare=pretrain_base,
-    )  # fmt: skip
+    )
 
 
 if __name__ == "__main__":

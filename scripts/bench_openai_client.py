@@ -35,10 +35,21 @@ HEADERS = {"Content-Type": "application/json"}
 
 def _serve(max_in_flight: int) -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "agent_memory.serving.mock_openai", "--hash", "--port", "0",
-         "--max-in-flight", str(max_in_flight), "--max-lifetime", "600"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "agent_memory.serving.mock_openai",
+            "--hash",
+            "--port",
+            "0",
+            "--max-in-flight",
+            str(max_in_flight),
+            "--max-lifetime",
+            "600",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     found = re.search(r"at (http://\S+/v1)", line)
@@ -116,8 +127,9 @@ async def _bench(policy: OpenAIPolicy, args: argparse.Namespace) -> None:
                 print(
                     f"repeat {i + 1}/{args.repeats} {name}: {n / wall:,.0f} requests/s, "
                     f"{1e6 * seconds / n:,.0f} us CPU/request",
-                    file=sys.stderr, flush=True,
-                )  # fmt: skip
+                    file=sys.stderr,
+                    flush=True,
+                )
     us = {name: statistics.median(v) for name, v in cpu.items()}
     rps = {name: statistics.median(v) for name, v in rate.items()}
     print(

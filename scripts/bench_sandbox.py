@@ -78,10 +78,14 @@ def main() -> None:
         layers = box.layers
     med = {n: {k: statistics.median(v) * 1000 for k, v in r.items()} for n, r in results.items()}
     base = med["pre-change layers"]
-    print(f"Sandbox cost: {args.rounds} sandboxes per variant, {args.runs} runs of "
-          f"{args.snippet!r} each (medians)\n")  # fmt: skip
-    print("| variant | per step (ms) | start-up (ms) | close (ms) | per step / before |"
-          " start-up / before |")  # fmt: skip
+    print(
+        f"Sandbox cost: {args.rounds} sandboxes per variant, {args.runs} runs of "
+        f"{args.snippet!r} each (medians)\n"
+    )
+    print(
+        "| variant | per step (ms) | start-up (ms) | close (ms) | per step / before |"
+        " start-up / before |"
+    )
     print("|---|---|---|---|---|---|")
     for name, m in med.items():
         print(

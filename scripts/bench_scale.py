@@ -72,9 +72,14 @@ def play(envs: int, workers: int, min_episodes: int) -> Run:
     finally:
         collector.close()
     return Run(
-        envs, per_env, s.env_steps, wall - s.loop_time, s.env_steps / s.loop_time, workers_mib,
+        envs,
+        per_env,
+        s.env_steps,
+        wall - s.loop_time,
+        s.env_steps / s.loop_time,
+        workers_mib,
         vm_hwm_mib(os.getpid()),
-    )  # fmt: skip
+    )
 
 
 def row(run: Run, base: Run | None) -> str:
@@ -109,8 +114,9 @@ def main() -> None:
         args.envs, args.baseline, args.min_episodes = [256], 64, 256
     for n in [args.baseline, *args.envs]:
         if n % args.workers:
-            p.error(f"--envs and --baseline: expected multiples of --workers={args.workers}, "
-                    f"got {n}")  # fmt: skip
+            p.error(
+                f"--envs and --baseline: expected multiples of --workers={args.workers}, got {n}"
+            )
     init_ray()
     load = os.getloadavg()[0]
     print(

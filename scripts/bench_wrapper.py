@@ -83,9 +83,11 @@ def admissible_actions(make: Callable[[], gym.vector.VectorEnv], steps: int) -> 
 
 
 def run(
-    make: Callable[[], gym.vector.VectorEnv], actions: list[list[str]], wrapped: bool,
+    make: Callable[[], gym.vector.VectorEnv],
+    actions: list[list[str]],
+    wrapped: bool,
     clock: Callable[[], float],
-) -> float:  # fmt: skip
+) -> float:
     env = make()
     env.reset(seed=0)
     batches = [
@@ -167,8 +169,10 @@ def processes_table(args: argparse.Namespace) -> None:
     print("|---|---|---|---|---|")
     for k, r in enumerate(rows, 1):
         adds = r["wrapped"] - r["bare"]
-        print(f"| {k} | {r['bare']:.1f} | {r['wrapped']:.1f} | {adds:.1f} | "
-              f"{r['wrapped'] / r['bare']:.2f}x |")  # fmt: skip
+        print(
+            f"| {k} | {r['bare']:.1f} | {r['wrapped']:.1f} | {adds:.1f} | "
+            f"{r['wrapped'] / r['bare']:.2f}x |"
+        )
     med = {key: statistics.median(r[key] for r in rows) for key in ("bare", "wrapped")}
     adds = statistics.median(r["wrapped"] - r["bare"] for r in rows)
     ratio = statistics.median(r["wrapped"] / r["bare"] for r in rows)
@@ -275,22 +279,29 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=200, help="vector steps per run")
     p.add_argument("--repeats", type=int, default=3, help="interleaved runs per variant (best of)")
     p.add_argument(
-        "--masked-envs", type=int, nargs="*", default=None,
+        "--masked-envs",
+        type=int,
+        nargs="*",
+        default=None,
         help="sub-envs of the masked-step table, the first the baseline (default: --num-envs "
         "times 1, 4, 8 and 32: 64, 256, 512, 2,048; none: no table)",
-    )  # fmt: skip
+    )
     p.add_argument("--masked-steps", type=int, default=40, help="masked steps per cell and round")
     p.add_argument("--masked-rounds", type=int, default=5, help="interleaved rounds")
     p.add_argument("--clock", choices=sorted(CLOCKS), default="wall", help="what is timed")
     p.add_argument(
-        "--actions", choices=("admissible", "fixed"), default="admissible",
+        "--actions",
+        choices=("admissible", "fixed"),
+        default="admissible",
         help="what the envs play in the overhead table (see the module docstring)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--processes", type=int, default=1,
+        "--processes",
+        type=int,
+        default=1,
         help="over 1: the overhead table's bare and wrapped rows in this many fresh processes, "
         "one after another, and their median (no qwen row)",
-    )  # fmt: skip
+    )
     p.add_argument("--one-process", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.one_process:  # a child of --processes: its figures as one JSON line

@@ -18,9 +18,11 @@ from matplotlib.colors import to_rgba
 from tests.test_scripts import run
 
 TINY = [
-    "rollout.num_groups=4", "rollout.num_workers=1", "rollout.envs_per_worker=4",
+    "rollout.num_groups=4",
+    "rollout.num_workers=1",
+    "rollout.envs_per_worker=4",
     "rollout.progress=false",
-]  # fmt: skip
+]
 
 
 def _rows(path: Path) -> list[dict]:
@@ -31,10 +33,13 @@ def _rows(path: Path) -> list[dict]:
 def _series(fig) -> list[list[tuple]]:
     """Per axes: (label, colour, line style, marker) of every labelled line."""
     return [
-        [(ln.get_label(), to_rgba(ln.get_color()), ln.get_linestyle(), ln.get_marker())
-         for ln in ax.get_lines() if not ln.get_label().startswith("_")]
+        [
+            (ln.get_label(), to_rgba(ln.get_color()), ln.get_linestyle(), ln.get_marker())
+            for ln in ax.get_lines()
+            if not ln.get_label().startswith("_")
+        ]
         for ax in fig.axes
-    ]  # fmt: skip
+    ]
 
 
 def assert_readable(figures: dict) -> dict[str, tuple]:
@@ -53,11 +58,19 @@ def assert_readable(figures: dict) -> dict[str, tuple]:
 
 
 def test_tiny_sweep_writes_csv_tables_and_plots_and_runs_each_job_once(tmp_path):
-    out = run([
-        "scripts/bench_context.py", "-m", "env=sokoban", "memory=window,full",
-        "env.history_length=2,4", "policy=random", "env.max_steps=12", *TINY,
-        f"hydra.sweep.dir={tmp_path}",
-    ])  # fmt: skip
+    out = run(
+        [
+            "scripts/bench_context.py",
+            "-m",
+            "env=sokoban",
+            "memory=window,full",
+            "env.history_length=2,4",
+            "policy=random",
+            "env.max_steps=12",
+            *TINY,
+            f"hydra.sweep.dir={tmp_path}",
+        ]
+    )
     # Four jobs launched; memory=full fixes the history length at -1 (env.history_length aside), so
     # its second job repeats the first and stops before running anything.
     ran = {p.parent.name.split("_", 1)[0]: p.parent.name for p in tmp_path.rglob("steps.csv")}
@@ -100,20 +113,40 @@ def _fake_rows(env: str, labels: list[str], seed: int) -> list[dict]:
         k = int(label.split("k=")[1]) if "k=" in label else -1
         for ep in range(4):
             for step in range(1, 11):
-                rows.append({
-                    "job": label, "env_config": env, "strategy": label, "history_length": k,
-                    "token_counter": "qwen", "traj_uid": f"g{ep}-t0", "step": step,
-                    "prompt_tokens": int(100 + step * (k if k > 0 else 20) + rng.integers(5)),
-                    "won": int(k >= 9), "episode_return": 0.0,
-                })  # fmt: skip
+                rows.append(
+                    {
+                        "job": label,
+                        "env_config": env,
+                        "strategy": label,
+                        "history_length": k,
+                        "token_counter": "qwen",
+                        "traj_uid": f"g{ep}-t0",
+                        "step": step,
+                        "prompt_tokens": int(100 + step * (k if k > 0 else 20) + rng.integers(5)),
+                        "won": int(k >= 9),
+                        "episode_return": 0.0,
+                    }
+                )
     return rows
 
 
 RECALL = [
-    "none", "window k=1", "window k=3", "window k=9", "token_budget 1024", "full",
-    "blackboard k=3", "compaction k=1", "compaction k=3", "compaction k=9", "conversation k=3",
-    "episodic k=3", "retrieval k=1", "retrieval k=3", "retrieval k=9",
-]  # fmt: skip
+    "none",
+    "window k=1",
+    "window k=3",
+    "window k=9",
+    "token_budget 1024",
+    "full",
+    "blackboard k=3",
+    "compaction k=1",
+    "compaction k=3",
+    "compaction k=9",
+    "conversation k=3",
+    "episodic k=3",
+    "retrieval k=1",
+    "retrieval k=3",
+    "retrieval k=9",
+]
 SOKOBAN = ["none", "window k=1", "window k=3", "window k=6", "token_budget 1024", "full"]
 
 
@@ -183,11 +216,18 @@ def test_style_cycle_has_enough_combinations_for_any_series_count(count):
 
 
 def test_token_budget_is_never_exceeded(tmp_path):
-    run([
-        "scripts/bench_context.py", "env=sokoban", "memory=token_budget",
-        "memory.max_prompt_tokens=700", "policy=random", "env.max_steps=12", *TINY,
-        f"hydra.run.dir={tmp_path}",
-    ])  # fmt: skip
+    run(
+        [
+            "scripts/bench_context.py",
+            "env=sokoban",
+            "memory=token_budget",
+            "memory.max_prompt_tokens=700",
+            "policy=random",
+            "env.max_steps=12",
+            *TINY,
+            f"hydra.run.dir={tmp_path}",
+        ]
+    )
     rows = _rows(tmp_path / "steps.csv")
     assert max(int(r["prompt_tokens"]) for r in rows) <= 700
     assert max(int(r["history_steps"]) for r in rows) >= 3  # the budget still holds history

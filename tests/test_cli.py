@@ -20,9 +20,13 @@ REPO = Path(__file__).resolve().parents[1]
 def _rollout(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     return subprocess.run(
-        [sys.executable, "scripts/rollout.py", *args], cwd=REPO, capture_output=True, text=True,
-        timeout=300, env={**environ, **(env or {})},
-    )  # fmt: skip
+        [sys.executable, "scripts/rollout.py", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**environ, **(env or {})},
+    )
 
 
 @pytest.mark.parametrize(
@@ -112,9 +116,12 @@ def test_help_says_what_the_script_does_and_writes():
     assert "\ntrainer:" not in groups
     assert "  python scripts/rollout.py env=gym env.id=my_envs:Corridor-v0 " in text
     bench = subprocess.run(
-        [sys.executable, "scripts/bench_context.py", "--help"], cwd=REPO, capture_output=True,
-        text=True, timeout=300,
-    )  # fmt: skip
+        [sys.executable, "scripts/bench_context.py", "--help"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert bench.returncode == 0 and bench.stdout.startswith("bench_context.py: the context-length")
     assert "  steps.csv " in bench.stdout and "  report.md " in bench.stdout
 

@@ -12,10 +12,20 @@ from tests.test_scripts import run
 def test_trl_grpo_example_trains_on_cpu(tmp_path):
     pytest.importorskip("trl", reason="the 'trl' extra is not installed")
     out = run(
-        ["examples/trl_grpo.py", "--steps", "2", "--groups", "1", "--num-generations", "2",
-         "--output-dir", str(tmp_path)],
-        env={"HF_HUB_OFFLINE": "1"}, timeout=300,
-    )  # fmt: skip
+        [
+            "examples/trl_grpo.py",
+            "--steps",
+            "2",
+            "--groups",
+            "1",
+            "--num-generations",
+            "2",
+            "--output-dir",
+            str(tmp_path),
+        ],
+        env={"HF_HUB_OFFLINE": "1"},
+        timeout=300,
+    )
     summary = json.loads(out.strip().splitlines()[-1])
     assert summary["steps"] == 2 and len(summary["rewards"]) == 2
     returns = summary["last_batch_returns"]

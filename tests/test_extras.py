@@ -189,16 +189,28 @@ def run_without(
     environ = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     path = os.pathsep.join(p for p in (str(REPO), environ.get("PYTHONPATH")) if p)
     return subprocess.run(
-        [sys.executable, "-c", _MISSING_THEN_RUN, ",".join(modules), str(REPO / "scripts" / script),
-         *args],
-        cwd=cwd, capture_output=True, text=True, timeout=300, env={**environ, "PYTHONPATH": path},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            _MISSING_THEN_RUN,
+            ",".join(modules),
+            str(REPO / "scripts" / script),
+            *args,
+        ],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**environ, "PYTHONPATH": path},
+    )
 
 
 README_TRAIN = [
-    "trainer.iterations=2", "trainer.eval_episodes=8", "rollout.num_groups=2",
+    "trainer.iterations=2",
+    "trainer.eval_episodes=8",
+    "rollout.num_groups=2",
     "rollout.num_workers=1",
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

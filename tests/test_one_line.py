@@ -29,9 +29,13 @@ def _script(name: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str
     environ = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
     path = os.pathsep.join(p for p in (str(REPO), environ.get("PYTHONPATH")) if p)
     return subprocess.run(
-        [sys.executable, str(REPO / "scripts" / name), *args], cwd=cwd, capture_output=True,
-        text=True, timeout=300, env={**environ, "PYTHONPATH": path},
-    )  # fmt: skip
+        [sys.executable, str(REPO / "scripts" / name), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**environ, "PYTHONPATH": path},
+    )
 
 
 def _refused(proc: subprocess.CompletedProcess[str]) -> str:
@@ -47,24 +51,31 @@ def _refused(proc: subprocess.CompletedProcess[str]) -> str:
     ("script", "args", "line"),
     [
         pytest.param(
-            "rollout.py", ["env.id=NoSuch-v0"],
-            "Config error: env.id='NoSuch-v0' is not a registered Gymnasium id", id="preflight",
+            "rollout.py",
+            ["env.id=NoSuch-v0"],
+            "Config error: env.id='NoSuch-v0' is not a registered Gymnasium id",
+            id="preflight",
         ),
         pytest.param(
-            "rollout.py", ["rollout.group_size=0"],
-            "Config error: rollout.group_size must be", id="load-job",
+            "rollout.py",
+            ["rollout.group_size=0"],
+            "Config error: rollout.group_size must be",
+            id="load-job",
         ),
         pytest.param(
-            "train.py", ["trainer.model=/no/such/model"],
-            "Config error: trainer.model: expected 'tiny', a model directory", id="train",
+            "train.py",
+            ["trainer.model=/no/such/model"],
+            "Config error: trainer.model: expected 'tiny', a model directory",
+            id="train",
         ),
         pytest.param(
-            "train.py", ["trainer.iterations=1", "memory=window", "+memory.params.top_k=5"],
+            "train.py",
+            ["trainer.iterations=1", "memory=window", "+memory.params.top_k=5"],
             "Config error: memory.params has no parameter 'top_k' for strategy 'window'",
             id="train-preflight",
         ),
     ],
-)  # fmt: skip
+)
 def test_a_refused_run_prints_one_line_and_leaves_no_directory(tmp_path, script, args, line):
     proc = _script(script, *args, cwd=tmp_path)
     assert _refused(proc).startswith(line)
@@ -188,9 +199,10 @@ def job_in(tmp_path):
     def make(run_dir: Path) -> Path:
         with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
             cfg = compose(
-                config_name="config", overrides=[f"hydra.run.dir={run_dir}"],
+                config_name="config",
+                overrides=[f"hydra.run.dir={run_dir}"],
                 return_hydra_config=True,
-            )  # fmt: skip
+            )
         with open_dict(cfg):
             cfg.hydra.runtime.output_dir = str(run_dir)
             cfg.hydra.runtime.cwd = str(tmp_path)

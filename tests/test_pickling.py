@@ -26,11 +26,26 @@ def _step(n: int) -> StepRecord:
         sampling=SamplingParams(temperature=0.7, top_p=0.9, max_tokens=16, seed=11),
     )
     return StepRecord(
-        step=n, prompt="Go √.", response="<action>up</action>", parsed_action="up", valid=True,
-        invalid_reason=None, reward=-0.1, terminated=False, truncated=n == 3, context_tokens=3,
-        context_chars=5, history_steps=n - 1, state_key="ab12", response_chars=19,
-        observation="#P_#", thought=None, generation=gen, advantage=0.5, ret=-0.2,
-    )  # fmt: skip
+        step=n,
+        prompt="Go √.",
+        response="<action>up</action>",
+        parsed_action="up",
+        valid=True,
+        invalid_reason=None,
+        reward=-0.1,
+        terminated=False,
+        truncated=n == 3,
+        context_tokens=3,
+        context_chars=5,
+        history_steps=n - 1,
+        state_key="ab12",
+        response_chars=19,
+        observation="#P_#",
+        thought=None,
+        generation=gen,
+        advantage=0.5,
+        ret=-0.2,
+    )
 
 
 def test_a_batch_of_records_comes_back_equal():

@@ -72,11 +72,17 @@ def test_the_compiled_text_writes_what_format_map_writes(history):
     fields = {"observation": "#@ $.# {obs} %d", "admissible": ["up", 'say "hi"', "{}"]}
     got = t.render(**fields, history=history, history_length=2, step_count=7)
     text = t.no_history if history is None else t.with_history
-    want = text.format_map({
-        "task": t.task, "observation": fields["observation"],
-        "admissible_actions": '"up", "say "hi"", "{}"', "history": history or "",
-        "history_length": 2, "step_count": 7, "current_step": 8,
-    })  # fmt: skip
+    want = text.format_map(
+        {
+            "task": t.task,
+            "observation": fields["observation"],
+            "admissible_actions": '"up", "say "hi"", "{}"',
+            "history": history or "",
+            "history_length": 2,
+            "step_count": 7,
+            "current_step": 8,
+        }
+    )
     assert got == want
 
 

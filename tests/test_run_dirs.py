@@ -19,14 +19,20 @@ from agent_memory.rundir import LOCK_FILE, RunDirInUse, hold_run_dir
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
-    "rollout.num_groups=1", "rollout.group_size=2", "rollout.num_workers=1",
-    "rollout.envs_per_worker=2", "rollout.num_cpus_per_worker=0.5", "rollout.progress=false",
-]  # fmt: skip
+    "rollout.num_groups=1",
+    "rollout.group_size=2",
+    "rollout.num_workers=1",
+    "rollout.envs_per_worker=2",
+    "rollout.num_cpus_per_worker=0.5",
+    "rollout.progress=false",
+]
 #: Faulty-v0 whose episodes of seed 0 hang at their step 2 (for rollout.step_timeout_s).
 HANGING = [
-    "env=gym", "env.id=tests.rollout.faulty:Faulty-v0", "+env.kwargs.fault=hang",
+    "env=gym",
+    "env.id=tests.rollout.faulty:Faulty-v0",
+    "+env.kwargs.fault=hang",
     "env.parser.tag=null",
-]  # fmt: skip
+]
 HOLDER = """
 import sys
 from agent_memory.rundir import hold_run_dir
@@ -80,23 +86,40 @@ def stop(proc: subprocess.Popen) -> str:
 def test_a_second_rollout_in_a_live_runs_directory_is_refused_before_it_writes(tmp_path):
     run_dir = tmp_path / "run"
     first = subprocess.Popen(
-        [sys.executable, "scripts/rollout.py", *HANGING, "+env.kwargs.bad_seed=0", "policy=random",
-         *TINY, f"hydra.run.dir={run_dir}"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/rollout.py",
+            *HANGING,
+            "+env.kwargs.bad_seed=0",
+            "policy=random",
+            *TINY,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         holder = wait_until_held(first, run_dir, "rollout.log", "rollout workers x")
         hydra_files = {p.name: p.read_text() for p in (run_dir / ".hydra").iterdir()}
         # The same hydra.run.dir: refused by the lock Hydra's start takes (scripts' callback).
-        second = script("scripts/rollout.py", "env=recall", "rollout.seed=7", *TINY,
-                        f"hydra.run.dir={run_dir}")  # fmt: skip
+        second = script(
+            "scripts/rollout.py", "env=recall", "rollout.seed=7", *TINY, f"hydra.run.dir={run_dir}"
+        )
         assert second.returncode == 2, second.stderr[-3000:]
         assert second.stderr.splitlines()[-1] == refusal(
             run_dir, holder, "hydra.run.dir=<dir> (or rollout.output_dir=<dir>)"
         )
         # Another Hydra directory, the same outputs: refused by the run's own lock.
-        third = script("scripts/rollout.py", "env=recall", "rollout.seed=7", *TINY,
-                       f"hydra.run.dir={tmp_path / 'other'}", f"rollout.output_dir={run_dir}")  # fmt: skip
+        third = script(
+            "scripts/rollout.py",
+            "env=recall",
+            "rollout.seed=7",
+            *TINY,
+            f"hydra.run.dir={tmp_path / 'other'}",
+            f"rollout.output_dir={run_dir}",
+        )
         assert third.returncode == 2, third.stderr[-3000:]
         assert third.stderr.splitlines()[-1] == refusal(
             run_dir, holder, "rollout.output_dir=<dir> (or hydra.run.dir=<dir>)"
@@ -114,14 +137,28 @@ def test_a_second_rollout_in_a_live_runs_directory_is_refused_before_it_writes(t
 
 def test_a_second_training_in_a_live_trainings_directory_is_refused_before_it_writes(tmp_path):
     run_dir = tmp_path / "run"
-    small = ["trainer.tiny.vocab_episodes=2", "trainer.eval_episodes=2", "trainer.logger=[csv]",
-             "trainer.progress=false", *TINY]  # fmt: skip
+    small = [
+        "trainer.tiny.vocab_episodes=2",
+        "trainer.eval_episodes=2",
+        "trainer.logger=[csv]",
+        "trainer.progress=false",
+        *TINY,
+    ]
     # Its first evaluation episode (seed trainer.eval_seed) hangs: the training lives on.
     first = subprocess.Popen(
-        [sys.executable, "scripts/train.py", *HANGING, "+env.kwargs.bad_seed=1000000", *small,
-         f"hydra.run.dir={run_dir}"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/train.py",
+            *HANGING,
+            "+env.kwargs.bad_seed=1000000",
+            *small,
+            f"hydra.run.dir={run_dir}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         holder = wait_until_held(first, run_dir, "train.log", "rollout workers x")
         hydra_files = {p.name: p.read_text() for p in (run_dir / ".hydra").iterdir()}
@@ -130,8 +167,13 @@ def test_a_second_training_in_a_live_trainings_directory_is_refused_before_it_wr
         assert second.stderr.splitlines()[-1] == refusal(
             run_dir, holder, "hydra.run.dir=<dir> (or trainer.output_dir=<dir>)"
         )
-        third = script("scripts/train.py", "trainer.seed=7", *small,
-                       f"hydra.run.dir={tmp_path / 'other'}", f"trainer.output_dir={run_dir}")  # fmt: skip
+        third = script(
+            "scripts/train.py",
+            "trainer.seed=7",
+            *small,
+            f"hydra.run.dir={tmp_path / 'other'}",
+            f"trainer.output_dir={run_dir}",
+        )
         assert third.returncode == 2, third.stderr[-3000:]
         assert third.stderr.splitlines()[-1] == refusal(
             run_dir, holder, "trainer.output_dir=<dir> (or hydra.run.dir=<dir>)"
@@ -147,9 +189,12 @@ def test_a_second_training_in_a_live_trainings_directory_is_refused_before_it_wr
 
 def test_the_lock_goes_with_its_process_however_it_ends(tmp_path):
     holder = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(tmp_path)], cwd=REPO, stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [sys.executable, "-c", HOLDER, str(tmp_path)],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline() == "held\n"
         expected = (
@@ -173,8 +218,15 @@ def test_two_starts_get_different_default_directories_even_in_one_second(name, k
     """The default directory ends in 6 hex digits drawn per process (``${am_run_token:}``): two
     processes started within one second get different directories (the lock refuses the one in a
     16.7 million chance that they draw the same)."""
-    command = [sys.executable, f"scripts/{name}", "--cfg", "hydra", "-p", "hydra.run.dir",
-               "--resolve"]  # fmt: skip
+    command = [
+        sys.executable,
+        f"scripts/{name}",
+        "--cfg",
+        "hydra",
+        "-p",
+        "hydra.run.dir",
+        "--resolve",
+    ]
     procs = [
         subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, text=True) for _ in range(2)
     ]
@@ -203,13 +255,23 @@ def test_an_output_directory_that_cannot_be_made_is_one_line_before_anything_run
     bad = blocker / "run" if where == "through a file" else Path("/proc/no-such-dir/run")
     hydra_dir = tmp_path / "hydra"
     proc = subprocess.run(
-        [sys.executable, f"scripts/{script_name}", f"{key}={bad}", f"hydra.run.dir={hydra_dir}",
-         *(TINY if script_name == "rollout.py" else ["trainer.iterations=1"])],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    why = f"{str(blocker)!r} is a file, not a directory" if where == "through a file" else (
-        "FileNotFoundError: No such file or directory"
-    )  # fmt: skip
+        [
+            sys.executable,
+            f"scripts/{script_name}",
+            f"{key}={bad}",
+            f"hydra.run.dir={hydra_dir}",
+            *(TINY if script_name == "rollout.py" else ["trainer.iterations=1"]),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    why = (
+        f"{str(blocker)!r} is a file, not a directory"
+        if where == "through a file"
+        else ("FileNotFoundError: No such file or directory")
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert proc.stderr.splitlines() == [
         f"Config error: the output directory {str(bad)!r} cannot be made or written ({why}): "

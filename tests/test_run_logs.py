@@ -23,9 +23,13 @@ from agent_memory.models import build_tiny_lm
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
-    "env=recall", "env.max_steps=3", "rollout.num_groups=1", "rollout.group_size=2",
-    "rollout.num_workers=1", "rollout.progress=false",
-]  # fmt: skip
+    "env=recall",
+    "env.max_steps=3",
+    "rollout.num_groups=1",
+    "rollout.group_size=2",
+    "rollout.num_workers=1",
+    "rollout.progress=false",
+]
 #: A line Ray's C++ side logs at error level: ``[2026-11-26 20:24:20,343 E 12997 12997] ...``.
 RAY_ERROR = re.compile(r"^\[[\d\- :,.]+ E \d+ \d+\] .*$", re.M)
 
@@ -49,9 +53,12 @@ def _needs_the_llm_extra() -> None:
 def rollout(args: list[str], out: Path) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
         [sys.executable, "scripts/rollout.py", *args, f"hydra.run.dir={out}"],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, (
         f"--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
     )
@@ -100,8 +107,13 @@ def test_a_client_policy_with_a_large_tokenizer_prints_no_ray_error(tmp_path):
         assert len(ray.cloudpickle.dumps(policy)) > 100 * 1024  # Ray's inline-argument limit
         policy.close()
         proc = rollout(
-            [*TINY, "policy=openai", "policy.params.model=hash",
-             f"policy.params.base_url={server.base_url}", f"policy.params.tokenizer={tokenizer}"],
+            [
+                *TINY,
+                "policy=openai",
+                "policy.params.model=hash",
+                f"policy.params.base_url={server.base_url}",
+                f"policy.params.tokenizer={tokenizer}",
+            ],
             tmp_path / "run",
-        )  # fmt: skip
+        )
     assert ray_errors(proc.stderr) == [], proc.stderr[-3000:]

@@ -18,18 +18,26 @@ from tests.test_run_logs import ray_errors
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
-    "rollout.num_groups=1", "rollout.group_size=2", "rollout.num_workers=1",
-    "rollout.envs_per_worker=2", "rollout.num_cpus_per_worker=0.5", "rollout.progress=false",
-]  # fmt: skip
+    "rollout.num_groups=1",
+    "rollout.group_size=2",
+    "rollout.num_workers=1",
+    "rollout.envs_per_worker=2",
+    "rollout.num_cpus_per_worker=0.5",
+    "rollout.progress=false",
+]
 
 
 def run_proc(
     args: list[str], env: dict[str, str] | None = None, timeout: int = 600, cwd: Path = REPO
 ) -> subprocess.CompletedProcess[str]:
     proc = subprocess.run(
-        [sys.executable, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+        [sys.executable, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
         env={**os.environ, **(env or {})},
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, (
         f"{args}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
     )
@@ -60,10 +68,17 @@ def test_rollout_sweep_over_every_bundled_env(tmp_path):
 def test_sweep_directory_names_hold_no_backslash_nor_nested_directory(tmp_path):
     """An own env's ``module:Id`` made ``env.id=my_envs\\:Corridor-v0`` directories (issue 50),
     and an id's ``/`` nested them."""
-    run([
-        "scripts/rollout.py", "-m", "env=gym", "env.id=agent_memory.envs:agent_memory/Recall-v0",
-        *TINY, "rollout.group_size=1", f"hydra.sweep.dir={tmp_path}",
-    ])  # fmt: skip
+    run(
+        [
+            "scripts/rollout.py",
+            "-m",
+            "env=gym",
+            "env.id=agent_memory.envs:agent_memory/Recall-v0",
+            *TINY,
+            "rollout.group_size=1",
+            f"hydra.sweep.dir={tmp_path}",
+        ]
+    )
     (job,) = [p.name for p in tmp_path.iterdir() if p.is_dir()]
     assert job.startswith("0_env.id=agent_memory.envs_agent_memory_Recall-v0,env=gym,"), job
     assert "\\" not in job and (tmp_path / job / "summary.json").is_file()
@@ -85,10 +100,17 @@ def test_a_users_own_envs_package_does_not_shadow_the_bundled_envs(tmp_path):
 def test_rollout_textworld_and_scripted_policy(tmp_path):
     pytest.importorskip("textworld", reason="the 'textworld' extra is not installed")
     run(
-        ["scripts/rollout.py", "env=textworld", "env.kwargs.num_games=1", "policy=scripted",
-         "algo=gigpo", *TINY, f"hydra.run.dir={tmp_path}"],
+        [
+            "scripts/rollout.py",
+            "env=textworld",
+            "env.kwargs.num_games=1",
+            "policy=scripted",
+            "algo=gigpo",
+            *TINY,
+            f"hydra.run.dir={tmp_path}",
+        ],
         env={"AGENT_MEMORY_CACHE": str(tmp_path / "cache")},
-    )  # fmt: skip
+    )
     s = summaries(tmp_path)[tmp_path.name]
     assert s["success_rate"] == 1.0 and s["errors"] == 0
 
@@ -103,11 +125,22 @@ def test_rollout_joins_an_existing_cluster_by_address(tmp_path):
     port = _free_port()
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}  # a private test cluster: no token
     head = subprocess.Popen(
-        ["ray", "start", "--head", "--block", f"--port={port}", "--num-cpus=2",
-         "--include-dashboard=false", "--disable-usage-stats",
-         "--object-store-memory=100000000"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, start_new_session=True,
-    )  # fmt: skip
+        [
+            "ray",
+            "start",
+            "--head",
+            "--block",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            "--object-store-memory=100000000",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while True:  # wait for the head's GCS port
@@ -118,10 +151,16 @@ def test_rollout_joins_an_existing_cluster_by_address(tmp_path):
             assert head.poll() is None, "ray head exited"
             time.sleep(0.5)
         run(
-            ["scripts/rollout.py", f"rollout.ray_address=127.0.0.1:{port}", "env=recall",
-             "policy=scripted", *TINY, f"hydra.run.dir={tmp_path}"],
+            [
+                "scripts/rollout.py",
+                f"rollout.ray_address=127.0.0.1:{port}",
+                "env=recall",
+                "policy=scripted",
+                *TINY,
+                f"hydra.run.dir={tmp_path}",
+            ],
             env={"RAY_AUTH_MODE": "disabled"},
-        )  # fmt: skip
+        )
         s = summaries(tmp_path)[tmp_path.name]
         assert s["episodes"] == 2 and s["success_rate"] == 1.0
     finally:
@@ -133,24 +172,59 @@ def test_rollout_joins_an_existing_cluster_by_address(tmp_path):
 
 
 def test_benchmark_scripts_run_with_tiny_budgets():
-    out = run([
-        "scripts/bench_memory.py", "--num-envs", "8", "--lengths", "10", "40", "--repeats", "1",
-        "--strategies", "--strategy-steps", "10",
-    ])  # fmt: skip
+    out = run(
+        [
+            "scripts/bench_memory.py",
+            "--num-envs",
+            "8",
+            "--lengths",
+            "10",
+            "40",
+            "--repeats",
+            "1",
+            "--strategies",
+            "--strategy-steps",
+            "10",
+        ]
+    )
     assert "speed-up vs verl" in out and "| 5 | 10 |" in out
     for strategy in ("compaction", "retrieval", "blackboard", "episodic", "conversation (chat)"):
         assert f"| {strategy} |" in out
     out = run(["scripts/bench_wrapper.py", "--num-envs", "2", "--steps", "5", "--repeats", "1"])
     assert "| wrapped |" in out and "admissible actions" in out
-    out = run([
-        "scripts/bench_wrapper.py", "--env-id", "agent_memory/Recall-v0", "--actions", "fixed",
-        "--num-envs", "2", "--steps", "5", "--repeats", "1", "--masked-envs",
-    ])  # fmt: skip
+    out = run(
+        [
+            "scripts/bench_wrapper.py",
+            "--env-id",
+            "agent_memory/Recall-v0",
+            "--actions",
+            "fixed",
+            "--num-envs",
+            "2",
+            "--steps",
+            "5",
+            "--repeats",
+            "1",
+            "--masked-envs",
+        ]
+    )
     assert "| wrapped |" in out and "fixed actions" in out and "masked step" not in out
-    out = run([
-        "scripts/bench_wrapper.py", "--env-id", "agent_memory/Recall-v0", "--num-envs", "2",
-        "--steps", "5", "--repeats", "1", "--masked-envs", "--processes", "2",
-    ])  # fmt: skip
+    out = run(
+        [
+            "scripts/bench_wrapper.py",
+            "--env-id",
+            "agent_memory/Recall-v0",
+            "--num-envs",
+            "2",
+            "--steps",
+            "5",
+            "--repeats",
+            "1",
+            "--masked-envs",
+            "--processes",
+            "2",
+        ]
+    )
     assert "2 processes, one after another" in out and "masked step" not in out
     assert re.search(r"^\| 2 \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \| [\d.]+x \|$", out, re.M)
     assert re.search(r"^\| median \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \| [\d.]+x \|$", out, re.M)
@@ -203,8 +277,11 @@ def test_bench_async_quick():
 def test_bench_async_refuses_a_variant_that_is_not_a_rollout_field():
     proc = subprocess.run(
         [sys.executable, "scripts/bench_async.py", "--variant", "report_interval=0.1"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2
     assert (
         "--variant expects KEY=VALUE with KEY a rollout.* field (e.g. report_interval_s=0.1), "
@@ -213,11 +290,27 @@ def test_bench_async_refuses_a_variant_that_is_not_a_rollout_field():
 
 
 def test_hostile_benchmark_runs_with_a_tiny_budget():
-    out = run([
-        "scripts/bench_hostile.py", "--size", "5000", "--baseline-size", "100", "--repeats", "1",
-        "--paths", "parse", "intercept", "vector step: Recall, window", "window simple",
-        "--shapes", "open_record", "surrogates", "bytes", "--detail",
-    ])  # fmt: skip
+    out = run(
+        [
+            "scripts/bench_hostile.py",
+            "--size",
+            "5000",
+            "--baseline-size",
+            "100",
+            "--repeats",
+            "1",
+            "--paths",
+            "parse",
+            "intercept",
+            "vector step: Recall, window",
+            "window simple",
+            "--shapes",
+            "open_record",
+            "surrogates",
+            "bytes",
+            "--detail",
+        ]
+    )
     for path in ("parse", "episodic.intercept", "vector step: Recall, window"):
         assert f"| {path} |" in out
     assert "| store+prompt: window simple | surrogates |" in out  # --detail rows
@@ -234,12 +327,22 @@ def test_sandbox_and_parse_benchmarks_run_with_tiny_budgets():
 def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
     from agent_memory.train.metrics import read_metrics
 
-    proc = run_proc([
-        "scripts/train.py", "trainer.iterations=2", "trainer.eval_every=1",
-        "trainer.eval_episodes=4", "trainer.tiny.vocab_episodes=4", "trainer.tiny.hidden=16",
-        "trainer.tiny.layers=1", "trainer.logger=[csv,tensorboard]", "trainer.progress=false",
-        "env.kwargs.num_distractors=1", *TINY, f"hydra.run.dir={tmp_path}",
-    ])  # fmt: skip
+    proc = run_proc(
+        [
+            "scripts/train.py",
+            "trainer.iterations=2",
+            "trainer.eval_every=1",
+            "trainer.eval_episodes=4",
+            "trainer.tiny.vocab_episodes=4",
+            "trainer.tiny.hidden=16",
+            "trainer.tiny.layers=1",
+            "trainer.logger=[csv,tensorboard]",
+            "trainer.progress=false",
+            "env.kwargs.num_distractors=1",
+            *TINY,
+            f"hydra.run.dir={tmp_path}",
+        ]
+    )
     out = proc.stdout
     # The workers get the policy service's handle by a call, not as a constructor argument
     # (tests/test_run_logs.py): Ray logs no error line on a healthy run.
@@ -260,9 +363,11 @@ def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
     # row, the shutdown in summary.json; no overlap (not above the wall time), a small remainder.
     first, *its = read_metrics(tmp_path / "metrics.csv")
     accounted = (
-        first["time/setup_s"] + first["time/eval_s"] + summary["shutdown_seconds"]
+        first["time/setup_s"]
+        + first["time/eval_s"]
+        + summary["shutdown_seconds"]
         + sum(r["time/iteration_s"] + r["time/checkpoint_s"] for r in its)
-    )  # fmt: skip
+    )
     wall = summary["wall_time_seconds"]
     assert accounted <= wall, (accounted, wall)
     assert wall - accounted <= max(2.0, 0.1 * wall), (accounted, wall, first, its)
@@ -278,13 +383,26 @@ def test_train_notes_writes_its_evaluation_rows_and_the_memorys_counters(tmp_pat
 
     from agent_memory.train.metrics import read_metrics
 
-    run_proc([
-        "scripts/train.py", "--config-name", "train_notes", "trainer.iterations=1",
-        "trainer.eval_every=1", "trainer.eval_episodes=2", "trainer.eval_seed=1000",
-        "trainer.tiny.vocab_episodes=4", "trainer.tiny.hidden=16", "trainer.tiny.layers=1",
-        "trainer.tiny.pretrain_steps=0", "trainer.logger=[csv]", "trainer.progress=false",
-        "trainer.minibatch_size=8", *TINY, f"hydra.run.dir={tmp_path}",
-    ])  # fmt: skip
+    run_proc(
+        [
+            "scripts/train.py",
+            "--config-name",
+            "train_notes",
+            "trainer.iterations=1",
+            "trainer.eval_every=1",
+            "trainer.eval_episodes=2",
+            "trainer.eval_seed=1000",
+            "trainer.tiny.vocab_episodes=4",
+            "trainer.tiny.hidden=16",
+            "trainer.tiny.layers=1",
+            "trainer.tiny.pretrain_steps=0",
+            "trainer.logger=[csv]",
+            "trainer.progress=false",
+            "trainer.minibatch_size=8",
+            *TINY,
+            f"hydra.run.dir={tmp_path}",
+        ]
+    )
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["eval_rows"] == str(tmp_path / "eval")
     assert summary["memory_tokens"] > 0  # every step chose a block (policy=score)
@@ -317,17 +435,27 @@ def test_train_notes_writes_its_evaluation_rows_and_the_memorys_counters(tmp_pat
 def test_train_script_config_errors_are_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "scripts/train.py", "trainer.iteratons=5", f"hydra.run.dir={tmp_path}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2
     assert "did you mean trainer.iterations=5?" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_bench_learning_quick(tmp_path):
-    out = run([
-        "scripts/bench_learning.py", "--quick", "--only", "window_reaches", "window_misses",
-        "--out", str(tmp_path),
-    ])  # fmt: skip
+    out = run(
+        [
+            "scripts/bench_learning.py",
+            "--quick",
+            "--only",
+            "window_reaches",
+            "window_misses",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert "| window 4 (reaches the cue) |" in out and "| window 3 (misses the cue) |" in out
     assert (tmp_path / "learning.png").stat().st_size > 0
     assert (
@@ -339,10 +467,19 @@ def test_bench_learning_quick(tmp_path):
 def test_bench_notes_quick(tmp_path):
     # Two configurations at once (--jobs: a process each), the cheap retrieval one beside notes
     # (each costs about a minute here; bench_learning's test covers the window ones' path).
-    out = run([
-        "scripts/bench_notes.py", "--quick", "--only", "retrieval", "notes", "--jobs", "2",
-        "--out", str(tmp_path),
-    ])  # fmt: skip
+    out = run(
+        [
+            "scripts/bench_notes.py",
+            "--quick",
+            "--only",
+            "retrieval",
+            "notes",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     # each row: 3 successes, 3 "mean / max" token cells, env-steps, iterations, time
     row = r"\| {} \|( \d+\.\d% \|){{3}}( \d+ / \d+ \|){{3}} [\d,]+ \| 2 \| [\d.]+ min \|"
     assert re.search(row.format(re.escape("notes the policy writes (trained)")), out), out
@@ -362,10 +499,22 @@ def test_bench_notes_quick(tmp_path):
 
 def test_bench_notes_checks_every_configuration_before_training(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_notes.py", "--quick", "--jobs", "2", "--set",
-         "trainer.lr=-1", "--out", str(tmp_path / "out")],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/bench_notes.py",
+            "--quick",
+            "--jobs",
+            "2",
+            "--set",
+            "trainer.lr=-1",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr == (
         "Config error: trainer.lr must be a number > 0, got -1.0: pass e.g. trainer.lr=0.001\n"
@@ -377,11 +526,23 @@ def test_sigterm_stops_a_rollout_like_ctrl_c_with_exit_143(tmp_path):
     """SIGTERM (a scheduler's stop) mid-run: status "interrupted", summary written, exit 143,
     and no Ray process of the run outlives the driver."""
     proc = subprocess.Popen(
-        [sys.executable, "scripts/rollout.py", "env=gym", "env.id=tests.rollout.faulty:Faulty-v0",
-         "+env.kwargs.fault=hang", "+env.kwargs.bad_seed=0", "env.parser.tag=null",
-         "policy=random", *TINY, f"hydra.run.dir={tmp_path}"],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/rollout.py",
+            "env=gym",
+            "env.id=tests.rollout.faulty:Faulty-v0",
+            "+env.kwargs.fault=hang",
+            "+env.kwargs.bad_seed=0",
+            "env.parser.tag=null",
+            "policy=random",
+            *TINY,
+            f"hydra.run.dir={tmp_path}",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         log = tmp_path / "rollout.log"
         deadline = time.monotonic() + 300

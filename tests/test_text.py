@@ -26,8 +26,19 @@ def test_find_tags_equals_the_regex_on_every_short_mix_of_tag_pieces():
 def test_defuse_tags_leaves_no_tag_and_changes_only_the_lt_of_tags_on_every_short_mix():
     """Whatever the tag name (a parser's, or one the text makes up), no tag survives; the text
     keeps its length and differs only where a '<' became the look-alike."""
-    pieces = ["<memory>", "</memory>", "<action>", "<", "</", "a", ">", " ", "/", "\n",
-              TAG_LOOKALIKE]  # fmt: skip
+    pieces = [
+        "<memory>",
+        "</memory>",
+        "<action>",
+        "<",
+        "</",
+        "a",
+        ">",
+        " ",
+        "/",
+        "\n",
+        TAG_LOOKALIKE,
+    ]
     for n in range(5):
         for parts in itertools.product(pieces, repeat=n):
             text = "".join(parts)

@@ -68,9 +68,14 @@ class EpisodeRunner:
         self._calls = 0
 
     def run(
-        self, prompts: Sequence[Any], policy: Any, *, max_context: int | None = None,
-        max_completion: int | None = None, reserve: int = 0,
-    ) -> list[Trajectory]:  # fmt: skip
+        self,
+        prompts: Sequence[Any],
+        policy: Any,
+        *,
+        max_context: int | None = None,
+        max_completion: int | None = None,
+        reserve: int = 0,
+    ) -> list[Trajectory]:
         """One finished (or cut) trajectory per prompt, in order.
 
         An episode is cut (its last step marked truncated) at ``max_turns``, or before a turn
@@ -198,13 +203,18 @@ class RolloutFunc:
             )
         top_k, min_p = getattr(args, "top_k", 0), getattr(args, "min_p", None)
         return HFPolicy(
-            model=trainer.model, tokenizer=trainer.processing_class,
-            temperature=args.temperature, top_p=getattr(args, "top_p", 1.0),
-            top_k=0 if top_k is None else top_k, min_p=0.0 if min_p is None else min_p,
+            model=trainer.model,
+            tokenizer=trainer.processing_class,
+            temperature=args.temperature,
+            top_p=getattr(args, "top_p", 1.0),
+            top_k=0 if top_k is None else top_k,
+            min_p=0.0 if min_p is None else min_p,
             repetition_penalty=getattr(args, "repetition_penalty", 1.0),
-            max_new_tokens=self.max_new_tokens, batch_size=max(1, batch_size), incremental=True,
+            max_new_tokens=self.max_new_tokens,
+            batch_size=max(1, batch_size),
+            incremental=True,
             parser=self.job.env.parser.build(),
-        )  # fmt: skip
+        )
 
 
 def _context_length(config: Any) -> int | None:

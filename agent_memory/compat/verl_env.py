@@ -39,9 +39,15 @@ __all__ = ["MemoryEnvironmentManager", "Observations"]
 CHAT_FORMATTERS = ("chat", "transcript")
 #: The keys of every info dict the manager returns, with their values before the first step.
 _BLANK: dict[str, Any] = {
-    WON: False, "is_action_valid": True, "invalid_reason": None, "parsed_action": None,
-    "invalid_penalty": 0.0, "history_steps": 0, "episode_step": 0, "active": True,
-}  # fmt: skip
+    WON: False,
+    "is_action_valid": True,
+    "invalid_reason": None,
+    "parsed_action": None,
+    "invalid_penalty": 0.0,
+    "history_steps": 0,
+    "episode_step": 0,
+    "active": True,
+}
 INFO_KEYS = tuple(_BLANK)
 #: The keys of one row of ``env_kwargs``.
 ROW_KEYS = ("seed",)

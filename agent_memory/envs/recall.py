@@ -35,13 +35,33 @@ from agent_memory.envs.text_adapter import normalize_action
 __all__ = ["COLOURS", "DISTRACTOR_FACTS", "OBJECTS", "RecallEnv"]
 
 COLOURS: Final[tuple[str, ...]] = (
-    "red", "blue", "green", "yellow", "purple", "orange",
-    "white", "black", "pink", "brown", "grey", "silver",
-)  # fmt: skip
+    "red",
+    "blue",
+    "green",
+    "yellow",
+    "purple",
+    "orange",
+    "white",
+    "black",
+    "pink",
+    "brown",
+    "grey",
+    "silver",
+)
 OBJECTS: Final[tuple[str, ...]] = (
-    "key", "door", "box", "lamp", "kite", "car",
-    "umbrella", "bicycle", "mug", "hat", "balloon", "scarf",
-)  # fmt: skip
+    "key",
+    "door",
+    "box",
+    "lamp",
+    "kite",
+    "car",
+    "umbrella",
+    "bicycle",
+    "mug",
+    "hat",
+    "balloon",
+    "scarf",
+)
 #: Distractor facts: neutral trivia that names no colour and no object of the vocabulary.
 DISTRACTOR_FACTS: Final[tuple[str, ...]] = (
     "Octopuses have three hearts.",
@@ -214,8 +234,10 @@ class RecallEnv(TextEnv):
             >>> RecallEnv.note_from_text("Remember this: the hat is RED.\\nSay 'next'.")
             'Remember this: the hat is RED.'
         """
-        latest = {obj.casefold(): f"Remember this: the {obj} is {colour}." for obj, colour in
-                  _CUE_RE.findall(text)}  # fmt: skip
+        latest = {
+            obj.casefold(): f"Remember this: the {obj} is {colour}."
+            for obj, colour in _CUE_RE.findall(text)
+        }
         return "\n".join(latest.values())
 
     @staticmethod

@@ -151,12 +151,20 @@ class TextAdapter(TextEnv):
     """
 
     def __init__(
-        self, env: gym.Env, obs_to_text: ObsToText, action_names: Sequence[str], task: str = "", *,
-        won_fn: WonFn | None = None, state_key_fn: StateKeyFn | None = None,
-        oracle_fn: OracleFn | None = None, admissible_fn: AdmissibleFn | None = None,
-        invalid_action_reward: float = 0.0, max_obs_length: int = 4096,
+        self,
+        env: gym.Env,
+        obs_to_text: ObsToText,
+        action_names: Sequence[str],
+        task: str = "",
+        *,
+        won_fn: WonFn | None = None,
+        state_key_fn: StateKeyFn | None = None,
+        oracle_fn: OracleFn | None = None,
+        admissible_fn: AdmissibleFn | None = None,
+        invalid_action_reward: float = 0.0,
+        max_obs_length: int = 4096,
         render_mode: Literal["ansi"] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if not isinstance(env, gym.Env):
             raise TypeError(f"env must be a gymnasium.Env, got {type(env).__name__}")
         space = env.action_space
@@ -362,10 +370,13 @@ class _Tabular(Protocol):
 
 
 def greedy_policy(
-    P: TransitionTable, *, gamma: float = 0.99,
-    reward_fn: Callable[[int, int, int, float, bool], float] | None = None, tol: float = 1e-10,
+    P: TransitionTable,
+    *,
+    gamma: float = 0.99,
+    reward_fn: Callable[[int, int, int, float, bool], float] | None = None,
+    tol: float = 1e-10,
     max_iterations: int = 100_000,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """The greedy policy of the optimal values of a tabular MDP (value iteration).
 
     A discount below 1 prefers shorter routes: on a deterministic table the policy follows a
@@ -433,9 +444,11 @@ class TabularOracle:
     """
 
     def __init__(
-        self, *, gamma: float = 0.99,
+        self,
+        *,
+        gamma: float = 0.99,
         reward_fn: Callable[[int, int, int, float, bool], float] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.gamma = gamma
         self.reward_fn = reward_fn
         self.policy: np.ndarray | None = None

@@ -126,11 +126,13 @@ def _check_desc(desc: Sequence[str]) -> list[str]:
 
 
 def make_frozen_lake(
-    map_name: Literal["4x4", "8x8"] = "4x4", desc: Sequence[str] | None = None,
-    is_slippery: bool = False, success_rate: float = 1.0 / 3.0,
+    map_name: Literal["4x4", "8x8"] = "4x4",
+    desc: Sequence[str] | None = None,
+    is_slippery: bool = False,
+    success_rate: float = 1.0 / 3.0,
     reward_schedule: tuple[float, float, float] = (1, 0, 0),
     render_mode: Literal["ansi"] | None = None,
-) -> TextAdapter:  # fmt: skip
+) -> TextAdapter:
     """FrozenLake-v1 as a text env (``agent_memory/FrozenLake-v0``).
 
     Unlike Gymnasium, the ice is not slippery by default, so a plan can always succeed.
@@ -168,9 +170,14 @@ def make_frozen_lake(
     if not 0.0 <= success_rate <= 1.0:
         raise ValueError(f"success_rate must be in [0, 1], got {success_rate}")
     inner = gym.make(
-        "FrozenLake-v1", max_episode_steps=-1, desc=rows, map_name=map_name,
-        is_slippery=is_slippery, success_rate=success_rate, reward_schedule=tuple(reward_schedule),
-    )  # fmt: skip
+        "FrozenLake-v1",
+        max_episode_steps=-1,
+        desc=rows,
+        map_name=map_name,
+        is_slippery=is_slippery,
+        success_rate=success_rate,
+        reward_schedule=tuple(reward_schedule),
+    )
     lake = _game(inner, FrozenLakeEnv)
     tiles = np.asarray(lake.desc)  # an array, annotated as a list[str] by Gymnasium
     goals = {i for i, c in enumerate(tiles.ravel()) if c == b"G"}
@@ -183,12 +190,16 @@ def make_frozen_lake(
         return terminated and int(obs) in goals
 
     return TextAdapter(
-        inner, obs_to_text=frozen_lake_text, action_names=FROZEN_LAKE_ACTIONS, task=task,
+        inner,
+        obs_to_text=frozen_lake_text,
+        action_names=FROZEN_LAKE_ACTIONS,
+        task=task,
         won_fn=reached_goal,
         # Reaching a goal is what counts (whatever reward_schedule says).
         oracle_fn=TabularOracle(reward_fn=lambda s, a, s2, r, done: float(done and s2 in goals)),
-        max_obs_length=nrow * 2 * ncol + 512, render_mode=render_mode,
-    )  # fmt: skip
+        max_obs_length=nrow * 2 * ncol + 512,
+        render_mode=render_mode,
+    )
 
 
 # -- CliffWalking ----------------------------------------------------------------------------------
@@ -261,10 +272,15 @@ def make_cliff_walking(
     if is_slippery:
         task += " The ground is slippery: you may slide sideways instead of where you meant to go."
     return TextAdapter(
-        inner, obs_to_text=cliff_walking_text, action_names=CLIFF_WALKING_ACTIONS, task=task,
-        won_fn=lambda env, obs, reward, terminated, info: terminated, oracle_fn=TabularOracle(),
-        max_obs_length=1024, render_mode=render_mode,
-    )  # fmt: skip
+        inner,
+        obs_to_text=cliff_walking_text,
+        action_names=CLIFF_WALKING_ACTIONS,
+        task=task,
+        won_fn=lambda env, obs, reward, terminated, info: terminated,
+        oracle_fn=TabularOracle(),
+        max_obs_length=1024,
+        render_mode=render_mode,
+    )
 
 
 # -- Taxi ------------------------------------------------------------------------------------------
@@ -321,9 +337,12 @@ def taxi_text(env: gym.Env, obs: Any) -> str:
 
 
 def make_taxi(
-    is_rainy: bool = False, fickle_passenger: bool = False, rainy_probability: float = 0.8,
-    fickle_probability: float = 0.3, render_mode: Literal["ansi"] | None = None,
-) -> TextAdapter:  # fmt: skip
+    is_rainy: bool = False,
+    fickle_passenger: bool = False,
+    rainy_probability: float = 0.8,
+    fickle_probability: float = 0.3,
+    render_mode: Literal["ansi"] | None = None,
+) -> TextAdapter:
     """Taxi-v4 as a text env (``agent_memory/Taxi-v0``).
 
     Args:
@@ -347,15 +366,20 @@ def make_taxi(
         >>> total, info["won"]
         (9.0, True)
     """
-    for name, value in (("rainy_probability", rainy_probability),
-                        ("fickle_probability", fickle_probability)):  # fmt: skip
+    for name, value in (
+        ("rainy_probability", rainy_probability),
+        ("fickle_probability", fickle_probability),
+    ):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {value}")
     inner = gym.make(
-        "Taxi-v4", max_episode_steps=-1, is_rainy=bool(is_rainy),
-        fickle_passenger=bool(fickle_passenger), rainy_probability=rainy_probability,
+        "Taxi-v4",
+        max_episode_steps=-1,
+        is_rainy=bool(is_rainy),
+        fickle_passenger=bool(fickle_passenger),
+        rainy_probability=rainy_probability,
         fickle_probability=fickle_probability,
-    )  # fmt: skip
+    )
     task = (
         "Drive the taxi to the passenger, pick them up, drive them to their destination and drop "
         "them off. Every action costs 1 point, delivering the passenger earns 20, and a pickup or "
@@ -366,6 +390,11 @@ def make_taxi(
     if fickle_passenger:
         task += " The passenger may change their destination after the pickup."
     return TextAdapter(
-        inner, obs_to_text=taxi_text, action_names=TAXI_ACTIONS, task=task,
-        oracle_fn=TabularOracle(), max_obs_length=1024, render_mode=render_mode,
-    )  # fmt: skip
+        inner,
+        obs_to_text=taxi_text,
+        action_names=TAXI_ACTIONS,
+        task=task,
+        oracle_fn=TabularOracle(),
+        max_obs_length=1024,
+        render_mode=render_mode,
+    )

@@ -25,7 +25,16 @@ from agent_memory.formatting.formatters import (
 )
 
 __all__ = [
-    "ChatFormatter", "CodeFormatter", "Formatter", "FormatterSpec", "JinjaFormatter",
-    "SearchFormatter", "SimpleFormatter", "TranscriptFormatter", "available_formatters",
-    "formatter_factory", "make_formatter", "register_formatter",
-]  # fmt: skip
+    "ChatFormatter",
+    "CodeFormatter",
+    "Formatter",
+    "FormatterSpec",
+    "JinjaFormatter",
+    "SearchFormatter",
+    "SimpleFormatter",
+    "TranscriptFormatter",
+    "available_formatters",
+    "formatter_factory",
+    "make_formatter",
+    "register_formatter",
+]

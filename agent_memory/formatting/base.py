@@ -24,9 +24,14 @@ from typing import Any, ClassVar, Literal, TypeVar
 from agent_memory.registry import Registry
 
 __all__ = [
-    "Configured", "Formatter", "FormatterSpec", "available_formatters", "formatter_factory",
-    "make_formatter", "register_formatter",
-]  # fmt: skip
+    "Configured",
+    "Formatter",
+    "FormatterSpec",
+    "available_formatters",
+    "formatter_factory",
+    "make_formatter",
+    "register_formatter",
+]
 
 
 class Configured:

@@ -31,9 +31,13 @@ from agent_memory.checks import check_int
 from agent_memory.formatting.base import Formatter
 
 __all__ = [
-    "ChatFormatter", "CodeFormatter", "JinjaFormatter", "SearchFormatter", "SimpleFormatter",
+    "ChatFormatter",
+    "CodeFormatter",
+    "JinjaFormatter",
+    "SearchFormatter",
+    "SimpleFormatter",
     "TranscriptFormatter",
-]  # fmt: skip
+]
 
 
 class _KeyedFormatter(Formatter):
@@ -100,9 +104,11 @@ class CodeFormatter(_KeyedFormatter):
     separator = ""
 
     def __init__(
-        self, obs_key: str = "observation", action_key: str = "action",
+        self,
+        obs_key: str = "observation",
+        action_key: str = "action",
         max_chars: int | None = 10000,
-    ) -> None:  # fmt: skip
+    ) -> None:
         max_chars = check_int("max_chars", max_chars, 0, allow_none=True)
         super().__init__(obs_key=obs_key, action_key=action_key, max_chars=max_chars)
         self.max_chars = max_chars
@@ -137,13 +143,18 @@ class ChatFormatter(_KeyedFormatter):
     output: ClassVar[Literal["text", "messages"]] = "messages"
 
     def __init__(
-        self, obs_key: str = "observation", action_key: str = "action",
-        user_format: str | None = None, assistant_format: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        obs_key: str = "observation",
+        action_key: str = "action",
+        user_format: str | None = None,
+        assistant_format: str | None = None,
+    ) -> None:
         super().__init__(
-            obs_key=obs_key, action_key=action_key, user_format=user_format,
+            obs_key=obs_key,
+            action_key=action_key,
+            user_format=user_format,
             assistant_format=assistant_format,
-        )  # fmt: skip
+        )
         self.user_format = user_format
         self.assistant_format = assistant_format
 
@@ -231,9 +242,12 @@ class JinjaFormatter(Formatter):
     _OPTIONAL = ("thought", "result", "observation")
 
     def __init__(
-        self, template: str | None = None, template_file: str | os.PathLike[str] | None = None,
-        max_steps: int | None = None, separator: str = "\n",
-    ) -> None:  # fmt: skip
+        self,
+        template: str | None = None,
+        template_file: str | os.PathLike[str] | None = None,
+        max_steps: int | None = None,
+        separator: str = "\n",
+    ) -> None:
         if template is not None and template_file is not None:
             raise ValueError("give either template or template_file, not both")
         if template_file is not None:

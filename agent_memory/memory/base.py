@@ -15,11 +15,29 @@ from agent_memory.formatting import Formatter, FormatterSpec, make_formatter
 from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
 __all__ = [
-    "UNSET", "BaseMemory", "Budget", "EnvIds", "FetchRequest", "Fetched", "RenderingMemory",
-    "check_budget", "check_capacity", "check_env_index", "check_history_length", "check_int",
-    "check_num_envs", "check_number", "check_record_keys", "check_state", "check_window_fits",
-    "every_env", "fetch_request", "normalize_env_ids", "record_columns", "resolve_budgets",
-]  # fmt: skip
+    "UNSET",
+    "BaseMemory",
+    "Budget",
+    "EnvIds",
+    "FetchRequest",
+    "Fetched",
+    "RenderingMemory",
+    "check_budget",
+    "check_capacity",
+    "check_env_index",
+    "check_history_length",
+    "check_int",
+    "check_num_envs",
+    "check_number",
+    "check_record_keys",
+    "check_state",
+    "check_window_fits",
+    "every_env",
+    "fetch_request",
+    "normalize_env_ids",
+    "record_columns",
+    "resolve_budgets",
+]
 
 EnvIds = Sequence[int] | np.ndarray | None
 #: A ``fetch``'s token budget: one for every env, one per env (int or None), or None for none.
@@ -176,9 +194,14 @@ class FetchRequest(NamedTuple):
 
 
 def fetch_request(
-    history_length: Any, env_ids: EnvIds, max_tokens: Any, *, num_envs: int, default: int | None,
+    history_length: Any,
+    env_ids: EnvIds,
+    max_tokens: Any,
+    *,
+    num_envs: int,
+    default: int | None,
     capacity: int | None = None,
-) -> FetchRequest:  # fmt: skip
+) -> FetchRequest:
     """Validate a ``fetch``'s arguments the way every strategy does.
 
     ``max_tokens`` is as :func:`resolve_budgets` takes it (``default``: the memory's own
@@ -257,9 +280,11 @@ def record_columns(record: Any, n: int) -> dict[str, Sequence[Any]]:
 
 
 def check_record_keys(
-    keys: tuple[str, ...], episode_keys: Sequence[tuple[str, ...] | None], ids: Sequence[int],
+    keys: tuple[str, ...],
+    episode_keys: Sequence[tuple[str, ...] | None],
+    ids: Sequence[int],
     formatter: Any,
-) -> set[tuple[str, ...] | None]:  # fmt: skip
+) -> set[tuple[str, ...] | None]:
     """Check a record's ``keys`` against the ``episode_keys`` (None before an episode's first
     store) of the envs in ``ids``; keys in another order are accepted. Returns the distinct
     episode key tuples of ``ids`` (``== {keys}``: nothing to reorder or fix).
@@ -371,9 +396,13 @@ class BaseMemory(ABC):
     def _request(self, history_length: int, env_ids: EnvIds, max_tokens: Any) -> FetchRequest:
         """A fetch's arguments validated (:func:`fetch_request`; ``capacity`` when it has one)."""
         return fetch_request(
-            history_length, env_ids, max_tokens, num_envs=self.num_envs,
-            default=self.max_tokens, capacity=getattr(self, "capacity", None),
-        )  # fmt: skip
+            history_length,
+            env_ids,
+            max_tokens,
+            num_envs=self.num_envs,
+            default=self.max_tokens,
+            capacity=getattr(self, "capacity", None),
+        )
 
     def _state_header(self) -> dict[str, Any]:
         """The ``version`` / ``kind`` / ``num_envs`` fields every state starts with."""
@@ -451,9 +480,13 @@ class RenderingMemory(BaseMemory):
     """A memory that renders and counts its steps itself (the shared arguments, validated)."""
 
     def __init__(
-        self, num_envs: int, formatter: FormatterSpec, max_tokens: int | None,
-        token_counter: TokenCounterSpec, capacity: int | None,
-    ) -> None:  # fmt: skip
+        self,
+        num_envs: int,
+        formatter: FormatterSpec,
+        max_tokens: int | None,
+        token_counter: TokenCounterSpec,
+        capacity: int | None,
+    ) -> None:
         self.num_envs = check_num_envs(num_envs)
         self.capacity = check_capacity(capacity)
         self.max_tokens = check_budget(max_tokens)
@@ -474,9 +507,12 @@ class RenderingMemory(BaseMemory):
     def _state(self, envs: list[dict[str, Any]]) -> dict[str, Any]:
         """A :meth:`state_dict`: the header, the rendering settings and the per-env ``envs``."""
         return {
-            **self._state_header(), "capacity": self.capacity,
-            "formatter": self._formatter.spec(), "token_counter": self._counter.name, "envs": envs,
-        }  # fmt: skip
+            **self._state_header(),
+            "capacity": self.capacity,
+            "formatter": self._formatter.spec(),
+            "token_counter": self._counter.name,
+            "envs": envs,
+        }
 
     def __repr__(self) -> str:
         return (

@@ -93,9 +93,13 @@ class BlockLayout:
         return counter(text) if text else 0
 
     def split(
-        self, budget: int, costs: Sequence[int], overhead: int,
-        window: Callable[[int | None], tuple[int, int]], newest: int,
-    ) -> tuple[int, int]:  # fmt: skip
+        self,
+        budget: int,
+        costs: Sequence[int],
+        overhead: int,
+        window: Callable[[int | None], tuple[int, int]],
+        newest: int,
+    ) -> tuple[int, int]:
         """How many block items to keep and the window's budget, for one env.
 
         Args:
@@ -142,10 +146,14 @@ class BlockLayout:
         return lambda body, window: f"{head}{body}{mid}{window}" if window else head + body
 
     def fetch(
-        self, memory: HistoryMemory, history_length: int, ids: list[int],
-        budgets: Sequence[int | None] | None, blocks: Sequence[Block | None],
+        self,
+        memory: HistoryMemory,
+        history_length: int,
+        ids: list[int],
+        budgets: Sequence[int | None] | None,
+        blocks: Sequence[Block | None],
         overhead: int | None = None,
-    ) -> tuple[Fetched, list[int]]:  # fmt: skip
+    ) -> tuple[Fetched, list[int]]:
         """Each env's block and window from ``memory`` (``ids``: validated env ids; ``budgets``,
         ``blocks``: one per env or None; ``overhead``: as :meth:`overhead` gives it).
 
@@ -220,9 +228,12 @@ class WindowedMemory(BaseMemory):
         capacity: int | None = None,
     ) -> None:
         self._window = HistoryMemory(
-            num_envs, formatter, max_tokens=max_tokens, token_counter=token_counter,
+            num_envs,
+            formatter,
+            max_tokens=max_tokens,
+            token_counter=token_counter,
             capacity=capacity,
-        )  # fmt: skip
+        )
         self.num_envs = num_envs
         self._all_ids = normalize_env_ids(None, num_envs)
 

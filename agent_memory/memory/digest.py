@@ -38,9 +38,14 @@ def episode_outcome(episode: Mapping[str, Any]) -> str:
 
 
 def episode_digest(
-    episode: Mapping[str, Any], *, max_actions: int = 60, obs_chars: int = 300,
-    max_chars: int = 1200, outcome: bool = False, sep: str = "\n",
-) -> str:  # fmt: skip
+    episode: Mapping[str, Any],
+    *,
+    max_actions: int = 60,
+    obs_chars: int = 300,
+    max_chars: int = 1200,
+    outcome: bool = False,
+    sep: str = "\n",
+) -> str:
     """A bounded text digest of a handed-over episode: its actions and its last observation.
 
     Lines (joined by ``sep``): with ``outcome``, ``Episode <outcome> after <n> steps.``; then

@@ -79,9 +79,15 @@ class SQLiteDatabase:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str] | None, *, schema: str, schema_version: int = 1,
-        busy_timeout_s: float = 5.0, max_wait_s: float = 60.0, synchronous: Synchronous = "NORMAL",
-    ) -> None:  # fmt: skip
+        self,
+        path: str | os.PathLike[str] | None,
+        *,
+        schema: str,
+        schema_version: int = 1,
+        busy_timeout_s: float = 5.0,
+        max_wait_s: float = 60.0,
+        synchronous: Synchronous = "NORMAL",
+    ) -> None:
         check_sqlite_options(busy_timeout_s, max_wait_s, synchronous)
         self.path = ":memory:" if path is None else str(Path(path).expanduser())
         self.schema = schema
@@ -117,9 +123,11 @@ class SQLiteDatabase:
             if not self.private:
                 Path(self.path).parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(
-                self.path, timeout=self.busy_timeout_s, isolation_level=None,
+                self.path,
+                timeout=self.busy_timeout_s,
+                isolation_level=None,
                 check_same_thread=False,
-            )  # fmt: skip
+            )
             self._conn, self._pid = conn, os.getpid()
             self._generation += 1
             self._retry(lambda: self._configure(conn))

@@ -300,13 +300,15 @@ class HistoryMemory(RenderingMemory):
         envs = []
         for i in self._all_ids:
             records, keys = self[i], self._keys[i]
-            envs.append({
-                "start": self.num_steps(i) - len(records),
-                "keys": None if keys is None else list(keys),
-                "records": copy.deepcopy(records),
-                "rendered": copy.deepcopy(self._held(self._rendered[i])),
-                "tokens": self.step_tokens(i),
-            })  # fmt: skip
+            envs.append(
+                {
+                    "start": self.num_steps(i) - len(records),
+                    "keys": None if keys is None else list(keys),
+                    "records": copy.deepcopy(records),
+                    "rendered": copy.deepcopy(self._held(self._rendered[i])),
+                    "tokens": self.step_tokens(i),
+                }
+            )
         return self._state(envs)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

@@ -75,9 +75,13 @@ def repeat_document(rng: random.Random, words: Sequence[str], encode: Any) -> Do
 
 
 def fact_document(
-    rng: random.Random, words: Sequence[str], encode: Any, max_facts: int,
-    filler: Sequence[str] = (), max_filler: int = 4,
-) -> Document:  # fmt: skip
+    rng: random.Random,
+    words: Sequence[str],
+    encode: Any,
+    max_facts: int,
+    filler: Sequence[str] = (),
+    max_filler: int = 4,
+) -> Document:
     """2 to ``max_facts`` statements ``the K is V .`` (distinct K) each after 0 to
     ``max_filler`` ``filler`` words (default: ``words``), then each statement again, shuffled,
     after filler as well; weight 1 on each restated V and 0.5 on every ``is`` and ``.``.
@@ -117,9 +121,14 @@ def fact_document(
 
 
 def pretrain_tiny_lm(
-    path: str | Path, *, steps: int, lr: float = 0.003, batch_size: int = 32,
-    max_facts: int = 4, seed: int = 0,
-) -> dict[str, float]:  # fmt: skip
+    path: str | Path,
+    *,
+    steps: int,
+    lr: float = 0.003,
+    batch_size: int = 32,
+    max_facts: int = 4,
+    seed: int = 0,
+) -> dict[str, float]:
     """Pretrain the tiny LM saved at ``path`` in place (see the module docstring) and write
     :data:`PRETRAIN_FILE` beside it.
 
@@ -196,14 +205,19 @@ def pretrain_tiny_lm(
             if step % 500 == 0:
                 log.info(
                     "pretraining step %d/%d: loss %.3f, fact accuracy %.2f (32 held-out docs)",
-                    step, steps, loss, _fact_accuracy(model, eval_docs[:32]),
-                )  # fmt: skip
+                    step,
+                    steps,
+                    loss,
+                    _fact_accuracy(model, eval_docs[:32]),
+                )
         accuracy = _fact_accuracy(model, eval_docs)
     model.save_pretrained(str(path))
     stats = {
-        "steps": steps, "loss": round(loss, 4), "fact_accuracy": round(accuracy, 4),
+        "steps": steps,
+        "loss": round(loss, 4),
+        "fact_accuracy": round(accuracy, 4),
         "seconds": round(time.perf_counter() - start, 1),
-    }  # fmt: skip
+    }
     settings = {"lr": lr, "batch_size": batch_size, "max_facts": max_facts, "seed": seed}
     (Path(path) / PRETRAIN_FILE).write_text(json.dumps({**settings, **stats}, indent=2) + "\n")
     log.info("pretrained the tiny model: %s", stats)

@@ -90,19 +90,41 @@ QWEN25_CHAT_TEMPLATE = (
 
 #: Qwen2.5-Instruct's generation_config.json: what a default vLLM samples with.
 QWEN25_GENERATION_CONFIG = {
-    "bos_token_id": 151643, "pad_token_id": 151643, "do_sample": True,
-    "eos_token_id": [151645, 151643], "repetition_penalty": 1.05, "temperature": 0.7,
-    "top_p": 0.8, "top_k": 20,
-}  # fmt: skip
+    "bos_token_id": 151643,
+    "pad_token_id": 151643,
+    "do_sample": True,
+    "eos_token_id": [151645, 151643],
+    "repetition_penalty": 1.05,
+    "temperature": 0.7,
+    "top_p": 0.8,
+    "top_k": 20,
+}
 
 #: Qwen2.5's added tokens from id 151643 on; the first 14 are special (skipped when decoding).
 _ADDED = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>", "<tool_call>",
-    "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-    "<|repo_name|>", "<|file_sep|>",
-)  # fmt: skip
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+    "<tool_call>",
+    "</tool_call>",
+    "<|fim_prefix|>",
+    "<|fim_middle|>",
+    "<|fim_suffix|>",
+    "<|fim_pad|>",
+    "<|repo_name|>",
+    "<|file_sep|>",
+)
 _SPECIAL = 14
 _FIRST_ADDED = 151643
 #: Qwen2.5's embedding rows (the vocabulary padded to a multiple of 128).
@@ -110,9 +132,13 @@ _VOCAB_ROWS = 151936
 
 
 def build_tiny_qwen(
-    path: str | Path, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0,
+    path: str | Path,
+    *,
+    hidden_size: int = 64,
+    num_layers: int = 2,
+    seed: int = 0,
     logit_scale: float = 25.0,
-) -> str:  # fmt: skip
+) -> str:
     """Write a tiny Qwen2 model with the Qwen2.5 tokenizer to ``path``; returns ``str(path)``.
 
     Args:
@@ -149,9 +175,11 @@ def build_tiny_qwen(
         vocab_file=str(ranks), pattern=PAT_STR, additional_special_tokens=[]
     ).converted()
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=converted, chat_template=QWEN25_CHAT_TEMPLATE, model_max_length=32768,
+        tokenizer_object=converted,
+        chat_template=QWEN25_CHAT_TEMPLATE,
+        model_max_length=32768,
         clean_up_tokenization_spaces=False,
-    )  # fmt: skip
+    )
     tokenizer.add_special_tokens({"additional_special_tokens": list(_ADDED[:_SPECIAL])})
     tokenizer.add_tokens(list(_ADDED[_SPECIAL:]))
     tokenizer.eos_token, tokenizer.pad_token = "<|im_end|>", "<|endoftext|>"
@@ -163,12 +191,19 @@ def build_tiny_qwen(
     # transformers 4.x names (5.x still takes them), so the whole supported range builds it.
     legacy: dict[str, Any] = {"rope_theta": 1000000.0, "torch_dtype": "float32"}
     config = Qwen2Config(
-        vocab_size=_VOCAB_ROWS, hidden_size=hidden_size, intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers, num_attention_heads=hidden_size // 64,
-        num_key_value_heads=hidden_size // 64, max_position_embeddings=4096, rms_norm_eps=1e-6,
-        tie_word_embeddings=False, bos_token_id=_FIRST_ADDED, eos_token_id=_FIRST_ADDED + 2,
+        vocab_size=_VOCAB_ROWS,
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=hidden_size // 64,
+        num_key_value_heads=hidden_size // 64,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-6,
+        tie_word_embeddings=False,
+        bos_token_id=_FIRST_ADDED,
+        eos_token_id=_FIRST_ADDED + 2,
         **legacy,
-    )  # fmt: skip
+    )
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(config)
     with torch.no_grad():

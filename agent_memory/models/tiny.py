@@ -102,11 +102,20 @@ def template_words(chat_template: str) -> list[str]:
 
 
 def build_tiny_lm(
-    path: str | Path, words: Sequence[str], *, arch: Literal["llama", "gpt2"] = "llama",
-    hidden: int = 32, layers: int = 2, heads: int = 2, context: int = 256,
-    chat_template: str | None = DEFAULT_TEMPLATE, seed: int = 0, init_range: float = 0.5,
-    tie_embeddings: bool = False, lowercase: bool = False,
-) -> Path:  # fmt: skip
+    path: str | Path,
+    words: Sequence[str],
+    *,
+    arch: Literal["llama", "gpt2"] = "llama",
+    hidden: int = 32,
+    layers: int = 2,
+    heads: int = 2,
+    context: int = 256,
+    chat_template: str | None = DEFAULT_TEMPLATE,
+    seed: int = 0,
+    init_range: float = 0.5,
+    tie_embeddings: bool = False,
+    lowercase: bool = False,
+) -> Path:
     """Save a randomly initialised causal LM and its word-level tokenizer to ``path``.
 
     Both load with ``from_pretrained(path, local_files_only=True)``. Vocabulary: the
@@ -172,18 +181,26 @@ def build_tiny_lm(
         raw.normalizer = normalizers.Lowercase()
     pad, unk, bos, eos = SPECIAL_TOKENS
     tokenizer = transformers.PreTrainedTokenizerFast(
-        tokenizer_object=raw, pad_token=pad, unk_token=unk, bos_token=bos, eos_token=eos,
+        tokenizer_object=raw,
+        pad_token=pad,
+        unk_token=unk,
+        bos_token=bos,
+        eos_token=eos,
         model_max_length=context,
         # No "clean up" of " ." into ".": decoding is exactly the tokens joined by spaces.
         clean_up_tokenization_spaces=False,
-    )  # fmt: skip
+    )
     if chat_template:
         tokenizer.chat_template = chat_template
 
     common: dict[str, Any] = {
-        "vocab_size": len(vocab), "tie_word_embeddings": tie_embeddings,
-        "initializer_range": init_range, "pad_token_id": 0, "bos_token_id": 2, "eos_token_id": 3,
-    }  # fmt: skip
+        "vocab_size": len(vocab),
+        "tie_word_embeddings": tie_embeddings,
+        "initializer_range": init_range,
+        "pad_token_id": 0,
+        "bos_token_id": 2,
+        "eos_token_id": 3,
+    }
     config, cls = _model_config(arch, hidden, layers, heads, context, common)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -207,8 +224,12 @@ def _model_config(
         )
         return gpt2, transformers.GPT2LMHeadModel
     llama = transformers.LlamaConfig(
-        hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=context,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
+        max_position_embeddings=context,
         **common,
-    )  # fmt: skip
+    )
     return llama, transformers.LlamaForCausalLM

@@ -12,5 +12,10 @@ from agent_memory.policies.base import (
 )
 
 __all__ = [
-    "Policy", "Prompt", "available_policies", "make_policy", "policy_factory", "register_policy",
-]  # fmt: skip
+    "Policy",
+    "Prompt",
+    "available_policies",
+    "make_policy",
+    "policy_factory",
+    "register_policy",
+]

@@ -25,9 +25,16 @@ from agent_memory.protocol import Generation, Prompt
 from agent_memory.registry import Registry
 
 __all__ = [
-    "Counters", "Policy", "Prompt", "available_policies", "check_batch", "episode_seed",
-    "make_policy", "policy_factory", "register_policy",
-]  # fmt: skip
+    "Counters",
+    "Policy",
+    "Prompt",
+    "available_policies",
+    "check_batch",
+    "episode_seed",
+    "make_policy",
+    "policy_factory",
+    "register_policy",
+]
 
 
 @dataclass

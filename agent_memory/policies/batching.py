@@ -87,9 +87,11 @@ class BatchingPolicy:
         self._worker: asyncio.Task[None] | None = None
 
     async def agenerate(
-        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None = None,
+        self,
+        prompts: Sequence[Prompt],
+        meta: Sequence[Mapping[str, Any]] | None = None,
         alone: bool = False,
-    ) -> list[Generation]:  # fmt: skip
+    ) -> list[Generation]:
         """This caller's generations, from a batch shared with whoever asked meanwhile
         (``alone``: a batch of their own, never split nor joined: a lockstep step's)."""
         if not prompts:

@@ -31,24 +31,58 @@ __all__ = ["SENT_FIELDS", "check_generation_config", "repetition_penalty"]
 #: The fields the hf policy sets on every ``generate()`` call from its own settings (the sampling
 #: ones are recorded with each response); the model's values for them are never used.
 SENT_FIELDS = (
-    "do_sample", "temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_new_tokens",
-    "num_beams", "num_return_sequences", "pad_token_id", "eos_token_id", "output_scores",
+    "do_sample",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "repetition_penalty",
+    "max_new_tokens",
+    "num_beams",
+    "num_return_sequences",
+    "pad_token_id",
+    "eos_token_id",
+    "output_scores",
     "return_dict_in_generate",
-)  # fmt: skip
+)
 
 #: Fields that shape nothing sampled: lengths the policy's ``max_new_tokens`` overrides, the
 #: cache and compilation, what ``generate`` returns, beam-search and assistant tuning (the policy
 #: runs neither), a final renormalisation (the same distribution).
-_INERT = frozenset({
-    "_from_model_config", "transformers_version", "max_length", "bos_token_id",
-    "decoder_start_token_id", "use_cache", "cache_implementation", "cache_config", "max_cache_len",
-    "compile_config", "disable_compile", "prefill_chunk_size", "continuous_batching_config",
-    "output_attentions", "output_hidden_states", "output_logits", "renormalize_logits",
-    "remove_invalid_values", "max_time", "early_stopping", "length_penalty", "low_memory",
-    "is_assistant", "num_assistant_tokens", "num_assistant_tokens_schedule",
-    "assistant_confidence_threshold", "assistant_lookbehind", "target_lookbehind",
-    "assistant_ensemble_weight", "max_matching_ngram_size",
-})  # fmt: skip
+_INERT = frozenset(
+    {
+        "_from_model_config",
+        "transformers_version",
+        "max_length",
+        "bos_token_id",
+        "decoder_start_token_id",
+        "use_cache",
+        "cache_implementation",
+        "cache_config",
+        "max_cache_len",
+        "compile_config",
+        "disable_compile",
+        "prefill_chunk_size",
+        "continuous_batching_config",
+        "output_attentions",
+        "output_hidden_states",
+        "output_logits",
+        "renormalize_logits",
+        "remove_invalid_values",
+        "max_time",
+        "early_stopping",
+        "length_penalty",
+        "low_memory",
+        "is_assistant",
+        "num_assistant_tokens",
+        "num_assistant_tokens_schedule",
+        "assistant_confidence_threshold",
+        "assistant_lookbehind",
+        "target_lookbehind",
+        "assistant_ensemble_weight",
+        "max_matching_ngram_size",
+    }
+)
 
 #: What the refused fields do, as errors say it (a field not named here: "changes the
 #: distribution" alone).

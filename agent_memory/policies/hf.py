@@ -95,15 +95,27 @@ class HFPolicy(Policy):
     tokenizer: Any
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, model: Any = None,
-        tokenizer: Any = None, max_new_tokens: int = 256, temperature: float = 1.0,
-        top_p: float = 1.0, top_k: int = 0, min_p: float = 0.0, repetition_penalty: float = 1.0,
-        batch_size: int = 8, device: str = "cpu",
-        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto", seed: int | None = None,
-        use_chat_template: bool | Literal["auto"] = "auto", stop: str | Sequence[str] | None = None,
-        num_threads: int | None = None, incremental: bool = False,
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        max_new_tokens: int = 256,
+        temperature: float = 1.0,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        min_p: float = 0.0,
+        repetition_penalty: float = 1.0,
+        batch_size: int = 8,
+        device: str = "cpu",
+        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
+        seed: int | None = None,
+        use_chat_template: bool | Literal["auto"] = "auto",
+        stop: str | Sequence[str] | None = None,
+        num_threads: int | None = None,
+        incremental: bool = False,
         parser: ActionParser | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(parser)
         check_int("max_new_tokens", max_new_tokens, 1)
         check_int("batch_size", batch_size, 1)
@@ -141,9 +153,11 @@ class HFPolicy(Policy):
         else:
             self._adopt(model, tokenizer)
         self.renderer = PromptRenderer(
-            self.tokenizer, use_chat_template, str(model_dir or "the given tokenizer"),
+            self.tokenizer,
+            use_chat_template,
+            str(model_dir or "the given tokenizer"),
             incremental=incremental,
-        )  # fmt: skip
+        )
         self.use_chat_template = use_chat_template
         self._context = _context_length(self.model.config)
         self.check_generation_config()
@@ -267,9 +281,12 @@ class HFPolicy(Policy):
         return self.renderer.ids(prompt, index)
 
     def _generate_all(
-        self, ids: list[list[int]], order: list[int], out: list[Generation | None],
+        self,
+        ids: list[list[int]],
+        order: list[int],
+        out: list[Generation | None],
         call: GenerationStats,
-    ) -> None:  # fmt: skip
+    ) -> None:
         for start in range(0, len(order), self.batch_size):
             chunk = order[start : start + self.batch_size]
             generations, truncated, seconds = self._generate([ids[i] for i in chunk])
@@ -316,11 +333,14 @@ class HFPolicy(Policy):
         sampling = self.sampling_params()
         out = [
             self._generation(
-                batch[row], tokens, logps, None if stopper is None else stopper.stopped_at[row],
+                batch[row],
+                tokens,
+                logps,
+                None if stopper is None else stopper.stopped_at[row],
                 sampling,
             )
             for row, (tokens, logps) in enumerate(zip(new.tolist(), chosen.tolist(), strict=True))
-        ]  # fmt: skip
+        ]
         return out, truncated, elapsed
 
     def _truncate(self, batch: list[list[int]]) -> tuple[list[list[int]], int]:
@@ -335,14 +355,21 @@ class HFPolicy(Policy):
         log.warning(
             "hf policy: %d prompt(s) longer than the %d tokens the context leaves "
             "(context %d - max_new_tokens %d): their oldest tokens are dropped",
-            truncated, room, self._context, self.max_new_tokens,
-        )  # fmt: skip
+            truncated,
+            room,
+            self._context,
+            self.max_new_tokens,
+        )
         return [x[-room:] for x in batch], truncated
 
     def _generation(
-        self, prompt: list[int], tokens: list[int], logps: list[float], stop_at: int | None,
+        self,
+        prompt: list[int],
+        tokens: list[int],
+        logps: list[float],
+        stop_at: int | None,
         sampling: SamplingParams,
-    ) -> Generation:  # fmt: skip
+    ) -> Generation:
         """One row's generation: its tokens cut after the first EOS or the stop string's."""
         end = next((j + 1 for j, t in enumerate(tokens) if t in self._eos), None)
         if stop_at is not None and (end is None or stop_at < end):
@@ -355,10 +382,15 @@ class HFPolicy(Policy):
         )
         text = _cut(decoded, self.stop)
         return Generation(
-            text=text, prompt_ids=list(prompt), response_ids=body, response_logprobs=logps[:end],
-            finish_reason=finish, policy_version=self.version, sampling=sampling,
+            text=text,
+            prompt_ids=list(prompt),
+            response_ids=body,
+            response_logprobs=logps[:end],
+            finish_reason=finish,
+            policy_version=self.version,
+            sampling=sampling,
             response_offsets=self._offsets(body, decoded, len(text)),
-        )  # fmt: skip
+        )
 
     def _offsets(self, body: list[int], decoded: str, length: int) -> list[int] | None:
         """Where each token of ``body`` (which decodes to ``decoded``) starts in the response
@@ -372,10 +404,14 @@ class HFPolicy(Policy):
         ``generate()`` (the repetition penalty shapes greedy decoding too)."""
         greedy = self.temperature == 0
         return SamplingParams(
-            temperature=self.temperature, top_p=None if greedy else self.top_p,
-            top_k=None if greedy else self.top_k, max_tokens=self.max_new_tokens, seed=self.seed,
-            min_p=None if greedy else self.min_p, repetition_penalty=self.repetition_penalty,
-        )  # fmt: skip
+            temperature=self.temperature,
+            top_p=None if greedy else self.top_p,
+            top_k=None if greedy else self.top_k,
+            max_tokens=self.max_new_tokens,
+            seed=self.seed,
+            min_p=None if greedy else self.min_p,
+            repetition_penalty=self.repetition_penalty,
+        )
 
     def check_generation_config(self) -> None:
         """Refuse a model whose generation config changes what is sampled in a way the rows
@@ -411,15 +447,21 @@ class HFPolicy(Policy):
         config = copy.deepcopy(self.model.generation_config)
         sampling = self.temperature > 0
         fields = dict(
-            max_new_tokens=self.max_new_tokens, num_beams=1, num_return_sequences=1,
+            max_new_tokens=self.max_new_tokens,
+            num_beams=1,
+            num_return_sequences=1,
             do_sample=sampling,
             # Greedy: the library defaults, so no "unused sampling flag" warnings.
             temperature=self.temperature if sampling else 1.0,
-            top_p=self.top_p if sampling else 1.0, top_k=self.top_k if sampling else 50,
-            min_p=self.min_p if sampling else None, repetition_penalty=1.0,
-            pad_token_id=self.tokenizer.pad_token_id, eos_token_id=self._eos or None,
-            output_scores=True, return_dict_in_generate=True,
-        )  # fmt: skip
+            top_p=self.top_p if sampling else 1.0,
+            top_k=self.top_k if sampling else 50,
+            min_p=self.min_p if sampling else None,
+            repetition_penalty=1.0,
+            pad_token_id=self.tokenizer.pad_token_id,
+            eos_token_id=self._eos or None,
+            output_scores=True,
+            return_dict_in_generate=True,
+        )
         config.update(**{name: fields[name] for name in SENT_FIELDS})
         return config
 

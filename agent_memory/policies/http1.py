@@ -23,9 +23,14 @@ from dataclasses import dataclass
 from typing import Final, Literal
 
 __all__ = [
-    "END", "MAX_HEAD_BYTES", "NEED_DATA", "Head", "ProtocolError", "ResponseReader",
+    "END",
+    "MAX_HEAD_BYTES",
+    "NEED_DATA",
+    "Head",
+    "ProtocolError",
+    "ResponseReader",
     "request_bytes",
-]  # fmt: skip
+]
 
 #: The most bytes an answer's head (or a chunk's size line, or its trailers) may take before
 #: its end shows (h11's default): a server that never ends its head cannot grow the buffer.

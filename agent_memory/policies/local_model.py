@@ -28,9 +28,11 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
 
 
 def resolve_model(
-    path: str | os.PathLike[str], *, need: Literal["model", "tokenizer"] = "model",
+    path: str | os.PathLike[str],
+    *,
+    need: Literal["model", "tokenizer"] = "model",
     key: str | None = None,
-) -> Path:  # fmt: skip
+) -> Path:
     """The local directory of ``path``: itself when it is a directory, else the cached snapshot
     of the hub id ``path`` (``HF_HOME`` / ``HF_HUB_CACHE`` are honoured).
 

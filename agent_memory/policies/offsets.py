@@ -9,9 +9,11 @@ __all__ = ["token_offsets"]
 
 
 def token_offsets(
-    decode: Callable[[list[int]], str], ids: Sequence[int], text: str,
+    decode: Callable[[list[int]], str],
+    ids: Sequence[int],
+    text: str,
     skip: Container[int] = (),
-) -> list[int] | None:  # fmt: skip
+) -> list[int] | None:
     """Where each token of ``ids`` starts in ``text``: the length of what its predecessors decode
     to (at most ``len(text)``). Each token is decoded with the few before it, as vLLM's
     detokenizer does (linear; a piece ending in an unfinished character waits for the next

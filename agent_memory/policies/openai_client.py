@@ -64,9 +64,14 @@ from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import Generation, SamplingParams
 
 __all__ = [
-    "THREAD_PREFIX", "ClientStats", "LogprobsNotSampled", "OpenAIPolicy", "ServerRefused",
-    "ServerUnavailable", "TokenIdsMissing",
-]  # fmt: skip
+    "THREAD_PREFIX",
+    "ClientStats",
+    "LogprobsNotSampled",
+    "OpenAIPolicy",
+    "ServerRefused",
+    "ServerUnavailable",
+    "TokenIdsMissing",
+]
 
 log = logging.getLogger(__name__)
 
@@ -107,21 +112,41 @@ class OpenAIPolicy(Policy):
     answers_async: ClassVar[bool] = True
 
     def __init__(
-        self, base_url: str, model: str, *, api_key: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY", mode: Literal["chat", "completion"] = "chat",
-        temperature: float | None = None, top_p: float | None = None, top_k: int | None = None,
-        min_p: float | None = None, repetition_penalty: float | None = None,
-        presence_penalty: float | None = None, frequency_penalty: float | None = None,
-        max_tokens: int | None = None, stop: str | Sequence[str] | None = None,
-        seed: int | None = None, extra_body: Mapping[str, Any] | None = None, concurrency: int = 8,
-        timeout: float = 120.0, max_retries: int = 3, backoff: Sequence[float] = (0.5, 8.0),
-        max_retry_after: float = 60.0, headers: Mapping[str, str] | None = None,
-        dead_calls: int = 2, return_tokens: bool = True,
-        server: Literal["vllm", "sglang", "openai"] = "vllm", token_in: bool = False,
-        tokenizer: str | None = None, use_chat_template: bool | Literal["auto"] = "auto",
-        incremental: bool = False, max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
-        vocab_size: int | None = None, parser: ActionParser | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        base_url: str,
+        model: str,
+        *,
+        api_key: str | None = None,
+        api_key_env: str = "OPENAI_API_KEY",
+        mode: Literal["chat", "completion"] = "chat",
+        temperature: float | None = None,
+        top_p: float | None = None,
+        top_k: int | None = None,
+        min_p: float | None = None,
+        repetition_penalty: float | None = None,
+        presence_penalty: float | None = None,
+        frequency_penalty: float | None = None,
+        max_tokens: int | None = None,
+        stop: str | Sequence[str] | None = None,
+        seed: int | None = None,
+        extra_body: Mapping[str, Any] | None = None,
+        concurrency: int = 8,
+        timeout: float = 120.0,
+        max_retries: int = 3,
+        backoff: Sequence[float] = (0.5, 8.0),
+        max_retry_after: float = 60.0,
+        headers: Mapping[str, str] | None = None,
+        dead_calls: int = 2,
+        return_tokens: bool = True,
+        server: Literal["vllm", "sglang", "openai"] = "vllm",
+        token_in: bool = False,
+        tokenizer: str | None = None,
+        use_chat_template: bool | Literal["auto"] = "auto",
+        incremental: bool = False,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        vocab_size: int | None = None,
+        parser: ActionParser | None = None,
+    ) -> None:
         super().__init__(parser)
         _check_endpoint(base_url, model, mode, server)
         check_int("concurrency", concurrency, 1)
@@ -187,11 +212,19 @@ class OpenAIPolicy(Policy):
         self.max_answer_bytes = max_answer_bytes
         self.vocab_size = _vocab_size(vocab_size, self.renderer)
         self._sender = Sender(
-            self.url, mode, server, self.timeout, max_retries, self.backoff,
-            self.max_retry_after, self.return_tokens, random.Random(seed),
+            self.url,
+            mode,
+            server,
+            self.timeout,
+            max_retries,
+            self.backoff,
+            self.max_retry_after,
+            self.return_tokens,
+            random.Random(seed),
             None if self.renderer is None else self.renderer.tokenizer,
-            decode_stops=stops is not None, vocab_size=self.vocab_size,
-        )  # fmt: skip
+            decode_stops=stops is not None,
+            vocab_size=self.vocab_size,
+        )
         self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
         given = dict(headers or {})
         if self._api_key:
@@ -459,9 +492,11 @@ class OpenAIPolicy(Policy):
         return fields
 
     def _remember(
-        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None,
+        self,
+        prompts: Sequence[Prompt],
+        meta: Sequence[Mapping[str, Any]] | None,
         out: list[Generation],
-    ) -> list[Generation]:  # fmt: skip
+    ) -> list[Generation]:
         """Tell an incremental renderer what each episode's model saw and sampled."""
         if self.renderer is not None and self.renderer.incremental and meta is not None:
             for prompt, m, g in zip(prompts, meta, out, strict=True):
@@ -509,9 +544,11 @@ class OpenAIPolicy(Policy):
             return self._runtime
 
     async def _call(
-        self, prompts: Sequence[Prompt], meta: Sequence[Mapping[str, Any]] | None,
+        self,
+        prompts: Sequence[Prompt],
+        meta: Sequence[Mapping[str, Any]] | None,
         requests: list[Request],
-    ) -> list[Generation]:  # fmt: skip
+    ) -> list[Generation]:
         """Send ``requests`` (checking the server first) on the running loop."""
         runtime = self._ensure_runtime()
         try:
@@ -559,8 +596,12 @@ class OpenAIPolicy(Policy):
             log.warning(
                 "openai policy: %d of %d prompts failed (%s); they get '' (an invalid action). "
                 "First: prompt %d: %s",
-                len(call.errors), len(out), self.url, first, call.errors[first],
-            )  # fmt: skip
+                len(call.errors),
+                len(out),
+                self.url,
+                first,
+                call.errors[first],
+            )
         return out
 
 
@@ -689,14 +730,19 @@ def _vocab_size(vocab_size: int | None, renderer: PromptRenderer | None) -> int 
 
 
 def _renderer(
-    tokenizer: str, use_chat_template: bool | Literal["auto"], incremental: bool,
+    tokenizer: str,
+    use_chat_template: bool | Literal["auto"],
+    incremental: bool,
     template_kwargs: Mapping[str, Any] | None,
-) -> PromptRenderer:  # fmt: skip
+) -> PromptRenderer:
     from transformers import AutoTokenizer
 
     path = resolve_model(tokenizer, need="tokenizer")
     loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     return PromptRenderer(
-        loaded, use_chat_template, str(path), incremental=incremental,
+        loaded,
+        use_chat_template,
+        str(path),
+        incremental=incremental,
         template_kwargs=template_kwargs,
-    )  # fmt: skip
+    )

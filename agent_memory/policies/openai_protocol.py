@@ -25,11 +25,23 @@ from agent_memory.checks import is_number
 from agent_memory.protocol import Prompt
 
 __all__ = [
-    "DEFAULT_MAX_ANSWER_BYTES", "LOGPROB_EPS", "MAX_ERROR_CHARS", "MAX_TOKEN_ID",
-    "NEUTRAL_SAMPLING", "Answer", "LogprobsKind", "MalformedAnswer", "NonTextAnswer",
-    "logprobs_kind", "messages_of", "probe_fields", "read_answer", "retry_after", "server_message",
+    "DEFAULT_MAX_ANSWER_BYTES",
+    "LOGPROB_EPS",
+    "MAX_ERROR_CHARS",
+    "MAX_TOKEN_ID",
+    "NEUTRAL_SAMPLING",
+    "Answer",
+    "LogprobsKind",
+    "MalformedAnswer",
+    "NonTextAnswer",
+    "logprobs_kind",
+    "messages_of",
+    "probe_fields",
+    "read_answer",
+    "retry_after",
+    "server_message",
     "token_fields",
-]  # fmt: skip
+]
 
 Mode = Literal["chat", "completion"]
 Server = Literal["vllm", "sglang", "openai"]
@@ -40,9 +52,14 @@ LogprobsKind = Literal["processed", "raw", "unknown"]
 #: Every sampling field a request carries, at its "off" value: vLLM and SGLang fill a field a
 #: request leaves out from the model's generation_config.json, so the policy sends each one.
 NEUTRAL_SAMPLING: dict[str, float | int] = {
-    "temperature": 1.0, "top_p": 1.0, "top_k": -1, "min_p": 0.0, "repetition_penalty": 1.0,
-    "presence_penalty": 0.0, "frequency_penalty": 0.0,
-}  # fmt: skip
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": -1,
+    "min_p": 0.0,
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+}
 #: The fields of :data:`NEUTRAL_SAMPLING` the plain OpenAI API accepts.
 OPENAI_SAMPLING = ("temperature", "top_p", "presence_penalty", "frequency_penalty")
 #: Reported log-probs at or below this are a filtered token's (vLLM clamps -inf to -9999).
@@ -139,12 +156,15 @@ def read_answer(data: Any, mode: Mode) -> Answer:
     if prompt_ids is None and _is_map(data):
         prompt_ids = data.get("prompt_token_ids")  # vLLM chat: at the top level
     return Answer(
-        text=text or "", finish_reason=finish,
-        prompt_ids=_ints(prompt_ids, "prompt_token_ids"), response_ids=response_ids,
-        logprobs=logprobs, prompt_tokens=_count(usage.get("prompt_tokens")),
+        text=text or "",
+        finish_reason=finish,
+        prompt_ids=_ints(prompt_ids, "prompt_token_ids"),
+        response_ids=response_ids,
+        logprobs=logprobs,
+        prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),
         stop_reason=stop if isinstance(stop, (str, int)) and not isinstance(stop, bool) else None,
-    )  # fmt: skip
+    )
 
 
 def _not_text(choice: Mapping[str, Any], mode: Mode, text: str | None) -> str | None:

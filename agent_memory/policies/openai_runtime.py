@@ -46,16 +46,26 @@ if TYPE_CHECKING:
     from agent_memory.policies.openai_transport import Reply, Target, Transport
 
 __all__ = [
-    "THREAD_PREFIX", "ClientStats", "Connections", "LogprobsNotSampled", "Runtime", "Sender",
-    "ServerRefused", "Slots", "TokenIdsMissing", "decodes_to", "require_tokens",
-]  # fmt: skip
+    "THREAD_PREFIX",
+    "ClientStats",
+    "Connections",
+    "LogprobsNotSampled",
+    "Runtime",
+    "Sender",
+    "ServerRefused",
+    "Slots",
+    "TokenIdsMissing",
+    "decodes_to",
+    "require_tokens",
+]
 
 log = logging.getLogger("agent_memory.policies.openai_client")
 #: What every request carries before the user's ``headers`` (which replace any of them).
 DEFAULT_HEADERS = {
-    "Accept": "application/json", "Content-Type": "application/json",
+    "Accept": "application/json",
+    "Content-Type": "application/json",
     "User-Agent": "agent-memory",
-}  # fmt: skip
+}
 T = TypeVar("T")
 
 #: The name of the thread whose event loop sends synchronous callers' requests.
@@ -142,10 +152,14 @@ class Call:
     answered: bool = False
 
     def count(
-        self, t0: float | None, *, usage: tuple[int, int, bool] | None = None,
-        error: tuple[int, str, int] | None = None, retry: bool = False,
+        self,
+        t0: float | None,
+        *,
+        usage: tuple[int, int, bool] | None = None,
+        error: tuple[int, str, int] | None = None,
+        retry: bool = False,
         refused: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Record one request sent at ``t0`` (None: none was): its usage, a retry to come, or
         the prompt given up on (``refused``: the counter of why its answer was refused)."""
         s = self.stats
@@ -274,9 +288,11 @@ class Connections:
     and the requests in flight on it (:meth:`Runtime.shutdown` cancels them)."""
 
     def __init__(
-        self, loop: asyncio.AbstractEventLoop, transport: Transport,
+        self,
+        loop: asyncio.AbstractEventLoop,
+        transport: Transport,
         headers: list[tuple[bytes, bytes]],
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.loop = loop
         self.transport = transport
         self.headers = headers
@@ -317,9 +333,12 @@ class Runtime:
     private loop of synchronous callers."""
 
     def __init__(
-        self, concurrency: int, headers: list[tuple[bytes, bytes]], limit: int | None = None,
+        self,
+        concurrency: int,
+        headers: list[tuple[bytes, bytes]],
+        limit: int | None = None,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.slots = Slots(concurrency)
         self.limit = max(limit or concurrency, concurrency)
         self.max_answer_bytes = max_answer_bytes
@@ -539,9 +558,14 @@ class Sender:
             self.tokenizer_size = len(self.tokenizer)
 
     async def send(
-        self, conns: Connections, index: int, request: Request, call: Call, version: int,
+        self,
+        conns: Connections,
+        index: int,
+        request: Request,
+        call: Call,
+        version: int,
         slots: Slots,
-    ) -> Generation:  # fmt: skip
+    ) -> Generation:
         """One prompt: its requests and retries, holding one of ``slots`` throughout (its backoff
         too: an overloaded server gets fewer requests, not the same number later)."""
         try:
@@ -654,9 +678,12 @@ class Sender:
     @staticmethod
     def _failed(request: Request, version: int, why: str) -> Generation:
         return Generation(
-            "", finish_reason="error", policy_version=version, sampling=request.sampling,
+            "",
+            finish_reason="error",
+            policy_version=version,
+            sampling=request.sampling,
             error=why,
-        )  # fmt: skip
+        )
 
     def _read(
         self, response: Reply, request: Request, call: Call, t0: float, version: int
@@ -685,12 +712,15 @@ class Sender:
         usage = (answer.prompt_tokens, answer.completion_tokens, answer.finish_reason == "length")
         call.count(t0, usage=usage)
         return Generation(
-            text=text, prompt_ids=prompt_ids if self.return_tokens else None,
+            text=text,
+            prompt_ids=prompt_ids if self.return_tokens else None,
             response_ids=response_ids if self.return_tokens else None,
             response_logprobs=logprobs if self.return_tokens else None,
-            finish_reason=answer.finish_reason, policy_version=version, sampling=request.sampling,
+            finish_reason=answer.finish_reason,
+            policy_version=version,
+            sampling=request.sampling,
             response_offsets=self._offsets(response_ids, text) if request.offsets else None,
-        )  # fmt: skip
+        )
 
     def _offsets(self, ids: list[int] | None, text: str) -> list[int] | None:
         """Where each response token starts in ``text``: from the ids, by the tokenizer (None

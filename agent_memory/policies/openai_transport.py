@@ -416,9 +416,14 @@ class Transport:
     """
 
     def __init__(
-        self, keep: int | None = None, expiry: float | None = 5.0, verify: Any = True, *,
-        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES, setting: str = "max_answer_bytes",
-    ) -> None:  # fmt: skip
+        self,
+        keep: int | None = None,
+        expiry: float | None = 5.0,
+        verify: Any = True,
+        *,
+        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
+        setting: str = "max_answer_bytes",
+    ) -> None:
         self.max_answer_bytes = max_answer_bytes
         self.setting = setting
         self.keep = keep

@@ -73,9 +73,13 @@ class PromptRenderer:
     """
 
     def __init__(
-        self, tokenizer: Any, use_chat_template: bool | Literal["auto"] = "auto", source: str = "",
-        incremental: bool = False, template_kwargs: Mapping[str, Any] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        tokenizer: Any,
+        use_chat_template: bool | Literal["auto"] = "auto",
+        source: str = "",
+        incremental: bool = False,
+        template_kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
         check_use_chat_template(use_chat_template)
         has_template = bool(getattr(tokenizer, "chat_template", None))
         where = f"the tokenizer in {source!r}" if source else "the tokenizer"

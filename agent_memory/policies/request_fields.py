@@ -30,17 +30,35 @@ __all__ = ["ALLOWED_EXTRA_BODY", "check_extra_body"]
 #: scheduling; which tokens end a response (the sampled ids hold them); how the answer spells
 #: what was sampled (the policy checks text against ids where it has a tokenizer); the chat
 #: template's arguments and tools (they change the prompt, whose ids the server returns).
-ALLOWED_EXTRA_BODY = frozenset({
-    # vLLM and SGLang: identity and scheduling.
-    "user", "request_id", "rid", "priority", "cache_salt", "extra_key", "custom_labels",
-    # Stopping (the sampled ids keep the token that ended the response).
-    "stop_token_ids", "ignore_eos", "include_stop_str_in_output", "no_stop_trim",
-    # How the answer is written.
-    "skip_special_tokens", "spaces_between_special_tokens", "return_token_ids",
-    "return_prompt_token_ids", "return_meta_info", "return_tokens_as_token_ids",
-    # The prompt's rendering, echoed in the server's prompt ids.
-    "chat_template_kwargs", "tools", "parallel_tool_calls", "tool_choice",
-})  # fmt: skip
+ALLOWED_EXTRA_BODY = frozenset(
+    {
+        # vLLM and SGLang: identity and scheduling.
+        "user",
+        "request_id",
+        "rid",
+        "priority",
+        "cache_salt",
+        "extra_key",
+        "custom_labels",
+        # Stopping (the sampled ids keep the token that ended the response).
+        "stop_token_ids",
+        "ignore_eos",
+        "include_stop_str_in_output",
+        "no_stop_trim",
+        # How the answer is written.
+        "skip_special_tokens",
+        "spaces_between_special_tokens",
+        "return_token_ids",
+        "return_prompt_token_ids",
+        "return_meta_info",
+        "return_tokens_as_token_ids",
+        # The prompt's rendering, echoed in the server's prompt ids.
+        "chat_template_kwargs",
+        "tools",
+        "parallel_tool_calls",
+        "tool_choice",
+    }
+)
 
 #: ``tool_choice`` values that let the model write what it likes ("required" and a named
 #: function constrain decoding to a call).
@@ -49,20 +67,35 @@ _FREE_TOOL_CHOICE = ("auto", "none")
 #: The fields each request carries from ``policy.params`` (the sampling ones recorded).
 _OWN = {
     **{name: name for name in NEUTRAL_SAMPLING},
-    "seed": "seed", "max_tokens": "max_tokens", "max_completion_tokens": "max_tokens",
-    "stop": "stop", "model": "model", "messages": "mode", "prompt": "mode",
-    "logprobs": "return_tokens", "top_logprobs": "return_tokens",
-}  # fmt: skip
+    "seed": "seed",
+    "max_tokens": "max_tokens",
+    "max_completion_tokens": "max_tokens",
+    "stop": "stop",
+    "model": "model",
+    "messages": "mode",
+    "prompt": "mode",
+    "logprobs": "return_tokens",
+    "top_logprobs": "return_tokens",
+}
 
 #: Those of :data:`_OWN` a user sets (in ``policy.params``, not ``extra_body``).
 _SETTABLE = frozenset([*NEUTRAL_SAMPLING, "seed", "max_tokens", "max_completion_tokens", "stop"])
 
 #: Guided and structured decoding: vLLM's (old and new) and SGLang's names.
 _GRAMMARS = (
-    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
-    "guided_whitespace_pattern", "structured_outputs", "response_format", "json_schema", "regex",
-    "ebnf", "structural_tag",
-)  # fmt: skip
+    "guided_json",
+    "guided_regex",
+    "guided_choice",
+    "guided_grammar",
+    "guided_decoding_backend",
+    "guided_whitespace_pattern",
+    "structured_outputs",
+    "response_format",
+    "json_schema",
+    "regex",
+    "ebnf",
+    "structural_tag",
+)
 _GRAMMAR = "it constrains decoding to a grammar, masking every token outside it"
 #: Fields known to change what is sampled, or what the rows would say, and how.
 _REFUSED = {

@@ -82,10 +82,14 @@ class CandidateScores:
 
 
 def score_candidates(
-    model: Any, prompt_ids: Sequence[Sequence[int]],
-    candidate_ids: Sequence[Sequence[Sequence[int]]], *, pad_id: int, with_hidden: bool = False,
+    model: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    candidate_ids: Sequence[Sequence[Sequence[int]]],
+    *,
+    pad_id: int,
+    with_hidden: bool = False,
     score: ScoreRule | Sequence[ScoreRule] = "sum",
-) -> CandidateScores:  # fmt: skip
+) -> CandidateScores:
     """Each candidate response's token log-probabilities given its prompt (teacher forcing).
 
     One forward pass over the (left-padded) prompts, then one over every candidate on its
@@ -132,9 +136,12 @@ def score_candidates(
     inputs, mask = _padded(prompt_ids, pad_id, device, left=True)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(
-        input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=True,
+        input_ids=inputs,
+        attention_mask=mask,
+        position_ids=positions,
+        use_cache=True,
         output_hidden_states=with_hidden,
-    )  # fmt: skip
+    )
     first = out.logits[:, -1].float().log_softmax(-1)  # the first response token's distribution
     hidden = out.hidden_states[-1][:, -1] if with_hidden else None
 
@@ -150,9 +157,12 @@ def score_candidates(
         tail_mask = torch.cat([mask[owner], cmask[:, :-1]], dim=1)
         tail_pos = positions[owner, -1:] + 1 + torch.arange(length - 1, device=device)
         tail = model(
-            input_ids=cands[:, :-1], attention_mask=tail_mask, position_ids=tail_pos,
-            use_cache=True, **{cache_keyword(model): cache},
-        )  # fmt: skip
+            input_ids=cands[:, :-1],
+            attention_mask=tail_mask,
+            position_ids=tail_pos,
+            use_cache=True,
+            **{cache_keyword(model): cache},
+        )
         later = tail.logits.float().log_softmax(-1).gather(-1, cands[:, 1:, None]).squeeze(-1)
         logps = torch.cat([logps, later], dim=1)
     logps = logps * cmask  # padding contributes nothing
@@ -234,13 +244,24 @@ class ScoringPolicy(Policy):
     needs = frozenset({"admissible_actions", "memory_candidates"})
 
     def __init__(
-        self, path: str | os.PathLike[str] | None = None, *, model: Any = None,
-        tokenizer: Any = None, temperature: float = 1.0, batch_size: int = 32, device: str = "cpu",
-        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto", seed: int | None = None,
-        use_chat_template: bool | Literal["auto"] = "auto", num_threads: int | None = None,
-        append_eos: bool = True, score_forced: bool = False, parser: ActionParser | None = None,
-        action_score: ScoreRule = "sum", memory_score: ScoreRule = "mean",
-    ) -> None:  # fmt: skip
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        model: Any = None,
+        tokenizer: Any = None,
+        temperature: float = 1.0,
+        batch_size: int = 32,
+        device: str = "cpu",
+        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
+        seed: int | None = None,
+        use_chat_template: bool | Literal["auto"] = "auto",
+        num_threads: int | None = None,
+        append_eos: bool = True,
+        score_forced: bool = False,
+        parser: ActionParser | None = None,
+        action_score: ScoreRule = "sum",
+        memory_score: ScoreRule = "mean",
+    ) -> None:
         super().__init__(parser)
         check_number("temperature", temperature, low=0)
         check_int("batch_size", batch_size, 1)
@@ -249,10 +270,17 @@ class ScoringPolicy(Policy):
         check_choice("memory_score", memory_score, SCORE_RULES)
         # The hf policy loads the model, adopts a live one and renders prompts the same way.
         self._lm = _Loader(
-            path, model=model, tokenizer=tokenizer, max_new_tokens=1, temperature=0.0,
-            device=device, dtype=dtype, use_chat_template=use_chat_template,
-            num_threads=num_threads, parser=parser,
-        )  # fmt: skip
+            path,
+            model=model,
+            tokenizer=tokenizer,
+            max_new_tokens=1,
+            temperature=0.0,
+            device=device,
+            dtype=dtype,
+            use_chat_template=use_chat_template,
+            num_threads=num_threads,
+            parser=parser,
+        )
         self.temperature = float(temperature)
         self.batch_size = batch_size
         self.seed = seed
@@ -328,15 +356,24 @@ class ScoringPolicy(Policy):
         return [self._record(actions[i], c, memories[i], written[i]) for i, c in enumerate(chosen)]
 
     def _write(
-        self, pids: list[list[int]], meta: Sequence[Mapping[str, Any]],
-        blocks: list[list[list[int]]], rng: np.random.Generator, call: GenerationStats,
-    ) -> list[_Chosen | None]:  # fmt: skip
+        self,
+        pids: list[list[int]],
+        meta: Sequence[Mapping[str, Any]],
+        blocks: list[list[list[int]]],
+        rng: np.random.Generator,
+        call: GenerationStats,
+    ) -> list[_Chosen | None]:
         """The memory block chosen for each prompt that offers some (None for the others)."""
         offered = [i for i, b in enumerate(blocks) if b]
         found = self._choose(
-            [pids[i] for i in offered], [meta[i] for i in offered], [blocks[i] for i in offered],
-            rng, 1, call, self.memory_score,
-        )  # fmt: skip
+            [pids[i] for i in offered],
+            [meta[i] for i in offered],
+            [blocks[i] for i in offered],
+            rng,
+            1,
+            call,
+            self.memory_score,
+        )
         chosen = dict(zip(offered, found, strict=True))
         return [chosen.get(i) for i in range(len(pids))]
 
@@ -347,10 +384,15 @@ class ScoringPolicy(Policy):
         return [*ids, self._eos] if self.append_eos and self._eos is not None else ids
 
     def _choose(
-        self, prompt_ids: Sequence[list[int]], meta: Sequence[Mapping[str, Any]],
-        options: Sequence[list[list[int]]], rng: np.random.Generator, stream: int,
-        call: GenerationStats, rule: ScoreRule,
-    ) -> list[_Chosen]:  # fmt: skip
+        self,
+        prompt_ids: Sequence[list[int]],
+        meta: Sequence[Mapping[str, Any]],
+        options: Sequence[list[list[int]]],
+        rng: np.random.Generator,
+        stream: int,
+        call: GenerationStats,
+        rule: ScoreRule,
+    ) -> list[_Chosen]:
         """Per prompt, one of its ``options`` (response ids) sampled from the softmax of their
         scores (made by ``rule``); ``stream`` separates the draws of several choices."""
         import torch
@@ -410,16 +452,22 @@ class ScoringPolicy(Policy):
             room = max(1, self._context - len(longest))
             log.warning(
                 "score policy: a prompt of %d tokens plus a %d-token action exceeds the model's "
-                "context %d: its oldest tokens are dropped", len(ids), len(longest), self._context,
-            )  # fmt: skip
+                "context %d: its oldest tokens are dropped",
+                len(ids),
+                len(longest),
+                self._context,
+            )
             self.stats.truncated_prompts += 1
             ids = ids[-room:]
         return ids
 
     def _record(
-        self, actions: list[Any], chosen: _Chosen, blocks: Sequence[Any] | None,
+        self,
+        actions: list[Any],
+        chosen: _Chosen,
+        blocks: Sequence[Any] | None,
         written: _Chosen | None,
-    ) -> Generation:  # fmt: skip
+    ) -> Generation:
         """The generation of one prompt: its action's choice and, when a block was written,
         the memory's (the text: the block, then the action)."""
         k, prompt_ids, cands, token_logprobs, logprob = chosen
@@ -429,20 +477,27 @@ class ScoringPolicy(Policy):
             text = f"{blocks[written[0]]}{text}"
             memory = self._choice(written[2], written[0], written[4], self.memory_score)
         return Generation(
-            text=text, prompt_ids=prompt_ids, response_ids=list(cands[k]),
-            response_logprobs=token_logprobs, finish_reason="stop", policy_version=self.version,
+            text=text,
+            prompt_ids=prompt_ids,
+            response_ids=list(cands[k]),
+            response_logprobs=token_logprobs,
+            finish_reason="stop",
+            policy_version=self.version,
             sampling=self.sampling_params(),
             choice=self._choice(cands, k, logprob, self.action_score),
             memory_choice=memory,
-        )  # fmt: skip
+        )
 
     def _choice(
         self, cands: list[list[int]], k: int, logprob: float, rule: ScoreRule
     ) -> ActionChoice:
         return ActionChoice(
-            candidate_ids=tuple(tuple(c) for c in cands), index=k, logprob=logprob,
-            temperature=self.temperature, score=rule,
-        )  # fmt: skip
+            candidate_ids=tuple(tuple(c) for c in cands),
+            index=k,
+            logprob=logprob,
+            temperature=self.temperature,
+            score=rule,
+        )
 
     def close(self) -> None:
         """Drop the model and tokenizer. Idempotent."""

@@ -31,9 +31,11 @@ class RandomPolicy(Policy):
     runs_in: ClassVar = "worker"
 
     def __init__(
-        self, parser: ActionParser | None = None, seed: int | None = None,
+        self,
+        parser: ActionParser | None = None,
+        seed: int | None = None,
         actions: Sequence[str] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(parser)
         if isinstance(actions, str):
             # list("<answer>42</answer>") would draw single characters.
@@ -134,9 +136,11 @@ class PromptOraclePolicy(Policy):
     runs_in: ClassVar = "worker"
 
     def __init__(
-        self, parser: ActionParser | None = None, env_id: str | None = None,
+        self,
+        parser: ActionParser | None = None,
+        env_id: str | None = None,
         memory_tag: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(parser)
         self.env_id = env_id
         self.solver = _text_solver(env_id)

@@ -25,9 +25,15 @@ from agent_memory.protocol import Prompt
 from agent_memory.rollout.types import StepRecord
 
 __all__ = [
-    "CrashReport", "EpisodeAssignment", "EpisodeBatch", "FinishedEpisode", "PromptView",
-    "ResetResult", "StepResult", "WorkerStatus",
-]  # fmt: skip
+    "CrashReport",
+    "EpisodeAssignment",
+    "EpisodeBatch",
+    "FinishedEpisode",
+    "PromptView",
+    "ResetResult",
+    "StepResult",
+    "WorkerStatus",
+]
 
 
 @dataclass(frozen=True)

@@ -37,9 +37,13 @@ __all__ = ["play"]
 
 
 def play(
-    job: JobConfig, specs: Sequence[EpisodeSpec], policy: Policy | None = None, *,
-    worker: RolloutWorker | None = None, next_turn: Callable[[Playing], bool] | None = None,
-) -> list[Trajectory]:  # fmt: skip
+    job: JobConfig,
+    specs: Sequence[EpisodeSpec],
+    policy: Policy | None = None,
+    *,
+    worker: RolloutWorker | None = None,
+    next_turn: Callable[[Playing], bool] | None = None,
+) -> list[Trajectory]:
     """Play ``specs`` on the envs of one worker in this process; their trajectories in order
     (see the module docstring).
 
@@ -108,9 +112,12 @@ def play(
 
 
 def _answers(
-    live: list[Slot], gens: Sequence[Generation], playing: dict[Slot, Playing],
-    finish: Callable[..., None], freed: list[Slot],
-) -> dict[int, Any]:  # fmt: skip
+    live: list[Slot],
+    gens: Sequence[Generation],
+    playing: dict[Slot, Playing],
+    finish: Callable[..., None],
+    freed: list[Slot],
+) -> dict[int, Any]:
     """The responses to step the envs of ``live`` with; an episode whose request failed ends
     with that failure instead (its slot joins ``freed``)."""
     answers = {}

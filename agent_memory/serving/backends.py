@@ -259,11 +259,15 @@ class HashBackend:
     blocking = False
 
     def __init__(
-        self, answer: Callable[[str, int | None], str] = digest_answer,
-        tokenizer_path: str | Path | None = None, *, logprob: float = -0.1,
-        model_name: str = "hash", chat_template: str = DEFAULT_TEMPLATE,
+        self,
+        answer: Callable[[str, int | None], str] = digest_answer,
+        tokenizer_path: str | Path | None = None,
+        *,
+        logprob: float = -0.1,
+        model_name: str = "hash",
+        chat_template: str = DEFAULT_TEMPLATE,
         context_length: int = 1 << 20,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.answer = answer
         self.logprob = float(logprob)
         self.model_name = model_name
@@ -379,6 +383,10 @@ class HashBackend:
         n = len(ids)
         tops = tuple(((i, self.logprob),) for i in ids) if params.top_logprobs else ((),) * n
         return BackendAnswer(
-            token_ids=tuple(ids), logprobs=(self.logprob,) * n, top_logprobs=tops, text=text[:cut],
-            finish_reason=finish, stop_reason=stop_reason,
-        )  # fmt: skip
+            token_ids=tuple(ids),
+            logprobs=(self.logprob,) * n,
+            top_logprobs=tops,
+            text=text[:cut],
+            finish_reason=finish,
+            stop_reason=stop_reason,
+        )

@@ -27,9 +27,13 @@ from agent_memory.serving.http11 import HOST
 __all__ = ["LoadResult", "main", "run_load"]
 
 _BODY = {
-    "model": "hash", "prompt": "you see a box and a door", "max_tokens": 16, "logprobs": 0,
-    "return_token_ids": True, "seed": 1,
-}  # fmt: skip
+    "model": "hash",
+    "prompt": "you see a box and a door",
+    "max_tokens": 16,
+    "logprobs": 0,
+    "return_token_ids": True,
+    "seed": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -84,16 +88,23 @@ async def _load(
     seconds = time.perf_counter() - start
     ordered = sorted(latencies) or [float("nan")]
     return LoadResult(
-        connections=connections, seconds=seconds, requests=len(latencies), errors=sum(errors),
+        connections=connections,
+        seconds=seconds,
+        requests=len(latencies),
+        errors=sum(errors),
         p50_ms=1000 * ordered[len(ordered) // 2],
         p99_ms=1000 * ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))],
-    )  # fmt: skip
+    )
 
 
 def run_load(
-    port: int, *, connections: int = 64, duration_s: float = 5.0, path: str = "/v1/completions",
+    port: int,
+    *,
+    connections: int = 64,
+    duration_s: float = 5.0,
+    path: str = "/v1/completions",
     body: dict | None = None,
-) -> LoadResult:  # fmt: skip
+) -> LoadResult:
     """Drive a server on ``127.0.0.1:port`` (runs its own event loop; call from a plain thread).
 
     Args:
@@ -112,10 +123,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dialect", choices=["vllm", "sglang"], default="vllm")
     args = p.parse_args(argv)
     cmd = [
-        sys.executable, "-m", "agent_memory.serving.mock_openai", "--hash", "--port", "0",
-        "--max-in-flight", "4096", "--dialect", args.dialect,
-        "--max-lifetime", str(60 + args.duration * 2 * len(args.connections)),
-    ]  # fmt: skip
+        sys.executable,
+        "-m",
+        "agent_memory.serving.mock_openai",
+        "--hash",
+        "--port",
+        "0",
+        "--max-in-flight",
+        "4096",
+        "--dialect",
+        args.dialect,
+        "--max-lifetime",
+        str(60 + args.duration * 2 * len(args.connections)),
+    ]
     server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None

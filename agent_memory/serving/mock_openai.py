@@ -76,10 +76,17 @@ class MockOpenAIServer:
     """
 
     def __init__(
-        self, backend: Backend, *, latency: Latency | None = None, max_in_flight: int = 32,
-        dialect: Dialect = "vllm", port: int = 0, max_lifetime_s: float = 3600.0,
-        model_name: str | None = None, generation_config: GenerationConfigMode = "auto",
-    ) -> None:  # fmt: skip
+        self,
+        backend: Backend,
+        *,
+        latency: Latency | None = None,
+        max_in_flight: int = 32,
+        dialect: Dialect = "vllm",
+        port: int = 0,
+        max_lifetime_s: float = 3600.0,
+        model_name: str | None = None,
+        generation_config: GenerationConfigMode = "auto",
+    ) -> None:
         if dialect not in ("vllm", "sglang"):
             raise ValueError(f"dialect must be 'vllm' or 'sglang', got {dialect!r}")
         check_int("max_in_flight", max_in_flight, 1)
@@ -270,9 +277,10 @@ class MockOpenAIServer:
     def _shape(self) -> dict[str, Any]:
         """The keywords every OpenAI response body takes."""
         return {
-            "model": self.model_name, "dialect": self.dialect,
+            "model": self.model_name,
+            "dialect": self.dialect,
             "token_text": self.backend.token_text,
-        }  # fmt: skip
+        }
 
     def _defaults(self) -> dict[str, Any]:
         """The default sampling parameters of this dialect's requests."""
@@ -362,10 +370,15 @@ class MockOpenAIServer:
         meta = None
         if req.return_meta_info:
             meta = sglang_meta_info(
-                gen, prompt_ids, rid=uuid.uuid4().hex, token_text=self.backend.token_text,
-                return_logprob=req.logprobs, top_logprobs_num=req.top_logprobs,
-                text_in_logprobs=True, e2e_latency=time.monotonic() - t0,
-            )  # fmt: skip
+                gen,
+                prompt_ids,
+                rid=uuid.uuid4().hex,
+                token_text=self.backend.token_text,
+                return_logprob=req.logprobs,
+                top_logprobs_num=req.top_logprobs,
+                text_in_logprobs=True,
+                e2e_latency=time.monotonic() - t0,
+            )
         return chat_response(req, gen, prompt_ids, meta_info=meta, **self._shape())
 
     async def _generate_native(self, req: GenerateRequest) -> dict[str, Any]:
@@ -375,9 +388,12 @@ class MockOpenAIServer:
         t0 = time.monotonic()
         gen = await self._run_backend(GenerationRequest(tuple(prompt_ids), text, params))
         return generate_response(
-            req, gen, prompt_ids, token_text=self.backend.token_text,
+            req,
+            gen,
+            prompt_ids,
+            token_text=self.backend.token_text,
             e2e_latency=time.monotonic() - t0,
-        )  # fmt: skip
+        )
 
 
 # ---- CLI -----------------------------------------------------------------------------------
@@ -403,14 +419,18 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--latency-seed", type=int, default=0)
     p.add_argument("--max-lifetime", type=float, default=3600.0, help="seconds, then exit")
     p.add_argument(
-        "--logprobs-mode", choices=["raw_logprobs", "processed_logprobs"], default="raw_logprobs",
+        "--logprobs-mode",
+        choices=["raw_logprobs", "processed_logprobs"],
+        default="raw_logprobs",
         help="with --model: which log-probs to report (vLLM's flag and default)",
-    )  # fmt: skip
+    )
     p.add_argument(
-        "--generation-config", choices=["auto", "vllm"], default="auto",
+        "--generation-config",
+        choices=["auto", "vllm"],
+        default="auto",
         help="auto: fields a request leaves out take the model's generation_config.json values "
         "(vLLM's default); vllm: vLLM's neutral defaults",
-    )  # fmt: skip
+    )
     return p
 
 
@@ -431,10 +451,15 @@ def main(argv: list[str] | None = None) -> int:
     elif args.latency_p99 is not None:
         _parser().error("--latency-p99 needs --latency-median > 0")
     server = MockOpenAIServer(
-        backend, latency=latency, max_in_flight=args.max_in_flight, dialect=args.dialect,
-        port=args.port, max_lifetime_s=args.max_lifetime, model_name=args.served_model_name,
+        backend,
+        latency=latency,
+        max_in_flight=args.max_in_flight,
+        dialect=args.dialect,
+        port=args.port,
+        max_lifetime_s=args.max_lifetime,
+        model_name=args.served_model_name,
         generation_config=args.generation_config,
-    )  # fmt: skip
+    )
     server.start()
     print(f"serving {server.model_name!r} at {server.base_url} ({server!r})", flush=True)
     try:

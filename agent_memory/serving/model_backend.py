@@ -70,9 +70,14 @@ class ModelBackend:
     blocking = True
 
     def __init__(
-        self, path: str | Path, device: str = "cpu", *,
-        logprobs_mode: LogprobsMode = "raw_logprobs", model_name: str | None = None, seed: int = 0,
-    ) -> None:  # fmt: skip
+        self,
+        path: str | Path,
+        device: str = "cpu",
+        *,
+        logprobs_mode: LogprobsMode = "raw_logprobs",
+        model_name: str | None = None,
+        seed: int = 0,
+    ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -167,10 +172,13 @@ class ModelBackend:
             elif answer.cut is not None:
                 answer.text = answer.text[: answer.cut]
         return BackendAnswer(
-            token_ids=tuple(answer.ids), logprobs=tuple(answer.logprobs),
-            top_logprobs=tuple(answer.tops), text=answer.text, finish_reason=answer.finish,
+            token_ids=tuple(answer.ids),
+            logprobs=tuple(answer.logprobs),
+            top_logprobs=tuple(answer.tops),
+            text=answer.text,
+            finish_reason=answer.finish,
             stop_reason=answer.stop_reason,
-        )  # fmt: skip
+        )
 
     def _sample(
         self, request: GenerationRequest, rng: torch.Generator
@@ -199,11 +207,13 @@ class ModelBackend:
                 prompt_mask = torch.bincount(prompt_ids, minlength=vocab + 1)[:vocab] > 0
                 counts = torch.zeros(vocab, dtype=torch.long)
             x = apply_penalties(
-                logits, prompt_mask, counts,
+                logits,
+                prompt_mask,
+                counts,
                 repetition_penalty=p.repetition_penalty,
                 presence_penalty=p.presence_penalty,
                 frequency_penalty=p.frequency_penalty,
-            )  # fmt: skip
+            )
             processed = processed_logprobs(x, temperature, p.top_k, p.top_p, p.min_p)
             if greedy:
                 token = int(torch.argmax(x))

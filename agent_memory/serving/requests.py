@@ -44,9 +44,14 @@ MAX_LOGPROBS = 20
 #: What a sampling field left out means when the server has no default for it (vLLM's
 #: ``_DEFAULT_SAMPLING_PARAMS`` of its completion and chat requests).
 NEUTRAL_SAMPLING: dict[str, float | int] = {
-    "repetition_penalty": 1.0, "presence_penalty": 0.0, "frequency_penalty": 0.0,
-    "temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0,
-}  # fmt: skip
+    "repetition_penalty": 1.0,
+    "presence_penalty": 0.0,
+    "frequency_penalty": 0.0,
+    "temperature": 1.0,
+    "top_p": 1.0,
+    "top_k": 0,
+    "min_p": 0.0,
+}
 
 
 class RequestError(Exception):
@@ -60,9 +65,13 @@ class RequestError(Exception):
     """
 
     def __init__(
-        self, message: str, *, status: int = 400, kind: str = "BadRequestError",
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        kind: str = "BadRequestError",
         param: str | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.status = status
@@ -107,10 +116,15 @@ class SamplingOptions:
             for name, neutral in NEUTRAL_SAMPLING.items()
         }
         return RequestSampling(
-            max_tokens=max_tokens, **resolved, seed=self.seed, stop=self.stop,
-            stop_token_ids=self.stop_token_ids, ignore_eos=self.ignore_eos,
-            include_stop_str_in_output=self.include_stop_str_in_output, top_logprobs=top_logprobs,
-        )  # fmt: skip
+            max_tokens=max_tokens,
+            **resolved,
+            seed=self.seed,
+            stop=self.stop,
+            stop_token_ids=self.stop_token_ids,
+            ignore_eos=self.ignore_eos,
+            include_stop_str_in_output=self.include_stop_str_in_output,
+            top_logprobs=top_logprobs,
+        )
 
 
 @dataclass(frozen=True)
@@ -183,9 +197,14 @@ def _int(
 
 
 def _number(
-    body: dict[str, Any], name: str, default: float | None, *, low: float, low_open: bool,
+    body: dict[str, Any],
+    name: str,
+    default: float | None,
+    *,
+    low: float,
+    low_open: bool,
     high: float | None = None,
-) -> float | None:  # fmt: skip
+) -> float | None:
     """``body[name]`` as a finite number in the range; ``default`` when absent or null."""
     value = body.get(name)
     if value is None:
@@ -271,15 +290,18 @@ def _options(body: dict[str, Any], dialect: Dialect) -> SamplingOptions:
         top_k = -1
     return SamplingOptions(
         temperature=_number(body, "temperature", None, low=0, low_open=False, high=2.0),
-        top_p=_number(body, "top_p", None, low=0, low_open=True, high=1.0), top_k=top_k,
+        top_p=_number(body, "top_p", None, low=0, low_open=True, high=1.0),
+        top_k=top_k,
         min_p=_number(body, "min_p", None, low=0, low_open=False, high=1.0),
         repetition_penalty=_number(body, "repetition_penalty", None, low=0, low_open=True),
         presence_penalty=_number(body, "presence_penalty", None, low=-2, low_open=False, high=2),
         frequency_penalty=_number(body, "frequency_penalty", None, low=-2, low_open=False, high=2),
-        seed=None if seed is None else int(seed), stop=stops, stop_token_ids=stop_token_ids,
+        seed=None if seed is None else int(seed),
+        stop=stops,
+        stop_token_ids=stop_token_ids,
         ignore_eos=_bool(body, "ignore_eos"),
         include_stop_str_in_output=_bool(body, "include_stop_str_in_output"),
-    )  # fmt: skip
+    )
 
 
 def _model(body: dict[str, Any]) -> str | None:
@@ -328,11 +350,14 @@ def parse_completion(body: Any, dialect: Dialect = "vllm") -> CompletionRequest:
     else:
         max_tokens = _int(body, "max_tokens", 16, 1)
     return CompletionRequest(
-        model=_model(body), prompt=ids if ids is not None else prompt, max_tokens=max_tokens,
-        options=_options(body, dialect), logprobs=logprobs,
+        model=_model(body),
+        prompt=ids if ids is not None else prompt,
+        max_tokens=max_tokens,
+        options=_options(body, dialect),
+        logprobs=logprobs,
         return_token_ids=_bool(body, "return_token_ids"),
         return_tokens_as_token_ids=_bool(body, "return_tokens_as_token_ids"),
-    )  # fmt: skip
+    )
 
 
 def _messages(value: Any) -> tuple[ChatMessage, ...]:
@@ -388,14 +413,18 @@ def parse_chat(body: Any, dialect: Dialect = "vllm") -> ChatRequest:
     if dialect == "sglang" and body.get("input_ids") is not None:
         input_ids = _input_ids(body["input_ids"], "input_ids")
     return ChatRequest(
-        model=_model(body), messages=_messages(body.get("messages")), max_tokens=max_tokens,
-        options=_options(body, dialect), logprobs=logprobs, top_logprobs=top_logprobs,
+        model=_model(body),
+        messages=_messages(body.get("messages")),
+        max_tokens=max_tokens,
+        options=_options(body, dialect),
+        logprobs=logprobs,
+        top_logprobs=top_logprobs,
         return_token_ids=_bool(body, "return_token_ids"),
         return_tokens_as_token_ids=dialect == "vllm" and _bool(body, "return_tokens_as_token_ids"),
         return_prompt_token_ids=dialect == "sglang" and _bool(body, "return_prompt_token_ids"),
         return_meta_info=dialect == "sglang" and _bool(body, "return_meta_info"),
         input_ids=input_ids,
-    )  # fmt: skip
+    )
 
 
 def parse_generate(body: Any) -> GenerateRequest:
@@ -428,10 +457,12 @@ def parse_generate(body: Any) -> GenerateRequest:
     if not isinstance(sampling, dict):
         raise RequestError(f"sampling_params must be an object, got {sampling!r}")
     return GenerateRequest(
-        text=text if ids is None else None, input_ids=ids,
+        text=text if ids is None else None,
+        input_ids=ids,
         max_new_tokens=_int(sampling, "max_new_tokens", 128, low=1),
-        options=_options(sampling, "sglang"), return_logprob=_bool(body, "return_logprob"),
+        options=_options(sampling, "sglang"),
+        return_logprob=_bool(body, "return_logprob"),
         top_logprobs_num=_int(body, "top_logprobs_num", 0, low=0, high=MAX_LOGPROBS),
         return_text_in_logprobs=_bool(body, "return_text_in_logprobs"),
         return_prompt_token_ids=_bool(body, "return_prompt_token_ids"),
-    )  # fmt: skip
+    )

@@ -50,8 +50,11 @@ def error_response(error: RequestError, dialect: Dialect, native: bool = False) 
     if dialect == "sglang" and native:
         return {"error": {"message": error.message}}
     body = {
-        "message": error.message, "type": error.kind, "param": error.param, "code": error.status,
-    }  # fmt: skip
+        "message": error.message,
+        "type": error.kind,
+        "param": error.param,
+        "code": error.status,
+    }
     if dialect == "sglang":
         return {"object": "error", **body}
     return {"error": body}
@@ -66,17 +69,31 @@ def models_response(model: str, context_length: int, dialect: Dialect) -> dict[s
     """
     now = int(time.time())
     card: dict[str, Any] = {
-        "id": model, "object": "model", "created": now,
-        "owned_by": "vllm" if dialect == "vllm" else "sglang", "root": model, "parent": None,
+        "id": model,
+        "object": "model",
+        "created": now,
+        "owned_by": "vllm" if dialect == "vllm" else "sglang",
+        "root": model,
+        "parent": None,
         "max_model_len": context_length,
-    }  # fmt: skip
+    }
     if dialect == "vllm":
-        card["permission"] = [{
-            "id": f"modelperm-{uuid.uuid4().hex}", "object": "model_permission", "created": now,
-            "allow_create_engine": False, "allow_sampling": True, "allow_logprobs": True,
-            "allow_search_indices": False, "allow_view": True, "allow_fine_tuning": False,
-            "organization": "*", "group": None, "is_blocking": False,
-        }]  # fmt: skip
+        card["permission"] = [
+            {
+                "id": f"modelperm-{uuid.uuid4().hex}",
+                "object": "model_permission",
+                "created": now,
+                "allow_create_engine": False,
+                "allow_sampling": True,
+                "allow_logprobs": True,
+                "allow_search_indices": False,
+                "allow_view": True,
+                "allow_fine_tuning": False,
+                "organization": "*",
+                "group": None,
+                "is_blocking": False,
+            }
+        ]
     return {"object": "list", "data": [card]}
 
 
@@ -92,9 +109,11 @@ def _sampled_first(gen: BackendAnswer, i: int) -> list[tuple[int, float]]:
 
 def _usage(prompt: int, completion: int, dialect: Dialect) -> dict[str, Any]:
     usage: dict[str, Any] = {
-        "prompt_tokens": prompt, "total_tokens": prompt + completion,
-        "completion_tokens": completion, "prompt_tokens_details": None,
-    }  # fmt: skip
+        "prompt_tokens": prompt,
+        "total_tokens": prompt + completion,
+        "completion_tokens": completion,
+        "prompt_tokens_details": None,
+    }
     if dialect == "sglang":
         usage["reasoning_tokens"] = 0
     else:
@@ -109,9 +128,14 @@ def _matched_stop(gen: BackendAnswer) -> int | str | None:
 
 
 def completion_response(
-    req: CompletionRequest, gen: BackendAnswer, prompt_ids: list[int], *, model: str,
-    dialect: Dialect, token_text: TokenText,
-) -> dict[str, Any]:  # fmt: skip
+    req: CompletionRequest,
+    gen: BackendAnswer,
+    prompt_ids: list[int],
+    *,
+    model: str,
+    dialect: Dialect,
+    token_text: TokenText,
+) -> dict[str, Any]:
     """The ``/v1/completions`` response body."""
     logprobs = None
     if req.logprobs is not None:
@@ -134,9 +158,11 @@ def completion_response(
             top = [{name(t): _lp(v) for t, v in alts} for alts in gen.top_logprobs]
             offsets = [-1] * len(tokens)
         logprobs = {
-            "text_offset": offsets, "token_logprobs": [_lp(v) for v in gen.logprobs],
-            "tokens": tokens, "top_logprobs": top,
-        }  # fmt: skip
+            "text_offset": offsets,
+            "token_logprobs": [_lp(v) for v in gen.logprobs],
+            "tokens": tokens,
+            "top_logprobs": top,
+        }
     ids = list(gen.token_ids) if req.return_token_ids else None
     prompt = list(prompt_ids) if req.return_token_ids else None
     choice: dict[str, Any] = {"index": 0, "text": gen.text, "logprobs": logprobs}
@@ -147,9 +173,12 @@ def completion_response(
             choice.update(token_ids=ids, prompt_token_ids=prompt)
     else:
         choice.update(
-            stop_reason=gen.stop_reason, token_ids=ids, prompt_logprobs=None,
-            prompt_token_ids=prompt, routed_experts=None,
-        )  # fmt: skip
+            stop_reason=gen.stop_reason,
+            token_ids=ids,
+            prompt_logprobs=None,
+            prompt_token_ids=prompt,
+            routed_experts=None,
+        )
     usage = _usage(len(prompt_ids), len(gen.token_ids), dialect)
     return _body(dialect, "text_completion", model, choice, usage)
 
@@ -162,15 +191,24 @@ def _body(
     sglang = dialect == "sglang"
     prefix = "" if sglang else ("chatcmpl-" if kind == "chat.completion" else "cmpl-")
     head = {
-        "id": prefix + uuid.uuid4().hex, "object": kind, "created": int(time.time()),
-        "model": model, "choices": [choice],
-    }  # fmt: skip
+        "id": prefix + uuid.uuid4().hex,
+        "object": kind,
+        "created": int(time.time()),
+        "model": model,
+        "choices": [choice],
+    }
     if sglang:
         return {**head, "usage": usage, "metadata": None}
     return {
-        **head, "service_tier": None, "system_fingerprint": None, "usage": usage, **extra,
-        "kv_transfer_params": None, "ec_transfer_params": None, "metrics": None,
-    }  # fmt: skip
+        **head,
+        "service_tier": None,
+        "system_fingerprint": None,
+        "usage": usage,
+        **extra,
+        "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
+    }
 
 
 def _entry(token: str, logprob: float, text: str | None = None) -> dict[str, Any]:
@@ -179,9 +217,15 @@ def _entry(token: str, logprob: float, text: str | None = None) -> dict[str, Any
 
 
 def chat_response(
-    req: ChatRequest, gen: BackendAnswer, prompt_ids: list[int], *, model: str, dialect: Dialect,
-    token_text: TokenText, meta_info: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    req: ChatRequest,
+    gen: BackendAnswer,
+    prompt_ids: list[int],
+    *,
+    model: str,
+    dialect: Dialect,
+    token_text: TokenText,
+    meta_info: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The ``/v1/chat/completions`` response body (``meta_info``: SGLang's, when asked for)."""
     logprobs = None
     if req.logprobs:
@@ -225,15 +269,28 @@ def chat_response(
     choice.update(stop_reason=gen.stop_reason, token_ids=ids, routed_experts=None)
     prompt = list(prompt_ids) if req.return_token_ids else None
     return _body(
-        dialect, "chat.completion", model, choice, usage,
-        prompt_logprobs=None, prompt_token_ids=prompt, prompt_text=None,
-    )  # fmt: skip
+        dialect,
+        "chat.completion",
+        model,
+        choice,
+        usage,
+        prompt_logprobs=None,
+        prompt_token_ids=prompt,
+        prompt_text=None,
+    )
 
 
 def sglang_meta_info(
-    gen: BackendAnswer, prompt_ids: list[int], *, rid: str, token_text: TokenText,
-    return_logprob: bool, top_logprobs_num: int, text_in_logprobs: bool, e2e_latency: float,
-) -> dict[str, Any]:  # fmt: skip
+    gen: BackendAnswer,
+    prompt_ids: list[int],
+    *,
+    rid: str,
+    token_text: TokenText,
+    return_logprob: bool,
+    top_logprobs_num: int,
+    text_in_logprobs: bool,
+    e2e_latency: float,
+) -> dict[str, Any]:
     """SGLang's ``meta_info``: finish reason, token counts and, with ``return_logprob``,
     ``output_token_logprobs`` as ``[logprob, token_id, text | None]`` triples."""
     if gen.finish_reason == "length":
@@ -241,10 +298,14 @@ def sglang_meta_info(
     else:
         finish = {"type": "stop", "matched": _matched_stop(gen)}
     meta: dict[str, Any] = {
-        "id": rid, "finish_reason": finish, "prompt_tokens": len(prompt_ids),
-        "weight_version": "default", "completion_tokens": len(gen.token_ids), "cached_tokens": 0,
+        "id": rid,
+        "finish_reason": finish,
+        "prompt_tokens": len(prompt_ids),
+        "weight_version": "default",
+        "completion_tokens": len(gen.token_ids),
+        "cached_tokens": 0,
         "e2e_latency": e2e_latency,
-    }  # fmt: skip
+    }
     if return_logprob:
 
         def triple(t: int, v: float) -> list[Any]:
@@ -263,15 +324,24 @@ def sglang_meta_info(
 
 
 def generate_response(
-    req: GenerateRequest, gen: BackendAnswer, prompt_ids: list[int], *, token_text: TokenText,
+    req: GenerateRequest,
+    gen: BackendAnswer,
+    prompt_ids: list[int],
+    *,
+    token_text: TokenText,
     e2e_latency: float,
-) -> dict[str, Any]:  # fmt: skip
+) -> dict[str, Any]:
     """SGLang's native ``/generate`` response body: ``{text, output_ids, meta_info}``."""
     meta = sglang_meta_info(
-        gen, prompt_ids, rid=uuid.uuid4().hex, token_text=token_text,
-        return_logprob=req.return_logprob, top_logprobs_num=req.top_logprobs_num,
-        text_in_logprobs=req.return_text_in_logprobs, e2e_latency=e2e_latency,
-    )  # fmt: skip
+        gen,
+        prompt_ids,
+        rid=uuid.uuid4().hex,
+        token_text=token_text,
+        return_logprob=req.return_logprob,
+        top_logprobs_num=req.top_logprobs_num,
+        text_in_logprobs=req.return_text_in_logprobs,
+        e2e_latency=e2e_latency,
+    )
     out: dict[str, Any] = {"text": gen.text, "output_ids": list(gen.token_ids), "meta_info": meta}
     if req.return_prompt_token_ids:
         out["prompt_token_ids"] = list(prompt_ids)

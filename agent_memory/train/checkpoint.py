@@ -27,9 +27,14 @@ import numpy as np
 from agent_memory.config import ConfigError
 
 __all__ = [
-    "TrainerState", "check_checkpoint", "checkpoint_name", "find_checkpoint", "kept_outputs",
-    "load_checkpoint", "save_checkpoint",
-]  # fmt: skip
+    "TrainerState",
+    "check_checkpoint",
+    "checkpoint_name",
+    "find_checkpoint",
+    "kept_outputs",
+    "load_checkpoint",
+    "save_checkpoint",
+]
 
 STATE_FILE = "trainer_state.pt"
 #: The largest safetensors header the format allows (the library refuses a larger one).
@@ -66,13 +71,18 @@ def rng_states(shuffler: Any) -> dict[str, Any]:
     name, keys, pos, has_gauss, cached = np.random.get_state()
     # Tensors and plain values only: the checkpoint loads with weights_only=True.
     numpy = {
-        "name": str(name), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
-        "pos": int(pos), "has_gauss": int(has_gauss), "cached": float(cached),
-    }  # fmt: skip
+        "name": str(name),
+        "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached": float(cached),
+    }
     states = {
-        "torch": torch.get_rng_state(), "numpy": numpy, "python": random.getstate(),
+        "torch": torch.get_rng_state(),
+        "numpy": numpy,
+        "python": random.getstate(),
         "shuffler": shuffler.get_state(),
-    }  # fmt: skip
+    }
     if torch.cuda.is_available():
         states["cuda"] = torch.cuda.get_rng_state_all()
     return states
@@ -104,9 +114,16 @@ def checkpoint_name(iteration: int) -> str:
 
 
 def save_checkpoint(
-    run_dir: str | Path, state: TrainerState, *, model: Any, tokenizer: Any, optimizer: Any,
-    shuffler: Any, value_head: Any = None, reference: Any = None,
-) -> Path:  # fmt: skip
+    run_dir: str | Path,
+    state: TrainerState,
+    *,
+    model: Any,
+    tokenizer: Any,
+    optimizer: Any,
+    shuffler: Any,
+    value_head: Any = None,
+    reference: Any = None,
+) -> Path:
     """Write a checkpoint of iteration ``state.iteration``; returns its directory."""
     import torch
 
@@ -118,11 +135,12 @@ def save_checkpoint(
     model.save_pretrained(tmp / "model")
     tokenizer.save_pretrained(tmp / "model")
     data = {
-        "state": state.__dict__, "optimizer": optimizer.state_dict(),
+        "state": state.__dict__,
+        "optimizer": optimizer.state_dict(),
         "value_head": None if value_head is None else value_head.state_dict(),
         "reference": None if reference is None else reference.state_dict(),
         "rng": rng_states(shuffler),
-    }  # fmt: skip
+    }
     torch.save(data, tmp / STATE_FILE)
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
@@ -260,8 +278,13 @@ def _safetensors_problem(path: Path) -> str | None:
 
 
 def load_checkpoint(
-    ckpt: Path, *, optimizer: Any, shuffler: Any, value_head: Any = None, reference: Any = None,
-) -> TrainerState:  # fmt: skip
+    ckpt: Path,
+    *,
+    optimizer: Any,
+    shuffler: Any,
+    value_head: Any = None,
+    reference: Any = None,
+) -> TrainerState:
     """Restore the optimizer, value head, reference and RNGs from ``ckpt`` (the model weights
     are loaded from ``ckpt/model`` by the caller); returns the loop's counters.
 

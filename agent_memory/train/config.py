@@ -62,23 +62,47 @@ class TinyModelConfig:
         _need(
             self.arch in ("llama", "gpt2"), "trainer.tiny.arch", "llama or gpt2", self.arch, "llama"
         )
-        _need_ints(self, "trainer.tiny", (
-            ("hidden", 1, 64), ("layers", 1, 2), ("heads", 1, 4), ("context", 8, 512),
-            ("vocab_episodes", 1, 64), ("pretrain_steps", 0, 2000), ("pretrain_max_facts", 2, 4),
-        ))  # fmt: skip
+        _need_ints(
+            self,
+            "trainer.tiny",
+            (
+                ("hidden", 1, 64),
+                ("layers", 1, 2),
+                ("heads", 1, 4),
+                ("context", 8, 512),
+                ("vocab_episodes", 1, 64),
+                ("pretrain_steps", 0, 2000),
+                ("pretrain_max_facts", 2, 4),
+            ),
+        )
         _need(
-            self.hidden % self.heads == 0, "trainer.tiny.hidden",
-            f"a multiple of trainer.tiny.heads ({self.heads})", self.hidden, self.heads * 16,
-        )  # fmt: skip
-        _need(_num(self.init_range, 1e-6), "trainer.tiny.init_range", "a number > 0",
-              self.init_range, 0.02)  # fmt: skip
-        _need(_num(self.pretrain_lr, 1e-12), "trainer.tiny.pretrain_lr", "a number > 0",
-              self.pretrain_lr, 0.003)  # fmt: skip
+            self.hidden % self.heads == 0,
+            "trainer.tiny.hidden",
+            f"a multiple of trainer.tiny.heads ({self.heads})",
+            self.hidden,
+            self.heads * 16,
+        )
         _need(
-            self.pretrain_steps == 0 or self.lowercase, "trainer.tiny.lowercase",
+            _num(self.init_range, 1e-6),
+            "trainer.tiny.init_range",
+            "a number > 0",
+            self.init_range,
+            0.02,
+        )
+        _need(
+            _num(self.pretrain_lr, 1e-12),
+            "trainer.tiny.pretrain_lr",
+            "a number > 0",
+            self.pretrain_lr,
+            0.003,
+        )
+        _need(
+            self.pretrain_steps == 0 or self.lowercase,
+            "trainer.tiny.lowercase",
             "true when trainer.tiny.pretrain_steps > 0 (the pretraining facts are lower-case)",
-            self.lowercase, "true",
-        )  # fmt: skip
+            self.lowercase,
+            "true",
+        )
 
 
 @dataclass
@@ -117,40 +141,95 @@ class TrainerConfig:
     progress: bool = True
 
     def __post_init__(self) -> None:
-        _need(isinstance(self.model, str) and bool(self.model), "trainer.model",
-              "'tiny' or a model directory / cached hub id", self.model, "tiny")  # fmt: skip
-        _need_ints(self, "trainer", (
-            ("iterations", 1, 100), ("epochs", 1, 2), ("minibatch_size", 1, 64),
-            ("eval_every", 0, 10), ("eval_episodes", 1, 64), ("save_every", 0, 50),
-            ("seed", 0, 0), ("eval_seed", 0, 1000000),
-        ))  # fmt: skip
+        _need(
+            isinstance(self.model, str) and bool(self.model),
+            "trainer.model",
+            "'tiny' or a model directory / cached hub id",
+            self.model,
+            "tiny",
+        )
+        _need_ints(
+            self,
+            "trainer",
+            (
+                ("iterations", 1, 100),
+                ("epochs", 1, 2),
+                ("minibatch_size", 1, 64),
+                ("eval_every", 0, 10),
+                ("eval_episodes", 1, 64),
+                ("save_every", 0, 50),
+                ("seed", 0, 0),
+                ("eval_seed", 0, 1000000),
+            ),
+        )
         _need(_num(self.lr, 0) and self.lr > 0, "trainer.lr", "a number > 0", self.lr, 0.001)
-        _need(self.max_minutes is None or (_num(self.max_minutes, 0) and self.max_minutes > 0),
-              "trainer.max_minutes", "null (no limit) or a number > 0", self.max_minutes,
-              20)  # fmt: skip
-        _need(_num(self.clip_ratio, 0) and self.clip_ratio > 0, "trainer.clip_ratio",
-              "a number > 0", self.clip_ratio, 0.2)  # fmt: skip
+        _need(
+            self.max_minutes is None or (_num(self.max_minutes, 0) and self.max_minutes > 0),
+            "trainer.max_minutes",
+            "null (no limit) or a number > 0",
+            self.max_minutes,
+            20,
+        )
+        _need(
+            _num(self.clip_ratio, 0) and self.clip_ratio > 0,
+            "trainer.clip_ratio",
+            "a number > 0",
+            self.clip_ratio,
+            0.2,
+        )
         floats: tuple[tuple[str, float], ...] = (
-            ("weight_decay", 0.0), ("kl_coef", 0.0), ("entropy_coef", 0.0), ("value_coef", 0.5),
-        )  # fmt: skip
+            ("weight_decay", 0.0),
+            ("kl_coef", 0.0),
+            ("entropy_coef", 0.0),
+            ("value_coef", 0.5),
+        )
         for key, fexample in floats:
             v = getattr(self, key)
             _need(_num(v, 0), f"trainer.{key}", "a number >= 0", v, fexample)
-        _need(_num(self.max_grad_norm, 0) and self.max_grad_norm > 0, "trainer.max_grad_norm",
-              "a number > 0", self.max_grad_norm, 1.0)  # fmt: skip
-        _need(self.max_abs_weight is None or (_num(self.max_abs_weight, 0)
-              and 0 < self.max_abs_weight < float("inf")), "trainer.max_abs_weight",
-              "null (no check) or a finite number > 0", self.max_abs_weight, 10000.0)  # fmt: skip
-        _need(self.device == "auto" or self.device.startswith(("cpu", "cuda", "mps")),
-              "trainer.device", "auto, cpu, cuda or cuda:<n>", self.device, "auto")  # fmt: skip
-        _need(self.dtype in ("auto", "float32", "bfloat16", "float16"), "trainer.dtype",
-              "auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16 or float16",
-              self.dtype, "auto")  # fmt: skip
-        _need(self.num_threads is None or (_is_int(self.num_threads) and self.num_threads >= 1),
-              "trainer.num_threads", "null or an int >= 1", self.num_threads, 1)  # fmt: skip
+        _need(
+            _num(self.max_grad_norm, 0) and self.max_grad_norm > 0,
+            "trainer.max_grad_norm",
+            "a number > 0",
+            self.max_grad_norm,
+            1.0,
+        )
+        _need(
+            self.max_abs_weight is None
+            or (_num(self.max_abs_weight, 0) and 0 < self.max_abs_weight < float("inf")),
+            "trainer.max_abs_weight",
+            "null (no check) or a finite number > 0",
+            self.max_abs_weight,
+            10000.0,
+        )
+        _need(
+            self.device == "auto" or self.device.startswith(("cpu", "cuda", "mps")),
+            "trainer.device",
+            "auto, cpu, cuda or cuda:<n>",
+            self.device,
+            "auto",
+        )
+        _need(
+            self.dtype in ("auto", "float32", "bfloat16", "float16"),
+            "trainer.dtype",
+            "auto (bfloat16 on a GPU, float32 on CPU), float32, bfloat16 or float16",
+            self.dtype,
+            "auto",
+        )
+        _need(
+            self.num_threads is None or (_is_int(self.num_threads) and self.num_threads >= 1),
+            "trainer.num_threads",
+            "null or an int >= 1",
+            self.num_threads,
+            1,
+        )
         bad = [name for name in self.logger if name not in LOGGERS]
-        _need(not bad, "trainer.logger", f"a list of {', '.join(LOGGERS)}", list(self.logger),
-              "[csv,tensorboard]")  # fmt: skip
+        _need(
+            not bad,
+            "trainer.logger",
+            f"a list of {', '.join(LOGGERS)}",
+            list(self.logger),
+            "[csv,tensorboard]",
+        )
 
 
 @dataclass

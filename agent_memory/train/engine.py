@@ -69,9 +69,12 @@ class RolloutEngine:
         self.collector.start(max_episodes)
 
     def collect(
-        self, specs: Sequence[EpisodeSpec], *, evaluate: bool = False,
+        self,
+        specs: Sequence[EpisodeSpec],
+        *,
+        evaluate: bool = False,
         on_episode: Callable[[Trajectory], None] | None = None,
-    ) -> list[Trajectory]:  # fmt: skip
+    ) -> list[Trajectory]:
         """Play ``specs`` with the sampling policy (or greedily with ``evaluate``)."""
         return self.collector.collect(specs, on_episode=on_episode, greedy=evaluate)
 

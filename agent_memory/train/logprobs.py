@@ -42,9 +42,13 @@ class Forward:
 
 
 def forward(
-    model: Any, samples: Sequence[Sample], mode: ActionMode, *, pad_id: int,
+    model: Any,
+    samples: Sequence[Sample],
+    mode: ActionMode,
+    *,
+    pad_id: int,
     with_hidden: bool = False,
-) -> Forward:  # fmt: skip
+) -> Forward:
     """The current log-probs of ``samples``' recorded responses (see the module docstring)."""
     if mode == "score":
         return _score_forward(model, samples, pad_id, with_hidden)
@@ -95,9 +99,13 @@ def _score_forward(model: Any, samples: Sequence[Sample], pad_id: int, hidden: b
     if any(s.candidates is None or s.index is None for s in samples):
         raise ValueError("score-mode samples need their candidates and chosen index")
     scored = score_candidates(
-        model, [s.prompt_ids for s in samples], [s.candidates or () for s in samples],
-        pad_id=pad_id, with_hidden=hidden, score=[s.score for s in samples],
-    )  # fmt: skip
+        model,
+        [s.prompt_ids for s in samples],
+        [s.candidates or () for s in samples],
+        pad_id=pad_id,
+        with_hidden=hidden,
+        score=[s.score for s in samples],
+    )
     device = scored.scores.device
     temperature = torch.tensor([s.temperature for s in samples], device=device)[:, None]
     logp_all = (scored.scores / temperature).log_softmax(-1)

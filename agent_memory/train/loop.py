@@ -68,9 +68,15 @@ class Learner:
 
     def save(self, out: Path) -> None:
         save_checkpoint(
-            out, self.state, model=self.model, tokenizer=self.tokenizer, optimizer=self.optimizer,
-            shuffler=self.shuffler, value_head=self.value_head, reference=self.reference,
-        )  # fmt: skip
+            out,
+            self.state,
+            model=self.model,
+            tokenizer=self.tokenizer,
+            optimizer=self.optimizer,
+            shuffler=self.shuffler,
+            value_head=self.value_head,
+            reference=self.reference,
+        )
 
 
 def build_learner(cfg: TrainConfig, out: Path, device: Any, dtype: Any) -> Learner:
@@ -98,9 +104,12 @@ def build_learner(cfg: TrainConfig, out: Path, device: Any, dtype: Any) -> Learn
     state = TrainerState()
     if ckpt is not None:
         state = load_checkpoint(
-            ckpt, optimizer=optimizer, shuffler=shuffler, value_head=value_head,
+            ckpt,
+            optimizer=optimizer,
+            shuffler=shuffler,
+            value_head=value_head,
             reference=reference,
-        )  # fmt: skip
+        )
         log.info("resumed from %s at iteration %d", ckpt, state.iteration)
     return Learner(model, tokenizer, model_path, optimizer, shuffler, state, value_head, reference)
 
@@ -158,9 +167,12 @@ def train(
             learner.model if device.type == "cpu" else copy.deepcopy(learner.model).to("cpu")
         )
         policy = make_policy(
-            cfg.policy.name, model=rollout_model, tokenizer=learner.tokenizer,
-            parser=cfg.env.parser.build(), **{"seed": t.seed, **params_in},
-        )  # fmt: skip
+            cfg.policy.name,
+            model=rollout_model,
+            tokenizer=learner.tokenizer,
+            parser=cfg.env.parser.build(),
+            **{"seed": t.seed, **params_in},
+        )
         policy.calls = state.policy_calls  # the sampling stream resumes where it stopped
 
         # False when Ray is up already (a sweep, tests).
@@ -168,9 +180,13 @@ def train(
         engine = RolloutEngine(cfg, policy, learner.model)
         engine.update_policy(state.policy_version)
         logger = MetricsLogger(
-            out, t.logger, config=asdict(cfg), project=t.wandb_project, run_name=out.name,
+            out,
+            t.logger,
+            config=asdict(cfg),
+            project=t.wandb_project,
+            run_name=out.name,
             append=t.resume is not None,
-        )  # fmt: skip
+        )
         status, error, stopped = "ok", None, None  # stopped: why it ended before its last
         deadline = None if t.max_minutes is None else time.monotonic() + 60 * t.max_minutes
         last_eval = dict(state.extra.get("last_eval", {}))
@@ -183,10 +199,16 @@ def train(
                 if state.iteration == 0 and t.eval_every:  # where learning starts from
                     t0 = time.perf_counter()
                     last_eval = evaluate(engine, cfg, 0, out)
-                    logger.log({
-                        "iteration": 0, "env_steps": 0, "episodes": 0, **last_eval, **setup,
-                        "time/eval_s": time.perf_counter() - t0,
-                    })  # fmt: skip
+                    logger.log(
+                        {
+                            "iteration": 0,
+                            "env_steps": 0,
+                            "episodes": 0,
+                            **last_eval,
+                            **setup,
+                            "time/eval_s": time.perf_counter() - t0,
+                        }
+                    )
                     setup = {}
                 for it in range(state.iteration, t.iterations):
                     row = iteration(cfg, it, learner, engine, policy, mode, out=out)
@@ -216,15 +238,21 @@ def train(
                 stop_ray()
             done = time.perf_counter()
             summary = {
-                "status": status, **({"error": error} if error else {}),
+                "status": status,
+                **({"error": error} if error else {}),
                 **({"stopped": stopped} if stopped else {}),
-                "iterations": state.iteration, "env_steps": state.env_steps,
-                "episodes": state.episodes, "policy_version": state.policy_version,
-                "action_mode": mode, "model": str(learner.model_path), **last_eval,
+                "iterations": state.iteration,
+                "env_steps": state.env_steps,
+                "episodes": state.episodes,
+                "policy_version": state.policy_version,
+                "action_mode": mode,
+                "model": str(learner.model_path),
+                **last_eval,
                 **add_memory_totals(dict(state.extra.get("memory", {})), []),
                 **({"eval_rows": str(out / "eval")} if t.eval_rows and t.eval_every else {}),
-                "wall_time_seconds": done - t_start, "shutdown_seconds": done - t_close,
-            }  # fmt: skip
+                "wall_time_seconds": done - t_start,
+                "shutdown_seconds": done - t_close,
+            }
             _judge(summary, state, r, out)
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     _raise_verdict(summary)  # the run raised nothing, but its episodes may have failed
@@ -252,9 +280,12 @@ def _judge(summary: dict[str, Any], state: TrainerState, r: Any, out: Path) -> N
     failed = summary["status"] != "ok"
     (log.error if failed else log.warning if state.failed_episodes else log.info)(
         "training %s after %d iterations%s; %s; outputs in %s",
-        summary["status"], state.iteration,
-        f": {first_line(summary.get('error'))}" if failed else "", shares, out,
-    )  # fmt: skip
+        summary["status"],
+        state.iteration,
+        f": {first_line(summary.get('error'))}" if failed else "",
+        shares,
+        out,
+    )
 
 
 def _after_iteration(
@@ -277,9 +308,15 @@ def _show_progress(bar: Any, row: Mapping[str, Any], last_eval: Mapping[str, flo
 
 
 def iteration(
-    cfg: TrainConfig, it: int, learner: Learner, engine: RolloutEngine, policy: Any,
-    mode: ActionMode, *, out: Path | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    cfg: TrainConfig,
+    it: int,
+    learner: Learner,
+    engine: RolloutEngine,
+    policy: Any,
+    mode: ActionMode,
+    *,
+    out: Path | None = None,
+) -> dict[str, Any]:
     """Iteration ``it``: collect, advantages, update, weights to the engine, evaluation when
     due; the metrics row (with ``_eval``: this iteration's evaluation, when there was one).
     ``out``: the run's directory, where ``trainer.eval_rows`` writes the evaluation's rows."""
@@ -313,9 +350,16 @@ def iteration(
     # 3. update on the recorded ids and sampling log-probs
     t0 = time.perf_counter()
     stats = update(
-        learner.model, samples, mode, optimizer=learner.optimizer, shuffler=learner.shuffler,
-        cfg=cfg, pad_id=pad_id, value_head=learner.value_head, reference=learner.reference,
-    )  # fmt: skip
+        learner.model,
+        samples,
+        mode,
+        optimizer=learner.optimizer,
+        shuffler=learner.shuffler,
+        cfg=cfg,
+        pad_id=pad_id,
+        value_head=learner.value_head,
+        reference=learner.reference,
+    )
     update_s = time.perf_counter() - t0
     check_update(stats, learner.model, it + 1, t.max_abs_weight)  # before the engine gets it
 
@@ -343,14 +387,23 @@ def iteration(
     state.failed_episodes += sum(tr.error is not None for tr in trajs)
     state.policy_calls = engine.policy_calls()
     state.extra["memory"] = add_memory_totals(dict(state.extra.get("memory", {})), trajs)
-    row.update({
-        "iteration": it + 1, "env_steps": state.env_steps, "episodes": state.episodes,
-        "policy_version": state.policy_version, **episode_metrics(trajs, "train"), **stats,
-        "samples/stale": float(stale),
-        "speed/env_steps_per_s": env_steps / rollout_s if rollout_s else 0.0,
-        "time/rollout_s": rollout_s, "time/update_s": update_s, "time/weight_sync_s": sync_s,
-        "time/eval_s": eval_s, "time/iteration_s": time.perf_counter() - t_iter,
-    })  # fmt: skip
+    row.update(
+        {
+            "iteration": it + 1,
+            "env_steps": state.env_steps,
+            "episodes": state.episodes,
+            "policy_version": state.policy_version,
+            **episode_metrics(trajs, "train"),
+            **stats,
+            "samples/stale": float(stale),
+            "speed/env_steps_per_s": env_steps / rollout_s if rollout_s else 0.0,
+            "time/rollout_s": rollout_s,
+            "time/update_s": update_s,
+            "time/weight_sync_s": sync_s,
+            "time/eval_s": eval_s,
+            "time/iteration_s": time.perf_counter() - t_iter,
+        }
+    )
     return row
 
 
@@ -390,18 +443,28 @@ def episode_metrics(trajs: Sequence[Trajectory], prefix: str) -> dict[str, float
         f"{prefix}/prompt_tokens_per_episode": sum(prompt) / n,
     }
     if prefix == "train":
-        out.update({
-            "tokens/prompt": float(sum(prompt)),
-            "tokens/response": float(sum(response)),
-            "tokens/prompt_per_episode": sum(prompt) / n,
-        })  # fmt: skip
+        out.update(
+            {
+                "tokens/prompt": float(sum(prompt)),
+                "tokens/response": float(sum(response)),
+                "tokens/prompt_per_episode": sum(prompt) / n,
+            }
+        )
     return {**out, **memory_metrics(trajs, prefix)}
 
 
 def update(
-    model: Any, samples: Sequence[Sample], mode: ActionMode, *, optimizer: Any, shuffler: Any,
-    cfg: TrainConfig, pad_id: int, value_head: Any = None, reference: Any = None,
-) -> dict[str, float]:  # fmt: skip
+    model: Any,
+    samples: Sequence[Sample],
+    mode: ActionMode,
+    *,
+    optimizer: Any,
+    shuffler: Any,
+    cfg: TrainConfig,
+    pad_id: int,
+    value_head: Any = None,
+    reference: Any = None,
+) -> dict[str, float]:
     """``trainer.epochs`` passes of shuffled minibatches; returns the mean of each loss term."""
     import torch
 
@@ -423,16 +486,25 @@ def update(
             device = fw.logprobs.device
             advantages = torch.tensor([s.advantage for s in batch], device=device)
             terms = policy_loss(
-                fw.logprobs, fw.old_logprobs, advantages, fw.mask, clip_ratio=t.clip_ratio,
-                ref_logprobs=ref, kl_coef=t.kl_coef, entropy=fw.entropy,
+                fw.logprobs,
+                fw.old_logprobs,
+                advantages,
+                fw.mask,
+                clip_ratio=t.clip_ratio,
+                ref_logprobs=ref,
+                kl_coef=t.kl_coef,
+                entropy=fw.entropy,
                 entropy_coef=t.entropy_coef,
-            )  # fmt: skip
+            )
             loss = terms.loss
             parts = {
-                "loss/policy": terms.policy_loss, "kl/reference": terms.kl,
-                "kl/approx_old": terms.approx_kl, "entropy": terms.entropy,
-                "clip_fraction": terms.clip_fraction, "ratio": terms.ratio,
-            }  # fmt: skip
+                "loss/policy": terms.policy_loss,
+                "kl/reference": terms.kl,
+                "kl/approx_old": terms.approx_kl,
+                "entropy": terms.entropy,
+                "clip_fraction": terms.clip_fraction,
+                "ratio": terms.ratio,
+            }
             if value_head is not None:
                 returns = torch.tensor([s.ret for s in batch], device=device)
                 v_loss = value_loss(value_head(fw.hidden), returns)
@@ -449,9 +521,13 @@ def update(
 
 
 def estimate_values(
-    model: Any, value_head: Any, policy: Any, trajs: Sequence[Trajectory], pad_id: int,
+    model: Any,
+    value_head: Any,
+    policy: Any,
+    trajs: Sequence[Trajectory],
+    pad_id: int,
     batch_size: int = 64,
-) -> dict[str, TrajectoryValues]:  # fmt: skip
+) -> dict[str, TrajectoryValues]:
     """The value head's ``V(s_t)`` for every step (from its recorded prompt ids) and ``V(s_T)``
     of each truncated episode's final prompt (rendered as the policy renders prompts)."""
     import torch

@@ -134,9 +134,13 @@ def eval_rows_dir(out: str | Path, iteration: int) -> Path:
 
 
 def write_eval_rows(
-    out: str | Path, iteration: int, trajs: Sequence[Trajectory], job: JobConfig,
-    seconds: float, labels: Mapping[str, Any],
-) -> Path:  # fmt: skip
+    out: str | Path,
+    iteration: int,
+    trajs: Sequence[Trajectory],
+    job: JobConfig,
+    seconds: float,
+    labels: Mapping[str, Any],
+) -> Path:
     """Write an evaluation's episodes as the rollout's writer writes a run's
     (``trajectories.jsonl``, ``errors.jsonl``, ``summary.json``; advantages null: evaluation
     trains on nothing) to :func:`eval_rows_dir`; returns that directory."""

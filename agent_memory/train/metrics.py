@@ -28,21 +28,56 @@ __all__ = ["COLUMNS", "MetricsLogger", "read_metrics"]
 
 #: The CSV's columns, in order (x-axes first).
 COLUMNS: tuple[str, ...] = (
-    "iteration", "env_steps", "episodes", "policy_version",
-    "train/success", "train/return", "train/episode_length", "train/valid_action_ratio",
+    "iteration",
+    "env_steps",
+    "episodes",
+    "policy_version",
+    "train/success",
+    "train/return",
+    "train/episode_length",
+    "train/valid_action_ratio",
     "train/prompt_tokens_per_episode",
-    "eval/success", "eval/return", "eval/episode_length", "eval/valid_action_ratio",
+    "eval/success",
+    "eval/return",
+    "eval/episode_length",
+    "eval/valid_action_ratio",
     "eval/prompt_tokens_per_episode",
-    *(f"{p}/memory_{k}" for p in ("train", "eval") for k in (
-        "tokens_per_episode", "turns_per_episode", "flag_missing", "flag_malformed", "flag_cut",
-        "note_tokens_mean", "note_tokens_max",
-    )),
-    "loss/policy", "loss/value", "loss/total", "kl/reference", "kl/approx_old", "entropy",
-    "clip_fraction", "ratio", "grad_norm", "samples", "samples/stale",
-    "tokens/prompt", "tokens/response", "tokens/prompt_per_episode", "speed/env_steps_per_s",
-    "time/setup_s", "time/rollout_s", "time/update_s", "time/weight_sync_s", "time/eval_s",
-    "time/iteration_s", "time/checkpoint_s",
-)  # fmt: skip
+    *(
+        f"{p}/memory_{k}"
+        for p in ("train", "eval")
+        for k in (
+            "tokens_per_episode",
+            "turns_per_episode",
+            "flag_missing",
+            "flag_malformed",
+            "flag_cut",
+            "note_tokens_mean",
+            "note_tokens_max",
+        )
+    ),
+    "loss/policy",
+    "loss/value",
+    "loss/total",
+    "kl/reference",
+    "kl/approx_old",
+    "entropy",
+    "clip_fraction",
+    "ratio",
+    "grad_norm",
+    "samples",
+    "samples/stale",
+    "tokens/prompt",
+    "tokens/response",
+    "tokens/prompt_per_episode",
+    "speed/env_steps_per_s",
+    "time/setup_s",
+    "time/rollout_s",
+    "time/update_s",
+    "time/weight_sync_s",
+    "time/eval_s",
+    "time/iteration_s",
+    "time/checkpoint_s",
+)
 
 
 class MetricsLogger:
@@ -60,10 +95,15 @@ class MetricsLogger:
     """
 
     def __init__(
-        self, out_dir: str | Path, loggers: Sequence[str], *,
-        config: Mapping[str, Any] | None = None, project: str = "agent_memory",
-        run_name: str | None = None, append: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        out_dir: str | Path,
+        loggers: Sequence[str],
+        *,
+        config: Mapping[str, Any] | None = None,
+        project: str = "agent_memory",
+        run_name: str | None = None,
+        append: bool = False,
+    ) -> None:
         self.out_dir = Path(out_dir)
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.path = self.out_dir / "metrics.csv"
@@ -85,9 +125,12 @@ class MetricsLogger:
             os.environ.setdefault("WANDB_MODE", "offline")  # no network needed, ever
             os.environ.setdefault("WANDB_SILENT", "true")
             self._wandb = wandb.init(
-                project=project, name=run_name, dir=str(self.out_dir), config=dict(config or {}),
+                project=project,
+                name=run_name,
+                dir=str(self.out_dir),
+                config=dict(config or {}),
                 resume="allow" if not fresh else None,
-            )  # fmt: skip
+            )
 
     def log(self, row: Mapping[str, Any]) -> None:
         """Log one iteration's metrics, under the same names in every sink.

@@ -38,8 +38,10 @@ def pick_device(device: str, dtype: str) -> tuple[Any, Any]:
     auto = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(auto if device == "auto" else device)
     available = {
-        "cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()
-    }  # fmt: skip
+        "cpu": True,
+        "cuda": torch.cuda.is_available(),
+        "mps": torch.backends.mps.is_available(),
+    }
     if not available.get(dev.type, True) or (
         dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count()
     ):
@@ -103,11 +105,18 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
 
     words = words_from_texts(env_texts(job, cfg.vocab_episodes, seed))
     path = build_tiny_lm(
-        out, words, arch=cfg.arch,  # type: ignore[arg-type]  # checked by TinyModelConfig
-        hidden=cfg.hidden, layers=cfg.layers, heads=cfg.heads,
-        context=cfg.context, seed=seed, init_range=cfg.init_range,
-        tie_embeddings=cfg.tie_embeddings, lowercase=cfg.lowercase,
-    )  # fmt: skip
+        out,
+        words,
+        arch=cfg.arch,  # type: ignore[arg-type]  # checked by TinyModelConfig
+        hidden=cfg.hidden,
+        layers=cfg.layers,
+        heads=cfg.heads,
+        context=cfg.context,
+        seed=seed,
+        init_range=cfg.init_range,
+        tie_embeddings=cfg.tie_embeddings,
+        lowercase=cfg.lowercase,
+    )
     log.info("built the tiny model (%d words) in %s", len(words), path)
     if cfg.pretrain_steps:
         from agent_memory.config import ConfigError
@@ -115,9 +124,12 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
 
         try:
             pretrain_tiny_lm(
-                path, steps=cfg.pretrain_steps, lr=cfg.pretrain_lr,
-                max_facts=cfg.pretrain_max_facts, seed=seed,
-            )  # fmt: skip
+                path,
+                steps=cfg.pretrain_steps,
+                lr=cfg.pretrain_lr,
+                max_facts=cfg.pretrain_max_facts,
+                seed=seed,
+            )
         except ValueError as e:  # the env's words cannot make the pretraining documents
             raise ConfigError(
                 f"trainer.tiny.pretrain_steps={cfg.pretrain_steps}: {e}; or pass "

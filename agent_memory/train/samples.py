@@ -138,12 +138,34 @@ def _choice_samples(
     out = []
     a = g.choice
     if len(a.candidate_ids) > 1 or keep_forced:  # a forced action carries no gradient
-        out.append(Sample(p, tuple(g.response_ids or ()), [a.logprob], adv, ret, a.temperature,
-                          a.candidate_ids, a.index, score=a.score))  # fmt: skip
+        out.append(
+            Sample(
+                p,
+                tuple(g.response_ids or ()),
+                [a.logprob],
+                adv,
+                ret,
+                a.temperature,
+                a.candidate_ids,
+                a.index,
+                score=a.score,
+            )
+        )
     m = g.memory_choice  # a choice of its own, also where the action was forced
     if m is not None and train_memory_tokens and len(m.candidate_ids) > 1:
-        out.append(Sample(p, m.candidate_ids[m.index], [m.logprob], adv, ret, m.temperature,
-                          m.candidate_ids, m.index, score=m.score))  # fmt: skip
+        out.append(
+            Sample(
+                p,
+                m.candidate_ids[m.index],
+                [m.logprob],
+                adv,
+                ret,
+                m.temperature,
+                m.candidate_ids,
+                m.index,
+                score=m.score,
+            )
+        )
     return out
 
 
@@ -162,10 +184,15 @@ def _token_sample(step: StepRecord, where: str, train_memory_tokens: bool) -> Sa
                 "return_tokens and policy.params.tokenizer)"
             )
         loss_mask = tuple(1 - m for m in step.memory_mask)
-    temperature = 1.0 if g.sampling is None or g.sampling.temperature is None else (
-        g.sampling.temperature
-    )  # fmt: skip
+    temperature = (
+        1.0 if g.sampling is None or g.sampling.temperature is None else (g.sampling.temperature)
+    )
     return Sample(
-        tuple(g.prompt_ids), tuple(g.response_ids), list(g.response_logprobs), step.advantage,
-        step.ret, temperature, loss_mask=loss_mask,
-    )  # fmt: skip
+        tuple(g.prompt_ids),
+        tuple(g.response_ids),
+        list(g.response_logprobs),
+        step.advantage,
+        step.ret,
+        temperature,
+        loss_mask=loss_mask,
+    )

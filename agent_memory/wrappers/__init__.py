@@ -14,6 +14,11 @@ from agent_memory.wrappers.state import EnvView
 from agent_memory.wrappers.vector import VectorHistoryWrapper
 
 __all__ = [
-    "EnvView", "HistoryOptions", "HistoryWrapper", "Holdable", "PromptText", "VectorHistoryWrapper",
+    "EnvView",
+    "HistoryOptions",
+    "HistoryWrapper",
+    "Holdable",
+    "PromptText",
+    "VectorHistoryWrapper",
     "make_vec_holdable",
-]  # fmt: skip
+]

@@ -52,10 +52,13 @@ class WrapperParts(NamedTuple):
         """
         recorder = EpisodeRecorder(num_envs, options)
         builder = PromptBuilder(
-            recorder.memory, recorder.state, template=options.prompt_template,
-            counter=options.counter, history_length=options.history_length,
+            recorder.memory,
+            recorder.state,
+            template=options.prompt_template,
+            counter=options.counter,
+            history_length=options.history_length,
             max_prompt_tokens=options.max_prompt_tokens,
-        )  # fmt: skip
+        )
         return cls(options, recorder, builder, StepFlow(recorder, options.parser))
 
 
@@ -67,9 +70,12 @@ class OwnsHistory:
     _figures: dict[str, np.ndarray]
 
     def _setup(
-        self, num_envs: int, options: HistoryOptions | None, keywords: Mapping[str, Any],
+        self,
+        num_envs: int,
+        options: HistoryOptions | None,
+        keywords: Mapping[str, Any],
         unknown: Mapping[str, Any],
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Build the parts from ``options`` with the setting ``keywords`` (the wrapper's
         ``locals()``) that are not at their default put over them (``unknown``: misspelt
         keywords, refused with a hint)."""

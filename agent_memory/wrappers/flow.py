@@ -70,15 +70,19 @@ class Verdicts:
     def items(self) -> list[tuple[str, np.ndarray]]:
         """The info keys and their per-env values (``memory_reply`` apart)."""
         return [
-            (IS_ACTION_VALID, self.is_action_valid), (INVALID_REASON, self.invalid_reason),
-            ("parsed_action", self.parsed_action), ("thought", self.thought),
+            (IS_ACTION_VALID, self.is_action_valid),
+            (INVALID_REASON, self.invalid_reason),
+            ("parsed_action", self.parsed_action),
+            ("thought", self.thought),
             ("invalid_penalty", self.invalid_penalty),
-        ]  # fmt: skip
+        ]
 
     def info_at(self, i: int) -> dict[str, Any]:
         """Env ``i``'s values as a single env's info (plain Python scalars)."""
-        out = {key: values[i].item() if values.dtype != object else values[i]
-               for key, values in self.items()}  # fmt: skip
+        out = {
+            key: values[i].item() if values.dtype != object else values[i]
+            for key, values in self.items()
+        }
         if i in self.replies:
             out["memory_reply"] = self.replies[i]
         if i in self.flags:
@@ -125,9 +129,12 @@ class StepFlow:
         return Plan(ids, given, actions, parsed, replies)
 
     def record(
-        self, plan: Plan, step_infos: Mapping[int, Mapping[str, Any]], rewards: np.ndarray,
+        self,
+        plan: Plan,
+        step_infos: Mapping[int, Mapping[str, Any]],
+        rewards: np.ndarray,
         extras: Mapping[str, Sequence[Any]] | None = None,
-    ) -> Verdicts | None:  # fmt: skip
+    ) -> Verdicts | None:
         """Store the step of each acting env, judge it (``step_infos``: env id -> its step's
         info) and add the penalty to ``rewards`` in place; the verdicts (None without a parser)."""
         ids, parser, recorder, responses = plan.ids, self.parser, self.recorder, plan.responses
@@ -182,6 +189,10 @@ class StepFlow:
             actions[i] = p.action
             thoughts[i] = p.thought
         return Verdicts(
-            is_action_valid=valid, invalid_reason=reasons, parsed_action=actions, thought=thoughts,
-            invalid_penalty=np.where(valid, 0.0, invalid_penalty), replies=plan.replies,
-        )  # fmt: skip
+            is_action_valid=valid,
+            invalid_reason=reasons,
+            parsed_action=actions,
+            thought=thoughts,
+            invalid_penalty=np.where(valid, 0.0, invalid_penalty),
+            replies=plan.replies,
+        )

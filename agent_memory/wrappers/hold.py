@@ -60,9 +60,13 @@ class Holdable(gym.Wrapper):
 
 
 def make_vec_holdable(
-    env_id: str, num_envs: int, *, vectorization_mode: Literal["sync", "async"] = "sync",
-    wrappers: Sequence[Callable[[gym.Env], gym.Wrapper]] = (), **kwargs: Any,
-) -> VectorEnv:  # fmt: skip
+    env_id: str,
+    num_envs: int,
+    *,
+    vectorization_mode: Literal["sync", "async"] = "sync",
+    wrappers: Sequence[Callable[[gym.Env], gym.Wrapper]] = (),
+    **kwargs: Any,
+) -> VectorEnv:
     """A vector env of ``num_envs`` ``gym.make(env_id, **kwargs)`` sub-envs that can be held:
     autoreset DISABLED, ``wrappers`` applied to each sub-env, then :class:`Holdable` outermost
     (an async env gets ``shared_memory=False``: text observations need it).
@@ -78,9 +82,13 @@ def make_vec_holdable(
     if vectorization_mode == "async":
         vector_kwargs["shared_memory"] = False
     return gym.make_vec(
-        env_id, num_envs, vectorization_mode=vectorization_mode, vector_kwargs=vector_kwargs,
-        wrappers=[*wrappers, Holdable], **kwargs,
-    )  # fmt: skip
+        env_id,
+        num_envs,
+        vectorization_mode=vectorization_mode,
+        vector_kwargs=vector_kwargs,
+        wrappers=[*wrappers, Holdable],
+        **kwargs,
+    )
 
 
 class _BroadcastingVectorEnv(Protocol):

@@ -84,9 +84,15 @@ class PromptBuilder:
     """
 
     def __init__(
-        self, memory: BaseMemory, state: EpisodeState, *, template: PromptTemplate,
-        counter: TokenCounter, history_length: int, max_prompt_tokens: int | None,
-    ) -> None:  # fmt: skip
+        self,
+        memory: BaseMemory,
+        state: EpisodeState,
+        *,
+        template: PromptTemplate,
+        counter: TokenCounter,
+        history_length: int,
+        max_prompt_tokens: int | None,
+    ) -> None:
         self.memory = memory
         self.state = state
         self.template = template
@@ -128,10 +134,17 @@ class PromptBuilder:
             fetched = memory.fetch(hl, env_ids=env_ids_arg(hist_ids, state.num_envs), **kwargs)
             for j, context, length in zip(hist, fetched.contexts, fetched.lengths, strict=True):
                 contexts[j], lens[j] = context, length
-        prompts = list(map(
-            self._render, state.observations_of(ids), state.tasks_of(ids),
-            state.admissibles_of(ids), contexts, lens, steps,
-        ))  # fmt: skip
+        prompts = list(
+            map(
+                self._render,
+                state.observations_of(ids),
+                state.tasks_of(ids),
+                state.admissibles_of(ids),
+                contexts,
+                lens,
+                steps,
+            )
+        )
         chars, tokens = self._measure(prompts)
         if budget is not None:
             for j in (j for j in hist if tokens[j] > budget):  # the joins were not additive
@@ -139,9 +152,14 @@ class PromptBuilder:
         return Built(prompts, lens, chars, tokens, steps)
 
     def _render(
-        self, observation: str, task: str | None, admissible: Sequence[Any] | None,
-        context: Any, length: int, step_count: int,
-    ) -> Prompt:  # fmt: skip
+        self,
+        observation: str,
+        task: str | None,
+        admissible: Sequence[Any] | None,
+        context: Any,
+        length: int,
+        step_count: int,
+    ) -> Prompt:
         t = self.template
         if self.chat:
             user = t.render(
@@ -151,9 +169,13 @@ class PromptBuilder:
             head = [] if system is None else [{"role": "system", "content": system}]
             return [*head, *(context or []), {"role": "user", "content": user}]
         prompt = t.render(
-            observation=observation, task=task, admissible=admissible,
-            history=context if length > 0 else None, history_length=length, step_count=step_count,
-        )  # fmt: skip
+            observation=observation,
+            task=task,
+            admissible=admissible,
+            history=context if length > 0 else None,
+            history_length=length,
+            step_count=step_count,
+        )
         # No steps shown yet, but the memory has notes: they go first.
         return f"{context}\n\n{prompt}" if length == 0 and context else prompt
 

@@ -74,9 +74,12 @@ class EpisodeRecorder:
         memory = options.memory
         if memory is None:
             memory = HistoryMemory(
-                num_envs, options.formatter, max_tokens=options.max_tokens,
-                token_counter=options.counter, capacity=options.capacity,
-            )  # fmt: skip
+                num_envs,
+                options.formatter,
+                max_tokens=options.max_tokens,
+                token_counter=options.counter,
+                capacity=options.capacity,
+            )
         elif len(memory) != num_envs:
             raise ValueError(
                 f"memory holds {len(memory)} envs, expected {num_envs} (one per sub-env)"
@@ -102,9 +105,13 @@ class EpisodeRecorder:
         self.state.observe(ids, texts, infos)
 
     def store(
-        self, ids: Sequence[int], actions: Sequence[Any], thoughts: Sequence[str] | None,
-        extras: Mapping[str, Sequence[Any]] | None, responses: Mapping[int, Any],
-    ) -> None:  # fmt: skip
+        self,
+        ids: Sequence[int],
+        actions: Sequence[Any],
+        thoughts: Sequence[str] | None,
+        extras: Mapping[str, Sequence[Any]] | None,
+        responses: Mapping[int, Any],
+    ) -> None:
         """Store one step for each env in ``ids``: the observation it acted on, its action, its
         thought, the ``extras`` (indexed by env id) and the transcript keys (``responses``: the
         model's response by env id)."""
@@ -142,9 +149,13 @@ class EpisodeRecorder:
             self.state.show(ids, [shown(j) for j in range(len(ids))])
 
     def handover(
-        self, ids: Sequence[int], finals: Sequence[str], terminated: Sequence[bool] | np.ndarray,
-        truncated: Sequence[bool] | np.ndarray, won: Sequence[bool] | None = None,
-    ) -> list[Episode]:  # fmt: skip
+        self,
+        ids: Sequence[int],
+        finals: Sequence[str],
+        terminated: Sequence[bool] | np.ndarray,
+        truncated: Sequence[bool] | np.ndarray,
+        won: Sequence[bool] | None = None,
+    ) -> list[Episode]:
         """The episodes of ``ids`` as :class:`~agent_memory.protocol.Episode` dicts, given to
         the memory's ``end_episodes`` hook before their history is cleared."""
         out: list[Episode] = []
@@ -154,11 +165,16 @@ class EpisodeRecorder:
             records = memory[i]
             n = memory.num_steps(i)
             episode: Episode = {
-                "records": records, "final_observation": final, "num_steps": n,
-                "first_step": n - len(records) + 1, "terminated": bool(term),
-                "truncated": bool(trunc), "task": state.task(i), "return": state.episode_return(i),
+                "records": records,
+                "final_observation": final,
+                "num_steps": n,
+                "first_step": n - len(records) + 1,
+                "terminated": bool(term),
+                "truncated": bool(trunc),
+                "task": state.task(i),
+                "return": state.episode_return(i),
                 "won": bool(w),
-            }  # fmt: skip
+            }
             out.append(episode)
         state.mark_handed_over(ids)
         if out:
@@ -178,18 +194,22 @@ class EpisodeRecorder:
         state = self.state
         admissible = state.admissible(i)
         return EnvView(
-            observation=state.observation(i), task=state.task(i),
+            observation=state.observation(i),
+            task=state.task(i),
             admissible_actions=None if admissible is None else tuple(admissible),
-            episode_step=self.memory.num_steps(i), episode_return=state.episode_return(i),
-        )  # fmt: skip
+            episode_step=self.memory.num_steps(i),
+            episode_return=state.episode_return(i),
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The memory's state plus what the prompts are built from (JSON-able when the
         memory's records are)."""
         return {
-            "version": 1, "num_envs": self.num_envs, "memory": self.memory.state_dict(),
+            "version": 1,
+            "num_envs": self.num_envs,
+            "memory": self.memory.state_dict(),
             **self.state.state_dict(),
-        }  # fmt: skip
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict`: the next prompts equal those of the saved session."""

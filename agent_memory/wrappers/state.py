@@ -165,11 +165,13 @@ class EpisodeState:
     def state_dict(self) -> dict[str, Any]:
         """The state as JSON-able values (the session file's keys)."""
         return {
-            "last_obs": list(self._obs), "tasks": list(self._env_tasks),
+            "last_obs": list(self._obs),
+            "tasks": list(self._env_tasks),
             "admissible": [None if a is None else list(a) for a in self._admissible],
-            "handed_over": self._handed_over.tolist(), "returns": self._returns.tolist(),
+            "handed_over": self._handed_over.tolist(),
+            "returns": self._returns.tolist(),
             "shown": list(self._shown),
-        }  # fmt: skip
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore :meth:`state_dict` (``shown`` may be absent: sessions saved before it)."""

@@ -132,9 +132,11 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         return self._mode
 
     def reset(
-        self, *, seed: int | Sequence[int | None] | None = None,
+        self,
+        *,
+        seed: int | Sequence[int | None] | None = None,
         options: dict[str, Any] | None = None,
-    ) -> tuple[tuple[Any, ...], dict[str, Any]]:  # fmt: skip
+    ) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """Reset all envs, or only those in ``options["reset_mask"]``; start their histories."""
         mask = None
         if options is not None:
@@ -160,9 +162,12 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         return self.prompts, info
 
     def step(
-        self, actions: Sequence[Any], extras: Mapping[str, Sequence[Any]] | None = None, *,
+        self,
+        actions: Sequence[Any],
+        extras: Mapping[str, Sequence[Any]] | None = None,
+        *,
         mask: Sequence[bool] | np.ndarray | None = None,
-    ) -> tuple[tuple[Any, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:  # fmt: skip
+    ) -> tuple[tuple[Any, ...], np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
         """Step the envs with the model's responses (one per env) and return the new prompts.
 
         Args:
@@ -232,9 +237,11 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         return acting
 
     def _acting(
-        self, actions: Sequence[Any], extras: Mapping[str, Sequence[Any]] | None,
+        self,
+        actions: Sequence[Any],
+        extras: Mapping[str, Sequence[Any]] | None,
         mask: Sequence[bool] | np.ndarray | None,
-    ) -> tuple[np.ndarray, list[int]]:  # fmt: skip
+    ) -> tuple[np.ndarray, list[int]]:
         """Check ``step``'s arguments; the envs that act (all without a ``mask``), as a mask
         and as ids."""
         n = self.num_envs
@@ -311,9 +318,13 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         return self.env.reset(seed=seed, options=options)
 
     def _move_episodes_on(
-        self, out: _Outcome, step_infos: Mapping[int, Mapping[str, Any]], live_ids: list[int],
-        ended: list[int], restarted: list[int],
-    ) -> list[Episode]:  # fmt: skip
+        self,
+        out: _Outcome,
+        step_infos: Mapping[int, Mapping[str, Any]],
+        live_ids: list[int],
+        ended: list[int],
+        restarted: list[int],
+    ) -> list[Episode]:
         """Observe the envs that go on; end, hand over and restart the others, as the
         autoreset mode says (``restarted``: the envs the inner env reset on this step, under
         NEXT_STEP). Returns the episodes handed over (one per env of ``ended``)."""
@@ -383,9 +394,10 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
             info[key] = values
             info[f"_{key}"] = acting.copy()
         for key, by_env in (
-            ("memory_reply", verdicts.replies), ("memory_flag", verdicts.flags),
+            ("memory_reply", verdicts.replies),
+            ("memory_flag", verdicts.flags),
             ("memory_note_tokens", verdicts.note_tokens),
-        ):  # fmt: skip
+        ):
             if by_env:
                 self._put_some(info, key, by_env)
 

@@ -25,9 +25,15 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, async_vec
 from agent_memory.protocol import ADMISSIBLE_ACTIONS, INVALID_REASON, IS_ACTION_VALID, TASK, WON
 
 __all__ = [
-    "STEP_KEYS", "async_worker_keeps_autoreset", "autoreset_mode_of", "env_value", "env_values",
-    "info_at", "infos_at", "refuse_text_on_shared_memory",
-]  # fmt: skip
+    "STEP_KEYS",
+    "async_worker_keeps_autoreset",
+    "autoreset_mode_of",
+    "env_value",
+    "env_values",
+    "info_at",
+    "infos_at",
+    "refuse_text_on_shared_memory",
+]
 
 #: The info keys the wrapper reads per env (the rest of the info passes through untouched);
 #: a step's info is read for all but the task (read when an episode starts).

@@ -49,10 +49,24 @@ __all__ = [
 ]
 
 CSV_FIELDS = [
-    "job", "env", "env_config", "memory", "strategy", "history_length", "max_tokens",
-    "max_prompt_tokens", "token_counter", "traj_uid", "seed", "step", "prompt_tokens",
-    "prompt_chars", "history_steps", "won", "episode_return",
-]  # fmt: skip
+    "job",
+    "env",
+    "env_config",
+    "memory",
+    "strategy",
+    "history_length",
+    "max_tokens",
+    "max_prompt_tokens",
+    "token_counter",
+    "traj_uid",
+    "seed",
+    "step",
+    "prompt_tokens",
+    "prompt_chars",
+    "history_steps",
+    "won",
+    "episode_return",
+]
 #: Plots with more strategies than this show mean lines only (bands would hide each other).
 MAX_BANDS = 4
 
@@ -108,8 +122,15 @@ def read_rows(root: Path) -> list[dict[str, Any]]:
         with path.open(encoding="utf-8") as f:
             for r in csv.DictReader(f):
                 r["job"] = str(path.parent.relative_to(root))
-                for key in ("history_length", "step", "prompt_tokens", "prompt_chars",
-                            "history_steps", "won", "seed"):  # fmt: skip
+                for key in (
+                    "history_length",
+                    "step",
+                    "prompt_tokens",
+                    "prompt_chars",
+                    "history_steps",
+                    "won",
+                    "seed",
+                ):
                     r[key] = int(r[key])
                 r["episode_return"] = float(r["episode_return"])
                 rows.append(r)
@@ -224,11 +245,12 @@ def write_report(root: str | Path, title: str = "Context length per step") -> Pa
         fig.savefig(plots / name)
     for env, strategies in by_strategy(rows).items():
         lines += [
-            f"## {env}", "",
+            f"## {env}",
+            "",
             "| strategy | episodes | mean tokens/step | p95 | max | tokens/episode "
             "| growth (tokens/step) | after warm-up | success |",
             "|---|---|---|---|---|---|---|---|---|",
-        ]  # fmt: skip
+        ]
         for label, strategy_rows in strategies.items():
             s = _stats(strategy_rows)
             lines.append(
@@ -264,8 +286,16 @@ def tokens_figure(env: str, strategies: dict[str, list[dict[str, Any]]], counter
         every = max(1, len(steps) // 6)
         # Series that coincide (a window as long as the episodes and the full history) stay
         # visible: their hollow markers fall on different steps.
-        ax.plot(steps, mean, label=label, linewidth=1.5, markersize=6, markerfacecolor="none",
-                markevery=(i % every, every), **styles[label].kwargs())  # fmt: skip
+        ax.plot(
+            steps,
+            mean,
+            label=label,
+            linewidth=1.5,
+            markersize=6,
+            markerfacecolor="none",
+            markevery=(i % every, every),
+            **styles[label].kwargs(),
+        )
         if bands:
             lo = [min(per_step[s]) for s in steps]
             hi = [max(per_step[s]) for s in steps]
@@ -295,8 +325,12 @@ def success_figure(
         ks.update(k)
         stats = [_stats(by_k[x]) for x in k]
         # Hollow markers, each series a size smaller: points that coincide stay visible.
-        style = {**styles[kind].kwargs(), "markerfacecolor": "none", "linewidth": 1.5,
-                 "markersize": max(4.0, 11.0 - 2.0 * i)}  # fmt: skip
+        style = {
+            **styles[kind].kwargs(),
+            "markerfacecolor": "none",
+            "linewidth": 1.5,
+            "markersize": max(4.0, 11.0 - 2.0 * i),
+        }
         top.plot(k, [s["success"] for s in stats], label=kind, **style)
         bottom.plot(k, [s["mean"] for s in stats], label=kind, **style)
     top.set_ylabel("success rate")

@@ -27,18 +27,33 @@ __all__ = ["SeriesStyle", "assign_styles", "preferred_slot", "style_at"]
 
 #: Matplotlib's ``tab10`` cycle (literal: this module does not import matplotlib).
 COLOURS: Final = (
-    "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
-    "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
-)  # fmt: skip
+    "#1f77b4",
+    "#ff7f0e",
+    "#2ca02c",
+    "#d62728",
+    "#9467bd",
+    "#8c564b",
+    "#e377c2",
+    "#7f7f7f",
+    "#bcbd22",
+    "#17becf",
+)
 LINESTYLES: Final = ("-", "--", "-.", ":")
 MARKERS: Final = ("o", "s", "^", "D", "v", "P", "X", "*", "<", ">", "p", "h")
 #: Styles before the sequence leaves the ``tab10`` colours.
 CYCLE: Final = len(COLOURS) * len(LINESTYLES) * len(MARKERS)
 #: Colour slot of each bundled strategy: the strategies that appear together get distinct colours.
 KIND_COLOUR: Final = {
-    "window": 0, "token_budget": 1, "full": 2, "none": 3, "compaction": 4,
-    "retrieval": 5, "episodic": 6, "blackboard": 7, "conversation": 8,
-}  # fmt: skip
+    "window": 0,
+    "token_budget": 1,
+    "full": 2,
+    "none": 3,
+    "compaction": 4,
+    "retrieval": 5,
+    "episodic": 6,
+    "blackboard": 7,
+    "conversation": 8,
+}
 _GOLDEN: Final = 0.6180339887498949
 
 

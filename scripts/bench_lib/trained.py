@@ -39,15 +39,28 @@ def run_benchmark(
     ``prepare(out, extra)``, run once before any configuration, returns more overrides for
     all of them (e.g. the model they all start from)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument("--only", nargs="+", choices=[s.name for s in settings],
-                        help="run these configurations only")  # fmt: skip
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=[s.name for s in settings],
+        help="run these configurations only",
+    )
     parser.add_argument("--out", type=Path, default=None, help="output directory")
     parser.add_argument("--quick", action="store_true", help="2 iterations each (a smoke test)")
-    parser.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
-                        help="extra Hydra overrides for every configuration")  # fmt: skip
-    parser.add_argument("--jobs", type=int, default=1,
-                        help="configurations trained at once, each in a process (and Ray "
-                             "instance) of its own; 1: one after another")  # fmt: skip
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Hydra overrides for every configuration",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="configurations trained at once, each in a process (and Ray "
+        "instance) of its own; 1: one after another",
+    )
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.jobs < 1:
@@ -76,10 +89,11 @@ def run_benchmark(
         return
     text = table(results)
     shown = [
-        *(["--quick"] if args.quick else []), *(["--only", *args.only] if args.only else []),
+        *(["--quick"] if args.quick else []),
+        *(["--only", *args.only] if args.only else []),
         *(["--set", *args.set] if args.set else []),
         *(["--jobs", str(args.jobs)] if args.jobs > 1 else []),
-    ]  # fmt: skip
+    ]
     command = " ".join(["python", f"scripts/{script}", *shown])
     (out / f"{name}.md").write_text(f"{text}\n\nProduced by: `{command}`\n")
     plot(results, out / f"{name}.png")
@@ -91,10 +105,14 @@ def run_benchmark(
 
 
 def _in_turn(
-    chosen: Sequence[Any], out: Path, extra: list[str],
+    chosen: Sequence[Any],
+    out: Path,
+    extra: list[str],
     run_one: Callable[[Any, Path, list[str]], dict[str, Any]],
-    report: Callable[[dict[str, Any]], str], *, save: bool,
-) -> list[dict[str, Any]]:  # fmt: skip
+    report: Callable[[dict[str, Any]], str],
+    *,
+    save: bool,
+) -> list[dict[str, Any]]:
     """Each configuration in this process, on one Ray instance (``save``: its result.json)."""
     from agent_memory.rollout.driver.cluster import init_ray, stop_ray
 
@@ -115,9 +133,13 @@ def _in_turn(
 
 
 def _in_processes(
-    script: str, chosen: Sequence[Any], out: Path, flags: list[str], jobs: int,
+    script: str,
+    chosen: Sequence[Any],
+    out: Path,
+    flags: list[str],
+    jobs: int,
     report: Callable[[dict[str, Any]], str],
-) -> tuple[list[dict[str, Any]], list[str]]:  # fmt: skip
+) -> tuple[list[dict[str, Any]], list[str]]:
     """Each configuration in a process of its own, ``jobs`` at a time: the results of those that
     finished (in order) and a line for each that failed (its log named)."""
     waiting, running = list(chosen), {}
@@ -127,8 +149,16 @@ def _in_processes(
             setting = waiting.pop(0)
             (out / setting.name).mkdir(parents=True, exist_ok=True)
             log = (out / setting.name / "bench.log").open("w")
-            cmd = [sys.executable, str(REPO / "scripts" / script), "--child", "--only",
-                   setting.name, "--out", str(out), *flags]  # fmt: skip
+            cmd = [
+                sys.executable,
+                str(REPO / "scripts" / script),
+                "--child",
+                "--only",
+                setting.name,
+                "--out",
+                str(out),
+                *flags,
+            ]
             print(f"training: {setting.label} (log: {log.name})", flush=True)
             running[setting.name] = (setting, subprocess.Popen(cmd, stdout=log, stderr=log), log)
             time.sleep(3)  # one Ray instance starting at a time (spreads the start-up load)

@@ -31,11 +31,14 @@ WORDS = ["next", "red", "blue", "green", "brown"]
 
 def _job(**env: object) -> JobConfig:
     settings = dict(
-        id="agent_memory/Recall-v0", kwargs={"num_distractors": 1, "num_choices": 2},
-        history_length=-1, formatter="transcript", max_steps=4,
+        id="agent_memory/Recall-v0",
+        kwargs={"num_distractors": 1, "num_choices": 2},
+        history_length=-1,
+        formatter="transcript",
+        max_steps=4,
         template=TemplateConfig(no_history="{observation}"),
         parser=ParserConfig(tag=None, think_tag=None, invalid_penalty=-0.5),
-    )  # fmt: skip
+    )
     settings.update(env)
     return JobConfig(env=EnvConfig(**settings), memory=MemoryConfig(), policy=PolicyConfig("hf"))
 
@@ -48,9 +51,11 @@ def _replay(job: JobConfig, traj) -> float:
 
     env = HistoryWrapper(
         gym.make(job.env.id, max_episode_steps=job.env.max_steps, **job.env.kwargs),
-        history_length=-1, formatter="transcript", template=job.env.template.build(),
+        history_length=-1,
+        formatter="transcript",
+        template=job.env.template.build(),
         parser=job.env.parser.build(),
-    )  # fmt: skip
+    )
     env.reset(seed=traj.spec.seed)
     total = 0.0
     for step in traj.steps:
@@ -84,16 +89,29 @@ def test_grpo_trainer_learns_from_our_episodes(tmp_path, monkeypatch):
         return out
 
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=8, num_generations=4, max_completion_length=64,
-        max_steps=2, learning_rate=1e-2, logging_steps=1, report_to="none",
-        save_strategy="no", disable_tqdm=True, seed=0,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=64,
+        max_steps=2,
+        learning_rate=1e-2,
+        logging_steps=1,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+        seed=0,
+    )
     trainer = GRPOTrainer(
-        model=model, reward_funcs=env_reward, args=args, processing_class=tokenizer,
+        model=model,
+        reward_funcs=env_reward,
+        args=args,
+        processing_class=tokenizer,
         train_dataset=Dataset.from_dict({"prompt": [f"seed={i}" for i in range(4)]}),
         rollout_func=recorded,
-    )  # fmt: skip
+    )
     trainer.train()
 
     assert trainer.state.global_step == 2 and len(calls) == 2  # one generation batch per step
@@ -110,9 +128,13 @@ def test_grpo_trainer_learns_from_our_episodes(tmp_path, monkeypatch):
         assert [_replay(job, t) for t in trajs] == pytest.approx(returns)  # the env's own pay
         assert entry["reward"] == pytest.approx(sum(returns) / len(returns), abs=1e-6)
         for ids, comp, mask, lps, traj in zip(
-            out["prompt_ids"], out["completion_ids"], out["env_mask"], out["logprobs"], trajs,
+            out["prompt_ids"],
+            out["completion_ids"],
+            out["env_mask"],
+            out["logprobs"],
+            trajs,
             strict=True,
-        ):  # fmt: skip
+        ):
             assert len(comp) == len(mask) == len(lps) <= args.max_completion_length
             whole = ids + comp
             sampled = [t for t, m in zip(comp, mask, strict=True) if m]
@@ -158,14 +180,25 @@ def test_episodes_stop_before_they_overflow_the_completion_budget(tmp_path, monk
     tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
     rollout = make_rollout_func(_job(max_steps=10), max_new_tokens=1)
     args = GRPOConfig(
-        output_dir=str(tmp_path / "out"), use_cpu=True, bf16=False, fp16=False,
-        per_device_train_batch_size=2, num_generations=2, max_completion_length=24,
-        report_to="none", save_strategy="no", disable_tqdm=True,
-    )  # fmt: skip
+        output_dir=str(tmp_path / "out"),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        per_device_train_batch_size=2,
+        num_generations=2,
+        max_completion_length=24,
+        report_to="none",
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     trainer = GRPOTrainer(
-        model=model, reward_funcs=env_reward, args=args, processing_class=tokenizer,
-        train_dataset=Dataset.from_dict({"prompt": ["seed=0"]}), rollout_func=rollout,
-    )  # fmt: skip
+        model=model,
+        reward_funcs=env_reward,
+        args=args,
+        processing_class=tokenizer,
+        train_dataset=Dataset.from_dict({"prompt": ["seed=0"]}),
+        rollout_func=rollout,
+    )
     out = rollout(["seed=0", "seed=0"], trainer)
     for comp, traj in zip(out["completion_ids"], rollout.last, strict=True):
         assert len(traj.steps) >= 1 and len(comp) <= 24
@@ -186,8 +219,15 @@ def _trainer(tmp_path, **args):
     path = build_tiny_lm(tmp_path / "lm", WORDS)
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
     model.generation_config.repetition_penalty = 1.05  # as Qwen2.5-Instruct's asks
-    fields = {"temperature": 0.9, "top_p": 1.0, "top_k": 0, "min_p": None,
-              "repetition_penalty": 1.0, "generation_kwargs": None, **args}  # fmt: skip
+    fields = {
+        "temperature": 0.9,
+        "top_p": 1.0,
+        "top_k": 0,
+        "min_p": None,
+        "repetition_penalty": 1.0,
+        "generation_kwargs": None,
+        **args,
+    }
     return SimpleNamespace(
         model=model,
         processing_class=AutoTokenizer.from_pretrained(path, local_files_only=True),
@@ -205,8 +245,12 @@ def test_the_rollout_samples_with_the_grpo_configs_fields_and_records_them(tmp_p
     (g,) = policy.generate(["next red"])
     s = g.sampling
     assert (s.temperature, s.top_p, s.top_k, s.min_p, s.repetition_penalty) == (
-        0.9, 0.9, 3, 0.05, 1.2,
-    )  # fmt: skip
+        0.9,
+        0.9,
+        3,
+        0.05,
+        1.2,
+    )
     plain = make_rollout_func(_job(), max_new_tokens=2).policy(_trainer(tmp_path), 4)
     assert plain.sampling_params().repetition_penalty == 1.0  # not the model's 1.05
 

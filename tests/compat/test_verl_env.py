@@ -119,18 +119,25 @@ def verl_rollout(envs, act, max_steps: int, gen_batch: _DataProto | None = None)
         assert all(set(i) == set(infos[0]) for i in infos)  # the loop reads infos[0]'s keys
         for i in range(batch_size):
             total_batch_list[i].append(
-                {"rewards": rewards[i], "active_masks": active_masks[i], "valid": valid[i],
-                 "anchor_obs": obs["anchor"][i], "action": text_actions[i]}
-            )  # fmt: skip
+                {
+                    "rewards": rewards[i],
+                    "active_masks": active_masks[i],
+                    "valid": valid[i],
+                    "anchor_obs": obs["anchor"][i],
+                    "action": text_actions[i],
+                }
+            )
             total_infos[i].append(infos[i])
         is_done = np.logical_or(is_done, dones)
         obs = next_obs
         if is_done.all():
             break
     success = envs.success_evaluator(
-        total_infos=total_infos, total_batch_list=total_batch_list,
-        episode_rewards=episode_rewards, episode_lengths=episode_lengths,
-    )  # fmt: skip
+        total_infos=total_infos,
+        total_batch_list=total_batch_list,
+        episode_rewards=episode_rewards,
+        episode_lengths=episode_lengths,
+    )
     return total_batch_list, total_infos, episode_rewards, episode_lengths, success, seen
 
 
@@ -204,10 +211,12 @@ def test_verl_agent_loop_with_staggered_episode_ends():
         ref.reset(batch_size=4)
         for k in range(1, 4):
             prev = batches[0][k - 1], batches[2][k - 1]
-            ref.store({
-                "text_obs": [prev[0]["anchor_obs"], "", prev[1]["anchor_obs"], ""],
-                "action": ["next" if k < 4 else "", "", "next", ""],
-            })  # fmt: skip
+            ref.store(
+                {
+                    "text_obs": [prev[0]["anchor_obs"], "", prev[1]["anchor_obs"], ""],
+                    "action": ["next" if k < 4 else "", "", "next", ""],
+                }
+            )
             contexts, lengths_ = ref.fetch(2, obs_key="text_obs", action_key="action")
             for i in (0, 2):
                 assert contexts[i] in seen[k]["text"][i]

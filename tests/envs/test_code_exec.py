@@ -533,9 +533,17 @@ def test_sandbox_reports_its_layers(env: CodeEnv) -> None:
     env.reset(seed=0)
     layers = env.sandbox.layers
     assert set(layers) == {
-        "protocol", "seccomp", "privileges", "filesystem", "network", "landlock", "cgroup",
-        "rlimits", "disk", "audit_hook",
-    }  # fmt: skip
+        "protocol",
+        "seccomp",
+        "privileges",
+        "filesystem",
+        "network",
+        "landlock",
+        "cgroup",
+        "rlimits",
+        "disk",
+        "audit_hook",
+    }
     for name, state in layers.items():
         assert state.startswith(("on (", "off (")) and state.endswith(")"), (name, state)
     for always in ("protocol", "rlimits", "disk", "audit_hook"):

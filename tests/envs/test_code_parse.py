@@ -52,11 +52,41 @@ def reference(action: str) -> tuple[str | None, str, str]:
 
 
 ATOMS = [
-    "<code>", "</code>", "<CODE>", "</Code>", "<answer>", "</answer>", "<Answer>", "```",
-    "```python", "```py ", "``` \t", "```c++", "\n", " ", "\t", "  ", "\n    ", "\n\t", " \t\n",
-    "x = 1", "print(2)", "a", "`", "<", ">", "/", "\r", "\x0c", "\u00a0", "\u2003", "\u0130",
-    "\u0663", "-", "_",
-]  # fmt: skip
+    "<code>",
+    "</code>",
+    "<CODE>",
+    "</Code>",
+    "<answer>",
+    "</answer>",
+    "<Answer>",
+    "```",
+    "```python",
+    "```py ",
+    "``` \t",
+    "```c++",
+    "\n",
+    " ",
+    "\t",
+    "  ",
+    "\n    ",
+    "\n\t",
+    " \t\n",
+    "x = 1",
+    "print(2)",
+    "a",
+    "`",
+    "<",
+    ">",
+    "/",
+    "\r",
+    "\x0c",
+    "\u00a0",
+    "\u2003",
+    "\u0130",
+    "\u0663",
+    "-",
+    "_",
+]
 
 
 def test_same_results_as_the_regex_parser_on_random_actions() -> None:
@@ -68,29 +98,56 @@ def test_same_results_as_the_regex_parser_on_random_actions() -> None:
 
 @pytest.mark.parametrize(
     "text",
-    ["    a\n      b\n\n    c", "\ta\n\t\tb", "  a\n\tb", " \n  x\n  \n  y  ", "x\n  y", "\r\n  z",
-     "  " + "\u2003x", "   \n   ", ""],
-)  # fmt: skip
+    [
+        "    a\n      b\n\n    c",
+        "\ta\n\t\tb",
+        "  a\n\tb",
+        " \n  x\n  \n  y  ",
+        "x\n  y",
+        "\r\n  z",
+        "  " + "\u2003x",
+        "   \n   ",
+        "",
+    ],
+)
 def test_dedent_is_textwrap_dedent(text: str) -> None:
     assert code_env._dedent(text) == textwrap.dedent(text)
 
 
 N = 1_000_000  # characters of hostile text per case
 HOSTILE = {
-    "unclosed fence and a blank run": ("<code>```\n" + " " * N + "x", ("code", "```\n" + " " * N + "x")),
+    "unclosed fence and a blank run": (
+        "<code>```\n" + " " * N + "x",
+        ("code", "```\n" + " " * N + "x"),
+    ),
     "closed fence around a blank run": ("<code>```py\n" + " " * N + "x\n```", ("code", "x")),
     "many unclosed fences": ("<code>" + "```\n" * (N // 4), "lines"),
     "fences between blanks": ("<code>```\n" + (" " * 50 + "``` \n") * (N // 55), "lines"),
     "many opening tags": ("<code>" * (N // 6), ("code", "<code>" * (N // 6 - 1))),
-    "many blocks": ("<code>x</code>" * (N // 14), (None, "", "found more than 99 <code> blocks; send one per step")),
-    "many closing tags": ("<code>a" + "</code>" * (N // 7) + "<code>b", (None, "", "found 2 <code> blocks; send one per step")),
+    "many blocks": (
+        "<code>x</code>" * (N // 14),
+        (None, "", "found more than 99 <code> blocks; send one per step"),
+    ),
+    "many closing tags": (
+        "<code>a" + "</code>" * (N // 7) + "<code>b",
+        (None, "", "found 2 <code> blocks; send one per step"),
+    ),
     "a blank run": ("<code>" + " \t" * (N // 2), (None, "", "the <code> block is empty")),
     "a long language word": ("<code>```" + "a" * N, ("code", "```" + "a" * N)),
-    "indented lines": ("<code>" + "    x\n" * 9000 + "    " + "y" * (N - 54_000), ("code", "x\n" * 9000 + "y" * (N - 54_000))),
-    "both kinds": ("<code>" * (N // 12) + "<ANSWER>" * (N // 16), (None, "", "found both <code> and <answer>; send one per step")),
+    "indented lines": (
+        "<code>" + "    x\n" * 9000 + "    " + "y" * (N - 54_000),
+        ("code", "x\n" * 9000 + "y" * (N - 54_000)),
+    ),
+    "both kinds": (
+        "<code>" * (N // 12) + "<ANSWER>" * (N // 16),
+        (None, "", "found both <code> and <answer>; send one per step"),
+    ),
     "no tag": ("<cod>" * (N // 5), "no tag"),
-    "a long answer": ("<answer>" + "1" * N, (None, "", f"the <answer> block has {N} characters (at most {MAX_ANSWER_CHARS})")),
-}  # fmt: skip
+    "a long answer": (
+        "<answer>" + "1" * N,
+        (None, "", f"the <answer> block has {N} characters (at most {MAX_ANSWER_CHARS})"),
+    ),
+}
 
 
 def test_hostile_megabyte_actions_are_parsed_correctly() -> None:

@@ -161,8 +161,15 @@ def test_host_unix_sockets_are_unreachable(tmp_path: Path, kwargs: dict, layers:
     for name, outcome in out.items():
         assert not outcome.startswith(("connected", "sent")), (name, out)
     if "seccomp" in layers:  # the kernel refuses the socket itself
-        for name in ("direct", "symlink", "socketpair dgram sendto", "AF_INET", "AF_INET6",
-                     "AF_NETLINK", "AF_PACKET"):  # fmt: skip
+        for name in (
+            "direct",
+            "symlink",
+            "socketpair dgram sendto",
+            "AF_INET",
+            "AF_INET6",
+            "AF_NETLINK",
+            "AF_PACKET",
+        ):
             assert "Operation not permitted" in out[name], (name, out)
     else:  # the private view: the paths do not exist
         for name in ("direct", "symlink", "symlink in the working dir", "via /proc/self/root"):
@@ -305,8 +312,13 @@ def test_fifty_forks_are_refused(box: Sandbox) -> None:
 
 def test_threads_work_but_are_capped() -> None:
     with Sandbox(SandboxLimits(timeout_s=20.0, processes=12)) as box:
-        assert box.run("import threading\nt = threading.Thread(target=print, args=('hi',))\n"
-                       "t.start(); t.join()").text == "hi\n"  # fmt: skip
+        assert (
+            box.run(
+                "import threading\nt = threading.Thread(target=print, args=('hi',))\n"
+                "t.start(); t.join()"
+            ).text
+            == "hi\n"
+        )
         require(box, "cgroup")
         out = run_json(box, THREAD_ATTACK)
     assert 0 < out["threads"] < 12 and "can't start new thread" in out["error"], out
@@ -407,8 +419,15 @@ def _forge(frame: str, raw: bytes | None = None) -> str:
     return f"import sys\nFRAME = {frame}\nRAW = {raw!r}\n{FORGE}"
 
 
-FAKE = {"op": "result", "seq": 2, "status": "ok", "head": "FORGED\n", "tail": "", "omitted": 0,
-        "names": [["forged", "int"]]}  # fmt: skip
+FAKE = {
+    "op": "result",
+    "seq": 2,
+    "status": "ok",
+    "head": "FORGED\n",
+    "tail": "",
+    "omitted": 0,
+    "names": [["forged", "int"]],
+}
 #: Finds the sequence number of the current run in the runner's frames (if it has one).
 FIND_SEQ = """
 f = sys._getframe()
@@ -462,8 +481,16 @@ def test_malformed_frames_end_the_run_as_a_result(raw: bytes) -> None:
 )
 def test_hostile_result_fields_never_raise(fields: dict) -> None:
     """The parent's own parsing of a frame (what a compromised supervisor could send)."""
-    msg = {"op": "result", "seq": 1, "status": "ok", "head": "h", "tail": "", "omitted": 0,
-           "names": [["a", "int"]], **fields}  # fmt: skip
+    msg = {
+        "op": "result",
+        "seq": 1,
+        "status": "ok",
+        "head": "h",
+        "tail": "",
+        "omitted": 0,
+        "names": [["a", "int"]],
+        **fields,
+    }
     result = sandbox_module.parse_result(msg, seq=1, cap=100)
     assert result is None or result.status in ("ok", "error")
 
@@ -699,9 +726,17 @@ def test_the_disk_quota_ends_the_episode(attack: str) -> None:
 
 #: Every layer a sandbox reports (the module docstring of agent_memory.envs.code_exec.sandbox describes each).
 LAYERS = (
-    "network", "filesystem", "rlimits", "privileges", "landlock", "seccomp", "audit_hook",
-    "protocol", "cgroup", "disk",
-)  # fmt: skip
+    "network",
+    "filesystem",
+    "rlimits",
+    "privileges",
+    "landlock",
+    "seccomp",
+    "audit_hook",
+    "protocol",
+    "cgroup",
+    "disk",
+)
 
 
 def _in_ci() -> bool:
@@ -836,9 +871,13 @@ def test_unprivileged_parent_gets_a_user_namespace(tmp_path: Path) -> None:
     )
     env = {**os.environ, "SCRIPT": script, "PYTHONPATH": str(PROJECT)}
     proc = subprocess.run(
-        _as_nobody(tmp_path, script), capture_output=True, text=True, timeout=120, env=env,
+        _as_nobody(tmp_path, script),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
         cwd=PROJECT,
-    )  # fmt: skip
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     layers = out["layers"]

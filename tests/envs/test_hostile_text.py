@@ -119,8 +119,13 @@ def test_env_tag_text_chosen_as_a_note_neither_invalidates_the_step_nor_forges_t
     for k in range(3):  # the note kept, "Say 'next'.", the tag text
         venv = gym.vector.SyncVectorEnv([Forger])
         mem = make_memory("notes", num_envs=1, update=update)
-        env = VectorHistoryWrapper(venv, history_length=0, memory=mem, parser=parser,
-                                   template={"no_history": "{observation}"})  # fmt: skip
+        env = VectorHistoryWrapper(
+            venv,
+            history_length=0,
+            memory=mem,
+            parser=parser,
+            template={"no_history": "{observation}"},
+        )
         env.reset(seed=0)
         blocks = mem.candidates(0, env.current(0).observation)
         assert len(blocks) == 3

@@ -236,8 +236,10 @@ def test_pool_generation_reports_each_game_as_it_completes(tmp_path: Path, capsy
     pytest.importorskip("textworld", reason=SKIP_REASON)
     cache = tmp_path / "fresh"  # empty: both games are really generated
     seeds = [11, 12]
-    dirs = [cache / GameSpec("tw-treasure_hunter", {"level": 1}, s, textworld_version()).dirname
-            for s in seeds]  # fmt: skip
+    dirs = [
+        cache / GameSpec("tw-treasure_hunter", {"level": 1}, s, textworld_version()).dirname
+        for s in seeds
+    ]
     seen = []
 
     def record(event: GenerationEvent) -> None:
@@ -255,8 +257,13 @@ def test_pool_generation_reports_each_game_as_it_completes(tmp_path: Path, capsy
 
     # The bar, on the real path: the driver prepares the registered env's pool before workers.
     capsys.readouterr()
-    kwargs = {"challenge": "tw-treasure_hunter", "settings": {"level": 1}, "game_seed": 12,
-              "num_games": 2, "cache_dir": str(cache)}  # fmt: skip
+    kwargs = {
+        "challenge": "tw-treasure_hunter",
+        "settings": {"level": 1},
+        "game_seed": 12,
+        "num_games": 2,
+        "cache_dir": str(cache),
+    }
     assert prepare_env(ENV_ID, kwargs, progress=True) is True
     err = capsys.readouterr().err
     assert "TextWorld tw-treasure_hunter games" in err

@@ -41,9 +41,14 @@ def test_groups_see_their_own_notes_and_global_sees_all():
     assert [n["text"] for n in mem.notes(1)] == ["from a"]
     assert [n["text"] for n in mem.notes(2)] == ["from b"]
     assert mem.notes(3)[0] | {"ts": 0} == {
-        "id": 3, "group_id": "7", "author": f"pid{os.getpid()}", "env_id": 3, "step": 3,
-        "ts": 0, "text": "from 7",
-    }  # fmt: skip
+        "id": 3,
+        "group_id": "7",
+        "author": f"pid{os.getpid()}",
+        "env_id": 3,
+        "step": 3,
+        "ts": 0,
+        "text": "from 7",
+    }
     glob = BlackboardMemory(2, scope="global", top_n=10)
     glob.post(0, "one")
     glob.set_groups([1], ["elsewhere"])
@@ -110,9 +115,12 @@ def test_episode_digest_and_post_actions():
     ]
     episode = {
         "records": [{"observation": "o", "action": "next"}] * 3 + [{"action": "blue"}],
-        "num_steps": 4, "terminated": False, "truncated": True,
-        "final_observation": "Time is up.\nBye.", "task": "t",
-    }  # fmt: skip
+        "num_steps": 4,
+        "terminated": False,
+        "truncated": True,
+        "final_observation": "Time is up.\nBye.",
+        "task": "t",
+    }
     mem.on_episode_end(1, episode)
     digest = mem.notes(0)[0]
     assert digest["step"] == 4 and len(digest["text"]) <= 60
@@ -301,9 +309,16 @@ def test_chat_formatter_gets_a_notes_message():
 
 def test_registered_for_make_memory(tmp_path):
     mem = make_memory(
-        "blackboard", num_envs=3, formatter="simple", token_counter="estimate", max_tokens=None,
-        capacity=4, path=str(tmp_path / "bb.db"), scope="global", top_n=2,
-    )  # fmt: skip
+        "blackboard",
+        num_envs=3,
+        formatter="simple",
+        token_counter="estimate",
+        max_tokens=None,
+        capacity=4,
+        path=str(tmp_path / "bb.db"),
+        scope="global",
+        top_n=2,
+    )
     assert isinstance(mem, BlackboardMemory) and mem.capacity == 4 and mem.scope == "global"
     mem.reset([1])
     assert Path(tmp_path / "bb.db").exists()

@@ -144,9 +144,20 @@ def test_events_are_bounded_and_totals_count_everything():
     _store(e, 3)
     keys = set(e.events[0])
     assert keys == {
-        "env_id", "step", "trigger", "first_step", "last_step", "steps_folded", "tokens_before",
-        "tokens_after", "summary_tokens", "summarizer", "fallback", "error", "duration_s",
-    }  # fmt: skip
+        "env_id",
+        "step",
+        "trigger",
+        "first_step",
+        "last_step",
+        "steps_folded",
+        "tokens_before",
+        "tokens_after",
+        "summary_tokens",
+        "summarizer",
+        "fallback",
+        "error",
+        "duration_s",
+    }
 
 
 # ---------------------------------------------------------------------------------- budgets
@@ -520,9 +531,16 @@ def test_bad_config_is_refused_with_a_clear_message(kwargs, message):
 def test_registered_and_built_from_the_shared_arguments():
     assert "compaction" in available_memories()
     mem = make_memory(
-        "compaction", num_envs=3, formatter="search", token_counter="chars", max_tokens=500,
-        capacity=None, trigger_steps=8, keep_last=3, summarizer={"name": "extractive", "max_line_chars": 50},
-    )  # fmt: skip
+        "compaction",
+        num_envs=3,
+        formatter="search",
+        token_counter="chars",
+        max_tokens=500,
+        capacity=None,
+        trigger_steps=8,
+        keep_last=3,
+        summarizer={"name": "extractive", "max_line_chars": 50},
+    )
     assert isinstance(mem, CompactionMemory) and len(mem) == 3
     assert mem.max_tokens == 500 and mem.formatter.output == "text"
     assert isinstance(mem.summarizer, ExtractiveSummarizer) and mem.summarizer.max_line_chars == 50

@@ -62,15 +62,27 @@ FORMATTERS = [
 
 
 def build(name: str, tmp: Path, formatter: str = "simple", **shared: Any) -> BaseMemory:
-    args = {"formatter": formatter, "token_counter": "estimate", "max_tokens": None,
-            "capacity": None, **shared}  # fmt: skip
+    args = {
+        "formatter": formatter,
+        "token_counter": "estimate",
+        "max_tokens": None,
+        "capacity": None,
+        **shared,
+    }
     return make_memory(name, num_envs=NUM_ENVS, **args, **_params(name, tmp))
 
 
 def episode(mem: BaseMemory, i: int) -> dict[str, Any]:
-    return {"records": mem[i], "final_observation": "the door opens", "num_steps":
-            mem.num_steps(i), "terminated": True, "truncated": False, "task": TASK,
-            "return": 1.0, "won": True}  # fmt: skip
+    return {
+        "records": mem[i],
+        "final_observation": "the door opens",
+        "num_steps": mem.num_steps(i),
+        "terminated": True,
+        "truncated": False,
+        "task": TASK,
+        "return": 1.0,
+        "won": True,
+    }
 
 
 def play(mem: BaseMemory) -> list[int]:
@@ -88,10 +100,12 @@ def play(mem: BaseMemory) -> list[int]:
     for t in range(1, max(steps) + 1):
         live = [i for i in ids if steps[i] >= t]
         mem.store(
-            {"observation": [f"env {i}: room {t} has a red door" for i in live],
-             "action": [f"open door {t}" for _ in live]},
+            {
+                "observation": [f"env {i}: room {t} has a red door" for i in live],
+                "action": [f"open door {t}" for _ in live],
+            },
             env_ids=live,
-        )  # fmt: skip
+        )
     return steps
 
 
@@ -115,8 +129,18 @@ def tokens(ctx: Any) -> int:
 
 def test_every_builtin_strategy_is_tested():
     assert set(BUILTIN) <= set(available_memories())
-    assert {"window", "history", "none", "full", "compaction", "retrieval", "episodic",
-            "blackboard", "conversation", "notes"} == set(BUILTIN)  # fmt: skip
+    assert {
+        "window",
+        "history",
+        "none",
+        "full",
+        "compaction",
+        "retrieval",
+        "episodic",
+        "blackboard",
+        "conversation",
+        "notes",
+    } == set(BUILTIN)
 
 
 @pytest.mark.parametrize(("name", "formatter"), FORMATTERS)

@@ -52,8 +52,13 @@ def test_store_appends_a_user_and_an_assistant_message_per_step():
     _store(mem, 3, thought=True)
     msgs = mem.messages(0)
     assert [(m.role, m.step) for m in msgs] == [
-        ("user", 1), ("assistant", 1), ("user", 2), ("assistant", 2), ("user", 3), ("assistant", 3),
-    ]  # fmt: skip
+        ("user", 1),
+        ("assistant", 1),
+        ("user", 2),
+        ("assistant", 2),
+        ("user", 3),
+        ("assistant", 3),
+    ]
     assert msgs[0].content == "obs 1 env 0"
     assert msgs[1].content == "<think>think1</think>\n<action>act1</action>"
     assert msgs[3].content == "act2"  # an empty thought: the bare action
@@ -110,8 +115,13 @@ def test_add_message_records_every_field():
     )
     r = mem.add_message(0, "tool", "result", tool_call_id="c1", name="look", message_id="mine")
     assert (m.role, m.content, m.tool_calls, m.name, m.metadata, m.step) == (
-        "assistant", None, [_call("c1")], "agent", {"k": [1]}, 1,
-    )  # fmt: skip
+        "assistant",
+        None,
+        [_call("c1")],
+        "agent",
+        {"k": [1]},
+        1,
+    )
     assert r.id == "mine" and mem.get_message(0, "mine") is r and r.tool_call_id == "c1"
     assert m.timestamp > 0
     assert mem.to_llm_format(0)[-2:] == [
@@ -188,8 +198,12 @@ def test_tool_exchange_is_kept_or_dropped_whole():
     out = mem.to_llm_format(0, max_tokens=total - 12)
     assert [m["role"] for m in out] == ["system", "assistant"] and out[1]["content"] == "done"
     assert [m["role"] for m in mem.to_llm_format(0, max_tokens=total - 11)] == [
-        "system", "assistant", "tool", "tool", "assistant",
-    ]  # fmt: skip
+        "system",
+        "assistant",
+        "tool",
+        "tool",
+        "assistant",
+    ]
     assert mem.to_llm_format(0, max_tokens=0) == [{"role": "system", "content": "S"}]
 
 
@@ -361,8 +375,12 @@ def test_messages_added_between_steps_belong_to_the_step_before():
     _store(mem, 1)
     assert [m.step for m in mem.messages(0)] == [0, 1, 1, 2, 2, 2, 3, 3]
     assert [m["content"] for m in mem.fetch(2).contexts[0]] == [
-        "obs 2 env 0", "act2", "a note after step 2", "obs 3 env 0", "act3",
-    ]  # fmt: skip
+        "obs 2 env 0",
+        "act2",
+        "a note after step 2",
+        "obs 3 env 0",
+        "act3",
+    ]
     assert mem.fetch(-1).contexts[0][0]["content"] == "instructions"
 
 
@@ -464,9 +482,15 @@ def test_bad_config_is_refused_with_a_clear_message(kwargs, message):
 def test_registered_and_built_from_the_shared_arguments():
     assert "conversation" in available_memories()
     mem = make_memory(
-        "conversation", num_envs=2, formatter="chat", token_counter="chars", max_tokens=100,
-        capacity=None, system_prompt="hi", ids="counter",
-    )  # fmt: skip
+        "conversation",
+        num_envs=2,
+        formatter="chat",
+        token_counter="chars",
+        max_tokens=100,
+        capacity=None,
+        system_prompt="hi",
+        ids="counter",
+    )
     assert isinstance(mem, ConversationMemory) and mem.max_tokens == 100 and len(mem) == 2
 
 

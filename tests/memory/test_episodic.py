@@ -417,9 +417,14 @@ def test_persistent_rows_survive_processes_and_prune(tmp_path):
     assert mem.store_.rows()[0].run_id == "child-run"
     mem.close()
     capped = EpisodicMemory(
-        1, path=path, env_name="lake", max_rows=3, prune_every=2, max_rows_per_task=None,
+        1,
+        path=path,
+        env_name="lake",
+        max_rows=3,
+        prune_every=2,
+        max_rows_per_task=None,
         retention="persistent",
-    )  # fmt: skip
+    )
     for t in range(4):
         _play(capped, 0, ["up"] * (t + 1), won=False, first_obs=f"level {t}")
     assert [r.length for r in capped.store_.rows()] == [2, 3, 4]  # pruned to the newest 3
@@ -478,9 +483,14 @@ def test_batched_start_and_end(tmp_path):
 
 def test_state_dict_round_trips_exactly(tmp_path):
     mem = _mem(
-        tmp_path, 2, control="both", capacity=3, max_tokens=500, session_id="s",
+        tmp_path,
+        2,
+        control="both",
+        capacity=3,
+        max_tokens=500,
+        session_id="s",
         retention="persistent",
-    )  # fmt: skip
+    )
     _play(mem, 0, ["right"], won=True)
     mem.on_episode_start(0, TASK, "start")
     mem.intercept(0, "<retrieve>right</retrieve>")

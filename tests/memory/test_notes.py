@@ -64,8 +64,13 @@ def test_the_prompt_stays_the_same_size_however_long_the_episode():
     mem = make_memory("notes", num_envs=1, token_counter="chars", note_tokens=40)
     sizes = []
     for t in range(200):
-        mem.store({"observation": [f"fact {t}"], "action": ["next"],
-                   "response": [f"<memory>fact {t} kept</memory>"]})  # fmt: skip
+        mem.store(
+            {
+                "observation": [f"fact {t}"],
+                "action": ["next"],
+                "response": [f"<memory>fact {t} kept</memory>"],
+            }
+        )
         sizes.append(len(mem.fetch(2).contexts[0]))
     # Only the numbers' digits grow (10 -> 199: one more in each step's number and fact).
     assert max(sizes) - sizes[10] <= 10
@@ -102,8 +107,9 @@ def test_the_note_length_after_each_store_is_the_counters_count_within_the_bound
     """The note's length (issue 50: training showed nothing of it) is what the token counter
     counts of the note the next prompt shows, after a write, a cut, a missing block, a reset and
     a state round trip; never above ``note_tokens``."""
-    mem = NotesMemory(num_envs=2, token_counter=counter, note_tokens=12, update=update,
-                      on_missing="keep")  # fmt: skip
+    mem = NotesMemory(
+        num_envs=2, token_counter=counter, note_tokens=12, update=update, on_missing="keep"
+    )
     count = mem.token_counter
     assert mem.note_lengths([0, 1]) == {0: 0, 1: 0}
     for responses in (
@@ -141,8 +147,13 @@ def test_memory_token_mask_covers_whole_blocks_only():
 def test_the_wrapper_shows_the_note_and_flags_the_step():
     venv = gym.make_vec("agent_memory/Recall-v0", num_envs=2, vectorization_mode="sync")
     mem = make_memory("notes", num_envs=2)
-    env = VectorHistoryWrapper(venv, history_length=0, memory=mem, parser=ActionParser(),
-                               template={"no_history": "{observation}"})  # fmt: skip
+    env = VectorHistoryWrapper(
+        venv,
+        history_length=0,
+        memory=mem,
+        parser=ActionParser(),
+        template={"no_history": "{observation}"},
+    )
     env.reset(seed=0)
     prompts, _, _, _, info = env.step(
         ["<memory>balloon=BROWN</memory><action>next</action>", "<action>next</action>"]
@@ -246,8 +257,10 @@ def test_an_appended_note_keeps_as_many_newest_lines_as_fit(counter):
     count = mem.token_counter
     rng = random.Random(0)
     for _ in range(300):
-        lines = [" ".join("ab" * rng.randint(0, 3) for _ in range(rng.randint(0, 4)))
-                 for _ in range(rng.randint(1, 12))]  # fmt: skip
+        lines = [
+            " ".join("ab" * rng.randint(0, 3) for _ in range(rng.randint(0, 4)))
+            for _ in range(rng.randint(1, 12))
+        ]
         mem.reset()
         store(mem, "<memory>" + "\n".join(lines) + "</memory>")
         expected = "\n".join(lines).strip()  # the block, as the memory reads it

@@ -197,9 +197,13 @@ def test_recency_rerank_prefers_the_newer_of_similar_steps():
     order = {}
     for rerank in ("none", "recency"):
         m = RetrievalMemory(
-            1, top_k=2, similarity_threshold=-1, rerank=rerank, rerank_weight=0.5,
+            1,
+            top_k=2,
+            similarity_threshold=-1,
+            rerank=rerank,
+            rerank_weight=0.5,
             recency_half_life=1.0,
-        )  # fmt: skip
+        )
         fill(m, texts)
         ranked = m.rank(0, "red key vault", 2)
         order[rerank] = [s for s, _, _ in ranked]
@@ -368,9 +372,15 @@ def test_faiss_index_gives_the_numpy_results():
 
 def test_registered_for_make_memory_with_the_shared_arguments():
     mem = make_memory(
-        "retrieval", num_envs=2, formatter="search", token_counter="chars", max_tokens=500,
-        capacity=50, top_k=4, encoder={"name": "hashing", "dim": 64},
-    )  # fmt: skip
+        "retrieval",
+        num_envs=2,
+        formatter="search",
+        token_counter="chars",
+        max_tokens=500,
+        capacity=50,
+        top_k=4,
+        encoder={"name": "hashing", "dim": 64},
+    )
     assert isinstance(mem, RetrievalMemory)
     assert (mem.top_k, mem.max_tokens, mem.capacity, mem.encoder.dim) == (4, 500, 50, 64)
     assert mem.formatter.spec()["name"] == "search" and mem.token_counter.name == "chars"

@@ -53,11 +53,14 @@ def test_hashing_is_the_same_in_every_process():
     )
     outs = {
         subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, check=True,
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            check=True,
             env={**os.environ, "PYTHONHASHSEED": seed},
         ).stdout
         for seed in ("1", "2")
-    }  # fmt: skip
+    }
     assert outs == {HashingEmbedder(dim=64).embed(["the key is BLUE"]).tobytes().hex()}
 
 
@@ -99,9 +102,13 @@ def test_make_encoder_by_name_mapping_and_instance():
     enc = BM25Encoder()
     assert make_encoder(enc) is enc
     assert make_encoder("hashing", dim=64).spec() == {
-        "name": "hashing", "dim": 64, "ngram_range": [3, 4], "word_weight": 1.0,
-        "char_weight": 1.0, "remove_stop_words": True,
-    }  # fmt: skip
+        "name": "hashing",
+        "dim": 64,
+        "ngram_range": [3, 4],
+        "word_weight": 1.0,
+        "char_weight": 1.0,
+        "remove_stop_words": True,
+    }
     with pytest.raises(
         ValueError,
         match=re.escape("unknown encoder 'glove': expected one of ['bm25', 'hashing', 'minilm']"),
@@ -253,8 +260,13 @@ def test_minilm_retrieval_memory_solves_recall(minilm):
     from agent_memory.memory.retrieval import RetrievalMemory
 
     mem = RetrievalMemory(1, encoder=minilm, top_k=1, similarity_threshold=0.2)
-    for obs in ["Remember this: the kite is GREEN.", "Sharks existed before trees did.",
-                "Butterflies taste with their feet.", "Snails sleep for years.", "Owls."]:  # fmt: skip
+    for obs in [
+        "Remember this: the kite is GREEN.",
+        "Sharks existed before trees did.",
+        "Butterflies taste with their feet.",
+        "Snails sleep for years.",
+        "Owls.",
+    ]:
         mem.store({"observation": [obs], "action": ["next"]})
     mem.fetch(2, queries=["Question: which colour was the kite?"])
     assert mem.last_retrieved == [[1]]

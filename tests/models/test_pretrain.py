@@ -47,8 +47,12 @@ def test_a_repeat_document_weighs_the_second_copy():
 
 
 def test_pretraining_is_deterministic_and_writes_its_figures(tmp_path):
-    paths = [build_tiny_lm(tmp_path / f"m{i}", WORDS, hidden=16, heads=2, init_range=0.02,
-                           lowercase=True) for i in range(2)]  # fmt: skip
+    paths = [
+        build_tiny_lm(
+            tmp_path / f"m{i}", WORDS, hidden=16, heads=2, init_range=0.02, lowercase=True
+        )
+        for i in range(2)
+    ]
     stats = [pretrain_tiny_lm(p, steps=3, batch_size=4, max_facts=3, seed=7) for p in paths]
     assert stats[0]["steps"] == 3 and 0.0 <= stats[0]["fact_accuracy"] <= 1.0
     weights = [(p / "model.safetensors").read_bytes() for p in paths]
@@ -76,9 +80,12 @@ def test_a_vocabulary_without_the_statement_words_is_refused(tmp_path):
 
 @pytest.mark.parametrize(
     ("kwargs", "message"),
-    [({"steps": 0}, "steps"), ({"steps": 1, "max_facts": 1}, "max_facts"),
-     ({"steps": 1, "lr": 0.0}, "lr")],
-)  # fmt: skip
+    [
+        ({"steps": 0}, "steps"),
+        ({"steps": 1, "max_facts": 1}, "max_facts"),
+        ({"steps": 1, "lr": 0.0}, "lr"),
+    ],
+)
 def test_bad_settings_name_themselves(tmp_path, kwargs, message):
     path = build_tiny_lm(tmp_path / "m", WORDS, hidden=16, heads=2, lowercase=True)
     with pytest.raises(ValueError, match=message):

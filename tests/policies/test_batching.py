@@ -94,9 +94,11 @@ def test_a_model_error_reaches_every_caller_of_its_batch_only():
 
     async def main():
         return await asyncio.gather(
-            batcher.agenerate(["ok"]), batcher.agenerate(["bad"]), batcher.agenerate(["later"]),
+            batcher.agenerate(["ok"]),
+            batcher.agenerate(["bad"]),
+            batcher.agenerate(["later"]),
             return_exceptions=True,
-        )  # fmt: skip
+        )
 
     first, second, third = run(main())
     for out in (first, second):

@@ -61,9 +61,13 @@ def prompts(qwen) -> list[str]:
         ids = tokenizer(prompt, return_tensors="pt")["input_ids"]
         with torch.no_grad():
             more = model.generate(
-                ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=10,
-                repetition_penalty=1.0, pad_token_id=tokenizer.pad_token_id,
-            )  # fmt: skip
+                ids,
+                attention_mask=torch.ones_like(ids),
+                do_sample=False,
+                max_new_tokens=10,
+                repetition_penalty=1.0,
+                pad_token_id=tokenizer.pad_token_id,
+            )
         out.append(prompt + tokenizer.decode(more[0, ids.shape[1] :], skip_special_tokens=True))
     return out
 
@@ -176,14 +180,23 @@ def _with_generation_config(qwen: Path, tmp_path: Path, **fields) -> Path:
 @pytest.mark.parametrize(
     ("fields", "what"),
     [
-        ({"no_repeat_ngram_size": 3}, "no_repeat_ngram_size=3, which changes the distribution "
-         "generate() samples from (no n-gram may repeat)"),
-        ({"suppress_tokens": [5, 6]}, "suppress_tokens=[5, 6], which changes the distribution "
-         "generate() samples from (those tokens are masked)"),
-        ({"min_new_tokens": 4}, "min_new_tokens=4, which changes the distribution generate() "
-         "samples from (the end token is masked until then)"),
+        (
+            {"no_repeat_ngram_size": 3},
+            "no_repeat_ngram_size=3, which changes the distribution "
+            "generate() samples from (no n-gram may repeat)",
+        ),
+        (
+            {"suppress_tokens": [5, 6]},
+            "suppress_tokens=[5, 6], which changes the distribution "
+            "generate() samples from (those tokens are masked)",
+        ),
+        (
+            {"min_new_tokens": 4},
+            "min_new_tokens=4, which changes the distribution generate() "
+            "samples from (the end token is masked until then)",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_generation_config_the_rows_cannot_record_is_refused(qwen, tmp_path, fields, what):
     path = _with_generation_config(qwen, tmp_path, **fields)
     with pytest.raises(

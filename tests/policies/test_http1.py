@@ -36,15 +36,21 @@ VALID = {
     "continue-first": (b"POST", b"HTTP/1.1 100 Continue\r\n\r\n" + CL, False, True),
     "http/1.0": (b"POST", CL.replace(b"HTTP/1.1", b"HTTP/1.0"), False, False),
     "connection-close": (
-        b"POST", CL.replace(b"\r\n\r\n", b"\r\nConnection: keep-alive, close\r\n\r\n"), False, False
+        b"POST",
+        CL.replace(b"\r\n\r\n", b"\r\nConnection: keep-alive, close\r\n\r\n"),
+        False,
+        False,
     ),
     "bare-lf": (b"POST", CL.replace(b"\r\n", b"\n"), False, True),
     "lengths-repeated": (
-        b"POST", CL.replace(b"\r\n\r\n", b"\r\nContent-Length: 11, 11\r\n\r\n"), False, True
+        b"POST",
+        CL.replace(b"\r\n\r\n", b"\r\nContent-Length: 11, 11\r\n\r\n"),
+        False,
+        True,
     ),
     "empty-reason": (b"POST", b"HTTP/1.1 200 \r\nContent-Length: 1\r\n\r\nx", False, True),
     "no-reason": (b"POST", b"HTTP/1.1 200\r\nContent-Length: 1\r\n\r\nx", False, True),
-}  # fmt: skip
+}
 
 
 def _read(method: bytes, pieces: list[bytes], eof: bool) -> tuple[Head, bytes, ResponseReader]:
@@ -138,27 +144,99 @@ def test_a_folded_header_value_is_joined_by_a_space():
     "data, eof, message",
     [
         (b"", True, "Server disconnected without sending a response."),
-        (b"HTTP/1.1 200 OK\r\nContent-", True, "the server closed the connection within the answer's head"),
-        (CL[:-3], True, "peer closed connection without sending complete message body: received 8 bytes, expected 11"),
-        (CHUNKED[:-12], True, "peer closed connection without sending complete message body: incomplete chunked read (received 11 bytes)"),
-        (b"HTTP/2 200\r\n\r\n", False, "expected an HTTP/1.1 status line (e.g. 'HTTP/1.1 200 OK'), got b'HTTP/2 200'"),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-",
+            True,
+            "the server closed the connection within the answer's head",
+        ),
+        (
+            CL[:-3],
+            True,
+            "peer closed connection without sending complete message body: received 8 bytes, expected 11",
+        ),
+        (
+            CHUNKED[:-12],
+            True,
+            "peer closed connection without sending complete message body: incomplete chunked read (received 11 bytes)",
+        ),
+        (
+            b"HTTP/2 200\r\n\r\n",
+            False,
+            "expected an HTTP/1.1 status line (e.g. 'HTTP/1.1 200 OK'), got b'HTTP/2 200'",
+        ),
         (b"HTTP/2.0 200 OK\r\n\r\n", False, "expected an answer over HTTP/1.x, got HTTP/2.0"),
-        (b"<html>\r\n\r\n", False, "expected an HTTP/1.1 status line (e.g. 'HTTP/1.1 200 OK'), got b'<html>'"),
-        (b"HTTP/1.1 200 OK\r\nBad Name: 1\r\n\r\n", False, "expected a header field 'name: value' (a token, then visible characters), got b'Bad Name: 1'"),
-        (b"HTTP/1.1 200 OK\r\nX: a\x00b\r\n\r\n", False, "expected a header field 'name: value' (a token, then visible characters), got b'X: a\\x00b'"),
-        (b"HTTP/1.1 200 OK\r\n folded\r\n\r\n", False, "the answer's first header field starts with whitespace"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\n", False, "the answer's Content-Length is 1, 2: expected one non-negative integer"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n", False, "the answer's Content-Length is -1: expected one non-negative integer"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", False, "the answer's Transfer-Encoding is gzip, chunked: expected chunked (the only transfer coding this client reads)"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 11\r\n\r\n", False, "the answer has both Transfer-Encoding and Content-Length: expected one of them (RFC 9112, section 6.3: such a message is an error)"),
-        (b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nTransfer-Encoding: chunked\r\n\r\n", False, "the answer has both Transfer-Encoding and Content-Length"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", False, "expected a chunk size (hexadecimal digits), got b'zz'"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokxx", False, "expected CRLF after a chunk's data, got b'xx'"),
-        (b"HTTP/1.1 101 Switching Protocols\r\n\r\n", False, "the server switched protocols (101): expected an answer over HTTP/1.1"),
-        (b"HTTP/1.1 200 OK\r\n" + b"X: " + b"a" * MAX_HEAD_BYTES, False, f"the answer's head is over {MAX_HEAD_BYTES} bytes without its end"),
-        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * (MAX_HEAD_BYTES + 1), False, f"a line of the answer's chunked body is over {MAX_HEAD_BYTES} bytes"),
+        (
+            b"<html>\r\n\r\n",
+            False,
+            "expected an HTTP/1.1 status line (e.g. 'HTTP/1.1 200 OK'), got b'<html>'",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nBad Name: 1\r\n\r\n",
+            False,
+            "expected a header field 'name: value' (a token, then visible characters), got b'Bad Name: 1'",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nX: a\x00b\r\n\r\n",
+            False,
+            "expected a header field 'name: value' (a token, then visible characters), got b'X: a\\x00b'",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\n folded\r\n\r\n",
+            False,
+            "the answer's first header field starts with whitespace",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 1, 2\r\n\r\n",
+            False,
+            "the answer's Content-Length is 1, 2: expected one non-negative integer",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n",
+            False,
+            "the answer's Content-Length is -1: expected one non-negative integer",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            False,
+            "the answer's Transfer-Encoding is gzip, chunked: expected chunked (the only transfer coding this client reads)",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 11\r\n\r\n",
+            False,
+            "the answer has both Transfer-Encoding and Content-Length: expected one of them (RFC 9112, section 6.3: such a message is an error)",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nTransfer-Encoding: chunked\r\n\r\n",
+            False,
+            "the answer has both Transfer-Encoding and Content-Length",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
+            False,
+            "expected a chunk size (hexadecimal digits), got b'zz'",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nokxx",
+            False,
+            "expected CRLF after a chunk's data, got b'xx'",
+        ),
+        (
+            b"HTTP/1.1 101 Switching Protocols\r\n\r\n",
+            False,
+            "the server switched protocols (101): expected an answer over HTTP/1.1",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\n" + b"X: " + b"a" * MAX_HEAD_BYTES,
+            False,
+            f"the answer's head is over {MAX_HEAD_BYTES} bytes without its end",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + b"1" * (MAX_HEAD_BYTES + 1),
+            False,
+            f"a line of the answer's chunked body is over {MAX_HEAD_BYTES} bytes",
+        ),
     ],
-)  # fmt: skip
+)
 def test_an_answer_that_breaks_http_is_refused_with_what_was_expected(data, eof, message):
     reader = ResponseReader(b"POST")
     reader.feed(data)

@@ -563,10 +563,14 @@ def test_slow_response_times_out_and_is_retried(server, caplog):
     with (
         caplog.at_level(logging.DEBUG, logger="agent_memory.policies.openai_client"),
         OpenAIPolicy(
-            server.base_url, "m", timeout=0.2, max_retries=2, backoff=(0.001, 0.005),
+            server.base_url,
+            "m",
+            timeout=0.2,
+            max_retries=2,
+            backoff=(0.001, 0.005),
             return_tokens=False,
         ) as policy,
-    ):  # fmt: skip
+    ):
         assert policy.act(["slow"]) == ["echo:slow"]
     # It did not wait for the slow answer: the first attempt was abandoned at its deadline and
     # the answer is the retry's (a client that waited would have sent one request, no retry).
@@ -578,9 +582,13 @@ def test_slow_response_times_out_and_is_retried(server, caplog):
 def test_always_slow_gives_empty_response_and_a_recorded_timeout(server):
     server.faults = {"slow": [("sleep", 1.0)] * 2}
     with OpenAIPolicy(
-        server.base_url, "m", timeout=0.1, max_retries=1, backoff=(0.001, 0.005),
+        server.base_url,
+        "m",
+        timeout=0.1,
+        max_retries=1,
+        backoff=(0.001, 0.005),
         return_tokens=False,
-    ) as policy:  # fmt: skip
+    ) as policy:
         out = policy.act(["ok", "slow"])
     assert out == ["echo:ok", ""]
     assert policy.last_errors == {1: "timed out after 0.1 s (after 1 retries)"}

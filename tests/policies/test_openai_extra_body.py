@@ -25,43 +25,85 @@ WHY = "which the answer's log-probs do not show and the rows cannot record"
 @pytest.mark.parametrize(
     ("extra_body", "message"),
     [
-        ({"logit_bias": {"7": 30}}, "extra_body.logit_bias changes the distribution tokens are "
-         f"sampled from (it biases the logits), {WHY}: remove policy.params.extra_body.logit_bias"),
-        ({"n": 2}, "extra_body.n changes the distribution tokens are sampled from (it samples "
-         "several answers per request, and the policy records the first only), "
-         f"{WHY}: remove policy.params.extra_body.n"),
-        ({"structured_outputs": {"regex": "go (up|down)"}}, "extra_body.structured_outputs "
-         "changes the distribution tokens are sampled from (it constrains decoding to a grammar, "
-         f"masking every token outside it), {WHY}: remove "
-         "policy.params.extra_body.structured_outputs"),
-        ({"guided_json": {"type": "object"}}, "extra_body.guided_json changes the distribution "
-         "tokens are sampled from (it constrains decoding to a grammar"),
-        ({"response_format": {"type": "json_object"}}, "extra_body.response_format changes the "
-         "distribution tokens are sampled from (it constrains decoding to a grammar"),
-        ({"tool_choice": "required"}, "extra_body.tool_choice='required' changes the "
-         "distribution tokens are sampled from (it constrains decoding to a grammar, masking "
-         f"every token outside it), {WHY}: pass policy.params.extra_body.tool_choice=auto, or "
-         "remove it"),
-        ({"min_tokens": 4}, "extra_body.min_tokens changes the distribution tokens are sampled "
-         "from (it masks the end tokens until then)"),
-        ({"top_k": 20}, "extra_body.top_k is a sampling field the policy sends on every request "
-         "and records: set policy.params.top_k instead, and remove policy.params.extra_body.top_k"),
-        ({"repetition_penalty": 1.05}, "extra_body.repetition_penalty is a sampling field the "
-         "policy sends on every request and records: set policy.params.repetition_penalty "
-         "instead"),
-        ({"max_completion_tokens": 9}, "extra_body.max_completion_tokens is a sampling field the "
-         "policy sends on every request and records: set policy.params.max_tokens instead"),
-        ({"logprobs": 5}, "extra_body.logprobs is a field the policy writes itself "
-         "(policy.params.return_tokens decides it): remove policy.params.extra_body.logprobs"),
-        ({"topk": 3}, "extra_body.topk is not a field known to leave the sampled distribution "
-         "alone (those allowed: ['cache_salt', 'chat_template_kwargs', "),
-        ({"skip_special_token": False}, "remove policy.params.extra_body.skip_special_token; did "
-         "you mean policy.params.extra_body.skip_special_tokens?"),
+        (
+            {"logit_bias": {"7": 30}},
+            "extra_body.logit_bias changes the distribution tokens are "
+            f"sampled from (it biases the logits), {WHY}: remove policy.params.extra_body.logit_bias",
+        ),
+        (
+            {"n": 2},
+            "extra_body.n changes the distribution tokens are sampled from (it samples "
+            "several answers per request, and the policy records the first only), "
+            f"{WHY}: remove policy.params.extra_body.n",
+        ),
+        (
+            {"structured_outputs": {"regex": "go (up|down)"}},
+            "extra_body.structured_outputs "
+            "changes the distribution tokens are sampled from (it constrains decoding to a grammar, "
+            f"masking every token outside it), {WHY}: remove "
+            "policy.params.extra_body.structured_outputs",
+        ),
+        (
+            {"guided_json": {"type": "object"}},
+            "extra_body.guided_json changes the distribution "
+            "tokens are sampled from (it constrains decoding to a grammar",
+        ),
+        (
+            {"response_format": {"type": "json_object"}},
+            "extra_body.response_format changes the "
+            "distribution tokens are sampled from (it constrains decoding to a grammar",
+        ),
+        (
+            {"tool_choice": "required"},
+            "extra_body.tool_choice='required' changes the "
+            "distribution tokens are sampled from (it constrains decoding to a grammar, masking "
+            f"every token outside it), {WHY}: pass policy.params.extra_body.tool_choice=auto, or "
+            "remove it",
+        ),
+        (
+            {"min_tokens": 4},
+            "extra_body.min_tokens changes the distribution tokens are sampled "
+            "from (it masks the end tokens until then)",
+        ),
+        (
+            {"top_k": 20},
+            "extra_body.top_k is a sampling field the policy sends on every request "
+            "and records: set policy.params.top_k instead, and remove policy.params.extra_body.top_k",
+        ),
+        (
+            {"repetition_penalty": 1.05},
+            "extra_body.repetition_penalty is a sampling field the "
+            "policy sends on every request and records: set policy.params.repetition_penalty "
+            "instead",
+        ),
+        (
+            {"max_completion_tokens": 9},
+            "extra_body.max_completion_tokens is a sampling field the "
+            "policy sends on every request and records: set policy.params.max_tokens instead",
+        ),
+        (
+            {"logprobs": 5},
+            "extra_body.logprobs is a field the policy writes itself "
+            "(policy.params.return_tokens decides it): remove policy.params.extra_body.logprobs",
+        ),
+        (
+            {"topk": 3},
+            "extra_body.topk is not a field known to leave the sampled distribution "
+            "alone (those allowed: ['cache_salt', 'chat_template_kwargs', ",
+        ),
+        (
+            {"skip_special_token": False},
+            "remove policy.params.extra_body.skip_special_token; did "
+            "you mean policy.params.extra_body.skip_special_tokens?",
+        ),
         ({"topk": 3}, "remove policy.params.extra_body.topk; did you mean policy.params.top_k?"),
-        ({"chat_template_kwargs": "no"}, "extra_body.chat_template_kwargs must be a dict of the "
-         "chat template's arguments, got 'no'"),
+        (
+            {"chat_template_kwargs": "no"},
+            "extra_body.chat_template_kwargs must be a dict of the "
+            "chat template's arguments, got 'no'",
+        ),
     ],
-)  # fmt: skip
+)
 def test_fields_that_change_the_distribution_are_refused_when_built(extra_body, message):
     with pytest.raises(ValueError, match=re.escape(message)):
         OpenAIPolicy(URL, "m", extra_body=extra_body)
@@ -71,9 +113,13 @@ def test_fields_known_to_leave_it_alone_are_sent(server):
     from agent_memory.policies.request_fields import ALLOWED_EXTRA_BODY
 
     extra = {
-        "chat_template_kwargs": {"enable_thinking": False}, "skip_special_tokens": False,
-        "priority": 3, "stop_token_ids": [7], "request_id": "r1", "tool_choice": "auto",
-    }  # fmt: skip
+        "chat_template_kwargs": {"enable_thinking": False},
+        "skip_special_tokens": False,
+        "priority": 3,
+        "stop_token_ids": [7],
+        "request_id": "r1",
+        "tool_choice": "auto",
+    }
     assert set(extra) <= ALLOWED_EXTRA_BODY
     with OpenAIPolicy(server.base_url, "m", extra_body=extra, **FAST) as policy:
         assert policy.act(["x"]) == ["echo:x"]

@@ -157,16 +157,24 @@ def test_a_completions_text_prompt_is_expected_as_the_server_tokenizes_it(server
     plain = list(tokenizer("go up box")["input_ids"])
     up = tokenizer("up", add_special_tokens=False)["input_ids"]
     choice = {
-        "index": 0, "text": "up", "finish_reason": "length", "token_ids": up,
+        "index": 0,
+        "text": "up",
+        "finish_reason": "length",
+        "token_ids": up,
         "logprobs": {"token_logprobs": [-0.5] * len(up), "tokens": ["t"] * len(up)},
-    }  # fmt: skip
+    }
     without_ids = json.dumps({"choices": [choice]}).encode()
     with_ids = json.dumps({"choices": [choice], "prompt_token_ids": plain}).encode()
     server.faults = {"go up box": [("raw", without_ids), ("raw", with_ids)]}
     with OpenAIPolicy(
-        server.base_url, "m", mode="completion", tokenizer=str(tiny), max_retries=0,
-        backoff=(0.001, 0.005), timeout=5.0,
-    ) as policy:  # fmt: skip
+        server.base_url,
+        "m",
+        mode="completion",
+        tokenizer=str(tiny),
+        max_retries=0,
+        backoff=(0.001, 0.005),
+        timeout=5.0,
+    ) as policy:
         (recorded,) = policy.generate(["go up box"])
         (echoed,) = policy.generate(["go up box"])
     assert recorded.prompt_ids == echoed.prompt_ids == plain

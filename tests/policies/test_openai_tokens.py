@@ -82,7 +82,7 @@ def test_token_ids_and_logprobs_are_recorded_as_the_server_sampled_them(tiny, mo
             server=dialect,
             seed=1,
             **SAMPLING,
-        ) as policy,  # fmt: skip
+        ) as policy,
     ):
         gens = policy.generate(PROMPTS, [{"traj_uid": f"t{i}", "step": 1} for i in range(3)])
     _check(model, gens)
@@ -103,7 +103,7 @@ def test_token_in_sends_the_local_rendering_and_counts_no_mismatch(tiny, model):
             token_in=True,
             tokenizer=str(tiny),
             **SAMPLING,
-        ) as policy,  # fmt: skip
+        ) as policy,
     ):
         gens = policy.generate(PROMPTS)
         assert server.stats().requests == 3 + 1  # the prompts and the policy's server check
@@ -120,7 +120,7 @@ def test_a_server_rendering_differently_fails_each_request(tiny, tmp_path):
         _serve(tiny) as server,
         OpenAIPolicy(
             server.base_url, "tiny", return_tokens=True, tokenizer=str(other), **SAMPLING
-        ) as policy,  # fmt: skip
+        ) as policy,
     ):
         gens = policy.generate(PROMPTS)
     # Nothing tells the server's own rendering from another request's ids: no row holds them.

@@ -73,10 +73,18 @@ def test_the_trainer_recomputes_the_recorded_action_logprobs(lm_path):
     options = [["up", "down"], ["left", "right", "up", "down"]]
     gens = policy.generate(["go up", "the box"], [_meta(o, f"e{i}") for i, o in enumerate(options)])
     samples = [
-        Sample(tuple(g.prompt_ids), tuple(g.response_ids), [g.choice.logprob], 0.0, 0.0,
-               g.choice.temperature, g.choice.candidate_ids, g.choice.index)
+        Sample(
+            tuple(g.prompt_ids),
+            tuple(g.response_ids),
+            [g.choice.logprob],
+            0.0,
+            0.0,
+            g.choice.temperature,
+            g.choice.candidate_ids,
+            g.choice.index,
+        )
         for g in gens
-    ]  # fmt: skip
+    ]
     with torch.no_grad():
         fw = forward(policy.model, samples, "score", pad_id=policy.tokenizer.pad_token_id)
     assert fw.logprobs.flatten().tolist() == pytest.approx(
@@ -180,10 +188,26 @@ def test_the_trainer_recomputes_memory_and_action_choices_in_one_batch(lm_path):
     ]
     gens = policy.generate(["go up", "the box", "go"], meta)
     steps = [
-        StepRecord(1, "q", g.text, "up", True, None, 1.0, True, False, 2, 4, 0, None,
-                   generation=g, advantage=1.0, ret=1.0)
+        StepRecord(
+            1,
+            "q",
+            g.text,
+            "up",
+            True,
+            None,
+            1.0,
+            True,
+            False,
+            2,
+            4,
+            0,
+            None,
+            generation=g,
+            advantage=1.0,
+            ret=1.0,
+        )
         for g in gens
-    ]  # fmt: skip
+    ]
     samples = build_samples([Trajectory(EpisodeSpec("g", "t", 0, 0, 1), steps)], "score")
     assert [s.score for s in samples] == ["sum", "mean"] * 3
     with torch.no_grad():

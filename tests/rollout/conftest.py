@@ -30,9 +30,12 @@ def ray_session():
         path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
         ray.init(
             address="local",  # never a cluster that an earlier `ray start` recorded
-            num_cpus=2, include_dashboard=False, object_store_memory=100 * 2**20,
-            log_to_driver=False, runtime_env={"env_vars": {"PYTHONPATH": path}},
-        )  # fmt: skip
+            num_cpus=2,
+            include_dashboard=False,
+            object_store_memory=100 * 2**20,
+            log_to_driver=False,
+            runtime_env={"env_vars": {"PYTHONPATH": path}},
+        )
         started = True
     yield ray
     if started:
@@ -52,9 +55,16 @@ def engine(request):
 
 
 def make_job(
-    env_id: str, *, policy: str = "scripted", groups: int = 2, size: int = 2, workers: int = 2,
-    envs: int = 2, algo: str = "grpo", **env_kwargs,
-) -> JobConfig:  # fmt: skip
+    env_id: str,
+    *,
+    policy: str = "scripted",
+    groups: int = 2,
+    size: int = 2,
+    workers: int = 2,
+    envs: int = 2,
+    algo: str = "grpo",
+    **env_kwargs,
+) -> JobConfig:
     return JobConfig(
         env=EnvConfig(id=env_id, kwargs=env_kwargs),
         memory=MemoryConfig(),

@@ -44,9 +44,13 @@ _RESETS_IN_PROCESS = [0]
 
 class FaultyEnv(gym.Env):
     def __init__(
-        self, fault: str = "none", bad_seed: int = 1, at_step: int = 2, log: str | None = None,
+        self,
+        fault: str = "none",
+        bad_seed: int = 1,
+        at_step: int = 2,
+        log: str | None = None,
         step_s: float = 0.0,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.observation_space = spaces.Text(64, min_length=0, charset=string.printable)
         self.action_space = spaces.Text(64, min_length=0, charset=string.printable)
         self.fault, self.bad_seed, self.at_step, self.step_s = fault, bad_seed, at_step, step_s

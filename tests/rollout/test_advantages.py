@@ -102,9 +102,12 @@ def test_non_finite_values_are_missing_from_their_group():
 def test_grpo_a_nan_or_inf_reward_zeroes_only_its_own_trajectory():
     # returns: 1, (NaN), 0, (inf - inf = NaN), 2 -> group {1, 0, 2}: mean 1, sample std 1
     rewards = [
-        np.array([1.0, 0.0]), np.array([NAN, 1.0]), np.array([0.0]),
-        np.array([INF, -INF]), np.array([2.0]),
-    ]  # fmt: skip
+        np.array([1.0, 0.0]),
+        np.array([NAN, 1.0]),
+        np.array([0.0]),
+        np.array([INF, -INF]),
+        np.array([2.0]),
+    ]
     adv = grpo(rewards, ["g"] * 5, eps=0.0)
     assert [a.tolist() for a in adv] == [[0.0, 0.0], [0.0, 0.0], [-1.0], [0.0, 0.0], [1.0]]
     assert all(np.isfinite(a).all() for a in adv)
@@ -135,12 +138,13 @@ def test_equal_returns_with_epsilon_zero_get_zero_advantage_not_nan():
     assert out.tolist() == [0.0, 0.0, 0.0, -1 / 2**0.5, 1 / 2**0.5]
 
 
-@pytest.mark.parametrize(("key", "value"), [("step_weight", float("nan")), ("epsilon", -1.0),
-                                            ("epsilon", float("inf"))])  # fmt: skip
+@pytest.mark.parametrize(
+    ("key", "value"), [("step_weight", float("nan")), ("epsilon", -1.0), ("epsilon", float("inf"))]
+)
 def test_a_non_finite_or_negative_advantage_setting_is_refused(key, value):
-    with pytest.raises(ConfigError, match=re.escape(
-        f"algo.{key} must be a finite number >= 0, got {value!r}"
-    )):  # fmt: skip
+    with pytest.raises(
+        ConfigError, match=re.escape(f"algo.{key} must be a finite number >= 0, got {value!r}")
+    ):
         AlgoConfig(**{key: value})
 
 
@@ -167,19 +171,28 @@ def test_a_group_with_rewards_near_the_largest_float_gets_finite_advantages():
 FINITE = st.floats(allow_nan=False, allow_infinity=False)  # extremes, subnormals and -0 too
 TRAJECTORIES = st.lists(
     st.tuples(st.sampled_from("abc"), st.lists(FINITE, min_size=1, max_size=4)),
-    min_size=1, max_size=6,
-)  # fmt: skip
+    min_size=1,
+    max_size=6,
+)
 
 
 @settings(max_examples=300, deadline=None)
 @given(
-    trajs=TRAJECTORIES, normalize_std=st.booleans(), eps=st.sampled_from([0.0, 1e-6, 1.0]),
-    gamma=st.floats(0, 1), lam=st.floats(0, 1), step_weight=st.floats(0, FLOAT_MAX),
-)  # fmt: skip
+    trajs=TRAJECTORIES,
+    normalize_std=st.booleans(),
+    eps=st.sampled_from([0.0, 1e-6, 1.0]),
+    gamma=st.floats(0, 1),
+    lam=st.floats(0, 1),
+    step_weight=st.floats(0, FLOAT_MAX),
+)
 @example(
-    trajs=[("g", [1.5e308]), ("g", [1.5e308]), ("g", [1.0]), ("g", [0.0])], normalize_std=True,
-    eps=1e-6, gamma=0.95, lam=0.95, step_weight=1.0,
-)  # fmt: skip
+    trajs=[("g", [1.5e308]), ("g", [1.5e308]), ("g", [1.0]), ("g", [0.0])],
+    normalize_std=True,
+    eps=1e-6,
+    gamma=0.95,
+    lam=0.95,
+    step_weight=1.0,
+)
 def test_advantages_are_finite_for_any_finite_rewards(
     trajs, normalize_std, eps, gamma, lam, step_weight
 ):
@@ -189,11 +202,18 @@ def test_advantages_are_finite_for_any_finite_rewards(
     with np.errstate(all="raise", under="ignore"):  # no overflow or 0/0 on the way, either
         outs = [
             *grpo(rewards, groups, normalize_std=normalize_std, eps=eps),
-            *gigpo(rewards, groups, keys, gamma=gamma, step_weight=step_weight,
-                   normalize_std=normalize_std, eps=eps),
+            *gigpo(
+                rewards,
+                groups,
+                keys,
+                gamma=gamma,
+                step_weight=step_weight,
+                normalize_std=normalize_std,
+                eps=eps,
+            ),
             *(discounted_returns(r, gamma) for r in rewards),
             np.array([episode_return(r) for r in rewards]),
-        ]  # fmt: skip
+        ]
         for r in rewards:  # a critic's values: the rewards reversed, as finite as they are
             outs += gae(r, r[::-1], terminated=False, final_value=r[0], gamma=gamma, lam=lam)
     for out in outs:
@@ -241,10 +261,13 @@ ORDINARY_RATE = st.floats(0, 1).filter(lambda x: x == 0 or x > 1e-100)
 @given(
     trajs=st.lists(
         st.tuples(st.sampled_from("ab"), st.lists(ORDINARY, min_size=1, max_size=4)),
-        min_size=1, max_size=6,
+        min_size=1,
+        max_size=6,
     ),
-    normalize_std=st.booleans(), gamma=ORDINARY_RATE, lam=ORDINARY_RATE,
-)  # fmt: skip
+    normalize_std=st.booleans(),
+    gamma=ORDINARY_RATE,
+    lam=ORDINARY_RATE,
+)
 @example(trajs=[("a", [0.0, 0.0])], normalize_std=False, gamma=0.6727947874578121, lam=1e-100)
 def test_ordinary_rewards_get_the_same_bits_as_the_textbook_formulas(
     trajs, normalize_std, gamma, lam

@@ -64,8 +64,11 @@ def test_the_restarts_report_charges_the_culprit_only_wherever_it_is_now():
     lost = book.release(0)
     book.start((1, 0))  # g0 re-runs on worker 1 before the report comes
     for k, uid in enumerate(lost[0]):
-        book.clear(uid, charge="the env killed it" if uid == "g2-t0" else None,
-                   started=k > 0 and uid == "g2-t0")  # fmt: skip
+        book.clear(
+            uid,
+            charge="the env killed it" if uid == "g2-t0" else None,
+            started=k > 0 and uid == "g2-t0",
+        )
     assert dict(book.crashes) == {"g2-t0": 1} and not book.suspected
     assert _waiting(book) == ["g1-t0", "g2-t0", "g3-t0"]  # all still to play
     assert book.starts["g2-t0"] == 1 and book.starts["g0-t0"] == 2

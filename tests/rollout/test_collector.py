@@ -104,9 +104,20 @@ def test_outputs_and_summary(tmp_path):
 
     table = pq.read_table(tmp_path / "trajectories.parquet")
     required = {
-        "group_uid", "traj_uid", "step", "prompt", "response", "parsed_action", "is_action_valid",
-        "reward", "terminated", "truncated", "context_tokens", "advantage", "return",
-    }  # fmt: skip
+        "group_uid",
+        "traj_uid",
+        "step",
+        "prompt",
+        "response",
+        "parsed_action",
+        "is_action_valid",
+        "reward",
+        "terminated",
+        "truncated",
+        "context_tokens",
+        "advantage",
+        "return",
+    }
     assert required <= set(table.column_names)
     assert table.num_rows == summary["env_steps"]
     saved = json.loads((tmp_path / "summary.json").read_text())

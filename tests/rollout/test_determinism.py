@@ -71,9 +71,15 @@ def _job(base_url: str, mode: str = "async"):
     job.env.parser.invalid_penalty = -0.1  # returns differ within groups: advantages do too
     job.policy = PolicyConfig(
         name="openai",
-        params={"base_url": base_url, "model": "hash", "seed": 1234, "concurrency": 16,
-                "timeout": 30.0, "max_retries": 2},
-    )  # fmt: skip
+        params={
+            "base_url": base_url,
+            "model": "hash",
+            "seed": 1234,
+            "concurrency": 16,
+            "timeout": 30.0,
+            "max_retries": 2,
+        },
+    )
     return job
 
 

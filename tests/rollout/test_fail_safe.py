@@ -30,13 +30,29 @@ pytestmark = pytest.mark.usefixtures("ray_session", "engine")
 FAULTY = "tests.rollout.faulty:Faulty-v0"
 
 
-def faulty_job(fault: str, *, groups: int = 3, size: int = 2, workers: int = 1, envs: int = 2,
-               failure_threshold: float | None = 1.0, **kwargs):  # fmt: skip
+def faulty_job(
+    fault: str,
+    *,
+    groups: int = 3,
+    size: int = 2,
+    workers: int = 1,
+    envs: int = 2,
+    failure_threshold: float | None = 1.0,
+    **kwargs,
+):
     """A job of Faulty-v0 episodes. ``failure_threshold`` 1.0: these tests pin how each failure
     is recorded, in runs that fail only when every episode did; the verdict's own tests pass the
     threshold they test (None: the default)."""
-    job = make_job(FAULTY, policy="random", groups=groups, size=size, workers=workers, envs=envs,
-                   fault=fault, **kwargs)  # fmt: skip
+    job = make_job(
+        FAULTY,
+        policy="random",
+        groups=groups,
+        size=size,
+        workers=workers,
+        envs=envs,
+        fault=fault,
+        **kwargs,
+    )
     job.env.parser.tag = None  # Faulty takes bare actions
     if failure_threshold is not None:
         job.rollout.failure_threshold = failure_threshold
@@ -192,8 +208,15 @@ def _stop_after(episodes: int, exc: BaseException):
     [(RuntimeError("the driver failed"), "failed"), (KeyboardInterrupt(), "interrupted")],
 )
 def test_a_run_that_stops_keeps_every_finished_episode(tmp_path, exc, status):
-    job = make_job("agent_memory/Recall-v0", policy="random", groups=4, size=2, workers=1, envs=2,
-                   num_distractors=2)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="random",
+        groups=4,
+        size=2,
+        workers=1,
+        envs=2,
+        num_distractors=2,
+    )
     with pytest.raises(type(exc)):
         run_rollout(job, tmp_path, on_step=_stop_after(4, exc))
     summary = read_summary(tmp_path)
@@ -210,10 +233,18 @@ def test_a_run_that_stops_keeps_every_finished_episode(tmp_path, exc, status):
 
 
 def test_a_policy_error_fails_the_run_with_its_message(tmp_path):
-    job = make_job("agent_memory/Recall-v0", policy="random", groups=4, size=2, workers=1, envs=2,
-                   num_distractors=2)  # fmt: skip
-    policy = FailingAfter(3, RuntimeError("the model server went away"),
-                          parser=job.env.parser.build(), seed=0)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="random",
+        groups=4,
+        size=2,
+        workers=1,
+        envs=2,
+        num_distractors=2,
+    )
+    policy = FailingAfter(
+        3, RuntimeError("the model server went away"), parser=job.env.parser.build(), seed=0
+    )
     with pytest.raises(RuntimeError, match="the model server went away"):
         run_rollout(job, tmp_path, policy=policy)
     summary = read_summary(tmp_path)
@@ -283,9 +314,12 @@ def read_errors(path):
 def test_a_run_whose_every_episode_failed_is_a_failed_run_naming_each_episode(tmp_path):
     # 24 episodes, more than are listed
     job = faulty_job("broken", groups=12, size=2, envs=4, failure_threshold=None)
-    with pytest.raises(RunFailed, match=re.escape(
-        "24 of 24 episodes failed (rollout.failure_threshold=0.1); each is in errors.jsonl"
-    )):  # fmt: skip
+    with pytest.raises(
+        RunFailed,
+        match=re.escape(
+            "24 of 24 episodes failed (rollout.failure_threshold=0.1); each is in errors.jsonl"
+        ),
+    ):
         run_rollout(job, tmp_path)
     summary = read_summary(tmp_path)
     assert summary["status"] == "failed" and summary["errors"] == 24
@@ -320,9 +354,12 @@ def test_by_default_a_real_share_of_failed_episodes_makes_a_failed_run(tmp_path)
     """Issue 45: with rollout.failure_threshold=1.0 by default, a run whose episodes failed two
     in six was "ok" (exit 0); the default is 0.1 now (configs/rollout/default.yaml says why)."""
     job = faulty_job("sysexit", bad_seed=0, failure_threshold=None)
-    with pytest.raises(RunFailed, match=re.escape(
-        "2 of 6 episodes failed (rollout.failure_threshold=0.1); each is in errors.jsonl"
-    )):  # fmt: skip
+    with pytest.raises(
+        RunFailed,
+        match=re.escape(
+            "2 of 6 episodes failed (rollout.failure_threshold=0.1); each is in errors.jsonl"
+        ),
+    ):
         run_rollout(job, tmp_path)
     summary = read_summary(tmp_path)
     assert summary["status"] == "failed"

@@ -127,11 +127,20 @@ def test_rollout_script_refuses_too_many_workers_with_exit_2_before_ray(tmp_path
     )
     out = tmp_path / "out"
     proc = subprocess.run(
-        [sys.executable, "scripts/rollout.py", "rollout.num_workers=50", "rollout.progress=false",
-         f"rollout.output_dir={out}", f"hydra.run.dir={tmp_path / 'hydra'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "scripts/rollout.py",
+            "rollout.num_workers=50",
+            "rollout.progress=false",
+            f"rollout.output_dir={out}",
+            f"hydra.run.dir={tmp_path / 'hydra'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env={**_env(), "PYTHONPATH": str(stub.parent)},
-    )  # fmt: skip
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert "rollout.num_workers: expected at most" in proc.stderr
@@ -149,10 +158,20 @@ def _env() -> dict[str, str]:
 
 def _step(step: int, tokens: int, last: bool) -> StepRecord:
     return StepRecord(
-        step=step, prompt="p", response="r", parsed_action="a", valid=True, invalid_reason=None,
-        reward=0.0, terminated=last, truncated=False, context_tokens=tokens,
-        context_chars=4 * tokens, history_steps=step - 1, state_key=None,
-    )  # fmt: skip
+        step=step,
+        prompt="p",
+        response="r",
+        parsed_action="a",
+        valid=True,
+        invalid_reason=None,
+        reward=0.0,
+        terminated=last,
+        truncated=False,
+        context_tokens=tokens,
+        context_chars=4 * tokens,
+        history_steps=step - 1,
+        state_key=None,
+    )
 
 
 def _traj(uid: str, tokens: list[int], error: str | None = None) -> Trajectory:

@@ -24,11 +24,23 @@ def test_a_first_run_is_quiet_and_self_describing(tmp_path):
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     env.update(HOME=str(home), MPLCONFIGDIR=str(tmp_path / "mpl"))
     proc = subprocess.run(
-        [sys.executable, "scripts/rollout.py", "env=recall", "memory=window",
-         "rollout.num_groups=1", "rollout.group_size=2", "rollout.num_workers=1",
-         "rollout.progress=false", f"hydra.run.dir={out}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/rollout.py",
+            "env=recall",
+            "memory=window",
+            "rollout.num_groups=1",
+            "rollout.group_size=2",
+            "rollout.num_workers=1",
+            "rollout.progress=false",
+            f"hydra.run.dir={out}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Token authentication" not in proc.stderr + proc.stdout
     assert list(home.iterdir()) == []  # Ray wrote no ~/.ray/auth_token, nothing else either
@@ -48,12 +60,25 @@ def test_a_failing_run_prints_the_error_and_exits_1(tmp_path):
     out = tmp_path / "run"
     env = {**os.environ, "PYTHONPATH": str(REPO)}  # the workers import tests.rollout.faulty
     proc = subprocess.run(
-        [sys.executable, "scripts/rollout.py", "env=taxi", "env.id=tests.rollout.faulty:Faulty-v0",
-         "+env.kwargs.fault=init", "env.parser.tag=null", "rollout.num_groups=1",
-         "rollout.group_size=2", "rollout.num_workers=1", "rollout.progress=false",
-         f"hydra.run.dir={out}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/rollout.py",
+            "env=taxi",
+            "env.id=tests.rollout.faulty:Faulty-v0",
+            "+env.kwargs.fault=init",
+            "env.parser.tag=null",
+            "rollout.num_groups=1",
+            "rollout.group_size=2",
+            "rollout.num_workers=1",
+            "rollout.progress=false",
+            f"hydra.run.dir={out}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 1, proc.stderr[-3000:]
     assert "\nRollout failed: agent_memory.rollout.driver.pool.WorkerSetupError: " in proc.stderr
     assert "ValueError: FaultyEnv cannot start: fault='init' is set" in proc.stderr

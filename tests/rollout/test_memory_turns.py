@@ -50,12 +50,25 @@ def test_an_empty_summary_falls_back_to_the_marker_and_says_why():
 
 
 def _job(path, engine: str | None = None):
-    job = make_job("agent_memory/Recall-v0", policy="hf", groups=2, size=2, workers=1, envs=2,
-                   num_distractors=3)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="hf",
+        groups=2,
+        size=2,
+        workers=1,
+        envs=2,
+        num_distractors=3,
+    )
     job.policy = PolicyConfig(
-        name="hf", params={"path": str(path), "max_new_tokens": 5, "temperature": 1.0,
-                           "seed": 0, "num_threads": 1},
-    )  # fmt: skip
+        name="hf",
+        params={
+            "path": str(path),
+            "max_new_tokens": 5,
+            "temperature": 1.0,
+            "seed": 0,
+            "num_threads": 1,
+        },
+    )
     job.memory = MemoryConfig(strategy="compaction", params=dict(TURNS))
     job.env.history_length = 2
     if engine is not None:
@@ -116,8 +129,11 @@ def test_memory_turns_are_rows_of_the_episode_in_both_engines(tiny_lm, tmp_path,
 def test_a_policy_that_needs_the_envs_fields_cannot_write_the_summary():
     job = make_job("agent_memory/Recall-v0", policy="random", groups=1, size=1, workers=1)
     job.memory = MemoryConfig(strategy="compaction", params=dict(TURNS))
-    with pytest.raises(ConfigError, match=re.escape(
-        "memory.params.summarizer=policy has the acting policy write the summary from a prompt "
-        "alone, but policy 'random' needs the env's ['admissible_actions'] with every prompt"
-    )):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "memory.params.summarizer=policy has the acting policy write the summary from a prompt "
+            "alone, but policy 'random' needs the env's ['admissible_actions'] with every prompt"
+        ),
+    ):
         preflight(job, probe=False)

@@ -69,13 +69,22 @@ def _free_port() -> int:
 
 def _ray_start(root: str, env: dict[str, str], *args: str) -> None:
     ports = [
-        "--node-manager-port", "--object-manager-port", "--dashboard-agent-listen-port",
-        "--dashboard-agent-grpc-port", "--runtime-env-agent-port", "--metrics-export-port",
-    ]  # fmt: skip
+        "--node-manager-port",
+        "--object-manager-port",
+        "--dashboard-agent-listen-port",
+        "--dashboard-agent-grpc-port",
+        "--runtime-env-agent-port",
+        "--metrics-export-port",
+    ]
     cmd = [
-        shutil.which("ray") or "ray", "start", "--node-ip-address=127.0.0.1", "--num-cpus=1",
-        f"--object-store-memory={80 * 2**20}", *[f"{p}={_free_port()}" for p in ports], *args,
-    ]  # fmt: skip
+        shutil.which("ray") or "ray",
+        "start",
+        "--node-ip-address=127.0.0.1",
+        "--num-cpus=1",
+        f"--object-store-memory={80 * 2**20}",
+        *[f"{p}={_free_port()}" for p in ports],
+        *args,
+    ]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
     assert out.returncode == 0, (cmd, out.stdout[-2000:], out.stderr[-2000:])
 
@@ -109,11 +118,16 @@ def two_nodes():
     try:
         port = _free_port()
         _ray_start(
-            root, env, "--head", f"--port={port}", f"--temp-dir={root}/head",
-            "--include-dashboard=false", f"--dashboard-port={_free_port()}",
+            root,
+            env,
+            "--head",
+            f"--port={port}",
+            f"--temp-dir={root}/head",
+            "--include-dashboard=false",
+            f"--dashboard-port={_free_port()}",
             f"--ray-client-server-port={_free_port()}",
             f"--system-config={HEALTH_30S}",
-        )  # fmt: skip
+        )
         address = f"127.0.0.1:{port}"
         _ray_start(root, env, f"--address={address}", f"--temp-dir={root}/second")
         reaper.noted()
@@ -146,9 +160,13 @@ def test_a_lost_nodes_episodes_run_on_the_live_worker_within_the_stall_bound(
     log = tmp_path / "driver.log"
     with log.open("w") as err:
         driver = subprocess.Popen(
-            [sys.executable, "-c", script], env=env, cwd=REPO, text=True,
-            stdout=subprocess.PIPE, stderr=err,
-        )  # fmt: skip
+            [sys.executable, "-c", script],
+            env=env,
+            cwd=REPO,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
     finished, killed, end = [], None, None
     try:
         assert driver.stdout is not None

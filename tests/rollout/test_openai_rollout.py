@@ -58,11 +58,18 @@ class AgentServer(BaseHTTPRequestHandler):
         action = match.group(1) if match else "next"
         content = f"<think>the first option</think><action>{action}</action>"
         return {
-            "id": "x", "object": "chat.completion", "model": body["model"],
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
-                         "finish_reason": "stop"}],
+            "id": "x",
+            "object": "chat.completion",
+            "model": body["model"],
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": content},
+                    "finish_reason": "stop",
+                }
+            ],
             "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-        }, 200  # fmt: skip
+        }, 200
 
     def reply(self, payload: dict[str, Any], status: int) -> None:
         data = json.dumps(payload).encode()
@@ -114,13 +121,28 @@ def test_a_run_whose_requests_mostly_failed_with_500_is_a_failed_run_saying_its_
     url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
     try:
         proc = subprocess.run(
-            [sys.executable, "scripts/rollout.py", "env=recall", "env.max_steps=1",
-             "policy=openai", f"policy.params.base_url={url}", "policy.params.model=test-model",
-             "policy.params.return_tokens=false", "policy.params.max_retries=0",
-             "rollout.num_groups=12", "rollout.group_size=2", "rollout.num_workers=1",
-             "rollout.envs_per_worker=4", "rollout.progress=false", f"hydra.run.dir={out}"],
-            cwd=REPO, capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "scripts/rollout.py",
+                "env=recall",
+                "env.max_steps=1",
+                "policy=openai",
+                f"policy.params.base_url={url}",
+                "policy.params.model=test-model",
+                "policy.params.return_tokens=false",
+                "policy.params.max_retries=0",
+                "rollout.num_groups=12",
+                "rollout.group_size=2",
+                "rollout.num_workers=1",
+                "rollout.envs_per_worker=4",
+                "rollout.progress=false",
+                f"hydra.run.dir={out}",
+            ],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         httpd.shutdown()
         httpd.server_close()
@@ -135,12 +157,19 @@ def test_a_run_whose_requests_mostly_failed_with_500_is_a_failed_run_saying_its_
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "failed" and summary["error"] == verdict
     assert summary["episodes"] == 24 and summary["errors"] == 18
-    kinds = ("malformed_answers", "text_mismatches", "oversized_answers", "padding_id_answers",
-             "non_text_answers", "prompt_id_mismatches")  # fmt: skip
+    kinds = (
+        "malformed_answers",
+        "text_mismatches",
+        "oversized_answers",
+        "padding_id_answers",
+        "non_text_answers",
+        "prompt_id_mismatches",
+    )
     assert summary["failure_shares"] == {
-        "episodes": 0.75, "policy_requests": 0.75,
+        "episodes": 0.75,
+        "policy_requests": 0.75,
         "policy_requests_by_kind": {"request_errors": 0.75, **dict.fromkeys(kinds, 0.0)},
-    }  # fmt: skip
+    }
     last = (out / "rollout.log").read_text().splitlines()[-1]
     assert f"[ERROR] - rollout failed after 24 of 24 episodes: {verdict}; " in last
     assert last.endswith(
@@ -153,9 +182,16 @@ def _job(base_url: str):
     job = make_job("agent_memory/Recall-v0", groups=2, size=2, workers=1, envs=4, num_distractors=2)
     job.policy = PolicyConfig(
         name="openai",
-        params={"base_url": base_url, "model": "test-model", "concurrency": 4, "timeout": 5.0,
-                "max_retries": 3, "backoff": [0.01, 0.05], "return_tokens": False},
-    )  # fmt: skip
+        params={
+            "base_url": base_url,
+            "model": "test-model",
+            "concurrency": 4,
+            "timeout": 5.0,
+            "max_retries": 3,
+            "backoff": [0.01, 0.05],
+            "return_tokens": False,
+        },
+    )
     return job
 
 
@@ -197,9 +233,8 @@ def _async_openai_collect(job, base_url: str, concurrency: int, num_episodes: in
     job.rollout.mode = "async"
     job.policy = PolicyConfig(
         name="openai",
-        params={"base_url": base_url, "model": "hash", "concurrency": concurrency,
-                "timeout": 10.0},
-    )  # fmt: skip
+        params={"base_url": base_url, "model": "hash", "concurrency": concurrency, "timeout": 10.0},
+    )
     collector = Collector(job)
     collector.start()
     try:
@@ -241,8 +276,15 @@ def test_a_restarted_worker_gets_its_share_back_and_the_run_completes():
     answer = HashBackend(lambda prompt, seed: "go")
     with MockOpenAIServer(answer, latency=FixedLatency(0.02), max_in_flight=16) as server:
         # Group 3's episode ends its worker's process at step 2, twice (then it is an error).
-        job = make_job("tests.rollout.faulty:Faulty-v0", groups=8, size=1, workers=2, envs=2,
-                       fault="exit", bad_seed=3)  # fmt: skip
+        job = make_job(
+            "tests.rollout.faulty:Faulty-v0",
+            groups=8,
+            size=1,
+            workers=2,
+            envs=2,
+            fault="exit",
+            bad_seed=3,
+        )
         job.env.parser.tag = None  # Faulty takes bare actions
         job.rollout.max_restarts = 5
         trajectories = _async_openai_collect(job, server.base_url, 4, 8, check)
@@ -289,17 +331,29 @@ class HostileAgentServer(BaseHTTPRequestHandler):
             ids = [self.words[action], 3]
             if kind == "tool":
                 call = {"name": action, "arguments": "{}"}
-                message.update(content=None, tool_calls=[{"id": "c", "type": "function",
-                                                          "function": call}])  # fmt: skip
+                message.update(
+                    content=None, tool_calls=[{"id": "c", "type": "function", "function": call}]
+                )
             elif kind == "pad":
                 message["content"], ids = "", [self.pad_id, 3]
             entries = [{"token": "t", "logprob": -0.1} for _ in ids]
-            data = json.dumps({
-                "id": "x", "object": "chat.completion", "model": body["model"],
-                "choices": [{"index": 0, "message": message, "finish_reason": "stop",
-                             "token_ids": ids, "logprobs": {"content": entries}}],
-                "prompt_token_ids": self._prompt_ids(body["messages"]),
-            }).encode()  # fmt: skip
+            data = json.dumps(
+                {
+                    "id": "x",
+                    "object": "chat.completion",
+                    "model": body["model"],
+                    "choices": [
+                        {
+                            "index": 0,
+                            "message": message,
+                            "finish_reason": "stop",
+                            "token_ids": ids,
+                            "logprobs": {"content": entries},
+                        }
+                    ],
+                    "prompt_token_ids": self._prompt_ids(body["messages"]),
+                }
+            ).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
@@ -351,8 +405,10 @@ def test_hostile_answers_are_counted_failures_of_their_requests_and_the_rollout_
     assert summary["status"] == "ok" and summary["episodes"] == 4
     # Each hostile answer is its request's failure, named by its kind, in summary.json.
     assert (stats["non_text_answers"], stats["malformed_answers"], stats["padding_id_answers"]) == (
-        sent["tool"], sent["deep"], sent["pad"],
-    )  # fmt: skip
+        sent["tool"],
+        sent["deep"],
+        sent["pad"],
+    )
     assert stats["failures"] == sent["tool"] + sent["deep"] + sent["pad"]
     assert stats["prompts"] == sum(sent.values())
     errors = [json.loads(line) for line in (tmp_path / "run" / "errors.jsonl").open()]
@@ -365,9 +421,13 @@ def test_hostile_answers_are_counted_failures_of_their_requests_and_the_rollout_
         next(k for k in ("non-text", "padding-range", "RecursionError") if k in e["error"])
         for e in errors
     )
-    assert kinds == Counter({"non-text": stats["non_text_answers"],
-                             "padding-range": stats["padding_id_answers"],
-                             "RecursionError": stats["malformed_answers"]})  # fmt: skip
+    assert kinds == Counter(
+        {
+            "non-text": stats["non_text_answers"],
+            "padding-range": stats["padding_id_answers"],
+            "RecursionError": stats["malformed_answers"],
+        }
+    )
     # A failed request is never a step: no row holds a hostile answer (nor its tokens: a tool
     # call's ids, a padding id), and every row is a text answer that played its action, so no
     # failure was charged as the model's invalid action.

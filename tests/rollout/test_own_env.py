@@ -112,18 +112,29 @@ def _run_script(cwd: Path, *overrides: str) -> subprocess.CompletedProcess:
     env["PYTHONPATH"] = str(REPO)
     return subprocess.run(
         [sys.executable, str(REPO / "scripts" / "rollout.py"), *overrides],
-        cwd=cwd, capture_output=True, text=True, timeout=300, env=env,
-    )  # fmt: skip
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
 
 
 def test_a_module_id_imports_from_the_launch_directory(tmp_path):
     (tmp_path / "own_corridor_env.py").write_text(MODULE, encoding="utf-8")
     out = tmp_path / "run"
     proc = _run_script(
-        tmp_path, "env=gym", "env.id=own_corridor_env:OwnCorridor-v0", "+env.kwargs.length=4",
-        "rollout.num_groups=1", "rollout.group_size=2", "rollout.num_workers=1",
-        "rollout.envs_per_worker=2", "rollout.progress=false", f"hydra.run.dir={out}",
-    )  # fmt: skip
+        tmp_path,
+        "env=gym",
+        "env.id=own_corridor_env:OwnCorridor-v0",
+        "+env.kwargs.length=4",
+        "rollout.num_groups=1",
+        "rollout.group_size=2",
+        "rollout.num_workers=1",
+        "rollout.envs_per_worker=2",
+        "rollout.progress=false",
+        f"hydra.run.dir={out}",
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["episodes"] == 2, summary

@@ -559,8 +559,13 @@ def test_episode_layout_checks_the_hf_policy_and_its_chat_template(tmp_path):
     from agent_memory.models import build_tiny_lm
 
     def hf(path, *more):
-        return [*GROWING, "policy=hf", f"policy.params.path={path}",
-                "policy.params.max_new_tokens=8", *more]  # fmt: skip
+        return [
+            *GROWING,
+            "policy=hf",
+            f"policy.params.path={path}",
+            "policy.params.max_new_tokens=8",
+            *more,
+        ]
 
     good = build_tiny_lm(tmp_path / "good", ["next", "red"])
     report = _check(*hf(good, "policy.params.incremental=true"))

@@ -162,9 +162,13 @@ assert "ray" not in sys.modules, "imported ray"
 """
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, env=env,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
         timeout=120,
-    )  # fmt: skip
+    )
     assert out.returncode == 0, out.stderr[-2000:]
 
 

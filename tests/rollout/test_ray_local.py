@@ -142,8 +142,12 @@ def local_ray() -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     out = subprocess.run(
         [sys.executable, "-c", SCRIPT.format(repo=str(REPO), timeout=12.0)],
-        capture_output=True, text=True, cwd=REPO, env=env, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -212,8 +216,12 @@ def test_no_ray_process_outlives_a_sigkilled_driver():
     env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
     proc = subprocess.Popen(
         [sys.executable, "-c", KILLED.format(repo=str(REPO))],
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=REPO, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=REPO,
+        env=env,
+    )
     try:
         root, *pids = proc.stdout.readline().split()
         started = {int(p): _start_time(int(p)) for p in pids}

@@ -17,8 +17,15 @@ pytestmark = pytest.mark.usefixtures("ray_session")
 
 
 def recall_job(strategy: str, history_length: int = 2, **params):
-    job = make_job("agent_memory/Recall-v0", policy="prompt_oracle", groups=8, size=1,
-                   workers=1, envs=4, num_distractors=5)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="prompt_oracle",
+        groups=8,
+        size=1,
+        workers=1,
+        envs=4,
+        num_distractors=5,
+    )
     job.env.history_length = history_length
     job.memory = MemoryConfig(strategy=strategy, params=params)
     return job
@@ -51,9 +58,13 @@ def test_episodic_records_every_episode_in_the_run_database(tmp_path):
     )
     job.memory = MemoryConfig(
         strategy="episodic",
-        params={"path": "{output_dir}/episodic.sqlite", "retention": "single_run",
-                "run_id": "{run_id}", "purge_on_close": False},
-    )  # fmt: skip
+        params={
+            "path": "{output_dir}/episodic.sqlite",
+            "retention": "single_run",
+            "run_id": "{run_id}",
+            "purge_on_close": False,
+        },
+    )
     summary = run_rollout(job, tmp_path)
     assert summary["success_rate"] == 1.0
     with sqlite3.connect(tmp_path / "episodic.sqlite") as db:
@@ -66,8 +77,15 @@ def test_episodic_records_every_episode_in_the_run_database(tmp_path):
 
 def test_blackboard_notes_are_shared_within_groups_across_workers(tmp_path):
     # One group of 6 on 2 workers x 1 env: three waves, later waves see earlier members' notes.
-    job = make_job("agent_memory/Recall-v0", policy="scripted", groups=1, size=6, workers=2, envs=1,
-                   num_distractors=1)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="scripted",
+        groups=1,
+        size=6,
+        workers=2,
+        envs=1,
+        num_distractors=1,
+    )
     job.memory = MemoryConfig(
         strategy="blackboard", params={"path": "{output_dir}/board.sqlite", "scope": "group"}
     )
@@ -86,8 +104,16 @@ def test_notes_an_expert_writes_carry_every_cue_past_an_empty_window(tmp_path):
     that writes its notes answers every question; the same expert without notes guesses."""
 
     def job(strategy: str, **policy_params):
-        j = make_job("agent_memory/Recall-v0", policy="prompt_oracle", groups=12, size=1,
-                     workers=1, envs=4, num_distractors=5, num_cues=2)  # fmt: skip
+        j = make_job(
+            "agent_memory/Recall-v0",
+            policy="prompt_oracle",
+            groups=12,
+            size=1,
+            workers=1,
+            envs=4,
+            num_distractors=5,
+            num_cues=2,
+        )
         j.env.history_length = 0
         j.memory = MemoryConfig(strategy=strategy)
         j.policy.params = policy_params
@@ -111,8 +137,15 @@ def test_notes_an_expert_writes_carry_every_cue_past_an_empty_window(tmp_path):
 
 
 def test_notes_flags_are_counted_in_the_summary_and_rows(tmp_path):
-    job = make_job("agent_memory/Recall-v0", policy="random", groups=4, size=1, workers=1,
-                   envs=4, num_distractors=1)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="random",
+        groups=4,
+        size=1,
+        workers=1,
+        envs=4,
+        num_distractors=1,
+    )
     job.memory = MemoryConfig(strategy="notes")
     summary = run_rollout(job, tmp_path)
     rows = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").open()]

@@ -42,12 +42,25 @@ def tiny_lm(tmp_path_factory):
 
 
 def _hf_job(path, **rollout):
-    job = make_job("agent_memory/Recall-v0", policy="hf", groups=2, size=2, workers=1, envs=4,
-                   num_distractors=1)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="hf",
+        groups=2,
+        size=2,
+        workers=1,
+        envs=4,
+        num_distractors=1,
+    )
     job.policy = PolicyConfig(
-        name="hf", params={"path": str(path), "max_new_tokens": 6, "temperature": 1.0,
-                           "seed": 0, "num_threads": 1},
-    )  # fmt: skip
+        name="hf",
+        params={
+            "path": str(path),
+            "max_new_tokens": 6,
+            "temperature": 1.0,
+            "seed": 0,
+            "num_threads": 1,
+        },
+    )
     job.env.max_steps = 3
     for key, value in rollout.items():
         setattr(job.rollout, key, value)
@@ -87,8 +100,15 @@ def test_step_rows_hold_what_the_hf_policy_sampled(tiny_lm, tmp_path):
 def test_the_schema_is_the_same_when_the_token_columns_are_all_null(tmp_path):
     import pyarrow.parquet as pq
 
-    job = make_job("agent_memory/Recall-v0", policy="random", groups=1, size=2, workers=1,
-                   envs=2, num_distractors=1)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="random",
+        groups=1,
+        size=2,
+        workers=1,
+        envs=2,
+        num_distractors=1,
+    )
     run_rollout(job, tmp_path)
     table = pq.read_table(tmp_path / "trajectories.parquet")
     assert table.schema.equals(row_schema())  # list<int64> even with no value in the column
@@ -106,10 +126,28 @@ def _steps(*turns):
     """An episode whose turn k has log-prob -k/4 on each response token and advantage 0.5."""
     steps = []
     for k, (prompt, response) in enumerate(turns, start=1):
-        g = Generation("", prompt_ids=prompt, response_ids=response,
-                       response_logprobs=[-k / 4] * len(response))  # fmt: skip
-        steps.append(StepRecord(k, "", "", None, True, None, 1.0, k == len(turns), False,
-                                len(prompt), 0, 0, None, generation=g, advantage=0.5))  # fmt: skip
+        g = Generation(
+            "", prompt_ids=prompt, response_ids=response, response_logprobs=[-k / 4] * len(response)
+        )
+        steps.append(
+            StepRecord(
+                k,
+                "",
+                "",
+                None,
+                True,
+                None,
+                1.0,
+                k == len(turns),
+                False,
+                len(prompt),
+                0,
+                0,
+                None,
+                generation=g,
+                advantage=0.5,
+            )
+        )
     return Trajectory(EpisodeSpec("g0", "g0-t0", 0, 0, 1), steps, won=True)
 
 
@@ -136,8 +174,9 @@ def test_a_prompt_that_memory_rewrote_starts_a_new_segment():
     t.steps[2].advantage = 0.25  # token advantages are each step's; `advantage` the episode's
     first, second = episode_samples(t, strict=False)
     assert [(s.segment, s.segments, s.first_turn, s.turns) for s in (first, second)] == [
-        (0, 2, 1, 2), (1, 2, 3, 2)
-    ]  # fmt: skip
+        (0, 2, 1, 2),
+        (1, 2, 3, 2),
+    ]
     assert (first.prompt_ids, first.completion_ids) == ([1, 2], [3, 9, 4, 5])
     assert first.completion_mask == [1, 1, 0, 1]
     assert first.completion_logprobs == [-0.25, -0.25, 0.0, -0.5]

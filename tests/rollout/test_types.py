@@ -9,10 +9,20 @@ from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
 
 def _step(terminated: bool, truncated: bool) -> StepRecord:
     return StepRecord(
-        step=1, prompt="p", response="r", parsed_action="a", valid=True, invalid_reason=None,
-        reward=0.0, terminated=terminated, truncated=truncated, context_tokens=1,
-        context_chars=1, history_steps=0, state_key=None,
-    )  # fmt: skip
+        step=1,
+        prompt="p",
+        response="r",
+        parsed_action="a",
+        valid=True,
+        invalid_reason=None,
+        reward=0.0,
+        terminated=terminated,
+        truncated=truncated,
+        context_tokens=1,
+        context_chars=1,
+        history_steps=0,
+        state_key=None,
+    )
 
 
 @pytest.mark.parametrize(

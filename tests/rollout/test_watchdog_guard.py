@@ -44,8 +44,10 @@ def _gone(pid: int) -> bool:
 def test_a_call_holding_the_gil_is_ended_from_outside(tmp_path):
     out = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(WORKER), str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == -signal.SIGKILL, out.stderr[-2000:]
     (child,) = map(int, out.stdout.split())  # never "returned"
     ((env, phase, reason, uid),) = [
@@ -68,8 +70,10 @@ def test_the_guard_ends_with_its_worker(tmp_path):
     """
     out = subprocess.run(
         [sys.executable, "-c", "import json\n" + textwrap.dedent(code), str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     guard = json.loads(out.stdout)
     deadline = time.monotonic() + 60  # it checks its parent once a second

@@ -39,10 +39,16 @@ TOL = 1e-4
 #: Sampling that changes the model's distribution in every way vLLM can.
 SAMPLING = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05}
 TINY = [
-    "env=recall", "env.kwargs.num_distractors=1", "env.max_steps=3", "rollout.num_groups=1",
-    "rollout.group_size=2", "rollout.num_workers=1", "rollout.envs_per_worker=2",
-    "rollout.num_cpus_per_worker=0.5", "rollout.progress=false",
-]  # fmt: skip
+    "env=recall",
+    "env.kwargs.num_distractors=1",
+    "env.max_steps=3",
+    "rollout.num_groups=1",
+    "rollout.group_size=2",
+    "rollout.num_workers=1",
+    "rollout.envs_per_worker=2",
+    "rollout.num_cpus_per_worker=0.5",
+    "rollout.progress=false",
+]
 
 
 def _free_port() -> int:
@@ -71,11 +77,15 @@ def servers(qwen, tmp_path_factory):
     logs = tmp_path_factory.mktemp("vllm")
     started = {
         mode: VllmServer(
-            python, qwen, _free_port(), logs / f"{mode}.log", served_name=MODEL,
+            python,
+            qwen,
+            _free_port(),
+            logs / f"{mode}.log",
+            served_name=MODEL,
             logprobs_mode=None if mode == "default" else "processed_logprobs",
         )
         for mode in ("default", "processed")
-    }  # fmt: skip
+    }
     try:
         for server in started.values():
             server.wait()
@@ -103,10 +113,16 @@ def _forced(model, prompt_ids, response_ids, sampling):
 
 def _rollout(tmp_path: Path, base_url: str, *overrides: str) -> subprocess.CompletedProcess:
     args = [
-        sys.executable, "scripts/rollout.py", "policy=openai", f"policy.params.base_url={base_url}",
-        f"policy.params.model={MODEL}", "policy.params.seed=3", *TINY, *overrides,
+        sys.executable,
+        "scripts/rollout.py",
+        "policy=openai",
+        f"policy.params.base_url={base_url}",
+        f"policy.params.model={MODEL}",
+        "policy.params.seed=3",
+        *TINY,
+        *overrides,
         f"hydra.run.dir={tmp_path}",
-    ]  # fmt: skip
+    ]
     return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
@@ -162,11 +178,17 @@ def test_fields_left_out_no_longer_take_the_models_generation_config(servers, hf
         assert max(abs(a - b) for a, b in zip(forced, g.response_logprobs, strict=True)) < TOL
         # Under the generation config's defaults the same tokens would have other log-probs.
         config = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "repetition_penalty": 1.05}
-        assert max(
-            abs(a - b)
-            for a, b in zip(_forced(model, g.prompt_ids, g.response_ids, config),
-                            g.response_logprobs, strict=True)
-        ) > 0.1  # fmt: skip
+        assert (
+            max(
+                abs(a - b)
+                for a, b in zip(
+                    _forced(model, g.prompt_ids, g.response_ids, config),
+                    g.response_logprobs,
+                    strict=True,
+                )
+            )
+            > 0.1
+        )
 
 
 # ---------------------------------------------------------------------- rows, step layout
@@ -176,9 +198,12 @@ def test_rollout_rows_are_what_vllm_saw_and_sampled(servers, hf, qwen, tmp_path)
     # F3: no return_tokens override: policy=openai records tokens by default.
     model, tok = hf
     proc = _rollout(
-        tmp_path, servers["processed"], "policy.params.max_tokens=8",
-        f"policy.params.tokenizer={qwen}", *_sampling_overrides(SAMPLING),
-    )  # fmt: skip
+        tmp_path,
+        servers["processed"],
+        "policy.params.max_tokens=8",
+        f"policy.params.tokenizer={qwen}",
+        *_sampling_overrides(SAMPLING),
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["status"] == "ok" and summary["policy_stats"]["failures"] == 0
@@ -204,9 +229,14 @@ def test_a_stop_string_cut_keeps_text_and_ids_together(servers, hf, qwen):
     _model, tok = hf
     prompts = [f"Tell me a story number {i}." for i in range(6)]
     with OpenAIPolicy(
-        servers["processed"], MODEL, max_tokens=24, seed=4, stop=["e"], tokenizer=qwen,
+        servers["processed"],
+        MODEL,
+        max_tokens=24,
+        seed=4,
+        stop=["e"],
+        tokenizer=qwen,
         **SAMPLING,
-    ) as policy:  # fmt: skip
+    ) as policy:
         gens = policy.generate(prompts)
     cut = [g for g in gens if g.finish_reason == "stop"]
     assert cut, [g.finish_reason for g in gens]
@@ -225,11 +255,18 @@ def test_episode_samples_close_every_turn_as_the_chat_template_does(servers, hf,
     # are teacher-forced under the recorded sampling.
     model, tok = hf
     proc = _rollout(
-        tmp_path, servers["processed"], "rollout.layout=episode", "env.history_length=-1",
-        "env.formatter=transcript", "policy.params.mode=completion", "policy.params.token_in=true",
-        "policy.params.incremental=true", f"policy.params.tokenizer={qwen}",
-        "policy.params.max_tokens=4", *_sampling_overrides(SAMPLING),
-    )  # fmt: skip
+        tmp_path,
+        servers["processed"],
+        "rollout.layout=episode",
+        "env.history_length=-1",
+        "env.formatter=transcript",
+        "policy.params.mode=completion",
+        "policy.params.token_in=true",
+        "policy.params.incremental=true",
+        f"policy.params.tokenizer={qwen}",
+        "policy.params.max_tokens=4",
+        *_sampling_overrides(SAMPLING),
+    )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     rows = _rows(tmp_path / "trajectories.jsonl")
     end = tok.convert_tokens_to_ids("<|im_end|>")

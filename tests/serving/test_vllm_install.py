@@ -91,14 +91,22 @@ def _planted_venv(root: Path, ran: Path) -> None:
 # (what is changed, how, the message's part after the path)
 UNSAFE = {
     "cache owned by another user": ("cache", "chown", "is owned by uid 4242, expected this user"),
-    "cache world-writable": ("cache", 0o777, "has mode 777, writable by group and others; expected "
-                             "no write access but its owner's; others could plant the python"),
+    "cache world-writable": (
+        "cache",
+        0o777,
+        "has mode 777, writable by group and others; expected "
+        "no write access but its owner's; others could plant the python",
+    ),
     "venv owned by another user": ("venv", "chown", "is owned by uid 4242, expected this user"),
     "venv writable by others": ("venv", 0o757, "has mode 757, writable by others"),
     "venv bin writable by group": ("bin", 0o775, "has mode 775, writable by group"),
-    "directory above, not sticky": ("above", 0o777, "has mode 777, writable by group and others; "
-                                    "expected no write access but its owner's, or the sticky bit"),
-}  # fmt: skip
+    "directory above, not sticky": (
+        "above",
+        0o777,
+        "has mode 777, writable by group and others; "
+        "expected no write access but its owner's, or the sticky bit",
+    ),
+}
 
 
 @pytest.mark.parametrize("case", list(UNSAFE))

@@ -39,9 +39,13 @@ def saved_run(tmp_path_factory, tiny_lm):
     optimizer = torch.optim.AdamW(model.parameters())
     for it in (1, 2):
         save_checkpoint(
-            run, TrainerState(iteration=it), model=model, tokenizer=tokenizer,
-            optimizer=optimizer, shuffler=torch.Generator(),
-        )  # fmt: skip
+            run,
+            TrainerState(iteration=it),
+            model=model,
+            tokenizer=tokenizer,
+            optimizer=optimizer,
+            shuffler=torch.Generator(),
+        )
     return run
 
 
@@ -79,9 +83,12 @@ def test_a_damaged_checkpoint_file_is_a_config_error_naming_it_and_trainer_resum
     size = (ckpt / name).stat().st_size
     damage(ckpt / name, how)
     why = WHY[name, how].format(half=size // 2, size=size)
-    with pytest.raises(ConfigError, match=re.escape(
-        f"trainer.resume={str(run)!r} names a checkpoint that cannot be loaded: {ckpt / name} {why}"
-    )) as e:  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            f"trainer.resume={str(run)!r} names a checkpoint that cannot be loaded: {ckpt / name} {why}"
+        ),
+    ) as e:
         check_model(TrainerConfig(resume=str(run)))
     assert e.value.key == "trainer.resume"
     earlier = run / "checkpoints" / "iter_000001"
@@ -97,8 +104,9 @@ def test_the_oldest_checkpoint_damaged_names_no_earlier_one(run):
     damage(ckpt / STATE, "empty")
     with pytest.raises(ConfigError) as e:
         check_checkpoint(ckpt, ckpt)
-    assert str(e.value).endswith(f"{ckpt / STATE} is empty (0 bytes): or trainer.resume=null "
-                                 "to start afresh")  # fmt: skip
+    assert str(e.value).endswith(
+        f"{ckpt / STATE} is empty (0 bytes): or trainer.resume=null to start afresh"
+    )
 
 
 def test_damage_inside_the_archive_is_named_when_the_state_loads(run):
@@ -113,20 +121,30 @@ def test_damage_inside_the_archive_is_named_when_the_state_loads(run):
     data[info.header_offset : info.header_offset + 4] = b"\0\0\0\0"  # its "PK\3\4" gone
     path.write_bytes(bytes(data))
     check_checkpoint(ckpt, ckpt)  # sizes and headers are as written
-    with pytest.raises(ConfigError, match=re.escape(
-        f"trainer.resume={str(ckpt)!r} names a checkpoint that cannot be loaded: {path} cannot "
-        "be read ("
-    )):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            f"trainer.resume={str(ckpt)!r} names a checkpoint that cannot be loaded: {path} cannot "
+            "be read ("
+        ),
+    ):
         load_checkpoint(ckpt, optimizer=None, shuffler=None)
 
 
 def test_the_script_stops_at_a_truncated_checkpoint_with_one_line_and_status_2(run, tmp_path):
     damage(run / "checkpoints" / "iter_000002" / STATE, "truncated")
     proc = subprocess.run(
-        [sys.executable, "scripts/train.py", f"trainer.resume={run}",
-         f"hydra.run.dir={tmp_path / 'out'}"],
-        cwd=REPO, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "scripts/train.py",
+            f"trainer.resume={run}",
+            f"hydra.run.dir={tmp_path / 'out'}",
+        ],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-3000:]
     last = proc.stderr.splitlines()[-1]
     assert last.startswith(f"Config error: trainer.resume={str(run)!r} names a checkpoint that ")

@@ -40,8 +40,14 @@ def _score_policy(job, tmp_path):
     model, tokenizer = load_model(
         build_tiny_for_env(job, tiny, tmp_path / "m", seed=0), "cpu", None
     )
-    policy = make_policy("score", model=model, tokenizer=tokenizer, parser=job.env.parser.build(),
-                         seed=0, temperature=1.0)  # fmt: skip
+    policy = make_policy(
+        "score",
+        model=model,
+        tokenizer=tokenizer,
+        parser=job.env.parser.build(),
+        seed=0,
+        temperature=1.0,
+    )
     return model, tokenizer, policy
 
 
@@ -51,8 +57,15 @@ def _recorded(trajs) -> list[float]:
 
 @pytest.mark.parametrize("mode", ["async", "lockstep"])
 def test_an_update_sends_the_weights_and_the_rows_are_the_new_models(tmp_path, mode):
-    job = make_job("agent_memory/Recall-v0", policy="score", groups=2, size=2, workers=1, envs=4,
-                   num_distractors=1)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="score",
+        groups=2,
+        size=2,
+        workers=1,
+        envs=4,
+        num_distractors=1,
+    )
     job.rollout.mode = mode  # lockstep: a worker's prompts go to the service as one batch
     job.env.history_length = 2
     model, tokenizer, policy = _score_policy(job, tmp_path)
@@ -72,9 +85,16 @@ def test_an_update_sends_the_weights_and_the_rows_are_the_new_models(tmp_path, m
         # The rows' log-probs are the new model's, not the old one's.
         recorded = _recorded(after)
         assert recorded == pytest.approx(_recomputed(model, pad, after), abs=1e-5)
-        chosen = [(r, o) for r, o, s in zip(recorded, _recomputed(old, pad, after),
-                                            [s for t in after for s in t.steps], strict=True)
-                  if len(s.generation.choice.candidate_ids) > 1]  # fmt: skip
+        chosen = [
+            (r, o)
+            for r, o, s in zip(
+                recorded,
+                _recomputed(old, pad, after),
+                [s for t in after for s in t.steps],
+                strict=True,
+            )
+            if len(s.generation.choice.candidate_ids) > 1
+        ]
         assert chosen and all(abs(r - o) > 1e-4 for r, o in chosen)
         assert {s.generation.policy_version for t in after for s in t.steps} == {1}
         assert {s.generation.policy_version for t in before for s in t.steps} == {0}
@@ -85,8 +105,9 @@ def test_an_update_sends_the_weights_and_the_rows_are_the_new_models(tmp_path, m
             for s in t.steps:
                 c = s.generation.choice
                 assert c.temperature == 0.0
-                scored = score_candidates(model, [s.generation.prompt_ids], [c.candidate_ids],
-                                          pad_id=pad)  # fmt: skip
+                scored = score_candidates(
+                    model, [s.generation.prompt_ids], [c.candidate_ids], pad_id=pad
+                )
                 assert c.index == int(scored.scores[0].argmax())
         # ... and sampling comes back after it.
         again = engine.collect(train_specs(0, 2, 2, seed=0))
@@ -101,8 +122,9 @@ def test_an_episode_that_spans_an_update_is_kept_with_each_steps_version(tmp_pat
     from agent_memory.train.samples import build_samples, is_stale
 
     # FrozenLake: episodes of different lengths, so some are in flight when the first ends.
-    job = make_job("agent_memory/FrozenLake-v0", policy="score", groups=3, size=3, workers=1,
-                   envs=3)  # fmt: skip
+    job = make_job(
+        "agent_memory/FrozenLake-v0", policy="score", groups=3, size=3, workers=1, envs=3
+    )
     job.env.max_steps = 10
     model, _, policy = _score_policy(job, tmp_path)
     engine = RolloutEngine(job, policy, model)
@@ -135,11 +157,21 @@ def test_pretraining_an_env_whose_words_cannot_make_its_documents_names_the_over
     from agent_memory.config import ConfigError
 
     job = make_job("agent_memory/Recall-v0", policy="score", groups=1, size=1, workers=1, envs=1)
-    tiny = TinyModelConfig(hidden=16, layers=1, heads=2, context=256, vocab_episodes=2,
-                           pretrain_steps=1, pretrain_max_facts=100_000)  # fmt: skip
-    with pytest.raises(ConfigError, match=re.escape(
-        "trainer.tiny.pretrain_steps=1: pretraining needs a lower-case vocabulary with the words "
-        "['the', 'is', '.'] and at least max_facts=100000 others: missing []"
-    )) as raised:  # fmt: skip
+    tiny = TinyModelConfig(
+        hidden=16,
+        layers=1,
+        heads=2,
+        context=256,
+        vocab_episodes=2,
+        pretrain_steps=1,
+        pretrain_max_facts=100_000,
+    )
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "trainer.tiny.pretrain_steps=1: pretraining needs a lower-case vocabulary with the words "
+            "['the', 'is', '.'] and at least max_facts=100000 others: missing []"
+        ),
+    ) as raised:
         build_tiny_for_env(job, tiny, tmp_path / "m", seed=0)
     assert str(raised.value).endswith("or pass trainer.tiny.pretrain_steps=0")

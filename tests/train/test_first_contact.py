@@ -21,9 +21,12 @@ REPO = Path(__file__).resolve().parents[2]
 
 def _train(*args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "scripts/train.py", *args], cwd=REPO, capture_output=True, text=True,
+        [sys.executable, "scripts/train.py", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
         timeout=timeout,
-    )  # fmt: skip
+    )
 
 
 def test_a_model_path_that_is_no_model_is_a_one_line_config_error(tmp_path):
@@ -153,8 +156,11 @@ def test_a_checkpoint_holding_pickled_objects_is_refused_without_running_them(tm
 
     marker = tmp_path / "ran"
     torch.save({"state": {}, "rng": _Planted(str(marker))}, tmp_path / STATE_FILE)
-    with pytest.raises(ValueError, match=re.escape(
-        f"{tmp_path / STATE_FILE} holds more than tensors and plain values, so it is not loaded"
-    )):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            f"{tmp_path / STATE_FILE} holds more than tensors and plain values, so it is not loaded"
+        ),
+    ):
         load_checkpoint(tmp_path, optimizer=None, shuffler=None)
     assert not marker.exists()

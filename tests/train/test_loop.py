@@ -20,9 +20,18 @@ def small_job(**trainer) -> TrainConfig:
     defaults = dict(
         model="tiny",
         tiny=TinyModelConfig(hidden=16, layers=1, heads=2, context=256, vocab_episodes=8),
-        iterations=4, lr=1e-2, anneal_lr=True, epochs=2, minibatch_size=2, eval_every=2, eval_episodes=4,
-        save_every=2, logger=["csv"], progress=False, device="cpu",
-    )  # fmt: skip
+        iterations=4,
+        lr=1e-2,
+        anneal_lr=True,
+        epochs=2,
+        minibatch_size=2,
+        eval_every=2,
+        eval_episodes=4,
+        save_every=2,
+        logger=["csv"],
+        progress=False,
+        device="cpu",
+    )
     algo = trainer.pop("algo", "grpo")
     policy = trainer.pop("policy", "score")
     params = trainer.pop("policy_params", {})
@@ -98,26 +107,47 @@ def test_a_time_limit_stops_after_the_iteration_it_passes_in_and_saves_it(ray_se
 
 
 def test_a_time_limit_is_a_positive_number_or_null():
-    with pytest.raises(ValueError, match=re.escape(
-        "trainer.max_minutes must be null (no limit) or a number > 0, got 0: pass e.g. "
-        "trainer.max_minutes=20"
-    )):  # fmt: skip
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "trainer.max_minutes must be null (no limit) or a number > 0, got 0: pass e.g. "
+            "trainer.max_minutes=20"
+        ),
+    ):
         small_job(max_minutes=0)
 
 
 def test_every_metric_is_logged_and_ppo_trains_a_value_head(ray_session, tmp_path):
-    job = small_job(algo="ppo", iterations=2, kl_coef=0.1, entropy_coef=0.01,
-                    logger=["csv", "tensorboard", "wandb"])  # fmt: skip
+    job = small_job(
+        algo="ppo",
+        iterations=2,
+        kl_coef=0.1,
+        entropy_coef=0.01,
+        logger=["csv", "tensorboard", "wandb"],
+    )
     job.algo = dataclasses.replace(job.algo, gamma=0.9, lam=0.9)
     train(job, tmp_path)
     rows = read_metrics(tmp_path / "metrics.csv")
     last = rows[-1]
     for key in (
-        "train/success", "train/return", "train/episode_length", "train/valid_action_ratio",
-        "eval/success", "loss/policy", "loss/value", "kl/reference", "entropy", "clip_fraction",
-        "grad_norm", "tokens/prompt", "tokens/response", "speed/env_steps_per_s",
-        "time/rollout_s", "time/update_s", "time/weight_sync_s",
-    ):  # fmt: skip
+        "train/success",
+        "train/return",
+        "train/episode_length",
+        "train/valid_action_ratio",
+        "eval/success",
+        "loss/policy",
+        "loss/value",
+        "kl/reference",
+        "entropy",
+        "clip_fraction",
+        "grad_norm",
+        "tokens/prompt",
+        "tokens/response",
+        "speed/env_steps_per_s",
+        "time/rollout_s",
+        "time/update_s",
+        "time/weight_sync_s",
+    ):
         assert key in last, key
     assert last["loss/value"] > 0 and last["kl/reference"] >= 0
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
@@ -129,8 +159,13 @@ def test_every_metric_is_logged_and_ppo_trains_a_value_head(ray_session, tmp_pat
 
 
 def test_generate_mode_trains_on_sampled_tokens(ray_session, tmp_path):
-    job = small_job(algo="gigpo", policy="hf", iterations=1, eval_every=1,
-                    policy_params={"max_new_tokens": 4, "temperature": 1.0})  # fmt: skip
+    job = small_job(
+        algo="gigpo",
+        policy="hf",
+        iterations=1,
+        eval_every=1,
+        policy_params={"max_new_tokens": 4, "temperature": 1.0},
+    )
     job.env.parser = dataclasses.replace(job.env.parser, tag=None)
     summary = train(job, tmp_path)
     assert summary["status"] == "ok" and summary["action_mode"] == "generate"
@@ -164,10 +199,13 @@ def test_a_device_this_machine_lacks_is_a_config_error():
 
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    with pytest.raises(ConfigError, match=re.escape(
-        "trainer.device='cuda': this machine has no such device (CUDA devices: 0); pass "
-        "trainer.device=auto or trainer.device=cpu"
-    )):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "trainer.device='cuda': this machine has no such device (CUDA devices: 0); pass "
+            "trainer.device=auto or trainer.device=cpu"
+        ),
+    ):
         pick_device("cuda", "auto")
 
 

@@ -26,11 +26,33 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def _traj(mask):
-    gen = Generation("<memory>w1</memory>w2", prompt_ids=[5, 6], response_ids=[7, 8, 9],
-                     response_logprobs=[-0.1, -0.2, -0.3], sampling=SamplingParams(temperature=1.0),
-                     response_offsets=[0, 8, 19])  # fmt: skip
-    step = StepRecord(1, "p", gen.text, "w2", True, None, 1.0, True, False, 2, 1, 0, None,
-                      generation=gen, memory_mask=mask, advantage=1.0, ret=1.0)  # fmt: skip
+    gen = Generation(
+        "<memory>w1</memory>w2",
+        prompt_ids=[5, 6],
+        response_ids=[7, 8, 9],
+        response_logprobs=[-0.1, -0.2, -0.3],
+        sampling=SamplingParams(temperature=1.0),
+        response_offsets=[0, 8, 19],
+    )
+    step = StepRecord(
+        1,
+        "p",
+        gen.text,
+        "w2",
+        True,
+        None,
+        1.0,
+        True,
+        False,
+        2,
+        1,
+        0,
+        None,
+        generation=gen,
+        memory_mask=mask,
+        advantage=1.0,
+        ret=1.0,
+    )
     return Trajectory(EpisodeSpec("g0", "g0-t0", 0, 0, 1), [step])
 
 
@@ -60,10 +82,13 @@ def test_switched_off_with_a_memory_the_policy_does_not_write_is_a_config_error(
     with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
         cfg = compose(config_name="train", overrides=["trainer.train_memory_tokens=false"])
         notes = compose(config_name="train_notes", overrides=["trainer.train_memory_tokens=false"])
-    with pytest.raises(ConfigError, match=re.escape(
-        "but memory=window takes nothing from the policy: pass memory=notes (or "
-        "memory=compaction memory.params.summarizer=policy), or trainer.train_memory_tokens=true"
-    )):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "but memory=window takes nothing from the policy: pass memory=notes (or "
+            "memory=compaction memory.params.summarizer=policy), or trainer.train_memory_tokens=true"
+        ),
+    ):
         load_train(cfg)
     assert not load_train(notes).trainer.train_memory_tokens
 
@@ -72,12 +97,32 @@ def test_score_mode_trains_the_memory_choice_unless_switched_off():
     from agent_memory.protocol import ActionChoice
 
     memory = ActionChoice(((4, 3), (5, 6, 3)), index=1, logprob=-0.4, score="mean")
-    gen = Generation("<memory>w</memory>blue", prompt_ids=[5, 6], response_ids=[9, 3],
-                     response_logprobs=[-0.1, -0.2],
-                     choice=ActionChoice(((8, 3), (9, 3)), index=1, logprob=-0.7),
-                     memory_choice=memory)  # fmt: skip
-    step = StepRecord(1, "q", gen.text, "blue", True, None, 1.0, True, False, 2, 4, 0, None,
-                      generation=gen, advantage=0.5, ret=1.0)  # fmt: skip
+    gen = Generation(
+        "<memory>w</memory>blue",
+        prompt_ids=[5, 6],
+        response_ids=[9, 3],
+        response_logprobs=[-0.1, -0.2],
+        choice=ActionChoice(((8, 3), (9, 3)), index=1, logprob=-0.7),
+        memory_choice=memory,
+    )
+    step = StepRecord(
+        1,
+        "q",
+        gen.text,
+        "blue",
+        True,
+        None,
+        1.0,
+        True,
+        False,
+        2,
+        4,
+        0,
+        None,
+        generation=gen,
+        advantage=0.5,
+        ret=1.0,
+    )
     traj = Trajectory(EpisodeSpec("g0", "g0-t0", 0, 0, 7), [step])
     action, block = build_samples([traj], "score")
     assert (block.candidates, block.index, block.old_logprobs) == (memory.candidate_ids, 1, [-0.4])
@@ -96,8 +141,13 @@ def test_hf_policy_trains_with_notes_without_their_tokens(ray_session, tmp_path)
     # The switch's other side is the default (every other hf training test); the masks
     # themselves are checked above.
     train_memory_tokens = False
-    job = small_job(policy="hf", iterations=1, eval_every=0, save_every=0,
-                    policy_params={"max_new_tokens": 6, "temperature": 1.0})  # fmt: skip
+    job = small_job(
+        policy="hf",
+        iterations=1,
+        eval_every=0,
+        save_every=0,
+        policy_params={"max_new_tokens": 6, "temperature": 1.0},
+    )
     job.env.parser = dataclasses.replace(job.env.parser, tag=None)
     job.memory = MemoryConfig(strategy="notes")
     job.trainer.train_memory_tokens = train_memory_tokens
@@ -111,8 +161,15 @@ def test_rollout_rows_mark_the_tokens_of_the_memory_block(ray_session, tmp_path)
     from tests.rollout.conftest import make_job
 
     path = build_tiny_lm(tmp_path / "lm", ["next", "memory", "<", ">", "/", "blue"])
-    job = make_job("agent_memory/Recall-v0", policy="hf", groups=2, size=1, workers=1, envs=2,
-                   num_distractors=1)  # fmt: skip
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="hf",
+        groups=2,
+        size=1,
+        workers=1,
+        envs=2,
+        num_distractors=1,
+    )
     job.policy.params = {"path": str(path), "max_new_tokens": 8, "temperature": 1.0, "seed": 0}
     job.memory = MemoryConfig(strategy="notes")
     run_rollout(job, tmp_path / "out")
@@ -133,16 +190,22 @@ def test_memory_turns_are_samples_unless_switched_off():
     on = build_samples([traj], "generate")
     assert len(on) == 2 and on[1].advantage == turn.advantage  # the loss like any action's
     [action] = build_samples([dataclasses.replace(traj, steps=traj.steps[:1])], "generate")
-    off = build_samples([dataclasses.replace(traj, steps=[turn])], "generate",
-                        train_memory_tokens=False)  # fmt: skip
+    off = build_samples(
+        [dataclasses.replace(traj, steps=[turn])], "generate", train_memory_tokens=False
+    )
     assert off == [] and action == on[0]
 
 
 def test_hf_policy_trains_with_policy_written_summaries(ray_session, tmp_path):
     # Trained (the ablation's samples: test_memory_turns_are_samples_unless_switched_off).
     train_memory_tokens = True
-    job = small_job(policy="hf", iterations=1, eval_every=0, save_every=0,
-                    policy_params={"max_new_tokens": 4, "temperature": 1.0})  # fmt: skip
+    job = small_job(
+        policy="hf",
+        iterations=1,
+        eval_every=0,
+        save_every=0,
+        policy_params={"max_new_tokens": 4, "temperature": 1.0},
+    )
     job.env.kwargs["num_distractors"] = 3
     job.memory = MemoryConfig(
         strategy="compaction",
@@ -158,10 +221,13 @@ def test_hf_policy_trains_with_policy_written_summaries(ray_session, tmp_path):
 def test_the_score_policy_cannot_write_a_summary():
     from agent_memory.config import ConfigError
 
-    with pytest.raises(ConfigError, match=re.escape(
-        "memory.params.summarizer=policy has the acting policy write the summary as free text, "
-        "but policy=score only chooses among the env's admissible actions: pass policy=hf"
-    )):  # fmt: skip
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            "memory.params.summarizer=policy has the acting policy write the summary as free text, "
+            "but policy=score only chooses among the env's admissible actions: pass policy=hf"
+        ),
+    ):
         dataclasses.replace(
             small_job(), memory=MemoryConfig(strategy="compaction", params={"summarizer": "policy"})
         )

@@ -22,8 +22,7 @@ def _trajectory():
     from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
 
     gen = Generation("a", prompt_ids=[1, 2], response_ids=[3])
-    step = StepRecord(1, "p", "r", "r", True, None, 1.0, True, False, 2, 4, 0, None,
-                      generation=gen)  # fmt: skip
+    step = StepRecord(1, "p", "r", "r", True, None, 1.0, True, False, 2, 4, 0, None, generation=gen)
     return Trajectory(EpisodeSpec("g", "g-t0", 0, 0, 0), [step])
 
 

@@ -15,8 +15,9 @@ from agent_memory.train import COLUMNS, MetricsLogger, build_samples, find_check
 
 
 def _step(n, reward, gen, terminated=False):
-    return StepRecord(n, "p", "r", "r", True, None, reward, terminated, False, 2, 4, 0, None,
-                      generation=gen)  # fmt: skip
+    return StepRecord(
+        n, "p", "r", "r", True, None, reward, terminated, False, 2, 4, 0, None, generation=gen
+    )
 
 
 def test_metrics_csv_keeps_every_column_and_skips_non_finite(tmp_path):
@@ -28,8 +29,9 @@ def test_metrics_csv_keeps_every_column_and_skips_non_finite(tmp_path):
     header = (tmp_path / "metrics.csv").read_text().splitlines()[0].split(",")
     assert tuple(header) == COLUMNS
     assert read_metrics(tmp_path / "metrics.csv") == [
-        {"iteration": 1.0, "train/success": 0.5}, {"iteration": 2.0, "eval/success": 1.0},
-    ]  # fmt: skip
+        {"iteration": 1.0, "train/success": 0.5},
+        {"iteration": 2.0, "eval/success": 1.0},
+    ]
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     events = EventAccumulator(str(tmp_path / "tensorboard"))
@@ -51,8 +53,12 @@ def test_find_checkpoint_names_what_it_looked_for(tmp_path):
 def test_samples_come_from_recorded_ids_only():
     choice = ActionChoice(((7, 3), (8, 3)), index=0, logprob=-0.4, temperature=0.5)
     scored = Generation("a", prompt_ids=[1, 2], response_ids=[7, 3], choice=choice)
-    forced = Generation("n", prompt_ids=[1], response_ids=[9, 3],
-                        choice=ActionChoice(((9, 3),), index=0, logprob=0.0))  # fmt: skip
+    forced = Generation(
+        "n",
+        prompt_ids=[1],
+        response_ids=[9, 3],
+        choice=ActionChoice(((9, 3),), index=0, logprob=0.0),
+    )
     traj = Trajectory(
         EpisodeSpec("g", "g-t0", 0, 0, 0), [_step(1, 0.0, forced), _step(2, 1.0, scored, True)]
     )

@@ -14,14 +14,21 @@ from agent_memory.train.samples import Sample  # noqa: E402
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
 def test_token_logprobs_recomputed_at_the_sampling_temperature(tiny_lm, temperature):
     model, tokenizer = tiny_lm
-    policy = HFPolicy(model=model, tokenizer=tokenizer, temperature=temperature, seed=0,
-                      max_new_tokens=6)  # fmt: skip
+    policy = HFPolicy(
+        model=model, tokenizer=tokenizer, temperature=temperature, seed=0, max_new_tokens=6
+    )
     gens = policy.generate(["w1 w2 w3", "w4", "w5 w6"])
     samples = [
-        Sample(tuple(g.prompt_ids), tuple(g.response_ids), list(g.response_logprobs), 1.0, 0.0,
-               g.sampling.temperature)
+        Sample(
+            tuple(g.prompt_ids),
+            tuple(g.response_ids),
+            list(g.response_logprobs),
+            1.0,
+            0.0,
+            g.sampling.temperature,
+        )
         for g in gens
-    ]  # fmt: skip
+    ]
     with torch.no_grad():
         fw = forward(model, samples, "generate", pad_id=tokenizer.pad_token_id)
     for i, g in enumerate(gens):

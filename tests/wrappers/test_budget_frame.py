@@ -64,9 +64,13 @@ def test_a_non_additive_tokenizer_gets_the_longest_window_that_fits_in_few_fetch
     )
     memory = CountingMemory(n, token_counter=_not_additive)
     env = VectorHistoryWrapper(
-        venv, history_length=-1, memory=memory, parser=ActionParser(),
-        token_counter=_not_additive, max_prompt_tokens=budget,
-    )  # fmt: skip
+        venv,
+        history_length=-1,
+        memory=memory,
+        parser=ActionParser(),
+        token_counter=_not_additive,
+        max_prompt_tokens=budget,
+    )
     env.reset(seed=0)
     parts = env._parts
     searched = 0
@@ -80,11 +84,17 @@ def test_a_non_additive_tokenizer_gets_the_longest_window_that_fits_in_few_fetch
             # Every window, built without a budget: the longest that fits is the one shown.
             tokens = [
                 PromptBuilder(
-                    memory, parts.recorder.state, template=parts.options.prompt_template,
-                    counter=env.token_counter, history_length=k, max_prompt_tokens=None,
-                ).build([i]).context_tokens[0]
+                    memory,
+                    parts.recorder.state,
+                    template=parts.options.prompt_template,
+                    counter=env.token_counter,
+                    history_length=k,
+                    max_prompt_tokens=None,
+                )
+                .build([i])
+                .context_tokens[0]
                 for k in range(t + 2)
-            ]  # fmt: skip
+            ]
             best = max(k for k, c in enumerate(tokens) if c <= budget)
             assert info["history_steps"][i] == best, f"step {t} env {i}"
             assert info["context_tokens"][i] == tokens[best] <= budget

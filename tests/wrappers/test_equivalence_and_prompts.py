@@ -13,9 +13,13 @@ from agent_memory.prompts import PromptTemplate
 from agent_memory.wrappers import HistoryWrapper, VectorHistoryWrapper
 
 RESPONSES = [
-    "<action>up</action>", "<think>push</think><action>left</action>", "no tag",
-    "<action>down</action>", "<action>right</action>", "<action>jump</action>",
-]  # fmt: skip
+    "<action>up</action>",
+    "<think>push</think><action>left</action>",
+    "no tag",
+    "<action>down</action>",
+    "<action>right</action>",
+    "<action>jump</action>",
+]
 
 
 @pytest.mark.parametrize("formatter", ["simple", "chat"])
@@ -70,8 +74,10 @@ def test_prompts_use_no_history_template_on_first_step_and_after_reset():
     assert (info["context_tokens"] == [-(-len(p) // 4) for p in prompts]).all()  # the estimate
     zero = VectorHistoryWrapper(
         gym.make_vec("agent_memory/Recall-v0", num_envs=1, vectorization_mode="sync"),
-        history_length=0, template=template, parser=ActionParser(),
-    )  # fmt: skip
+        history_length=0,
+        template=template,
+        parser=ActionParser(),
+    )
     zero.reset(seed=0)
     assert zero.step(["<action>next</action>"])[0][0].startswith("NO-HISTORY")
 
@@ -181,10 +187,12 @@ def test_chat_prompts_are_message_lists():
 
 def test_make_vec_wrappers_async_and_bounded():
     venv = gym.make_vec(
-        "agent_memory/Sokoban-v0", num_envs=2, vectorization_mode="async",
+        "agent_memory/Sokoban-v0",
+        num_envs=2,
+        vectorization_mode="async",
         vector_kwargs={"shared_memory": False, "autoreset_mode": AutoresetMode.SAME_STEP},
         wrappers=[lambda e: gym.wrappers.TimeLimit(e, max_episode_steps=3)],
-    )  # fmt: skip
+    )
     env = VectorHistoryWrapper(venv, history_length=2, bounded=True, parser=ActionParser())
     env.reset(seed=0)
     handed = []

@@ -61,9 +61,12 @@ def _vector(tmp_path, memory: str, n: int = 2) -> VectorHistoryWrapper:
     mem = None
     if memory == "episodic":  # agent mode: its intercept sees every response first
         mem = make_memory(
-            "episodic", num_envs=n, path=str(tmp_path / "episodic.sqlite"), control="agent",
+            "episodic",
+            num_envs=n,
+            path=str(tmp_path / "episodic.sqlite"),
+            control="agent",
             retention="single_run",
-        )  # fmt: skip
+        )
     return VectorHistoryWrapper(venv, history_length=3, memory=mem, parser=ActionParser())
 
 
@@ -121,9 +124,12 @@ def test_memory_actions_within_max_chars_still_reach_the_memory(tmp_path):
 
 def test_single_env_wrapper_takes_the_same_paths(tmp_path):
     mem = make_memory(
-        "episodic", num_envs=1, path=str(tmp_path / "e.sqlite"), control="agent",
+        "episodic",
+        num_envs=1,
+        path=str(tmp_path / "e.sqlite"),
+        control="agent",
         retention="single_run",
-    )  # fmt: skip
+    )
     env = HistoryWrapper(
         gym.make("agent_memory/Recall-v0"), history_length=3, memory=mem, parser=ActionParser()
     )
@@ -180,9 +186,12 @@ def test_the_linear_intercept_scan_keeps_a_megabyte_of_open_tags_cheap(tmp_path)
     # linear scan: counted here in characters read, not in seconds (scripts/bench_hostile.py
     # times episodic.intercept on open_record at 1 MB against 1 KB).
     mem = make_memory(
-        "episodic", num_envs=1, path=str(tmp_path / "e.sqlite"), control="agent",
+        "episodic",
+        num_envs=1,
+        path=str(tmp_path / "e.sqlite"),
+        control="agent",
         retention="single_run",
-    )  # fmt: skip
+    )
     mem.start_episodes([0], ["Recall."], ["start"])
     unclosed = _CountingText(_repeat("<record>", 200_000) + "</re")
     assert mem.intercept(0, unclosed) is None
@@ -199,9 +208,12 @@ def test_the_linear_intercept_scan_keeps_a_megabyte_of_open_tags_cheap(tmp_path)
 
 def test_intercept_answers_at_most_max_tags_per_response(tmp_path):
     mem = make_memory(
-        "episodic", num_envs=1, path=str(tmp_path / "e.sqlite"), control="agent",
+        "episodic",
+        num_envs=1,
+        path=str(tmp_path / "e.sqlite"),
+        control="agent",
         retention="single_run",
-    )  # fmt: skip
+    )
     mem.start_episodes([0], ["Recall."], ["start"])
     reply = mem.intercept(0, "".join(f"<record>note {k}</record>" for k in range(50)))
     assert reply.count("recorded note") == type(mem).MAX_TAGS_PER_RESPONSE == 8

@@ -48,15 +48,21 @@ def _pair(tmp_path, memory: str, **settings):
     def mem(name):
         if memory == "episodic":  # agent mode: <record> is a memory action
             return make_memory(
-                "episodic", num_envs=1, path=str(tmp_path / f"{name}.sqlite"), control="agent",
+                "episodic",
+                num_envs=1,
+                path=str(tmp_path / f"{name}.sqlite"),
+                control="agent",
                 retention="single_run",
-            )  # fmt: skip
+            )
         return make_memory(memory, num_envs=1)
 
     venv = gym.make_vec(
-        "agent_memory/Recall-v0", num_envs=1, vectorization_mode="sync", num_distractors=1,
+        "agent_memory/Recall-v0",
+        num_envs=1,
+        vectorization_mode="sync",
+        num_distractors=1,
         vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
-    )  # fmt: skip
+    )
     kwargs = dict(history_length=3, parser=ActionParser(invalid_penalty=-0.25), **settings)
     vec = VectorHistoryWrapper(venv, memory=mem("vec"), **kwargs)
     single = HistoryWrapper(
@@ -90,8 +96,10 @@ def test_vector_over_one_env_and_single_wrapper_run_the_same_flow(tmp_path, memo
             if "episode_history" in sinfo:
                 assert sinfo["episode_history"]["records"], where
                 break
-    saved = [json.loads(w.save_session(tmp_path / f"{k}.json").read_text()) for k, w in
-             enumerate((vec, single))]  # fmt: skip
+    saved = [
+        json.loads(w.save_session(tmp_path / f"{k}.json").read_text())
+        for k, w in enumerate((vec, single))
+    ]
     if memory == "episodic":  # its state names its own database file and run
         saved = [{k: v for k, v in s.items() if k != "memory"} for s in saved]
     assert saved[0] == saved[1]

@@ -24,13 +24,19 @@ RESPONSES = [
 
 def _wrapper(formatter: str, n: int = 2, max_chars: int = 20_000) -> VectorHistoryWrapper:
     venv = gym.make_vec(
-        "agent_memory/Recall-v0", num_envs=n, vectorization_mode="sync", num_distractors=4,
+        "agent_memory/Recall-v0",
+        num_envs=n,
+        vectorization_mode="sync",
+        num_distractors=4,
         vector_kwargs={"autoreset_mode": AutoresetMode.DISABLED},
-    )  # fmt: skip
+    )
     return VectorHistoryWrapper(
-        venv, history_length=-1, formatter=formatter, parser=ActionParser(max_chars=max_chars),
+        venv,
+        history_length=-1,
+        formatter=formatter,
+        parser=ActionParser(max_chars=max_chars),
         template=PromptTemplate(system="You play a memory game: {task}"),
-    )  # fmt: skip
+    )
 
 
 def test_a_transcript_chat_is_append_only():

@@ -39,19 +39,60 @@ STATUSES = ("delivered", "cancelled", "returned")
 
 _SEED = 20240607
 _FIRST = (
-    "Ada", "Bram", "Cleo", "Dario", "Esme", "Felix", "Greta", "Hugo", "Ines", "Jonah", "Kira",
-    "Lars", "Mira", "Nico", "Olga", "Pavel", "Quinn", "Rosa", "Silas", "Tova", "Ugo", "Vera",
-    "Wren", "Xavi", "Yara", "Zane",
-)  # fmt: skip
+    "Ada",
+    "Bram",
+    "Cleo",
+    "Dario",
+    "Esme",
+    "Felix",
+    "Greta",
+    "Hugo",
+    "Ines",
+    "Jonah",
+    "Kira",
+    "Lars",
+    "Mira",
+    "Nico",
+    "Olga",
+    "Pavel",
+    "Quinn",
+    "Rosa",
+    "Silas",
+    "Tova",
+    "Ugo",
+    "Vera",
+    "Wren",
+    "Xavi",
+    "Yara",
+    "Zane",
+)
 _LAST = (
-    "Ashdown", "Brightwater", "Copperfield", "Dunmore", "Eastbrook", "Fairweather", "Greywood",
-    "Hollins", "Ironside", "Juniper", "Kettleby", "Larkspur", "Merriweather", "Northcott",
+    "Ashdown",
+    "Brightwater",
+    "Copperfield",
+    "Dunmore",
+    "Eastbrook",
+    "Fairweather",
+    "Greywood",
+    "Hollins",
+    "Ironside",
+    "Juniper",
+    "Kettleby",
+    "Larkspur",
+    "Merriweather",
+    "Northcott",
     "Oakhart",
-)  # fmt: skip
+)
 _CITIES = (
-    "Avonmere", "Brackenford", "Coldharbour", "Dunmarsh", "Elderglen", "Fernhollow", "Greystone",
+    "Avonmere",
+    "Brackenford",
+    "Coldharbour",
+    "Dunmarsh",
+    "Elderglen",
+    "Fernhollow",
+    "Greystone",
     "Highmoor",
-)  # fmt: skip
+)
 _CATEGORIES = {
     "books": ("Atlas", "Almanac", "Cookbook", "Field Guide", "Novel", "Poetry Reader"),
     "electronics": ("Desk Lamp", "Speaker", "Charger", "Headphones", "Clock Radio", "Keyboard"),
@@ -83,10 +124,14 @@ def _generate(seed: int) -> dict:
     for category, nouns in _CATEGORIES.items():
         adjectives = rng.sample(_ADJECTIVES, len(nouns))
         for adjective, noun in zip(adjectives, nouns, strict=True):
-            products.append({
-                "id": len(products) + 1, "name": f"{adjective} {noun}", "category": category,
-                "price_cents": rng.randint(3, 150) * 100 - rng.choice((1, 5, 51)),
-            })  # fmt: skip
+            products.append(
+                {
+                    "id": len(products) + 1,
+                    "name": f"{adjective} {noun}",
+                    "category": category,
+                    "price_cents": rng.randint(3, 150) * 100 - rng.choice((1, 5, 51)),
+                }
+            )
     # Skewed customer weights so that "the customer with the most orders" is usually unique.
     weights = [rng.random() ** 2 + 0.05 for _ in customers]
     start = _dt.date(2022, 1, 1).toordinal()
@@ -100,11 +145,15 @@ def _generate(seed: int) -> dict:
             {"product_id": pid, "quantity": rng.randint(1, 3), "unit_price_cents": price}
             for pid, price in sorted((p["id"], p["price_cents"]) for p in chosen)
         ]
-        orders.append({
-            "id": 1001 + n, "customer_id": customer["id"],
-            "date": _dt.date.fromordinal(start + day).isoformat(),
-            "status": rng.choices(STATUSES, (80, 12, 8))[0], "items": items,
-        })  # fmt: skip
+        orders.append(
+            {
+                "id": 1001 + n,
+                "customer_id": customer["id"],
+                "date": _dt.date.fromordinal(start + day).isoformat(),
+                "status": rng.choices(STATUSES, (80, 12, 8))[0],
+                "items": items,
+            }
+        )
     return {"customers": customers, "products": products, "orders": orders}
 
 
@@ -178,9 +227,11 @@ def get_product(product_id: int) -> dict:
 
 
 def list_orders(
-    customer_id: int | None = None, year: int | None = None, status: str | None = None,
+    customer_id: int | None = None,
+    year: int | None = None,
+    status: str | None = None,
     page: int = 0,
-) -> dict:  # fmt: skip
+) -> dict:
     """One page of order summaries, filtered; returns {orders, page, next_page, total}.
 
     Each summary is {id, customer_id, date ("YYYY-MM-DD"), status} — no items or total: call

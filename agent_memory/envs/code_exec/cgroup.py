@@ -180,15 +180,22 @@ def _create_v2(mounts: list, own: dict, memory_bytes: int, tasks: int) -> Cgroup
             continue
         available = _read(os.path.join(base, "cgroup.controllers")).split()
         if not {"memory", "pids"} <= set(available):
-            raise OSError(f"the unified hierarchy has no memory and pids controllers here "
-                          f"(only {' '.join(available) or 'none'})")  # fmt: skip
+            raise OSError(
+                f"the unified hierarchy has no memory and pids controllers here "
+                f"(only {' '.join(available) or 'none'})"
+            )
         enabled = _read(os.path.join(base, "cgroup.subtree_control")).split()
         if not {"memory", "pids"} <= set(enabled):
             _write(os.path.join(base, "cgroup.subtree_control"), "+memory +pids")
-        path = _make(base, [
-            ("memory.max", str(memory_bytes), True), ("memory.swap.max", "0", False),
-            ("memory.oom.group", "1", False), ("pids.max", str(tasks), True),
-        ])  # fmt: skip
+        path = _make(
+            base,
+            [
+                ("memory.max", str(memory_bytes), True),
+                ("memory.swap.max", "0", False),
+                ("memory.oom.group", "1", False),
+                ("pids.max", str(tasks), True),
+            ],
+        )
         mib = memory_bytes // 2**20
         desc = f"on (cgroup v2 {path}: memory {mib} MiB, {tasks} tasks in total)"
         return Cgroup([path], desc, version=2)
@@ -199,10 +206,15 @@ def _create_v1(mounts: list, own: dict, memory_bytes: int, tasks: int) -> Cgroup
     dirs: list[str] = []
     try:
         for controller, settings in (
-            ("memory", [("memory.limit_in_bytes", str(memory_bytes), True),
-                        ("memory.memsw.limit_in_bytes", str(memory_bytes), False)]),
+            (
+                "memory",
+                [
+                    ("memory.limit_in_bytes", str(memory_bytes), True),
+                    ("memory.memsw.limit_in_bytes", str(memory_bytes), False),
+                ],
+            ),
             ("pids", [("pids.max", str(tasks), True)]),
-        ):  # fmt: skip
+        ):
             bases = [
                 _join(point, root, own[controller])
                 for fstype, root, point, options in mounts

@@ -219,11 +219,19 @@ class CodeEnv(TextEnv):
     tasks: ClassVar[tuple[Task, ...]] = TASKS
 
     def __init__(
-        self, render_mode: Literal["ansi"] | None = None, *, max_obs_chars: int = 4000,
-        timeout_s: float = 10.0, cpu_limit_s: int = 60, memory_limit_mb: int = 512,
-        max_file_size_mb: int = 16, max_disk_mb: int = 64, max_action_chars: int = 16000,
-        landlock: bool = True, isolate_network: bool = True,
-    ) -> None:  # fmt: skip
+        self,
+        render_mode: Literal["ansi"] | None = None,
+        *,
+        max_obs_chars: int = 4000,
+        timeout_s: float = 10.0,
+        cpu_limit_s: int = 60,
+        memory_limit_mb: int = 512,
+        max_file_size_mb: int = 16,
+        max_disk_mb: int = 64,
+        max_action_chars: int = 16000,
+        landlock: bool = True,
+        isolate_network: bool = True,
+    ) -> None:
         super().__init__(render_mode)
         check_int("max_obs_chars", max_obs_chars, 200)
         check_int("cpu_limit_s", cpu_limit_s, 1)
@@ -234,9 +242,13 @@ class CodeEnv(TextEnv):
         checks.check_number("timeout_s", timeout_s, low=0, low_open=True)
         self.max_obs_chars = max_obs_chars
         self.limits = SandboxLimits(
-            timeout_s=float(timeout_s), cpu_s=cpu_limit_s, memory_mb=memory_limit_mb,
-            file_size_mb=max_file_size_mb, disk_mb=max_disk_mb, output_chars=max_obs_chars,
-        )  # fmt: skip
+            timeout_s=float(timeout_s),
+            cpu_s=cpu_limit_s,
+            memory_mb=memory_limit_mb,
+            file_size_mb=max_file_size_mb,
+            disk_mb=max_disk_mb,
+            output_chars=max_obs_chars,
+        )
         self._landlock = landlock
         self._isolate_network = isolate_network
         self._intro = self._instructions()
@@ -287,9 +299,12 @@ class CodeEnv(TextEnv):
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         return {
-            TASK: self._task.question, WON: self._won, STATE_KEY: self._state_key(),
-            "task_id": self._task.id, **extra,
-        }  # fmt: skip
+            TASK: self._task.question,
+            WON: self._won,
+            STATE_KEY: self._state_key(),
+            "task_id": self._task.id,
+            **extra,
+        }
 
     # --- gym API ---------------------------------------------------------------------------------
 

@@ -141,9 +141,12 @@ def parse_result(msg: dict, seq: int, cap: int) -> RunResult | None:
     if clean is None:
         return None
     return RunResult(
-        status=clean["status"], head=clean["head"], tail=clean["tail"], omitted=clean["omitted"],
+        status=clean["status"],
+        head=clean["head"],
+        tail=clean["tail"],
+        omitted=clean["omitted"],
         names=tuple((name, kind) for name, kind in clean["names"]),
-    )  # fmt: skip
+    )
 
 
 class _Timeout(Exception):
@@ -218,16 +221,27 @@ class Sandbox:
     """
 
     def __init__(
-        self, limits: SandboxLimits | None = None, *, landlock: bool = True,
-        isolate_network: bool = True, seccomp: bool = True, drop_privileges: bool = True,
-        cgroup: bool = True, private_fs: bool = True, preload: dict[str, str] | None = None,
-        uid_base: int = DEFAULT_UID_BASE, require: Collection[str] = (),
-    ) -> None:  # fmt: skip
+        self,
+        limits: SandboxLimits | None = None,
+        *,
+        landlock: bool = True,
+        isolate_network: bool = True,
+        seccomp: bool = True,
+        drop_privileges: bool = True,
+        cgroup: bool = True,
+        private_fs: bool = True,
+        preload: dict[str, str] | None = None,
+        uid_base: int = DEFAULT_UID_BASE,
+        require: Collection[str] = (),
+    ) -> None:
         self.limits = limits or SandboxLimits()
         self._switches = {
-            "landlock": landlock, "isolate_network": isolate_network, "seccomp": seccomp,
-            "drop_privileges": drop_privileges, "private_fs": private_fs,
-        }  # fmt: skip
+            "landlock": landlock,
+            "isolate_network": isolate_network,
+            "seccomp": seccomp,
+            "drop_privileges": drop_privileges,
+            "private_fs": private_fs,
+        }
         self._preload = {"api": _API_MODULE} if preload is None else dict(preload)
         self._uid_base = uid_base
         self._require = tuple(require)
@@ -294,9 +308,14 @@ class Sandbox:
         try:
             proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", CHILD_SCRIPT, str(cmd_r), str(resp_w)],
-                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                cwd=workdir, env=env, pass_fds=(cmd_r, resp_w), start_new_session=True,
-            )  # fmt: skip
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                cwd=workdir,
+                env=env,
+                pass_fds=(cmd_r, resp_w),
+                start_new_session=True,
+            )
         finally:
             os.close(cmd_r)
             os.close(resp_w)
@@ -311,10 +330,16 @@ class Sandbox:
                 self._cgroup_layer = f"off (joining {group.dirs}: {exc.strerror or exc})"
         limits = dataclasses.asdict(self.limits)
         init = {
-            "op": "init", "workdir": workdir, "workdir_id": list(self._workdir_id),
-            "parent_pid": os.getpid(), **self._switches, "uid_base": self._uid_base,
-            "preload": self._preload, "cap": limits.pop("output_chars"), "limits": limits,
-        }  # fmt: skip
+            "op": "init",
+            "workdir": workdir,
+            "workdir_id": list(self._workdir_id),
+            "parent_pid": os.getpid(),
+            **self._switches,
+            "uid_base": self._uid_base,
+            "preload": self._preload,
+            "cap": limits.pop("output_chars"),
+            "limits": limits,
+        }
         with contextlib.suppress(_Dead, _Timeout):  # a dead child shows up at the next read
             self._send(init, time.monotonic() + _BOOT_TIMEOUT_S)
 

@@ -32,24 +32,71 @@ TEST_EVERY: Final = 5
 # A name is a first onset (clusters allowed), vowel, then plain consonant + vowel syllables and a
 # coda: "Zorvex", "Talimar", "Brenosk". Repeated letters stay rare, so names read as names.
 _FIRST_ONSETS: Final = (
-    "b", "br", "d", "dr", "f", "fl", "g", "gr", "k", "kr", "l", "m", "n", "p", "pr",
-    "qu", "r", "s", "sk", "st", "t", "th", "tr", "v", "z",
-)  # fmt: skip
+    "b",
+    "br",
+    "d",
+    "dr",
+    "f",
+    "fl",
+    "g",
+    "gr",
+    "k",
+    "kr",
+    "l",
+    "m",
+    "n",
+    "p",
+    "pr",
+    "qu",
+    "r",
+    "s",
+    "sk",
+    "st",
+    "t",
+    "th",
+    "tr",
+    "v",
+    "z",
+)
 _ONSETS: Final = ("b", "d", "g", "k", "l", "m", "n", "r", "s", "t", "v", "z", "nd", "rv", "st")
 _VOWELS: Final = ("a", "e", "i", "o", "u", "a", "e", "o", "ai", "ou")
 _CODAS: Final = ("n", "r", "l", "s", "x", "th", "k", "m", "nd", "sk", "rn", "ck")
 _OCCUPATIONS: Final = (
-    "geologist", "architect", "chemist", "painter", "engineer",
-    "economist", "botanist", "composer", "surveyor", "cartographer",
-)  # fmt: skip
+    "geologist",
+    "architect",
+    "chemist",
+    "painter",
+    "engineer",
+    "economist",
+    "botanist",
+    "composer",
+    "surveyor",
+    "cartographer",
+)
 _INDUSTRIES: Final = (
-    "shipping", "software", "textile", "mining", "robotics",
-    "biotechnology", "aerospace", "food", "publishing", "energy",
-)  # fmt: skip
+    "shipping",
+    "software",
+    "textile",
+    "mining",
+    "robotics",
+    "biotechnology",
+    "aerospace",
+    "food",
+    "publishing",
+    "energy",
+)
 _COMPANY_SUFFIXES: Final = (
-    "Labs", "Systems", "Dynamics", "Industries", "Works",
-    "Group", "Holdings", "Motors", "Analytics", "Foundry",
-)  # fmt: skip
+    "Labs",
+    "Systems",
+    "Dynamics",
+    "Industries",
+    "Works",
+    "Group",
+    "Holdings",
+    "Motors",
+    "Analytics",
+    "Foundry",
+)
 _CITY_LOOKALIKES: Final = ("Port {}", "{} Falls", "New {}", "{} Springs", "North {}", "{} Heights")
 
 
@@ -98,10 +145,11 @@ class Corpus:
     def to_dict(self) -> dict:
         """A JSON-ready dict (facts as [subject, relation, object] triples)."""
         return {
-            "seed": self.seed, "documents": [asdict(d) for d in self.documents],
+            "seed": self.seed,
+            "documents": [asdict(d) for d in self.documents],
             "questions": [asdict(q) for q in self.questions],
             "facts": [[s, r, o] for (s, r), o in sorted(self.facts.items())],
-        }  # fmt: skip
+        }
 
     def document(self, doc_id: str) -> Document:
         """The passage with id ``doc_id``."""
@@ -309,12 +357,15 @@ def _questions(world: _World, documents: Sequence[Document], rng: _Rng) -> tuple
     doc_of = {d.title: d.doc_id for d in documents}
     return tuple(
         Question(
-            qid=f"q{i:04d}", text=text, answer=world.facts[chain[-1]], kind=kind,
+            qid=f"q{i:04d}",
+            text=text,
+            answer=world.facts[chain[-1]],
+            kind=kind,
             hops=tuple(Hop(entity=e, relation=r, doc_id=doc_of[e]) for e, r in chain),
             split="test" if i % TEST_EVERY == TEST_EVERY - 1 else "train",
         )
         for i, (kind, text, chain) in enumerate(raw)
-    )  # fmt: skip
+    )
 
 
 def _question_chains(world: _World) -> list[_RawQuestion]:
@@ -333,39 +384,51 @@ def _question_chains(world: _World) -> list[_RawQuestion]:
         add("born_in.country", f"In which country was {p} born?", (p, "born_in"), (city, "country"))
         company = facts[(p, "employer")]
         add(
-            "employer.founded_in", f"In what year was the company that {p} works for founded?",
-            (p, "employer"), (company, "founded_in"),
-        )  # fmt: skip
+            "employer.founded_in",
+            f"In what year was the company that {p} works for founded?",
+            (p, "employer"),
+            (company, "founded_in"),
+        )
         if facts[(company, "founded_by")] != p:  # a founder's answer would be in the question
             add(
-                "employer.founded_by", f"Who founded the company that {p} works for?",
-                (p, "employer"), (company, "founded_by"),
-            )  # fmt: skip
+                "employer.founded_by",
+                f"Who founded the company that {p} works for?",
+                (p, "employer"),
+                (company, "founded_by"),
+            )
     for c in world.companies:
         founder, hq = facts[(c, "founded_by")], facts[(c, "headquarters")]
         add("founded_by", f"Who founded {c}?", (c, "founded_by"))
         add("founded_in", f"In what year was {c} founded?", (c, "founded_in"))
         add("headquarters", f"In which city is {c} headquartered?", (c, "headquarters"))
         add(
-            "founded_by.born_in", f"In which city was the founder of {c} born?", (c, "founded_by"),
+            "founded_by.born_in",
+            f"In which city was the founder of {c} born?",
+            (c, "founded_by"),
             (founder, "born_in"),
-        )  # fmt: skip
+        )
         add(
-            "founded_by.birth_year", f"In what year was the founder of {c} born?",
-            (c, "founded_by"), (founder, "birth_year"),
-        )  # fmt: skip
+            "founded_by.birth_year",
+            f"In what year was the founder of {c} born?",
+            (c, "founded_by"),
+            (founder, "birth_year"),
+        )
         add(
-            "headquarters.country", f"In which country is {c} headquartered?", (c, "headquarters"),
+            "headquarters.country",
+            f"In which country is {c} headquartered?",
+            (c, "headquarters"),
             (hq, "country"),
-        )  # fmt: skip
+        )
     for city in world.cities:
         country = facts[(city, "country")]
         add("country", f"In which country is {city}?", (city, "country"))
         if capitals[country] != city:
             add(
-                "country.capital", f"What is the capital of the country where {city} is located?",
-                (city, "country"), (country, "capital"),
-            )  # fmt: skip
+                "country.capital",
+                f"What is the capital of the country where {city} is located?",
+                (city, "country"),
+                (country, "capital"),
+            )
     for country in world.countries:
         add("capital", f"What is the capital of {country}?", (country, "capital"))
     return raw

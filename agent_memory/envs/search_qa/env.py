@@ -78,10 +78,14 @@ class SearchQAEnv(TextEnv):
     """
 
     def __init__(
-        self, top_k: int = 3, split: Literal["train", "test", "all"] = "all",
-        num_questions: int | None = None, corpus_seed: int = 0, max_obs_chars: int = 4096,
+        self,
+        top_k: int = 3,
+        split: Literal["train", "test", "all"] = "all",
+        num_questions: int | None = None,
+        corpus_seed: int = 0,
+        max_obs_chars: int = 4096,
         render_mode: Literal["ansi"] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         super().__init__(render_mode)
         if split not in ("train", "test", "all"):
             raise ValueError(f"split must be one of 'train', 'test', 'all', got {split!r}")
@@ -193,10 +197,13 @@ class SearchQAEnv(TextEnv):
     def _info(self, *, won: bool, retrieved: list[str]) -> dict[str, Any]:
         assert self._question is not None
         return {
-            TASK: self._question.text, WON: won, STATE_KEY: self._state_key(),
-            "question_id": self._question.qid, "hops": len(self._question.hops),
+            TASK: self._question.text,
+            WON: won,
+            STATE_KEY: self._state_key(),
+            "question_id": self._question.qid,
+            "hops": len(self._question.hops),
             "retrieved_doc_ids": retrieved,
-        }  # fmt: skip
+        }
 
     def _invalid(
         self, reason: str, *, terminated: bool = False

@@ -108,12 +108,18 @@ class SokobanEnv(TextEnv):
     """
 
     def __init__(
-        self, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1,
-        search_depth: int = DEFAULT_SEARCH_DEPTH, max_generation_attempts: int = 100,
-        num_gen_steps: int | None = None, random_player_moves: bool = True,
-        level: str | Level | None = None, grid_format: GridFormat = "verl",
-        solver_max_nodes: int = DEFAULT_MAX_NODES, render_mode: Literal["ansi"] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        dim_room: tuple[int, int] = (6, 6),
+        num_boxes: int = 1,
+        search_depth: int = DEFAULT_SEARCH_DEPTH,
+        max_generation_attempts: int = 100,
+        num_gen_steps: int | None = None,
+        random_player_moves: bool = True,
+        level: str | Level | None = None,
+        grid_format: GridFormat = "verl",
+        solver_max_nodes: int = DEFAULT_MAX_NODES,
+        render_mode: Literal["ansi"] | None = None,
+    ) -> None:
         super().__init__(render_mode)
         if grid_format not in ("verl", "compact"):
             raise ValueError(f"grid_format must be 'verl' or 'compact', got {grid_format!r}")
@@ -182,9 +188,12 @@ class SokobanEnv(TextEnv):
 
     def _info(self) -> dict[str, Any]:
         return {
-            ADMISSIBLE_ACTIONS: list(ACTIONS), WON: self.won, STATE_KEY: self._state_key(),
-            TASK: self.task, "boxes_on_target": self.boxes_on_target,
-        }  # fmt: skip
+            ADMISSIBLE_ACTIONS: list(ACTIONS),
+            WON: self.won,
+            STATE_KEY: self._state_key(),
+            TASK: self.task,
+            "boxes_on_target": self.boxes_on_target,
+        }
 
     # --- gymnasium API -----------------------------------------------------------------------
 
@@ -196,11 +205,14 @@ class SokobanEnv(TextEnv):
             level = self._fixed_level
         else:
             level = generate_level(
-                self.np_random, dim_room=self.dim_room, num_boxes=self.num_boxes,
-                search_depth=self.search_depth, num_gen_steps=self.num_gen_steps,
+                self.np_random,
+                dim_room=self.dim_room,
+                num_boxes=self.num_boxes,
+                search_depth=self.search_depth,
+                num_gen_steps=self.num_gen_steps,
                 max_attempts=self.max_generation_attempts,
                 random_player_moves=self.random_player_moves,
-            )  # fmt: skip
+            )
         self._level = level
         self._boxes = set(level.boxes)
         self._player = level.player

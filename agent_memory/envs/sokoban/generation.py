@@ -37,9 +37,11 @@ class LevelGenerationError(RuntimeError):
 
 
 def room_topology(
-    rng: np.random.Generator, dim_room: tuple[int, int], num_gen_steps: int,
+    rng: np.random.Generator,
+    dim_room: tuple[int, int],
+    num_gen_steps: int,
     p_change_directions: float = 0.35,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """A random-walk floor plan: ``1`` floor, ``0`` wall, the outer ring always wall."""
     rows, cols = dim_room
     level = np.zeros(dim_room, dtype=np.int16)
@@ -60,9 +62,13 @@ def room_topology(
 
 
 def reverse_play(
-    walls: frozenset[int], targets: tuple[int, ...], player: int, width: int, search_depth: int,
+    walls: frozenset[int],
+    targets: tuple[int, ...],
+    player: int,
+    width: int,
+    search_depth: int,
     max_states: int = MAX_EXPLORED_STATES,
-) -> tuple[int, tuple[int, ...], int]:  # fmt: skip
+) -> tuple[int, tuple[int, ...], int]:
     """Pull boxes away from their targets; return the best ``(score, boxes, player)``.
 
     ``boxes[i]`` is the box that started on ``targets[i]``. gym-sokoban's recursive DFS, written
@@ -123,9 +129,15 @@ def reverse_play(
 
 
 def _shuffle_player(
-    rng: np.random.Generator, walls: frozenset[int], boxes: frozenset[int], player: int, width: int,
-    move_probability: float, continue_probability: float = 0.5, max_steps: int = 3,
-) -> int:  # fmt: skip
+    rng: np.random.Generator,
+    walls: frozenset[int],
+    boxes: frozenset[int],
+    player: int,
+    width: int,
+    move_probability: float,
+    continue_probability: float = 0.5,
+    max_steps: int = 3,
+) -> int:
     """verl-agent's ``add_random_player_movement``: a few non-pushing steps, never revisiting."""
     if rng.random() > move_probability:
         return player
@@ -143,9 +155,14 @@ def _shuffle_player(
 
 
 def _attempt(
-    rng: np.random.Generator, dim_room: tuple[int, int], num_boxes: int, search_depth: int,
-    num_gen_steps: int, p_change_directions: float, random_player_moves: bool,
-) -> Level | str:  # fmt: skip
+    rng: np.random.Generator,
+    dim_room: tuple[int, int],
+    num_boxes: int,
+    search_depth: int,
+    num_gen_steps: int,
+    p_change_directions: float,
+    random_player_moves: bool,
+) -> Level | str:
     """One generation try: a level, or the reason it failed."""
     rows, cols = dim_room
     room = room_topology(rng, dim_room, num_gen_steps, p_change_directions)
@@ -170,10 +187,15 @@ def _attempt(
 
 
 def generate_level(
-    rng: np.random.Generator, dim_room: tuple[int, int] = (6, 6), num_boxes: int = 1,
-    search_depth: int = DEFAULT_SEARCH_DEPTH, num_gen_steps: int | None = None,
-    p_change_directions: float = 0.35, max_attempts: int = 100, random_player_moves: bool = True,
-) -> Level:  # fmt: skip
+    rng: np.random.Generator,
+    dim_room: tuple[int, int] = (6, 6),
+    num_boxes: int = 1,
+    search_depth: int = DEFAULT_SEARCH_DEPTH,
+    num_gen_steps: int | None = None,
+    p_change_directions: float = 0.35,
+    max_attempts: int = 100,
+    random_player_moves: bool = True,
+) -> Level:
     """Generate a solvable level (see the module docstring for the algorithm).
 
     Args:
@@ -199,9 +221,14 @@ def generate_level(
     reason = "no attempt made"
     for _ in range(max_attempts):
         result = _attempt(
-            rng, dim_room, num_boxes, search_depth, num_gen_steps, p_change_directions,
+            rng,
+            dim_room,
+            num_boxes,
+            search_depth,
+            num_gen_steps,
+            p_change_directions,
             random_player_moves,
-        )  # fmt: skip
+        )
         if isinstance(result, Level):
             return result
         reason = result

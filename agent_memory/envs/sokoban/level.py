@@ -27,8 +27,11 @@ LEGEND: Final[str] = (
 #: Actions in gym-sokoban's order (push up/down/left/right) with their (row, col) steps.
 ACTIONS: Final[tuple[str, ...]] = ("up", "down", "left", "right")
 ACTION_STEPS: Final[dict[str, tuple[int, int]]] = {
-    "up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1),
-}  # fmt: skip
+    "up": (-1, 0),
+    "down": (1, 0),
+    "left": (0, -1),
+    "right": (0, 1),
+}
 
 GridFormat = Literal["verl", "compact"]
 

@@ -42,9 +42,18 @@ _END_PROMPT: Final = "Would you like to RESTART"
 MAX_ACTION_LENGTH: Final = 200
 #: What the env asks TextWorld to report at each step.
 _INFOS: Final = (
-    "feedback", "description", "inventory", "admissible_commands", "policy_commands", "objective",
-    "score", "max_score", "won", "lost", "facts",
-)  # fmt: skip
+    "feedback",
+    "description",
+    "inventory",
+    "admissible_commands",
+    "policy_commands",
+    "objective",
+    "score",
+    "max_score",
+    "won",
+    "lost",
+    "facts",
+)
 
 
 def clean_feedback(text: str, max_chars: int | None = None) -> str:
@@ -126,10 +135,15 @@ class TextWorldEnv(TextEnv):
     """
 
     def __init__(
-        self, challenge: ChallengeName = "tw-simple", settings: Mapping[str, Any] | None = None,
-        game_seed: int = 0, num_games: int = 1, cache_dir: str | os.PathLike[str] | None = None,
-        max_obs_length: int = 4096, render_mode: Literal["ansi"] | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        challenge: ChallengeName = "tw-simple",
+        settings: Mapping[str, Any] | None = None,
+        game_seed: int = 0,
+        num_games: int = 1,
+        cache_dir: str | os.PathLike[str] | None = None,
+        max_obs_length: int = 4096,
+        render_mode: Literal["ansi"] | None = None,
+    ) -> None:
         num_games = check_int("num_games", num_games, 1)
         game_seed = check_int("game_seed", game_seed, 0)
         if game_seed + num_games > 2**32:
@@ -310,11 +324,15 @@ class TextWorldEnv(TextEnv):
     def _info(self) -> dict[str, Any]:
         state, cap, index = self._state, self.max_obs_length, self._episode_game()
         return {
-            ADMISSIBLE_ACTIONS: self.admissible_actions(), WON: bool(state["won"]),
-            "lost": bool(state["lost"]), "score": int(state["score"]),
-            "max_score": int(state["max_score"]), TASK: sanitize(state["objective"] or "", cap),
+            ADMISSIBLE_ACTIONS: self.admissible_actions(),
+            WON: bool(state["won"]),
+            "lost": bool(state["lost"]),
+            "score": int(state["score"]),
+            "max_score": int(state["max_score"]),
+            TASK: sanitize(state["objective"] or "", cap),
             STATE_KEY: self.state_key(),
             "description": feedback_text(state["description"] or "", cap),
-            "inventory": feedback_text(state["inventory"] or "", cap), "game_index": index,
+            "inventory": feedback_text(state["inventory"] or "", cap),
+            "game_index": index,
             "game_seed": self.game_seed + index,
-        }  # fmt: skip
+        }

@@ -163,20 +163,27 @@ def _generate_into(spec: GameSpec, directory: Path) -> dict[str, Any]:
     # The Inform 7 source is not needed to play.
     (directory / GAME_FILE).with_suffix(".ni").unlink(missing_ok=True)
     meta = {
-        "key": spec.key, "challenge": spec.challenge, "settings": dict(spec.settings),
-        "seed": spec.seed, "textworld_version": spec.version, "uuid": game.metadata.get("uuid"),
-        "objective": game.objective, "max_score": game.max_score,
+        "key": spec.key,
+        "challenge": spec.challenge,
+        "settings": dict(spec.settings),
+        "seed": spec.seed,
+        "textworld_version": spec.version,
+        "uuid": game.metadata.get("uuid"),
+        "objective": game.objective,
+        "max_score": game.max_score,
         "walkthrough": list(game.metadata.get("walkthrough") or []),
         "generation_seconds": round(time.perf_counter() - start, 3),
-    }  # fmt: skip
+    }
     (directory / META_FILE).write_text(json.dumps(meta, indent=1), encoding="utf-8")
     return meta
 
 
 def ensure_game(
-    challenge: str, settings: Mapping[str, Any] | None = None, seed: int = 0,
+    challenge: str,
+    settings: Mapping[str, Any] | None = None,
+    seed: int = 0,
     cache_dir: str | os.PathLike[str] | None = None,
-) -> CachedGame:  # fmt: skip
+) -> CachedGame:
     """Return the cached game, generating it first if it is not in the cache (process-safe).
 
     Args:
@@ -248,9 +255,13 @@ class GenerationBar:
         from tqdm import tqdm
 
         self.bar = tqdm(
-            total=total, desc=f"TextWorld {challenge} games", unit="game", file=file,
-            mininterval=0, dynamic_ncols=True,
-        )  # fmt: skip
+            total=total,
+            desc=f"TextWorld {challenge} games",
+            unit="game",
+            file=file,
+            mininterval=0,
+            dynamic_ncols=True,
+        )
 
     def __call__(self, event: GenerationEvent) -> None:
         if event.game is None:
@@ -267,9 +278,12 @@ class GenerationBar:
 
 
 def ensure_games(
-    challenge: str, settings: Mapping[str, Any] | None = None, seeds: Iterable[int] = (0,),
-    cache_dir: str | os.PathLike[str] | None = None, progress: bool | ProgressCallback = False,
-) -> list[CachedGame]:  # fmt: skip
+    challenge: str,
+    settings: Mapping[str, Any] | None = None,
+    seeds: Iterable[int] = (0,),
+    cache_dir: str | os.PathLike[str] | None = None,
+    progress: bool | ProgressCallback = False,
+) -> list[CachedGame]:
     """:func:`ensure_game` for every seed, in order (every spec checked first), with progress.
 
     Args:

@@ -24,21 +24,32 @@ DEFAULT_SETTINGS: Final[Mapping[str, Mapping[str, Any]]] = {
     "tw-coin_collector": {"level": 1},
     "tw-treasure_hunter": {"level": 1},
     "tw-cooking": {
-        "recipe": 1, "take": 0, "go": 1, "open": False, "cook": False, "cut": False,
-        "drop": False, "recipe_seed": 0, "split": None,
+        "recipe": 1,
+        "take": 0,
+        "go": 1,
+        "open": False,
+        "cook": False,
+        "cut": False,
+        "drop": False,
+        "recipe_seed": 0,
+        "split": None,
     },
-}  # fmt: skip
+}
 
 _CHOICES: Final[Mapping[str, tuple[Any, ...]]] = {
-    "rewards": ("dense", "balanced", "sparse"), "goal": ("detailed", "brief", "none"),
-    "go": (1, 6, 9, 12), "split": (None, "train", "valid", "test"),
-}  # fmt: skip
+    "rewards": ("dense", "balanced", "sparse"),
+    "goal": ("detailed", "brief", "none"),
+    "go": (1, 6, 9, 12),
+    "split": (None, "train", "valid", "test"),
+}
 _BOOLS: Final = frozenset({"test", "open", "cook", "cut", "drop"})
 _RANGES: Final[Mapping[tuple[str, str], tuple[int, int]]] = {
-    ("tw-coin_collector", "level"): (1, 300), ("tw-treasure_hunter", "level"): (1, 30),
-    ("tw-cooking", "recipe"): (1, 5), ("tw-cooking", "take"): (0, 5),
+    ("tw-coin_collector", "level"): (1, 300),
+    ("tw-treasure_hunter", "level"): (1, 30),
+    ("tw-cooking", "recipe"): (1, 5),
+    ("tw-cooking", "take"): (0, 5),
     ("tw-cooking", "recipe_seed"): (0, 2**31 - 1),
-}  # fmt: skip
+}
 #: TextWorld 1.7 compiles to .z8 only (Glulx support was removed), which caps a map at 100 rooms.
 MAX_ROOMS: Final = 100
 

@@ -58,9 +58,14 @@ class SQLiteBoard:
         return self.db.changes()
 
     def post(
-        self, board: str, rows: Sequence[tuple[str, str, int, int | None, float, str]], *,
-        max_notes: int | None, max_age: float | None, now: float,
-    ) -> None:  # fmt: skip
+        self,
+        board: str,
+        rows: Sequence[tuple[str, str, int, int | None, float, str]],
+        *,
+        max_notes: int | None,
+        max_age: float | None,
+        now: float,
+    ) -> None:
         """Append ``(group_id, author, env_id, step, ts, text)`` rows, then trim the board."""
         if not rows:
             return

@@ -133,9 +133,11 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         self.post_many([env_id], [text], None if step is None else [step])
 
     def post_many(
-        self, env_ids: Sequence[int], texts: Sequence[str],
+        self,
+        env_ids: Sequence[int],
+        texts: Sequence[str],
         steps: Sequence[int | None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """Post one note per env of ``env_ids`` in one transaction."""
         ids = normalize_env_ids(env_ids, self.num_envs)
         if isinstance(texts, (str, bytes)) or len(texts) != len(ids):
@@ -148,11 +150,15 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         cap = s.note_chars
         rows = [
             (
-                self.groups[i], s.author, i, None if step is None else int(step), now,
+                self.groups[i],
+                s.author,
+                i,
+                None if step is None else int(step),
+                now,
                 t if len(t := utf8_safe(squash(str(x), cap + 1))) <= cap else t[: cap - 3] + "...",
             )
             for i, x, step in zip(ids, texts, steps, strict=True)
-        ]  # fmt: skip
+        ]
         self.board.post(s.board, rows, max_notes=s.max_notes, max_age=s.max_age_seconds, now=now)
 
     def on_episode_end(self, env_id: int, episode: Mapping[str, Any]) -> None:
@@ -248,11 +254,14 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
             for g, notes in found.items():
                 lines = [
                     s.note_format.format(
-                        text=n["text"], env_id=n["env_id"], step=n["step"], group=n["group_id"],
+                        text=n["text"],
+                        env_id=n["env_id"],
+                        step=n["step"],
+                        group=n["group_id"],
                         author=n["author"],
                     )
                     for n in notes
-                ]  # fmt: skip
+                ]
                 costs = counter.count_many([line + "\n" for line in lines])
                 self._cache[g] = Block(lines, costs) if lines else None
                 if s.max_age_seconds is not None and notes:

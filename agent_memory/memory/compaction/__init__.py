@@ -20,7 +20,16 @@ from agent_memory.memory.compaction.summarizers import (
 )
 
 __all__ = [
-    "CompactionMemory", "CompactionSettings", "ExtractiveSummarizer", "FoldedStep", "LLMSummarizer",
-    "PolicySummarizer", "Summarizer", "SummaryRequest", "available_summarizers", "fit_text",
-    "make_summarizer", "register_summarizer",
-]  # fmt: skip
+    "CompactionMemory",
+    "CompactionSettings",
+    "ExtractiveSummarizer",
+    "FoldedStep",
+    "LLMSummarizer",
+    "PolicySummarizer",
+    "Summarizer",
+    "SummaryRequest",
+    "available_summarizers",
+    "fit_text",
+    "make_summarizer",
+    "register_summarizer",
+]

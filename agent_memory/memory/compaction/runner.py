@@ -36,9 +36,12 @@ class SummaryRunner:
         self.worker: threading.Thread | None = None  # a timed-out call still running
 
     def run(
-        self, summarizer: Summarizer, requests: list[SummaryRequest], counter: TokenCounter,
+        self,
+        summarizer: Summarizer,
+        requests: list[SummaryRequest],
+        counter: TokenCounter,
         timeout: float | None,
-    ) -> tuple[list[str] | None, Fallback | None, str | None]:  # fmt: skip
+    ) -> tuple[list[str] | None, Fallback | None, str | None]:
         """(summaries, None, None), or (None, fallback kind, reason) when it fails (``timeout``:
         seconds a ``may_block`` summarizer may take; ``None``: no limit, inline)."""
         s = summarizer

@@ -76,8 +76,12 @@ and folds the rest once more than trigger_steps are held), got keep_last=5, trig
             )
         self._check_template("summary_header", first=1, last=2)
         self._normalize(
-            max_tokens=max_tokens, capacity=capacity, trigger_steps=trigger_steps,
-            trigger_ratio=ratio, keep_last=keep_last, summary_max_tokens=summary_max_tokens,
+            max_tokens=max_tokens,
+            capacity=capacity,
+            trigger_steps=trigger_steps,
+            trigger_ratio=ratio,
+            keep_last=keep_last,
+            summary_max_tokens=summary_max_tokens,
             summary_timeout=check_number(
                 "summary_timeout", self.summary_timeout, low=0, low_open=True, allow_none=True
             ),
@@ -88,4 +92,4 @@ and folds the rest once more than trigger_steps are held), got keep_last=5, trig
                 "offload_capacity", self.offload_capacity, 1, allow_none=True
             ),
             max_events=check_int("max_events", self.max_events, 0),
-        )  # fmt: skip
+        )

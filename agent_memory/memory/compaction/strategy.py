@@ -113,9 +113,12 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         self.settings = CompactionSettings.from_arguments(locals())
         # Bounded storage is compaction's job here: the window keeps every step it is given.
         super().__init__(
-            num_envs, self._previewing(formatter), max_tokens=max_tokens,
-            token_counter=token_counter, capacity=None,
-        )  # fmt: skip
+            num_envs,
+            self._previewing(formatter),
+            max_tokens=max_tokens,
+            token_counter=token_counter,
+            capacity=None,
+        )
         self.summarizer: Summarizer = make_summarizer(summarizer)
         self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_events)
         self._totals = {"compactions": 0, "fallbacks": 0, "steps_folded": 0}
@@ -332,9 +335,15 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
             self._fold(i, trigger, requests[k], summary, fallback, error, duration)
 
     def _fold(
-        self, i: int, trigger: str, request: SummaryRequest, summary: str | None,
-        fallback: str | None, error: str | None, duration: float,
-    ) -> None:  # fmt: skip
+        self,
+        i: int,
+        trigger: str,
+        request: SummaryRequest,
+        summary: str | None,
+        fallback: str | None,
+        error: str | None,
+        duration: float,
+    ) -> None:
         """Replace env ``i``'s folded steps by ``summary`` (None: a truncation marker)."""
         s, window, counter = self.settings, self._window, self.token_counter
         steps = request.steps
@@ -353,14 +362,23 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         self._totals["steps_folded"] += len(steps)
         self._totals["fallbacks"] += fallback is not None
         if s.max_events:
-            self._events.append({
-                "env_id": i, "step": self.num_steps(i), "trigger": trigger,
-                "first_step": first, "last_step": last, "steps_folded": len(steps),
-                "tokens_before": before, "tokens_after": after,
-                "summary_tokens": counter(text) if text else 0,
-                "summarizer": self.summarizer.name, "fallback": fallback, "error": error,
-                "duration_s": duration,
-            })  # fmt: skip
+            self._events.append(
+                {
+                    "env_id": i,
+                    "step": self.num_steps(i),
+                    "trigger": trigger,
+                    "first_step": first,
+                    "last_step": last,
+                    "steps_folded": len(steps),
+                    "tokens_before": before,
+                    "tokens_after": after,
+                    "summary_tokens": counter(text) if text else 0,
+                    "summarizer": self.summarizer.name,
+                    "fallback": fallback,
+                    "error": error,
+                    "duration_s": duration,
+                }
+            )
 
     def _folded_steps(self, i: int, k: int) -> list[FoldedStep]:
         """Env ``i``'s oldest ``k`` held steps, as a summarizer gets them."""
@@ -376,12 +394,16 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         out = []
         for j, text in enumerate(texts):
             step, thought = start + j, None if thoughts is None else thoughts[j]
-            out.append(FoldedStep(
-                step, text, observation=None if obs is None else str(obs[j]),
-                action=None if acts is None else str(acts[j]),
-                thought=None if thought is None else str(thought),
-                offload_id=offload_id(step) if step in offl else None,
-            ))  # fmt: skip
+            out.append(
+                FoldedStep(
+                    step,
+                    text,
+                    observation=None if obs is None else str(obs[j]),
+                    action=None if acts is None else str(acts[j]),
+                    thought=None if thought is None else str(thought),
+                    offload_id=offload_id(step) if step in offl else None,
+                )
+            )
         return out
 
     def _previewing(self, formatter: FormatterSpec) -> Formatter:

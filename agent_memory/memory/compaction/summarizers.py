@@ -28,10 +28,18 @@ from agent_memory.registry import Registry
 from agent_memory.tokens import TokenCounter, make_token_counter
 
 __all__ = [
-    "ExtractiveSummarizer", "FoldedStep", "LLMSummarizer", "PolicySummarizer", "Summarizer",
+    "ExtractiveSummarizer",
+    "FoldedStep",
+    "LLMSummarizer",
+    "PolicySummarizer",
+    "Summarizer",
     "SummarizerSpec",
-    "SummaryRequest", "available_summarizers", "fit_text", "make_summarizer", "register_summarizer",
-]  # fmt: skip
+    "SummaryRequest",
+    "available_summarizers",
+    "fit_text",
+    "make_summarizer",
+    "register_summarizer",
+]
 
 
 @dataclass(slots=True)
@@ -75,9 +83,12 @@ class Summarizer(ABC):
 
     @abstractmethod
     def summarize(
-        self, previous_summary: str, steps: Sequence[FoldedStep], max_tokens: int,
+        self,
+        previous_summary: str,
+        steps: Sequence[FoldedStep],
+        max_tokens: int,
         counter: TokenCounter | None = None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """The new summary. ``counter`` counts tokens (default: the ``estimate`` counter)."""
 
     def summarize_batch(
@@ -280,9 +291,12 @@ class ExtractiveSummarizer(Summarizer):
         self.max_line_chars = check_int("max_line_chars", max_line_chars, 8)
 
     def summarize(
-        self, previous_summary: str, steps: Sequence[FoldedStep], max_tokens: int,
+        self,
+        previous_summary: str,
+        steps: Sequence[FoldedStep],
+        max_tokens: int,
         counter: TokenCounter | None = None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         count = counter or make_token_counter("estimate")
         lines = previous_summary.splitlines() if previous_summary else []
         # Lines already in the summary: those its step lines show, plus those met in this call.
@@ -418,15 +432,21 @@ class LLMSummarizer(Summarizer):
         first = request.steps[0].step if request.steps else 0
         last = request.steps[-1].step if request.steps else 0
         return self.prompt.format(
-            previous=request.previous or "(none)", steps="\n".join(texts), first_step=first,
-            last_step=last, max_tokens=request.max_tokens,
+            previous=request.previous or "(none)",
+            steps="\n".join(texts),
+            first_step=first,
+            last_step=last,
+            max_tokens=request.max_tokens,
             max_words=max(1, request.max_tokens * 3 // 4),
-        )  # fmt: skip
+        )
 
     def summarize(
-        self, previous_summary: str, steps: Sequence[FoldedStep], max_tokens: int,
+        self,
+        previous_summary: str,
+        steps: Sequence[FoldedStep],
+        max_tokens: int,
         counter: TokenCounter | None = None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         request = SummaryRequest(previous_summary, steps, max_tokens)
         return self.summarize_batch([request], counter)[0]
 

@@ -12,9 +12,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Final, Literal, Protocol
 
 __all__ = [
-    "ROLES", "ConversationLog", "Message", "Role", "TokenCounts", "check_message", "message_text",
+    "ROLES",
+    "ConversationLog",
+    "Message",
+    "Role",
+    "TokenCounts",
+    "check_message",
+    "message_text",
     "select_messages",
-]  # fmt: skip
+]
 
 Role = Literal["system", "user", "assistant", "tool"]
 ROLES: Final[tuple[str, ...]] = ("system", "user", "assistant", "tool")
@@ -71,17 +77,24 @@ class Message:
     def from_dict(cls, d: Mapping[str, Any]) -> Message:
         """Inverse of :meth:`to_dict`."""
         return cls(
-            id=str(d["id"]), role=str(d["role"]), content=d["content"],
-            tool_calls=copy.deepcopy(d.get("tool_calls")), tool_call_id=d.get("tool_call_id"),
-            name=d.get("name"), metadata=copy.deepcopy(dict(d.get("metadata") or {})),
-            timestamp=float(d.get("timestamp", 0.0)), step=int(d.get("step", 0)),
-        )  # fmt: skip
+            id=str(d["id"]),
+            role=str(d["role"]),
+            content=d["content"],
+            tool_calls=copy.deepcopy(d.get("tool_calls")),
+            tool_call_id=d.get("tool_call_id"),
+            name=d.get("name"),
+            metadata=copy.deepcopy(dict(d.get("metadata") or {})),
+            timestamp=float(d.get("timestamp", 0.0)),
+            step=int(d.get("step", 0)),
+        )
 
 
 def check_message(
-    role: Any, content: Any, tool_calls: Sequence[Mapping[str, Any]] | None = None,
+    role: Any,
+    content: Any,
+    tool_calls: Sequence[Mapping[str, Any]] | None = None,
     tool_call_id: Any = None,
-) -> list[dict[str, Any]] | None:  # fmt: skip
+) -> list[dict[str, Any]] | None:
     """Validate a new message's fields; returns a copy of its tool calls (None: none).
 
     Raises:
@@ -148,9 +161,12 @@ class Counts(Protocol):
 
 
 def select_messages(
-    messages: Sequence[Message], counts: Counts, budget: int | None, lo: int = 0,
+    messages: Sequence[Message],
+    counts: Counts,
+    budget: int | None,
+    lo: int = 0,
     cuts: Sequence[int] | None = None,
-) -> tuple[list[int], int]:  # fmt: skip
+) -> tuple[list[int], int]:
     """Which of ``messages[lo:]`` to send: tool exchanges whole, the newest that fit ``budget``.
 
     A tool call and its results form one unit (left out while a result is missing, as is a
@@ -248,9 +264,20 @@ class ConversationLog:
     """
 
     __slots__ = (
-        "by_id", "by_role", "cum", "episode", "has_tools", "keys", "llm", "messages", "rows", "seq",
-        "start", "step_starts", "uid",
-    )  # fmt: skip
+        "by_id",
+        "by_role",
+        "cum",
+        "episode",
+        "has_tools",
+        "keys",
+        "llm",
+        "messages",
+        "rows",
+        "seq",
+        "start",
+        "step_starts",
+        "uid",
+    )
 
     def __init__(self) -> None:
         self.messages: list[Message] = []

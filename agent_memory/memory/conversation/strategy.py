@@ -103,11 +103,17 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         self.reset()
 
     def add_message(
-        self, env_id: int, role: Role, content: str | None = "", *,
-        tool_calls: Sequence[Mapping[str, Any]] | None = None, tool_call_id: str | None = None,
-        name: str | None = None, metadata: Mapping[str, Any] | None = None,
+        self,
+        env_id: int,
+        role: Role,
+        content: str | None = "",
+        *,
+        tool_calls: Sequence[Mapping[str, Any]] | None = None,
+        tool_call_id: str | None = None,
+        name: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
         message_id: str | None = None,
-    ) -> Message:  # fmt: skip
+    ) -> Message:
         """Append a message to env ``env_id``'s conversation (part of its current step).
 
         Raises:
@@ -121,10 +127,16 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         if message_id is not None and check_str("message_id", message_id) in c.by_id:
             raise ValueError(f"message id {message_id!r} is already used in env {i}")
         m = Message(
-            id=message_id or self._next_id(i), role=role, content=content, tool_calls=calls,
-            tool_call_id=tool_call_id, name=name, metadata=copy.deepcopy(dict(metadata or {})),
-            timestamp=time.time(), step=c.start + len(c.rows),
-        )  # fmt: skip
+            id=message_id or self._next_id(i),
+            role=role,
+            content=content,
+            tool_calls=calls,
+            tool_call_id=tool_call_id,
+            name=name,
+            metadata=copy.deepcopy(dict(metadata or {})),
+            timestamp=time.time(),
+            step=c.start + len(c.rows),
+        )
         c.append(m, self._counter(message_text(m)))
         return m
 
@@ -268,12 +280,17 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         """A copy of everything needed to restore this memory (JSON-able if records are)."""
         envs = [
             {
-                "episode": c.episode, "uid": c.uid, "seq": c.seq, "start": c.start,
-                "keys": None if c.keys is None else list(c.keys), "records": copy.deepcopy(self[i]),
-                "messages": [m.to_dict() for m in c.messages], "step_starts": list(c.step_starts),
+                "episode": c.episode,
+                "uid": c.uid,
+                "seq": c.seq,
+                "start": c.start,
+                "keys": None if c.keys is None else list(c.keys),
+                "records": copy.deepcopy(self[i]),
+                "messages": [m.to_dict() for m in c.messages],
+                "step_starts": list(c.step_starts),
             }
             for i, c in enumerate(self._envs)
-        ]  # fmt: skip
+        ]
         return self._state(envs)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:

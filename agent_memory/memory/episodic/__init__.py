@@ -11,6 +11,13 @@ from agent_memory.memory.episodic.strategy import AGENT_INSTRUCTIONS, EpisodicMe
 from agent_memory.memory.episodic.tasks import lexical_scores, task_key_of
 
 __all__ = [
-    "AGENT_INSTRUCTIONS", "EpisodeStore", "EpisodicMemory", "EpisodicSettings", "MemoryRow",
-    "Scope", "episode_digest", "lexical_scores", "task_key_of",
-]  # fmt: skip
+    "AGENT_INSTRUCTIONS",
+    "EpisodeStore",
+    "EpisodicMemory",
+    "EpisodicSettings",
+    "MemoryRow",
+    "Scope",
+    "episode_digest",
+    "lexical_scores",
+    "task_key_of",
+]

@@ -91,9 +91,11 @@ class EpisodeArchive:
         self._similarity = sim
         assert s.path is not None  # set by EpisodicSettings.__post_init__
         self.store_ = EpisodeStore(
-            s.path, busy_timeout_s=s.busy_timeout_s, max_wait_s=s.max_wait_s,
+            s.path,
+            busy_timeout_s=s.busy_timeout_s,
+            max_wait_s=s.max_wait_s,
             synchronous=s.synchronous,
-        )  # fmt: skip
+        )
         self._eps = [EpisodeState() for _ in range(self.num_envs)]
         self._pending = [None] * self.num_envs
         self._recorded = 0
@@ -172,14 +174,25 @@ class EpisodeArchive:
         first_obs = records[0].get("observation") if records and whole else None
         key = episode.get("task_key") or ep.task_key or self.task_key(task, first_obs)
         digest = episode_digest(
-            episode, max_actions=s.digest_max_actions, obs_chars=s.digest_obs_chars,
+            episode,
+            max_actions=s.digest_max_actions,
+            obs_chars=s.digest_obs_chars,
             max_chars=s.digest_max_chars,
-        )  # fmt: skip
+        )
         row = MemoryRow(
-            "episode", key, task, digest, won=outcome[0], ret=outcome[1], length=length,
-            terminated=term, truncated=trunc, episode_uid=ep.uid, env_name=s.env_name,
+            "episode",
+            key,
+            task,
+            digest,
+            won=outcome[0],
+            ret=outcome[1],
+            length=length,
+            terminated=term,
+            truncated=trunc,
+            episode_uid=ep.uid,
+            env_name=s.env_name,
             started_at=ep.started_at,
-        )  # fmt: skip
+        )
         return row, outcome
 
     def _identity(self, i: int, episode: Mapping[str, Any]) -> EpisodeState:
@@ -232,9 +245,13 @@ class EpisodeArchive:
         return [(index.keys[j], float(scores[j])) for j in best]
 
     def search(
-        self, query: str, *, env_id: int | None = None, limit: int | None = None,
+        self,
+        query: str,
+        *,
+        env_id: int | None = None,
+        limit: int | None = None,
         max_candidates: int = 500,
-    ) -> list[tuple[float, MemoryRow]]:  # fmt: skip
+    ) -> list[tuple[float, MemoryRow]]:
         """Episodes and notes in scope that best match ``query`` (lexical score, plus a bonus
         for env ``env_id``'s task and for won episodes), best first."""
         limit = self.settings.top_k if limit is None else limit
@@ -265,9 +282,14 @@ class EpisodeArchive:
         task = ep.task or ""
         key = ep.task_key or self.task_key(task)
         row = MemoryRow(
-            "note", key, task, note, episode_uid=ep.uid, env_name=self.settings.env_name,
+            "note",
+            key,
+            task,
+            note,
+            episode_uid=ep.uid,
+            env_name=self.settings.env_name,
             started_at=ep.started_at,
-        )  # fmt: skip
+        )
         (nid,) = self.store_.add(self.scope, [row])
         return f"Memory: recorded note {nid}: {clip(note, 80)}"
 

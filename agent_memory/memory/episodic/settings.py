@@ -85,10 +85,16 @@ class EpisodicSettings(Settings):
             )
         check_sqlite_options(self.busy_timeout_s, self.max_wait_s, self.synchronous)
         ints = {
-            "top_k": 1, "max_block_chars": 1, "digest_max_actions": 2, "digest_obs_chars": 0,
-            "digest_max_chars": 16, "prune_every": 1, "max_memory_actions": 0,
-            "show_replies": 0, "note_max_chars": 1,
-        }  # fmt: skip
+            "top_k": 1,
+            "max_block_chars": 1,
+            "digest_max_actions": 2,
+            "digest_obs_chars": 0,
+            "digest_max_chars": 16,
+            "prune_every": 1,
+            "max_memory_actions": 0,
+            "show_replies": 0,
+            "note_max_chars": 1,
+        }
         self._normalize(
             path=default_path() if self.path is None else str(self.path),
             control=check_choice("control", self.control, ("static", "agent", "both")),
@@ -102,19 +108,23 @@ class EpisodicSettings(Settings):
                 "max_rows_per_task", self.max_rows_per_task, 1, allow_none=True
             ),
             max_rows=check_int("max_rows", self.max_rows, 1, allow_none=True),
-            max_age_s=check_number("max_age_s", self.max_age_s, low=0, low_open=True,
-                                   allow_none=True),
-            session_ttl_s=check_number("session_ttl_s", self.session_ttl_s, low=0, low_open=True,
-                                       allow_none=True),
+            max_age_s=check_number(
+                "max_age_s", self.max_age_s, low=0, low_open=True, allow_none=True
+            ),
+            session_ttl_s=check_number(
+                "session_ttl_s", self.session_ttl_s, low=0, low_open=True, allow_none=True
+            ),
             synchronous=self.synchronous.upper(),
             **{name: check_int(name, getattr(self, name), low) for name, low in ints.items()},
-        )  # fmt: skip
+        )
         self.scope()  # a session retention needs a session id: refused here, named
 
     def scope(self) -> Scope:
         """The rows this memory sees and owns, as configured."""
         assert self.run_id is not None  # set by __post_init__
         return Scope(
-            self.retention, namespace=self.namespace, run_id=self.run_id,
+            self.retention,
+            namespace=self.namespace,
+            run_id=self.run_id,
             session_id=self.session_id,
-        )  # fmt: skip
+        )

@@ -155,11 +155,26 @@ def _int(v: bool | None) -> int | None:
 
 def _row(t: Sequence[Any]) -> MemoryRow:
     return MemoryRow(
-        id=t[0], kind=t[1], task_key=t[2], task=t[3], text=t[4], won=_bool(t[5]), ret=t[6],
-        length=t[7], terminated=_bool(t[8]), truncated=_bool(t[9]), episode_uid=t[10],
-        env_name=t[11], started_at=t[12], created_at=t[13], retention=t[14], namespace=t[15],
-        run_id=t[16], session_id=t[17], writer=t[18],
-    )  # fmt: skip
+        id=t[0],
+        kind=t[1],
+        task_key=t[2],
+        task=t[3],
+        text=t[4],
+        won=_bool(t[5]),
+        ret=t[6],
+        length=t[7],
+        terminated=_bool(t[8]),
+        truncated=_bool(t[9]),
+        episode_uid=t[10],
+        env_name=t[11],
+        started_at=t[12],
+        created_at=t[13],
+        retention=t[14],
+        namespace=t[15],
+        run_id=t[16],
+        session_id=t[17],
+        writer=t[18],
+    )
 
 
 class EpisodeStore:
@@ -175,13 +190,21 @@ class EpisodeStore:
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, busy_timeout_s: float = 5.0,
-        max_wait_s: float = 60.0, synchronous: Synchronous = "NORMAL",
-    ) -> None:  # fmt: skip
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_s: float = 5.0,
+        max_wait_s: float = 60.0,
+        synchronous: Synchronous = "NORMAL",
+    ) -> None:
         self.db = SQLiteDatabase(
-            path, schema=_SCHEMA, schema_version=_SCHEMA_VERSION, busy_timeout_s=busy_timeout_s,
-            max_wait_s=max_wait_s, synchronous=synchronous,
-        )  # fmt: skip
+            path,
+            schema=_SCHEMA,
+            schema_version=_SCHEMA_VERSION,
+            busy_timeout_s=busy_timeout_s,
+            max_wait_s=max_wait_s,
+            synchronous=synchronous,
+        )
 
     @property
     def path(self) -> str:
@@ -233,13 +256,26 @@ class EpisodeStore:
                     "truncated, text, started_at, created_at, writer) "
                     "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
-                        r.kind, scope.retention, scope.namespace, scope.run_id, sid, r.task_key,
-                        utf8_safe(r.task), r.env_name, r.episode_uid, _int(r.won), r.ret, r.length,
-                        _int(r.terminated), _int(r.truncated),
+                        r.kind,
+                        scope.retention,
+                        scope.namespace,
+                        scope.run_id,
+                        sid,
+                        r.task_key,
+                        utf8_safe(r.task),
+                        r.env_name,
+                        r.episode_uid,
+                        _int(r.won),
+                        r.ret,
+                        r.length,
+                        _int(r.terminated),
+                        _int(r.truncated),
                         utf8_safe(r.text),  # SQLite takes UTF-8 only
-                        r.started_at, r.created_at or now, writer,
+                        r.started_at,
+                        r.created_at or now,
+                        writer,
                     ),
-                )  # fmt: skip
+                )
                 assert cur.lastrowid is not None  # set by every INSERT
                 ids.append(cur.lastrowid)
             if keep_per_task is not None:
@@ -250,9 +286,14 @@ class EpisodeStore:
         return self.db.write(insert)
 
     def set_outcome(
-        self, scope: Scope, episode_uid: str, *, won: bool | None, ret: float | None,
+        self,
+        scope: Scope,
+        episode_uid: str,
+        *,
+        won: bool | None,
+        ret: float | None,
         length: int | None,
-    ) -> int:  # fmt: skip
+    ) -> int:
         """Fill in the outcome of the notes written during episode ``episode_uid``."""
         where, params = scope.where()
         sql = (
@@ -279,9 +320,14 @@ class EpisodeStore:
         return self.db.write(lambda c: c.execute(sql, (namespace, namespace, cutoff)).rowcount)
 
     def prune(
-        self, retention: Retention, namespace: str, *, max_age_s: float | None = None,
-        max_rows: int | None = None, now: float | None = None,
-    ) -> int:  # fmt: skip
+        self,
+        retention: Retention,
+        namespace: str,
+        *,
+        max_age_s: float | None = None,
+        max_rows: int | None = None,
+        now: float | None = None,
+    ) -> int:
         """Delete ``namespace``'s ``retention`` rows past ``max_age_s`` or ``max_rows``; count."""
 
         def run(c: sqlite3.Connection) -> int:
@@ -310,9 +356,15 @@ class EpisodeStore:
         )
 
     def best(
-        self, scope: Scope, task_key: str, *, limit: int, kinds: Sequence[Kind] = ("episode",),
-        include_failures: bool = True, order: Literal["best", "recent"] = "best",
-    ) -> list[MemoryRow]:  # fmt: skip
+        self,
+        scope: Scope,
+        task_key: str,
+        *,
+        limit: int,
+        kinds: Sequence[Kind] = ("episode",),
+        include_failures: bool = True,
+        order: Literal["best", "recent"] = "best",
+    ) -> list[MemoryRow]:
         """The rows of ``task_key`` in ``scope``, best (won, return, length, id) or newest first."""
         where, params = scope.where()
         kind_sql = ", ".join("?" * len(kinds))

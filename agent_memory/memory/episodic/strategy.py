@@ -189,18 +189,25 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         return self._blocks[check_env_index(env_id, self.num_envs)]
 
     def on_episode_start(
-        self, env_id: int, task: str | None, observation: str | None = None, *,
+        self,
+        env_id: int,
+        task: str | None,
+        observation: str | None = None,
+        *,
         task_key: str | None = None,
-    ) -> str:  # fmt: skip
+    ) -> str:
         """Start env ``env_id``'s episode (``observation``: the reset one): clear its window,
         retrieve past episodes (static and both modes) and return its block."""
         return self.start_episodes([env_id], [task], [observation], task_keys=[task_key])[0]
 
     def start_episodes(
-        self, env_ids: Sequence[int], tasks: Sequence[str | None],
-        observations: Sequence[str | None] | None = None, *,
+        self,
+        env_ids: Sequence[int],
+        tasks: Sequence[str | None],
+        observations: Sequence[str | None] | None = None,
+        *,
         task_keys: Sequence[str | None] | None = None,
-    ) -> list[str]:  # fmt: skip
+    ) -> list[str]:
         """:meth:`on_episode_start` for several envs (one retrieval per task key)."""
         ids = normalize_env_ids(list(env_ids), self.num_envs)
         n = len(ids)
@@ -217,8 +224,12 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         for i, task, obs, key in zip(ids, tasks, observations, task_keys, strict=True):
             task = "" if task is None else str(task)
             key = key or self.task_key(task, obs)
-            ep = EpisodeState(task=task, task_key=key, uid=f"{self.run_id}:{i}:{self._counter_uid}",
-                          started_at=now)  # fmt: skip
+            ep = EpisodeState(
+                task=task,
+                task_key=key,
+                uid=f"{self.run_id}:{i}:{self._counter_uid}",
+                started_at=now,
+            )
             self._counter_uid += 1
             if self.settings.control != "agent":
                 if key not in cache:
@@ -296,16 +307,21 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         """The window's state, each env's episode state and the store's identity (not its rows)."""
         s = self.scope
         return {
-            **self._state_header(), "window": self._window.state_dict(),
+            **self._state_header(),
+            "window": self._window.state_dict(),
             "episodes": [copy.deepcopy(vars(ep)) for ep in self._eps],
             "pending": [None if p is None else copy.deepcopy(vars(p)) for p in self._pending],
-            "uid_counter": self._counter_uid, "recorded": self._recorded,
+            "uid_counter": self._counter_uid,
+            "recorded": self._recorded,
             "store": {
-                "path": self.path, "retention": s.retention, "namespace": s.namespace,
-                "run_id": self.run_id, "session_id": self.session_id,
+                "path": self.path,
+                "retention": s.retention,
+                "namespace": s.namespace,
+                "run_id": self.run_id,
+                "session_id": self.session_id,
                 "control": self.settings.control,
             },
-        }  # fmt: skip
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore from :meth:`state_dict`; adopts its run and session ids (a resumed run keeps
@@ -325,9 +341,11 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         self._counter_uid = int(state["uid_counter"])
         self._recorded = int(state["recorded"])
         self.scope = Scope(
-            self.scope.retention, namespace=saved["namespace"], run_id=saved["run_id"],
+            self.scope.retention,
+            namespace=saved["namespace"],
+            run_id=saved["run_id"],
             session_id=saved["session_id"],
-        )  # fmt: skip
+        )
         for i in range(self.num_envs):
             self._set_block(i)
 

@@ -16,9 +16,14 @@ import numpy as np
 from agent_memory.memory.search import make_encoder
 
 __all__ = [
-    "EmbeddingSimilarity", "KeyBy", "Similarity", "TaskIndex", "content_words", "lexical_scores",
+    "EmbeddingSimilarity",
+    "KeyBy",
+    "Similarity",
+    "TaskIndex",
+    "content_words",
+    "lexical_scores",
     "task_key_of",
-]  # fmt: skip
+]
 
 #: ``(query, docs) -> scores`` in [0, 1] (a sequence or a numpy array).
 Similarity = Callable[[str, Sequence[str]], Sequence[float] | np.ndarray]
@@ -26,9 +31,12 @@ KeyBy = Literal["task", "task_and_observation"]
 
 
 def task_key_of(
-    task: str, observation: str | None = None, env_name: str | None = None, *,
+    task: str,
+    observation: str | None = None,
+    env_name: str | None = None,
+    *,
     key_by: KeyBy = "task_and_observation",
-) -> str:  # fmt: skip
+) -> str:
     """``"<env_name>|<hash>"``: the hash covers the task text and, with ``task_and_observation``,
     the first observation (which tells apart levels that share a task sentence).
 
@@ -44,11 +52,48 @@ def task_key_of(
 
 _WORD = re.compile(r"[a-z0-9]+")
 #: Words too common to tell tasks apart.
-_STOP = frozenset((
-    "a", "an", "and", "are", "as", "at", "be", "by", "do", "does", "for", "from", "has", "have",
-    "in", "into", "is", "it", "its", "of", "on", "onto", "or", "that", "the", "their", "then",
-    "there", "these", "this", "to", "was", "were", "will", "with", "without", "you", "your",
-))  # fmt: skip
+_STOP = frozenset(
+    (
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "do",
+        "does",
+        "for",
+        "from",
+        "has",
+        "have",
+        "in",
+        "into",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "onto",
+        "or",
+        "that",
+        "the",
+        "their",
+        "then",
+        "there",
+        "these",
+        "this",
+        "to",
+        "was",
+        "were",
+        "will",
+        "with",
+        "without",
+        "you",
+        "your",
+    )
+)
 
 
 def content_words(text: str) -> set[str]:

@@ -240,9 +240,13 @@ class StepRanking:
         return np.take_along_axis(sims, cand, axis=1), cand
 
     def _rerank(
-        self, entries: list[Entry], rows: list[_Row], sims: np.ndarray, cand: np.ndarray,
+        self,
+        entries: list[Entry],
+        rows: list[_Row],
+        sims: np.ndarray,
+        cand: np.ndarray,
         valid: np.ndarray,
-    ) -> np.ndarray:  # fmt: skip
+    ) -> np.ndarray:
         """``(1 - w) * similarity + w * f``, ``f`` the recency or the word overlap (Jaccard)."""
         s = self.settings
         score = sims.astype(np.float64)

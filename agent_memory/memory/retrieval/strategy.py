@@ -96,9 +96,10 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         super().__init__(**self._shared(locals()))
         self.settings = RetrievalSettings.from_arguments(locals())
         self.layout = BlockLayout(
-            header=self.settings.header, window_header=self.settings.window_header,
+            header=self.settings.header,
+            window_header=self.settings.window_header,
             priority="window",
-        )  # fmt: skip
+        )
         self._init_indexes(encoder, self.settings.index)
         #: Per env of the last :meth:`fetch` (in its ``env_ids`` order): absolute step numbers
         #: of the retrieved steps, chronological.
@@ -134,9 +135,13 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         self._append(ids, texts, [counts[i] - 1 for i in ids])
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET,
+        self,
+        history_length: int,
+        env_ids: EnvIds = None,
+        *,
+        max_tokens: Budget = UNSET,
         queries: Sequence[str | None] | None = None,
-    ) -> Fetched:  # fmt: skip
+    ) -> Fetched:
         """Each env's context: retrieved older steps (marked block), then the recent window.
 
         Args:

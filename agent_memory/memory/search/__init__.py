@@ -26,7 +26,20 @@ from agent_memory.memory.search.vector_index import (
 )
 
 __all__ = [
-    "BM25Encoder", "BM25Index", "Embedder", "Encoder", "EncoderSpec", "FaissIndex",
-    "HashingEmbedder", "NumpyIndex", "SentenceTransformerEmbedder", "VectorIndex",
-    "available_encoders", "make_encoder", "make_index", "register_encoder", "stop_words", "words",
-]  # fmt: skip
+    "BM25Encoder",
+    "BM25Index",
+    "Embedder",
+    "Encoder",
+    "EncoderSpec",
+    "FaissIndex",
+    "HashingEmbedder",
+    "NumpyIndex",
+    "SentenceTransformerEmbedder",
+    "VectorIndex",
+    "available_encoders",
+    "make_encoder",
+    "make_index",
+    "register_encoder",
+    "stop_words",
+    "words",
+]

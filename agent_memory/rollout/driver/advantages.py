@@ -29,9 +29,18 @@ if TYPE_CHECKING:
     from agent_memory.rollout.types import StepRecord, Trajectory
 
 __all__ = [
-    "FLOAT_MAX", "TrajectoryValues", "anchor", "compute_advantages", "discounted_returns",
-    "episode_return", "gae", "gigpo", "group_normalize", "grpo", "load_value_fn",
-]  # fmt: skip
+    "FLOAT_MAX",
+    "TrajectoryValues",
+    "anchor",
+    "compute_advantages",
+    "discounted_returns",
+    "episode_return",
+    "gae",
+    "gigpo",
+    "group_normalize",
+    "grpo",
+    "load_value_fn",
+]
 
 #: The largest float: an advantage or return beyond it is written as this (never as inf).
 FLOAT_MAX = float(np.finfo(np.float64).max)
@@ -68,9 +77,12 @@ def _unscale(x: Any, e: int) -> np.ndarray:
 
 
 def group_normalize(
-    values: Sequence[float], groups: Sequence[Hashable], *, normalize_std: bool = True,
+    values: Sequence[float],
+    groups: Sequence[Hashable],
+    *,
+    normalize_std: bool = True,
     eps: float = 1e-6,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """``value - mean(group)``, divided by ``std(group, ddof=1) + eps`` when ``normalize_std``.
 
     Members of a group of one get 0. A non-finite value (NaN, ±inf) is missing: it gets 0 and
@@ -151,9 +163,12 @@ def _common_exponent(rewards: Sequence[np.ndarray]) -> int:
 
 
 def grpo(
-    rewards: Sequence[np.ndarray], groups: Sequence[Hashable], *, normalize_std: bool = True,
+    rewards: Sequence[np.ndarray],
+    groups: Sequence[Hashable],
+    *,
+    normalize_std: bool = True,
     eps: float = 1e-6,
-) -> list[np.ndarray]:  # fmt: skip
+) -> list[np.ndarray]:
     """GRPO advantages: one value per trajectory (its normalised return), broadcast to its steps.
 
     Args:
@@ -172,10 +187,15 @@ def grpo(
 
 
 def gigpo(
-    rewards: Sequence[np.ndarray], groups: Sequence[Hashable],
-    state_keys: Sequence[Sequence[Hashable]], *, gamma: float = 0.95, step_weight: float = 1.0,
-    normalize_std: bool = True, eps: float = 1e-6,
-) -> list[np.ndarray]:  # fmt: skip
+    rewards: Sequence[np.ndarray],
+    groups: Sequence[Hashable],
+    state_keys: Sequence[Sequence[Hashable]],
+    *,
+    gamma: float = 0.95,
+    step_weight: float = 1.0,
+    normalize_std: bool = True,
+    eps: float = 1e-6,
+) -> list[np.ndarray]:
     """GiGPO advantages: GRPO's episode advantage plus ``step_weight`` x the step advantage.
 
     Args:
@@ -212,9 +232,14 @@ def gigpo(
 
 
 def gae(
-    rewards: np.ndarray, values: np.ndarray, *, terminated: bool, final_value: float = 0.0,
-    gamma: float = 0.99, lam: float = 0.95,
-) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    rewards: np.ndarray,
+    values: np.ndarray,
+    *,
+    terminated: bool,
+    final_value: float = 0.0,
+    gamma: float = 0.99,
+    lam: float = 0.95,
+) -> tuple[np.ndarray, np.ndarray]:
     """GAE(gamma, lambda) of one trajectory.
 
     Args:
@@ -298,9 +323,10 @@ Estimates = tuple[list[np.ndarray], list[np.ndarray]]
 
 
 def compute_advantages(
-    trajs: Sequence[Trajectory], algo: AlgoConfig,
+    trajs: Sequence[Trajectory],
+    algo: AlgoConfig,
     values: Mapping[str, TrajectoryValues] | None = None,
-) -> None:  # fmt: skip
+) -> None:
     """Fill every step's ``advantage`` and ``ret`` for ``algo`` (in place).
 
     Args:
@@ -365,16 +391,23 @@ def _gigpo_estimates(
     groups = [t.spec.group_uid for t in trajs]
     keys = [[anchor(t, s) for s in t.steps] for t in trajs]
     advs = gigpo(
-        rewards, groups, keys, gamma=algo.gamma, step_weight=algo.step_weight,
-        normalize_std=algo.normalize_std, eps=algo.epsilon,
-    )  # fmt: skip
+        rewards,
+        groups,
+        keys,
+        gamma=algo.gamma,
+        step_weight=algo.step_weight,
+        normalize_std=algo.normalize_std,
+        eps=algo.epsilon,
+    )
     return advs, [discounted_returns(r, algo.gamma) for r in rewards]
 
 
 def _ppo_estimates(
-    trajs: Sequence[Trajectory], rewards: list[np.ndarray], algo: AlgoConfig,
+    trajs: Sequence[Trajectory],
+    rewards: list[np.ndarray],
+    algo: AlgoConfig,
     values: Mapping[str, TrajectoryValues] | None,
-) -> Estimates:  # fmt: skip
+) -> Estimates:
     """GAE with the ``values`` given (each checked as its turn comes), else ``algo.value_fn``'s."""
     per_traj: Iterable[tuple[np.ndarray, float]]
     if values is None:

@@ -77,9 +77,11 @@ class EpisodeBook:
     """
 
     def __init__(
-        self, specs: Sequence[EpisodeSpec], max_attempts: int,
+        self,
+        specs: Sequence[EpisodeSpec],
+        max_attempts: int,
         on_finish: Callable[[Trajectory], None] | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.specs = list(specs)
         self.max_attempts = max_attempts
         self.on_finish = on_finish
@@ -187,9 +189,13 @@ class EpisodeBook:
         return lost
 
     def clear(
-        self, uid: str, *, charge: str | None = None, end: str | None = None,
+        self,
+        uid: str,
+        *,
+        charge: str | None = None,
+        end: str | None = None,
         started: bool = False,
-    ) -> None:  # fmt: skip
+    ) -> None:
         """One suspicion of ``uid`` (a worker it was on died: :meth:`release`) is settled.
 
         Args:
@@ -221,23 +227,37 @@ class EpisodeBook:
             self._end(w, end)
         elif self.crashes[uid] >= self.max_attempts:
             crashes = self.crashes[uid]
-            self._end(w, f"{self._reason[uid]} ({crashes} of rollout.max_episode_attempts="
-                      f"{self.max_attempts} attempts)")  # fmt: skip
+            self._end(
+                w,
+                f"{self._reason[uid]} ({crashes} of rollout.max_episode_attempts="
+                f"{self.max_attempts} attempts)",
+            )
         elif self.crashes[uid] + self.suspected[uid] >= self.max_attempts:
             self.held[uid] = w
         else:
             self.waiting.appendleft(w)
 
-    def finish(self, slot: Slot, *, won: bool = False, error: str | None = None,
-               final_prompt: object = None) -> Trajectory:  # fmt: skip
+    def finish(
+        self,
+        slot: Slot,
+        *,
+        won: bool = False,
+        error: str | None = None,
+        final_prompt: object = None,
+    ) -> Trajectory:
         """The episode on ``slot`` ended (in its env, or with ``error``)."""
         run = self.running.pop(slot)
         self.running_on[slot[0]] -= 1
         self._doomed.pop(run.spec.traj_uid, None)
         traj = Trajectory(
-            spec=run.spec, steps=run.steps, won=won, error=error, final_prompt=final_prompt,
-            worker=slot[0], attempts=self.starts[run.spec.traj_uid],
-        )  # fmt: skip
+            spec=run.spec,
+            steps=run.steps,
+            won=won,
+            error=error,
+            final_prompt=final_prompt,
+            worker=slot[0],
+            attempts=self.starts[run.spec.traj_uid],
+        )
         self._finished(traj)
         return traj
 

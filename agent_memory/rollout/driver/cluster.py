@@ -27,8 +27,12 @@ from collections.abc import Iterator
 from agent_memory.rollout.driver.reaper import MARKER, Reaper
 
 __all__ = [
-    "NODE_HEALTH_CHECKS", "health_check_config", "init_ray", "local_token_auth", "stop_ray",
-]  # fmt: skip
+    "NODE_HEALTH_CHECKS",
+    "health_check_config",
+    "init_ray",
+    "local_token_auth",
+    "stop_ray",
+]
 
 log = logging.getLogger(__name__)
 
@@ -172,9 +176,12 @@ def _start(address: str | None, num_cpus: int | None, node_timeout_s: float | No
             "Ray: joined the cluster at %s (rollout.ray_address=%s) in %.1f s: %d nodes, %g CPUs "
             "(its node health check is the one it was started with; rollout.node_timeout_s "
             "applies to a local instance)",
-            ctx.gcs_address, address, time.perf_counter() - t0, len(nodes),
+            ctx.gcs_address,
+            address,
+            time.perf_counter() - t0,
+            len(nodes),
             ray.cluster_resources().get("CPU", 0),
-        )  # fmt: skip
+        )
         return
     # Linux: a private directory (0700) above Ray's (which Ray makes 0777): its sockets, logs
     # and the token file are this user's only; the reaper removes it when the instance ends.
@@ -188,8 +195,10 @@ def _start(address: str | None, num_cpus: int | None, node_timeout_s: float | No
     log.info(
         "Ray: starting a local instance (num_cpus=%d, object store %d MiB, no dashboard, on "
         "127.0.0.1, node timeout %s s; rollout.ray_address=null) ...",
-        cpus, _OBJECT_STORE_MIB, node_timeout_s,
-    )  # fmt: skip
+        cpus,
+        _OBJECT_STORE_MIB,
+        node_timeout_s,
+    )
     os.environ[MARKER] = root or ""  # inherited by every process Ray starts, not later ones
     try:
         with loopback_only():
@@ -214,8 +223,9 @@ def _start(address: str | None, num_cpus: int | None, node_timeout_s: float | No
         _REAPERS.append(reaper)
     log.info(
         "Ray: started a local instance with %d CPUs in %.1f s (rollout.ray_address=null)",
-        cpus, time.perf_counter() - t0,
-    )  # fmt: skip
+        cpus,
+        time.perf_counter() - t0,
+    )
 
 
 def stop_ray() -> None:

@@ -33,9 +33,15 @@ from agent_memory.rollout.worker.episode_loop import PolicyFailed, answers_inlin
 from agent_memory.rollout.worker.service import PolicyService
 
 __all__ = [
-    "Collector", "PolicyFailed", "RolloutFailed", "RolloutStats", "WorkerSetupError",
-    "build_policy", "episode_specs", "init_ray",
-]  # fmt: skip
+    "Collector",
+    "PolicyFailed",
+    "RolloutFailed",
+    "RolloutStats",
+    "WorkerSetupError",
+    "build_policy",
+    "episode_specs",
+    "init_ray",
+]
 
 log = logging.getLogger("agent_memory.rollout.driver.collector")
 
@@ -72,10 +78,14 @@ class Collector:
     """
 
     def __init__(
-        self, job: JobConfig, policy: Policy | None = None,
-        on_step: Callable[[Collector], None] | None = None, run_id: str | None = None,
-        max_batch_size: int = 32, max_wait_ms: float = 5.0,
-    ) -> None:  # fmt: skip
+        self,
+        job: JobConfig,
+        policy: Policy | None = None,
+        on_step: Callable[[Collector], None] | None = None,
+        run_id: str | None = None,
+        max_batch_size: int = 32,
+        max_wait_ms: float = 5.0,
+    ) -> None:
         self.job = job
         self.policy = policy or build_policy(job)
         self.on_step = on_step
@@ -110,9 +120,10 @@ class Collector:
         self._node_check = 0.0  # when to ask Ray next whether a dead worker's node died
 
     def run(
-        self, progress: Callable[[Trajectory], None] | None = None,
+        self,
+        progress: Callable[[Trajectory], None] | None = None,
         on_episode: Callable[[Trajectory], None] | None = None,
-    ) -> list[Trajectory]:  # fmt: skip
+    ) -> list[Trajectory]:
         """Run the job's episodes (``rollout.num_groups x group_size`` from ``rollout.seed``)
         on workers started for them; returns the trajectories in episode order.
 
@@ -156,9 +167,12 @@ class Collector:
         self.parked = set(self.pool.slots())
 
     def collect(
-        self, specs: Sequence[EpisodeSpec], progress: Callable[[Trajectory], None] | None = None,
-        on_episode: Callable[[Trajectory], None] | None = None, greedy: bool = False,
-    ) -> list[Trajectory]:  # fmt: skip
+        self,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[Trajectory], None] | None = None,
+        on_episode: Callable[[Trajectory], None] | None = None,
+        greedy: bool = False,
+    ) -> list[Trajectory]:
         """Run ``specs`` on the started workers; returns their trajectories in order.
 
         Args:
@@ -187,9 +201,11 @@ class Collector:
                 ray.get(self.service.set_greedy.remote(False))
 
     def _collect(
-        self, specs: Sequence[EpisodeSpec], progress: Callable[[Trajectory], None] | None,
+        self,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[Trajectory], None] | None,
         on_episode: Callable[[Trajectory], None] | None,
-    ) -> list[Trajectory]:  # fmt: skip
+    ) -> list[Trajectory]:
         import ray
 
         self.book = book = self._new_book(specs, progress, on_episode)
@@ -292,9 +308,11 @@ class Collector:
                 total.add(stats)
 
     def _new_book(
-        self, specs: Sequence[EpisodeSpec], progress: Callable[[Trajectory], None] | None,
+        self,
+        specs: Sequence[EpisodeSpec],
+        progress: Callable[[Trajectory], None] | None,
         on_episode: Callable[[Trajectory], None] | None,
-    ) -> EpisodeBook:  # fmt: skip
+    ) -> EpisodeBook:
         """The book of a :meth:`collect`: each finished trajectory goes to ``on_episode``,
         then to ``progress``."""
 

@@ -100,9 +100,13 @@ def resolve_env(env: EnvConfig) -> EnvCheck:
     given = {k: v for k, v in kwargs.items() if k not in MAKE_KWARGS}
     where = f"env {spec.id!r} ({qualname(creator)})"
     bind_params(
-        creator, given, key="env.kwargs", what=where, configured=env.kwargs,
+        creator,
+        given,
+        key="env.kwargs",
+        what=where,
+        configured=env.kwargs,
         elsewhere=lambda name: _kwargs_left_over(creator, env.kwargs) if name in env.kwargs else "",
-    )  # fmt: skip
+    )
     return EnvCheck(spec.id, creator, _made_class(creator), kwargs)
 
 

@@ -8,8 +8,13 @@ from typing import Any
 
 from agent_memory.config import ConfigError, JobConfig
 
-__all__ = ["APPEND_ONLY_MEMORIES", "append_only_error", "chat_template_rewrites",
-           "check_episode_layout", "history_key"]  # fmt: skip
+__all__ = [
+    "APPEND_ONLY_MEMORIES",
+    "append_only_error",
+    "chat_template_rewrites",
+    "check_episode_layout",
+    "history_key",
+]
 
 
 def history_key(job: JobConfig) -> str:

@@ -88,13 +88,25 @@ def episode_samples(traj: Trajectory, *, strict: bool = True) -> list[EpisodeSam
     samples = []
     for segment, (a, b) in enumerate(zip(starts, [*starts[1:], len(gens)], strict=True)):
         prompt, completion, mask, logprobs, advantages = _stitch(traj.steps[a:b], gens[a:b])
-        samples.append(EpisodeSample(
-            group_uid=traj.spec.group_uid, traj_uid=uid, segment=segment, segments=len(starts),
-            first_turn=traj.steps[a].step, prompt_ids=prompt, completion_ids=completion,
-            completion_mask=mask, completion_logprobs=logprobs, token_advantages=advantages,
-            advantage=traj.steps[0].advantage, episode_return=traj.episode_return, won=traj.won,
-            turns=b - a, policy_versions=[g.policy_version for g in gens[a:b]],
-        ))  # fmt: skip
+        samples.append(
+            EpisodeSample(
+                group_uid=traj.spec.group_uid,
+                traj_uid=uid,
+                segment=segment,
+                segments=len(starts),
+                first_turn=traj.steps[a].step,
+                prompt_ids=prompt,
+                completion_ids=completion,
+                completion_mask=mask,
+                completion_logprobs=logprobs,
+                token_advantages=advantages,
+                advantage=traj.steps[0].advantage,
+                episode_return=traj.episode_return,
+                won=traj.won,
+                turns=b - a,
+                policy_versions=[g.policy_version for g in gens[a:b]],
+            )
+        )
     return samples
 
 

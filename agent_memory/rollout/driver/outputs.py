@@ -27,26 +27,48 @@ def step_rows(trajs: Sequence[Trajectory]) -> list[dict[str, Any]]:
 
 def _step_row(t: Trajectory, s: StepRecord) -> dict[str, Any]:
     return {
-        "group_uid": t.spec.group_uid, "traj_uid": t.spec.traj_uid, "seed": t.spec.seed,
-        "step": s.step, "prompt": s.prompt, "response": s.response,
-        "response_chars": s.response_chars, "parsed_action": s.parsed_action,
-        "is_action_valid": s.valid, "invalid_reason": s.invalid_reason, "reward": s.reward,
-        "terminated": s.terminated, "truncated": s.truncated, "context_tokens": s.context_tokens,
-        "context_chars": s.context_chars, "history_steps": s.history_steps,
-        "state_key": s.state_key, "advantage": s.advantage, "return": s.ret, "won": t.won,
-        "error": t.error, "attempts": t.attempts, "thought": s.thought,
-        "memory_flag": s.memory_flag, "memory_mask": s.memory_mask, "memory_turn": s.memory_turn,
+        "group_uid": t.spec.group_uid,
+        "traj_uid": t.spec.traj_uid,
+        "seed": t.spec.seed,
+        "step": s.step,
+        "prompt": s.prompt,
+        "response": s.response,
+        "response_chars": s.response_chars,
+        "parsed_action": s.parsed_action,
+        "is_action_valid": s.valid,
+        "invalid_reason": s.invalid_reason,
+        "reward": s.reward,
+        "terminated": s.terminated,
+        "truncated": s.truncated,
+        "context_tokens": s.context_tokens,
+        "context_chars": s.context_chars,
+        "history_steps": s.history_steps,
+        "state_key": s.state_key,
+        "advantage": s.advantage,
+        "return": s.ret,
+        "won": t.won,
+        "error": t.error,
+        "attempts": t.attempts,
+        "thought": s.thought,
+        "memory_flag": s.memory_flag,
+        "memory_mask": s.memory_mask,
+        "memory_turn": s.memory_turn,
         "memory_note_tokens": s.memory_note_tokens,
         **_generation_columns(s.generation),
-    }  # fmt: skip
+    }
 
 
 #: Row column -> attribute of a step's sampling parameters.
 _SAMPLING_FIELDS = {
-    "temperature": "temperature", "top_p": "top_p", "top_k": "top_k", "sampling_seed": "seed",
-    "min_p": "min_p", "repetition_penalty": "repetition_penalty",
-    "presence_penalty": "presence_penalty", "frequency_penalty": "frequency_penalty",
-}  # fmt: skip
+    "temperature": "temperature",
+    "top_p": "top_p",
+    "top_k": "top_k",
+    "sampling_seed": "seed",
+    "min_p": "min_p",
+    "repetition_penalty": "repetition_penalty",
+    "presence_penalty": "presence_penalty",
+    "frequency_penalty": "frequency_penalty",
+}
 
 
 def _field(obj: Any, name: str) -> Any:
@@ -109,23 +131,38 @@ def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[s
     steps = [s for s in every if not s.memory_turn]  # the env's steps
     errors = [t for t in trajs if t.error is not None]
     return {
-        "env": job.env.id, "memory": job.memory.strategy, "history_length": job.history_length,
-        "policy": job.policy.name, "algo": job.algo.name, "episodes": len(trajs),
-        "episodes_planned": job.rollout.num_episodes, "groups": job.rollout.num_groups,
-        "group_size": job.rollout.group_size, **_outcome_figures(trajs, steps),
+        "env": job.env.id,
+        "memory": job.memory.strategy,
+        "history_length": job.history_length,
+        "policy": job.policy.name,
+        "algo": job.algo.name,
+        "episodes": len(trajs),
+        "episodes_planned": job.rollout.num_episodes,
+        "groups": job.rollout.num_groups,
+        "group_size": job.rollout.group_size,
+        **_outcome_figures(trajs, steps),
         "env_steps_per_second": _ratio(len(steps), stats.loop_time),
         "memory_turns": len(every) - len(steps),
-        "token_counter": job.memory.token_counter, "prompt_tokens_from": _counted_by(steps),
-        "setup_seconds": stats.setup_time, "loop_seconds": stats.loop_time,
-        "policy_requests": stats.policy_requests, "worker_restarts": stats.worker_restarts,
-        "workers_lost": stats.workers_lost, "episodes_rerun": stats.episodes_rerun,
-        "step_timeouts": stats.step_timeouts, "worker_failures": list(stats.failures),
+        "token_counter": job.memory.token_counter,
+        "prompt_tokens_from": _counted_by(steps),
+        "setup_seconds": stats.setup_time,
+        "loop_seconds": stats.loop_time,
+        "policy_requests": stats.policy_requests,
+        "worker_restarts": stats.worker_restarts,
+        "workers_lost": stats.workers_lost,
+        "episodes_rerun": stats.episodes_rerun,
+        "step_timeouts": stats.step_timeouts,
+        "worker_failures": list(stats.failures),
         "episode_errors": [
-            {"traj_uid": t.spec.traj_uid, "steps": len(t.steps), "attempts": t.attempts,
-             "error": t.error}
+            {
+                "traj_uid": t.spec.traj_uid,
+                "steps": len(t.steps),
+                "attempts": t.attempts,
+                "error": t.error,
+            }
             for t in errors[:MAX_LISTED_ERRORS]
         ],
-    }  # fmt: skip
+    }
 
 
 def _outcome_figures(trajs: Sequence[Trajectory], steps: Sequence[StepRecord]) -> dict[str, Any]:

@@ -57,9 +57,13 @@ class WorkerPool:
     """
 
     def __init__(
-        self, job: JobConfig, run_id: str, stats: RolloutStats, meta_fields: list[str],
+        self,
+        job: JobConfig,
+        run_id: str,
+        stats: RolloutStats,
+        meta_fields: list[str],
         policy: Any = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.job = job
         self.run_id = run_id
         self.stats = stats
@@ -94,8 +98,10 @@ class WorkerPool:
         if num_workers < r.num_workers:
             log.info(
                 "starting %d of rollout.num_workers=%d workers: %d episodes to play",
-                num_workers, r.num_workers, num_episodes,
-            )  # fmt: skip
+                num_workers,
+                r.num_workers,
+                num_episodes,
+            )
         envs_per_worker = min(r.envs_per_worker, math.ceil(num_episodes / num_workers))
         need = num_workers * r.num_cpus_per_worker
         have = ray.cluster_resources().get("CPU", 0)
@@ -142,8 +148,11 @@ class WorkerPool:
             )
         log.info(
             "%d rollout workers x %d envs (%s vectorization, %s mode)",
-            num_workers, envs_per_worker, r.vectorization, r.mode,
-        )  # fmt: skip
+            num_workers,
+            envs_per_worker,
+            r.vectorization,
+            r.mode,
+        )
 
     def _ready(self, worker: Any) -> Any:
         """Give ``worker`` (just started or restarted) the run's policy; the ref of its status
@@ -282,8 +291,11 @@ class WorkerPool:
         self.stats.workers_lost += 1
         log.warning(
             "rollout worker %d is gone (%s); %d workers up, %d restarting",
-            w, why, sum(self.alive), len(self.restarting),
-        )  # fmt: skip
+            w,
+            why,
+            sum(self.alive),
+            len(self.restarting),
+        )
 
 
 def crash_reason(crash: CrashReport | None, w: int) -> str:

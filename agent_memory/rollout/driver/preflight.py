@@ -126,11 +126,14 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
             return WrapperParts.build(
                 1,
                 HistoryOptions(
-                    history_length=job.history_length, memory=memory, template=template,
-                    parser=parser, token_counter=counter,
+                    history_length=job.history_length,
+                    memory=memory,
+                    template=template,
+                    parser=parser,
+                    token_counter=counter,
                     max_prompt_tokens=job.memory.max_prompt_tokens,
                 ),
-            )  # fmt: skip
+            )
 
         core = build_or_blame(wrap, "the prompt", names)
     if policy is not None:
@@ -442,10 +445,13 @@ def _memory(job: JobConfig, counter: Any) -> Iterator[Any]:
     params = dict(mem.params)
     factory = memory_factory(strategy)
     bind_params(
-        factory, params, key="memory.params", what=f"strategy {strategy!r}",
+        factory,
+        params,
+        key="memory.params",
+        what=f"strategy {strategy!r}",
         reserved=MEMORY_SHARED,
         elsewhere=lambda name: other_strategies(name, strategy, params[name]),
-    )  # fmt: skip
+    )
     capacity = job.memory_capacity
     names = {k: f"memory.params.{k}" for k in params} | MEMORY_SHARED
     with tempfile.TemporaryDirectory(prefix="agent_memory-preflight-") as tmp:
@@ -456,9 +462,14 @@ def _memory(job: JobConfig, counter: Any) -> Iterator[Any]:
 
         def build() -> Any:  # what a worker builds, for one env
             return make_memory(
-                strategy, num_envs=1, formatter=job.env.formatter, token_counter=counter,
-                max_tokens=mem.max_tokens, capacity=capacity, **params,
-            )  # fmt: skip
+                strategy,
+                num_envs=1,
+                formatter=job.env.formatter,
+                token_counter=counter,
+                max_tokens=mem.max_tokens,
+                capacity=capacity,
+                **params,
+            )
 
         memory = build_or_blame(build, f"memory.strategy={strategy!r}", names)
         try:
@@ -560,9 +571,12 @@ def _policy(job: JobConfig, env: EnvCheck) -> Policy:
     _registered(name, available_policies(), "policy.name", "policy", ": pass e.g. policy=random")
     factory = policy_factory(name)
     bind_params(
-        factory, job.policy.params, key="policy.params", what=f"policy {name!r}",
+        factory,
+        job.policy.params,
+        key="policy.params",
+        what=f"policy {name!r}",
         reserved={"parser": "env.parser"},
-    )  # fmt: skip
+    )
     _check_needs(name, factory, env, job.memory.asks_turns)
     names = {k: f"policy.params.{k}" for k in inspect.signature(factory).parameters}
     return build_or_blame(lambda: build_policy(job), f"policy={name}", names)

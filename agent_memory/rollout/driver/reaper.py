@@ -110,9 +110,12 @@ class Reaper:
         read, self._pipe = os.pipe()
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", REAPER, root], stdin=read,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-            )  # fmt: skip
+                [sys.executable, "-I", "-S", "-c", REAPER, root],
+                stdin=read,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
         finally:
             os.close(read)
 

@@ -91,9 +91,14 @@ def run_log(path: Path) -> Iterator[None]:
 
 
 def run_rollout(
-    job: JobConfig, output_dir: str | Path, *, policy: Policy | None = None, on_step: Any = None,
-    keep_ray: bool = False, labels: dict[str, Any] | None = None,
-) -> dict[str, Any]:  # fmt: skip
+    job: JobConfig,
+    output_dir: str | Path,
+    *,
+    policy: Policy | None = None,
+    on_step: Any = None,
+    keep_ray: bool = False,
+    labels: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """Run ``job`` and write its outputs to ``output_dir``; returns the summary.
 
     Starts Ray (or joins ``rollout.ray_address``) unless it is up, and shuts down only an
@@ -129,9 +134,15 @@ def run_rollout(
         bar = None
         log.info(
             "rollout %s: %d episodes (%d groups x %d) of %s, memory %s, policy %s -> %s",
-            run_id, job.rollout.num_episodes, job.rollout.num_groups, job.rollout.group_size,
-            job.env.id, (labels or {}).get("memory", job.memory.strategy), job.policy.name, out,
-        )  # fmt: skip
+            run_id,
+            job.rollout.num_episodes,
+            job.rollout.num_groups,
+            job.rollout.group_size,
+            job.env.id,
+            (labels or {}).get("memory", job.memory.strategy),
+            job.policy.name,
+            out,
+        )
         try:
             with sigterm_interrupts():
                 # One-off env set-up (e.g. TextWorld's games) in the driver, where it can show.
@@ -199,9 +210,13 @@ def _log_end(summary: dict[str, Any], out: Path) -> None:
     if summary["status"] != "ok":
         log.error(
             "rollout %s after %d of %d episodes: %s; %s; what finished is in %s",
-            summary["status"], summary["episodes"], summary["episodes_planned"],
-            first_line(summary.get("error")), shares, out,
-        )  # fmt: skip
+            summary["status"],
+            summary["episodes"],
+            summary["episodes_planned"],
+            first_line(summary.get("error")),
+            shares,
+            out,
+        )
         return
     per_episode = summary["episode_prompt_tokens"]
     failed = summary["errors"] or summary["failure_shares"].get("policy_requests")
@@ -209,16 +224,27 @@ def _log_end(summary: dict[str, Any], out: Path) -> None:
     (log.warning if failed else log.info)(
         "rollout ok: %d episodes, success rate %.3f, %d env-steps, prompt tokens per episode "
         "mean %.0f / p95 %.0f / max %d (per step mean %.0f / max %d); %s%s; outputs in %s",
-        summary["episodes"], summary["success_rate"], summary["env_steps"], per_episode["mean"],
-        per_episode["p95"], per_episode["max"], summary["mean_prompt_tokens"],
-        summary["max_prompt_tokens"], shares, listed, out,
-    )  # fmt: skip
+        summary["episodes"],
+        summary["success_rate"],
+        summary["env_steps"],
+        per_episode["mean"],
+        per_episode["p95"],
+        per_episode["max"],
+        summary["mean_prompt_tokens"],
+        summary["max_prompt_tokens"],
+        shares,
+        listed,
+        out,
+    )
 
 
 def _summary(
-    job: JobConfig, collector: Collector | None,
-    labels: dict[str, Any] | None, status: str, error: str | None,
-) -> dict[str, Any]:  # fmt: skip
+    job: JobConfig,
+    collector: Collector | None,
+    labels: dict[str, Any] | None,
+    status: str,
+    error: str | None,
+) -> dict[str, Any]:
     from agent_memory.rollout.driver.stats import RolloutStats
 
     trajs = [] if collector is None or collector.book is None else collector.book.trajectories()

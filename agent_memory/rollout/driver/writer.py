@@ -287,9 +287,13 @@ def _error_line(t: Trajectory) -> dict[str, Any]:
     """A failed episode's line of ``errors.jsonl``."""
     spec = t.spec
     return {
-        "traj_uid": spec.traj_uid, "group_uid": spec.group_uid, "seed": spec.seed,
-        "steps": len(t.steps), "attempts": t.attempts, "error": t.error,
-    }  # fmt: skip
+        "traj_uid": spec.traj_uid,
+        "group_uid": spec.group_uid,
+        "seed": spec.seed,
+        "steps": len(t.steps),
+        "attempts": t.attempts,
+        "error": t.error,
+    }
 
 
 def _text(value: Any) -> str | None:

@@ -88,10 +88,15 @@ class EpisodeLoop:
     """
 
     def __init__(
-        self, worker: Any, policy: Any, max_response_chars: int, report_interval_s: float = 0.0,
-        lockstep: bool = False, pass_window_s: float = 0.0,
+        self,
+        worker: Any,
+        policy: Any,
+        max_response_chars: int,
+        report_interval_s: float = 0.0,
+        lockstep: bool = False,
+        pass_window_s: float = 0.0,
         spare_report_interval_s: float | None = None,
-    ) -> None:  # fmt: skip
+    ) -> None:
         self.worker = worker
         self.lockstep = lockstep
         self.pass_window_s = pass_window_s
@@ -385,10 +390,16 @@ class EpisodeLoop:
         for env in [env for env, g in ready.items() if g.failed]:
             lv = self.live.pop(env)
             self.freed.add(env)
-            out.append(FinishedEpisode(
-                env, lv.run.traj_uid, lv.run.steps, error=request_failure(ready.pop(env)),
-                final_prompt=lv.run.view.prompt, requests=lv.requests,
-            ))  # fmt: skip
+            out.append(
+                FinishedEpisode(
+                    env,
+                    lv.run.traj_uid,
+                    lv.run.steps,
+                    error=request_failure(ready.pop(env)),
+                    final_prompt=lv.run.view.prompt,
+                    requests=lv.requests,
+                )
+            )
         if out:
             self.worker.reset_envs([], park=[ep.env for ep in out])
         return out
@@ -419,10 +430,17 @@ class EpisodeLoop:
             if res.done:
                 del self.live[res.env]
                 self.freed.add(res.env)
-                out.append(FinishedEpisode(
-                    res.env, lv.run.traj_uid, lv.run.steps, won=res.won, error=res.error,
-                    final_prompt=res.next.prompt, requests=lv.requests,
-                ))  # fmt: skip
+                out.append(
+                    FinishedEpisode(
+                        res.env,
+                        lv.run.traj_uid,
+                        lv.run.steps,
+                        won=res.won,
+                        error=res.error,
+                        final_prompt=res.next.prompt,
+                        requests=lv.requests,
+                    )
+                )
             else:
                 lv.run.advance(res)
                 self.asking.add(res.env)

@@ -61,9 +61,12 @@ def policy_inputs(
 
 
 def step_record(
-    run: Playing, gen: Generation, res: StepResult, max_response_chars: int,
+    run: Playing,
+    gen: Generation,
+    res: StepResult,
+    max_response_chars: int,
     memory_tag: str | None = None,
-) -> StepRecord:  # fmt: skip
+) -> StepRecord:
     """The record of ``run``'s next step: its prompt view, the policy's generation, the env's
     outcome. The context length is the real prompt's token count when the policy reports ids;
     ``memory_tag`` (the memory's ``written_tag``) marks the tokens that write its blocks."""
@@ -75,14 +78,28 @@ def step_record(
     text, chars = capped_text(gen.text, max_response_chars)
     tokens = len(gen.prompt_ids) if gen.prompt_ids is not None else view.context_tokens
     return StepRecord(
-        step=len(run.steps) + 1, prompt=view.prompt, response=text, response_chars=chars,
-        parsed_action=res.parsed_action, valid=res.is_action_valid,
-        invalid_reason=res.invalid_reason, reward=res.reward, terminated=res.terminated,
-        truncated=res.truncated, context_tokens=tokens, context_chars=view.context_chars,
-        history_steps=view.history_steps, state_key=res.state_key, observation=view.observation,
-        thought=res.thought, memory_flag=res.memory_flag, memory_mask=mask, generation=gen,
-        memory_turn=run.turn, memory_note_tokens=res.memory_note_tokens,
-    )  # fmt: skip
+        step=len(run.steps) + 1,
+        prompt=view.prompt,
+        response=text,
+        response_chars=chars,
+        parsed_action=res.parsed_action,
+        valid=res.is_action_valid,
+        invalid_reason=res.invalid_reason,
+        reward=res.reward,
+        terminated=res.terminated,
+        truncated=res.truncated,
+        context_tokens=tokens,
+        context_chars=view.context_chars,
+        history_steps=view.history_steps,
+        state_key=res.state_key,
+        observation=view.observation,
+        thought=res.thought,
+        memory_flag=res.memory_flag,
+        memory_mask=mask,
+        generation=gen,
+        memory_turn=run.turn,
+        memory_note_tokens=res.memory_note_tokens,
+    )
 
 
 def request_failure(gen: Generation) -> str | None:

@@ -36,9 +36,11 @@ class PolicyService:
         )
 
     async def generate(
-        self, prompts: Sequence[Any], meta: Sequence[Mapping[str, Any]] | None = None,
+        self,
+        prompts: Sequence[Any],
+        meta: Sequence[Mapping[str, Any]] | None = None,
         alone: bool = False,
-    ) -> list[Generation]:  # fmt: skip
+    ) -> list[Generation]:
         """The generations of ``prompts``, from a batch shared with other callers (``alone``:
         a batch of their own, as ``rollout.mode=lockstep`` asks)."""
         return await self.batcher.agenerate(prompts, meta, alone=alone)

@@ -48,9 +48,12 @@ def marks_dir(run_id: str, worker: int) -> str:
 
 
 def _make_env(
-    env_id: str, max_steps: int | None, kwargs: Mapping[str, Any], marks: CallMarks | None,
+    env_id: str,
+    max_steps: int | None,
+    kwargs: Mapping[str, Any],
+    marks: CallMarks | None,
     index: int,
-) -> gym.Env:  # fmt: skip
+) -> gym.Env:
     import agent_memory.envs  # noqa: F401  (registers the bundled ids in this process)
 
     extra: dict[str, Any] = {} if max_steps is None else {"max_episode_steps": max_steps}
@@ -59,9 +62,12 @@ def _make_env(
 
 
 def _make_sub_env(
-    env_id: str, max_steps: int | None, kwargs: Mapping[str, Any], marks: CallMarks | None = None,
+    env_id: str,
+    max_steps: int | None,
+    kwargs: Mapping[str, Any],
+    marks: CallMarks | None = None,
     index: int = 0,
-) -> gym.Env:  # fmt: skip
+) -> gym.Env:
     make = partial(_make_env, env_id, max_steps, kwargs, marks, index)
     # Holdable outermost: a parked (held) env touches neither the env nor its call marks.
     return Holdable(CatchErrors(make(), make=make))
@@ -86,14 +92,23 @@ def build_env(
     mem = job.memory
     counter = make_token_counter(mem.token_counter)
     memory = make_memory(
-        mem.strategy, num_envs=num_envs, formatter=job.env.formatter, token_counter=counter,
-        max_tokens=mem.max_tokens, capacity=job.memory_capacity, **dict(mem.params),
-    )  # fmt: skip
+        mem.strategy,
+        num_envs=num_envs,
+        formatter=job.env.formatter,
+        token_counter=counter,
+        max_tokens=mem.max_tokens,
+        capacity=job.memory_capacity,
+        **dict(mem.params),
+    )
     return VectorHistoryWrapper(
-        venv, history_length=job.history_length, memory=memory, template=job.env.template.build(),
-        parser=job.env.parser.build(), token_counter=counter,
+        venv,
+        history_length=job.history_length,
+        memory=memory,
+        template=job.env.template.build(),
+        parser=job.env.parser.build(),
+        token_counter=counter,
         max_prompt_tokens=mem.max_prompt_tokens,
-    )  # fmt: skip
+    )
 
 
 class RolloutWorker:
@@ -112,9 +127,15 @@ class RolloutWorker:
     """
 
     def __init__(
-        self, index: int, job: JobConfig, num_envs: int, meta_fields: Sequence[str] | None = None,
-        marks_root: str | None = None, policy: Any = None, freeze_envs: bool = False,
-    ) -> None:  # fmt: skip
+        self,
+        index: int,
+        job: JobConfig,
+        num_envs: int,
+        meta_fields: Sequence[str] | None = None,
+        marks_root: str | None = None,
+        policy: Any = None,
+        freeze_envs: bool = False,
+    ) -> None:
         self.index = index
         self.job = job
         self.policy = policy
@@ -283,26 +304,38 @@ class RolloutWorker:
         values = {
             key: env_values(info, key, stepped, default)
             for key, default in (
-                ("error", None), ("is_action_valid", True), ("invalid_reason", None),
-                ("parsed_action", None), ("thought", None), ("won", False), ("state_key", None),
-                ("memory_flag", None), ("memory_note_tokens", None),
+                ("error", None),
+                ("is_action_valid", True),
+                ("invalid_reason", None),
+                ("parsed_action", None),
+                ("thought", None),
+                ("won", False),
+                ("state_key", None),
+                ("memory_flag", None),
+                ("memory_note_tokens", None),
             )
-        }  # fmt: skip
+        }
         out = []
         for j, i in enumerate(stepped):
             error = values["error"][j]
             term = bool(terminated[i])
             result = StepResult(
-                env=i, reward=float(rewards[i]), terminated=term,
+                env=i,
+                reward=float(rewards[i]),
+                terminated=term,
                 truncated=bool(truncated[i] or error is not None) and not term,
                 is_action_valid=bool(values["is_action_valid"][j]),
                 invalid_reason=values["invalid_reason"][j],
-                parsed_action=values["parsed_action"][j], thought=values["thought"][j] or None,
-                memory_flag=values["memory_flag"][j], state_key=self.state_keys[i],
+                parsed_action=values["parsed_action"][j],
+                thought=values["thought"][j] or None,
+                memory_flag=values["memory_flag"][j],
+                state_key=self.state_keys[i],
                 memory_note_tokens=values["memory_note_tokens"][j],
-                won=bool(values["won"][j]), error=error, next=views[i],
+                won=bool(values["won"][j]),
+                error=error,
+                next=views[i],
                 memory_turn=turns.get(i) if error is None else None,
-            )  # fmt: skip
+            )
             self.state_keys[i] = values["state_key"][j]
             self.views[i] = views[i]
             if result.done:
@@ -311,9 +344,11 @@ class RolloutWorker:
         return out
 
     async def run(
-        self, assignments: Sequence[EpisodeAssignment], policy_version: int | None = None,
+        self,
+        assignments: Sequence[EpisodeAssignment],
+        policy_version: int | None = None,
         stream: int = 0,
-    ) -> AsyncIterator[EpisodeBatch]:  # fmt: skip
+    ) -> AsyncIterator[EpisodeBatch]:
         """Play ``assignments`` (and what :meth:`assign` adds) with the worker's policy, yielding
         the ended episodes packed (a Ray streaming call; see :class:`EpisodeLoop`); ends after
         :meth:`finish`, once its episodes have.
@@ -330,10 +365,14 @@ class RolloutWorker:
         r = self.job.rollout
         inline = answers_inline(self.policy)
         loop = EpisodeLoop(
-            self, self.policy, r.max_response_chars, r.report_interval_for(inline),
-            lockstep=r.mode == "lockstep", pass_window_s=r.pass_window_s,
+            self,
+            self.policy,
+            r.max_response_chars,
+            r.report_interval_for(inline),
+            lockstep=r.mode == "lockstep",
+            pass_window_s=r.pass_window_s,
             spare_report_interval_s=r.report_interval_for(inline, spare=True),
-        )  # fmt: skip
+        )
         self.loops[stream] = loop
         for early in self.early.pop(stream, []):
             self._to_stream(stream, early)
@@ -437,9 +476,13 @@ class RolloutWorker:
             if i in oracles:
                 meta["oracle_action"] = oracles[i]
             views[i] = PromptView(
-                prompt=prompts[i], context_tokens=int(tokens[i]), context_chars=int(chars[i]),
-                history_steps=int(steps[i]), meta=meta, observation=now.observation,
-            )  # fmt: skip
+                prompt=prompts[i],
+                context_tokens=int(tokens[i]),
+                context_chars=int(chars[i]),
+                history_steps=int(steps[i]),
+                meta=meta,
+                observation=now.observation,
+            )
         return views
 
     def _oracles(self, ids: list[int]) -> dict[int, Any]:

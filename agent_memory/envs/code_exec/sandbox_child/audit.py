@@ -25,24 +25,54 @@ _PathArg = str | bytes | os.PathLike[str] | os.PathLike[bytes] | int
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 #: audit event -> ((path argument index, dir_fd argument index or None), ...) of paths it changes.
 _PATH_EVENTS: dict[str, tuple[tuple[int, int | None], ...]] = {
-    "os.remove": ((0, 1),), "os.rmdir": ((0, 1),), "os.mkdir": ((0, 2),),
-    "os.rename": ((0, 2), (1, 3)), "os.link": ((0, 2), (1, 3)), "os.symlink": ((1, 2),),
-    "os.truncate": ((0, None),), "os.chmod": ((0, 2),), "os.chown": ((0, 3),),
-    "os.utime": ((0, 3),), "os.chflags": ((0, None),), "os.lchflags": ((0, None),),
-    "os.setxattr": ((0, None),), "os.removexattr": ((0, None),), "shutil.rmtree": ((0, 1),),
-    "shutil.copyfile": ((1, None),), "shutil.copymode": ((1, None),),
-    "shutil.copystat": ((1, None),), "shutil.copytree": ((1, None),), "shutil.chown": ((0, None),),
-    "shutil.make_archive": ((0, None),), "shutil.unpack_archive": ((1, None),),
+    "os.remove": ((0, 1),),
+    "os.rmdir": ((0, 1),),
+    "os.mkdir": ((0, 2),),
+    "os.rename": ((0, 2), (1, 3)),
+    "os.link": ((0, 2), (1, 3)),
+    "os.symlink": ((1, 2),),
+    "os.truncate": ((0, None),),
+    "os.chmod": ((0, 2),),
+    "os.chown": ((0, 3),),
+    "os.utime": ((0, 3),),
+    "os.chflags": ((0, None),),
+    "os.lchflags": ((0, None),),
+    "os.setxattr": ((0, None),),
+    "os.removexattr": ((0, None),),
+    "shutil.rmtree": ((0, 1),),
+    "shutil.copyfile": ((1, None),),
+    "shutil.copymode": ((1, None),),
+    "shutil.copystat": ((1, None),),
+    "shutil.copytree": ((1, None),),
+    "shutil.chown": ((0, None),),
+    "shutil.make_archive": ((0, None),),
+    "shutil.unpack_archive": ((1, None),),
     "sqlite3.connect": ((0, None),),
-}  # fmt: skip
-_PROCESS_EVENTS = frozenset((
-    "os.system", "os.exec", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn",
-    "subprocess.Popen", "pty.spawn",
-))  # fmt: skip
-_NETWORK_EVENTS = frozenset((
-    "socket.bind", "socket.connect", "socket.sendto", "socket.sendmsg", "socket.getaddrinfo",
-    "socket.gethostbyname", "socket.gethostbyaddr", "socket.getnameinfo",
-))  # fmt: skip
+}
+_PROCESS_EVENTS = frozenset(
+    (
+        "os.system",
+        "os.exec",
+        "os.fork",
+        "os.forkpty",
+        "os.posix_spawn",
+        "os.spawn",
+        "subprocess.Popen",
+        "pty.spawn",
+    )
+)
+_NETWORK_EVENTS = frozenset(
+    (
+        "socket.bind",
+        "socket.connect",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+        "socket.getnameinfo",
+    )
+)
 
 
 def make_hook(workdir: str) -> Callable[[str, tuple], None]:

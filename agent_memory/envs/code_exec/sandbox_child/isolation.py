@@ -22,15 +22,24 @@ from . import sysapi
 
 _SYSTEM_DIRS = ("/usr", "/bin", "/lib", "/lib32", "/lib64", "/libx32")
 _ETC_FILES = (
-    "/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/localtime", "/etc/timezone",
-    "/etc/nsswitch.conf", "/etc/passwd", "/etc/group", "/etc/mime.types",
-)  # fmt: skip
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/timezone",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",
+    "/etc/group",
+    "/etc/mime.types",
+)
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom")
 _OTHER_READS = ("/sys/devices/system/cpu",)
 _DEV_LINKS = {
-    "/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0", "/dev/stdout": "/proc/self/fd/1",
+    "/dev/fd": "/proc/self/fd",
+    "/dev/stdin": "/proc/self/fd/0",
+    "/dev/stdout": "/proc/self/fd/1",
     "/dev/stderr": "/proc/self/fd/2",
-}  # fmt: skip
+}
 
 
 def python_dirs() -> list[str]:
@@ -92,8 +101,11 @@ def enter_namespaces(flags: int, in_user_namespace: bool, map_id: int | None) ->
         sysapi.unshare(sysapi.CLONE_NEWUSER | flags)
     except OSError as exc:
         return f"{first}with a user namespace: {exc.strerror}", False
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                       ("gid_map", f"{gid} {gid} 1")):  # fmt: skip
+    for name, text in (
+        ("setgroups", "deny"),
+        ("uid_map", f"{uid} {uid} 1"),
+        ("gid_map", f"{gid} {gid} 1"),
+    ):
         try:
             with open(f"/proc/self/{name}", "w") as f:
                 f.write(text)
@@ -144,11 +156,14 @@ def _remount(target: str, flags: int) -> None:
     clear locked ones)."""
     have = os.statvfs(target).f_flag
     for st, ms in (
-        (os.ST_NOSUID, sysapi.MS_NOSUID), (os.ST_NODEV, sysapi.MS_NODEV),
-        (os.ST_NOEXEC, sysapi.MS_NOEXEC), (os.ST_NOATIME, sysapi.MS_NOATIME),
-        (os.ST_NODIRATIME, sysapi.MS_NODIRATIME), (os.ST_RELATIME, sysapi.MS_RELATIME),
+        (os.ST_NOSUID, sysapi.MS_NOSUID),
+        (os.ST_NODEV, sysapi.MS_NODEV),
+        (os.ST_NOEXEC, sysapi.MS_NOEXEC),
+        (os.ST_NOATIME, sysapi.MS_NOATIME),
+        (os.ST_NODIRATIME, sysapi.MS_NODIRATIME),
+        (os.ST_RELATIME, sysapi.MS_RELATIME),
         (os.ST_RDONLY, sysapi.MS_RDONLY),
-    ):  # fmt: skip
+    ):
         if have & st:
             flags |= ms
     sysapi.mount(None, target, None, sysapi.MS_REMOUNT | sysapi.MS_BIND | flags)
@@ -165,8 +180,13 @@ def build_view(workdir: str, user_namespace: bool) -> tuple[str, list[str]]:
     binds, links = _view_contents(workdir, ro)
     fds = {path: os.open(path, os.O_PATH | os.O_CLOEXEC) for path, _ in binds}
     root = workdir  # any directory will do as the mount point of the new root
-    sysapi.mount("tmpfs", root, "tmpfs", sysapi.MS_NOSUID | sysapi.MS_NODEV,
-                 "mode=0755,size=1m,nr_inodes=4096")  # fmt: skip
+    sysapi.mount(
+        "tmpfs",
+        root,
+        "tmpfs",
+        sysapi.MS_NOSUID | sysapi.MS_NODEV,
+        "mode=0755,size=1m,nr_inodes=4096",
+    )
     try:
         proc = _populate(root, binds, fds, links)
         _remount(root, ro)

@@ -99,9 +99,12 @@ def _enforce(ruleset: int, rules: list[tuple[str, int]], file_rights: int) -> st
                 allowed &= file_rights  # directory rights on a file are EINVAL
             rule = _PathBeneath(allowed, fd)
             rc = _syscall(
-                "landlock_add_rule", ctypes.c_int(ruleset), _RULE_PATH_BENEATH, ctypes.byref(rule),
+                "landlock_add_rule",
+                ctypes.c_int(ruleset),
+                _RULE_PATH_BENEATH,
+                ctypes.byref(rule),
                 0,
-            )  # fmt: skip
+            )
             if rc:
                 return f"landlock_add_rule {path}: {sysapi.errno_text()}"
         finally:

@@ -139,9 +139,13 @@ def run(code: str, namespace: dict, step: int | None, cap: int, hidden: set[int]
         if isinstance(name, str) and not name.startswith("_") and id(value) not in hidden
     )
     return {
-        "op": "result", "status": status, "head": head, "tail": tail, "omitted": omitted,
+        "op": "result",
+        "status": status,
+        "head": head,
+        "tail": tail,
+        "omitted": omitted,
         "names": names[: protocol.MAX_NAMES],
-    }  # fmt: skip
+    }
 
 
 def harden(init: dict, keep: dict) -> dict:
