@@ -1,16 +1,17 @@
 """``HistoryOptions``: every setting of the history wrappers, in one frozen, validated place.
 
-Both wrappers take the settings as keywords or as ``options=HistoryOptions(...)`` and validate
-them here, so every caller gets the same error for the same mistake.
+Both wrappers take the settings as keywords (one way: there is no ``options=``) and build their
+options here with :meth:`HistoryOptions.from_keywords`, so every caller gets the same error for
+the same mistake and every keyword given is kept, whatever its value.
 
 Example:
     >>> from agent_memory.wrappers import HistoryOptions
     >>> opts = HistoryOptions(history_length=2, bounded=True)
     >>> opts.history_length, opts.capacity, opts.prompt_template.task
     (2, 2, '')
-    >>> HistoryOptions.merge(opts, {"history_length": 5}).capacity
-    5
-    >>> HistoryOptions.merge(None, {"history_lenght": 5})
+    >>> HistoryOptions.from_keywords({"history_length": 5}).capacity is None
+    True
+    >>> HistoryOptions.from_keywords({"history_lenght": 5})
     Traceback (most recent call last):
     ...
     TypeError: unexpected history setting 'history_lenght': did you mean history_length? ...
@@ -131,42 +132,42 @@ class HistoryOptions:
         return self._template  # type: ignore[attr-defined]
 
     @classmethod
-    def merge(cls, options: HistoryOptions | None, settings: Mapping[str, Any]) -> HistoryOptions:
-        """``options`` (or the defaults) with ``settings`` (keyword settings) put over them.
+    def from_keywords(cls, keywords: Mapping[str, Any]) -> HistoryOptions:
+        """The options a wrapper's ``keywords`` (its setting arguments, each as given) make.
 
         Raises:
-            TypeError: a setting that is not a field (with the nearest names), or ``options``
-                that is not a :class:`HistoryOptions`.
+            TypeError: a keyword that is not a setting (with the nearest names, or the setting
+                that replaced it), e.g. ``options=``: the settings are keywords.
         """
         names = cls.names()
-        for key in settings:
+        for key in keywords:
             if key not in names:
-                hint = did_you_mean(key, names)
-                raise TypeError(
-                    f"unexpected history setting {key!r}: {hint + ' ' if hint else ''}"
-                    f"expected some of {names} (or options=HistoryOptions(...))"
-                )
-        if options is None:
-            return cls(**settings)
-        if not isinstance(options, cls):
-            raise TypeError(
-                f"options must be a HistoryOptions, got {type(options).__name__}; pass the "
-                "settings as keywords or as options=HistoryOptions(...)"
-            )
-        return dataclasses.replace(options, **settings) if settings else options
+                raise TypeError(f"unexpected history setting {key!r}: {_fix(key, names)}")
+        return cls(**keywords)
 
     @classmethod
     def names(cls) -> list[str]:
         """The settings' names, in order."""
         return [f.name for f in dataclasses.fields(cls)]
 
-    @classmethod
-    def changed(cls, settings: Mapping[str, Any]) -> dict[str, Any]:
-        """The ``settings`` that are not their field's default (the same value of the same
-        type): what a wrapper's keywords put over its ``options``."""
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-        return {
-            k: v
-            for k, v in settings.items()
-            if not (v is defaults[k] or (type(v) is type(defaults[k]) and v == defaults[k]))
-        }
+    def keywords(self) -> dict[str, Any]:
+        """The settings as given, as a wrapper's keywords: ``VectorHistoryWrapper(env,
+        **options.keywords())`` builds a wrapper with these options.
+
+        Example:
+            >>> HistoryOptions(history_length=2).keywords()["history_length"]
+            2
+        """
+        return {name: getattr(self, name) for name in self.names()}
+
+
+def _fix(key: str, names: list[str]) -> str:
+    """What to pass instead of the unknown setting ``key``."""
+    if key == "options":
+        return (
+            "the wrappers take their settings as keywords, e.g. "
+            "VectorHistoryWrapper(env, history_length=3, parser=ActionParser()); for a "
+            "HistoryOptions, pass **options.keywords()"
+        )
+    hint = did_you_mean(key, names)
+    return f"{hint + ' ' if hint else ''}expected some of {names}"
