@@ -23,7 +23,7 @@ import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -42,6 +42,7 @@ __all__ = [
     "MemoryConfig",
     "ParserConfig",
     "PolicyConfig",
+    "RemovedKey",
     "RolloutConfig",
     "TemplateConfig",
     "load_job",
@@ -180,7 +181,7 @@ class MemoryConfig:
     length is ``env.history_length`` (or fixed by the strategy: :data:`FIXED_HISTORY`)."""
 
     strategy: str = "window"
-    max_tokens: Optional[int] = None
+    max_history_tokens: Optional[int] = None
     max_prompt_tokens: Optional[int] = None
     bounded: bool = False
     token_counter: str = "estimate"
@@ -201,7 +202,7 @@ class MemoryConfig:
         return name == "policy" or bool(getattr(spec, "turn", False))
 
     def __post_init__(self) -> None:
-        for key in ("max_tokens", "max_prompt_tokens"):
+        for key in ("max_history_tokens", "max_prompt_tokens"):
             v = getattr(self, key)
             _need(
                 v is None or (_is_int(v) and v >= 0),
@@ -485,12 +486,31 @@ def load_job(cfg: DictConfig | JobConfig, schema: type[JobConfig] = JobConfig) -
     return job
 
 
-#: Keys that are gone: the key that replaced each, and why (one key per setting).
-REMOVED_KEYS: dict[str, tuple[str, str]] = {
-    "memory.history_length": (
+class RemovedKey(NamedTuple):
+    """A config key that is gone: the key that replaced it and why."""
+
+    new: str
+    why: str
+    #: The value the fix suggests when the override gave none (or a null the new key refuses).
+    example: str
+    #: Whether the new key takes null.
+    nullable: bool = False
+
+
+#: Keys that are gone, each with the key that replaced it (one key per setting).
+REMOVED_KEYS: dict[str, RemovedKey] = {
+    "memory.history_length": RemovedKey(
         "env.history_length",
         "the history length is set once, by env.history_length (memory=none and memory=full "
         "fix it at 0 and -1)",
+        "3",
+    ),
+    "memory.max_tokens": RemovedKey(
+        "memory.max_history_tokens",
+        "the history's token budget is memory.max_history_tokens (max_tokens is the policy's "
+        "cap on each response, policy.params.max_tokens)",
+        "1024",
+        nullable=True,
     ),
 }
 
@@ -508,10 +528,12 @@ rollout: group_size, seed)
 env.history_length (memory=none and memory=full fix it at 0 and -1): pass env.history_length=5
     """
     if full_key in REMOVED_KEYS:
-        new, why = REMOVED_KEYS[full_key]
-        example = "3" if value is None or str(value) == "null" else value
+        gone = REMOVED_KEYS[full_key]
+        given = value is not None and (gone.nullable or str(value) != "null")
         return ConfigError(
-            f"{full_key} is not a config key: {why}: pass {new}={example}", key=full_key
+            f"{full_key} is not a config key: {gone.why}: pass "
+            f"{gone.new}={value if given else gone.example}",
+            key=full_key,
         )
     parent, _, name = full_key.rpartition(".")
     prefix = f"{parent}." if parent else ""

@@ -36,7 +36,7 @@ MEMORY_SHARED = {
     "num_envs": "rollout.envs_per_worker",
     "formatter": "env.formatter",
     "token_counter": "memory.token_counter",
-    "max_tokens": "memory.max_tokens",
+    "max_history_tokens": "memory.max_history_tokens",
     "capacity": "memory.bounded",
 }
 
@@ -60,7 +60,7 @@ def job_memory(
         num_envs=num_envs,
         formatter=job.env.formatter,
         token_counter=token_counter,
-        max_tokens=mem.max_tokens,
+        max_history_tokens=mem.max_history_tokens,
         capacity=job.memory_capacity,
         **dict(mem.params if params is None else params),
     )

@@ -37,8 +37,11 @@ __all__ = ["HistoryOptions", "TemplateSpec"]
 #: What ``template`` accepts: a template, its arguments, a ``no_history`` string or None.
 TemplateSpec = PromptTemplate | Mapping[str, Any] | str | None
 
+#: Former setting names -> the setting's name now (``max_tokens`` is the policy's cap on each
+#: generated response, as in the OpenAI API; the history's budget is ``max_history_tokens``).
+RENAMED = {"max_tokens": "max_history_tokens"}
 #: Settings that only shape the memory the wrapper builds itself (with ``memory=None``).
-_MEMORY_SETTINGS = {"formatter": "simple", "max_tokens": None, "bounded": False}
+_MEMORY_SETTINGS = {"formatter": "simple", "max_history_tokens": None, "bounded": False}
 
 
 @dataclass(frozen=True)
@@ -53,7 +56,7 @@ class HistoryOptions:
         template: the :class:`~agent_memory.prompts.PromptTemplate` (or its config).
         parser: turns responses into env actions (None: responses go to the env as is).
         token_counter: counts the figures' tokens and the budgets (:mod:`agent_memory.tokens`).
-        max_tokens: token budget of each prompt's history.
+        max_history_tokens: token budget of each prompt's history.
         max_prompt_tokens: token budget of each whole prompt; the history gets what is left.
         bounded: keep only ``history_length`` steps per env (handed-over episodes then start
             at their ``first_step``).
@@ -71,7 +74,7 @@ class HistoryOptions:
     template: TemplateSpec = None
     parser: ActionParser | None = None
     token_counter: TokenCounterSpec = "estimate"
-    max_tokens: int | None = None
+    max_history_tokens: int | None = None
     max_prompt_tokens: int | None = None
     bounded: bool = False
     obs_to_text: Callable[[Any], str] | None = None
@@ -95,7 +98,11 @@ class HistoryOptions:
             )
         if not isinstance(self.bounded, bool):
             raise TypeError(f"bounded must be a bool, got {self.bounded!r}")
-        fix(self, "max_tokens", check_int("max_tokens", self.max_tokens, 0, allow_none=True))
+        fix(
+            self,
+            "max_history_tokens",
+            check_int("max_history_tokens", self.max_history_tokens, 0, allow_none=True),
+        )
         limit = check_int("max_prompt_tokens", self.max_prompt_tokens, 1, allow_none=True)
         fix(self, "max_prompt_tokens", limit)
         if self.memory is not None:
@@ -169,5 +176,7 @@ def _fix(key: str, names: list[str]) -> str:
             "VectorHistoryWrapper(env, history_length=3, parser=ActionParser()); for a "
             "HistoryOptions, pass **options.keywords()"
         )
+    if key in RENAMED:
+        return f"it is called {RENAMED[key]} now (pass {RENAMED[key]}=...)"
     hint = did_you_mean(key, names)
     return f"{hint + ' ' if hint else ''}expected some of {names}"

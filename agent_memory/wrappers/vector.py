@@ -96,7 +96,7 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         template: TemplateSpec = None,
         parser: ActionParser | None = None,
         token_counter: TokenCounterSpec = "estimate",
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         max_prompt_tokens: int | None = None,
         bounded: bool = False,
         obs_to_text: Callable[[Any], str] | None = None,

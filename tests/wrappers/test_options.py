@@ -20,7 +20,9 @@ def _venv(n: int = 2):
 
 def test_keywords_build_the_options_and_options_give_back_their_keywords():
     template = PromptTemplate(task="Recall the colour.")
-    kwargs = dict(history_length=2, parser=ActionParser(), template=template, max_tokens=300)
+    kwargs = dict(
+        history_length=2, parser=ActionParser(), template=template, max_history_tokens=300
+    )
     by_keywords = VectorHistoryWrapper(_venv(), **kwargs)
     opts = HistoryOptions(**kwargs)
     assert by_keywords.options == opts
@@ -58,7 +60,13 @@ def test_a_keyword_at_its_default_value_is_kept(wrapper, value):
             TypeError,
             "unexpected history setting 'history_lenght': did you mean history_length? expected "
             "some of ['history_length', 'memory', 'formatter', 'template', 'parser', "
-            "'token_counter', 'max_tokens', 'max_prompt_tokens', 'bounded', 'obs_to_text']",
+            "'token_counter', 'max_history_tokens', 'max_prompt_tokens', 'bounded', 'obs_to_text']",
+        ),
+        (
+            {"max_tokens": 300},
+            TypeError,
+            "unexpected history setting 'max_tokens': it is called max_history_tokens now "
+            "(pass max_history_tokens=...)",
         ),
         (
             {"history_length": -2},
@@ -77,7 +85,11 @@ def test_a_keyword_at_its_default_value_is_kept(wrapper, value):
             "for whole episodes: set bounded=False or a window (history_length=k)",
         ),
         ({"bounded": 1}, TypeError, "bounded must be a bool, got 1"),
-        ({"max_tokens": -1}, ValueError, "max_tokens must be None or an int >= 0, got -1"),
+        (
+            {"max_history_tokens": -1},
+            ValueError,
+            "max_history_tokens must be None or an int >= 0, got -1",
+        ),
         (
             {"max_prompt_tokens": 0},
             ValueError,
