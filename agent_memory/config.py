@@ -23,7 +23,7 @@ import math
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Optional
+from typing import Any, Optional
 
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import MissingMandatoryValue
@@ -42,7 +42,6 @@ __all__ = [
     "MemoryConfig",
     "ParserConfig",
     "PolicyConfig",
-    "RemovedKey",
     "RolloutConfig",
     "TemplateConfig",
     "load_job",
@@ -486,31 +485,20 @@ def load_job(cfg: DictConfig | JobConfig, schema: type[JobConfig] = JobConfig) -
     return job
 
 
-class RemovedKey(NamedTuple):
-    """A config key that is gone: the key that replaced it and why."""
-
-    new: str
-    why: str
-    #: The value the fix suggests when the override gave none (or a null the new key refuses).
-    example: str
-    #: Whether the new key takes null.
-    nullable: bool = False
-
-
-#: Keys that are gone, each with the key that replaced it (one key per setting).
-REMOVED_KEYS: dict[str, RemovedKey] = {
-    "memory.history_length": RemovedKey(
+#: Keys that are gone: the key that replaced each, why, and the value the fix suggests when the
+#: override gave none or a null the new key refuses (None: the value given, null included).
+REMOVED_KEYS: dict[str, tuple[str, str, str | None]] = {
+    "memory.history_length": (
         "env.history_length",
         "the history length is set once, by env.history_length (memory=none and memory=full "
         "fix it at 0 and -1)",
         "3",
     ),
-    "memory.max_tokens": RemovedKey(
+    "memory.max_tokens": (
         "memory.max_history_tokens",
         "the history's token budget is memory.max_history_tokens (max_tokens is the policy's "
         "cap on each response, policy.params.max_tokens)",
-        "1024",
-        nullable=True,
+        None,
     ),
 }
 
@@ -528,12 +516,11 @@ rollout: group_size, seed)
 env.history_length (memory=none and memory=full fix it at 0 and -1): pass env.history_length=5
     """
     if full_key in REMOVED_KEYS:
-        gone = REMOVED_KEYS[full_key]
-        given = value is not None and (gone.nullable or str(value) != "null")
+        new, why, example = REMOVED_KEYS[full_key]
+        if value is not None and (example is None or str(value) != "null"):
+            example = value
         return ConfigError(
-            f"{full_key} is not a config key: {gone.why}: pass "
-            f"{gone.new}={value if given else gone.example}",
-            key=full_key,
+            f"{full_key} is not a config key: {why}: pass {new}={example or 'null'}", key=full_key
         )
     parent, _, name = full_key.rpartition(".")
     prefix = f"{parent}." if parent else ""
