@@ -139,7 +139,7 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
     """Per env: the note the policy wrote in its responses, then its recent window.
 
     Args:
-        num_envs, formatter, max_tokens, token_counter, capacity: as for HistoryMemory (a
+        num_envs, formatter, max_history_tokens, token_counter, capacity: as for HistoryMemory (a
             budget covers note and window, the window first).
         tag: the block's tag in a response (``<memory>...</memory>``); the last block counts.
         update: ``"replace"`` (the block is the new note) or ``"append"`` (the block is added as
@@ -162,7 +162,7 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
         tag: str = "memory",
@@ -263,10 +263,10 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
             self._update(i, response if isinstance(response, str) else str(response))
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's note (when it has one), then its window."""
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         counter = self.token_counter
         blocks = [
             Block([note], [counter(note + "\n")]) if (note := self._notes[i]) else None for i in ids

@@ -48,7 +48,7 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
     """Per-env recent window + the newest notes of a board shared across envs and processes.
 
     Args:
-        num_envs, formatter, max_tokens, token_counter, capacity: as for HistoryMemory (a
+        num_envs, formatter, max_history_tokens, token_counter, capacity: as for HistoryMemory (a
             budget covers notes and window, the window first).
         path: the SQLite file every worker opens (None: a private in-memory board).
         board: name of the board in the file (several boards can share one file).
@@ -78,7 +78,7 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
         path: str | os.PathLike[str] | None = None,
@@ -185,15 +185,15 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
                 self.post_many(ids, [str(a) for a in acts])
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's context: its group's (or the board's) newest notes, then its window.
 
         Notes are read with one query per fetch, and not at all while the board is unchanged.
         """
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         if not self.settings.top_n:
-            return self._window.fetch(hl, ids, max_tokens=budgets)
+            return self._window.fetch(hl, ids, max_history_tokens=budgets)
         visible = self._visible(ids)
         blocks = [visible[self._group_key(i)] for i in ids]
         return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]

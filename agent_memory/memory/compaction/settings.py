@@ -15,7 +15,8 @@ __all__ = ["CompactionSettings"]
 @dataclass(frozen=True)
 class CompactionSettings(Settings):
     """When :class:`~agent_memory.memory.compaction.CompactionMemory` compacts, how it summarizes
-    and what it offloads (its arguments of the same names, ``max_tokens`` and ``capacity`` too).
+    and what it offloads (its arguments of the same names, ``max_history_tokens`` and
+    ``capacity`` too).
 
     Example:
         >>> CompactionSettings(trigger_steps=8, keep_last=3).keep_last
@@ -27,7 +28,7 @@ class CompactionSettings(Settings):
 and folds the rest once more than trigger_steps are held), got keep_last=5, trigger_steps=5
     """
 
-    max_tokens: int | None = None
+    max_history_tokens: int | None = None
     capacity: int | None = None
     trigger_steps: int | None = 8
     trigger_ratio: float | None = 0.8
@@ -43,7 +44,9 @@ and folds the rest once more than trigger_steps are held), got keep_last=5, trig
     max_events: int = 1000
 
     def __post_init__(self) -> None:
-        max_tokens = check_int("max_tokens", self.max_tokens, 0, allow_none=True)
+        max_history_tokens = check_int(
+            "max_history_tokens", self.max_history_tokens, 0, allow_none=True
+        )
         keep_last = check_int("keep_last", self.keep_last, 1)
         trigger_steps = check_int("trigger_steps", self.trigger_steps, 1, allow_none=True)
         capacity = check_int("capacity", self.capacity, 1, allow_none=True)
@@ -57,26 +60,31 @@ and folds the rest once more than trigger_steps are held), got keep_last=5, trig
         ratio = check_number(
             "trigger_ratio", self.trigger_ratio, low=0, high=1, low_open=True, allow_none=True
         )
-        if trigger_steps is None and capacity is None and (ratio is None or max_tokens is None):
+        if (
+            trigger_steps is None
+            and capacity is None
+            and (ratio is None or max_history_tokens is None)
+        ):
             raise ValueError(
                 "compaction needs a trigger: set trigger_steps, capacity, or trigger_ratio "
-                f"together with max_tokens; got trigger_steps=None, capacity=None, "
-                f"trigger_ratio={self.trigger_ratio!r}, max_tokens={max_tokens!r}"
+                f"together with max_history_tokens; got trigger_steps=None, capacity=None, "
+                f"trigger_ratio={self.trigger_ratio!r}, max_history_tokens={max_history_tokens!r}"
             )
         summary_max_tokens = check_int("summary_max_tokens", self.summary_max_tokens, 16)
         if (
             ratio is not None
-            and max_tokens is not None
-            and summary_max_tokens >= ratio * max_tokens
+            and max_history_tokens is not None
+            and summary_max_tokens >= ratio * max_history_tokens
         ):
             raise ValueError(
-                f"summary_max_tokens must be < trigger_ratio * max_tokens (the summary alone "
-                "would keep the token trigger firing), got summary_max_tokens="
-                f"{summary_max_tokens}, trigger_ratio * max_tokens = {ratio * max_tokens:g}"
+                "summary_max_tokens must be < trigger_ratio * max_history_tokens (the summary "
+                "alone would keep the token trigger firing), got summary_max_tokens="
+                f"{summary_max_tokens}, trigger_ratio * max_history_tokens = "
+                f"{ratio * max_history_tokens:g}"
             )
         self._check_template("summary_header", first=1, last=2)
         self._normalize(
-            max_tokens=max_tokens,
+            max_history_tokens=max_history_tokens,
             capacity=capacity,
             trigger_steps=trigger_steps,
             trigger_ratio=ratio,

@@ -68,7 +68,7 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
     """A per-env window (a :class:`HistoryMemory`) plus retrieval of past episodes of the task.
 
     Args:
-        num_envs, formatter, token_counter, max_tokens, capacity: passed to the window.
+        num_envs, formatter, token_counter, max_history_tokens, capacity: passed to the window.
         path: the SQLite database (default ``$XDG_CACHE_HOME/agent_memory/episodic.sqlite``).
         retention: ``single_run``, ``session`` or ``persistent`` (see the archive module).
         control: ``static``, ``agent`` or ``both`` (module docstring).
@@ -112,7 +112,7 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
         path: str | os.PathLike[str] | None = None,
@@ -172,15 +172,15 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         self._set_block(i)
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's block (when it has one) followed by its window.
 
         A token budget covers both: the block first (left out when it alone does not fit).
         """
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         if not self.settings.in_fetch:
-            return self._window.fetch(hl, ids, max_tokens=budgets)
+            return self._window.fetch(hl, ids, max_history_tokens=budgets)
         blocks = [self._layout_blocks[i] for i in ids]
         return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
 

@@ -45,7 +45,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
     """Recent window + top-k relevant older steps of the same episode (see the module docstring).
 
     Args:
-        num_envs, formatter, max_tokens, token_counter, capacity: as for HistoryMemory.
+        num_envs, formatter, max_history_tokens, token_counter, capacity: as for HistoryMemory.
         top_k: older steps retrieved per fetch at most (0: none, a plain window memory).
         similarity_threshold: minimum similarity in ``[-1, 1]`` to be retrieved (``-1``: any).
         encoder: ``"hashing"``, ``"minilm"`` (extra ``embeddings``), ``"bm25"``, a
@@ -75,7 +75,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
         top_k: int = 3,
@@ -139,7 +139,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         history_length: int,
         env_ids: EnvIds = None,
         *,
-        max_tokens: Budget = UNSET,
+        max_history_tokens: Budget = UNSET,
         queries: Sequence[str | None] | None = None,
     ) -> Fetched:
         """Each env's context: retrieved older steps (marked block), then the recent window.
@@ -148,7 +148,8 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
             history_length: the recent window: -1 whole episode (nothing to retrieve), 0 none
                 (every step is a candidate), k > 0 the last k steps.
             env_ids: which envs (all when None), in the order of the returned lists.
-            max_tokens: token budget of the whole context (as for :meth:`HistoryMemory.fetch`).
+            max_history_tokens: token budget of the whole context (as for
+                :meth:`HistoryMemory.fetch`).
             queries: one query per env in ``env_ids`` (None entries: as ``query_source`` says).
 
         Returns:
@@ -158,7 +159,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         Raises:
             ValueError: bad arguments, or ``query_source="explicit"`` without ``queries``.
         """
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         self._check_queries(queries, len(ids))
         ranked = self._retrieve(hl, ids, queries)
         chat = self.formatter.output == "messages"
@@ -277,5 +278,6 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         return (
             f"RetrievalMemory(num_envs={self.num_envs}, formatter={self.formatter!r}, "
             f"top_k={s.top_k}, encoder={self.encoder!r}, index={self.index_name!r}, "
-            f"rerank={s.rerank!r}, max_tokens={self.max_tokens}, capacity={self.capacity})"
+            f"rerank={s.rerank!r}, max_history_tokens={self.max_history_tokens}, "
+            f"capacity={self.capacity})"
         )

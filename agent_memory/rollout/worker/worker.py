@@ -22,8 +22,8 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
 from agent_memory.config import JobConfig
 from agent_memory.failures import describe_exception
-from agent_memory.memory import make_memory
 from agent_memory.policies import Policy
+from agent_memory.rollout.history import job_memory, wrapper_settings
 from agent_memory.rollout.messages import (
     EpisodeAssignment,
     EpisodeBatch,
@@ -89,26 +89,9 @@ def build_env(
         # copy=False: the wrapper turns each observation into text within the step, so
         # Gymnasium's deep copy of every sub-env's observation, acting or held, buys nothing.
         venv = SyncVectorEnv(fns, copy=False, autoreset_mode=AutoresetMode.DISABLED)
-    mem = job.memory
-    counter = make_token_counter(mem.token_counter)
-    memory = make_memory(
-        mem.strategy,
-        num_envs=num_envs,
-        formatter=job.env.formatter,
-        token_counter=counter,
-        max_tokens=mem.max_tokens,
-        capacity=job.memory_capacity,
-        **dict(mem.params),
-    )
-    return VectorHistoryWrapper(
-        venv,
-        history_length=job.history_length,
-        memory=memory,
-        template=job.env.template.build(),
-        parser=job.env.parser.build(),
-        token_counter=counter,
-        max_prompt_tokens=mem.max_prompt_tokens,
-    )
+    counter = make_token_counter(job.memory.token_counter)
+    memory = job_memory(job, num_envs, counter)
+    return VectorHistoryWrapper(venv, **wrapper_settings(job, memory, counter))
 
 
 class RolloutWorker:
