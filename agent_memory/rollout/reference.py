@@ -60,14 +60,10 @@ def play(
     Raises:
         Exception: what building the envs or preparing the policy raised.
     """
-    if policy is None:
-        from agent_memory.rollout.driver.collector import build_policy
-
-        policy = build_policy(job)
+    policy = policy or _job_policy(job)
     own = bank is None
     if bank is None:
-        n = max(1, min(job.rollout.envs_per_worker, len(specs)))
-        bank = EnvBank(job, n, meta_fields=policy.needs)
+        bank = _own_bank(job, len(specs), policy)
     book = EpisodeBook(specs, max_attempts=1)
     memory_tag = bank.env.memory.written_tag
     playing: dict[Slot, Playing] = {}
@@ -78,8 +74,6 @@ def play(
         book.finish(slot, won=won, error=error, final_prompt=final)
 
     try:
-        if own:
-            policy.prepare()  # the first step pays no client set-up
         _start(bank, book, playing, [(0, i) for i in range(min(bank.num_envs, len(specs)))])
         while playing:
             cut = [s for s, run in playing.items() if run.steps and not ask(run)]
@@ -114,6 +108,26 @@ def play(
         if own:
             bank.close()
     return book.trajectories()
+
+
+def _own_bank(job: JobConfig, episodes: int, policy: Policy) -> EnvBank:
+    """A bank of ``min(rollout.envs_per_worker, episodes)`` envs (at least one), the policy
+    prepared for it as a rollout worker prepares its own (the first step pays no client set-up,
+    and a client checks its server before any episode)."""
+    bank = EnvBank(job, max(1, min(job.rollout.envs_per_worker, episodes)), policy.needs)
+    try:
+        policy.prepare()
+    except BaseException:
+        bank.close()
+        raise
+    return bank
+
+
+def _job_policy(job: JobConfig) -> Policy:
+    """The policy ``job.policy`` names, as the engine builds it."""
+    from agent_memory.rollout.driver.collector import build_policy
+
+    return build_policy(job)
 
 
 def _answers(

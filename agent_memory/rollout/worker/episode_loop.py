@@ -274,7 +274,7 @@ class EpisodeLoop:
         failed = []
         for res in self.bank.reset_envs(assignments):
             a = by_env[res.env]
-            if res.error is not None:
+            if res.view is None:  # the env could not reset (res.error)
                 failed.append(FinishedEpisode(res.env, a.traj_uid, [], error=res.error))
                 self.freed.add(res.env)
             else:
