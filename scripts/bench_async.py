@@ -82,10 +82,11 @@ from agent_memory.config import (
     RolloutConfig,
 )
 from agent_memory.policies import make_policy
+from agent_memory.rollout.bank import build_env
 from agent_memory.rollout.driver.collector import Collector, episode_specs, init_ray
 from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.types import EpisodeSpec
-from agent_memory.rollout.worker.worker import RolloutWorker, build_env
+from agent_memory.rollout.worker.worker import RolloutWorker
 
 MODES = ("lockstep", "async")
 MOVES = ("left", "down", "right", "up")
