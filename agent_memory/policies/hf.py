@@ -38,6 +38,7 @@ from agent_memory.policies.generation_config import (
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.offsets import token_offsets
 from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
+from agent_memory.policies.settings import HFSettings
 from agent_memory.protocol import Generation, SamplingParams
 
 if TYPE_CHECKING:
@@ -89,6 +90,8 @@ class HFPolicy(Policy):
         model, tokenizer: the ``transformers`` objects (None once closed).
     """
 
+    settings_class = HFSettings
+
     temperature: float
 
     model: Any
@@ -96,24 +99,24 @@ class HFPolicy(Policy):
 
     def __init__(
         self,
-        path: str | os.PathLike[str] | None = None,
+        path: str | os.PathLike[str] | None = HFSettings.path,
         *,
         model: Any = None,
         tokenizer: Any = None,
-        max_new_tokens: int = 256,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        batch_size: int = 8,
-        device: str = "cpu",
-        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
-        seed: int | None = None,
-        use_chat_template: bool | Literal["auto"] = "auto",
-        stop: str | Sequence[str] | None = None,
-        num_threads: int | None = None,
-        incremental: bool = False,
+        max_new_tokens: int = HFSettings.max_new_tokens,
+        temperature: float = HFSettings.temperature,
+        top_p: float = HFSettings.top_p,
+        top_k: int = HFSettings.top_k,
+        min_p: float = HFSettings.min_p,
+        repetition_penalty: float = HFSettings.repetition_penalty,
+        batch_size: int = HFSettings.batch_size,
+        device: str = HFSettings.device,
+        dtype: Literal["auto", "float32", "float16", "bfloat16"] = HFSettings.dtype,
+        seed: int | None = HFSettings.seed,
+        use_chat_template: bool | Literal["auto"] = HFSettings.use_chat_template,
+        stop: str | Sequence[str] | None = HFSettings.stop,
+        num_threads: int | None = HFSettings.num_threads,
+        incremental: bool = HFSettings.incremental,
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)

@@ -70,6 +70,8 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         ValueError: a bad setting.
     """
 
+    settings_class = BlackboardSettings
+
     #: The context can show notes before any step is stored.
     fetch_when_empty: ClassVar[bool] = True
 
@@ -81,20 +83,20 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         max_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        path: str | os.PathLike[str] | None = None,
-        board: str = "default",
-        scope: Scope = "group",
-        top_n: int = 5,
-        max_notes: int | None = 1000,
-        max_age_seconds: float | None = None,
-        post_actions: bool = False,
-        digest_chars: int = 300,
-        note_chars: int = 500,
-        note_format: str = "- [env {env_id}, step {step}] {text}",
-        header: str = "Shared notes (newest first):",
-        window_header: str = "Recent steps:",
-        author: str | None = None,
-        timeout: float = 30.0,
+        path: str | os.PathLike[str] | None = BlackboardSettings.path,
+        board: str = BlackboardSettings.board,
+        scope: Scope = BlackboardSettings.scope,
+        top_n: int = BlackboardSettings.top_n,
+        max_notes: int | None = BlackboardSettings.max_notes,
+        max_age_seconds: float | None = BlackboardSettings.max_age_seconds,
+        post_actions: bool = BlackboardSettings.post_actions,
+        digest_chars: int = BlackboardSettings.digest_chars,
+        note_chars: int = BlackboardSettings.note_chars,
+        note_format: str = BlackboardSettings.note_format,
+        header: str = BlackboardSettings.header,
+        window_header: str = BlackboardSettings.window_header,
+        author: str | None = BlackboardSettings.author,
+        timeout: float = BlackboardSettings.timeout,
         clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(**self._shared(locals()))
