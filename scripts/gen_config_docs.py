@@ -226,6 +226,8 @@ def write_params(text: str, settings: type, where: str = "the file") -> str:
         >>> from agent_memory.policies.settings import HFSettings
         >>> print(write_params("name: hf\\nparams:\\n  # old\\n  top_k: 5\\n", HFSettings), end="")
         name: hf
+        # Settings: agent_memory.policies.settings.HFSettings (scripts/gen_config_docs.py writes the
+        # comments and values below from it: edit them there).
         params:
           # Keep the k likeliest tokens (0: off).
           top_k: 0
@@ -238,7 +240,13 @@ def write_params(text: str, settings: type, where: str = "the file") -> str:
     start = next((n for n, line in enumerate(lines) if line == "params:"), None)
     if start is None:  # `params: {}`: the file lists none
         return text
-    out = lines[: start + 1]
+    above, _ = _comment_lines(lines, start)
+    origin = f"{settings.__module__}.{settings.__qualname__}"
+    note = (
+        f"Settings: {origin} (scripts/gen_config_docs.py writes the comments and values below "
+        "from it: edit them there)."
+    )
+    out = [*lines[:above], *_comment(note, ""), "params:"]
     for line in lines[start + 1 :]:
         if line.startswith("  #"):
             continue  # a setting's comment: written again from its help below
@@ -252,11 +260,21 @@ def write_params(text: str, settings: type, where: str = "the file") -> str:
                 f"{where}: params.{m.group(1)} is no setting of {settings.__name__} "
                 f"(settings: {list(fields)}): remove it or declare it there"
             )
-        out.extend(
-            textwrap.wrap(help_of(f), _WIDTH, initial_indent="  # ", subsequent_indent="  # ")
-        )
+        out.extend(_comment(help_of(f)))
         out.append(f"  {f.name}: {yaml_value(config_default(f))}")
     return "\n".join(out) + "\n"
+
+
+def _comment(text: str, indent: str = "  ") -> list[str]:
+    """``text`` as the comment lines above a key (of ``params``, by default)."""
+    return textwrap.wrap(
+        text,
+        _WIDTH,
+        initial_indent=f"{indent}# ",
+        subsequent_indent=f"{indent}# ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
 
 
 def settings_rows(settings: type, prefix: str, listed: set[str]) -> list[Key]:

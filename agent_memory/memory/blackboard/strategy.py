@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -97,7 +96,7 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         window_header: str = BlackboardSettings.window_header,
         author: str | None = BlackboardSettings.author,
         timeout: float = BlackboardSettings.timeout,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = BlackboardSettings.clock,
     ) -> None:
         super().__init__(**self._shared(locals()))
         self.settings = s = BlackboardSettings.from_arguments(locals())
