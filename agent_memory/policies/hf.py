@@ -35,7 +35,7 @@ from agent_memory.policies.generation_config import (
     check_generation_config,
     repetition_penalty,
 )
-from agent_memory.policies.local_model import resolve_model
+from agent_memory.policies.local_model import context_length, resolve_model, torch_device
 from agent_memory.policies.offsets import token_offsets
 from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
 from agent_memory.policies.settings import HFSettings
@@ -162,7 +162,7 @@ class HFPolicy(Policy):
             incremental=incremental,
         )
         self.use_chat_template = use_chat_template
-        self._context = _context_length(self.model.config)
+        self._context = context_length(self.model.config)
         self.check_generation_config()
         if self._context is not None and self._context <= max_new_tokens:
             raise ValueError(
@@ -175,7 +175,7 @@ class HFPolicy(Policy):
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.device = _device(device)
+        self.device = torch_device(device)
         self._set_tokenizer(
             AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True), str(model_dir)
         )
@@ -533,27 +533,3 @@ def _cut(text: str, stops: list[str]) -> str:
     """``text`` up to (not including) the earliest stop string."""
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
     return text[:cut]
-
-
-def _device(device: str) -> torch.device:
-    import torch
-
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        mps = getattr(torch.backends, "mps", None)
-        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(
-            f"device must be 'cpu', 'auto' or a torch device like 'cuda:0', got {device!r}"
-        ) from e
-
-
-def _context_length(config: Any) -> int | None:
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None

@@ -33,8 +33,8 @@ import numpy as np
 from agent_memory.checks import check_choice, check_int, check_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, check_batch
-from agent_memory.policies.hf import GenerationStats, HFPolicy, _context_length
-from agent_memory.policies.local_model import cache_keyword, returned_cache
+from agent_memory.policies.hf import GenerationStats, HFPolicy
+from agent_memory.policies.local_model import cache_keyword, context_length, returned_cache
 from agent_memory.policies.settings import ScoringSettings
 from agent_memory.protocol import (
     SCORE_RULES,
@@ -300,7 +300,7 @@ class ScoringPolicy(Policy):
                 "append_eos=false"
             )
         self._eos = eos[0] if eos else None
-        self._context = _context_length(self.model.config)
+        self._context = context_length(self.model.config)
 
     @property
     def model(self) -> Any:
