@@ -48,15 +48,16 @@ class RandomSettings:
     seed: int | None = field(
         default=None,
         metadata={
-            "help": "Seed (null: rollout.seed in a job): a prompt whose meta names its episode "
-            "and step draws the same in any order."
+            "help": "Seed (a job that leaves it out uses rollout.seed; null: unseeded): a "
+            "prompt whose meta names its episode and step draws the same in any order."
         },
     )
     actions: Sequence[str] | None = field(
         default=None,
         metadata={
             "help": "Responses (already formatted) drawn where an env has no finite admissible "
-            "set (null: env.random_actions in a job; none: such envs get an empty response)."
+            "set (a job that leaves it out uses env.random_actions; null or empty: such envs "
+            "get an empty response)."
         },
     )
 
@@ -73,7 +74,8 @@ class PromptOracleSettings:
     env_id: str | None = field(
         default=None,
         metadata={
-            "help": "The env whose solve_from_text answers the prompt (null: env.id in a job)."
+            "help": "The env whose solve_from_text answers the prompt (a job that leaves it out "
+            "uses env.id)."
         },
     )
     memory_tag: str | None = field(

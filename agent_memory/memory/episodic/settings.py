@@ -77,7 +77,7 @@ class EpisodicSettings(Settings):
         metadata={"help": "Session id, required by retention=session (null otherwise)."},
     )
     env_name: str | None = field(
-        default=None, metadata={"help": "Prefix of task keys (null: the env id in a job)."}
+        default=None, metadata={"help": "Prefix of task keys, e.g. the Gymnasium id (null: none)."}
     )
     key_by: KeyBy = field(
         default="task_and_observation",
