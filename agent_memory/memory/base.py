@@ -337,6 +337,9 @@ class BaseMemory(ABC):
     fetch_when_empty: ClassVar[bool] = False
     #: Version of the :meth:`state_dict` layout (:meth:`_state_header`, :meth:`_check_state`).
     state_version: ClassVar[int] = 1
+    #: The dataclass declaring what ``memory.params`` may set (:mod:`agent_memory.config_fields`);
+    #: None: the constructor's signature is read instead.
+    settings_class: ClassVar[type | None] = None
     #: Every env id, validated (what :meth:`_ids` gives for None).
     _all_ids: list[int]
 

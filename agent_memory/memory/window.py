@@ -30,6 +30,7 @@ from agent_memory.memory.base import (
     every_env,
     record_columns,
 )
+from agent_memory.memory.settings import WindowSettings
 from agent_memory.tokens import TokenCounterSpec
 
 __all__ = ["HistoryMemory"]
@@ -60,6 +61,8 @@ class HistoryMemory(RenderingMemory):
         >>> mem.reset(env_ids=[0]); mem.num_steps(0), len(mem[1])
         (0, 3)
     """
+
+    settings_class = WindowSettings
 
     def __init__(
         self,

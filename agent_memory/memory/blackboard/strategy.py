@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -70,6 +69,8 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         ValueError: a bad setting.
     """
 
+    settings_class = BlackboardSettings
+
     #: The context can show notes before any step is stored.
     fetch_when_empty: ClassVar[bool] = True
 
@@ -81,21 +82,21 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        path: str | os.PathLike[str] | None = None,
-        board: str = "default",
-        scope: Scope = "group",
-        top_n: int = 5,
-        max_notes: int | None = 1000,
-        max_age_seconds: float | None = None,
-        post_actions: bool = False,
-        digest_chars: int = 300,
-        note_chars: int = 500,
-        note_format: str = "- [env {env_id}, step {step}] {text}",
-        header: str = "Shared notes (newest first):",
-        window_header: str = "Recent steps:",
-        author: str | None = None,
-        timeout: float = 30.0,
-        clock: Callable[[], float] = time.time,
+        path: str | os.PathLike[str] | None = BlackboardSettings.path,
+        board: str = BlackboardSettings.board,
+        scope: Scope = BlackboardSettings.scope,
+        top_n: int = BlackboardSettings.top_n,
+        max_notes: int | None = BlackboardSettings.max_notes,
+        max_age_seconds: float | None = BlackboardSettings.max_age_seconds,
+        post_actions: bool = BlackboardSettings.post_actions,
+        digest_chars: int = BlackboardSettings.digest_chars,
+        note_chars: int = BlackboardSettings.note_chars,
+        note_format: str = BlackboardSettings.note_format,
+        header: str = BlackboardSettings.header,
+        window_header: str = BlackboardSettings.window_header,
+        author: str | None = BlackboardSettings.author,
+        timeout: float = BlackboardSettings.timeout,
+        clock: Callable[[], float] = BlackboardSettings.clock,
     ) -> None:
         super().__init__(**self._shared(locals()))
         self.settings = s = BlackboardSettings.from_arguments(locals())

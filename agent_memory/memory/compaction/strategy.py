@@ -86,6 +86,8 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         (['obs#1'], True)
     """
 
+    settings_class = CompactionSettings
+
     #: 2: the window's state and the compaction's side by side.
     state_version: ClassVar[int] = 2
 
@@ -97,18 +99,18 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        trigger_steps: int | None = 8,
-        trigger_ratio: float | None = 0.8,
-        keep_last: int = 3,
-        summarizer: SummarizerSpec = "extractive",
-        summary_max_tokens: int = 256,
-        summary_timeout: float | None = 30.0,
-        summary_role: Literal["user", "system"] = "user",
-        summary_header: str = "Summary of steps {first}-{last}:",
-        offload_chars: int | None = 4000,
-        offload_preview: int = 200,
-        offload_capacity: int | None = None,
-        max_events: int = 1000,
+        trigger_steps: int | None = CompactionSettings.trigger_steps,
+        trigger_ratio: float | None = CompactionSettings.trigger_ratio,
+        keep_last: int = CompactionSettings.keep_last,
+        summarizer: SummarizerSpec = CompactionSettings.summarizer,
+        summary_max_tokens: int = CompactionSettings.summary_max_tokens,
+        summary_timeout: float | None = CompactionSettings.summary_timeout,
+        summary_role: Literal["user", "system"] = CompactionSettings.summary_role,
+        summary_header: str = CompactionSettings.summary_header,
+        offload_chars: int | None = CompactionSettings.offload_chars,
+        offload_preview: int = CompactionSettings.offload_preview,
+        offload_capacity: int | None = CompactionSettings.offload_capacity,
+        max_events: int = CompactionSettings.max_events,
     ) -> None:
         self.settings = CompactionSettings.from_arguments(locals())
         # Bounded storage is compaction's job here: the window keeps every step it is given.

@@ -38,7 +38,7 @@ from agent_memory.memory.conversation.messages import (
     message_text,
     select_messages,
 )
-from agent_memory.memory.conversation.settings import DEFAULT_THOUGHT_FORMAT, ConversationSettings
+from agent_memory.memory.conversation.settings import ConversationSettings
 from agent_memory.memory.settings import SettingsAttributes
 from agent_memory.tokens import TokenCounterSpec
 
@@ -79,6 +79,8 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         ('a shiny key', 'env1-ep1-5', 'take key', 1)
     """
 
+    settings_class = ConversationSettings
+
     def __init__(
         self,
         num_envs: int,
@@ -87,9 +89,9 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        system_prompt: str | None = None,
-        thought_format: str | None = DEFAULT_THOUGHT_FORMAT,
-        ids: Literal["uuid", "counter"] = "uuid",
+        system_prompt: str | None = ConversationSettings.system_prompt,
+        thought_format: str | None = ConversationSettings.thought_format,
+        ids: Literal["uuid", "counter"] = ConversationSettings.ids,
     ) -> None:
         self.settings = ConversationSettings.from_arguments(locals())
         super().__init__(num_envs, formatter, max_history_tokens, token_counter, capacity)

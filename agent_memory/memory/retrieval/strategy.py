@@ -67,6 +67,8 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         ValueError: a bad setting.
     """
 
+    settings_class = RetrievalSettings
+
     #: ``fetch`` takes ``queries=[...]`` (one text per env).
     accepts_queries: ClassVar[bool] = True
 
@@ -78,20 +80,20 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        top_k: int = 3,
-        similarity_threshold: float = 0.1,
-        encoder: EncoderSpec = "hashing",
-        index: IndexName = "auto",
-        embed_keys: Sequence[str] | str = ("observation",),
-        query_source: QuerySource = "last_step",
-        rerank: Rerank = "lexical",
-        rerank_weight: float = 0.3,
-        rerank_pool: int = 4,
-        recency_half_life: float = 20.0,
-        dedup: bool = True,
-        header: str = "Relevant earlier steps:",
-        window_header: str = "Recent steps:",
-        max_encode_chars: int = 8192,
+        top_k: int = RetrievalSettings.top_k,
+        similarity_threshold: float = RetrievalSettings.similarity_threshold,
+        encoder: EncoderSpec = RetrievalSettings.encoder,
+        index: IndexName = RetrievalSettings.index,
+        embed_keys: Sequence[str] | str = RetrievalSettings.embed_keys,
+        query_source: QuerySource = RetrievalSettings.query_source,
+        rerank: Rerank = RetrievalSettings.rerank,
+        rerank_weight: float = RetrievalSettings.rerank_weight,
+        rerank_pool: int = RetrievalSettings.rerank_pool,
+        recency_half_life: float = RetrievalSettings.recency_half_life,
+        dedup: bool = RetrievalSettings.dedup,
+        header: str = RetrievalSettings.header,
+        window_header: str = RetrievalSettings.window_header,
+        max_encode_chars: int = RetrievalSettings.max_encode_chars,
     ) -> None:
         super().__init__(**self._shared(locals()))
         self.settings = RetrievalSettings.from_arguments(locals())
