@@ -57,6 +57,8 @@ GREEDY_EPS = 1e-5
 
 
 def check_endpoint(base_url: str, model: str, mode: str, server: str) -> None:
+    """``base_url`` an http(s) URL as the transport parses it, ``model`` a name, ``mode`` and
+    ``server`` known ones."""
     if importlib.util.find_spec("httpx") is None:
         raise ImportError('the openai policy needs httpx: pip install "httpx>=0.27"')
     import httpx
@@ -115,6 +117,7 @@ def check_plain_openai(
 
 
 def check_backoff(backoff: Sequence[float]) -> tuple[float, float]:
+    """``backoff`` as (base, max) seconds, ``0 <= base <= max`` (see the module example)."""
     given = tuple(backoff) if isinstance(backoff, Sequence) else (backoff,)
     if len(given) != 2 or not all(is_number(b) for b in given):
         raise ValueError(f"backoff must be two numbers (base, max) in seconds, got {given!r}")
@@ -124,6 +127,7 @@ def check_backoff(backoff: Sequence[float]) -> tuple[float, float]:
 
 
 def check_token_in(token_in: bool, tokenizer: str | None, incremental: bool, mode: str) -> None:
+    """Token-id prompts need a tokenizer and ``/v1/completions``; ``incremental`` needs them."""
     if token_in and tokenizer is None:
         raise ValueError(
             "token_in=True renders prompts locally: pass tokenizer=<the served model's local "
@@ -143,6 +147,7 @@ def check_token_in(token_in: bool, tokenizer: str | None, incremental: bool, mod
 def check_stops(
     stop: str | Sequence[str] | None, return_tokens: bool, tokenizer: str | None
 ) -> list[str] | None:
+    """``stop`` as a list (None: none); with ``return_tokens``, only with a tokenizer."""
     stops = check_stop(stop)
     if stops is not None and return_tokens and tokenizer is None:
         raise ValueError(
@@ -168,6 +173,7 @@ def sampling_text(sampling: SamplingParams) -> str:
 
 
 def plain_values(value: Any) -> Any:
+    """``value`` in plain dicts and lists (a Hydra DictConfig is a Mapping, not JSON)."""
     if isinstance(value, Mapping):
         return {str(k): plain_values(v) for k, v in value.items()}
     if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
@@ -186,6 +192,7 @@ def load_renderer(
     incremental: bool,
     template_kwargs: Mapping[str, Any] | None,
 ) -> PromptRenderer:
+    """The renderer of the local ``tokenizer`` (a directory or a cached hub id)."""
     from transformers import AutoTokenizer
 
     path = resolve_model(tokenizer, need="tokenizer")
@@ -231,7 +238,7 @@ def check_status(response: Reply, url: str) -> None:
 
 
 def probe_logprobs(
-    response: Reply, mode: str, url: str, server: str, token_in: bool
+    response: Reply, mode: Literal["chat", "completion"], url: str, server: str, token_in: bool
 ) -> LogprobsKind | None:
     """Which log-probs the server check's 200 answer holds (None: it does not parse; the
     requests' own checks name what is wrong with an answer).

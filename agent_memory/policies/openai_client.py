@@ -480,7 +480,6 @@ class OpenAIPolicy(Policy):
                 self._runtime = Runtime(
                     self.concurrency, self._headers, self.max_concurrency, self.max_answer_bytes
                 )
-                self._runtime.kind = getattr(self, "http_kind", self._runtime.kind)
                 self._finalizer = weakref.finalize(self, self._runtime.shutdown)
             return self._runtime
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import threading
 import time
 from collections import deque
@@ -348,7 +347,6 @@ class Runtime:
         self.closed = False
         self._private: tuple[asyncio.AbstractEventLoop, threading.Thread] | None = None
         self._lock = threading.Lock()
-        self.kind = os.environ.get("AGENT_MEMORY_HTTP", "http1")
 
     def connections(self) -> Connections:
         """The running loop's client (made on its first request there).
@@ -361,10 +359,7 @@ class Runtime:
         return conns if conns is not None else self._open(loop)
 
     def _open(self, loop: asyncio.AbstractEventLoop) -> Connections:
-        if self.kind == "aiohttp":
-            from agent_memory.policies.openai_aiohttp import Transport
-        else:
-            from agent_memory.policies.openai_transport import Transport  # type: ignore[assignment]
+        from agent_memory.policies.openai_transport import Transport
 
         with self._lock:
             if self.closed:
