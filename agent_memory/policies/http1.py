@@ -201,8 +201,9 @@ class ResponseReader:
         if self.method == b"HEAD" or head.status in (204, 304):
             self.state = "end"
             return
-        codings = [c.lower() for c in head.get(b"transfer-encoding")]
-        if codings and head.get(b"content-length"):
+        # A field counts by its presence, an empty value included (RFC 9112, section 6.3).
+        names = {name for name, _ in head.headers}
+        if b"transfer-encoding" in names and b"content-length" in names:
             # RFC 9112 §6.1: a sender MUST NOT send both; §6.3 (3): such a message "ought to be
             # handled as an error" (request smuggling, response splitting): refused, and the
             # connection closed, never reused for a next request.
@@ -210,24 +211,18 @@ class ResponseReader:
                 "the answer has both Transfer-Encoding and Content-Length: expected one of them "
                 "(RFC 9112, section 6.3: such a message is an error)"
             )
-        if codings:
+        if b"transfer-encoding" in names:
+            codings = [c.lower() for c in head.get(b"transfer-encoding")]
             if codings != [b"chunked"]:
-                shown = ", ".join(c.decode("latin-1") for c in codings)
+                shown = ", ".join(c.decode("latin-1") for c in codings) or "empty"
                 raise ProtocolError(
                     f"the answer's Transfer-Encoding is {shown}: expected chunked (the only "
                     "transfer coding this client reads)"
                 )
             self.state = "size"
             return
-        lengths = set(head.get(b"content-length"))
-        if lengths:
-            value = lengths.pop()
-            if lengths or not value.isdigit():
-                shown = ", ".join(v.decode("latin-1") for v in sorted({value, *lengths}))
-                raise ProtocolError(
-                    f"the answer's Content-Length is {shown}: expected one non-negative integer"
-                )
-            self.length = self.left = int(value)
+        if b"content-length" in names:
+            self.length = self.left = _content_length(head)
             self.state = "length" if self.left else "end"
             return
         self.state, self.keep_alive = "close", False  # the body ends with the connection
@@ -310,6 +305,22 @@ class ResponseReader:
                 f"chunked read (received {self.received} bytes)"
             )
         return NEED_DATA
+
+
+def _content_length(head: Head) -> int:
+    """The answer's declared body length (repeated equal values read as one).
+
+    Raises:
+        ProtocolError: no value, values that differ, or one that is not a non-negative integer
+            (RFC 9112, section 6.3 (5): an unrecoverable error, an empty value included).
+    """
+    lengths = set(head.get(b"content-length"))
+    if len(lengths) != 1 or not next(iter(lengths)).isdigit():
+        shown = ", ".join(v.decode("latin-1") for v in sorted(lengths)) or "empty"
+        raise ProtocolError(
+            f"the answer's Content-Length is {shown}: expected one non-negative integer"
+        )
+    return int(lengths.pop())
 
 
 def _parse_head(raw: bytes) -> Head:

@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import json
 import logging
-import math
 import os
 import random
 import threading
@@ -28,19 +26,31 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, Literal
 
-from agent_memory.checks import check_choice, check_int, check_number, check_stop, is_number
+from agent_memory.checks import check_int, check_number, is_number
 from agent_memory.parsing import ActionParser
-from agent_memory.policies.base import Policy, Prompt, check_batch, episode_seed
-from agent_memory.policies.local_model import resolve_model
+from agent_memory.policies.base import Policy, Prompt, check_batch
+from agent_memory.policies.openai_checks import (
+    check_backoff,
+    check_endpoint,
+    check_logprobs,
+    check_plain_openai,
+    check_sampling,
+    check_status,
+    check_stops,
+    check_token_in,
+    id_bound,
+    load_renderer,
+    plain_values,
+    probe_logprobs,
+    sampling_of,
+)
 from agent_memory.policies.openai_protocol import (
     NEUTRAL_SAMPLING,
     OPENAI_SAMPLING,
     LogprobsKind,
-    logprobs_kind,
-    messages_of,
     probe_fields,
-    read_answer,
-    server_message,
+    prompt_field,
+    request_seeds,
     token_fields,
 )
 from agent_memory.policies.openai_runtime import (
@@ -51,17 +61,13 @@ from agent_memory.policies.openai_runtime import (
     LogprobsNotSampled,
     Request,
     Runtime,
-    Sender,
     ServerRefused,
-    TokenIdsMissing,
-    closing,
     merged_headers,
-    require_tokens,
 )
+from agent_memory.policies.openai_sender import Sender, TokenIdsMissing, closing
 from agent_memory.policies.openai_settings import OpenAISettings
-from agent_memory.policies.rendering import PromptRenderer
 from agent_memory.policies.request_fields import check_extra_body
-from agent_memory.protocol import Generation, SamplingParams
+from agent_memory.protocol import Generation
 
 __all__ = [
     "THREAD_PREFIX",
@@ -74,9 +80,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-#: Temperatures below this are greedy decoding (vLLM's ``_SAMPLING_EPS``).
-GREEDY_EPS = 1e-5
 
 
 class ServerUnavailable(RuntimeError):
@@ -150,7 +153,7 @@ class OpenAIPolicy(Policy):
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
-        _check_endpoint(base_url, model, mode, server)
+        check_endpoint(base_url, model, mode, server)
         check_int("concurrency", concurrency, 1)
         check_int("max_retries", max_retries, 0)
         check_int("dead_calls", dead_calls, 0)
@@ -167,14 +170,14 @@ class OpenAIPolicy(Policy):
         self.repetition_penalty = repetition_penalty
         self.presence_penalty = presence_penalty
         self.frequency_penalty = frequency_penalty
-        _check_sampling({name: getattr(self, name) for name in NEUTRAL_SAMPLING})
+        check_sampling({name: getattr(self, name) for name in NEUTRAL_SAMPLING})
         return_tokens = return_tokens or token_in
         if server == "openai":
-            _check_plain_openai(top_k, min_p, repetition_penalty, return_tokens)
-        backoff_s = _check_backoff(backoff)
-        _check_token_in(token_in, tokenizer, incremental, mode)
+            check_plain_openai(top_k, min_p, repetition_penalty, return_tokens)
+        backoff_s = check_backoff(backoff)
+        check_token_in(token_in, tokenizer, incremental, mode)
         check_number("max_retry_after", max_retry_after, low=0)
-        stops = _check_stop(stop, return_tokens, tokenizer)
+        stops = check_stops(stop, return_tokens, tokenizer)
         if extra_body is not None and not isinstance(extra_body, Mapping):
             raise ValueError(f"extra_body must be a dict, got {type(extra_body).__name__}")
 
@@ -186,7 +189,7 @@ class OpenAIPolicy(Policy):
         self.stop = stops
         self.seed = seed
         # Plain containers (a Hydra DictConfig is a Mapping, but not JSON-serialisable).
-        self.extra_body: dict[str, Any] = _plain(extra_body or {})
+        self.extra_body: dict[str, Any] = plain_values(extra_body or {})
         check_extra_body(self.extra_body)
         self.concurrency = concurrency
         #: The most :meth:`set_concurrency` may set: ``concurrency`` as given (a worker's copy
@@ -207,12 +210,12 @@ class OpenAIPolicy(Policy):
         self.renderer = (
             None
             if tokenizer is None
-            else _renderer(
+            else load_renderer(
                 tokenizer, templated, incremental, self.extra_body.get("chat_template_kwargs")
             )
         )
         self.max_answer_bytes = max_answer_bytes
-        self.vocab_size = _vocab_size(vocab_size, self.renderer)
+        self.vocab_size = id_bound(vocab_size, self.renderer)
         self._sender = Sender(
             self.url,
             mode,
@@ -361,7 +364,12 @@ class OpenAIPolicy(Policy):
         fields.pop("stop", None)
         local = self.renderer.ids("Hi") if self.token_in and self.renderer is not None else None
         probe = probe_fields(self.mode, self.server) if self.return_tokens else {"max_tokens": 1}
-        body = {**fields, **self._prompt_field("Hi", 0, local), **self.extra_body, **probe}
+        body = {
+            **fields,
+            **prompt_field("Hi", 0, local, self.mode, self.token_in),
+            **self.extra_body,
+            **probe,
+        }
         try:
             response, self._check_after = await self._sender.probe(conns, json.dumps(body).encode())
         except asyncio.CancelledError:
@@ -371,43 +379,14 @@ class OpenAIPolicy(Policy):
             return
         if response is None:
             return
-        status = response.status_code
-        if status != 200:
-            raise ServerRefused(
-                f"the server at {self.url} refused the policy's request: HTTP {status}: "
-                f"{server_message(response)}. If it refuses a sampling field (top_k, min_p, "
-                "repetition_penalty: vLLM and SGLang take them), pass policy.params.server="
-                "openai; if it refuses the token fields (return_token_ids, logprobs), pass "
-                "policy.params.return_tokens=false (rows then hold no token ids or log-probs)"
-            )
+        check_status(response, self.url)
         self._checked = True
         if not self.return_tokens:
             return
-        try:
-            data = response.json()
-            answer = read_answer(data, self.mode)
-        except Exception:  # whatever the parse raises (e.g. RecursionError): not the check's
-            return  # the requests' own checks name what is wrong with an answer
-        # Token-in: the prompt ids are the ones sent, whether or not the server echoes them.
-        prompt_ids = [] if self.token_in else answer.prompt_ids
-        require_tokens(self.url, self.server, prompt_ids, answer.response_ids, answer.logprobs)
-        self.logprobs_kind = kind = logprobs_kind(data, self.mode)
-        sampling = self._sampling({**self._fields(), **self.extra_body})
-        greedy = sampling.temperature is not None and sampling.temperature < GREEDY_EPS
-        if kind != "processed" and not greedy and not sampling.untransformed:
-            what = (
-                "the raw model's log-probs (before temperature, top-k, top-p, min-p and penalties)"
-                if kind == "raw"
-                else "log-probs whose kind a one-token check could not tell"
-            )
-            raise LogprobsNotSampled(
-                f"the server at {self.url} reports {what}, not those of the distribution it "
-                f"samples from with {_sampling_text(sampling)}: the rows would hold wrong "
-                "log-probs for training. Start vLLM with --logprobs-mode processed_logprobs; "
-                "or sample from the model's own distribution (policy.params.temperature=1.0, "
-                "top_p, top_k, min_p and the penalties off); or record no tokens "
-                "(policy.params.return_tokens=false)"
-            )
+        kind = probe_logprobs(response, self.mode, self.url, self.server, self.token_in)
+        if kind is not None:
+            self.logprobs_kind = kind
+            check_logprobs(kind, self.url, sampling_of({**self._fields(), **self.extra_body}))
 
     def close(self) -> None:
         """Close the connections and stop the private loop; requests in flight or waiting for a
@@ -455,28 +434,19 @@ class OpenAIPolicy(Policy):
                 episode = None if meta is None else meta[i].get("traj_uid")
                 local = self.renderer.episode_ids(prompt, episode, i)
             seed = {} if seeds[i] is None else {"seed": seeds[i]}
-            body = {**fields, **self._prompt_field(prompt, i, local), **seed, **self.extra_body}
+            body = {
+                **fields,
+                **prompt_field(prompt, i, local, self.mode, self.token_in),
+                **seed,
+                **self.extra_body,
+            }
             try:
                 data = json.dumps(body).encode()
             except (TypeError, ValueError) as e:
                 raise ValueError(f"prompt {i}: the request body is not JSON: {e}") from None
             offsets = meta is not None and meta[i].get("memory_tag") is not None
-            out.append(Request(data, local, self._sampling(body), offsets))
+            out.append(Request(data, local, sampling_of(body), offsets))
         return out
-
-    def _prompt_field(self, prompt: Prompt, i: int, local: list[int] | None) -> dict[str, Any]:
-        """Prompt ``i``'s field of a request: ``local`` (its token ids) with ``token_in``."""
-        if self.token_in:
-            return {"prompt": local}
-        if self.mode == "chat":
-            return {"messages": messages_of(prompt, i)}
-        if isinstance(prompt, str):
-            return {"prompt": prompt}
-        raise ValueError(
-            f"prompt {i} is a {type(prompt).__name__} but mode='completion' sends text prompts "
-            "only: use mode='chat' so the server applies the model's chat template to message "
-            "lists, token_in=True to apply it here, or a text formatter"
-        )
 
     def _fields(self) -> dict[str, Any]:
         """The fields every request carries: each sampling field explicitly (see
@@ -493,43 +463,13 @@ class OpenAIPolicy(Policy):
             fields.update(token_fields(self.mode, self.server))
         return fields
 
-    def _remember(
-        self,
-        prompts: Sequence[Prompt],
-        meta: Sequence[Mapping[str, Any]] | None,
-        out: list[Generation],
-    ) -> list[Generation]:
-        """Tell an incremental renderer what each episode's model saw and sampled."""
-        if self.renderer is not None and self.renderer.incremental and meta is not None:
-            for prompt, m, g in zip(prompts, meta, out, strict=True):
-                prompt_ids, response_ids = g.prompt_ids, g.response_ids
-                if m.get("traj_uid") is None or prompt_ids is None or response_ids is None:
-                    continue  # not an episode's, or no token ids
-                self.renderer.remember(m["traj_uid"], prompt, prompt_ids, response_ids)
-        return out
-
     def _seeds(self, n: int, meta: Sequence[Mapping[str, Any]] | None) -> list[int | None]:
         """Each request's seed (see the module docstring)."""
         if self.seed is None:
             return [None] * n
         with self._lock:  # concurrent callers get disjoint ranges of sequential seeds
             first, self._sent = self._sent, self._sent + n
-        seed, metas = self.seed, meta if meta is not None else [{}] * n
-        return [
-            episode_seed(seed, m["traj_uid"], m["step"])
-            if "traj_uid" in m and "step" in m
-            else seed + first + i
-            for i, m in enumerate(metas)
-        ]
-
-    @staticmethod
-    def _sampling(body: Mapping[str, Any]) -> SamplingParams:
-        """The sampling a request's body asks for (``extra_body`` merged in)."""
-        values = {
-            name: kind(value) if is_number(value := body.get(name)) else None
-            for name, kind in _SAMPLING_KINDS
-        }
-        return SamplingParams(**values)
+        return request_seeds(self.seed, first, meta if meta is not None else [{}] * n)
 
     def _ensure_runtime(self) -> Runtime:
         runtime = self._runtime
@@ -574,7 +514,10 @@ class OpenAIPolicy(Policy):
                 for task in tasks:  # an interrupted caller leaves no requests queued behind
                     task.cancel()
                 raise
-        return self._remember(prompts, meta, self._finish(call, out))
+        out = self._finish(call, out)
+        if self.renderer is not None and meta is not None:
+            self.renderer.remember_generations(prompts, meta, out)
+        return out
 
     def _finish(self, call: Call, out: list[Generation]) -> list[Generation]:
         stats = call.stats
@@ -593,158 +536,5 @@ class OpenAIPolicy(Policy):
                 f"{self._dead_in_a_row} calls failed without an HTTP response (last: {last}). "
                 f"Is it running? Check policy.params.base_url={self.base_url!r}"
             )
-        if call.errors:
-            first = min(call.errors)
-            log.warning(
-                "openai policy: %d of %d prompts failed (%s); they get '' (an invalid action). "
-                "First: prompt %d: %s",
-                len(call.errors),
-                len(out),
-                self.url,
-                first,
-                call.errors[first],
-            )
+        call.warn(self.url, len(out))
         return out
-
-
-def _check_endpoint(base_url: str, model: str, mode: str, server: str) -> None:
-    if importlib.util.find_spec("httpx") is None:
-        raise ImportError('the openai policy needs httpx: pip install "httpx>=0.27"')
-    import httpx
-
-    from agent_memory.policies.openai_transport import Target
-
-    try:
-        Target(base_url)  # what every request is sent to, parsed as the transport does
-    except (TypeError, ValueError, httpx.InvalidURL):
-        raise ValueError(
-            f"base_url must be an http(s) URL like 'http://localhost:8000/v1', got {base_url!r}"
-        ) from None
-    if not isinstance(model, str) or not model:
-        raise ValueError(f"model must be a non-empty model name, got {model!r}")
-    check_choice("mode", mode, ("chat", "completion"))
-    check_choice("server", server, ("vllm", "sglang", "openai"))
-
-
-#: The sampling fields' ranges: (low, high, low excluded, as errors name it); top_k: an int >= -1.
-_RANGES = {
-    "temperature": (0.0, math.inf, False, "a number >= 0"),
-    "top_p": (0.0, 1.0, True, "in (0, 1]"),
-    "min_p": (0.0, 1.0, False, "in [0, 1]"),
-    "repetition_penalty": (0.0, math.inf, True, "a number > 0"),
-    "presence_penalty": (-2.0, 2.0, False, "in [-2, 2]"),
-    "frequency_penalty": (-2.0, 2.0, False, "in [-2, 2]"),
-}
-
-
-def _check_sampling(values: Mapping[str, Any]) -> None:
-    """The sampling fields, each None (the server's default) or in its range."""
-    for name, value in values.items():
-        if name == "top_k":
-            check_int(name, value, -1, allow_none=True)
-            continue
-        low, high, open_, shown = _RANGES[name]
-        if value is not None and (
-            not is_number(value) or value > high or (value <= low if open_ else value < low)
-        ):
-            raise ValueError(f"{name} must be {shown} or None, got {value!r}")
-
-
-def _check_plain_openai(
-    top_k: int | None, min_p: float | None, repetition_penalty: float | None, return_tokens: bool
-) -> None:
-    """``server='openai'`` takes none of the fields only vLLM and SGLang know."""
-    vllm_only = {"top_k": top_k, "min_p": min_p, "repetition_penalty": repetition_penalty}
-    given = [k for k, v in vllm_only.items() if v is not None]
-    if given or return_tokens:
-        what = ", ".join(given) if given else "return_tokens=True"
-        raise ValueError(
-            f"server='openai' (the plain OpenAI API) takes no {what}: it returns no token "
-            "ids and knows no top_k, min_p or repetition_penalty. Pass "
-            "return_tokens=False for text only, or server='vllm' / 'sglang'"
-        )
-
-
-def _check_backoff(backoff: Sequence[float]) -> tuple[float, float]:
-    given = tuple(backoff) if isinstance(backoff, Sequence) else (backoff,)
-    if len(given) != 2 or not all(is_number(b) for b in given):
-        raise ValueError(f"backoff must be two numbers (base, max) in seconds, got {given!r}")
-    if not 0 <= given[0] <= given[1]:
-        raise ValueError(f"backoff must satisfy 0 <= base <= max, got {given!r}")
-    return float(given[0]), float(given[1])
-
-
-def _check_token_in(token_in: bool, tokenizer: str | None, incremental: bool, mode: str) -> None:
-    if token_in and tokenizer is None:
-        raise ValueError(
-            "token_in=True renders prompts locally: pass tokenizer=<the served model's local "
-            "tokenizer directory or cached hub id>"
-        )
-    if incremental and not token_in:
-        raise ValueError(
-            "incremental=True renders token-id prompts: pass token_in=True (and a tokenizer)"
-        )
-    if token_in and mode != "completion":
-        raise ValueError(
-            "token_in=True sends token ids, which only /v1/completions takes: pass "
-            "mode='completion' (the chat template is applied locally)"
-        )
-
-
-def _check_stop(
-    stop: str | Sequence[str] | None, return_tokens: bool, tokenizer: str | None
-) -> list[str] | None:
-    stops = check_stop(stop)
-    if stops is not None and return_tokens and tokenizer is None:
-        raise ValueError(
-            f"stop={stops!r} with return_tokens=True needs a tokenizer: a server cuts the "
-            "text before a stop string but returns the ids of the whole token holding "
-            "it, so the text would not be what the recorded ids say. Pass "
-            "tokenizer=<the served model's directory> (the response text is then "
-            "decoded from the ids), or drop stop, or return_tokens=False"
-        )
-    return stops
-
-
-#: Each field of :class:`SamplingParams` and the type its value is read as.
-_SAMPLING_KINDS: tuple[tuple[str, type], ...] = tuple(
-    (name, int if name in ("top_k", "max_tokens", "seed") else float)
-    for name in SamplingParams.__dataclass_fields__
-)
-
-
-def _sampling_text(sampling: SamplingParams) -> str:
-    shown = {k: v for k, v in sampling.__dict__.items() if k not in ("seed", "max_tokens")}
-    return ", ".join(f"{k}={v}" for k, v in shown.items() if v is not None)
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
-        return [_plain(v) for v in value]
-    return value
-
-
-def _vocab_size(vocab_size: int | None, renderer: PromptRenderer | None) -> int | None:
-    """The bound on token ids: as configured, else the tokenizer's size (None: unknown)."""
-    return vocab_size if vocab_size is not None or renderer is None else len(renderer.tokenizer)
-
-
-def _renderer(
-    tokenizer: str,
-    use_chat_template: bool | Literal["auto"],
-    incremental: bool,
-    template_kwargs: Mapping[str, Any] | None,
-) -> PromptRenderer:
-    from transformers import AutoTokenizer
-
-    path = resolve_model(tokenizer, need="tokenizer")
-    loaded = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
-    return PromptRenderer(
-        loaded,
-        use_chat_template,
-        str(path),
-        incremental=incremental,
-        template_kwargs=template_kwargs,
-    )

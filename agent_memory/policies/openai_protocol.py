@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeGuard
 
 from agent_memory.checks import is_number
+from agent_memory.policies.base import episode_seed
 from agent_memory.protocol import Prompt
 
 __all__ = [
@@ -37,7 +38,9 @@ __all__ = [
     "logprobs_kind",
     "messages_of",
     "probe_fields",
+    "prompt_field",
     "read_answer",
+    "request_seeds",
     "retry_after",
     "server_message",
     "token_fields",
@@ -374,6 +377,50 @@ def messages_of(prompt: Prompt, index: int) -> list[dict[str, Any]]:
         return out
     shown = f"prompt {index} must be a string or a non-empty list of chat messages, got {prompt!r}"
     raise ValueError(shown[:300])
+
+
+def request_seeds(seed: int, first: int, metas: Sequence[Mapping[str, Any]]) -> list[int | None]:
+    """Each request's seed: from ``(seed, traj_uid, step)`` where its meta holds both, else
+    ``seed + first + k`` for the k-th (``first``: the policy's prompts sent before).
+
+    Example:
+        >>> request_seeds(10, 3, [{}, {}])
+        [13, 14]
+    """
+    return [
+        episode_seed(seed, m["traj_uid"], m["step"])
+        if "traj_uid" in m and "step" in m
+        else seed + first + i
+        for i, m in enumerate(metas)
+    ]
+
+
+def prompt_field(
+    prompt: Prompt, index: int, ids: list[int] | None, mode: str, token_in: bool
+) -> dict[str, Any]:
+    """Prompt ``index``'s field of a request: ``ids`` (its token ids) with ``token_in``, else
+    its messages (``mode="chat"``) or its text.
+
+    Example:
+        >>> prompt_field("go", 0, None, "chat", False)
+        {'messages': [{'role': 'user', 'content': 'go'}]}
+        >>> prompt_field("go", 0, [7, 8], "completion", True)
+        {'prompt': [7, 8]}
+
+    Raises:
+        ValueError: a chat prompt for ``mode="completion"``, or a prompt of neither kind.
+    """
+    if token_in:
+        return {"prompt": ids}
+    if mode == "chat":
+        return {"messages": messages_of(prompt, index)}
+    if isinstance(prompt, str):
+        return {"prompt": prompt}
+    raise ValueError(
+        f"prompt {index} is a {type(prompt).__name__} but mode='completion' sends text prompts "
+        "only: use mode='chat' so the server applies the model's chat template to message "
+        "lists, token_in=True to apply it here, or a text formatter"
+    )
 
 
 class Readable(Protocol):

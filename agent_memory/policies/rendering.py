@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, Literal
 
-from agent_memory.protocol import Prompt
+from agent_memory.protocol import Generation, Prompt
 
 __all__ = ["PromptRenderer", "check_use_chat_template"]
 
@@ -168,6 +168,22 @@ class PromptRenderer:
         self._turns.move_to_end(episode)
         while len(self._turns) > MAX_EPISODES:
             self._turns.popitem(last=False)
+
+    def remember_generations(
+        self,
+        prompts: Sequence[Prompt],
+        meta: Sequence[Mapping[str, Any]],
+        generations: Sequence[Generation],
+    ) -> None:
+        """:meth:`remember` each episode's turn of a call (``meta``'s ``traj_uid``) that has
+        token ids (no-op unless ``incremental``)."""
+        if not self.incremental:
+            return
+        for prompt, m, g in zip(prompts, meta, generations, strict=True):
+            prompt_ids, response_ids = g.prompt_ids, g.response_ids
+            if m.get("traj_uid") is None or prompt_ids is None or response_ids is None:
+                continue  # not an episode's, or no token ids
+            self.remember(m["traj_uid"], prompt, prompt_ids, response_ids)
 
     def _suffix(self, turn: _Turn, prompt: Sequence[Any], index: int) -> list[int] | None:
         """The tokens of ``prompt``'s messages after ``turn``'s messages and one assistant

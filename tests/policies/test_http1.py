@@ -210,6 +210,28 @@ def test_a_folded_header_value_is_joined_by_a_space():
             False,
             "the answer has both Transfer-Encoding and Content-Length",
         ),
+        # A field counts by its presence (RFC 9112, section 6.3): an empty Content-Length is
+        # invalid (not a close-delimited body), and beside Transfer-Encoding it is both fields.
+        (
+            b"HTTP/1.1 200 OK\r\nContent-Length: \r\n\r\nbody",
+            False,
+            "the answer's Content-Length is empty: expected one non-negative integer",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length:\r\n\r\n",
+            False,
+            "the answer has both Transfer-Encoding and Content-Length: expected one of them",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\nContent-Length: 2\r\n\r\nok",
+            False,
+            "the answer has both Transfer-Encoding and Content-Length: expected one of them",
+        ),
+        (
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: \r\n\r\nok",
+            False,
+            "the answer's Transfer-Encoding is empty: expected chunked",
+        ),
         (
             b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n",
             False,

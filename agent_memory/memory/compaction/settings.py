@@ -40,8 +40,8 @@ and folds the rest once more than trigger_steps are held), got keep_last=5, trig
     trigger_ratio: float | None = field(
         default=0.8,
         metadata={
-            "help": "Compact once steps + summary exceed this fraction of memory.max_history_tokens "
-            "(used when it is set)."
+            "help": "Compact once steps + summary exceed this fraction of "
+            "memory.max_history_tokens (used when it is set)."
         },
     )
     keep_last: int = field(
