@@ -12,9 +12,9 @@ from hydra import compose, initialize_config_dir
 
 from agent_memory.config import load_job, register_configs
 from agent_memory.rollout import history
+from agent_memory.rollout.bank import build_env
 from agent_memory.rollout.driver.preflight import preflight
 from agent_memory.rollout.driver.runner import bind_run_paths
-from agent_memory.rollout.bank import build_env
 from agent_memory.wrappers import HistoryOptions
 
 REPO = Path(__file__).resolve().parents[2]
