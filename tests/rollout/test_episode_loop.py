@@ -14,6 +14,7 @@ from agent_memory.protocol import Generation
 from agent_memory.rollout.driver.collector import build_policy
 from agent_memory.rollout.messages import EpisodeAssignment, EpisodeBatch, FinishedEpisode
 from agent_memory.rollout.worker.episode_loop import EpisodeLoop
+from agent_memory.rollout.worker.port import make_port
 from agent_memory.rollout.worker.worker import RolloutWorker
 from tests.rollout.conftest import make_job
 
@@ -117,9 +118,7 @@ def test_after_drain_a_worker_with_client_slots_to_spare_reports_within_the_spar
     # waits for a client slot (an inline policy has no slots to wait for) sends what ended after
     # each pass, so the driver can move its spare slots; the 60 s interval no longer applies.
     worker = _worker(envs=2)
-    loop = EpisodeLoop(
-        worker, worker.policy, 100, report_interval_s=60.0, spare_report_interval_s=0
-    )
+    loop = EpisodeLoop(worker, worker.port, 100, report_interval_s=60.0, spare_report_interval_s=0)
     env1 = [a(1, g, g - 1) for g in range(1, 101)]
 
     async def main():
@@ -263,7 +262,7 @@ def _passes(concurrency: int, window: float, monkeypatch) -> tuple[list[int], li
 
     monkeypatch.setattr(worker, "step", counted_step)
     monkeypatch.setattr(EpisodeLoop, "_gather_answers", counted_gather)
-    loop = EpisodeLoop(worker, _Slots(concurrency), 1000, pass_window_s=window)
+    loop = EpisodeLoop(worker, make_port(_Slots(concurrency)), 1000, pass_window_s=window)
     loop.finish()  # every episode is given at once
 
     async def main():
@@ -294,7 +293,7 @@ def test_without_requests_waiting_for_a_slot_no_answer_waits(monkeypatch):
 
 def test_a_gathering_pass_is_woken_by_an_answer_only_once_no_request_waits_for_a_slot():
     worker = _worker(envs=8)
-    loop = EpisodeLoop(worker, _Slots(2), 1000, pass_window_s=30.0)
+    loop = EpisodeLoop(worker, make_port(_Slots(2)), 1000, pass_window_s=30.0)
     wakes: list[tuple[bool, int]] = []  # (gathering, requests waiting for a slot) per wake
 
     class Spy(asyncio.Event):

@@ -32,7 +32,7 @@ import re
 import socket
 import sys
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -589,7 +589,9 @@ def _factory(name: str) -> Any:
     return policy_factory(name) if name in available_policies() else None
 
 
-def _check_needs(name: str, policy: Any, env: EnvCheck, turns: bool = False) -> None:
+def _check_needs(
+    name: str, policy: Policy | Callable[..., Policy] | None, env: EnvCheck, turns: bool = False
+) -> None:
     """A policy that needs the env's oracle cannot play an env class without one; a memory that
     asks the policy for turns of its own (``turns``) needs one that answers a bare prompt."""
     needs: frozenset[str] = getattr(policy, "needs", frozenset())
