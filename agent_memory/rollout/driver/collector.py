@@ -162,13 +162,13 @@ class Collector:
             self.service = actor.remote(self.policy, self.max_batch_size, self.max_wait_ms)
             self.pool.policy = self.service
         else:
-            copy = self.policy.for_workers(workers)
-            self.pool.policy = copy
-            if copy.concurrency is not None:
+            replica = self.policy.for_workers(workers)
+            self.pool.policy = replica
+            if replica.concurrency is not None:
                 # Each worker (re)starts with the copy's share (set_concurrency goes to the
                 # workers' copies, never to this one).
-                self.shares = dict.fromkeys(range(workers), copy.concurrency)
-                self.first_share = copy.concurrency
+                self.shares = dict.fromkeys(range(workers), replica.concurrency)
+                self.first_share = replica.concurrency
         self.pool.start(n)
         self.parked = set(self.pool.slots())
 
