@@ -180,7 +180,7 @@ class MemoryConfig:
     length is ``env.history_length`` (or fixed by the strategy: :data:`FIXED_HISTORY`)."""
 
     strategy: str = "window"
-    max_tokens: Optional[int] = None
+    max_history_tokens: Optional[int] = None
     max_prompt_tokens: Optional[int] = None
     bounded: bool = False
     token_counter: str = "estimate"
@@ -201,7 +201,7 @@ class MemoryConfig:
         return name == "policy" or bool(getattr(spec, "turn", False))
 
     def __post_init__(self) -> None:
-        for key in ("max_tokens", "max_prompt_tokens"):
+        for key in ("max_history_tokens", "max_prompt_tokens"):
             v = getattr(self, key)
             _need(
                 v is None or (_is_int(v) and v >= 0),
@@ -485,12 +485,20 @@ def load_job(cfg: DictConfig | JobConfig, schema: type[JobConfig] = JobConfig) -
     return job
 
 
-#: Keys that are gone: the key that replaced each, and why (one key per setting).
-REMOVED_KEYS: dict[str, tuple[str, str]] = {
+#: Keys that are gone: the key that replaced each, why, and the value the fix suggests when the
+#: override gave none or a null the new key refuses (None: the value given, null included).
+REMOVED_KEYS: dict[str, tuple[str, str, str | None]] = {
     "memory.history_length": (
         "env.history_length",
         "the history length is set once, by env.history_length (memory=none and memory=full "
         "fix it at 0 and -1)",
+        "3",
+    ),
+    "memory.max_tokens": (
+        "memory.max_history_tokens",
+        "the history's token budget is memory.max_history_tokens (max_tokens is the policy's "
+        "cap on each response, policy.params.max_tokens)",
+        None,
     ),
 }
 
@@ -508,10 +516,11 @@ rollout: group_size, seed)
 env.history_length (memory=none and memory=full fix it at 0 and -1): pass env.history_length=5
     """
     if full_key in REMOVED_KEYS:
-        new, why = REMOVED_KEYS[full_key]
-        example = "3" if value is None or str(value) == "null" else value
+        new, why, example = REMOVED_KEYS[full_key]
+        if value is not None and (example is None or str(value) != "null"):
+            example = value
         return ConfigError(
-            f"{full_key} is not a config key: {why}: pass {new}={example}", key=full_key
+            f"{full_key} is not a config key: {why}: pass {new}={example or 'null'}", key=full_key
         )
     parent, _, name = full_key.rpartition(".")
     prefix = f"{parent}." if parent else ""

@@ -20,9 +20,11 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import MISSING
 from typing import Any
 
 from agent_memory.config import ConfigError
+from agent_memory.config_fields import config_fields, settings_class
 from agent_memory.suggest import close_matches, override_value
 
 __all__ = ["BUILD_ERRORS", "bind_params", "blame", "build_or_blame"]
@@ -43,6 +45,7 @@ def bind_params(
 ) -> None:
     """Refuse keys of ``given`` that ``factory`` does not take (naming the nearest valid ones)
     or that another config key sets (``reserved``), and required parameters ``given`` lacks.
+    A class that declares a settings dataclass (``settings_class``) takes its config fields.
 
     Args:
         factory: the class or function the params are passed to as keyword arguments.
@@ -64,14 +67,11 @@ def bind_params(
 'demo': did you mean +memory.params.top_k=3? Valid: ['top_k', 'header']
     """
     reserved = reserved or {}
-    try:
-        sig = inspect.signature(factory)
-    except (TypeError, ValueError):  # no signature to read (a builtin): nothing to check
+    keywords = _keywords(factory)
+    if keywords is None:  # no signature to read (a builtin): nothing to check
         return
-    params = sig.parameters
-    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    valid = [n for n, p in params.items() if p.kind in keyword and n not in reserved]
-    open_ended = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in params.values())
+    params, open_ended = keywords
+    valid = [n for n in params if n not in reserved]
     for name in given:
         if name in reserved:
             raise ConfigError(
@@ -87,14 +87,35 @@ def bind_params(
                 f"{key} has no parameter {name!r} for {what}: {hint} Valid: {valid}",
                 key=f"{key}.{name}",
             )
-    for name, p in params.items():
-        required = p.kind in keyword and p.default is inspect.Parameter.empty
+    for name, required in params.items():
         if required and name not in given and name not in reserved:
             raise ConfigError(
                 f"{what} needs the parameter {name!r}, which {key} does not set: "
                 f"pass +{key}.{name}=<value>",
                 key=f"{key}.{name}",
             )
+
+
+def _keywords(factory: Callable[..., Any]) -> tuple[dict[str, bool], bool] | None:
+    """``({keyword: required}, takes **kwargs)`` of ``factory``: the config fields of the
+    settings dataclass it declares (:func:`~agent_memory.config_fields.settings_class`), else
+    its signature's keyword parameters; None when it has no signature to read."""
+    settings = settings_class(factory)
+    if settings is not None:
+        fields = config_fields(settings)
+        return {f.name: f.default is MISSING is f.default_factory for f in fields}, False
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = {
+        n: p.default is inspect.Parameter.empty
+        for n, p in sig.parameters.items()
+        if p.kind in keyword
+    }
+    open_ended = any(p.kind == inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values())
+    return params, open_ended
 
 
 def _renamed(

@@ -12,7 +12,7 @@
    the garbage collector (as in a process that holds nothing else). Run first,
    in a fresh process (after the server section, the in-process variants read slower).
 2. **Against a heavy-tailed server** — the bundled mock OpenAI-compatible server
-   (:class:`~agent_memory.serving.MockOpenAIServer`, in a subprocess, 127.0.0.1 only, shut down
+   (:class:`~mock_server.MockOpenAIServer`, in a subprocess, 127.0.0.1 only, shut down
    after ``--server-lifetime`` s whatever happens): log-normal latency (median 50 ms, p99 1 s),
    at most 32 requests in flight (the rest queue, as vLLM's scheduler does), answers from a hash
    of (prompt, per-request seed), so both engines play exactly the same episodes. The client
@@ -82,10 +82,11 @@ from agent_memory.config import (
     RolloutConfig,
 )
 from agent_memory.policies import make_policy
+from agent_memory.rollout.bank import build_env
 from agent_memory.rollout.driver.collector import Collector, episode_specs, init_ray
 from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.types import EpisodeSpec
-from agent_memory.rollout.worker.worker import RolloutWorker, build_env
+from agent_memory.rollout.worker.worker import RolloutWorker
 
 MODES = ("lockstep", "async")
 MOVES = ("left", "down", "right", "up")
@@ -106,7 +107,7 @@ def answer(prompt: str, seed: int | None) -> str:
 def serve(conn: Any, median: float, p99: float, cap: int, lifetime: float) -> None:
     """The server process: start the server, send its URL, then answer stats queries
     ``(since, until)`` (``time.monotonic()``, the same clock in every process) until None."""
-    from agent_memory.serving import HashBackend, LogNormalLatency, MockOpenAIServer
+    from mock_server import HashBackend, LogNormalLatency, MockOpenAIServer
 
     server = MockOpenAIServer(
         HashBackend(answer),
@@ -492,7 +493,7 @@ def thread_table(runs: dict[str, list[Run]]) -> None:
 
 def calibration_section(args: argparse.Namespace) -> None:
     """Section 3: the mock server's slot overhead and busy-window utilization (in-process)."""
-    from agent_memory.serving import FixedLatency, HashBackend, MockOpenAIServer
+    from mock_server import FixedLatency, HashBackend, MockOpenAIServer
 
     n, cap, latency = args.calibration_requests, args.calibration_cap, args.calibration_latency
     server = MockOpenAIServer(HashBackend(), latency=FixedLatency(latency), max_in_flight=cap)

@@ -87,10 +87,10 @@ def run_job(job: JobConfig, hydra_cfg: Any) -> None:
         "env_config": env_label(choices["env"], job.env.id),
         "memory": choices["memory"],
         "strategy": strategy_label(
-            choices["memory"], job.history_length, mem.max_tokens, mem.max_prompt_tokens
+            choices["memory"], job.history_length, mem.max_history_tokens, mem.max_prompt_tokens
         ),
         "history_length": job.history_length,
-        "max_tokens": mem.max_tokens,
+        "max_history_tokens": mem.max_history_tokens,
         "max_prompt_tokens": mem.max_prompt_tokens,
         "token_counter": mem.token_counter,
     }

@@ -85,7 +85,7 @@ def bench(args: argparse.Namespace) -> dict[str, float]:
         "verl": lambda t, e, w: run_verl(pool, t, e, w),
         "ours": lambda t, e, w: run_ours(pool, t, e, w),
         "ours bounded": lambda t, e, w: run_ours(pool, t, e, w, capacity=w),
-        "budget": lambda t, e, w: run_ours(pool, t, e, -1, max_tokens=args.budget),
+        "budget": lambda t, e, w: run_ours(pool, t, e, -1, max_history_tokens=args.budget),
     }
     results: dict[str, float] = {}
     for window in args.windows:
@@ -104,7 +104,7 @@ def report(results: dict[str, float], args: argparse.Namespace) -> list[str]:
     short, long_ = min(args.lengths), max(args.lengths)
     lines = [
         f"memory store+fetch per env-step, {args.num_envs} envs, best of {args.repeats} "
-        f"(budget = history_length -1 with max_tokens={args.budget}, estimate counter)",
+        f"(budget = history_length -1 with max_history_tokens={args.budget}, estimate counter)",
         "",
         "| window | T | verl-agent (us) | ours (us) | ours bounded (us) | budget (us) "
         "| speed-up vs verl | bounded speed-up |",

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
+from mock_server import child_env
 
 from agent_memory.policies.base import episode_seed
 from agent_memory.policies.openai_client import OpenAIPolicy
@@ -38,7 +39,7 @@ def _serve(max_in_flight: int) -> tuple[subprocess.Popen[str], str]:
         [
             sys.executable,
             "-m",
-            "agent_memory.serving.mock_openai",
+            "mock_server.mock_openai",
             "--hash",
             "--port",
             "0",
@@ -49,6 +50,7 @@ def _serve(max_in_flight: int) -> tuple[subprocess.Popen[str], str]:
         ],
         stdout=subprocess.PIPE,
         text=True,
+        env=child_env(),
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()

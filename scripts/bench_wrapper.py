@@ -188,7 +188,7 @@ def _sub_env(env_id: str) -> gym.Env:
 
 
 def worker_env(env_id: str, n: int) -> VectorHistoryWrapper:
-    """A vector env as ``rollout.worker.build_env`` builds it (sync), every env in an episode."""
+    """A vector env as ``rollout.bank.build_env`` builds it (sync), every env in an episode."""
     venv = SyncVectorEnv(
         [partial(_sub_env, env_id) for _ in range(n)],
         copy=False,

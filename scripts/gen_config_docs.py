@@ -1,12 +1,18 @@
-"""Write docs/configuration.md: every key of configs/**/*.yaml, its default and its comment.
+"""Write docs/configuration.md: every key of configs/**/*.yaml, its default and its comment;
+and the ``params`` blocks of configs/policy/*.yaml and configs/memory/*.yaml from the settings
+dataclasses (agent_memory.config_fields), where each policy's and memory strategy's settings are
+declared once.
 
-    python scripts/gen_config_docs.py            # (re)writes docs/configuration.md
-    python scripts/gen_config_docs.py --check    # exit 1 if the page is out of date
+    python scripts/gen_config_docs.py            # (re)writes the params blocks and the page
+    python scripts/gen_config_docs.py --check    # exit 1 if either is out of date
 
 Every key of the configs has a comment on the lines right above it (tests/rollout/test_config.py
 enforces it); this script reads those comments, the key's dotted path (as an override writes it:
 ``configs/memory/retrieval.yaml``'s ``params.top_k`` is ``memory.params.top_k``) and its value.
-tests/test_docs.py checks that the committed page is what this script writes.
+A policy or memory file lists the settings a user overrides without ``+``; their comments and
+values are its settings dataclass's help and job default, written here, and the page lists every
+setting of the dataclass, with its type. tests/test_docs.py checks that the committed page and
+files are what this script writes.
 """
 
 from __future__ import annotations
@@ -15,12 +21,29 @@ import argparse
 import html
 import re
 import sys
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIGS = REPO / "configs"
 PAGE = REPO / "docs" / "configuration.md"
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
+
+from agent_memory.config_fields import (  # noqa: E402  (the repository's package, as above)
+    config_default,
+    config_fields,
+    help_of,
+    settings_class,
+    yaml_value,
+)
+
+#: Config groups whose ``params`` come from a settings dataclass: the key naming the class.
+SETTINGS_GROUPS = {"policy": "name", "memory": "strategy"}
+_WIDTH = 100  # the configs' line length
 
 # A key line (`  name: value`), also as a list item (`- env: sokoban`, `- override hydra/help: x`).
 _KEY = re.compile(
@@ -179,6 +202,120 @@ def _prefix(rel: Path) -> str:
     return _PREFIX.get(group, group.replace("/", "."))
 
 
+def settings_of(rel: Path, text: str) -> type | None:
+    """The settings dataclass behind ``configs/<rel>``'s ``params`` (None: not a policy or
+    memory file, or a class that declares none)."""
+    group = rel.parent.as_posix()
+    if group not in SETTINGS_GROUPS:
+        return None
+    name = (yaml.safe_load(text) or {}).get(SETTINGS_GROUPS[group])
+    if group == "policy":
+        from agent_memory.policies import policy_factory
+
+        return settings_class(policy_factory(name))
+    from agent_memory.memory import memory_factory
+
+    return settings_class(memory_factory(name))
+
+
+def write_params(text: str, settings: type, where: str = "the file") -> str:
+    """``text`` with each key of its ``params`` block written from ``settings``: the field's
+    help as the comment above it, its job default as the value.
+
+    Example:
+        >>> from agent_memory.policies.settings import HFSettings
+        >>> print(write_params("name: hf\\nparams:\\n  # old\\n  top_k: 5\\n", HFSettings), end="")
+        name: hf
+        # Settings: agent_memory.policies.settings.HFSettings (scripts/gen_config_docs.py writes the
+        # comments and values below from it: edit them there).
+        params:
+          # Keep the k likeliest tokens (0: off).
+          top_k: 0
+
+    Raises:
+        SystemExit: a key the dataclass has no setting for.
+    """
+    fields = {f.name: f for f in config_fields(settings)}
+    lines = text.splitlines()
+    start = next((n for n, line in enumerate(lines) if line == "params:"), None)
+    if start is None:  # `params: {}`: the file lists none
+        return text
+    above, _ = _comment_lines(lines, start)
+    origin = f"{settings.__module__}.{settings.__qualname__}"
+    note = (
+        f"Settings: {origin} (scripts/gen_config_docs.py writes the comments and values below "
+        "from it: edit them there)."
+    )
+    out = [*lines[:above], *_comment(note, ""), "params:"]
+    for line in lines[start + 1 :]:
+        if line.startswith("  #"):
+            continue  # a setting's comment: written again from its help below
+        m = re.match(r"^  ([A-Za-z_]\w*):", line)
+        if m is None:
+            out.append(line)
+            continue
+        f = fields.get(m.group(1))
+        if f is None:
+            sys.exit(
+                f"{where}: params.{m.group(1)} is no setting of {settings.__name__} "
+                f"(settings: {list(fields)}): remove it or declare it there"
+            )
+        out.extend(_comment(help_of(f)))
+        out.append(f"  {f.name}: {yaml_value(config_default(f))}")
+    return "\n".join(out) + "\n"
+
+
+def _comment(text: str, indent: str = "  ") -> list[str]:
+    """``text`` as the comment lines above a key (of ``params``, by default)."""
+    return textwrap.wrap(
+        text,
+        _WIDTH,
+        initial_indent=f"{indent}# ",
+        subsequent_indent=f"{indent}# ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    )
+
+
+def settings_rows(settings: type, prefix: str, listed: set[str]) -> list[Key]:
+    """One row per config field of ``settings``: its override path, job default, help and type
+    (a field the file does not list is added with ``+``)."""
+    rows = []
+    for f in config_fields(settings):
+        path = f"{prefix}.params.{f.name}"
+        note = "" if f.name in listed else f" Not in the file: set it with `+{path}=...`."
+        rows.append(
+            Key(path, yaml_value(config_default(f)), f"{help_of(f)}{note} Type: `{f.type}`.")
+        )
+    return rows
+
+
+def configs_written(configs: Path = CONFIGS) -> dict[Path, str]:
+    """Each policy and memory file as :func:`write_params` writes it."""
+    out = {}
+    for group in SETTINGS_GROUPS:
+        for path in sorted((configs / group).glob("*.yaml")):
+            text = path.read_text(encoding="utf-8")
+            settings = settings_of(path.relative_to(configs), text)
+            if settings is not None:
+                out[path] = write_params(text, settings, str(path.relative_to(configs.parent)))
+    return out
+
+
+def _rows(path: Path, rel: Path) -> list[Key]:
+    """The page's rows for one file (the settings' rows in place of its ``params`` keys)."""
+    text = path.read_text(encoding="utf-8")
+    keys = parse(text, _prefix(rel))
+    settings = settings_of(rel, text)
+    if settings is None:
+        return keys
+    prefix = _prefix(rel)
+    mark = f"{prefix}.params."
+    listed = {k.path[len(mark) :] for k in keys if k.path.startswith(mark)}
+    rows = [k for k in keys if not k.path.startswith(mark)]
+    return rows + settings_rows(settings, prefix, listed)
+
+
 def render(configs: Path = CONFIGS) -> str:
     """The whole page."""
     files = sorted(configs.rglob("*.yaml"), key=lambda p: (p.parent != configs, p.as_posix()))
@@ -194,7 +331,7 @@ def render(configs: Path = CONFIGS) -> str:
             how = f"`{group}={rel.stem}`" if group not in _PREFIX else f"Hydra's `{_PREFIX[group]}`"
             out.append(f"Chosen by {how}.\n")
         out.append("| key | default | what it sets |\n|---|---|---|")
-        for key in parse(path.read_text(encoding="utf-8"), _prefix(rel)):
+        for key in _rows(path, rel):
             out.append(
                 f"| {_cell(key.path, True)} | {_cell(key.default, True)} "
                 f"| {_cell(key.comment, False)} |"
@@ -207,13 +344,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if the page is stale")
     args = parser.parse_args(argv)
-    page = render()
+    written = configs_written()
     if args.check:
-        if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != page:
-            print(f"{PAGE.relative_to(REPO)} is out of date: run python scripts/gen_config_docs.py")
-            return 1
-        return 0
-    PAGE.write_text(page, encoding="utf-8")
+        stale = [p for p, text in written.items() if p.read_text(encoding="utf-8") != text]
+        if not PAGE.exists() or PAGE.read_text(encoding="utf-8") != render():
+            stale.append(PAGE)
+        for p in stale:
+            print(f"{p.relative_to(REPO)} is out of date: run python scripts/gen_config_docs.py")
+        return 1 if stale else 0
+    for p, text in written.items():
+        if p.read_text(encoding="utf-8") != text:
+            p.write_text(text, encoding="utf-8")
+            print(f"wrote {p.relative_to(REPO)}")
+    PAGE.write_text(render(), encoding="utf-8")
     print(f"wrote {PAGE.relative_to(REPO)}")
     return 0
 

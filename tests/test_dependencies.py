@@ -108,8 +108,8 @@ def test_scoring_forward_passes_use_no_deprecated_name(tiny_lm):
 
 
 def test_model_backend_decoding_uses_no_deprecated_name(tiny_lm):
-    from agent_memory.serving import ModelBackend
-    from agent_memory.serving.backends import GenerationRequest, RequestSampling
+    from mock_server import ModelBackend
+    from mock_server.backends import GenerationRequest, RequestSampling
 
     backend = ModelBackend(tiny_lm)
     ids = tuple(backend.encode("go up"))

@@ -94,9 +94,9 @@ def test_a_client_policy_with_a_large_tokenizer_prints_no_ray_error(tmp_path):
     tokenizer (a real model's is megabytes; this one's 20,000 words pickle to ~280 KB)."""
     _needs_the_llm_extra()  # the tiny model
     import ray.cloudpickle
+    from mock_server import HashBackend, MockOpenAIServer
 
     from agent_memory.policies.openai_client import OpenAIPolicy
-    from agent_memory.serving import HashBackend, MockOpenAIServer
 
     # The words HashBackend answers (the policy checks that response ids decode to the text).
     answers = "go up down left right look take open the box key door"

@@ -153,6 +153,35 @@ def test_a_token_counter_that_does_not_import_suggests_no_other_name(monkeypatch
     assert message.endswith('pip install -e ".[qwen]"')
 
 
+def _renamed_budget(value: str) -> str:
+    return (
+        "memory.max_tokens is not a config key: the history's token budget is "
+        "memory.max_history_tokens (max_tokens is the policy's cap on each response, "
+        f"policy.params.max_tokens): pass memory.max_history_tokens={value}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "value"),
+    [
+        pytest.param(["memory.max_tokens=512"], "512", id="set"),
+        pytest.param(["+memory.max_tokens=512"], "512", id="added"),
+        pytest.param(["memory=full", "memory.max_tokens=null"], "null", id="null"),
+    ],
+)
+def test_the_history_budgets_old_key_names_the_new_one(overrides, value):
+    """``memory.max_tokens`` was the history's token budget (issue 46: the name is the
+    generation cap's, policy.params.max_tokens): a one-line error naming the new key, whose
+    suggestion runs."""
+    message, at_fault = _refusal(overrides)
+    assert message == _renamed_budget(value)
+    fixed = applied(overrides, [f"memory.max_history_tokens={value}"], at_fault)
+    _check(fixed)
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        job = load_job(compose(config_name="config", overrides=fixed))
+    assert job.memory.max_history_tokens == (None if value == "null" else int(value))
+
+
 # ---------------------------------------------------------------------- every pinned one
 
 #: Composition errors (Hydra refuses before load_job), as tests/test_cli.py pins them.

@@ -109,7 +109,7 @@ def test_budget_with_a_real_tokenizer_holds_on_the_joined_text(tmp_path):
     for t in range(30):
         mem.store({"observation": [f"you see a desk {t}"], "action": ["go to desk 1"]})
     for budget in (0, 10, 37, 100, 250):
-        ctx, n = mem.fetch(-1, max_tokens=budget)
+        ctx, n = mem.fetch(-1, max_history_tokens=budget)
         assert count(ctx[0]) <= budget
         # One more step would not fit: the budget keeps as many newest steps as it can.
         if n[0] < 30:

@@ -25,6 +25,7 @@ from agent_memory.rollout.worker.records import Playing
 if TYPE_CHECKING:
     from agent_memory.policies import Policy
     from agent_memory.policies.hf import HFPolicy
+    from agent_memory.rollout.bank import EnvBank
 
 __all__ = ["EpisodeRunner", "RolloutFunc", "env_reward", "make_rollout_func", "seed_of"]
 
@@ -65,7 +66,7 @@ class EpisodeRunner:
     def __init__(self, job: JobConfig, max_turns: int | None = None) -> None:
         self.job = job
         self.max_turns = max_turns
-        self._worker: Any = None
+        self._bank: EnvBank | None = None
         self._calls = 0
 
     def run(
@@ -84,14 +85,15 @@ class EpisodeRunner:
         exceed ``max_context`` tokens, or ``max_completion`` tokens after its first prompt: a
         dropped or cut token would make the episode's sample untrue.
         """
+        from agent_memory.rollout.bank import EnvBank
         from agent_memory.rollout.reference import play
-        from agent_memory.rollout.worker.worker import RolloutWorker
 
         n = len(prompts)
-        if self._worker is None or self._worker.num_envs < n:
-            if self._worker is not None:
-                self._worker.close()
-            self._worker = RolloutWorker(0, self.job, n, meta_fields=sorted(policy.needs))
+        if self._bank is None or self._bank.num_envs < n:
+            if self._bank is not None:
+                self._bank.close()
+                self._bank = None
+            self._bank = EnvBank(self.job, n, meta_fields=policy.needs)
         self._calls += 1
         specs = [
             EpisodeSpec(f"p{seed_of(p)}", f"trl{self._calls}-{i}", i, i, seed_of(p))
@@ -104,13 +106,13 @@ class EpisodeRunner:
             first, context, suffix = _lengths(run)
             return _fits(context + suffix + reserve, first, max_context, max_completion)
 
-        return play(self.job, specs, policy, worker=self._worker, next_turn=next_turn)
+        return play(self.job, specs, policy, bank=self._bank, next_turn=next_turn)
 
     def close(self) -> None:
         """Close the envs."""
-        if self._worker is not None:
-            self._worker.close()
-            self._worker = None
+        if self._bank is not None:
+            self._bank.close()
+            self._bank = None
 
 
 def _lengths(run: Playing) -> tuple[int, int, int]:

@@ -89,7 +89,7 @@ class MemoryEnvironmentManager:
             )
         if env_num < 1 or group_n < 1:
             raise ValueError(f"env_num and group_n must be >= 1, got {env_num} and {group_n}")
-        from agent_memory.rollout.worker.worker import build_env
+        from agent_memory.rollout.bank import build_env
 
         self.job = job
         self.env_num = env_num

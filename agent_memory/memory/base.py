@@ -42,7 +42,7 @@ __all__ = [
 EnvIds = Sequence[int] | np.ndarray | None
 #: A ``fetch``'s token budget: one for every env, one per env (int or None), or None for none.
 Budget = int | Sequence[int | None] | None
-#: Default of ``fetch(max_tokens=...)`` meaning "the memory's own budget" (None means none).
+#: Default of ``fetch(max_history_tokens=...)`` meaning "the memory's own budget" (None means none).
 UNSET: Any = object()
 
 
@@ -135,23 +135,25 @@ def check_capacity(capacity: Any) -> int | None:
     return check_int("capacity", capacity, 1, allow_none=True)
 
 
-def check_budget(max_tokens: Any) -> int | None:
+def check_budget(max_history_tokens: Any) -> int | None:
     """One token budget: None (no budget) or an int >= 0.
 
     Example:
         >>> check_budget(-5)
         Traceback (most recent call last):
         ...
-        ValueError: max_tokens must be None or an int >= 0, got -5
+        ValueError: max_history_tokens must be None or an int >= 0, got -5
     """
-    return check_int("max_tokens", max_tokens, 0, allow_none=True)
+    return check_int("max_history_tokens", max_history_tokens, 0, allow_none=True)
 
 
-def resolve_budgets(max_tokens: Any, n: int, default: int | None = None) -> list[int | None] | None:
+def resolve_budgets(
+    max_history_tokens: Any, n: int, default: int | None = None
+) -> list[int | None] | None:
     """The per-env budgets of a ``fetch`` over ``n`` envs, or None when there is no budget.
 
-    ``max_tokens``: :data:`UNSET` (the memory's ``default``), None, one int for every env, or
-    a sequence with one budget (int or None) per env.
+    ``max_history_tokens``: :data:`UNSET` (the memory's ``default``), None, one int for every
+    env, or a sequence with one budget (int or None) per env.
 
     Example:
         >>> resolve_budgets(UNSET, 2, default=50), resolve_budgets([10, None], 2)
@@ -159,19 +161,22 @@ def resolve_budgets(max_tokens: Any, n: int, default: int | None = None) -> list
         >>> resolve_budgets([10], 2)
         Traceback (most recent call last):
         ...
-        ValueError: max_tokens has 1 budgets, expected 2 (one per env)
+        ValueError: max_history_tokens has 1 budgets, expected 2 (one per env)
     """
-    if max_tokens is UNSET:
-        max_tokens = default
-    if max_tokens is None:
+    if max_history_tokens is UNSET:
+        max_history_tokens = default
+    if max_history_tokens is None:
         return None
-    if isinstance(max_tokens, Sequence) and not isinstance(max_tokens, (str, bytes)):
-        if len(max_tokens) != n:
+    if isinstance(max_history_tokens, Sequence) and not isinstance(
+        max_history_tokens, (str, bytes)
+    ):
+        if len(max_history_tokens) != n:
             raise ValueError(
-                f"max_tokens has {len(max_tokens)} budgets, expected {n} (one per env)"
+                f"max_history_tokens has {len(max_history_tokens)} budgets, expected {n} "
+                "(one per env)"
             )
-        return [check_budget(b) for b in max_tokens]
-    return [check_budget(max_tokens)] * n
+        return [check_budget(b) for b in max_history_tokens]
+    return [check_budget(max_history_tokens)] * n
 
 
 def check_window_fits(history_length: int, capacity: int | None) -> None:
@@ -196,7 +201,7 @@ class FetchRequest(NamedTuple):
 def fetch_request(
     history_length: Any,
     env_ids: EnvIds,
-    max_tokens: Any,
+    max_history_tokens: Any,
     *,
     num_envs: int,
     default: int | None,
@@ -204,7 +209,7 @@ def fetch_request(
 ) -> FetchRequest:
     """Validate a ``fetch``'s arguments the way every strategy does.
 
-    ``max_tokens`` is as :func:`resolve_budgets` takes it (``default``: the memory's own
+    ``max_history_tokens`` is as :func:`resolve_budgets` takes it (``default``: the memory's own
     budget); ``capacity`` (the steps a bounded memory keeps) refuses longer windows.
 
     Example:
@@ -218,7 +223,7 @@ def fetch_request(
     hl = check_history_length(history_length)
     ids = normalize_env_ids(env_ids, num_envs)
     check_window_fits(hl, capacity)
-    return FetchRequest(hl, ids, resolve_budgets(max_tokens, len(ids), default))
+    return FetchRequest(hl, ids, resolve_budgets(max_history_tokens, len(ids), default))
 
 
 def check_env_index(env_id: Any, num_envs: int) -> int:
@@ -327,11 +332,14 @@ class BaseMemory(ABC):
     """
 
     num_envs: int
-    max_tokens: int | None = None
+    max_history_tokens: int | None = None
     accepts_queries: ClassVar[bool] = False
     fetch_when_empty: ClassVar[bool] = False
     #: Version of the :meth:`state_dict` layout (:meth:`_state_header`, :meth:`_check_state`).
     state_version: ClassVar[int] = 1
+    #: The dataclass declaring what ``memory.params`` may set (:mod:`agent_memory.config_fields`);
+    #: None: the constructor's signature is read instead.
+    settings_class: ClassVar[type | None] = None
     #: Every env id, validated (what :meth:`_ids` gives for None).
     _all_ids: list[int]
 
@@ -360,10 +368,11 @@ class BaseMemory(ABC):
 
     @abstractmethod
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's formatted context over (at most) the last ``history_length`` steps
-        (``max_tokens``: an int, one budget per env, None for none; omitted: the default)."""
+        (``max_history_tokens``: an int, one budget per env, None for none; omitted: the
+        default)."""
 
     @abstractmethod
     def __getitem__(self, env_id: int) -> list[dict[str, Any]]:
@@ -393,14 +402,16 @@ class BaseMemory(ABC):
         """``env_ids`` validated (all envs when None)."""
         return self._all_ids if env_ids is None else normalize_env_ids(env_ids, self.num_envs)
 
-    def _request(self, history_length: int, env_ids: EnvIds, max_tokens: Any) -> FetchRequest:
+    def _request(
+        self, history_length: int, env_ids: EnvIds, max_history_tokens: Any
+    ) -> FetchRequest:
         """A fetch's arguments validated (:func:`fetch_request`; ``capacity`` when it has one)."""
         return fetch_request(
             history_length,
             env_ids,
-            max_tokens,
+            max_history_tokens,
             num_envs=self.num_envs,
-            default=self.max_tokens,
+            default=self.max_history_tokens,
             capacity=getattr(self, "capacity", None),
         )
 
@@ -483,13 +494,13 @@ class RenderingMemory(BaseMemory):
         self,
         num_envs: int,
         formatter: FormatterSpec,
-        max_tokens: int | None,
+        max_history_tokens: int | None,
         token_counter: TokenCounterSpec,
         capacity: int | None,
     ) -> None:
         self.num_envs = check_num_envs(num_envs)
         self.capacity = check_capacity(capacity)
-        self.max_tokens = check_budget(max_tokens)
+        self.max_history_tokens = check_budget(max_history_tokens)
         self._formatter: Formatter = make_formatter(formatter)
         self._counter = make_token_counter(token_counter)
         self._all_ids = normalize_env_ids(None, self.num_envs)
@@ -517,7 +528,7 @@ class RenderingMemory(BaseMemory):
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_envs={self.num_envs}, formatter={self._formatter!r}, "
-            f"max_tokens={self.max_tokens}, token_counter={self._counter.name!r}, "
+            f"max_history_tokens={self.max_history_tokens}, token_counter={self._counter.name!r}, "
             f"capacity={self.capacity}{self._repr_extra()})"
         )
 

@@ -27,7 +27,7 @@ Priority = Literal["window", "block", "newest_step"]
 
 
 #: The memory arguments every strategy takes (the wrappers pass them to each).
-_SHARED = ("num_envs", "formatter", "max_tokens", "token_counter", "capacity")
+_SHARED = ("num_envs", "formatter", "max_history_tokens", "token_counter", "capacity")
 
 
 def _lines(items: Sequence[Any]) -> str:
@@ -162,7 +162,7 @@ class BlockLayout:
         """
         kept = [0 if block is None else len(block.items) for block in blocks]
         if not any(kept):  # no env has a block: the plain window
-            return memory.fetch(history_length, ids, max_tokens=budgets), kept
+            return memory.fetch(history_length, ids, max_history_tokens=budgets), kept
         inner = None if budgets is None else list(budgets)
         chat = memory.formatter.output == "messages"
         if inner is not None:
@@ -180,7 +180,7 @@ class BlockLayout:
                 held = memory.held(i)
                 newest = memory.tokens(i, held - 1) if held else 0
                 kept[j], inner[j] = self.split(b, block.item_costs(), overhead, window, newest)
-        base = memory.fetch(history_length, ids, max_tokens=inner)
+        base = memory.fetch(history_length, ids, max_history_tokens=inner)
         compose = self._composer(chat)
         contexts = base.contexts
         for j, (k, block) in enumerate(zip(kept, blocks, strict=True)):
@@ -195,7 +195,7 @@ class WindowedMemory(BaseMemory):
     """A memory built around a :class:`~agent_memory.memory.HistoryMemory` window per env.
 
     Args:
-        num_envs, formatter, max_tokens, token_counter, capacity: passed to the window.
+        num_envs, formatter, max_history_tokens, token_counter, capacity: passed to the window.
 
     Subclasses implement :meth:`fetch` (usually with a :class:`BlockLayout`), :meth:`state_dict`
     and :meth:`load_state_dict`, and read the window through its public read API (:attr:`window`).
@@ -223,14 +223,14 @@ class WindowedMemory(BaseMemory):
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
     ) -> None:
         self._window = HistoryMemory(
             num_envs,
             formatter,
-            max_tokens=max_tokens,
+            max_history_tokens=max_history_tokens,
             token_counter=token_counter,
             capacity=capacity,
         )
@@ -258,13 +258,13 @@ class WindowedMemory(BaseMemory):
         return self._window.token_counter
 
     @property
-    def max_tokens(self) -> int | None:
+    def max_history_tokens(self) -> int | None:
         """Default token budget of :meth:`fetch` (the whole context: block and window)."""
-        return self._window.max_tokens
+        return self._window.max_history_tokens
 
-    @max_tokens.setter
-    def max_tokens(self, value: int | None) -> None:
-        self._window.max_tokens = value
+    @max_history_tokens.setter
+    def max_history_tokens(self, value: int | None) -> None:
+        self._window.max_history_tokens = value
 
     @property
     def capacity(self) -> int | None:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from agent_memory.checks import check_choice, check_int, check_str
@@ -113,13 +113,46 @@ class NotesSettings(Settings):
         ValueError: tag must be a bare tag name like 'memory', got '<memory>'
     """
 
-    tag: str = "memory"
-    update: Literal["replace", "append"] = "replace"
-    note_tokens: int = 64
-    on_missing: Literal["keep", "empty"] = "keep"
-    header: str = "Memory:"
-    window_header: str = "Recent steps:"
-    max_candidates: int = 8
+    tag: str = field(
+        default="memory",
+        metadata={
+            "help": "The block's tag in a response: <memory>...</memory> (the last complete "
+            "block counts)."
+        },
+    )
+    update: Literal["replace", "append"] = field(
+        default="replace",
+        metadata={
+            "help": "replace: the block is the new note (MEM1); append: the block adds a line "
+            "(Memory-R1's ADD)."
+        },
+    )
+    note_tokens: int = field(
+        default=64,
+        metadata={
+            "help": 'The note\'s bound in tokens; a longer note is cut (flagged "cut" in info '
+            "and counted)."
+        },
+    )
+    on_missing: Literal["keep", "empty"] = field(
+        default="keep",
+        metadata={
+            "help": "A response without a complete block: keep the note, or empty it (flagged "
+            "and counted)."
+        },
+    )
+    header: str = field(default="Memory:", metadata={"help": "Opens the note in the prompt."})
+    window_header: str = field(
+        default="Recent steps:",
+        metadata={"help": 'Line between the note and the recent window ("": none).'},
+    )
+    max_candidates: int = field(
+        default=8,
+        metadata={
+            "help": "policy=score: the most blocks it chooses among (keep the note, or add one "
+            "observation line, cut to note_tokens, its tags' '<' written as a look-alike)."
+        },
+    )
 
     def __post_init__(self) -> None:
         tag = self.tag
@@ -139,7 +172,7 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
     """Per env: the note the policy wrote in its responses, then its recent window.
 
     Args:
-        num_envs, formatter, max_tokens, token_counter, capacity: as for HistoryMemory (a
+        num_envs, formatter, max_history_tokens, token_counter, capacity: as for HistoryMemory (a
             budget covers note and window, the window first).
         tag: the block's tag in a response (``<memory>...</memory>``); the last block counts.
         update: ``"replace"`` (the block is the new note) or ``"append"`` (the block is added as
@@ -152,6 +185,8 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         max_candidates: the most blocks :meth:`candidates` offers a choosing policy.
     """
 
+    settings_class = NotesSettings
+
     #: The note is shown from the step after it is written, whatever the window.
     fetch_when_empty: ClassVar[bool] = True
     #: Steps store the model's ``response``: the note is read from it.
@@ -162,16 +197,16 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        tag: str = "memory",
-        update: Literal["replace", "append"] = "replace",
-        note_tokens: int = 64,
-        on_missing: Literal["keep", "empty"] = "keep",
-        header: str = "Memory:",
-        window_header: str = "Recent steps:",
-        max_candidates: int = 8,
+        tag: str = NotesSettings.tag,
+        update: Literal["replace", "append"] = NotesSettings.update,
+        note_tokens: int = NotesSettings.note_tokens,
+        on_missing: Literal["keep", "empty"] = NotesSettings.on_missing,
+        header: str = NotesSettings.header,
+        window_header: str = NotesSettings.window_header,
+        max_candidates: int = NotesSettings.max_candidates,
     ) -> None:
         super().__init__(**self._shared(locals()))
         self.settings = s = NotesSettings.from_arguments(locals())
@@ -263,10 +298,10 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
             self._update(i, response if isinstance(response, str) else str(response))
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's note (when it has one), then its window."""
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         counter = self.token_counter
         blocks = [
             Block([note], [counter(note + "\n")]) if (note := self._notes[i]) else None for i in ids

@@ -1,8 +1,8 @@
 """Memory strategies by name, so a config switch (``memory=window``) swaps them inside the wrappers.
 
 Every strategy is built as ``factory(num_envs=..., formatter=..., token_counter=...,
-max_tokens=..., capacity=..., **params)``: the shared arguments the wrappers pass (a strategy
-may ignore some), plus its own ``params`` from its config.
+max_history_tokens=..., capacity=..., **params)``: the shared arguments the wrappers pass (a
+strategy may ignore some), plus its own ``params`` from its config.
 
 Example:
     >>> from agent_memory.memory import make_memory

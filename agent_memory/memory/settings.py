@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any, Generic, TypeVar
 
-__all__ = ["Settings", "SettingsAttributes"]
+__all__ = ["Settings", "SettingsAttributes", "WindowSettings"]
 
 S = TypeVar("S", bound="Settings")
 
@@ -63,6 +63,12 @@ class Settings:
         except (KeyError, IndexError, ValueError, AttributeError) as e:
             fields = " and ".join(f"{{{k}}}" for k in sample)
             raise ValueError(f"{name} may use only {fields}, got {template!r} ({e})") from None
+
+
+@dataclass(frozen=True)
+class WindowSettings(Settings):
+    """``memory=window`` (and ``none``, ``full``): the window takes no settings of its own
+    (its history length and budgets are the wrappers' and ``memory.*``'s)."""
 
 
 class SettingsAttributes(Generic[S]):

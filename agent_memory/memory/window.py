@@ -30,6 +30,7 @@ from agent_memory.memory.base import (
     every_env,
     record_columns,
 )
+from agent_memory.memory.settings import WindowSettings
 from agent_memory.tokens import TokenCounterSpec
 
 __all__ = ["HistoryMemory"]
@@ -41,7 +42,7 @@ class HistoryMemory(RenderingMemory):
     Args:
         num_envs: number of environments.
         formatter: a registered formatter name, a ``{"name": ..., **kwargs}`` mapping, a Formatter.
-        max_tokens: default token budget of :meth:`fetch` (``None``: no budget).
+        max_history_tokens: default token budget of :meth:`fetch` (``None``: no budget).
         token_counter: how tokens are counted (see :mod:`agent_memory.tokens`).
         capacity: keep only the newest ``capacity`` steps per env (``None``: the whole episode);
             ``fetch`` then refuses larger windows.
@@ -61,16 +62,18 @@ class HistoryMemory(RenderingMemory):
         (0, 3)
     """
 
+    settings_class = WindowSettings
+
     def __init__(
         self,
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
     ) -> None:
-        super().__init__(num_envs, formatter, max_tokens, token_counter, capacity)
+        super().__init__(num_envs, formatter, max_history_tokens, token_counter, capacity)
         # Per env: value tuples, renderings, token prefix sums (len = steps held + 1), steps
         # dropped from the front by bounded storage, and the episode's key tuple (None before
         # its first store).
@@ -128,17 +131,17 @@ class HistoryMemory(RenderingMemory):
                     self._trim(i, cap)
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's context over the newest steps that the window and the budget allow.
 
         Args:
             history_length: -1 = the whole episode, 0 = none, k > 0 = the last k steps.
             env_ids: which envs (all when None), in the order of the returned lists.
-            max_tokens: token budget (default: the memory's; ``None``: none; a sequence: one
+            max_history_tokens: token budget (default: the memory's; ``None``: none; a sequence: one
                 per env): the newest whole steps whose token counts fit are kept.
         """
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         fmt = self._formatter
         # The default join is a plain str.join: call it directly (no Python frame per env).
         join = fmt.separator.join if type(fmt).join is Formatter.join else fmt.join
@@ -267,9 +270,12 @@ class HistoryMemory(RenderingMemory):
         cum = self._cum[check_env_index(env_id, self.num_envs)]
         return self._held([b - a for a, b in pairwise(cum)])
 
-    def window_steps(self, env_id: int, history_length: int, max_tokens: int | None = None) -> int:
-        """How many of env ``env_id``'s newest steps ``fetch(history_length, max_tokens=...)``
-        shows (``max_tokens``: this env's budget, None for none, not the memory's default).
+    def window_steps(
+        self, env_id: int, history_length: int, max_history_tokens: int | None = None
+    ) -> int:
+        """How many of env ``env_id``'s newest steps ``fetch(history_length,
+        max_history_tokens=...)`` shows (``max_history_tokens``: this env's budget, None for none,
+        not the memory's default).
 
         Example:
             >>> mem = HistoryMemory(1, token_counter="chars")
@@ -282,7 +288,7 @@ class HistoryMemory(RenderingMemory):
         i = check_env_index(env_id, self.num_envs)
         check_window_fits(hl, self.capacity)
         n = len(self._rendered[i])
-        return n - self._window_lo(i, n, hl, check_budget(max_tokens))
+        return n - self._window_lo(i, n, hl, check_budget(max_history_tokens))
 
     def keep_newest(self, env_id: int, steps: int) -> None:
         """Drop all but env ``env_id``'s newest ``steps`` held steps (numbers stay absolute)."""

@@ -9,7 +9,6 @@ Example:
 from __future__ import annotations
 
 from agent_memory.models.pretrain import pretrain_tiny_lm
-from agent_memory.models.qwen import build_tiny_qwen
 from agent_memory.models.tiny import (
     DEFAULT_TEMPLATE,
     ROLES,
@@ -24,7 +23,6 @@ __all__ = [
     "ROLES",
     "SPECIAL_TOKENS",
     "build_tiny_lm",
-    "build_tiny_qwen",
     "pretrain_tiny_lm",
     "template_words",
     "words_from_texts",

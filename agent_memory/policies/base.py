@@ -131,6 +131,9 @@ class Policy:
     concurrency: int | None = None
     #: The policy's counters (requests, tokens, ...), or None when it keeps none.
     stats: Any = None
+    #: The dataclass declaring what ``policy.params`` may set, with types, defaults and help
+    #: (:mod:`agent_memory.config_fields`); None: the constructor's signature is read instead.
+    settings_class: ClassVar[type | None] = None
 
     def __init__(self, parser: ActionParser | None = None) -> None:
         self.parser = parser or ActionParser()

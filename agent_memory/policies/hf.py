@@ -35,9 +35,10 @@ from agent_memory.policies.generation_config import (
     check_generation_config,
     repetition_penalty,
 )
-from agent_memory.policies.local_model import resolve_model
+from agent_memory.policies.local_model import context_length, resolve_model, torch_device
 from agent_memory.policies.offsets import token_offsets
 from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
+from agent_memory.policies.settings import HFSettings
 from agent_memory.protocol import Generation, SamplingParams
 
 if TYPE_CHECKING:
@@ -89,6 +90,8 @@ class HFPolicy(Policy):
         model, tokenizer: the ``transformers`` objects (None once closed).
     """
 
+    settings_class = HFSettings
+
     temperature: float
 
     model: Any
@@ -96,24 +99,24 @@ class HFPolicy(Policy):
 
     def __init__(
         self,
-        path: str | os.PathLike[str] | None = None,
+        path: str | os.PathLike[str] | None = HFSettings.path,
         *,
         model: Any = None,
         tokenizer: Any = None,
-        max_new_tokens: int = 256,
-        temperature: float = 1.0,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        min_p: float = 0.0,
-        repetition_penalty: float = 1.0,
-        batch_size: int = 8,
-        device: str = "cpu",
-        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
-        seed: int | None = None,
-        use_chat_template: bool | Literal["auto"] = "auto",
-        stop: str | Sequence[str] | None = None,
-        num_threads: int | None = None,
-        incremental: bool = False,
+        max_new_tokens: int = HFSettings.max_new_tokens,
+        temperature: float = HFSettings.temperature,
+        top_p: float = HFSettings.top_p,
+        top_k: int = HFSettings.top_k,
+        min_p: float = HFSettings.min_p,
+        repetition_penalty: float = HFSettings.repetition_penalty,
+        batch_size: int = HFSettings.batch_size,
+        device: str = HFSettings.device,
+        dtype: Literal["auto", "float32", "float16", "bfloat16"] = HFSettings.dtype,
+        seed: int | None = HFSettings.seed,
+        use_chat_template: bool | Literal["auto"] = HFSettings.use_chat_template,
+        stop: str | Sequence[str] | None = HFSettings.stop,
+        num_threads: int | None = HFSettings.num_threads,
+        incremental: bool = HFSettings.incremental,
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
@@ -159,7 +162,7 @@ class HFPolicy(Policy):
             incremental=incremental,
         )
         self.use_chat_template = use_chat_template
-        self._context = _context_length(self.model.config)
+        self._context = context_length(self.model.config)
         self.check_generation_config()
         if self._context is not None and self._context <= max_new_tokens:
             raise ValueError(
@@ -172,7 +175,7 @@ class HFPolicy(Policy):
         import transformers
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        self.device = _device(device)
+        self.device = torch_device(device)
         self._set_tokenizer(
             AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True), str(model_dir)
         )
@@ -530,27 +533,3 @@ def _cut(text: str, stops: list[str]) -> str:
     """``text`` up to (not including) the earliest stop string."""
     cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
     return text[:cut]
-
-
-def _device(device: str) -> torch.device:
-    import torch
-
-    if device == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        mps = getattr(torch.backends, "mps", None)
-        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
-    try:
-        return torch.device(device)
-    except (RuntimeError, TypeError) as e:
-        raise ValueError(
-            f"device must be 'cpu', 'auto' or a torch device like 'cuda:0', got {device!r}"
-        ) from e
-
-
-def _context_length(config: Any) -> int | None:
-    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None

@@ -19,9 +19,12 @@ import os
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["cache_keyword", "resolve_model", "returned_cache"]
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["cache_keyword", "context_length", "resolve_model", "returned_cache", "torch_device"]
 
 #: ``org/name`` or ``name`` as the hub spells repository ids.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
@@ -133,3 +136,44 @@ def _library_renamed() -> bool:
     from transformers.modeling_outputs import CausalLMOutputWithPast
 
     return "cache" in getattr(CausalLMOutputWithPast, "__dataclass_fields__", {})
+
+
+def torch_device(device: str) -> torch.device:
+    """The torch device a local model runs on: ``"auto"`` picks CUDA, then MPS, then the CPU.
+
+    Example:
+        >>> torch_device("cpu")
+        device(type='cpu')
+        >>> torch_device("gpu")
+        Traceback (most recent call last):
+        ...
+        ValueError: device must be 'cpu', 'auto' or a torch device like 'cuda:0', got 'gpu'
+    """
+    import torch
+
+    if device == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        return torch.device("mps" if mps is not None and mps.is_available() else "cpu")
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError) as e:
+        raise ValueError(
+            f"device must be 'cpu', 'auto' or a torch device like 'cuda:0', got {device!r}"
+        ) from e
+
+
+def context_length(config: Any) -> int | None:
+    """The longest sequence a model's ``config`` says it takes (None: it does not say).
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> context_length(SimpleNamespace(n_positions=1024)), context_length(SimpleNamespace())
+        (1024, None)
+    """
+    for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+        value = getattr(config, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None

@@ -33,7 +33,6 @@ from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, check_batch, episode_seed
 from agent_memory.policies.local_model import resolve_model
 from agent_memory.policies.openai_protocol import (
-    DEFAULT_MAX_ANSWER_BYTES,
     NEUTRAL_SAMPLING,
     OPENAI_SAMPLING,
     LogprobsKind,
@@ -59,6 +58,7 @@ from agent_memory.policies.openai_runtime import (
     merged_headers,
     require_tokens,
 )
+from agent_memory.policies.openai_settings import OpenAISettings
 from agent_memory.policies.rendering import PromptRenderer
 from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import Generation, SamplingParams
@@ -106,6 +106,8 @@ class OpenAIPolicy(Policy):
         last_errors: ``{prompt index: message}`` for the last call's prompts answered ``""``.
     """
 
+    settings_class = OpenAISettings
+
     concurrency: int
 
     runs_in: ClassVar = "worker"
@@ -116,35 +118,35 @@ class OpenAIPolicy(Policy):
         base_url: str,
         model: str,
         *,
-        api_key: str | None = None,
-        api_key_env: str = "OPENAI_API_KEY",
-        mode: Literal["chat", "completion"] = "chat",
-        temperature: float | None = None,
-        top_p: float | None = None,
-        top_k: int | None = None,
-        min_p: float | None = None,
-        repetition_penalty: float | None = None,
-        presence_penalty: float | None = None,
-        frequency_penalty: float | None = None,
-        max_tokens: int | None = None,
-        stop: str | Sequence[str] | None = None,
-        seed: int | None = None,
-        extra_body: Mapping[str, Any] | None = None,
-        concurrency: int = 8,
-        timeout: float = 120.0,
-        max_retries: int = 3,
-        backoff: Sequence[float] = (0.5, 8.0),
-        max_retry_after: float = 60.0,
-        headers: Mapping[str, str] | None = None,
-        dead_calls: int = 2,
-        return_tokens: bool = True,
-        server: Literal["vllm", "sglang", "openai"] = "vllm",
-        token_in: bool = False,
-        tokenizer: str | None = None,
-        use_chat_template: bool | Literal["auto"] = "auto",
-        incremental: bool = False,
-        max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
-        vocab_size: int | None = None,
+        api_key: str | None = OpenAISettings.api_key,
+        api_key_env: str = OpenAISettings.api_key_env,
+        mode: Literal["chat", "completion"] = OpenAISettings.mode,
+        temperature: float | None = OpenAISettings.temperature,
+        top_p: float | None = OpenAISettings.top_p,
+        top_k: int | None = OpenAISettings.top_k,
+        min_p: float | None = OpenAISettings.min_p,
+        repetition_penalty: float | None = OpenAISettings.repetition_penalty,
+        presence_penalty: float | None = OpenAISettings.presence_penalty,
+        frequency_penalty: float | None = OpenAISettings.frequency_penalty,
+        max_tokens: int | None = OpenAISettings.max_tokens,
+        stop: str | Sequence[str] | None = OpenAISettings.stop,
+        seed: int | None = OpenAISettings.seed,
+        extra_body: Mapping[str, Any] | None = OpenAISettings.extra_body,
+        concurrency: int = OpenAISettings.concurrency,
+        timeout: float = OpenAISettings.timeout,
+        max_retries: int = OpenAISettings.max_retries,
+        backoff: Sequence[float] = OpenAISettings.backoff,
+        max_retry_after: float = OpenAISettings.max_retry_after,
+        headers: Mapping[str, str] | None = OpenAISettings.headers,
+        dead_calls: int = OpenAISettings.dead_calls,
+        return_tokens: bool = OpenAISettings.return_tokens,
+        server: Literal["vllm", "sglang", "openai"] = OpenAISettings.server,
+        token_in: bool = OpenAISettings.token_in,
+        tokenizer: str | None = OpenAISettings.tokenizer,
+        use_chat_template: bool | Literal["auto"] = OpenAISettings.use_chat_template,
+        incremental: bool = OpenAISettings.incremental,
+        max_answer_bytes: int = OpenAISettings.max_answer_bytes,
+        vocab_size: int | None = OpenAISettings.vocab_size,
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)

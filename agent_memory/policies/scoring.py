@@ -33,8 +33,9 @@ import numpy as np
 from agent_memory.checks import check_choice, check_int, check_number
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, check_batch
-from agent_memory.policies.hf import GenerationStats, HFPolicy, _context_length
-from agent_memory.policies.local_model import cache_keyword, returned_cache
+from agent_memory.policies.hf import GenerationStats, HFPolicy
+from agent_memory.policies.local_model import cache_keyword, context_length, returned_cache
+from agent_memory.policies.settings import ScoringSettings
 from agent_memory.protocol import (
     SCORE_RULES,
     ActionChoice,
@@ -239,28 +240,30 @@ class ScoringPolicy(Policy):
     ``memory_score`` make each candidate's score from its token log-probs (``sum`` or ``mean``).
     """
 
+    settings_class = ScoringSettings
+
     temperature: float
 
     needs = frozenset({"admissible_actions", "memory_candidates"})
 
     def __init__(
         self,
-        path: str | os.PathLike[str] | None = None,
+        path: str | os.PathLike[str] | None = ScoringSettings.path,
         *,
         model: Any = None,
         tokenizer: Any = None,
-        temperature: float = 1.0,
-        batch_size: int = 32,
-        device: str = "cpu",
-        dtype: Literal["auto", "float32", "float16", "bfloat16"] = "auto",
-        seed: int | None = None,
-        use_chat_template: bool | Literal["auto"] = "auto",
-        num_threads: int | None = None,
-        append_eos: bool = True,
-        score_forced: bool = False,
+        temperature: float = ScoringSettings.temperature,
+        batch_size: int = ScoringSettings.batch_size,
+        device: str = ScoringSettings.device,
+        dtype: Literal["auto", "float32", "float16", "bfloat16"] = ScoringSettings.dtype,
+        seed: int | None = ScoringSettings.seed,
+        use_chat_template: bool | Literal["auto"] = ScoringSettings.use_chat_template,
+        num_threads: int | None = ScoringSettings.num_threads,
+        append_eos: bool = ScoringSettings.append_eos,
+        score_forced: bool = ScoringSettings.score_forced,
         parser: ActionParser | None = None,
-        action_score: ScoreRule = "sum",
-        memory_score: ScoreRule = "mean",
+        action_score: ScoreRule = ScoringSettings.action_score,
+        memory_score: ScoreRule = ScoringSettings.memory_score,
     ) -> None:
         super().__init__(parser)
         check_number("temperature", temperature, low=0)
@@ -297,7 +300,7 @@ class ScoringPolicy(Policy):
                 "append_eos=false"
             )
         self._eos = eos[0] if eos else None
-        self._context = _context_length(self.model.config)
+        self._context = context_length(self.model.config)
 
     @property
     def model(self) -> Any:

@@ -9,6 +9,7 @@ import numpy as np
 
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.base import Policy, Prompt, episode_seed
+from agent_memory.policies.settings import PromptOracleSettings, RandomSettings, ScriptedSettings
 
 __all__ = ["PromptOraclePolicy", "RandomPolicy", "ScriptedPolicy"]
 
@@ -27,14 +28,16 @@ class RandomPolicy(Policy):
         ['<action>up</action>', '<answer>42</answer>']
     """
 
+    settings_class = RandomSettings
+
     needs: ClassVar[frozenset[str]] = frozenset({"admissible_actions"})
     runs_in: ClassVar = "worker"
 
     def __init__(
         self,
         parser: ActionParser | None = None,
-        seed: int | None = None,
-        actions: Sequence[str] | None = None,
+        seed: int | None = RandomSettings.seed,
+        actions: Sequence[str] | None = RandomSettings.actions,
     ) -> None:
         super().__init__(parser)
         if isinstance(actions, str):
@@ -82,6 +85,7 @@ class ScriptedPolicy(Policy):
         ['<action>left</action>']
     """
 
+    settings_class = ScriptedSettings
     needs: ClassVar[frozenset[str]] = frozenset({"oracle_action"})
     runs_in: ClassVar = "worker"
 
@@ -132,14 +136,16 @@ class PromptOraclePolicy(Policy):
         ['<action>blue</action>']
     """
 
+    settings_class = PromptOracleSettings
+
     needs: ClassVar[frozenset[str]] = frozenset({"admissible_actions", "oracle_action"})
     runs_in: ClassVar = "worker"
 
     def __init__(
         self,
         parser: ActionParser | None = None,
-        env_id: str | None = None,
-        memory_tag: str | None = None,
+        env_id: str | None = PromptOracleSettings.env_id,
+        memory_tag: str | None = PromptOracleSettings.memory_tag,
     ) -> None:
         super().__init__(parser)
         self.env_id = env_id

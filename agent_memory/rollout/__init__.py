@@ -1,4 +1,4 @@
-"""Rollouts: Ray workers, the driver, advantages (GRPO / GiGPO / PPO-GAE) and outputs.
+"""Rollouts: env banks, Ray workers, the driver, advantages (GRPO / GiGPO / PPO-GAE) and outputs.
 
 ``import agent_memory.rollout`` does not import Ray; starting a rollout does.
 """

@@ -1,16 +1,16 @@
-"""The messages between the rollout driver and its Ray workers: frozen dataclasses (never plain
-dicts), the only things that cross that process boundary.
+"""The messages between the rollout driver and its Ray workers: dataclasses (never plain dicts),
+the only things that cross that process boundary.
 
-Driver -> worker: :class:`EpisodeAssignment`. Worker -> driver: :class:`ResetResult`,
-:class:`StepResult` (each with the next :class:`PromptView`), :class:`WorkerStatus` (with
+Driver -> worker: :class:`EpisodeAssignment`. Worker -> driver: :class:`WorkerStatus` (with
 :class:`CrashReport`), and the finished episodes, :class:`FinishedEpisode`, packed in an
-:class:`EpisodeBatch`.
+:class:`EpisodeBatch`. What a worker's envs report within its own process (``PromptView``,
+``StepResult``, ``ResetResult``) lives beside them, in :mod:`agent_memory.rollout.bank`.
 
 Example:
-    >>> view = PromptView(prompt="Go.", context_tokens=1, context_chars=3, history_steps=0)
-    >>> StepResult(env=0, reward=1.0, terminated=True, truncated=False, is_action_valid=True,
-    ...            next=view).done
-    True
+    >>> a = EpisodeAssignment(env=3, traj_uid="g0-t1", group_uid="g0", seed=7)
+    >>> batch = EpisodeBatch.pack([FinishedEpisode(a.env, a.traj_uid, won=True)])
+    >>> [(ep.env, ep.traj_uid, ep.won) for ep in batch.unpack()]
+    [(3, 'g0-t1', True)]
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
 from agent_memory.pickling import by_position
-from agent_memory.protocol import Prompt
 from agent_memory.rollout.types import StepRecord
 
 __all__ = [
@@ -29,9 +28,6 @@ __all__ = [
     "EpisodeAssignment",
     "EpisodeBatch",
     "FinishedEpisode",
-    "PromptView",
-    "ResetResult",
-    "StepResult",
     "WorkerStatus",
 ]
 
@@ -50,69 +46,6 @@ class EpisodeAssignment:
     group_uid: str
     seed: int
     order: int = 0
-
-
-@dataclass(frozen=True)
-class PromptView:
-    """Worker -> driver: one env's next prompt, its figures, and what the policy asked for.
-
-    Attributes:
-        prompt: what the policy answers.
-        context_tokens: the prompt's tokens (the configured token counter).
-        context_chars: the prompt's characters.
-        history_steps: past steps shown in the prompt.
-        meta: the fields the policy lists in ``Policy.needs`` (admissible actions, oracle...).
-        observation: the env's current observation as text, without history or template.
-    """
-
-    prompt: Prompt
-    context_tokens: int
-    context_chars: int
-    history_steps: int
-    meta: dict[str, Any] = field(default_factory=dict)
-    observation: str | None = None
-
-
-@dataclass(frozen=True)
-class StepResult:
-    """Worker -> driver: what came of one env's step.
-
-    ``reward`` includes the invalid-action penalty; ``truncated`` (time limit or ``error``) is
-    False when ``terminated``; ``is_action_valid`` else ``invalid_reason``. ``error``: the
-    traceback's last lines when the env or its memory failed. ``next``: the prompt after the step.
-    """
-
-    env: int
-    reward: float
-    terminated: bool
-    truncated: bool
-    is_action_valid: bool
-    next: PromptView
-    invalid_reason: str | None = None
-    parsed_action: Any = None
-    thought: str | None = None
-    memory_flag: str | None = None
-    #: The tokens of the memory's note after the step (``info["memory_note_tokens"]``).
-    memory_note_tokens: int | None = None
-    state_key: str | None = None
-    won: bool = False
-    error: str | None = None
-    #: The memory's turn that comes before the next action (``BaseMemory.turn_prompts``).
-    memory_turn: PromptView | None = None
-
-    @property
-    def done(self) -> bool:
-        """The episode ended with this step."""
-        return self.terminated or self.truncated or self.error is not None
-
-
-@dataclass(frozen=True)
-class ResetResult:
-    """Worker -> driver: an episode's first prompt, or the error its env's reset raised."""
-
-    env: int
-    view: PromptView | None
-    error: str | None = None
 
 
 @dataclass(frozen=True)

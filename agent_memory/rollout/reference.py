@@ -1,7 +1,7 @@
 """``play``: the in-process episode loop (no Ray, no threads) the engine is checked against.
 
-One :class:`~agent_memory.rollout.worker.worker.RolloutWorker` in this process, its live envs
-stepped together once per policy call, rows built as the engine builds them. With a deterministic
+One :class:`~agent_memory.rollout.bank.EnvBank` in this process, its live envs stepped together
+once per policy call, rows built as the engine builds them. With a deterministic
 policy, the engine's trajectories equal these whatever order its answers arrive in.
 
 Example:
@@ -22,6 +22,7 @@ from typing import Any
 from agent_memory.config import JobConfig
 from agent_memory.policies import Policy
 from agent_memory.protocol import Generation
+from agent_memory.rollout.bank import EnvBank
 from agent_memory.rollout.driver.book import EpisodeBook, Slot
 from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
@@ -31,7 +32,6 @@ from agent_memory.rollout.worker.records import (
     request_failure,
     step_record,
 )
-from agent_memory.rollout.worker.worker import RolloutWorker
 
 __all__ = ["play"]
 
@@ -41,32 +41,31 @@ def play(
     specs: Sequence[EpisodeSpec],
     policy: Policy | None = None,
     *,
-    worker: RolloutWorker | None = None,
+    bank: EnvBank | None = None,
     next_turn: Callable[[Playing], bool] | None = None,
 ) -> list[Trajectory]:
-    """Play ``specs`` on the envs of one worker in this process; their trajectories in order
+    """Play ``specs`` on the envs of one bank in this process; their trajectories in order
     (see the module docstring).
 
     Args:
         job: the env, memory, template and parser.
         policy: answers them (default: built from ``job.policy``).
-        worker: the worker whose envs play (kept across calls by a caller that plays often);
-            default: one of ``min(rollout.envs_per_worker, len(specs))`` envs, closed at the end.
+        bank: the envs that play (kept across calls by a caller that plays often; built with
+            the policy's ``needs`` as its meta fields); default: a bank of
+            ``min(rollout.envs_per_worker, len(specs))`` envs, closed at the end, and the policy
+            prepared (``Policy.prepare``) as a rollout worker prepares its own.
         next_turn: asked before each turn after the first; False cuts the episode there (its
             last step marked truncated).
 
     Raises:
-        RuntimeError: the envs could not be built (the worker's set-up error).
+        Exception: what building the envs or preparing the policy raised.
     """
-    from agent_memory.rollout.driver.collector import build_policy
-
-    policy = policy or build_policy(job)
-    own = worker is None
-    if worker is None:
-        n = max(1, min(job.rollout.envs_per_worker, len(specs)))
-        worker = RolloutWorker(0, job, n, meta_fields=sorted(policy.needs), policy=policy)
+    policy = policy or _job_policy(job)
+    own = bank is None
+    if bank is None:
+        bank = _own_bank(job, len(specs), policy)
     book = EpisodeBook(specs, max_attempts=1)
-    memory_tag = worker.env.memory.written_tag
+    memory_tag = bank.env.memory.written_tag
     playing: dict[Slot, Playing] = {}
     ask = next_turn or (lambda run: True)
 
@@ -75,15 +74,15 @@ def play(
         book.finish(slot, won=won, error=error, final_prompt=final)
 
     try:
-        _start(worker, book, playing, [(0, i) for i in range(min(worker.num_envs, len(specs)))])
+        _start(bank, book, playing, [(0, i) for i in range(min(bank.num_envs, len(specs)))])
         while playing:
             cut = [s for s, run in playing.items() if run.steps and not ask(run)]
             if cut:
                 for slot in cut:
                     playing[slot].steps[-1].truncated = True
                     finish(slot)
-                worker.reset_envs([], park=[i for _, i in cut])
-                _start(worker, book, playing, cut)
+                bank.reset_envs([], park=[i for _, i in cut])
+                _start(bank, book, playing, cut)
                 continue
             live = sorted(playing)
             gens = policy.generate(*policy_inputs([playing[s] for s in live], memory_tag))
@@ -91,8 +90,8 @@ def play(
             turns = [i for (_, i) in live if playing[(0, i)].turn]
             answers = _answers(live, gens, playing, finish, freed)
             if freed:  # their requests failed: parked, not stepped
-                worker.reset_envs([], park=[i for (_, i) in freed])
-            for res in worker.step(answers, turns):
+                bank.reset_envs([], park=[i for (_, i) in freed])
+            for res in bank.step(answers, turns):
                 slot = (0, res.env)
                 run = playing[slot]
                 gen = gens[live.index(slot)]
@@ -104,11 +103,31 @@ def play(
                     freed.append(slot)
                 else:
                     run.advance(res)
-            _start(worker, book, playing, freed)
+            _start(bank, book, playing, freed)
     finally:
         if own:
-            worker.close()
+            bank.close()
     return book.trajectories()
+
+
+def _own_bank(job: JobConfig, episodes: int, policy: Policy) -> EnvBank:
+    """A bank of ``min(rollout.envs_per_worker, episodes)`` envs (at least one), the policy
+    prepared for it as a rollout worker prepares its own (the first step pays no client set-up,
+    and a client checks its server before any episode)."""
+    bank = EnvBank(job, max(1, min(job.rollout.envs_per_worker, episodes)), policy.needs)
+    try:
+        policy.prepare()
+    except BaseException:
+        bank.close()
+        raise
+    return bank
+
+
+def _job_policy(job: JobConfig) -> Policy:
+    """The policy ``job.policy`` names, as the engine builds it."""
+    from agent_memory.rollout.driver.collector import build_policy
+
+    return build_policy(job)
 
 
 def _answers(
@@ -131,7 +150,7 @@ def _answers(
 
 
 def _start(
-    worker: RolloutWorker, book: EpisodeBook, playing: dict[Slot, Playing], slots: list[Slot]
+    bank: EnvBank, book: EpisodeBook, playing: dict[Slot, Playing], slots: list[Slot]
 ) -> None:
     """The next waiting episode on each of ``slots`` (an env that cannot reset ends it)."""
     while slots:
@@ -142,7 +161,7 @@ def _start(
                 s = run.spec
                 plan[slot] = EpisodeAssignment(slot[1], s.traj_uid, s.group_uid, s.seed)
         slots = []
-        for res in worker.reset_envs(list(plan.values())) if plan else []:
+        for res in bank.reset_envs(list(plan.values())) if plan else []:
             slot = (0, res.env)
             if res.view is None:  # the env could not reset: the episode ends with the error
                 book.finish(slot, error=res.error)

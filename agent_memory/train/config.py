@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from agent_memory.config import ConfigError, JobConfig, _is_int, _need, _need_ints, _num, load_job
+from agent_memory.policies.settings import HFSettings, ScoringSettings
 
 __all__ = [
     "LOGGERS",
@@ -262,7 +263,8 @@ class TrainConfig(JobConfig):
                 f"pass trainer.model={path} (the rollout policy always uses the trained weights)",
                 key="policy.params.path",
             )
-        temperature = self.policy.params.get("temperature", 1.0)
+        settings = HFSettings if self.policy.name == "hf" else ScoringSettings
+        temperature = self.policy.params.get("temperature", settings.temperature)
         if not _num(temperature, 0) or temperature <= 0:
             raise ConfigError(
                 f"policy.params.temperature must be > 0 to train (sampling explores; greedy "
@@ -296,8 +298,8 @@ class TrainConfig(JobConfig):
         return self.rollout.num_groups
 
 
-#: The hf policy's sampling fields besides the temperature, and their "off" values.
-_OFF = {"top_p": 1.0, "top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+#: The hf policy's sampling fields besides the temperature, and their "off" values (its defaults).
+_OFF = {k: getattr(HFSettings, k) for k in ("top_p", "top_k", "min_p", "repetition_penalty")}
 
 
 def _check_temperature_only(params: Any) -> None:

@@ -62,7 +62,7 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
     episodes (played here with uniformly random admissible actions and memory blocks, through
     the job's memory and template), every admissible action in the parser's format, every
     memory block offered and every memory turn's prompt."""
-    from agent_memory.rollout.worker.worker import build_env
+    from agent_memory.rollout.bank import build_env
 
     env = build_env(job, 1)
     parser = job.env.parser.build()

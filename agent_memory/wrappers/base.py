@@ -70,18 +70,14 @@ class OwnsHistory:
     _figures: dict[str, np.ndarray]
 
     def _setup(
-        self,
-        num_envs: int,
-        options: HistoryOptions | None,
-        keywords: Mapping[str, Any],
-        unknown: Mapping[str, Any],
+        self, num_envs: int, keywords: Mapping[str, Any], unknown: Mapping[str, Any]
     ) -> None:
-        """Build the parts from ``options`` with the setting ``keywords`` (the wrapper's
-        ``locals()``) that are not at their default put over them (``unknown``: misspelt
-        keywords, refused with a hint)."""
+        """Build the parts from the setting ``keywords`` (the wrapper's ``locals()``: each
+        setting as given, at its default or not) and ``unknown`` (misspelt keywords, refused
+        with a hint)."""
         settings = {name: keywords[name] for name in HistoryOptions.names()}
-        given = {**HistoryOptions.changed(settings), **unknown}
-        self._parts = WrapperParts.build(num_envs, HistoryOptions.merge(options, given))
+        options = HistoryOptions.from_keywords({**settings, **unknown})
+        self._parts = WrapperParts.build(num_envs, options)
         self._prompts = [""] * num_envs
         self._figures = {key: np.zeros(num_envs, dtype=np.int64) for key in FIGURES}
 

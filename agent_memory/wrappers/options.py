@@ -1,16 +1,17 @@
 """``HistoryOptions``: every setting of the history wrappers, in one frozen, validated place.
 
-Both wrappers take the settings as keywords or as ``options=HistoryOptions(...)`` and validate
-them here, so every caller gets the same error for the same mistake.
+Both wrappers take the settings as keywords (one way: there is no ``options=``) and build their
+options here with :meth:`HistoryOptions.from_keywords`, so every caller gets the same error for
+the same mistake and every keyword given is kept, whatever its value.
 
 Example:
     >>> from agent_memory.wrappers import HistoryOptions
     >>> opts = HistoryOptions(history_length=2, bounded=True)
     >>> opts.history_length, opts.capacity, opts.prompt_template.task
     (2, 2, '')
-    >>> HistoryOptions.merge(opts, {"history_length": 5}).capacity
-    5
-    >>> HistoryOptions.merge(None, {"history_lenght": 5})
+    >>> HistoryOptions.from_keywords({"history_length": 5}).capacity is None
+    True
+    >>> HistoryOptions.from_keywords({"history_lenght": 5})
     Traceback (most recent call last):
     ...
     TypeError: unexpected history setting 'history_lenght': did you mean history_length? ...
@@ -36,8 +37,11 @@ __all__ = ["HistoryOptions", "TemplateSpec"]
 #: What ``template`` accepts: a template, its arguments, a ``no_history`` string or None.
 TemplateSpec = PromptTemplate | Mapping[str, Any] | str | None
 
+#: Former setting names -> the setting's name now (``max_tokens`` is the policy's cap on each
+#: generated response, as in the OpenAI API; the history's budget is ``max_history_tokens``).
+RENAMED = {"max_tokens": "max_history_tokens"}
 #: Settings that only shape the memory the wrapper builds itself (with ``memory=None``).
-_MEMORY_SETTINGS = {"formatter": "simple", "max_tokens": None, "bounded": False}
+_MEMORY_SETTINGS = {"formatter": "simple", "max_history_tokens": None, "bounded": False}
 
 
 @dataclass(frozen=True)
@@ -52,7 +56,7 @@ class HistoryOptions:
         template: the :class:`~agent_memory.prompts.PromptTemplate` (or its config).
         parser: turns responses into env actions (None: responses go to the env as is).
         token_counter: counts the figures' tokens and the budgets (:mod:`agent_memory.tokens`).
-        max_tokens: token budget of each prompt's history.
+        max_history_tokens: token budget of each prompt's history.
         max_prompt_tokens: token budget of each whole prompt; the history gets what is left.
         bounded: keep only ``history_length`` steps per env (handed-over episodes then start
             at their ``first_step``).
@@ -70,7 +74,7 @@ class HistoryOptions:
     template: TemplateSpec = None
     parser: ActionParser | None = None
     token_counter: TokenCounterSpec = "estimate"
-    max_tokens: int | None = None
+    max_history_tokens: int | None = None
     max_prompt_tokens: int | None = None
     bounded: bool = False
     obs_to_text: Callable[[Any], str] | None = None
@@ -94,7 +98,11 @@ class HistoryOptions:
             )
         if not isinstance(self.bounded, bool):
             raise TypeError(f"bounded must be a bool, got {self.bounded!r}")
-        fix(self, "max_tokens", check_int("max_tokens", self.max_tokens, 0, allow_none=True))
+        fix(
+            self,
+            "max_history_tokens",
+            check_int("max_history_tokens", self.max_history_tokens, 0, allow_none=True),
+        )
         limit = check_int("max_prompt_tokens", self.max_prompt_tokens, 1, allow_none=True)
         fix(self, "max_prompt_tokens", limit)
         if self.memory is not None:
@@ -131,42 +139,44 @@ class HistoryOptions:
         return self._template  # type: ignore[attr-defined]
 
     @classmethod
-    def merge(cls, options: HistoryOptions | None, settings: Mapping[str, Any]) -> HistoryOptions:
-        """``options`` (or the defaults) with ``settings`` (keyword settings) put over them.
+    def from_keywords(cls, keywords: Mapping[str, Any]) -> HistoryOptions:
+        """The options a wrapper's ``keywords`` (its setting arguments, each as given) make.
 
         Raises:
-            TypeError: a setting that is not a field (with the nearest names), or ``options``
-                that is not a :class:`HistoryOptions`.
+            TypeError: a keyword that is not a setting (with the nearest names, or the setting
+                that replaced it), e.g. ``options=``: the settings are keywords.
         """
         names = cls.names()
-        for key in settings:
+        for key in keywords:
             if key not in names:
-                hint = did_you_mean(key, names)
-                raise TypeError(
-                    f"unexpected history setting {key!r}: {hint + ' ' if hint else ''}"
-                    f"expected some of {names} (or options=HistoryOptions(...))"
-                )
-        if options is None:
-            return cls(**settings)
-        if not isinstance(options, cls):
-            raise TypeError(
-                f"options must be a HistoryOptions, got {type(options).__name__}; pass the "
-                "settings as keywords or as options=HistoryOptions(...)"
-            )
-        return dataclasses.replace(options, **settings) if settings else options
+                raise TypeError(f"unexpected history setting {key!r}: {_fix(key, names)}")
+        return cls(**keywords)
 
     @classmethod
     def names(cls) -> list[str]:
         """The settings' names, in order."""
         return [f.name for f in dataclasses.fields(cls)]
 
-    @classmethod
-    def changed(cls, settings: Mapping[str, Any]) -> dict[str, Any]:
-        """The ``settings`` that are not their field's default (the same value of the same
-        type): what a wrapper's keywords put over its ``options``."""
-        defaults = {f.name: f.default for f in dataclasses.fields(cls)}
-        return {
-            k: v
-            for k, v in settings.items()
-            if not (v is defaults[k] or (type(v) is type(defaults[k]) and v == defaults[k]))
-        }
+    def keywords(self) -> dict[str, Any]:
+        """The settings as given, as a wrapper's keywords: ``VectorHistoryWrapper(env,
+        **options.keywords())`` builds a wrapper with these options.
+
+        Example:
+            >>> HistoryOptions(history_length=2).keywords()["history_length"]
+            2
+        """
+        return {name: getattr(self, name) for name in self.names()}
+
+
+def _fix(key: str, names: list[str]) -> str:
+    """What to pass instead of the unknown setting ``key``."""
+    if key == "options":
+        return (
+            "the wrappers take their settings as keywords, e.g. "
+            "VectorHistoryWrapper(env, history_length=3, parser=ActionParser()); for a "
+            "HistoryOptions, pass **options.keywords()"
+        )
+    if key in RENAMED:
+        return f"it is called {RENAMED[key]} now (pass {RENAMED[key]}=...)"
+    hint = did_you_mean(key, names)
+    return f"{hint + ' ' if hint else ''}expected some of {names}"

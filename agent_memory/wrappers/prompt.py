@@ -128,7 +128,9 @@ class PromptBuilder:
             hist_ids = [ids[j] for j in hist]
             kwargs: dict[str, Any] = {}
             if budget is not None:
-                kwargs["max_tokens"] = self._history_budgets(hist_ids, [steps[j] for j in hist])
+                kwargs["max_history_tokens"] = self._history_budgets(
+                    hist_ids, [steps[j] for j in hist]
+                )
             if memory.accepts_queries:  # retrieval: relevance to the current observation
                 kwargs["queries"] = state.observations_of(hist_ids)
             fetched = memory.fetch(hl, env_ids=env_ids_arg(hist_ids, state.num_envs), **kwargs)
@@ -201,7 +203,7 @@ class PromptBuilder:
         assert self.max_prompt_tokens is not None
         empty = [] if self.chat else ""
         frames = [self._render_env(i, empty, 1, s) for i, s in zip(ids, steps, strict=True)]
-        default, budget = self.memory.max_tokens, self.max_prompt_tokens
+        default, budget = self.memory.max_history_tokens, self.max_prompt_tokens
         left = [max(0, budget - used) for used in self._measure(frames)[1]]
         return [n if default is None else min(n, default) for n in left]
 
@@ -215,7 +217,7 @@ class PromptBuilder:
         while lo <= hi:
             mid = (lo + hi) // 2
             kwargs: dict[str, Any] = {} if queries is None else {"queries": queries}
-            fetched = self.memory.fetch(mid, env_ids=[i], max_tokens=None, **kwargs)
+            fetched = self.memory.fetch(mid, env_ids=[i], max_history_tokens=None, **kwargs)
             got = fetched.lengths[0]
             prompt = self._render_env(i, fetched.contexts[0], got, step_count)
             (chars,), (tokens,) = self._measure([prompt])

@@ -76,7 +76,7 @@ class EpisodeRecorder:
             memory = HistoryMemory(
                 num_envs,
                 options.formatter,
-                max_tokens=options.max_tokens,
+                max_history_tokens=options.max_history_tokens,
                 token_counter=options.counter,
                 capacity=options.capacity,
             )

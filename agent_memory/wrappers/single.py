@@ -14,7 +14,7 @@ from agent_memory.parsing import ActionParser
 from agent_memory.protocol import EPISODE_HISTORY, WON, Episode
 from agent_memory.tokens import TokenCounterSpec
 from agent_memory.wrappers.base import FIGURES, OwnsHistory
-from agent_memory.wrappers.options import HistoryOptions, TemplateSpec
+from agent_memory.wrappers.options import TemplateSpec
 from agent_memory.wrappers.prompt import PromptText
 
 __all__ = ["HistoryWrapper"]
@@ -24,11 +24,8 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
     """Owns the interaction history of one ``gymnasium.Env`` and returns prompts as observations.
 
     The step flow of :class:`~agent_memory.wrappers.VectorHistoryWrapper` over one env (the same
-    prompts); ``info`` values are scalars.
-
-    Args:
-        options: a :class:`~agent_memory.wrappers.HistoryOptions`; the keywords not at their
-            default (documented there) are put over it.
+    prompts); ``info`` values are scalars. The settings are keywords, as for the vector
+    wrapper (documented and checked in :class:`~agent_memory.wrappers.HistoryOptions`).
 
     Example:
         >>> import gymnasium as gym
@@ -55,15 +52,14 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
         template: TemplateSpec = None,
         parser: ActionParser | None = None,
         token_counter: TokenCounterSpec = "estimate",
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         max_prompt_tokens: int | None = None,
         bounded: bool = False,
         obs_to_text: Callable[[Any], str] | None = None,
-        options: HistoryOptions | None = None,
         **unknown: Never,  # none is accepted: caught to name the setting meant
     ) -> None:
         super().__init__(env)
-        self._setup(1, options, locals(), unknown)
+        self._setup(1, locals(), unknown)
         self.observation_space = PromptText()
         if self.parser is not None:
             self.action_space = PromptText()

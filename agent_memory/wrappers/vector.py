@@ -20,7 +20,7 @@ from agent_memory.tokens import TokenCounterSpec
 from agent_memory.wrappers.base import FIGURES, OwnsHistory
 from agent_memory.wrappers.flow import Plan, Verdicts, nones
 from agent_memory.wrappers.hold import SubEnvHolds
-from agent_memory.wrappers.options import HistoryOptions, TemplateSpec
+from agent_memory.wrappers.options import TemplateSpec
 from agent_memory.wrappers.prompt import PromptText
 from agent_memory.wrappers.subset import SyncSubset
 from agent_memory.wrappers.vector_env import (
@@ -55,12 +55,12 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
     and returns one prompt per env. Episodes end as the inner env's ``autoreset_mode`` says
     (DISABLED: ``reset(options={"reset_mask": m})`` restarts the masked envs) and are handed over
     in ``info["episode_history"]``. ``info`` also gets, per env, ``raw_obs``, the figures and,
-    with a parser, the verdicts (``is_action_valid``, ``invalid_reason``, ...).
+    with a parser, the verdicts (``is_action_valid``, ``invalid_reason``, ...). The settings
+    are keywords (documented and checked in :class:`~agent_memory.wrappers.HistoryOptions`;
+    each one given is kept, also at its default value).
 
     Args:
         env: any ``gymnasium.vector.VectorEnv`` (Async needs ``shared_memory=False`` for text).
-        options: a :class:`~agent_memory.wrappers.HistoryOptions`; the keywords not at their
-            default (documented there) are put over it.
 
     Example:
         >>> import gymnasium as gym
@@ -96,18 +96,17 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         template: TemplateSpec = None,
         parser: ActionParser | None = None,
         token_counter: TokenCounterSpec = "estimate",
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         max_prompt_tokens: int | None = None,
         bounded: bool = False,
         obs_to_text: Callable[[Any], str] | None = None,
-        options: HistoryOptions | None = None,
         **unknown: Never,  # none is accepted: caught to name the setting meant
     ) -> None:
         super().__init__(env)
         self._mode = autoreset_mode_of(env)
         self._async = isinstance(env.unwrapped, AsyncVectorEnv)
         refuse_text_on_shared_memory(env)
-        self._setup(self.num_envs, options, locals(), unknown)
+        self._setup(self.num_envs, locals(), unknown)
         self.single_observation_space = PromptText()
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         if self.parser is not None:

@@ -55,7 +55,7 @@ CSV_FIELDS = [
     "memory",
     "strategy",
     "history_length",
-    "max_tokens",
+    "max_history_tokens",
     "max_prompt_tokens",
     "token_counter",
     "traj_uid",
@@ -72,7 +72,7 @@ MAX_BANDS = 4
 
 
 def strategy_label(
-    memory: str, history_length: int, max_tokens: Any, max_prompt_tokens: Any
+    memory: str, history_length: int, max_history_tokens: Any, max_prompt_tokens: Any
 ) -> str:
     """A readable name for one configuration, e.g. ``window k=3`` or ``token_budget 1024``.
 
@@ -83,7 +83,7 @@ def strategy_label(
     if memory in ("none", "full"):
         return memory
     if memory == "token_budget":
-        return f"token_budget {max_prompt_tokens or max_tokens}"
+        return f"token_budget {max_prompt_tokens or max_history_tokens}"
     return f"{memory} k={history_length}" if history_length >= 0 else f"{memory} all"
 
 

@@ -76,7 +76,7 @@ def test_chat_budget_counts_message_contents():
     mem = _memory("chat", token_counter="chars")
     tokens = mem.step_tokens(0)
     assert tokens[0] == len(OBS[0]) + 1 + len(ACT[0]) + 1
-    assert mem.fetch(-1, max_tokens=tokens[-1]).lengths == [1]
+    assert mem.fetch(-1, max_history_tokens=tokens[-1]).lengths == [1]
 
 
 def test_jinja_default_template_and_fields(tmp_path):

@@ -151,7 +151,7 @@ def test_budget_covers_notes_and_window_and_drops_oldest_notes_first():
     window3 = counter(hist.fetch(3).contexts[0])
     kept = set()
     for budget in range(0, counter(full) + 10):
-        ctx = mem.fetch(3, max_tokens=budget).contexts[0]
+        ctx = mem.fetch(3, max_history_tokens=budget).contexts[0]
         assert counter(ctx) <= budget
         notes = [line for line in ctx.splitlines() if line.startswith("- [")]
         kept.add(len(notes))
@@ -161,7 +161,7 @@ def test_budget_covers_notes_and_window_and_drops_oldest_notes_first():
             == [f"- [env 0, step 6] shared note number {k}" for k in (3, 2, 1, 0)][: len(notes)]
         )
         if budget < window3:
-            assert ctx == hist.fetch(3, max_tokens=budget).contexts[0]
+            assert ctx == hist.fetch(3, max_history_tokens=budget).contexts[0]
     assert kept == {0, 1, 2, 3, 4}
 
 
@@ -173,7 +173,7 @@ def test_budget_holds_for_other_formatters(fmt):
         store(mem, f"observation number {t}")
         mem.post(0, f"note {t} " * (t + 1))
     for budget in range(0, 120):
-        ctx = mem.fetch(3, max_tokens=budget).contexts[0]
+        ctx = mem.fetch(3, max_history_tokens=budget).contexts[0]
         text = ctx if isinstance(ctx, str) else "".join(m["content"] + "\n" for m in ctx)
         assert counter(text) <= budget, (fmt, budget)
 
@@ -262,14 +262,14 @@ def test_concurrent_writers_in_separate_processes_lose_no_notes(tmp_path):
 
 def test_state_dict_round_trip_private_board():
     clock = Clock()
-    mem = BlackboardMemory(3, top_n=3, clock=clock, formatter="search", max_tokens=200)
+    mem = BlackboardMemory(3, top_n=3, clock=clock, formatter="search", max_history_tokens=200)
     mem.set_groups([0, 1, 2], ["x", "x", "y"])
     for t in range(5):
         store(mem, f"obs {t}", env_ids=[0, 2] if t % 2 else None)
         mem.post(t % 3, f"note {t}")
         clock.t += 1
     state = json.loads(json.dumps(mem.state_dict()))
-    other = BlackboardMemory(3, top_n=3, clock=clock, formatter="search", max_tokens=200)
+    other = BlackboardMemory(3, top_n=3, clock=clock, formatter="search", max_history_tokens=200)
     other.load_state_dict(state)
     assert other.state_dict() == mem.state_dict()
     assert other.fetch(4) == mem.fetch(4)
@@ -313,7 +313,7 @@ def test_registered_for_make_memory(tmp_path):
         num_envs=3,
         formatter="simple",
         token_counter="estimate",
-        max_tokens=None,
+        max_history_tokens=None,
         capacity=4,
         path=str(tmp_path / "bb.db"),
         scope="global",

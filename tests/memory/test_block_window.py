@@ -34,7 +34,7 @@ def test_window_priority_gives_the_block_what_a_whole_window_leaves():
     assert fetch(layout, mem, whole + 14)[1:] == (3, 0)
     # A window cut by the budget gets no block: older context never stands in for a newer step.
     ctx, n, kept = fetch(layout, mem, whole - 1)
-    assert (n, kept) == (2, 0) and ctx == mem.fetch(-1, max_tokens=whole - 1).contexts[0]
+    assert (n, kept) == (2, 0) and ctx == mem.fetch(-1, max_history_tokens=whole - 1).contexts[0]
     ctx, n, kept = fetch(layout, mem, None)
     assert kept == 2 and ctx == "Notes:\nnote a\nnote b\nRecent:\n" + mem.fetch(-1).contexts[0]
 

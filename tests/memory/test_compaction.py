@@ -106,7 +106,7 @@ def test_compaction_happens_at_store_time_never_in_fetch():
     before = json.dumps(mem.state_dict())
     for _ in range(3):
         mem.fetch(-1)
-        mem.fetch(2, max_tokens=30)
+        mem.fetch(2, max_history_tokens=30)
     assert json.dumps(mem.state_dict()) == before
     _store(mem, 1)
     assert len(mem.events) == 4  # one store folded all four envs (one batched summarizer call)
@@ -114,7 +114,12 @@ def test_compaction_happens_at_store_time_never_in_fetch():
 
 def test_token_ratio_trigger():
     mem = CompactionMemory(
-        1, max_tokens=200, trigger_steps=None, trigger_ratio=0.5, keep_last=2, summary_max_tokens=32
+        1,
+        max_history_tokens=200,
+        trigger_steps=None,
+        trigger_ratio=0.5,
+        keep_last=2,
+        summary_max_tokens=32,
     )
     # Each step renders to ~30 tokens: the 4th step passes 0.5 * 200 = 100 tokens.
     _store(mem, 3, obs=lambda i, s: f"observation {s} " + "x" * 60)
@@ -173,7 +178,7 @@ def test_budget_covers_the_whole_context_and_never_splits_a_step(steps, budget, 
     count = make_token_counter("estimate")
     mem = CompactionMemory(1, trigger_steps=6, keep_last=3, summary_max_tokens=64)
     _store(mem, steps, obs=lambda i, s: f"room {s} " + "y" * (s * 7 % 50))
-    ctx, lengths = mem.fetch(history_length, max_tokens=budget)
+    ctx, lengths = mem.fetch(history_length, max_history_tokens=budget)
     text = ctx[0]
     assert count(text) <= budget
     numbers = _steps_in(text)
@@ -183,7 +188,9 @@ def test_budget_covers_the_whole_context_and_never_splits_a_step(steps, budget, 
     if history_length > 0:
         assert lengths[0] <= history_length
     has_summary = text.startswith("Summary of steps")
-    block = mem.fetch(history_length, max_tokens=None).contexts[0].split("\n[Observation")[0]
+    block = (
+        mem.fetch(history_length, max_history_tokens=None).contexts[0].split("\n[Observation")[0]
+    )
     newest = mem.step_tokens(0)[-1]
     room = count(block + "\n") + (newest if newest <= budget else 0)
     # The newest step first, then the summary, then older steps.
@@ -196,12 +203,12 @@ def test_summary_that_would_crowd_out_the_newest_step_is_left_out():
     count = make_token_counter("estimate")
     mem = CompactionMemory(1, trigger_steps=3, keep_last=1)
     _store(mem, 4, obs=lambda i, s: f"a long and distinct observation number {s}")
-    full = mem.fetch(-1, max_tokens=None).contexts[0]
+    full = mem.fetch(-1, max_history_tokens=None).contexts[0]
     block, step = full.split("\n[Observation")
     assert block.startswith("Summary")
     both = count(block + "\n") + count("[Observation" + step + "\n")
-    assert mem.fetch(-1, max_tokens=both).contexts[0] == full
-    step_only = mem.fetch(-1, max_tokens=both - 1).contexts[0]
+    assert mem.fetch(-1, max_history_tokens=both).contexts[0] == full
+    step_only = mem.fetch(-1, max_history_tokens=both - 1).contexts[0]
     assert not step_only.startswith("Summary") and _steps_in(step_only) == [4]
 
 
@@ -448,8 +455,8 @@ def test_state_round_trip_mid_episode_is_exact(formatter):
     clone = CompactionMemory(2, formatter, trigger_steps=4, keep_last=2, offload_chars=50)
     clone.load_state_dict(state)
     assert clone.state_dict() == mem.state_dict()
-    assert clone.fetch(-1) == mem.fetch(-1) and clone.fetch(2, max_tokens=60) == mem.fetch(
-        2, max_tokens=60
+    assert clone.fetch(-1) == mem.fetch(-1) and clone.fetch(2, max_history_tokens=60) == mem.fetch(
+        2, max_history_tokens=60
     )
     for m in (mem, clone):  # both continue identically
         _store(m, 5, obs=lambda i, s: f"later {s}")
@@ -506,13 +513,13 @@ def test_load_state_refuses_other_kinds():
         ),
         (
             {"trigger_steps": None},
-            "compaction needs a trigger: set trigger_steps, capacity, or trigger_ratio together with max_tokens; got trigger_steps=None, capacity=None, trigger_ratio=0.8, max_tokens=None",
+            "compaction needs a trigger: set trigger_steps, capacity, or trigger_ratio together with max_history_tokens; got trigger_steps=None, capacity=None, trigger_ratio=0.8, max_history_tokens=None",
         ),
         ({"trigger_ratio": 1.5}, "trigger_ratio must be None or a number in (0, 1], got 1.5"),
         ({"summary_max_tokens": 4}, "summary_max_tokens must be an int >= 16, got 4"),
         (
-            {"max_tokens": 100, "trigger_ratio": 0.5, "summary_max_tokens": 64},
-            "summary_max_tokens must be < trigger_ratio * max_tokens (the summary alone would keep the token trigger firing), got summary_max_tokens=64, trigger_ratio * max_tokens = 50",
+            {"max_history_tokens": 100, "trigger_ratio": 0.5, "summary_max_tokens": 64},
+            "summary_max_tokens must be < trigger_ratio * max_history_tokens (the summary alone would keep the token trigger firing), got summary_max_tokens=64, trigger_ratio * max_history_tokens = 50",
         ),
         ({"summary_timeout": 0}, "summary_timeout must be None or a number > 0, got 0"),
         ({"summary_role": "tool"}, "summary_role must be one of ['user', 'system'], got 'tool'"),
@@ -535,14 +542,14 @@ def test_registered_and_built_from_the_shared_arguments():
         num_envs=3,
         formatter="search",
         token_counter="chars",
-        max_tokens=500,
+        max_history_tokens=500,
         capacity=None,
         trigger_steps=8,
         keep_last=3,
         summarizer={"name": "extractive", "max_line_chars": 50},
     )
     assert isinstance(mem, CompactionMemory) and len(mem) == 3
-    assert mem.max_tokens == 500 and mem.formatter.output == "text"
+    assert mem.max_history_tokens == 500 and mem.formatter.output == "text"
     assert isinstance(mem.summarizer, ExtractiveSummarizer) and mem.summarizer.max_line_chars == 50
 
 

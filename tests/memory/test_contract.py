@@ -3,7 +3,7 @@ build it (``make_memory`` with the shared arguments and the strategy's params).
 
 ``fetch(...).lengths[i]`` is how many of env i's most recent steps the context shows as its
 window (never more than ``history_length`` or the steps held; 0 for ``history_length=0``), and
-the context ends with exactly those steps; ``max_tokens`` bounds every context; contexts are
+the context ends with exactly those steps; ``max_history_tokens`` bounds every context; contexts are
 what ``output`` says; the state round-trips; the hooks take their documented arguments.
 """
 
@@ -30,7 +30,7 @@ from agent_memory.tokens import make_token_counter
 
 NUM_ENVS = 3
 TASK = "Find the key."
-SHARED = ("num_envs", "formatter", "max_tokens", "token_counter", "capacity")
+SHARED = ("num_envs", "formatter", "max_history_tokens", "token_counter", "capacity")
 
 
 def _params(name: str, tmp: Path) -> dict[str, Any]:
@@ -65,7 +65,7 @@ def build(name: str, tmp: Path, formatter: str = "simple", **shared: Any) -> Bas
     args = {
         "formatter": formatter,
         "token_counter": "estimate",
-        "max_tokens": None,
+        "max_history_tokens": None,
         "capacity": None,
         **shared,
     }
@@ -169,24 +169,24 @@ def test_lengths_count_the_most_recent_steps_the_context_shows(
 
 
 @pytest.mark.parametrize(("name", "formatter"), FORMATTERS)
-def test_max_tokens_bounds_every_context(tmp_path, name, formatter):
+def test_max_history_tokens_bounds_every_context(tmp_path, name, formatter):
     mem = build(name, tmp_path, formatter)
     play(mem)
-    full = mem.fetch(-1, max_tokens=None)
+    full = mem.fetch(-1, max_history_tokens=None)
     longest = max(tokens(c) for c in full.contexts)
     for budget in range(0, longest + 3):
         for hl in (-1, 3):
-            fetched = mem.fetch(hl, max_tokens=budget)
+            fetched = mem.fetch(hl, max_history_tokens=budget)
             for i, ctx in enumerate(fetched.contexts):
                 assert tokens(ctx) <= budget, (name, budget, hl, ctx)
                 assert fetched.lengths[i] <= len(mem[i])
-    per_env = mem.fetch(-1, max_tokens=[10, None, 0])
+    per_env = mem.fetch(-1, max_history_tokens=[10, None, 0])
     assert tokens(per_env.contexts[0]) <= 10 and per_env.contexts[1] == full.contexts[1]
     assert tokens(per_env.contexts[2]) == 0
     mem.close()
-    default = build(name, tmp_path / "default", formatter, max_tokens=30)
+    default = build(name, tmp_path / "default", formatter, max_history_tokens=30)
     play(default)
-    assert default.max_tokens == 30
+    assert default.max_history_tokens == 30
     assert all(tokens(c) <= 30 for c in default.fetch(-1).contexts)
     default.close()
 

@@ -195,16 +195,16 @@ def test_tool_exchange_is_kept_or_dropped_whole():
     assert [m["role"] for m in full] == ["system", "user", "assistant", "tool", "tool", "assistant"]
     total = sum(count(_text(m)) for m in full)
     # A budget that fits the last tool result but not the whole exchange: the exchange goes.
-    out = mem.to_llm_format(0, max_tokens=total - 12)
+    out = mem.to_llm_format(0, max_history_tokens=total - 12)
     assert [m["role"] for m in out] == ["system", "assistant"] and out[1]["content"] == "done"
-    assert [m["role"] for m in mem.to_llm_format(0, max_tokens=total - 11)] == [
+    assert [m["role"] for m in mem.to_llm_format(0, max_history_tokens=total - 11)] == [
         "system",
         "assistant",
         "tool",
         "tool",
         "assistant",
     ]
-    assert mem.to_llm_format(0, max_tokens=0) == [{"role": "system", "content": "S"}]
+    assert mem.to_llm_format(0, max_history_tokens=0) == [{"role": "system", "content": "S"}]
 
 
 def test_unanswered_calls_and_orphan_results_are_left_out():
@@ -265,7 +265,7 @@ def _check_pairing(out: list[dict]) -> None:
 def test_trimming_never_orphans_tool_calls_and_respects_the_budget(system, ops, budget):
     mem = _build(system, ops)
     count = make_token_counter("chars")
-    out = mem.to_llm_format(0, max_tokens=budget)
+    out = mem.to_llm_format(0, max_history_tokens=budget)
     _check_pairing(out)
     if system:
         assert out[0] == {"role": "system", "content": "S" * 7}  # always kept
@@ -276,7 +276,7 @@ def test_trimming_never_orphans_tool_calls_and_respects_the_budget(system, ops, 
     counts = count.count_many([_text(m.to_llm()) for m in msgs])
     body = 1 if system else 0
     kept, _ = select_messages(msgs, counts, None, lo=body)
-    full = mem.to_llm_format(0, max_tokens=None)
+    full = mem.to_llm_format(0, max_history_tokens=None)
     assert full[body:] == [msgs[k].to_llm() for k in kept]
     _check_pairing(full)
     sys_cost = counts[0] if system else 0
@@ -312,7 +312,7 @@ def test_fetch_with_tool_messages_keeps_exchanges_and_whole_steps(steps, budget,
                 mem.add_message(0, "tool", "t" * op[2], tool_call_id=op[1])
             else:
                 mem.add_message(0, op[0], op[0][0] * op[1])
-    ctx, lengths = mem.fetch(history_length, max_tokens=budget)
+    ctx, lengths = mem.fetch(history_length, max_history_tokens=budget)
     out = ctx[0]
     _check_pairing(out)
     assert out[0] == {"role": "system", "content": "sys"}
@@ -349,7 +349,7 @@ def test_fetch_windows_in_steps_with_the_system_message_first():
 
 def test_fetch_budget_cuts_at_step_starts_only():
     count = make_token_counter("estimate")
-    mem = ConversationMemory(1, max_tokens=30, system_prompt="You are an agent.")
+    mem = ConversationMemory(1, max_history_tokens=30, system_prompt="You are an agent.")
     _store(mem, 10)
     ctx, lengths = mem.fetch(-1)  # the memory's default budget
     assert sum(count(_text(m)) for m in ctx[0]) <= 30
@@ -357,14 +357,14 @@ def test_fetch_budget_cuts_at_step_starts_only():
     assert ctx[0][-1]["content"] == "act10"
     per_step = count("obs 10 env 0\n") + count("act10\n")
     assert lengths[0] == (30 - count("You are an agent.\n")) // per_step
-    assert mem.fetch(-1, max_tokens=[2]).contexts[0] == [
+    assert mem.fetch(-1, max_history_tokens=[2]).contexts[0] == [
         {"role": "system", "content": "You are an agent."}
     ]
-    assert mem.fetch(3, max_tokens=None).lengths == [3]
+    assert mem.fetch(3, max_history_tokens=None).lengths == [3]
     with pytest.raises(
-        ValueError, match=re.escape("max_tokens has 2 budgets, expected 1 (one per env)")
+        ValueError, match=re.escape("max_history_tokens has 2 budgets, expected 1 (one per env)")
     ):
-        mem.fetch(3, max_tokens=[1, 2])
+        mem.fetch(3, max_history_tokens=[1, 2])
 
 
 def test_messages_added_between_steps_belong_to_the_step_before():
@@ -436,8 +436,8 @@ def test_state_round_trip_mid_episode_is_exact():
     clone = ConversationMemory(2, ids="counter", system_prompt="S", capacity=4)
     clone.load_state_dict(state)
     assert clone.state_dict() == mem.state_dict()
-    assert clone.fetch(3) == mem.fetch(3) and clone.fetch(2, max_tokens=25) == mem.fetch(
-        2, max_tokens=25
+    assert clone.fetch(3) == mem.fetch(3) and clone.fetch(2, max_history_tokens=25) == mem.fetch(
+        2, max_history_tokens=25
     )
     for m in (mem, clone):
         _store(m, 6, thought=True)
@@ -471,7 +471,7 @@ def test_state_round_trip_mid_episode_is_exact():
             "thought_format may use only {thought} and {action}, got '{why}'",
         ),
         ({"capacity": 0}, "capacity must be None or an int >= 1, got 0"),
-        ({"max_tokens": -1}, "max_tokens must be None or an int >= 0, got -1"),
+        ({"max_history_tokens": -1}, "max_history_tokens must be None or an int >= 0, got -1"),
     ],
 )
 def test_bad_config_is_refused_with_a_clear_message(kwargs, message):
@@ -486,12 +486,12 @@ def test_registered_and_built_from_the_shared_arguments():
         num_envs=2,
         formatter="chat",
         token_counter="chars",
-        max_tokens=100,
+        max_history_tokens=100,
         capacity=None,
         system_prompt="hi",
         ids="counter",
     )
-    assert isinstance(mem, ConversationMemory) and mem.max_tokens == 100 and len(mem) == 2
+    assert isinstance(mem, ConversationMemory) and mem.max_history_tokens == 100 and len(mem) == 2
 
 
 # ---------------------------------------------------------------------------------- wrapper

@@ -67,8 +67,8 @@ def _play(mem, env_id, actions, *, won, task=TASK, first_obs="start", **kw):
 @pytest.mark.parametrize("formatter", ["simple", "search", "chat"])
 def test_without_a_block_fetch_equals_history_memory(tmp_path, formatter):
     mem, ref = (
-        _mem(tmp_path, 3, formatter=formatter, max_tokens=40),
-        HistoryMemory(3, formatter, max_tokens=40),
+        _mem(tmp_path, 3, formatter=formatter, max_history_tokens=40),
+        HistoryMemory(3, formatter, max_history_tokens=40),
     )
     for t in range(7):
         rec = {"observation": [f"obs {t} {i}" for i in range(3)], "action": ["up"] * 3}
@@ -78,12 +78,12 @@ def test_without_a_block_fetch_equals_history_memory(tmp_path, formatter):
     ref.reset([1])
     for hl in (0, 2, -1):
         assert mem.fetch(hl) == ref.fetch(hl)
-        assert mem.fetch(hl, env_ids=[2, 0], max_tokens=[10, None]) == ref.fetch(
-            hl, env_ids=[2, 0], max_tokens=[10, None]
+        assert mem.fetch(hl, env_ids=[2, 0], max_history_tokens=[10, None]) == ref.fetch(
+            hl, env_ids=[2, 0], max_history_tokens=[10, None]
         )
     assert [mem.num_steps(i) for i in range(3)] == [7, 0, 7]
     assert mem[0] == ref[0] and len(mem) == 3
-    assert mem.formatter.spec() == ref.formatter.spec() and mem.max_tokens == 40
+    assert mem.formatter.spec() == ref.formatter.spec() and mem.max_history_tokens == 40
 
 
 def test_registered_as_episodic(tmp_path):
@@ -92,7 +92,7 @@ def test_registered_as_episodic(tmp_path):
         num_envs=2,
         formatter="simple",
         token_counter="estimate",
-        max_tokens=None,
+        max_history_tokens=None,
         capacity=None,
         path=str(tmp_path / "db.sqlite"),
     )
@@ -261,13 +261,13 @@ def test_token_budget_counts_the_block_first(tmp_path):
         mem.store({"observation": [f"s{t}", f"s{t}"], "action": ["up", "up"]})
     step = len("[Observation 1: 's0', Action 1: 'up']\n")
     need = len(block) + 2
-    ctx, n = mem.fetch(-1, max_tokens=need + 2 * step)
+    ctx, n = mem.fetch(-1, max_history_tokens=need + 2 * step)
     assert n == [2, 2] and ctx[0].startswith(block) and len(ctx[0]) <= need + 2 * step
-    ctx, n = mem.fetch(-1, max_tokens=[need - 1, need - 1])  # the block alone does not fit
+    ctx, n = mem.fetch(-1, max_history_tokens=[need - 1, need - 1])  # the block alone does not fit
     assert not ctx[0].startswith("Past") and n[0] == (need - 1) // step
     assert mem.fetch(0).contexts[0] == block and mem.fetch(0).lengths == [0, 0]
-    with pytest.raises(ValueError, match=re.escape("max_tokens has 1 budgets, expected 2")):
-        mem.fetch(1, max_tokens=[5])
+    with pytest.raises(ValueError, match=re.escape("max_history_tokens has 1 budgets, expected 2")):
+        mem.fetch(1, max_history_tokens=[5])
     mem.close()
 
 
@@ -487,7 +487,7 @@ def test_state_dict_round_trips_exactly(tmp_path):
         2,
         control="both",
         capacity=3,
-        max_tokens=500,
+        max_history_tokens=500,
         session_id="s",
         retention="persistent",
     )
@@ -506,7 +506,9 @@ def test_state_dict_round_trips_exactly(tmp_path):
         "session_id": "s",
         "control": "both",
     }
-    clone = _mem(tmp_path, 2, control="both", capacity=3, max_tokens=500, retention="persistent")
+    clone = _mem(
+        tmp_path, 2, control="both", capacity=3, max_history_tokens=500, retention="persistent"
+    )
     clone.load_state_dict(json.loads(json.dumps(state)))
     assert clone.state_dict() == state and clone.run_id == mem.run_id
     for hl in (0, 1, 3):

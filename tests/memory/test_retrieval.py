@@ -118,10 +118,15 @@ def test_without_retrieval_the_context_is_byte_identical_to_history_memory():
             for m in [hist, *mems]:
                 m.store(rec, env_ids=ids)
             for hl, budget in [(-1, None), (0, None), (2, None), (5, 40), (3, 7)]:
-                want = hist.fetch(hl, max_tokens=budget)
-                assert mems[0].fetch(hl, max_tokens=budget) == want, (fmt, t, hl, budget)
+                want = hist.fetch(hl, max_history_tokens=budget)
+                assert mems[0].fetch(hl, max_history_tokens=budget) == want, (fmt, t, hl, budget)
                 if hl != 0:  # with no window the newest step (the query) is a candidate
-                    assert mems[1].fetch(hl, max_tokens=budget) == want, (fmt, t, hl, budget)
+                    assert mems[1].fetch(hl, max_history_tokens=budget) == want, (
+                        fmt,
+                        t,
+                        hl,
+                        budget,
+                    )
 
 
 def test_retrieved_steps_are_chronological_with_absolute_step_numbers():
@@ -245,11 +250,11 @@ def test_budget_covers_the_whole_context_and_drops_retrieved_first():
     hist = HistoryMemory(1)
     fill(hist, texts)
     window_tokens = sum(hist.step_tokens(0)[-4:])
-    full = mem.fetch(4, queries=q, max_tokens=None)
+    full = mem.fetch(4, queries=q, max_history_tokens=None)
     assert sorted(mem.last_retrieved[0]) == sorted(ranked)
     seen_counts = set()
     for budget in range(0, counter(full.contexts[0]) + 20):
-        ctx = mem.fetch(4, queries=q, max_tokens=budget)
+        ctx = mem.fetch(4, queries=q, max_history_tokens=budget)
         text, got = ctx.contexts[0], mem.last_retrieved[0]
         assert counter(text) <= budget
         seen_counts.add(len(got))
@@ -258,13 +263,13 @@ def test_budget_covers_the_whole_context_and_drops_retrieved_first():
         # ...and the window only shrinks once nothing is retrieved.
         if budget < window_tokens:
             assert got == []
-            assert text == hist.fetch(4, max_tokens=budget).contexts[0]
+            assert text == hist.fetch(4, max_history_tokens=budget).contexts[0]
         if got:
             assert text.endswith(hist.fetch(4).contexts[0])
         for line in text.splitlines():  # never a split step
             assert line in full.contexts[0].splitlines()
     assert seen_counts == {0, 1, 2, 3}
-    assert mem.fetch(4, queries=q, max_tokens=[None]).contexts == full.contexts
+    assert mem.fetch(4, queries=q, max_history_tokens=[None]).contexts == full.contexts
 
 
 @pytest.mark.parametrize("fmt", ["chat", "search", "code"])
@@ -275,7 +280,7 @@ def test_budget_holds_for_every_formatter(fmt):
     q = [FACTS[2]]
     sizes = set()
     for budget in range(0, 200):
-        ctx = mem.fetch(3, queries=q, max_tokens=budget).contexts[0]
+        ctx = mem.fetch(3, queries=q, max_history_tokens=budget).contexts[0]
         text = ctx if isinstance(ctx, str) else "".join(m["content"] + "\n" for m in ctx)
         assert counter(text) <= budget, (fmt, budget)
         sizes.add(len(mem.last_retrieved[0]))
@@ -325,7 +330,7 @@ def test_per_env_histories_and_reset():
 )
 def test_state_dict_round_trip_is_exact_and_json(kwargs):
     rng = random.Random(1)
-    mem = RetrievalMemory(3, top_k=2, max_tokens=200, **kwargs)
+    mem = RetrievalMemory(3, top_k=2, max_history_tokens=200, **kwargs)
     for t in range(15):
         ids = sorted(rng.sample(range(3), rng.randint(1, 3)))
         mem.store(
@@ -336,7 +341,7 @@ def test_state_dict_round_trip_is_exact_and_json(kwargs):
             env_ids=ids,
         )
     state = json.loads(json.dumps(mem.state_dict()))
-    other = RetrievalMemory(3, top_k=2, max_tokens=200, **kwargs)
+    other = RetrievalMemory(3, top_k=2, max_history_tokens=200, **kwargs)
     other.load_state_dict(state)
     assert other.state_dict() == mem.state_dict()
     queries = [FACTS[0], None, FACTS[3]]
@@ -376,13 +381,13 @@ def test_registered_for_make_memory_with_the_shared_arguments():
         num_envs=2,
         formatter="search",
         token_counter="chars",
-        max_tokens=500,
+        max_history_tokens=500,
         capacity=50,
         top_k=4,
         encoder={"name": "hashing", "dim": 64},
     )
     assert isinstance(mem, RetrievalMemory)
-    assert (mem.top_k, mem.max_tokens, mem.capacity, mem.encoder.dim) == (4, 500, 50, 64)
+    assert (mem.top_k, mem.max_history_tokens, mem.capacity, mem.encoder.dim) == (4, 500, 50, 64)
     assert mem.formatter.spec()["name"] == "search" and mem.token_counter.name == "chars"
 
 

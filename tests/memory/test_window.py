@@ -156,7 +156,10 @@ def test_bad_store_input_is_refused_with_a_clear_error(record, env_ids, error, m
     [
         ({"num_envs": 0}, "num_envs must be an int >= 1, got 0"),
         ({"num_envs": 2, "capacity": 0}, "capacity must be None or an int >= 1, got 0"),
-        ({"num_envs": 2, "max_tokens": -5}, "max_tokens must be None or an int >= 0, got -5"),
+        (
+            {"num_envs": 2, "max_history_tokens": -5},
+            "max_history_tokens must be None or an int >= 0, got -5",
+        ),
         ({"num_envs": 2, "formatter": "smple"}, "unknown formatter 'smple': expected one of"),
     ],
 )
@@ -184,9 +187,9 @@ def test_bad_fetch_arguments():
     with pytest.raises(ValueError, match=re.escape("history_length=-1 needs more steps")):
         mem.fetch(-1)
     with pytest.raises(
-        ValueError, match=re.escape("max_tokens has 1 budgets, expected 2 (one per env)")
+        ValueError, match=re.escape("max_history_tokens has 1 budgets, expected 2 (one per env)")
     ):
-        mem.fetch(2, max_tokens=[10])
+        mem.fetch(2, max_history_tokens=[10])
     with pytest.raises(TypeError, match=re.escape("env index must be an int, got str")):
         mem["0"]
     with pytest.raises(IndexError, match=re.escape("env index must be in [-2, 2), got 2")):
@@ -201,23 +204,23 @@ def test_token_budget_keeps_newest_whole_steps():
     sizes = mem.step_tokens(0)
     assert sizes == [len(f"[Observation 1: '{'x' * 10}', Action 1: 'go']") + 1, *sizes[1:]]
     budget = sizes[-1] + sizes[-2]
-    contexts, lengths = mem.fetch(-1, max_tokens=budget)
+    contexts, lengths = mem.fetch(-1, max_history_tokens=budget)
     assert lengths == [2]
     assert contexts[0].startswith("[Observation 3: 'zzzzz'")
     assert len(contexts[0]) <= budget
-    assert mem.fetch(-1, max_tokens=budget - 1).lengths == [1]  # never splits a step
-    assert mem.fetch(-1, max_tokens=sizes[-1] - 1).lengths == [0]
-    assert mem.fetch(1, max_tokens=10**6).lengths == [1]  # the window still applies
-    assert mem.fetch(-1, max_tokens=[None]).lengths == [4]
+    assert mem.fetch(-1, max_history_tokens=budget - 1).lengths == [1]  # never splits a step
+    assert mem.fetch(-1, max_history_tokens=sizes[-1] - 1).lengths == [0]
+    assert mem.fetch(1, max_history_tokens=10**6).lengths == [1]  # the window still applies
+    assert mem.fetch(-1, max_history_tokens=[None]).lengths == [4]
 
 
 def test_default_budget_and_per_env_budgets():
-    mem = HistoryMemory(2, max_tokens=0)
+    mem = HistoryMemory(2, max_history_tokens=0)
     _store_steps(mem, 3)
     assert mem.fetch(-1).lengths == [0, 0]
-    assert mem.fetch(-1, max_tokens=None).lengths == [3, 3]
+    assert mem.fetch(-1, max_history_tokens=None).lengths == [3, 3]
     big = sum(mem.step_tokens(1))
-    assert mem.fetch(-1, max_tokens=[0, big]).lengths == [0, 3]
+    assert mem.fetch(-1, max_history_tokens=[0, big]).lengths == [0, 3]
 
 
 def test_per_step_counts_are_made_once_at_store_time():
@@ -227,7 +230,7 @@ def test_per_step_counts_are_made_once_at_store_time():
         calls.append(text)
         return len(text.split())
 
-    mem = HistoryMemory(2, token_counter=counter, max_tokens=50)
+    mem = HistoryMemory(2, token_counter=counter, max_history_tokens=50)
     _store_steps(mem, 4)
     assert len(calls) == 8
     for _ in range(10):
@@ -247,22 +250,22 @@ def test_bounded_storage_keeps_only_the_window_with_absolute_numbers():
     unbounded = HistoryMemory(2)
     _store_steps(unbounded, 100)
     assert unbounded.fetch(3) == mem.fetch(3)
-    assert unbounded.fetch(2, max_tokens=40) == mem.fetch(2, max_tokens=40)
+    assert unbounded.fetch(2, max_history_tokens=40) == mem.fetch(2, max_history_tokens=40)
 
 
 @pytest.mark.parametrize("formatter", ["simple", "search", "code", "chat", "jinja"])
 @pytest.mark.parametrize("capacity", [None, 4])
 def test_state_round_trip_mid_episode(formatter, capacity):
-    mem = HistoryMemory(3, formatter, capacity=capacity, max_tokens=60)
+    mem = HistoryMemory(3, formatter, capacity=capacity, max_history_tokens=60)
     _store_steps(mem, 6)
     _store_steps(mem, 2, env_ids=[2])
     mem.reset(env_ids=[1])
     state = json.loads(json.dumps(mem.state_dict()))  # JSON-able
-    clone = HistoryMemory(3, formatter, capacity=capacity, max_tokens=60)
+    clone = HistoryMemory(3, formatter, capacity=capacity, max_history_tokens=60)
     clone.load_state_dict(state)
     for hl in (0, 1, 3, 4):
         assert clone.fetch(hl) == mem.fetch(hl)
-        assert clone.fetch(hl, max_tokens=None) == mem.fetch(hl, max_tokens=None)
+        assert clone.fetch(hl, max_history_tokens=None) == mem.fetch(hl, max_history_tokens=None)
     assert [clone[i] for i in range(3)] == [mem[i] for i in range(3)]
     assert clone.step_counts == mem.step_counts
     # Both continue identically after the round trip.
@@ -327,7 +330,7 @@ def test_read_api_counts_held_steps_with_absolute_numbers_under_bounded_storage(
     assert mem.tokens(0, 1) == sum(costs[1:]) and mem.tokens(0, 0, 1) == costs[0]
     assert [mem.window_steps(0, hl) for hl in (0, 1, 3)] == [0, 1, 3]
     assert mem.window_steps(0, 3, costs[-1] + costs[-2]) == 2
-    assert mem.fetch(3, max_tokens=costs[-1] + costs[-2]).lengths[0] == 2
+    assert mem.fetch(3, max_history_tokens=costs[-1] + costs[-2]).lengths[0] == 2
     with pytest.raises(ValueError, match=re.escape("history_length=-1 needs more steps")):
         mem.window_steps(0, -1)
     mem.keep_newest(0, 1)

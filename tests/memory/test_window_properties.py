@@ -85,9 +85,9 @@ class MemoryMachine(RuleBasedStateMachine):
         ids = self._ids(data)
         if self.capacity is not None and (history_length == -1 or history_length > self.capacity):
             with pytest.raises(ValueError, match="needs more steps than this memory keeps"):
-                self.mem.fetch(history_length, env_ids=ids, max_tokens=budget)
+                self.mem.fetch(history_length, env_ids=ids, max_history_tokens=budget)
             return
-        contexts, lengths = self.mem.fetch(history_length, env_ids=ids, max_tokens=budget)
+        contexts, lengths = self.mem.fetch(history_length, env_ids=ids, max_history_tokens=budget)
         expected = [self.ref.fetch(i, history_length, budget) for i in ids]
         assert contexts == [c for c, _ in expected]
         assert lengths == [n for _, n in expected]

@@ -41,7 +41,7 @@ def _one_torch_thread():
 def qwen(tmp_path_factory) -> Path:
     """A tiny Qwen2 with Qwen2.5-Instruct's generation_config.json (repetition_penalty 1.05,
     temperature 0.7, top_p 0.8, top_k 20)."""
-    from agent_memory.models import build_tiny_qwen
+    from tests.models.qwen import build_tiny_qwen
 
     path = Path(build_tiny_qwen(tmp_path_factory.mktemp("qwen") / "tiny"))
     assert json.loads((path / "generation_config.json").read_text())["repetition_penalty"] == 1.05

@@ -739,7 +739,7 @@ def test_async_callers(server):
 
 def test_agenerate_starts_no_thread_per_request():
     """The worker's case: one single-prompt call per env, all at once, on its event loop."""
-    from agent_memory.serving import HashBackend, MockOpenAIServer
+    from mock_server import HashBackend, MockOpenAIServer
 
     async def burst(policy: OpenAIPolicy) -> tuple[set[str], list[str]]:
         await policy.agenerate(["warm"])  # the loop's client, the server check

@@ -196,7 +196,7 @@ def test_offsets_are_reported_for_a_memory_that_reads_the_policys_blocks(server,
     from transformers import AutoTokenizer
 
     from agent_memory.memory.notes import memory_token_mask
-    from agent_memory.models import build_tiny_qwen
+    from tests.models.qwen import build_tiny_qwen
 
     path = build_tiny_qwen(tmp_path)  # Qwen2.5's byte-level tokenizer: the tags round-trip
     tok = AutoTokenizer.from_pretrained(path, local_files_only=True)

@@ -23,8 +23,8 @@ from agent_memory.policies.openai_client import OpenAIPolicy
 torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
 pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
 
-from agent_memory.serving import ModelBackend  # noqa: E402
-from agent_memory.serving.mock_openai import MockOpenAIServer  # noqa: E402
+from mock_server import ModelBackend  # noqa: E402
+from mock_server.mock_openai import MockOpenAIServer  # noqa: E402
 
 WORDS = ["go", "up", "down", "left", "right", "box", "key", "door", "red", "blue"]
 # 24 prompts with 24 different renderings.

@@ -16,8 +16,8 @@ from agent_memory.policies.openai_protocol import read_answer
 torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
 pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
 
-from agent_memory.serving import ModelBackend  # noqa: E402
-from agent_memory.serving.mock_openai import MockOpenAIServer  # noqa: E402
+from mock_server import ModelBackend  # noqa: E402
+from mock_server.mock_openai import MockOpenAIServer  # noqa: E402
 
 PROMPTS = ["you see a box", "the key is at the wall ; go up", "push the red box left"]
 SAMPLING = {"temperature": 0.8, "top_p": 0.9, "max_tokens": 6}

@@ -106,8 +106,8 @@ def test_every_yaml_key_has_a_comment_above_it():
             "env.history_length must be -1 (whole episode), 0 (none) or k > 0, got -2: pass e.g. env.history_length=3",
         ),
         (
-            "memory.max_tokens=-1",
-            "memory.max_tokens must be null or an int >= 0, got -1: pass e.g. memory.max_tokens=2048",
+            "memory.max_history_tokens=-1",
+            "memory.max_history_tokens must be null or an int >= 0, got -1: pass e.g. memory.max_history_tokens=2048",
         ),
         ("algo.gamma=1.5", "algo.gamma must be in [0, 1], got 1.5: pass e.g. algo.gamma=0.95"),
     ],

@@ -18,13 +18,13 @@ import hashlib
 import threading
 
 import pytest
+from mock_server import HashBackend, LogNormalLatency, MockOpenAIServer
 
 from agent_memory.config import PolicyConfig
 from agent_memory.rollout.driver.advantages import compute_advantages
 from agent_memory.rollout.driver.collector import Collector, build_policy, episode_specs
 from agent_memory.rollout.driver.outputs import step_rows
 from agent_memory.rollout.reference import play
-from agent_memory.serving import HashBackend, LogNormalLatency, MockOpenAIServer
 from tests.rollout.conftest import ENGINE, make_job
 
 pytestmark = pytest.mark.usefixtures("ray_session")

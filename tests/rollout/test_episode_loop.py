@@ -11,6 +11,7 @@ import pytest
 
 from agent_memory.policies import Policy
 from agent_memory.protocol import Generation
+from agent_memory.rollout.bank import EnvBank
 from agent_memory.rollout.driver.collector import build_policy
 from agent_memory.rollout.messages import EpisodeAssignment, EpisodeBatch, FinishedEpisode
 from agent_memory.rollout.worker.episode_loop import EpisodeLoop
@@ -25,6 +26,12 @@ def _worker(envs: int, report_interval_s: float = 0.0) -> RolloutWorker:
     job.rollout.report_interval_s = report_interval_s
     policy = build_policy(job)
     return RolloutWorker(0, job, envs, sorted(policy.needs), None, policy)
+
+
+def _bank(worker: RolloutWorker) -> EnvBank:
+    """The envs of ``worker`` (built: its constructor did not fail)."""
+    assert worker.init_error is None and worker.bank is not None
+    return worker.bank
 
 
 def _play(worker: RolloutWorker, first, later=None, episodes: int = 0):
@@ -118,7 +125,9 @@ def test_after_drain_a_worker_with_client_slots_to_spare_reports_within_the_spar
     # waits for a client slot (an inline policy has no slots to wait for) sends what ended after
     # each pass, so the driver can move its spare slots; the 60 s interval no longer applies.
     worker = _worker(envs=2)
-    loop = EpisodeLoop(worker, worker.port, 100, report_interval_s=60.0, spare_report_interval_s=0)
+    loop = EpisodeLoop(
+        _bank(worker), worker.port, 100, report_interval_s=60.0, spare_report_interval_s=0
+    )
     env1 = [a(1, g, g - 1) for g in range(1, 101)]
 
     async def main():
@@ -215,7 +224,7 @@ def test_a_worker_in_its_own_process_leaves_its_envs_out_of_the_garbage_collecto
     try:
         worker = RolloutWorker(0, job, 4, freeze_envs=freeze)
         frozen = gc.get_freeze_count() - before
-        env = worker.env.unwrapped.envs[0]
+        env = _bank(worker).env.unwrapped.envs[0]
         gc.collect()  # moves every tracked object it does not free to generation 2
         # Frozen: the envs' objects sit in the permanent generation, not in generation 2.
         assert any(env is o for o in gc.get_objects(2)) is not freeze
@@ -249,8 +258,9 @@ def _passes(concurrency: int, window: float, monkeypatch) -> tuple[list[int], li
     """Play 2 episodes on each of 8 envs through :class:`_Slots`: the envs stepped by each pass,
     the episodes (env, uid, rewards), and how many passes gathered answers in a window."""
     worker = _worker(envs=8)
+    bank = _bank(worker)
     sizes, gathered = [], [0]
-    step, gather = worker.step, EpisodeLoop._gather_answers
+    step, gather = bank.step, EpisodeLoop._gather_answers
 
     def counted_step(responses, turns=()):
         sizes.append(len(responses))
@@ -260,9 +270,9 @@ def _passes(concurrency: int, window: float, monkeypatch) -> tuple[list[int], li
         gathered[0] += 1
         await gather(self)
 
-    monkeypatch.setattr(worker, "step", counted_step)
+    monkeypatch.setattr(bank, "step", counted_step)
     monkeypatch.setattr(EpisodeLoop, "_gather_answers", counted_gather)
-    loop = EpisodeLoop(worker, make_port(_Slots(concurrency)), 1000, pass_window_s=window)
+    loop = EpisodeLoop(bank, make_port(_Slots(concurrency)), 1000, pass_window_s=window)
     loop.finish()  # every episode is given at once
 
     async def main():
@@ -293,7 +303,7 @@ def test_without_requests_waiting_for_a_slot_no_answer_waits(monkeypatch):
 
 def test_a_gathering_pass_is_woken_by_an_answer_only_once_no_request_waits_for_a_slot():
     worker = _worker(envs=8)
-    loop = EpisodeLoop(worker, make_port(_Slots(2)), 1000, pass_window_s=30.0)
+    loop = EpisodeLoop(_bank(worker), make_port(_Slots(2)), 1000, pass_window_s=30.0)
     wakes: list[tuple[bool, int]] = []  # (gathering, requests waiting for a slot) per wake
 
     class Spy(asyncio.Event):
@@ -339,27 +349,28 @@ class _FailsSecondAnswers(Policy):
         return out
 
 
-class _Recording(RolloutWorker):
-    """A worker that keeps every response its envs were stepped with."""
-
-    def step(self, responses, turns=()):
-        self.stepped = [*getattr(self, "stepped", []), *responses.values()]
-        return super().step(responses, turns)
-
-
-def test_a_failed_request_ends_its_episode_and_never_steps_the_env():
+def test_a_failed_request_ends_its_episode_and_never_steps_the_env(monkeypatch):
     """The request's failure is the episode's error, named; the env is never stepped with ""
     (the model's invalid action, which it never took); the env plays its next episode."""
     job = make_job("agent_memory/FrozenLake-v0", policy="random", envs=1)
     job.env.max_steps = 5
     policy = _FailsSecondAnswers()
-    worker = _Recording(0, job, 1, sorted(policy.needs), None, policy)
+    worker = RolloutWorker(0, job, 1, sorted(policy.needs), None, policy)
+    bank = _bank(worker)
+    stepped: list[str] = []  # every response the env was stepped with
+    step = bank.step
+
+    def recording_step(responses, turns=()):
+        stepped.extend(responses.values())
+        return step(responses, turns)
+
+    monkeypatch.setattr(bank, "step", recording_step)
     ended = [ep for batch in _play(worker, [a(0, 0, 0), a(0, 1, 1)], episodes=2) for ep in batch]
     assert [ep.traj_uid for ep in ended] == ["g0-t0", "g1-t0"]
     for ep in ended:
         assert ep.error == "policy request failed: HTTP 500: overloaded"
         assert len(ep.steps) == 1 and ep.steps[0].valid
-    assert "" not in worker.stepped and len(worker.stepped) == 2
+    assert "" not in stepped and len(stepped) == 2
 
 
 def test_the_reference_loop_ends_a_failed_requests_episode_too():

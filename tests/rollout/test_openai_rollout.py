@@ -249,7 +249,7 @@ def test_async_workers_move_their_shares_of_the_concurrency_to_where_the_envs_ar
     """7 episodes on 3 workers x 3 envs: workers 0 and 1 play 3 each, worker 2 one. Split
     evenly (2 + 2 + 2), at most 5 requests could be in flight; the driver moves worker 2's unused
     slot to worker 1 (2 + 3 + 1), so the server sees all 6 busy, and never more."""
-    from agent_memory.serving import FixedLatency, HashBackend, MockOpenAIServer
+    from mock_server import FixedLatency, HashBackend, MockOpenAIServer
 
     def check(collector):
         assert collector.shares == {0: 2, 1: 2, 2: 2}  # all done: even again
@@ -267,7 +267,7 @@ def test_async_workers_move_their_shares_of_the_concurrency_to_where_the_envs_ar
 def test_a_restarted_worker_gets_its_share_back_and_the_run_completes():
     """A worker that dies mid-run comes back with its first share; the driver re-splits from
     there, re-runs its episodes, and every episode finishes once."""
-    from agent_memory.serving import FixedLatency, HashBackend, MockOpenAIServer
+    from mock_server import FixedLatency, HashBackend, MockOpenAIServer
 
     def check(collector):
         assert collector.shares == {0: 2, 1: 2}

@@ -69,7 +69,8 @@ def _play(worker: RolloutWorker, port: PolicyPort, lockstep: bool = False, per_e
     """Every assignment at once through one loop; the finished episodes."""
 
     async def main():
-        loop = EpisodeLoop(worker, port, 1000, lockstep=lockstep)
+        assert worker.bank is not None
+        loop = EpisodeLoop(worker.bank, port, 1000, lockstep=lockstep)
         loop.finish()
         return [
             ep async for batch in loop.run(_assignments(worker.num_envs, per_env)) for ep in batch

@@ -144,9 +144,9 @@ INVALID = [
         id="memory-param-typo",
     ),
     pytest.param(
-        ["+memory.params.max_tokens=64"],
-        "memory.params.max_tokens is set by memory.max_tokens, not by memory.params: remove "
-        "memory.params.max_tokens",
+        ["+memory.params.max_history_tokens=64"],
+        "memory.params.max_history_tokens is set by memory.max_history_tokens, not by memory.params: remove "
+        "memory.params.max_history_tokens",
         id="memory-param-set-elsewhere",
     ),
     pytest.param(

@@ -31,7 +31,7 @@ def hf(tiny_lm):
 @pytest.fixture(scope="module")
 def processed(tiny_lm):
     """A mock vLLM serving the tiny model, started with --logprobs-mode processed_logprobs."""
-    from agent_memory.serving import MockOpenAIServer, ModelBackend
+    from mock_server import MockOpenAIServer, ModelBackend
 
     backend = ModelBackend(tiny_lm, logprobs_mode="processed_logprobs")
     with MockOpenAIServer(backend, max_lifetime_s=300) as server:

@@ -10,16 +10,17 @@ import threading
 
 import numpy as np
 import pytest
-
-from agent_memory.serving import (
+from mock_server import (
     GenerationRequest,
     HashBackend,
     LogNormalLatency,
     MockOpenAIServer,
     RequestSampling,
+    child_env,
     digest_answer,
 )
-from agent_memory.serving.backends import EOS_ID, find_stop
+from mock_server.backends import EOS_ID, find_stop
+
 from tests.serving.helpers import call
 
 
@@ -99,13 +100,13 @@ def test_hash_ids_are_stable_across_processes():
     assert backend.decode(ids) == "Push the box ."
     assert backend.decode(ids, skip_special_tokens=False) == "<s> Push the box . </s>"
     assert backend.decode([123]) == "<id:123>"
-    code = "from agent_memory.serving import HashBackend; print(HashBackend().encode('<s> Push the box . </s>'))"
+    code = "from mock_server import HashBackend; print(HashBackend().encode('<s> Push the box . </s>'))"
     for hash_seed in ("1", "2"):
         out = subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True,
             text=True,
-            env={**__import__("os").environ, "PYTHONHASHSEED": hash_seed},
+            env={**child_env(), "PYTHONHASHSEED": hash_seed},
             check=True,
         )
         assert out.stdout.strip() == str(ids)
@@ -151,7 +152,7 @@ def test_hash_cuts_at_max_tokens_and_stop_strings():
 
 def test_processed_logprobs_matches_numpy_filters():
     torch = pytest.importorskip("torch")
-    from agent_memory.serving import processed_logprobs
+    from mock_server import processed_logprobs
 
     gen = torch.Generator().manual_seed(0)
     logits = torch.randn(64, 40, generator=gen) * 3

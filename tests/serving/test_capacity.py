@@ -17,15 +17,16 @@ import threading
 import time
 
 import pytest
-
-from agent_memory.serving import (
+from mock_server import (
     FixedLatency,
     HashBackend,
     LogNormalLatency,
     MockOpenAIServer,
+    child_env,
     digest_answer,
 )
-from agent_memory.serving.latency import Z99
+from mock_server.latency import Z99
+
 from tests.serving.helpers import call
 
 
@@ -197,7 +198,7 @@ def test_cli_serves_until_interrupted():
     cmd = [
         sys.executable,
         "-m",
-        "agent_memory.serving.mock_openai",
+        "mock_server.mock_openai",
         "--hash",
         "--port",
         "0",
@@ -213,6 +214,7 @@ def test_cli_serves_until_interrupted():
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=child_env(),
         # Ctrl-C reaches it even where this process was started ignoring SIGINT (a background job)
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
@@ -230,7 +232,7 @@ def test_cli_serves_until_interrupted():
 
 
 def test_cli_main_with_a_model(tiny_lm, capsys):
-    from agent_memory.serving.mock_openai import main
+    from mock_server.mock_openai import main
 
     assert main(["--model", str(tiny_lm), "--port", "0", "--max-lifetime", "0.3"]) == 0
     out = capsys.readouterr().out

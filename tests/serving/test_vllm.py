@@ -59,8 +59,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def qwen():
-    from agent_memory.models.qwen import build_tiny_qwen
     from agent_memory.serving.vllm_cpu import cache_root
+    from tests.models.qwen import build_tiny_qwen
 
     path = cache_root() / "tiny-qwen-v1"
     if not (path / "model.safetensors").exists():
@@ -104,7 +104,7 @@ def hf(qwen):
 
 
 def _forced(model, prompt_ids, response_ids, sampling):
-    from agent_memory.serving import teacher_forced_logprobs
+    from mock_server import teacher_forced_logprobs
 
     keys = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
     params = {k: sampling[k] for k in keys if sampling.get(k) is not None}

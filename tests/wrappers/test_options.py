@@ -1,4 +1,4 @@
-"""HistoryOptions: the wrappers' one list of settings, validated once, given either way."""
+"""HistoryOptions: the wrappers' one list of settings, validated once, given one way (keywords)."""
 
 from __future__ import annotations
 
@@ -18,19 +18,38 @@ def _venv(n: int = 2):
     return gym.make_vec("agent_memory/Recall-v0", num_envs=n, vectorization_mode="sync")
 
 
-def test_keywords_and_options_build_the_same_wrapper():
+def test_keywords_build_the_options_and_options_give_back_their_keywords():
     template = PromptTemplate(task="Recall the colour.")
-    kwargs = dict(history_length=2, parser=ActionParser(), template=template, max_tokens=300)
+    kwargs = dict(
+        history_length=2, parser=ActionParser(), template=template, max_history_tokens=300
+    )
     by_keywords = VectorHistoryWrapper(_venv(), **kwargs)
-    by_options = VectorHistoryWrapper(_venv(), options=HistoryOptions(**kwargs))
-    assert by_keywords.options == by_options.options
-    assert by_keywords.reset(seed=0)[0] == by_options.reset(seed=0)[0]
-    # Keywords go over the options.
-    over = VectorHistoryWrapper(_venv(), options=HistoryOptions(**kwargs), history_length=0)
-    assert over.history_length == 0 and over.options.max_tokens == 300
-    single = HistoryWrapper(gym.make("agent_memory/Recall-v0"), options=HistoryOptions(**kwargs))
-    assert single.options == by_options.options
+    opts = HistoryOptions(**kwargs)
+    assert by_keywords.options == opts
+    again = VectorHistoryWrapper(_venv(), **opts.keywords())
+    assert again.options == opts
+    assert by_keywords.reset(seed=0)[0] == again.reset(seed=0)[0]
+    single = HistoryWrapper(gym.make("agent_memory/Recall-v0"), **kwargs)
+    assert single.options == opts
     assert single.options.template is template  # built once, kept as given
+
+
+@pytest.mark.parametrize("wrapper", [VectorHistoryWrapper, HistoryWrapper])
+@pytest.mark.parametrize("value", [3, 4])
+def test_a_keyword_at_its_default_value_is_kept(wrapper, value):
+    """Bug (issue 46): with options=HistoryOptions(history_length=5), history_length=3 (the
+    keyword's default) was dropped and gave 5, while history_length=4 gave 4. The settings are
+    keywords now: each one given is the wrapper's, at its default value or not."""
+    inner = _venv() if wrapper is VectorHistoryWrapper else gym.make("agent_memory/Recall-v0")
+    env = wrapper(inner, history_length=value)
+    assert env.history_length == value == env.options.history_length
+    message = (
+        "unexpected history setting 'options': the wrappers take their settings as keywords, "
+        "e.g. VectorHistoryWrapper(env, history_length=3, parser=ActionParser()); for a "
+        "HistoryOptions, pass **options.keywords()"
+    )
+    with pytest.raises(TypeError, match=re.escape(message)):
+        wrapper(inner, options=HistoryOptions(history_length=5), history_length=value)
 
 
 @pytest.mark.parametrize(
@@ -41,8 +60,13 @@ def test_keywords_and_options_build_the_same_wrapper():
             TypeError,
             "unexpected history setting 'history_lenght': did you mean history_length? expected "
             "some of ['history_length', 'memory', 'formatter', 'template', 'parser', "
-            "'token_counter', 'max_tokens', 'max_prompt_tokens', 'bounded', 'obs_to_text'] "
-            "(or options=HistoryOptions(...))",
+            "'token_counter', 'max_history_tokens', 'max_prompt_tokens', 'bounded', 'obs_to_text']",
+        ),
+        (
+            {"max_tokens": 300},
+            TypeError,
+            "unexpected history setting 'max_tokens': it is called max_history_tokens now "
+            "(pass max_history_tokens=...)",
         ),
         (
             {"history_length": -2},
@@ -61,7 +85,11 @@ def test_keywords_and_options_build_the_same_wrapper():
             "for whole episodes: set bounded=False or a window (history_length=k)",
         ),
         ({"bounded": 1}, TypeError, "bounded must be a bool, got 1"),
-        ({"max_tokens": -1}, ValueError, "max_tokens must be None or an int >= 0, got -1"),
+        (
+            {"max_history_tokens": -1},
+            ValueError,
+            "max_history_tokens must be None or an int >= 0, got -1",
+        ),
         (
             {"max_prompt_tokens": 0},
             ValueError,
@@ -96,7 +124,7 @@ def test_bad_settings_get_the_same_message_from_every_door(settings, error, mess
     with pytest.raises(error, match=re.escape(message)):
         HistoryWrapper(gym.make("agent_memory/Recall-v0"), **settings)
     with pytest.raises(error, match=re.escape(message)):
-        HistoryOptions.merge(None, settings)
+        HistoryOptions.from_keywords(settings)
 
 
 def test_memory_building_settings_are_refused_beside_a_given_memory():
@@ -116,17 +144,6 @@ def test_memory_building_settings_are_refused_beside_a_given_memory():
         VectorHistoryWrapper(_venv(3), memory=memory)
 
 
-def test_options_must_be_history_options():
-    with pytest.raises(
-        TypeError,
-        match=re.escape(
-            "options must be a HistoryOptions, got dict; pass the settings as keywords or as "
-            "options=HistoryOptions(...)"
-        ),
-    ):
-        VectorHistoryWrapper(_venv(), options={"history_length": 2})
-
-
 def test_options_are_frozen():
     opts = HistoryOptions()
     with pytest.raises(AttributeError):
@@ -143,7 +160,4 @@ def test_wrapper_signatures_list_every_setting_with_its_default(wrapper):
     fields = dataclasses.fields(HistoryOptions)
     assert {f.name: f.default for f in fields} == {f.name: params[f.name].default for f in fields}
     assert all(params[f.name].kind is inspect.Parameter.KEYWORD_ONLY for f in fields)
-    # A keyword left at its default keeps the options' value; any other value goes over it.
-    opts = HistoryOptions(history_length=5, bounded=True)
-    kept = VectorHistoryWrapper(_venv(), options=opts, history_length=3)
-    assert kept.options is opts
+    assert "options" not in params  # one way: keywords

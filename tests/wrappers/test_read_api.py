@@ -1,5 +1,5 @@
-"""env.current(i): what an env shows its policy, read through a frozen view (the rollout worker
-reads it too, and reports the task the prompt shows, not the env's generic one)."""
+"""env.current(i): what an env shows its policy, read through a frozen view (the env bank of a
+rollout worker reads it too, and reports the task the prompt shows, not the env's generic one)."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import agent_memory.envs  # noqa: F401  (registers the bundled envs)
 from agent_memory.config import EnvConfig, JobConfig, TemplateConfig
 from agent_memory.parsing import ActionParser
 from agent_memory.prompts import PromptTemplate
+from agent_memory.rollout.bank import EnvBank
 from agent_memory.rollout.messages import EpisodeAssignment
-from agent_memory.rollout.worker.worker import RolloutWorker
 from agent_memory.wrappers import EnvView, HistoryWrapper, VectorHistoryWrapper
 
 TASK = "Recall the colour you were shown first."
@@ -47,17 +47,14 @@ def test_current_reports_the_task_the_prompt_shows():
     assert isinstance(single.current(), EnvView) and single.current().task == TASK
 
 
-def test_the_rollout_worker_reports_the_configured_task():
+def test_the_env_bank_reports_the_configured_task():
     job = JobConfig(env=EnvConfig(id="agent_memory/Recall-v0", template=TemplateConfig(task=TASK)))
-    worker = RolloutWorker(
-        0, job, num_envs=2, meta_fields=["task", "raw_obs", "admissible_actions"]
-    )
-    assert worker.init_error is None
-    (result,) = worker.reset_envs([EpisodeAssignment(env=1, traj_uid="t", group_uid="g", seed=3)])
+    bank = EnvBank(job, num_envs=2, meta_fields=["task", "raw_obs", "admissible_actions"])
+    (result,) = bank.reset_envs([EpisodeAssignment(env=1, traj_uid="t", group_uid="g", seed=3)])
     meta = result.view.meta
     assert meta["task"] == TASK and TASK in result.view.prompt
     assert meta["raw_obs"] == result.view.observation and meta["raw_obs"] in result.view.prompt
     assert meta["admissible_actions"] == ["next"]
-    (step,) = worker.step({1: "<action>next</action>"})
+    (step,) = bank.step({1: "<action>next</action>"})
     assert step.is_action_valid and step.next.meta["task"] == TASK
-    worker.close()
+    bank.close()

@@ -2,7 +2,8 @@
 
 The agent answers questions about a fictitious shop by writing Python that calls a preloaded
 ``api`` module, then submits ``<answer>...</answer>``. Modules: ``env``, ``sandbox`` (its security
-layers are documented there), ``sandbox_child``, ``cgroup``, ``api`` (the shop) and ``tasks``.
+layers are documented there), ``results`` (its limits and what a run gives back),
+``sandbox_child``, ``cgroup``, ``api`` (the shop) and ``tasks``.
 
 Example:
     >>> import gymnasium as gym

@@ -45,10 +45,17 @@ import time
 import weakref
 from collections.abc import Collection
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from agent_memory.envs.code_exec import cgroup as cgroups
-from agent_memory.envs.code_exec.sandbox_child import files, protocol
+from agent_memory.envs.code_exec.results import (
+    CGROUP_HEADROOM_MB,
+    RunResult,
+    SandboxLimits,
+    describe_exit,
+    parse_result,
+)
+from agent_memory.envs.code_exec.sandbox_child import files
 
 CHILD_SCRIPT = str(Path(__file__).parent / "sandbox_child" / "boot.py")
 _API_MODULE = str(Path(__file__).with_name("api.py"))
@@ -58,95 +65,6 @@ _BOOT_TIMEOUT_S = 30.0  # generous: a loaded CI machine may start Python slowly
 _DISK_CHECK_S = 0.1  # how often a run's working dir is measured while it runs
 #: The sandbox's uid is this plus the supervisor's pid (pids are below 2**22).
 DEFAULT_UID_BASE = 1_900_000_000
-#: The cgroup's memory total is ``memory_mb`` plus this (the supervisor, kernel memory).
-CGROUP_HEADROOM_MB = 64
-
-Status = Literal["ok", "error", "timeout", "died", "quota"]
-
-
-@dataclasses.dataclass(frozen=True)
-class SandboxLimits:
-    """Resource limits of one sandbox.
-
-    Attributes:
-        timeout_s: wall-clock seconds per :meth:`Sandbox.run`; over it the process restarts.
-        cpu_s: ``RLIMIT_CPU`` seconds, cumulative over the process's life (a backstop).
-        memory_mb: ``RLIMIT_AS`` of each process in MiB; the cgroup allows the whole sandbox
-            ``memory_mb + CGROUP_HEADROOM_MB``, so a process gets a clean ``MemoryError`` first.
-        file_size_mb: ``RLIMIT_FSIZE`` in MiB (largest file the code may write).
-        disk_mb: the working dir's total in MiB (each file and directory counted as at least
-            4 KiB); over it the sandbox closes, removing the files (status ``"quota"``).
-        output_chars: characters of output kept at the head and at the tail of each run.
-        open_files: ``RLIMIT_NOFILE``.
-        processes: tasks (processes and threads) alive at once in the whole sandbox (the
-            cgroup's ``pids.max`` and ``RLIMIT_NPROC``).
-    """
-
-    timeout_s: float = 10.0
-    cpu_s: int = 30
-    memory_mb: int = 512
-    file_size_mb: int = 16
-    disk_mb: int = 64
-    output_chars: int = 4000
-    open_files: int = 256
-    processes: int = 32
-
-
-@dataclasses.dataclass(frozen=True)
-class RunResult:
-    """What one :meth:`Sandbox.run` produced.
-
-    Attributes:
-        status: ``"ok"``, ``"error"`` (an exception, traceback in the text), ``"timeout"``,
-            ``"died"`` (the process ended: a limit, a crash, ``os._exit``, a broken frame) or
-            ``"quota"`` (the working dir went over ``disk_mb``: the sandbox is closed).
-        head: the first characters of the output (stdout and stderr, then a trailing
-            expression's repr or the traceback).
-        tail: the last characters of the output.
-        omitted: characters dropped between head and tail.
-        names: ``(name, type name)`` of the user-visible namespace after the run.
-        restarted: the process was replaced: earlier variables and imports are gone.
-        note: why it was restarted, for the observation.
-    """
-
-    status: Status
-    head: str = ""
-    tail: str = ""
-    omitted: int = 0
-    names: tuple[tuple[str, str], ...] = ()
-    restarted: bool = False
-    note: str = ""
-
-    @property
-    def text(self) -> str:
-        """Head and tail joined with a marker when something was dropped."""
-        if not self.omitted:
-            return self.head + self.tail
-        return f"{self.head}\n[... {self.omitted} characters omitted ...]\n{self.tail}"
-
-
-def parse_result(msg: dict, seq: int, cap: int) -> RunResult | None:
-    """The :class:`RunResult` in a result frame for run ``seq``; None if the frame is not one.
-
-    Never raises, whatever ``msg`` holds.
-
-    Example:
-        >>> parse_result({"op": "result", "seq": 1, "status": "ok", "head": "hi\\n", "tail": "",
-        ...               "omitted": 0, "names": [["x", "int"]]}, seq=1, cap=100).names
-        (('x', 'int'),)
-        >>> parse_result({"op": "result", "seq": 1, "omitted": "many"}, seq=1, cap=100) is None
-        True
-    """
-    clean = protocol.clean_result(msg, seq, cap)
-    if clean is None:
-        return None
-    return RunResult(
-        status=clean["status"],
-        head=clean["head"],
-        tail=clean["tail"],
-        omitted=clean["omitted"],
-        names=tuple((name, kind) for name, kind in clean["names"]),
-    )
 
 
 class _Timeout(Exception):
@@ -515,7 +433,7 @@ class Sandbox:
             if str(exc):
                 why = str(exc)
             elif exited:
-                why = _describe_exit(code_, self.limits)
+                why = describe_exit(code_, self.limits)
             else:
                 why = "it closed its connection to the env and was killed"
             note = (
@@ -562,7 +480,7 @@ class Sandbox:
         if isinstance(why, str) and why:
             return why[:500]
         if isinstance(code, int) and not isinstance(code, bool):
-            return _describe_exit(code, self.limits)
+            return describe_exit(code, self.limits)
         return "it died"
 
 
@@ -588,19 +506,3 @@ def _peek_exited(pid: int, wait_s: float) -> bool:
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.01)
-
-
-def _describe_exit(code: int | None, limits: SandboxLimits) -> str:
-    if code is None:
-        return "it did not exit"
-    if code >= 0:
-        return f"it exited with code {code}"
-    sig = -code
-    if sig == signal.SIGXCPU:
-        return f"it used up its CPU-time limit ({limits.cpu_s} s per process)"
-    name = signal.Signals(sig).name if sig in signal.valid_signals() else str(sig)
-    if sig == signal.SIGKILL:
-        return f"it was killed ({name}; possibly out of memory)"
-    if sig == signal.SIGSYS:
-        return f"it was killed by signal {name} (a refused system call)"
-    return f"it was killed by signal {name}"

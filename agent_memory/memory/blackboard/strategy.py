@@ -20,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -48,7 +47,7 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
     """Per-env recent window + the newest notes of a board shared across envs and processes.
 
     Args:
-        num_envs, formatter, max_tokens, token_counter, capacity: as for HistoryMemory (a
+        num_envs, formatter, max_history_tokens, token_counter, capacity: as for HistoryMemory (a
             budget covers notes and window, the window first).
         path: the SQLite file every worker opens (None: a private in-memory board).
         board: name of the board in the file (several boards can share one file).
@@ -70,6 +69,8 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         ValueError: a bad setting.
     """
 
+    settings_class = BlackboardSettings
+
     #: The context can show notes before any step is stored.
     fetch_when_empty: ClassVar[bool] = True
 
@@ -78,24 +79,24 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        path: str | os.PathLike[str] | None = None,
-        board: str = "default",
-        scope: Scope = "group",
-        top_n: int = 5,
-        max_notes: int | None = 1000,
-        max_age_seconds: float | None = None,
-        post_actions: bool = False,
-        digest_chars: int = 300,
-        note_chars: int = 500,
-        note_format: str = "- [env {env_id}, step {step}] {text}",
-        header: str = "Shared notes (newest first):",
-        window_header: str = "Recent steps:",
-        author: str | None = None,
-        timeout: float = 30.0,
-        clock: Callable[[], float] = time.time,
+        path: str | os.PathLike[str] | None = BlackboardSettings.path,
+        board: str = BlackboardSettings.board,
+        scope: Scope = BlackboardSettings.scope,
+        top_n: int = BlackboardSettings.top_n,
+        max_notes: int | None = BlackboardSettings.max_notes,
+        max_age_seconds: float | None = BlackboardSettings.max_age_seconds,
+        post_actions: bool = BlackboardSettings.post_actions,
+        digest_chars: int = BlackboardSettings.digest_chars,
+        note_chars: int = BlackboardSettings.note_chars,
+        note_format: str = BlackboardSettings.note_format,
+        header: str = BlackboardSettings.header,
+        window_header: str = BlackboardSettings.window_header,
+        author: str | None = BlackboardSettings.author,
+        timeout: float = BlackboardSettings.timeout,
+        clock: Callable[[], float] = BlackboardSettings.clock,
     ) -> None:
         super().__init__(**self._shared(locals()))
         self.settings = s = BlackboardSettings.from_arguments(locals())
@@ -185,15 +186,15 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
                 self.post_many(ids, [str(a) for a in acts])
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's context: its group's (or the board's) newest notes, then its window.
 
         Notes are read with one query per fetch, and not at all while the board is unchanged.
         """
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         if not self.settings.top_n:
-            return self._window.fetch(hl, ids, max_tokens=budgets)
+            return self._window.fetch(hl, ids, max_history_tokens=budgets)
         visible = self._visible(ids)
         blocks = [visible[self._group_key(i)] for i in ids]
         return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from agent_memory.checks import check_choice, check_int, check_number
@@ -15,7 +15,8 @@ __all__ = ["CompactionSettings"]
 @dataclass(frozen=True)
 class CompactionSettings(Settings):
     """When :class:`~agent_memory.memory.compaction.CompactionMemory` compacts, how it summarizes
-    and what it offloads (its arguments of the same names, ``max_tokens`` and ``capacity`` too).
+    and what it offloads (its arguments of the same names, ``max_history_tokens`` and
+    ``capacity`` too).
 
     Example:
         >>> CompactionSettings(trigger_steps=8, keep_last=3).keep_last
@@ -27,23 +28,72 @@ class CompactionSettings(Settings):
 and folds the rest once more than trigger_steps are held), got keep_last=5, trigger_steps=5
     """
 
-    max_tokens: int | None = None
+    max_history_tokens: int | None = None
     capacity: int | None = None
-    trigger_steps: int | None = 8
-    trigger_ratio: float | None = 0.8
-    keep_last: int = 3
-    summarizer: SummarizerSpec = "extractive"
-    summary_max_tokens: int = 256
-    summary_timeout: float | None = 30.0
-    summary_role: Literal["user", "system"] = "user"
-    summary_header: str = "Summary of steps {first}-{last}:"
-    offload_chars: int | None = 4000
-    offload_preview: int = 200
-    offload_capacity: int | None = None
-    max_events: int = 1000
+    trigger_steps: int | None = field(
+        default=8,
+        metadata={
+            "help": "Compact once more than this many verbatim steps are held (null: only the "
+            "token trigger)."
+        },
+    )
+    trigger_ratio: float | None = field(
+        default=0.8,
+        metadata={
+            "help": "Compact once steps + summary exceed this fraction of memory.max_history_tokens "
+            "(used when it is set)."
+        },
+    )
+    keep_last: int = field(
+        default=3, metadata={"help": "Verbatim steps kept at each compaction (< trigger_steps)."}
+    )
+    summarizer: SummarizerSpec = field(
+        default="extractive",
+        metadata={
+            "help": "extractive (no model) | llm | {name: llm, policy: {name: ..., ...}, "
+            "prompt: ...} | policy (the acting policy writes it, as a turn of its episode: rows "
+            "with memory_turn, trained)."
+        },
+    )
+    summary_max_tokens: int = field(
+        default=256, metadata={"help": "Token budget of each env's summary."}
+    )
+    summary_timeout: float | None = field(
+        default=30.0,
+        metadata={
+            "help": "Seconds a model summarizer may take before falling back to truncation "
+            "(null: no limit)."
+        },
+    )
+    summary_role: Literal["user", "system"] = field(
+        default="user",
+        metadata={"help": "Role of the summary message with the chat formatter: user | system."},
+    )
+    summary_header: str = field(
+        default="Summary of steps {first}-{last}:",
+        metadata={"help": "First line of the summary block."},
+    )
+    offload_chars: int | None = field(
+        default=4000,
+        metadata={
+            "help": "Observations longer than this are shown as a preview + id and reloadable "
+            "by id (null: never)."
+        },
+    )
+    offload_preview: int = field(
+        default=200, metadata={"help": "Characters in an offloaded observation's preview."}
+    )
+    offload_capacity: int | None = field(
+        default=None, metadata={"help": "Offloaded texts kept per env, oldest evicted (null: all)."}
+    )
+    max_events: int = field(
+        default=1000, metadata={"help": "Compaction events kept in memory.events."}
+    )
 
     def __post_init__(self) -> None:
-        max_tokens = check_int("max_tokens", self.max_tokens, 0, allow_none=True)
+        max_history_tokens = check_int(
+            "max_history_tokens", self.max_history_tokens, 0, allow_none=True
+        )
         keep_last = check_int("keep_last", self.keep_last, 1)
         trigger_steps = check_int("trigger_steps", self.trigger_steps, 1, allow_none=True)
         capacity = check_int("capacity", self.capacity, 1, allow_none=True)
@@ -57,26 +107,31 @@ and folds the rest once more than trigger_steps are held), got keep_last=5, trig
         ratio = check_number(
             "trigger_ratio", self.trigger_ratio, low=0, high=1, low_open=True, allow_none=True
         )
-        if trigger_steps is None and capacity is None and (ratio is None or max_tokens is None):
+        if (
+            trigger_steps is None
+            and capacity is None
+            and (ratio is None or max_history_tokens is None)
+        ):
             raise ValueError(
                 "compaction needs a trigger: set trigger_steps, capacity, or trigger_ratio "
-                f"together with max_tokens; got trigger_steps=None, capacity=None, "
-                f"trigger_ratio={self.trigger_ratio!r}, max_tokens={max_tokens!r}"
+                f"together with max_history_tokens; got trigger_steps=None, capacity=None, "
+                f"trigger_ratio={self.trigger_ratio!r}, max_history_tokens={max_history_tokens!r}"
             )
         summary_max_tokens = check_int("summary_max_tokens", self.summary_max_tokens, 16)
         if (
             ratio is not None
-            and max_tokens is not None
-            and summary_max_tokens >= ratio * max_tokens
+            and max_history_tokens is not None
+            and summary_max_tokens >= ratio * max_history_tokens
         ):
             raise ValueError(
-                f"summary_max_tokens must be < trigger_ratio * max_tokens (the summary alone "
-                "would keep the token trigger firing), got summary_max_tokens="
-                f"{summary_max_tokens}, trigger_ratio * max_tokens = {ratio * max_tokens:g}"
+                "summary_max_tokens must be < trigger_ratio * max_history_tokens (the summary "
+                "alone would keep the token trigger firing), got summary_max_tokens="
+                f"{summary_max_tokens}, trigger_ratio * max_history_tokens = "
+                f"{ratio * max_history_tokens:g}"
             )
         self._check_template("summary_header", first=1, last=2)
         self._normalize(
-            max_tokens=max_tokens,
+            max_history_tokens=max_history_tokens,
             capacity=capacity,
             trigger_steps=trigger_steps,
             trigger_ratio=ratio,

@@ -43,11 +43,11 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
     ``"error"`` or ``"busy"``), ``error`` and ``duration_s``.
 
     Args:
-        num_envs, formatter, max_tokens, token_counter: as for HistoryMemory.
+        num_envs, formatter, max_history_tokens, token_counter: as for HistoryMemory.
         capacity: at most this many verbatim steps per env: a hard trigger (``None``: none).
         trigger_steps: compact once an env holds more verbatim steps (``None``: no such trigger).
         trigger_ratio: compact once verbatim steps plus summary exceed this fraction of
-            ``max_tokens`` (ignored without ``max_tokens``).
+            ``max_history_tokens`` (ignored without ``max_history_tokens``).
         keep_last: verbatim steps kept at each compaction (the rest is folded).
         summarizer: ``"extractive"``, ``"llm"``, a ``{"name": ...}`` mapping or a Summarizer.
         summary_max_tokens: token budget of each env's summary text.
@@ -86,6 +86,8 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         (['obs#1'], True)
     """
 
+    settings_class = CompactionSettings
+
     #: 2: the window's state and the compaction's side by side.
     state_version: ClassVar[int] = 2
 
@@ -94,28 +96,28 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        trigger_steps: int | None = 8,
-        trigger_ratio: float | None = 0.8,
-        keep_last: int = 3,
-        summarizer: SummarizerSpec = "extractive",
-        summary_max_tokens: int = 256,
-        summary_timeout: float | None = 30.0,
-        summary_role: Literal["user", "system"] = "user",
-        summary_header: str = "Summary of steps {first}-{last}:",
-        offload_chars: int | None = 4000,
-        offload_preview: int = 200,
-        offload_capacity: int | None = None,
-        max_events: int = 1000,
+        trigger_steps: int | None = CompactionSettings.trigger_steps,
+        trigger_ratio: float | None = CompactionSettings.trigger_ratio,
+        keep_last: int = CompactionSettings.keep_last,
+        summarizer: SummarizerSpec = CompactionSettings.summarizer,
+        summary_max_tokens: int = CompactionSettings.summary_max_tokens,
+        summary_timeout: float | None = CompactionSettings.summary_timeout,
+        summary_role: Literal["user", "system"] = CompactionSettings.summary_role,
+        summary_header: str = CompactionSettings.summary_header,
+        offload_chars: int | None = CompactionSettings.offload_chars,
+        offload_preview: int = CompactionSettings.offload_preview,
+        offload_capacity: int | None = CompactionSettings.offload_capacity,
+        max_events: int = CompactionSettings.max_events,
     ) -> None:
         self.settings = CompactionSettings.from_arguments(locals())
         # Bounded storage is compaction's job here: the window keeps every step it is given.
         super().__init__(
             num_envs,
             self._previewing(formatter),
-            max_tokens=max_tokens,
+            max_history_tokens=max_history_tokens,
             token_counter=token_counter,
             capacity=None,
         )
@@ -227,21 +229,21 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         self._maybe_compact(ids)
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Summary block + the newest verbatim steps the window and the budget allow.
 
         Args:
             history_length: verbatim steps: -1 all held, 0 none (and no summary), k the last k.
             env_ids: which envs (all when None).
-            max_tokens: token budget of the whole context (as for :meth:`HistoryMemory.fetch`):
-                first the newest step, then the summary, then older steps. ``lengths`` count
-                verbatim steps.
+            max_history_tokens: token budget of the whole context (as for
+                :meth:`HistoryMemory.fetch`): first the newest step, then the summary, then
+                older steps. ``lengths`` count verbatim steps.
         """
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         blocks = [self._block[i] for i in ids]
         if hl == 0 or not any(blocks):
-            return self._window.fetch(hl, ids, max_tokens=budgets)
+            return self._window.fetch(hl, ids, max_history_tokens=budgets)
         return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
 
     def set_formatter(self, formatter: FormatterSpec) -> None:
@@ -291,8 +293,8 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         if cap is not None:
             trig = cap if trig is None else min(trig, cap)
         limit = None
-        if s.trigger_ratio is not None and self.max_tokens is not None:
-            limit = s.trigger_ratio * self.max_tokens
+        if s.trigger_ratio is not None and self.max_history_tokens is not None:
+            limit = s.trigger_ratio * self.max_history_tokens
         held_l = window.held_counts
         if self._pending:  # an env waiting for its memory turn keeps its steps until then
             ids = [i for i in ids if i not in self._pending]
@@ -440,7 +442,7 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         s = self.settings
         return (
             f"CompactionMemory(num_envs={self.num_envs}, formatter={self.formatter!r}, "
-            f"max_tokens={self.max_tokens}, trigger_steps={s.trigger_steps}, "
+            f"max_history_tokens={self.max_history_tokens}, trigger_steps={s.trigger_steps}, "
             f"trigger_ratio={s.trigger_ratio}, keep_last={s.keep_last}, "
             f"summarizer={self.summarizer!r}, summary_max_tokens={s.summary_max_tokens})"
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final, Literal
 
 from agent_memory.checks import check_choice
@@ -27,9 +27,23 @@ class ConversationSettings(Settings):
         ValueError: thought_format may use only {thought} and {action}, got '{why}' ('why')
     """
 
-    system_prompt: str | None = None
-    thought_format: str | None = DEFAULT_THOUGHT_FORMAT
-    ids: Literal["uuid", "counter"] = "uuid"
+    system_prompt: str | None = field(
+        default=None,
+        metadata={
+            "help": "System message each episode starts with (null: none; do not also set "
+            "env.template.system)."
+        },
+    )
+    thought_format: str | None = field(
+        default=DEFAULT_THOUGHT_FORMAT,
+        metadata={
+            "help": "Assistant content when a thought is present (null: thoughts are left out)."
+        },
+    )
+    ids: Literal["uuid", "counter"] = field(
+        default="uuid",
+        metadata={"help": "Message ids: uuid, or counter (deterministic env{i}-ep{k}-{n})."},
+    )
 
     def __post_init__(self) -> None:
         check_choice("ids", self.ids, ("uuid", "counter"))

@@ -38,7 +38,7 @@ from agent_memory.memory.conversation.messages import (
     message_text,
     select_messages,
 )
-from agent_memory.memory.conversation.settings import DEFAULT_THOUGHT_FORMAT, ConversationSettings
+from agent_memory.memory.conversation.settings import ConversationSettings
 from agent_memory.memory.settings import SettingsAttributes
 from agent_memory.tokens import TokenCounterSpec
 
@@ -51,7 +51,7 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
     Args:
         num_envs, token_counter, capacity: as for :class:`~agent_memory.memory.HistoryMemory`.
         formatter: a formatter with ``output == "messages"`` (default ``"chat"``).
-        max_tokens: default token budget of :meth:`fetch` and :meth:`to_llm_format`.
+        max_history_tokens: default token budget of :meth:`fetch` and :meth:`to_llm_format`.
         system_prompt: a system message every episode starts with (``None``: none); with the
             wrappers, put it either here or in the prompt template, not both.
         thought_format: the assistant message of a step with a ``thought`` (fields ``thought``,
@@ -79,20 +79,22 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         ('a shiny key', 'env1-ep1-5', 'take key', 1)
     """
 
+    settings_class = ConversationSettings
+
     def __init__(
         self,
         num_envs: int,
         formatter: FormatterSpec = "chat",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        system_prompt: str | None = None,
-        thought_format: str | None = DEFAULT_THOUGHT_FORMAT,
-        ids: Literal["uuid", "counter"] = "uuid",
+        system_prompt: str | None = ConversationSettings.system_prompt,
+        thought_format: str | None = ConversationSettings.thought_format,
+        ids: Literal["uuid", "counter"] = ConversationSettings.ids,
     ) -> None:
         self.settings = ConversationSettings.from_arguments(locals())
-        super().__init__(num_envs, formatter, max_tokens, token_counter, capacity)
+        super().__init__(num_envs, formatter, max_history_tokens, token_counter, capacity)
         fmt = self._formatter
         if fmt.output != "messages":
             raise ValueError(
@@ -163,11 +165,15 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
             raise ValueError(f"role must be one of {sorted(ROLES)}, got {role!r}")
         return list(c.by_role[role])
 
-    def to_llm_format(self, env_id: int, max_tokens: int | None = UNSET) -> list[dict[str, Any]]:
+    def to_llm_format(
+        self, env_id: int, max_history_tokens: int | None = UNSET
+    ) -> list[dict[str, Any]]:
         """OpenAI-format messages of env ``env_id``: a leading system message, then the newest
-        within ``max_tokens`` (default: the memory's), tool exchanges whole."""
+        within ``max_history_tokens`` (default: the memory's), tool exchanges whole."""
         i = check_env_index(env_id, self.num_envs)
-        budget = check_budget(self.max_tokens if max_tokens is UNSET else max_tokens)
+        budget = check_budget(
+            self.max_history_tokens if max_history_tokens is UNSET else max_history_tokens
+        )
         c = self._envs[i]
         body = c.body()
         head = [c.messages[0].to_llm()] if body else []
@@ -248,7 +254,7 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         ]
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's OpenAI-format messages over the last ``history_length`` steps within the
         token budget, and how many steps they show.
@@ -256,9 +262,9 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         Args:
             history_length: -1 = the whole episode, 0 = none, k > 0 = the last k steps.
             env_ids: which envs (all when None).
-            max_tokens: token budget, system message included (a larger one is sent alone).
+            max_history_tokens: token budget, system message included (a larger one is sent alone).
         """
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         if hl == 0:
             return Fetched([[] for _ in ids], [0] * len(ids))
         fetched = [

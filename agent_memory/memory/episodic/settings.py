@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from agent_memory.checks import check_choice, check_int, check_number, check_str
+from agent_memory.config_fields import CONFIG_DEFAULT
 from agent_memory.memory.episodic.store import RETENTIONS, Retention, Scope
 from agent_memory.memory.episodic.tasks import KeyBy, Similarity
 from agent_memory.memory.settings import Settings
@@ -39,40 +40,164 @@ class EpisodicSettings(Settings):
         ValueError: top_k must be an int >= 1, got 0
     """
 
-    path: str | os.PathLike[str] | None = None
-    retention: Retention = "single_run"
-    control: Control = "static"
-    namespace: str = "default"
-    run_id: str | None = None
-    session_id: str | None = None
-    env_name: str | None = None
-    key_by: KeyBy = "task_and_observation"
-    top_k: int = 3
-    include_failures: bool = True
-    similar_tasks: bool = True
-    min_similarity: float = 0.3
-    similarity: str | Similarity = "lexical"
-    header: str = "Past episodes of this task:"
-    block_role: Literal["user", "system"] = "user"
-    in_fetch: bool = True
-    max_block_chars: int = 2000
-    digest_max_actions: int = 60
-    digest_obs_chars: int = 300
-    digest_max_chars: int = 1200
-    record_unfinished: bool = False
-    max_rows_per_task: int | None = 50
-    max_rows: int | None = None
-    max_age_s: float | None = None
-    session_ttl_s: float | None = None
-    prune_every: int = 100
-    purge_on_close: bool = True
-    agent_hint: bool = True
-    max_memory_actions: int = 3
-    show_replies: int = 2
-    note_max_chars: int = 500
-    busy_timeout_s: float = 5.0
-    max_wait_s: float = 60.0
-    synchronous: Synchronous = "NORMAL"
+    path: str | os.PathLike[str] | None = field(
+        default=None,
+        metadata={
+            "help": "SQLite file ({output_dir}: the run's output directory); a fixed path for "
+            "persistent memory.",
+            CONFIG_DEFAULT: "{output_dir}/episodic.sqlite",
+        },
+    )
+    retention: Retention = field(
+        default="single_run",
+        metadata={
+            "help": "single_run (this run only) | session (runs sharing session_id) | "
+            "persistent (across runs)."
+        },
+    )
+    control: Control = field(
+        default="static",
+        metadata={
+            "help": "static: the framework records and retrieves; agent: the model's "
+            "<record>/<retrieve>; both."
+        },
+    )
+    namespace: str = field(
+        default="default", metadata={"help": "Separates experiments sharing one database file."}
+    )
+    run_id: str | None = field(
+        default=None,
+        metadata={
+            "help": "All workers of a run share it ({run_id}: a fresh id per run).",
+            CONFIG_DEFAULT: "{run_id}",
+        },
+    )
+    session_id: str | None = field(
+        default=None,
+        metadata={"help": "Session id, required by retention=session (null otherwise)."},
+    )
+    env_name: str | None = field(
+        default=None, metadata={"help": "Prefix of task keys, e.g. the Gymnasium id (null: none)."}
+    )
+    key_by: KeyBy = field(
+        default="task_and_observation",
+        metadata={
+            "help": "What identifies a task: task | task_and_observation (levels that share a "
+            "task text)."
+        },
+    )
+    top_k: int = field(default=3, metadata={"help": "Past episodes shown at an episode's start."})
+    include_failures: bool = field(
+        default=True, metadata={"help": "Show failed episodes too, with their outcome, as lessons."}
+    )
+    similar_tasks: bool = field(
+        default=True,
+        metadata={
+            "help": "Also retrieve episodes of tasks with similar text (false for Sokoban-like "
+            "tasks)."
+        },
+    )
+    min_similarity: float = field(
+        default=0.3, metadata={"help": "Similarity threshold for similar tasks."}
+    )
+    similarity: str | Similarity = field(
+        default="lexical", metadata={"help": "lexical | embedding:hashing | embedding:minilm."}
+    )
+    header: str = field(
+        default="Past episodes of this task:", metadata={"help": "First line of the block."}
+    )
+    block_role: Literal["user", "system"] = field(
+        default="user",
+        metadata={"help": "Role of the block's message with the chat formatter: user | system."},
+    )
+    in_fetch: bool = field(
+        default=True,
+        metadata={
+            "help": "Put the block at the head of each fetched context (false: the caller shows "
+            "memory.block())."
+        },
+    )
+    max_block_chars: int = field(
+        default=2000,
+        metadata={"help": "Longest block, in characters (lowest-ranked episodes dropped first)."},
+    )
+    digest_max_actions: int = field(
+        default=60, metadata={"help": "Most actions an episode's digest lists."}
+    )
+    digest_obs_chars: int = field(
+        default=300, metadata={"help": "Characters of each observation an episode's digest keeps."}
+    )
+    digest_max_chars: int = field(
+        default=1200, metadata={"help": "Longest episode digest, in characters."}
+    )
+    record_unfinished: bool = field(
+        default=False,
+        metadata={"help": "Also record episodes handed over without terminating or truncating."},
+    )
+    max_rows_per_task: int | None = field(
+        default=50,
+        metadata={"help": "Keep only the best this many episodes per task key (null: all)."},
+    )
+    max_rows: int | None = field(
+        default=None,
+        metadata={
+            "help": "persistent retention: keep the newest this many rows of the namespace "
+            "(null: all)."
+        },
+    )
+    max_age_s: float | None = field(
+        default=None,
+        metadata={
+            "help": "Delete rows of this retention older than this many seconds (single_run: "
+            "orphans; null: never)."
+        },
+    )
+    session_ttl_s: float | None = field(
+        default=None,
+        metadata={
+            "help": "session retention: delete sessions idle longer than this many seconds "
+            "(null: never)."
+        },
+    )
+    prune_every: int = field(
+        default=100, metadata={"help": "Prune every this many recorded episodes (and at start)."}
+    )
+    purge_on_close: bool = field(
+        default=True,
+        metadata={
+            "help": "single_run: delete the run's rows when the run ends (false keeps them, "
+            "e.g. to inspect the file)."
+        },
+    )
+    agent_hint: bool = field(
+        default=True,
+        metadata={"help": "Agent control: put the memory actions' instructions in the block."},
+    )
+    max_memory_actions: int = field(
+        default=3, metadata={"help": "Agent control: memory actions allowed per episode."}
+    )
+    show_replies: int = field(
+        default=2,
+        metadata={"help": "Agent control: the episode's latest memory replies the block shows."},
+    )
+    note_max_chars: int = field(
+        default=500, metadata={"help": "Agent control: a note's length cap, in characters."}
+    )
+    busy_timeout_s: float = field(
+        default=5.0,
+        metadata={"help": "Seconds SQLite's busy handler waits for a lock per attempt."},
+    )
+    max_wait_s: float = field(
+        default=60.0,
+        metadata={"help": "Seconds a write (or read) retries a locked database before it fails."},
+    )
+    synchronous: Synchronous = field(
+        default="NORMAL",
+        metadata={
+            "help": "SQLite's synchronous pragma: OFF | NORMAL (survives process kills) | FULL "
+            "(power loss) | EXTRA."
+        },
+    )
 
     def __post_init__(self) -> None:
         check_choice("retention", self.retention, RETENTIONS)

@@ -68,7 +68,7 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
     """A per-env window (a :class:`HistoryMemory`) plus retrieval of past episodes of the task.
 
     Args:
-        num_envs, formatter, token_counter, max_tokens, capacity: passed to the window.
+        num_envs, formatter, token_counter, max_history_tokens, capacity: passed to the window.
         path: the SQLite database (default ``$XDG_CACHE_HOME/agent_memory/episodic.sqlite``).
         retention: ``single_run``, ``session`` or ``persistent`` (see the archive module).
         control: ``static``, ``agent`` or ``both`` (module docstring).
@@ -105,6 +105,8 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         ValueError: a bad argument.
     """
 
+    settings_class = EpisodicSettings
+
     fetch_when_empty: ClassVar[bool] = True
 
     def __init__(
@@ -112,43 +114,43 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        path: str | os.PathLike[str] | None = None,
-        retention: Retention = "single_run",
-        control: Control = "static",
-        namespace: str = "default",
-        run_id: str | None = None,
-        session_id: str | None = None,
-        env_name: str | None = None,
-        key_by: KeyBy = "task_and_observation",
-        top_k: int = 3,
-        include_failures: bool = True,
-        similar_tasks: bool = True,
-        min_similarity: float = 0.3,
-        similarity: str | Similarity = "lexical",
-        header: str = "Past episodes of this task:",
-        block_role: Literal["user", "system"] = "user",
-        in_fetch: bool = True,
-        max_block_chars: int = 2000,
-        digest_max_actions: int = 60,
-        digest_obs_chars: int = 300,
-        digest_max_chars: int = 1200,
-        record_unfinished: bool = False,
-        max_rows_per_task: int | None = 50,
-        max_rows: int | None = None,
-        max_age_s: float | None = None,
-        session_ttl_s: float | None = None,
-        prune_every: int = 100,
-        purge_on_close: bool = True,
-        agent_hint: bool = True,
-        max_memory_actions: int = 3,
-        show_replies: int = 2,
-        note_max_chars: int = 500,
-        busy_timeout_s: float = 5.0,
-        max_wait_s: float = 60.0,
-        synchronous: Synchronous = "NORMAL",
+        path: str | os.PathLike[str] | None = EpisodicSettings.path,
+        retention: Retention = EpisodicSettings.retention,
+        control: Control = EpisodicSettings.control,
+        namespace: str = EpisodicSettings.namespace,
+        run_id: str | None = EpisodicSettings.run_id,
+        session_id: str | None = EpisodicSettings.session_id,
+        env_name: str | None = EpisodicSettings.env_name,
+        key_by: KeyBy = EpisodicSettings.key_by,
+        top_k: int = EpisodicSettings.top_k,
+        include_failures: bool = EpisodicSettings.include_failures,
+        similar_tasks: bool = EpisodicSettings.similar_tasks,
+        min_similarity: float = EpisodicSettings.min_similarity,
+        similarity: str | Similarity = EpisodicSettings.similarity,
+        header: str = EpisodicSettings.header,
+        block_role: Literal["user", "system"] = EpisodicSettings.block_role,
+        in_fetch: bool = EpisodicSettings.in_fetch,
+        max_block_chars: int = EpisodicSettings.max_block_chars,
+        digest_max_actions: int = EpisodicSettings.digest_max_actions,
+        digest_obs_chars: int = EpisodicSettings.digest_obs_chars,
+        digest_max_chars: int = EpisodicSettings.digest_max_chars,
+        record_unfinished: bool = EpisodicSettings.record_unfinished,
+        max_rows_per_task: int | None = EpisodicSettings.max_rows_per_task,
+        max_rows: int | None = EpisodicSettings.max_rows,
+        max_age_s: float | None = EpisodicSettings.max_age_s,
+        session_ttl_s: float | None = EpisodicSettings.session_ttl_s,
+        prune_every: int = EpisodicSettings.prune_every,
+        purge_on_close: bool = EpisodicSettings.purge_on_close,
+        agent_hint: bool = EpisodicSettings.agent_hint,
+        max_memory_actions: int = EpisodicSettings.max_memory_actions,
+        show_replies: int = EpisodicSettings.show_replies,
+        note_max_chars: int = EpisodicSettings.note_max_chars,
+        busy_timeout_s: float = EpisodicSettings.busy_timeout_s,
+        max_wait_s: float = EpisodicSettings.max_wait_s,
+        synchronous: Synchronous = EpisodicSettings.synchronous,
     ) -> None:
         self.settings = s = EpisodicSettings.from_arguments(locals())
         super().__init__(**self._shared(locals()))
@@ -172,15 +174,15 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         self._set_block(i)
 
     def fetch(
-        self, history_length: int, env_ids: EnvIds = None, *, max_tokens: Budget = UNSET
+        self, history_length: int, env_ids: EnvIds = None, *, max_history_tokens: Budget = UNSET
     ) -> Fetched:
         """Each env's block (when it has one) followed by its window.
 
         A token budget covers both: the block first (left out when it alone does not fit).
         """
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         if not self.settings.in_fetch:
-            return self._window.fetch(hl, ids, max_tokens=budgets)
+            return self._window.fetch(hl, ids, max_history_tokens=budgets)
         blocks = [self._layout_blocks[i] for i in ids]
         return self.layout.fetch(self._window, hl, ids, budgets, blocks)[0]
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from agent_memory.checks import check_choice, check_int, check_number, check_str
@@ -31,20 +31,62 @@ class RetrievalSettings(Settings):
         ValueError: rerank must be one of ['lexical', 'recency', 'none'], got 'bm25'
     """
 
-    top_k: int = 3
-    similarity_threshold: float = 0.1
-    encoder: EncoderSpec = "hashing"
-    index: IndexName = "auto"
-    embed_keys: Sequence[str] | str = ("observation",)
-    query_source: QuerySource = "last_step"
-    rerank: Rerank = "lexical"
-    rerank_weight: float = 0.3
-    rerank_pool: int = 4
-    recency_half_life: float = 20.0
-    dedup: bool = True
-    header: str = "Relevant earlier steps:"
-    window_header: str = "Recent steps:"
-    max_encode_chars: int = 8192
+    top_k: int = field(default=3, metadata={"help": "Older steps retrieved at most."})
+    similarity_threshold: float = field(
+        default=0.1,
+        metadata={"help": "Minimum cosine similarity in [-1, 1] (-1 disables the threshold)."},
+    )
+    encoder: EncoderSpec = field(
+        default="hashing",
+        metadata={
+            "help": "hashing (dependency-free n-grams) | minilm (extra `embeddings`) | bm25."
+        },
+    )
+    index: IndexName = field(
+        default="auto",
+        metadata={"help": "Vector index: auto | numpy | faiss (extra `faiss`) | bm25."},
+    )
+    embed_keys: Sequence[str] | str = field(
+        default=("observation",),
+        metadata={"help": "Record keys whose text is embedded and compared for dedup."},
+    )
+    query_source: QuerySource = field(
+        default="last_step",
+        metadata={
+            "help": "Query when fetch gets none: last_step (the newest step's text) or explicit "
+            "(an error); the wrappers always pass the current observation."
+        },
+    )
+    rerank: Rerank = field(
+        default="lexical",
+        metadata={"help": "Second-stage rerank: lexical (word overlap) | recency | none."},
+    )
+    rerank_weight: float = field(
+        default=0.3,
+        metadata={"help": "Weight of the rerank term: (1 - w) * similarity + w * rerank score."},
+    )
+    rerank_pool: int = field(default=4, metadata={"help": "Candidates reranked: top_k x this."})
+    recency_half_life: float = field(
+        default=20.0,
+        metadata={"help": "Steps after which the recency term halves (rerank=recency)."},
+    )
+    dedup: bool = field(
+        default=True,
+        metadata={"help": "Show identical texts once (and skip those already in the window)."},
+    )
+    header: str = field(
+        default="Relevant earlier steps:", metadata={"help": "Opens the retrieved block."}
+    )
+    window_header: str = field(
+        default="Recent steps:", metadata={"help": "Line before the recent window."}
+    )
+    max_encode_chars: int = field(
+        default=8192,
+        metadata={
+            "help": "Texts are encoded (and their words compared) by their first this many "
+            "characters."
+        },
+    )
 
     def __post_init__(self) -> None:
         keys: Any = (self.embed_keys,) if isinstance(self.embed_keys, str) else self.embed_keys

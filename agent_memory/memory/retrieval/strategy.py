@@ -45,7 +45,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
     """Recent window + top-k relevant older steps of the same episode (see the module docstring).
 
     Args:
-        num_envs, formatter, max_tokens, token_counter, capacity: as for HistoryMemory.
+        num_envs, formatter, max_history_tokens, token_counter, capacity: as for HistoryMemory.
         top_k: older steps retrieved per fetch at most (0: none, a plain window memory).
         similarity_threshold: minimum similarity in ``[-1, 1]`` to be retrieved (``-1``: any).
         encoder: ``"hashing"``, ``"minilm"`` (extra ``embeddings``), ``"bm25"``, a
@@ -67,6 +67,8 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         ValueError: a bad setting.
     """
 
+    settings_class = RetrievalSettings
+
     #: ``fetch`` takes ``queries=[...]`` (one text per env).
     accepts_queries: ClassVar[bool] = True
 
@@ -75,23 +77,23 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         num_envs: int,
         formatter: FormatterSpec = "simple",
         *,
-        max_tokens: int | None = None,
+        max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        top_k: int = 3,
-        similarity_threshold: float = 0.1,
-        encoder: EncoderSpec = "hashing",
-        index: IndexName = "auto",
-        embed_keys: Sequence[str] | str = ("observation",),
-        query_source: QuerySource = "last_step",
-        rerank: Rerank = "lexical",
-        rerank_weight: float = 0.3,
-        rerank_pool: int = 4,
-        recency_half_life: float = 20.0,
-        dedup: bool = True,
-        header: str = "Relevant earlier steps:",
-        window_header: str = "Recent steps:",
-        max_encode_chars: int = 8192,
+        top_k: int = RetrievalSettings.top_k,
+        similarity_threshold: float = RetrievalSettings.similarity_threshold,
+        encoder: EncoderSpec = RetrievalSettings.encoder,
+        index: IndexName = RetrievalSettings.index,
+        embed_keys: Sequence[str] | str = RetrievalSettings.embed_keys,
+        query_source: QuerySource = RetrievalSettings.query_source,
+        rerank: Rerank = RetrievalSettings.rerank,
+        rerank_weight: float = RetrievalSettings.rerank_weight,
+        rerank_pool: int = RetrievalSettings.rerank_pool,
+        recency_half_life: float = RetrievalSettings.recency_half_life,
+        dedup: bool = RetrievalSettings.dedup,
+        header: str = RetrievalSettings.header,
+        window_header: str = RetrievalSettings.window_header,
+        max_encode_chars: int = RetrievalSettings.max_encode_chars,
     ) -> None:
         super().__init__(**self._shared(locals()))
         self.settings = RetrievalSettings.from_arguments(locals())
@@ -139,7 +141,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         history_length: int,
         env_ids: EnvIds = None,
         *,
-        max_tokens: Budget = UNSET,
+        max_history_tokens: Budget = UNSET,
         queries: Sequence[str | None] | None = None,
     ) -> Fetched:
         """Each env's context: retrieved older steps (marked block), then the recent window.
@@ -148,7 +150,8 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
             history_length: the recent window: -1 whole episode (nothing to retrieve), 0 none
                 (every step is a candidate), k > 0 the last k steps.
             env_ids: which envs (all when None), in the order of the returned lists.
-            max_tokens: token budget of the whole context (as for :meth:`HistoryMemory.fetch`).
+            max_history_tokens: token budget of the whole context (as for
+                :meth:`HistoryMemory.fetch`).
             queries: one query per env in ``env_ids`` (None entries: as ``query_source`` says).
 
         Returns:
@@ -158,7 +161,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         Raises:
             ValueError: bad arguments, or ``query_source="explicit"`` without ``queries``.
         """
-        hl, ids, budgets = self._request(history_length, env_ids, max_tokens)
+        hl, ids, budgets = self._request(history_length, env_ids, max_history_tokens)
         self._check_queries(queries, len(ids))
         ranked = self._retrieve(hl, ids, queries)
         chat = self.formatter.output == "messages"
@@ -277,5 +280,6 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         return (
             f"RetrievalMemory(num_envs={self.num_envs}, formatter={self.formatter!r}, "
             f"top_k={s.top_k}, encoder={self.encoder!r}, index={self.index_name!r}, "
-            f"rerank={s.rerank!r}, max_tokens={self.max_tokens}, capacity={self.capacity})"
+            f"rerank={s.rerank!r}, max_history_tokens={self.max_history_tokens}, "
+            f"capacity={self.capacity})"
         )

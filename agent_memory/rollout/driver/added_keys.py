@@ -47,7 +47,8 @@ def refuse_added_key(full_key: str, value: Any, cfg: Any) -> str | None:
 
 def _memory(name: str, value: Any, cfg: Any) -> bool:
     from agent_memory.memory import available_memories, memory_factory
-    from agent_memory.rollout.driver.preflight import MEMORY_SHARED, other_strategies
+    from agent_memory.rollout.driver.memory_check import other_strategies
+    from agent_memory.rollout.history import MEMORY_SHARED
 
     strategy = cfg["memory"]["strategy"]
     if strategy not in available_memories():

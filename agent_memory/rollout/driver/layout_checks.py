@@ -64,7 +64,7 @@ env.formatter=transcript, or rollout.layout=step
             "rollout.layout=step",
             key="memory.strategy",
         )
-    for name in ("max_tokens", "max_prompt_tokens"):
+    for name in ("max_history_tokens", "max_prompt_tokens"):
         if (value := getattr(mem, name)) is not None:
             return ConfigError(
                 f"rollout.layout=episode {why}, but memory.{name}={value} drops the oldest "

@@ -13,15 +13,16 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_memory.config import JobConfig
 from agent_memory.failures import clean_text, first_line
 from agent_memory.rollout.driver.book import Slot
 from agent_memory.rollout.driver.stats import RolloutStats
 from agent_memory.rollout.messages import CrashReport, WorkerStatus
-from agent_memory.rollout.worker.port import PolicySource
-from agent_memory.rollout.worker.worker import RolloutWorker, marks_dir
+
+if TYPE_CHECKING:
+    from agent_memory.rollout.worker.port import PolicySource
 
 __all__ = ["RESTART_TIMEOUT_S", "WorkerPool", "WorkerSetupError"]
 
@@ -92,6 +93,9 @@ class WorkerPool:
             WorkerSetupError: a worker's constructor raised.
         """
         import ray
+
+        # The actor's module, with ray: importing the driver (e.g. for build_policy) starts none.
+        from agent_memory.rollout.worker.worker import RolloutWorker, marks_dir
 
         r = self.job.rollout
         # A worker plays at least one episode: no more workers start than this start's episodes

@@ -31,9 +31,7 @@ import os
 import re
 import socket
 import sys
-import tempfile
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,9 +41,15 @@ from agent_memory.extras import job_needs, require
 from agent_memory.policies import Policy
 from agent_memory.rollout.driver.env_check import EnvCheck, qualname, resolve_env
 from agent_memory.rollout.driver.layout_checks import check_episode_layout, history_key
+from agent_memory.rollout.driver.memory_check import (
+    check_formatter,
+    check_registered,
+    check_token_counter,
+    checked_memory,
+)
 from agent_memory.rollout.driver.oracle_check import check_policy_env
-from agent_memory.signatures import BUILD_ERRORS, bind_params, build_or_blame
-from agent_memory.suggest import did_you_mean, override_value
+from agent_memory.rollout.history import wrapper_settings
+from agent_memory.signatures import bind_params, build_or_blame
 
 __all__ = [
     "EnvCheck",
@@ -57,17 +61,6 @@ __all__ = [
     "probe_server",
     "resolve_env",
 ]
-
-#: Constructor arguments the worker passes every memory strategy itself -> the key that sets them.
-MEMORY_SHARED = {
-    "num_envs": "rollout.envs_per_worker",
-    "formatter": "env.formatter",
-    "token_counter": "memory.token_counter",
-    "max_tokens": "memory.max_tokens",
-    "capacity": "memory.bounded",
-}
-#: Token counter names ``make_token_counter`` knows (besides ``hf:<path>`` and ``estimate:<n>``).
-COUNTERS = ("estimate", "chars", "qwen", "qwen3.5")
 
 
 @dataclass
@@ -110,30 +103,21 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     from agent_memory.wrappers import HistoryOptions
     from agent_memory.wrappers.base import WrapperParts
 
-    counter = _token_counter(job.memory.token_counter)
-    _formatter(job.env.formatter)
+    counter = check_token_counter(job.memory.token_counter)
+    check_formatter(job.env.formatter)
     texts = {k: f"env.template.{k}" for k in ("no_history", "with_history", "system")}
-    template = build_or_blame(job.env.template.build, "the prompt template", texts)
+    build_or_blame(job.env.template.build, "the prompt template", texts)
     parser_keys = {name: f"env.parser.{name}" for name in vars(job.env.parser)}
-    parser = build_or_blame(job.env.parser.build, "the response parser", parser_keys)
-    with _memory(job, counter) as memory:
+    build_or_blame(job.env.parser.build, "the response parser", parser_keys)
+    with checked_memory(job, counter) as memory:
         names = {
             "max_prompt_tokens": "memory.max_prompt_tokens",
             "history_length": history_key(job),
         }
 
         def wrap() -> WrapperParts:  # what VectorHistoryWrapper builds around the memory
-            return WrapperParts.build(
-                1,
-                HistoryOptions(
-                    history_length=job.history_length,
-                    memory=memory,
-                    template=template,
-                    parser=parser,
-                    token_counter=counter,
-                    max_prompt_tokens=job.memory.max_prompt_tokens,
-                ),
-            )
+            settings = wrapper_settings(job, memory, counter)
+            return WrapperParts.build(1, HistoryOptions.from_keywords(settings))
 
         core = build_or_blame(wrap, "the prompt", names)
     if policy is not None:
@@ -383,174 +367,6 @@ def cluster_cpus(address: str | None) -> tuple[float | None, str]:
     return float(os.cpu_count() or 1), "the local Ray instance gets this machine's"
 
 
-# ---------------------------------------------------------------------- env
-
-
-def _registered(name: str, registered: list[str], key: str, what: str, fix: str) -> None:
-    """Refuse a ``name`` that is not ``registered``, with the nearest registered one."""
-    if name not in registered:
-        hint = did_you_mean(name, registered, prefix=f"{key}=")
-        raise ConfigError(
-            f"{key}={name!r} is not a registered {what}: "
-            + (f"{hint} " if hint else "")
-            + f"Registered: {registered}{fix}",
-            key=key,
-        )
-
-
-# ---------------------------------------------------------------------- pieces
-
-
-def _token_counter(spec: Any) -> Any:
-    from agent_memory.tokens import make_token_counter
-
-    try:
-        return make_token_counter(spec)
-    except BUILD_ERRORS as e:
-        # A name that is not one: the nearest that is (a known name failed for another reason).
-        near = [] if str(spec) in COUNTERS else COUNTERS
-        hint = did_you_mean(str(spec), near, prefix="memory.token_counter=")
-        raise ConfigError(
-            f"memory.token_counter={spec!r} cannot be built ({type(e).__name__}: {e}): "
-            + (hint or "pass e.g. memory.token_counter=estimate"),
-            key="memory.token_counter",
-        ) from None
-
-
-def _formatter(spec: Any) -> Any:
-    from agent_memory.formatting import available_formatters, formatter_factory, make_formatter
-
-    name = spec.get("name") if isinstance(spec, Mapping) else spec
-    key = "env.formatter.name" if isinstance(spec, Mapping) else "env.formatter"
-    if isinstance(name, str):
-        _registered(name, available_formatters(), key, "formatter", f": pass e.g. {key}=simple")
-    names = {"formatter": "env.formatter"}
-    if isinstance(spec, Mapping) and isinstance(name, str):
-        settings = {k: v for k, v in spec.items() if k != "name"}
-        factory = formatter_factory(name)
-        bind_params(factory, settings, key="env.formatter", what=f"formatter {name!r}")
-        names = {k: f"env.formatter.{k}" for k in settings} | names
-    return build_or_blame(lambda: make_formatter(spec), f"env.formatter={name!r}", names)
-
-
-@contextmanager
-def _memory(job: JobConfig, counter: Any) -> Iterator[Any]:
-    """The job's memory for one env, built in a temporary directory and closed on exit."""
-    from agent_memory.memory import available_memories, make_memory, memory_factory
-
-    mem = job.memory
-    strategy = mem.strategy
-    fix = "; or choose a memory config, e.g. memory=window"
-    _registered(strategy, available_memories(), "memory.strategy", "memory strategy", fix)
-    params = dict(mem.params)
-    factory = memory_factory(strategy)
-    bind_params(
-        factory,
-        params,
-        key="memory.params",
-        what=f"strategy {strategy!r}",
-        reserved=MEMORY_SHARED,
-        elsewhere=lambda name: other_strategies(name, strategy, params[name]),
-    )
-    capacity = job.memory_capacity
-    names = {k: f"memory.params.{k}" for k in params} | MEMORY_SHARED
-    with tempfile.TemporaryDirectory(prefix="agent_memory-preflight-") as tmp:
-        for k, v in params.items():
-            if k == "path" and isinstance(v, str):  # the strategy's database file
-                _check_writable(v, "memory.params.path")
-                params[k] = str(Path(tmp) / (Path(v).name or "memory.sqlite"))
-
-        def build() -> Any:  # what a worker builds, for one env
-            return make_memory(
-                strategy,
-                num_envs=1,
-                formatter=job.env.formatter,
-                token_counter=counter,
-                max_tokens=mem.max_tokens,
-                capacity=capacity,
-                **params,
-            )
-
-        memory = build_or_blame(build, f"memory.strategy={strategy!r}", names)
-        try:
-            yield memory
-        finally:
-            memory.close()
-
-
-def other_strategies(name: str, strategy: str, value: Any) -> str:
-    """Which other strategies take ``name`` (or the closest name), with the overrides that
-    choose one and set it to ``value`` (``++``: whether or not its config has the key): an
-    unknown parameter's hint."""
-    from agent_memory.memory import available_memories, memory_factory
-    from agent_memory.suggest import close_matches
-
-    owners: dict[str, list[str]] = {}
-    for other in available_memories():
-        if other != strategy:
-            try:
-                params = inspect.signature(memory_factory(other)).parameters
-            except (TypeError, ValueError):
-                continue
-            for param in params:
-                owners.setdefault(param, []).append(other)
-    best = [name] if name in owners else close_matches(name, owners, n=1)
-    if not best:
-        return f"strategy {strategy!r} takes no such parameter"
-    having = owners[best[0]]
-    fix = f"memory={having[-1]} ++memory.params.{best[0]}={override_value(value)}"
-    return f"{best[0]} is a parameter of strategy {', '.join(having)}: e.g. {fix}"
-
-
-def _check_writable(path: str, key: str) -> None:
-    """Refuse a database file the workers could not create or write: a directory, a path
-    through a file, a name longer than the file system takes, or a directory where no file can
-    be made (tried, not read from the mode bits: a read-only file system refuses even root)."""
-    p = Path(path).expanduser()
-    fix = f"pass a path in a writable directory, e.g. {key}={{output_dir}}/{p.name[:40]}"
-    parent = p.parent
-    while not _exists(parent) and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise ConfigError(
-            f"{key}={path!r} cannot be created: {str(parent)!r} is a file, not a directory: {fix}",
-            key=key,
-        )
-    try:
-        name_max = os.pathconf(parent, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        name_max = 255
-    for part in p.parts[len(parent.parts) :]:
-        if len(os.fsencode(part)) > name_max:
-            raise ConfigError(
-                f"{key}={path!r} cannot be created: the name {part[:24]!r}... is "
-                f"{len(os.fsencode(part))} bytes, longer than the {name_max} its file system "
-                f"takes: pass a shorter name, e.g. {key}={{output_dir}}/memory.sqlite",
-                key=key,
-            )
-    if p.is_dir():
-        raise ConfigError(f"{key}={path!r} is a directory: pass a file path", key=key)
-    try:
-        if p.exists():  # opened for appending, closed at once: its content is left as it is
-            os.close(os.open(p, os.O_WRONLY | os.O_APPEND))
-        else:
-            tempfile.TemporaryFile(dir=parent).close()
-    except OSError as e:
-        where = str(p) if p.exists() else str(parent)
-        raise ConfigError(
-            f"{key}={path!r} cannot be written: {where!r} is not writable "
-            f"({type(e).__name__}: {e.strerror or e}): {fix}",
-            key=key,
-        ) from None
-
-
-def _exists(p: Path) -> bool:
-    try:
-        return p.exists()
-    except OSError:  # e.g. a name too long to look up
-        return False
-
-
 def _check_value_fn(spec: str) -> None:
     from agent_memory.rollout.driver.advantages import load_value_fn
 
@@ -568,7 +384,9 @@ def _policy(job: JobConfig, env: EnvCheck) -> Policy:
     from agent_memory.rollout.driver.collector import build_policy
 
     name = job.policy.name
-    _registered(name, available_policies(), "policy.name", "policy", ": pass e.g. policy=random")
+    check_registered(
+        name, available_policies(), "policy.name", "policy", ": pass e.g. policy=random"
+    )
     factory = policy_factory(name)
     bind_params(
         factory,

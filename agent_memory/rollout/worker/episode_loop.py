@@ -17,6 +17,7 @@ from typing import Any
 
 from agent_memory.failures import describe_exception
 from agent_memory.protocol import Generation
+from agent_memory.rollout.bank import EnvBank
 from agent_memory.rollout.messages import EpisodeAssignment, FinishedEpisode
 from agent_memory.rollout.worker.port import PolicyPort
 from agent_memory.rollout.worker.records import (
@@ -57,10 +58,10 @@ class _Live:
 
 
 class EpisodeLoop:
-    """Plays the episodes assigned to ``worker`` (see the module docstring).
+    """Plays the episodes assigned to the envs of ``bank`` (see the module docstring).
 
     Args:
-        worker: the rollout worker (its ``reset_envs`` and ``step``).
+        bank: the envs (its ``reset_envs`` and ``step``).
         port: the policy's port (:func:`~agent_memory.rollout.worker.port.make_port`).
         max_response_chars: the rows' cap on raw responses.
         report_interval_s: the longest finished episodes wait to be sent together.
@@ -75,7 +76,7 @@ class EpisodeLoop:
 
     def __init__(
         self,
-        worker: Any,
+        bank: EnvBank,
         port: PolicyPort,
         max_response_chars: int,
         report_interval_s: float = 0.0,
@@ -83,12 +84,12 @@ class EpisodeLoop:
         pass_window_s: float = 0.0,
         spare_report_interval_s: float | None = None,
     ) -> None:
-        self.worker = worker
+        self.bank = bank
         self.lockstep = lockstep
         self.pass_window_s = pass_window_s
         self.port = port
         self.max_response_chars = max_response_chars
-        self.memory_tag = worker.env.memory.written_tag
+        self.memory_tag = bank.env.memory.written_tag
         self.report_interval_s = report_interval_s
         self.spare_report_interval_s = (
             report_interval_s if spare_report_interval_s is None else spare_report_interval_s
@@ -255,9 +256,9 @@ class EpisodeLoop:
             self.next_order[a.env] += 1
         by_env = {a.env: a for a in assignments}
         failed = []
-        for res in self.worker.reset_envs(assignments):
+        for res in self.bank.reset_envs(assignments):
             a = by_env[res.env]
-            if res.error is not None:
+            if res.view is None:  # the env could not reset (res.error)
                 failed.append(FinishedEpisode(res.env, a.traj_uid, [], error=res.error))
                 self.freed.add(res.env)
             else:
@@ -353,7 +354,7 @@ class EpisodeLoop:
                 )
             )
         if out:
-            self.worker.reset_envs([], park=[ep.env for ep in out])
+            self.bank.reset_envs([], park=[ep.env for ep in out])
         return out
 
     def _step(self) -> list[FinishedEpisode]:
@@ -374,7 +375,7 @@ class EpisodeLoop:
         if not ready:
             return out
         turns = [env for env in ready if self.live[env].run.turn]
-        for res in self.worker.step({env: g.text for env, g in ready.items()}, turns):
+        for res in self.bank.step({env: g.text for env, g in ready.items()}, turns):
             lv = self.live[res.env]
             lv.run.steps.append(
                 step_record(lv.run, ready[res.env], res, self.max_response_chars, self.memory_tag)

@@ -4,7 +4,7 @@ engine, the reference loop and the TRL adapter).
 
 Example:
     >>> from agent_memory.protocol import Generation
-    >>> from agent_memory.rollout.messages import PromptView, StepResult
+    >>> from agent_memory.rollout.bank import PromptView, StepResult
     >>> view = PromptView("Go.", context_tokens=2, context_chars=3, history_steps=0)
     >>> run = Playing("g0-t0", view)
     >>> policy_inputs([run])
@@ -22,8 +22,8 @@ from typing import Any
 
 from agent_memory.memory.notes import memory_token_mask
 from agent_memory.protocol import Generation
+from agent_memory.rollout.bank import PromptView, StepResult
 from agent_memory.rollout.jsonsafe import capped_text
-from agent_memory.rollout.messages import PromptView, StepResult
 from agent_memory.rollout.types import StepRecord
 
 __all__ = ["Playing", "policy_inputs", "request_failure", "step_record"]

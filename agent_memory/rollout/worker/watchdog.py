@@ -214,67 +214,16 @@ class MarkCalls(gym.Wrapper):
             self.marks.end(self.index)
 
 
-#: The guard process (run as ``python -I -S -c GUARD path limit interval pid``): the
-#: standard library only, so it starts in milliseconds and holds a few MB. Every ``interval`` it
-#: scans the first byte of each mark; a call older than ``limit`` is re-marked as a timeout (as
-#: :meth:`CallMarks.give_up` does) and the worker's other child processes, then the worker, are
-#: SIGKILLed. It ends when the worker is gone (it is then no longer its parent).
-GUARD = f"""
-import mmap, os, re, signal, sys, time
-path, limit, interval, pid = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
-SLOT, SIZE, BUSY = {_SLOT}, {_SIZE}, re.compile(rb"[^ \\x00]")
-
-def children():
-    found = []
-    for task in os.listdir(f"/proc/{{pid}}/task"):
-        with open(f"/proc/{{pid}}/task/{{task}}/children") as f:
-            found += [int(c) for c in f.read().split() if int(c) != os.getpid()]
-    return found
-
-def late(m, now):
-    for hit in BUSY.finditer(m[0 : len(m) : SLOT]):
-        o = hit.start() * SLOT
-        fields = m[o : o + SIZE].replace(b"\\0", b" ").split()
-        if len(fields) == 2 and fields[1].replace(b".", b"", 1).isdigit():
-            if now - float(fields[1]) > limit:
-                return o, fields
-    return None
-
-with open(path, "r+b") as f:
-    while os.getppid() == pid:
-        time.sleep(interval)
-        size = os.fstat(f.fileno()).st_size
-        if size < SLOT:
-            continue
-        with mmap.mmap(f.fileno(), size - size % SLOT) as m:
-            now = time.time()
-            hit = late(m, now)
-            if hit is None or m[hit[0] : hit[0] + SIZE].replace(b"\\0", b" ").split() != hit[1]:
-                continue
-            o, (phase, start) = hit
-            seconds = now - float(start)
-            m[o : o + SIZE] = f"timeout {{phase.decode()}} {{start.decode()}} {{seconds:.3f}}" \\
-                .encode().ljust(SIZE)[:SIZE]
-            m.flush()
-        try:
-            kids = children()
-        except OSError:
-            kids = []
-        for kid in kids:
-            try:
-                os.kill(kid, signal.SIGKILL)
-            except OSError:
-                pass
-        os.kill(pid, signal.SIGKILL)
-        break
-"""
+#: The guard process's program (:mod:`.guard`): a module of the standard library only, run by
+#: its path under ``python -I -S`` (milliseconds and a few MB, none of the package's imports).
+_GUARD = str(Path(__file__).with_name("guard.py"))
 
 
 class CallWatchdog:
     """Ends the process when an env call has run longer than ``limit_s`` (see the module).
 
     A thread checks the marks every ``interval`` and ends the process itself (exit status 70,
-    after ``before_exit``); a guard process (:data:`GUARD`, Linux) kills it from outside when
+    after ``before_exit``); a guard process (:mod:`.guard`, Linux) kills it from outside when
     a call is ``grace`` seconds later still (a call holding the GIL stops the thread).
 
     Args:
@@ -311,7 +260,8 @@ class CallWatchdog:
             return None
         self.marks._map(max(0, self.marks.num_envs - 1))  # the file exists before the guard
         args = [os.path.join(self.marks.root, _FILE), str(limit_s), str(self.interval)]
-        cmd = [sys.executable, "-I", "-S", "-c", GUARD, *args, str(os.getpid())]
+        layout = [str(os.getpid()), str(_SLOT), str(_SIZE)]
+        cmd = [sys.executable, "-I", "-S", _GUARD, *args, *layout]
         try:
             return subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         except OSError:  # no guard: the thread alone (a call holding the GIL is not ended)

@@ -11,7 +11,7 @@ Example:
     >>> parse_completion({"prompt": "hi", "n": 2})
     Traceback (most recent call last):
     ...
-    agent_memory.serving.requests.RequestError: n=2: the mock server returns one choice ...
+    mock_server.requests.RequestError: n=2: the mock server returns one choice ...
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_memory.checks import is_int, is_number
-from agent_memory.serving.backends import ChatMessage, RequestSampling
+from mock_server.backends import ChatMessage, RequestSampling
 
 __all__ = [
     "MAX_LOGPROBS",

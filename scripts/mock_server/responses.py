@@ -13,8 +13,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from agent_memory.serving.backends import BackendAnswer
-from agent_memory.serving.requests import (
+from mock_server.backends import BackendAnswer
+from mock_server.requests import (
     ChatRequest,
     CompletionRequest,
     Dialect,

@@ -1,10 +1,10 @@
 """Load generator: how many requests per second the mock server sustains.
 
 ``connections`` keep-alive connections send requests back to back for ``duration_s``. The CLI
-(``python -m agent_memory.serving.loadgen --connections 64``) runs the server in its own process.
+(``python -m mock_server.loadgen --connections 64``) runs the server in its own process.
 
 Example:
-    >>> from agent_memory.serving import HashBackend, MockOpenAIServer
+    >>> from mock_server import HashBackend, MockOpenAIServer
     >>> with MockOpenAIServer(HashBackend()) as server:
     ...     result = run_load(server.port, connections=4, duration_s=0.2)
     >>> result.errors, result.requests > 0
@@ -22,7 +22,8 @@ import sys
 import time
 from dataclasses import dataclass
 
-from agent_memory.serving.http11 import HOST
+from mock_server import child_env
+from mock_server.http11 import HOST
 
 __all__ = ["LoadResult", "main", "run_load"]
 
@@ -117,7 +118,7 @@ def run_load(
 
 def main(argv: list[str] | None = None) -> int:
     """Start ``mock_openai --hash`` in a subprocess, load it, print requests/s."""
-    p = argparse.ArgumentParser(prog="python -m agent_memory.serving.loadgen")
+    p = argparse.ArgumentParser(prog="python -m mock_server.loadgen")
     p.add_argument("--connections", type=int, nargs="+", default=[1, 16, 64, 256])
     p.add_argument("--duration", type=float, default=5.0)
     p.add_argument("--dialect", choices=["vllm", "sglang"], default="vllm")
@@ -125,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     cmd = [
         sys.executable,
         "-m",
-        "agent_memory.serving.mock_openai",
+        "mock_server.mock_openai",
         "--hash",
         "--port",
         "0",
@@ -136,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
         "--max-lifetime",
         str(60 + args.duration * 2 * len(args.connections)),
     ]
-    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
+    server = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True, env=child_env())
     try:
         assert server.stdout is not None
         line = server.stdout.readline()

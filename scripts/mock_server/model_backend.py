@@ -1,13 +1,13 @@
 """A real (tiny) Hugging Face causal LM behind the mock server, with vLLM's sampling semantics.
 
-Each step samples as vLLM does (:mod:`agent_memory.serving.sampling`) from a seeded generator,
+Each step samples as vLLM does (:mod:`mock_server.sampling`) from a seeded generator,
 and an answer ends as vLLM's does. ``logprobs_mode`` is vLLM's ``--logprobs-mode``:
 ``"raw_logprobs"`` (the model's ``log_softmax``) or ``"processed_logprobs"`` (those sampled from).
 
 Example:
     >>> import tempfile
     >>> from agent_memory.models import build_tiny_lm
-    >>> from agent_memory.serving.backends import RequestSampling
+    >>> from mock_server.backends import RequestSampling
     >>> path = build_tiny_lm(tempfile.mkdtemp(), ["go", "up", "down"])
     >>> backend = ModelBackend(path)
     >>> backend.logprobs_mode
@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from agent_memory.serving.backends import (
+from mock_server.backends import (
     BackendAnswer,
     ChatMessage,
     FinishReason,
@@ -35,7 +35,7 @@ from agent_memory.serving.backends import (
     RequestSampling,
     check_stop_strings,
 )
-from agent_memory.serving.sampling import (
+from mock_server.sampling import (
     GREEDY_EPS,
     apply_penalties,
     effective_temperature,
