@@ -23,6 +23,7 @@ from agent_memory.rollout.types import EpisodeSpec, Trajectory
 from agent_memory.rollout.worker.records import Playing
 
 if TYPE_CHECKING:
+    from agent_memory.policies import Policy
     from agent_memory.policies.hf import HFPolicy
     from agent_memory.rollout.bank import EnvBank
 
@@ -71,7 +72,7 @@ class EpisodeRunner:
     def run(
         self,
         prompts: Sequence[Any],
-        policy: Any,
+        policy: Policy,
         *,
         max_context: int | None = None,
         max_completion: int | None = None,

@@ -24,7 +24,7 @@ import numpy as np
 from agent_memory.extras import require, trainer_needs
 from agent_memory.failures import RunFailed, first_line, run_status, sigterm_interrupts
 from agent_memory.policies import make_policy
-from agent_memory.rollout.driver.advantages import TrajectoryValues, compute_advantages
+from agent_memory.rollout.driver.advantages import compute_advantages
 from agent_memory.rollout.driver.cluster import init_ray, stop_ray
 from agent_memory.rollout.driver.preflight import preflight
 from agent_memory.rollout.driver.runner import progress_bar, run_log
@@ -40,12 +40,13 @@ from agent_memory.train.checkpoint import (
 from agent_memory.train.config import TrainConfig, check_model, memory_reads_blocks
 from agent_memory.train.divergence import check_update
 from agent_memory.train.engine import RolloutEngine, eval_specs, train_specs
-from agent_memory.train.logprobs import ValueHead, forward, prompt_hidden
+from agent_memory.train.logprobs import ValueHead, forward
 from agent_memory.train.loss import policy_loss, value_loss
 from agent_memory.train.memory_figures import add_memory_totals, memory_metrics, write_eval_rows
 from agent_memory.train.metrics import MetricsLogger
 from agent_memory.train.model import build_tiny_for_env, load_model, pick_device
 from agent_memory.train.samples import ActionMode, Sample, build_samples, is_stale
+from agent_memory.train.values import TrainPolicy, estimate_values, train_policy
 
 __all__ = ["Learner", "build_learner", "episode_metrics", "iteration", "train", "update"]
 
@@ -166,12 +167,14 @@ def train(
         rollout_model = (
             learner.model if device.type == "cpu" else copy.deepcopy(learner.model).to("cpu")
         )
-        policy = make_policy(
-            cfg.policy.name,
-            model=rollout_model,
-            tokenizer=learner.tokenizer,
-            parser=cfg.env.parser.build(),
-            **{"seed": t.seed, **params_in},
+        policy = train_policy(
+            make_policy(
+                cfg.policy.name,
+                model=rollout_model,
+                tokenizer=learner.tokenizer,
+                parser=cfg.env.parser.build(),
+                **{"seed": t.seed, **params_in},
+            )
         )
         policy.calls = state.policy_calls  # the sampling stream resumes where it stopped
 
@@ -312,7 +315,7 @@ def iteration(
     it: int,
     learner: Learner,
     engine: RolloutEngine,
-    policy: Any,
+    policy: TrainPolicy,
     mode: ActionMode,
     *,
     out: Path | None = None,
@@ -518,39 +521,3 @@ def update(
             for k, v in parts.items():
                 totals.setdefault(k, []).append(float(v.detach() if hasattr(v, "detach") else v))
     return {**{k: float(np.mean(v)) for k, v in totals.items()}, "samples": float(len(samples))}
-
-
-def estimate_values(
-    model: Any,
-    value_head: Any,
-    policy: Any,
-    trajs: Sequence[Trajectory],
-    pad_id: int,
-    batch_size: int = 64,
-) -> dict[str, TrajectoryValues]:
-    """The value head's ``V(s_t)`` for every step (from its recorded prompt ids) and ``V(s_T)``
-    of each truncated episode's final prompt (rendered as the policy renders prompts)."""
-    import torch
-
-    prompts: list[Sequence[int]] = []
-    for tr in trajs:
-        for s in tr.steps:
-            if s.memory_turn:  # valued as the action it prepares (compute_advantages)
-                continue
-            assert s.generation is not None and s.generation.prompt_ids is not None
-            prompts.append(s.generation.prompt_ids)
-    finals = [tr for tr in trajs if tr.steps and not tr.terminated]
-    prompts += [policy.renderer.ids(tr.final_prompt) for tr in finals]
-    values: list[float] = []
-    with torch.no_grad():
-        for start in range(0, len(prompts), batch_size):
-            hidden = prompt_hidden(model, prompts[start : start + batch_size], pad_id=pad_id)
-            values += value_head(hidden).tolist()
-    out, k = {}, 0
-    uids = [tr.spec.traj_uid for tr in finals]
-    final_of = dict(zip(uids, values[len(values) - len(finals) :], strict=True))
-    for tr in trajs:
-        uid, n = tr.spec.traj_uid, sum(not s.memory_turn for s in tr.steps)
-        out[uid] = TrajectoryValues(values[k : k + n], final_of.get(uid, 0.0))
-        k += n
-    return out

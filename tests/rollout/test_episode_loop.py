@@ -15,6 +15,7 @@ from agent_memory.rollout.bank import EnvBank
 from agent_memory.rollout.driver.collector import build_policy
 from agent_memory.rollout.messages import EpisodeAssignment, EpisodeBatch, FinishedEpisode
 from agent_memory.rollout.worker.episode_loop import EpisodeLoop
+from agent_memory.rollout.worker.port import make_port
 from agent_memory.rollout.worker.worker import RolloutWorker
 from tests.rollout.conftest import make_job
 
@@ -125,7 +126,7 @@ def test_after_drain_a_worker_with_client_slots_to_spare_reports_within_the_spar
     # each pass, so the driver can move its spare slots; the 60 s interval no longer applies.
     worker = _worker(envs=2)
     loop = EpisodeLoop(
-        _bank(worker), worker.policy, 100, report_interval_s=60.0, spare_report_interval_s=0
+        _bank(worker), worker.port, 100, report_interval_s=60.0, spare_report_interval_s=0
     )
     env1 = [a(1, g, g - 1) for g in range(1, 101)]
 
@@ -271,7 +272,7 @@ def _passes(concurrency: int, window: float, monkeypatch) -> tuple[list[int], li
 
     monkeypatch.setattr(bank, "step", counted_step)
     monkeypatch.setattr(EpisodeLoop, "_gather_answers", counted_gather)
-    loop = EpisodeLoop(bank, _Slots(concurrency), 1000, pass_window_s=window)
+    loop = EpisodeLoop(bank, make_port(_Slots(concurrency)), 1000, pass_window_s=window)
     loop.finish()  # every episode is given at once
 
     async def main():
@@ -302,7 +303,7 @@ def test_without_requests_waiting_for_a_slot_no_answer_waits(monkeypatch):
 
 def test_a_gathering_pass_is_woken_by_an_answer_only_once_no_request_waits_for_a_slot():
     worker = _worker(envs=8)
-    loop = EpisodeLoop(_bank(worker), _Slots(2), 1000, pass_window_s=30.0)
+    loop = EpisodeLoop(_bank(worker), make_port(_Slots(2)), 1000, pass_window_s=30.0)
     wakes: list[tuple[bool, int]] = []  # (gathering, requests waiting for a slot) per wake
 
     class Spy(asyncio.Event):

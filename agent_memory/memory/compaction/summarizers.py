@@ -21,11 +21,14 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agent_memory.checks import check_int
 from agent_memory.registry import Registry
 from agent_memory.tokens import TokenCounter, make_token_counter
+
+if TYPE_CHECKING:
+    from agent_memory.policies import Policy
 
 __all__ = [
     "ExtractiveSummarizer",
@@ -384,7 +387,10 @@ class LLMSummarizer(Summarizer):
     _FIELDS = frozenset({"previous", "steps", "first_step", "last_step", "max_tokens", "max_words"})
 
     def __init__(
-        self, policy: Any, prompt: str = DEFAULT_SUMMARY_PROMPT, max_step_chars: int = 2000
+        self,
+        policy: Policy | str | Mapping[str, Any],
+        prompt: str = DEFAULT_SUMMARY_PROMPT,
+        max_step_chars: int = 2000,
     ) -> None:
         from agent_memory.policies import Policy, make_policy
 

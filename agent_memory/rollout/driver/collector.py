@@ -29,7 +29,8 @@ from agent_memory.rollout.messages import (
     FinishedEpisode,
 )
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
-from agent_memory.rollout.worker.episode_loop import PolicyFailed, answers_inline
+from agent_memory.rollout.worker.episode_loop import PolicyFailed
+from agent_memory.rollout.worker.port import placement
 from agent_memory.rollout.worker.service import PolicyService
 
 __all__ = [
@@ -105,15 +106,18 @@ class Collector:
         self._finishing: set[int] = set()
         self._drained: set[int] = set()  # the workers whose newest stream was told to drain
         self._slots = 0  # the live workers' envs at the start of a collect
-        inline = self.policy.runs_in == "worker" and answers_inline(self.policy)
+        #: Where the policy runs (decided once): in each worker, called inline or awaited as
+        #: a client, or in one policy service the workers share.
+        self.placement = placement(self.policy)
         #: Episodes queued ahead on each slot (``rollout.queue_depth``, by the policy).
-        self.depth = job.rollout.depth_for(inline)
+        self.depth = job.rollout.depth_for(self.placement == "inline")
         self._plan: dict[int, list[EpisodeAssignment]] = {}  # what _send sends next
         self._order: dict[Slot, int] = {}  # each slot's next EpisodeAssignment.order
         self._stream_id: dict[int, int] = {}  # each worker's newest stream's number
         #: Each worker's share of a client policy's ``concurrency`` as last sent (None: the
         #: policy has no shares). See :mod:`agent_memory.rollout.driver.shares`.
         self.shares: dict[int, int] | None = None
+        self.first_share = 0  # the workers' copy's own ``concurrency`` (with shares)
         #: Each dead worker's episodes (by env, the running one first) whose charges wait for
         #: what its restart tells (:meth:`_suspects_settled`).
         self._lost: dict[int, dict[int, list[str]]] = {}
@@ -153,16 +157,18 @@ class Collector:
         r = self.job.rollout
         n = num_episodes or r.num_episodes
         workers = min(r.num_workers, n)
-        if self.policy.runs_in == "worker":
-            self.pool.policy = self.policy.for_workers(workers)
-            if self.pool.policy.concurrency is not None:
-                # Each worker (re)starts with the copy's share (set_concurrency goes to the
-                # workers' copies, never to this one).
-                self.shares = dict.fromkeys(range(workers), self.pool.policy.concurrency)
-        else:
+        if self.placement == "service":
             actor = ray.remote(PolicyService).options(num_cpus=0, max_concurrency=4096)
             self.service = actor.remote(self.policy, self.max_batch_size, self.max_wait_ms)
             self.pool.policy = self.service
+        else:
+            replica = self.policy.for_workers(workers)
+            self.pool.policy = replica
+            if replica.concurrency is not None:
+                # Each worker (re)starts with the copy's share (set_concurrency goes to the
+                # workers' copies, never to this one).
+                self.shares = dict.fromkeys(range(workers), replica.concurrency)
+                self.first_share = replica.concurrency
         self.pool.start(n)
         self.parked = set(self.pool.slots())
 
@@ -296,7 +302,7 @@ class Collector:
         import ray
 
         total = self.policy.stats
-        if self.policy.runs_in != "worker" or total is None:
+        if self.placement == "service" or total is None:  # its counters are the driver's
             return
         live = [w for w, ok in zip(self.pool.workers, self.pool.alive, strict=True) if ok]
         for ref in [w.policy_stats.remote() for w in live]:
@@ -464,7 +470,7 @@ class Collector:
             if self.pool.alive[w]:
                 self.parked |= set(self.pool.slots(w))
                 if self.shares is not None:  # a restarted worker starts from its first share
-                    self.shares[w] = self.pool.policy.concurrency
+                    self.shares[w] = self.first_share
         now = time.monotonic()
         if self._lost and now >= self._node_check:
             self._node_check = now + _POLL_S

@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_memory.config import ConfigError, JobConfig
+
+if TYPE_CHECKING:
+    from agent_memory.policies import Policy
 
 __all__ = [
     "APPEND_ONLY_MEMORIES",
@@ -81,7 +84,7 @@ env.formatter=transcript, or rollout.layout=step
     return None
 
 
-def check_episode_layout(job: JobConfig, policy: Any) -> None:
+def check_episode_layout(job: JobConfig, policy: Policy) -> None:
     """Refuse (ConfigError, with the override) a built ``policy`` that cannot make
     ``rollout.layout=episode`` samples: it must render token ids and, where the chat only grows
     (:func:`append_only_error`: one sample per episode), each turn after the ids the model

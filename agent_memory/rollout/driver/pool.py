@@ -13,13 +13,16 @@ import logging
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agent_memory.config import JobConfig
 from agent_memory.failures import clean_text, first_line
 from agent_memory.rollout.driver.book import Slot
 from agent_memory.rollout.driver.stats import RolloutStats
 from agent_memory.rollout.messages import CrashReport, WorkerStatus
+
+if TYPE_CHECKING:
+    from agent_memory.rollout.worker.port import PolicySource
 
 __all__ = ["RESTART_TIMEOUT_S", "WorkerPool", "WorkerSetupError"]
 
@@ -52,7 +55,8 @@ class WorkerPool:
         run_id: names the workers' call-mark directories.
         stats: the run's counters (restarts, failures, timeouts are added here).
         meta_fields: what the policy needs besides the prompt (``Policy.needs``).
-        policy: what the workers answer with themselves (asynchronous engine), or None.
+        policy: what the workers answer with: a policy each runs itself, or a policy service's
+            Ray handle (None: not given yet).
     """
 
     def __init__(
@@ -61,7 +65,7 @@ class WorkerPool:
         run_id: str,
         stats: RolloutStats,
         meta_fields: list[str],
-        policy: Any = None,
+        policy: PolicySource | None = None,
     ) -> None:
         self.job = job
         self.run_id = run_id

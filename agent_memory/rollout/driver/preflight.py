@@ -31,6 +31,7 @@ import os
 import re
 import socket
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -406,7 +407,9 @@ def _factory(name: str) -> Any:
     return policy_factory(name) if name in available_policies() else None
 
 
-def _check_needs(name: str, policy: Any, env: EnvCheck, turns: bool = False) -> None:
+def _check_needs(
+    name: str, policy: Policy | Callable[..., Policy] | None, env: EnvCheck, turns: bool = False
+) -> None:
     """A policy that needs the env's oracle cannot play an env class without one; a memory that
     asks the policy for turns of its own (``turns``) needs one that answers a bare prompt."""
     needs: frozenset[str] = getattr(policy, "needs", frozenset())

@@ -11,15 +11,15 @@ from __future__ import annotations
 import asyncio
 import pickle
 from collections import defaultdict
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from agent_memory.failures import describe_exception
-from agent_memory.policies import Policy
 from agent_memory.protocol import Generation
 from agent_memory.rollout.bank import EnvBank
 from agent_memory.rollout.messages import EpisodeAssignment, FinishedEpisode
+from agent_memory.rollout.worker.port import PolicyPort
 from agent_memory.rollout.worker.records import (
     Playing,
     policy_inputs,
@@ -27,7 +27,7 @@ from agent_memory.rollout.worker.records import (
     step_record,
 )
 
-__all__ = ["EpisodeLoop", "PolicyFailed", "answers_inline"]
+__all__ = ["EpisodeLoop", "PolicyFailed"]
 
 
 class PolicyFailed(RuntimeError):
@@ -50,19 +50,6 @@ class PolicyFailed(RuntimeError):
         return (PolicyFailed, (str(self), self.error))
 
 
-def answers_inline(policy: Any) -> bool:
-    """Whether :class:`EpisodeLoop` calls ``policy`` beside the envs, one batch per pass
-    (``random``, ``scripted``), rather than awaiting its requests (a client, a service handle).
-
-    Example:
-        >>> from agent_memory.policies import make_policy
-        >>> answers_inline(make_policy("random")), answers_inline(make_policy("openai",
-        ...     base_url="http://127.0.0.1:8000/v1", model="m"))
-        (True, False)
-    """
-    return isinstance(policy, Policy) and not policy.answers_async
-
-
 @dataclass
 class _Live:
     run: Playing
@@ -75,8 +62,7 @@ class EpisodeLoop:
 
     Args:
         bank: the envs (its ``reset_envs`` and ``step``).
-        policy: a :class:`~agent_memory.policies.Policy` that runs in the worker, or a policy
-            service's Ray handle.
+        port: the policy's port (:func:`~agent_memory.rollout.worker.port.make_port`).
         max_response_chars: the rows' cap on raw responses.
         report_interval_s: the longest finished episodes wait to be sent together.
         spare_report_interval_s: the same once the driver has nothing more to give out
@@ -91,7 +77,7 @@ class EpisodeLoop:
     def __init__(
         self,
         bank: EnvBank,
-        policy: Any,
+        port: PolicyPort,
         max_response_chars: int,
         report_interval_s: float = 0.0,
         lockstep: bool = False,
@@ -101,7 +87,7 @@ class EpisodeLoop:
         self.bank = bank
         self.lockstep = lockstep
         self.pass_window_s = pass_window_s
-        self.policy = policy
+        self.port = port
         self.max_response_chars = max_response_chars
         self.memory_tag = bank.env.memory.written_tag
         self.report_interval_s = report_interval_s
@@ -132,8 +118,6 @@ class EpisodeLoop:
         self.closing = False
         #: Set by :meth:`drain`: nothing waits at the driver to be given out.
         self.drained = False
-        self._remote = not isinstance(policy, Policy)  # a policy service's Ray handle
-        self._inline = answers_inline(policy)
 
     def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
         """More episodes to play (each on the env it names, once that env is free: after the
@@ -291,54 +275,22 @@ class EpisodeLoop:
         prompts, metas = policy_inputs([self.live[env].run for env in waiting], self.memory_tag)
         for env in waiting:
             self.live[env].requests += 1
-        loop = asyncio.get_running_loop()
-        if self._inline:  # one call for every waiting env, right here
-            try:
-                gens = self.policy.generate(prompts, metas)
-            except Exception as e:
-                raise PolicyFailed(describe_exception(e), e) from e
-            for env, g in zip(waiting, gens, strict=True):
-                fut = loop.create_future()
-                fut.set_result(g)
-                self.live[env].request = fut
-                self.answered.append((env, fut))
-            return
-        if self._remote:
-            # One Ray call for every waiting env: a call per env costs more than a small
-            # model's forward. Lockstep's is a batch of its own; async's may join others'.
-            batch = loop.create_task(self._batch(prompts, metas))
-            calls = [self._nth(batch, k) for k in range(len(waiting))]
-        else:
-            calls = [self._one(p, m) for p, m in zip(prompts, metas, strict=True)]
-        for env, call in zip(waiting, calls, strict=True):
-            self.live[env].request = loop.create_task(self._answer(env, call))
         self.in_flight += len(waiting)
 
-    async def _answer(self, env: int, call: Awaitable[Generation]) -> Generation:
-        """``env``'s request: once it is answered (or fails, or is cancelled), queued for the
-        next step, in the task's own last step (a done callback would take one more pass of
-        the event loop per answer)."""
-        try:
-            return await call
-        finally:
+        def answered(k: int, request: asyncio.Future[Generation]) -> None:
+            """``waiting[k]``'s request is answered (or failed, or was cancelled): queued for
+            the next step."""
             self.in_flight -= 1
-            task = asyncio.current_task()
-            assert task is not None
-            self.answered.append((env, task))
+            self.answered.append((waiting[k], request))
             if not (self.gathering and self._backlog() > 0):
                 self.wake.set()
 
-    async def _one(self, prompt: Any, meta: dict[str, Any]) -> Generation:
-        return (await self.policy.agenerate([prompt], [meta]))[0]
-
-    async def _batch(self, prompts: list[Any], metas: list[dict[str, Any]]) -> list[Generation]:
-        """One request to the policy service for every waiting env (lockstep: answered as a
-        batch of its own)."""
-        return await self.policy.generate.remote(prompts, metas, self.lockstep)
-
-    @staticmethod
-    async def _nth(batch: asyncio.Future[list[Generation]], k: int) -> Generation:
-        return (await batch)[k]
+        try:
+            requests = self.port.ask(prompts, metas, answered)
+        except Exception as e:
+            raise PolicyFailed(describe_exception(e), e) from e
+        for env, request in zip(waiting, requests, strict=True):
+            self.live[env].request = request
 
     async def _wait(self) -> None:
         """Until at least one request of a live env is answered (or work arrives); lockstep:
@@ -361,8 +313,8 @@ class EpisodeLoop:
 
     def _backlog(self) -> int:
         """Requests that wait for a slot of the policy's ``concurrency`` (0 without one)."""
-        cap = None if self._remote else self.policy.concurrency
-        return self.in_flight - cap if isinstance(cap, int) else 0
+        cap = self.port.concurrency
+        return self.in_flight - cap if cap is not None else 0
 
     async def _gather_answers(self) -> None:
         """Let more answers come in, for ``pass_window_s`` at most: until the requests waiting

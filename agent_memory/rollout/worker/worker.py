@@ -19,10 +19,10 @@ from typing import Any
 
 from agent_memory.config import JobConfig
 from agent_memory.failures import describe_exception
-from agent_memory.policies import Policy
 from agent_memory.rollout.bank import EnvBank, build_env
 from agent_memory.rollout.messages import EpisodeAssignment, EpisodeBatch, WorkerStatus
-from agent_memory.rollout.worker.episode_loop import EpisodeLoop, answers_inline
+from agent_memory.rollout.worker.episode_loop import EpisodeLoop
+from agent_memory.rollout.worker.port import PolicyPort, PolicySource, make_port
 from agent_memory.rollout.worker.watchdog import CallMarks
 
 __all__ = ["RolloutWorker", "build_env", "marks_dir"]
@@ -41,7 +41,9 @@ class RolloutWorker:
         num_envs: sub-envs in this worker's vector env.
         meta_fields: per-env fields the policy needs besides the prompt (``Policy.needs``).
         marks_root: directory of this worker's call marks; None: no marks, no step time limit.
-        policy: what the worker answers with itself (None: until :meth:`set_policy`).
+        policy: what the worker answers with: a policy it runs, or a policy service's Ray
+            handle (None: until :meth:`set_policy`); made a port once
+            (:func:`~agent_memory.rollout.worker.port.make_port`).
         freeze_envs: the process is the worker's own (a Ray actor): once built, its envs are
             left out of the garbage collector's passes (``gc.freeze``; +16% env-steps/s at
             16k envs a worker, ``scripts/bench_scale.py``). Not in a process shared with other
@@ -55,12 +57,12 @@ class RolloutWorker:
         num_envs: int,
         meta_fields: Sequence[str] | None = None,
         marks_root: str | None = None,
-        policy: Any = None,
+        policy: PolicySource | None = None,
         freeze_envs: bool = False,
     ) -> None:
         self.index = index
         self.job = job
-        self.policy = policy
+        self.port: PolicyPort | None = None
         self.num_envs = num_envs
         self.marks = None if marks_root is None else CallMarks(marks_root, num_envs)
         # What the previous process of this worker left unfinished (if it died in an env).
@@ -80,8 +82,9 @@ class RolloutWorker:
                 # passes, which would walk every env's objects again and again.
                 gc.collect()
                 gc.freeze()
-            if isinstance(policy, Policy):
-                policy.prepare()  # the first step pays no client set-up
+            if policy is not None:
+                self.port = make_port(policy, lockstep=job.rollout.mode == "lockstep")
+                self.port.prepare()  # the first step pays no client set-up
         except Exception as e:  # reported by status(): a set-up error is not worth a restart
             self.init_error = describe_exception(e)
 
@@ -93,14 +96,14 @@ class RolloutWorker:
         node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         return WorkerStatus(os.getpid(), self.init_error, crashes, node)
 
-    def set_policy(self, policy: Any) -> WorkerStatus:
+    def set_policy(self, policy: PolicySource) -> WorkerStatus:
         """Answer with ``policy`` from now on (as the constructor's ``policy``); returns
         :meth:`status`. The pool sends it after the constructor and after each restart: a
         restartable actor's constructor argument must not live in Ray's object store."""
-        self.policy = policy
-        if self.init_error is None and isinstance(policy, Policy):
+        self.port = make_port(policy, lockstep=self.job.rollout.mode == "lockstep")
+        if self.init_error is None:
             try:
-                policy.prepare()
+                self.port.prepare()
             except Exception as e:  # reported by status(), as the constructor's errors
                 self.init_error = describe_exception(e)
         return self.status()
@@ -126,13 +129,19 @@ class RolloutWorker:
                 start an async actor's calls out of order: calls for a later stream wait).
         """
         bank = self._check_ready()
-        if policy_version is not None and self.policy is not None:
-            self.policy.version = policy_version
+        port = self.port
+        if port is None:
+            raise RuntimeError(
+                f"worker {self.index} has no policy to play with: pass the constructor's "
+                "policy or call set_policy before run"
+            )
+        if policy_version is not None:
+            port.set_version(policy_version)
         r = self.job.rollout
-        inline = answers_inline(self.policy)
+        inline = port.inline
         loop = EpisodeLoop(
             bank,
-            self.policy,
+            port,
             r.max_response_chars,
             r.report_interval_for(inline),
             lockstep=r.mode == "lockstep",
@@ -166,13 +175,14 @@ class RolloutWorker:
     async def set_concurrency(self, concurrency: int) -> None:
         """The worker's share of its client policy's requests in flight (see
         :mod:`agent_memory.rollout.driver.shares`); ignored by a policy without one."""
-        if isinstance(self.policy, Policy) and self.policy.concurrency is not None:
-            self.policy.set_concurrency(concurrency)
+        if self.port is not None:
+            self.port.set_concurrency(concurrency)
 
     def policy_stats(self) -> Any:
         """The counters of the policy this worker runs (e.g. the openai client's requests and
-        retries) since the last call, or None for a policy without counters."""
-        return self.policy.take_stats() if isinstance(self.policy, Policy) else None
+        retries) since the last call, or None for a policy without counters (or not run here).
+        """
+        return None if self.port is None else self.port.take_stats()
 
     def close(self) -> None:
         """Close the bank (its envs and memory); remove the call marks."""
