@@ -1,8 +1,74 @@
-"""The benchmark helpers (``scripts/bench_lib``) import as ``bench_lib``, as the scripts see them."""
+"""The suite's shape: the benchmark helpers' import path, the markers, the parallel runner.
+
+* ``scripts/bench_lib`` imports as ``bench_lib``, as the scripts see it.
+* Markers (``pyproject.toml`` registers them; ``--strict-markers``) are given here, from the
+  fixtures a test uses and the module it is in, so ``pytest -m "not slow"`` (or ``ray``,
+  ``vllm``, ``browser``) selects without a mark in every file; ``slow`` is written on the
+  slowest tests themselves.
+* pytest-xdist (``-n``, ``--dist loadgroup``): the tests of a module whose shared fixture costs
+  seconds to minutes (two vLLM servers, the docs site, TextWorld's games) go to one worker, so
+  it is made once; the other tests are spread one by one.
+* ``gpu`` tests are deselected where torch sees no CUDA device: they cannot run there, and a
+  test that is skipped on every run would count as a test.
+"""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "scripts"))
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+#: Fixtures that give the test a Ray instance, and the marker each implies.
+MARK_BY_FIXTURE = {
+    "ray_session": "ray",  # the in-process instance (tests/rollout/conftest.py)
+    "two_nodes": "ray",  # a two-node cluster of `ray start` (test_node_loss.py)
+    "local_ray": "ray",  # a driver process's own instance (test_ray_local.py)
+    "browser": "browser",  # headless Chromium (test_docs_site.py)
+}
+#: Modules whose tests all carry a marker.
+MARK_BY_MODULE = {
+    "tests/serving/test_vllm.py": "vllm",  # two real vLLM servers
+    "tests/rollout/test_ray_local.py": "ray",
+    "tests/rollout/test_node_loss.py": "ray",
+}
+#: Modules whose shared (module or session) fixture costs seconds to minutes: their tests run
+#: on one xdist worker, so the fixture is made once.
+GROUP_BY_MODULE = {
+    "tests/serving/test_vllm.py": "vllm",  # installs vLLM once; starts two servers (minutes)
+    "tests/test_docs_site.py": "docs-site",  # mkdocs build --strict, then Chromium
+    "tests/rollout/test_ray_local.py": "ray-local",  # a driver with a Ray instance of its own
+    "tests/envs/test_textworld.py": "textworld",  # generates the games the tests play
+}
+
+
+def _module(item: pytest.Item) -> str:
+    return item.path.relative_to(ROOT).as_posix() if item.path.is_relative_to(ROOT) else ""
+
+
+def _cuda() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m selects by the markers given here
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Markers from fixtures and modules, xdist groups, and ``gpu`` deselected without CUDA."""
+    for item in items:
+        module = _module(item)
+        names = {MARK_BY_FIXTURE.get(f) for f in getattr(item, "fixturenames", ())}
+        names.add(MARK_BY_MODULE.get(module))
+        for name in sorted(n for n in names if n and not item.get_closest_marker(n)):
+            item.add_marker(name)
+        if module in GROUP_BY_MODULE and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(GROUP_BY_MODULE[module]))
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if gpu and not _cuda():
+        config.hook.pytest_deselected(items=gpu)
+        items[:] = [item for item in items if not item.get_closest_marker("gpu")]

@@ -131,8 +131,12 @@ def test_a_second_rollout_in_a_live_runs_directory_is_refused_before_it_writes(t
         assert "is held by" not in (run_dir / "rollout.log").read_text()
     finally:
         err = stop(first)
+    # SIGTERM (a scheduler's stop) mid-run stops it as Ctrl-C does: status "interrupted", the
+    # summary written, exit 143 (this run is also tests/test_scripts.py's SIGTERM test).
     assert first.returncode == 143, err[-3000:]
-    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert f"Interrupted (SIGTERM); what finished is in {run_dir}" in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["error"] == "SIGTERM"
 
 
 def test_a_second_training_in_a_live_trainings_directory_is_refused_before_it_writes(tmp_path):
