@@ -29,11 +29,11 @@ MARK_BY_FIXTURE = {
     "local_ray": "ray",  # a driver process's own instance (test_ray_local.py)
     "browser": "browser",  # headless Chromium (test_docs_site.py)
 }
-#: Modules whose tests all carry a marker.
-MARK_BY_MODULE = {
-    "tests/serving/test_vllm.py": "vllm",  # two real vLLM servers
-    "tests/rollout/test_ray_local.py": "ray",
-    "tests/rollout/test_node_loss.py": "ray",
+#: Modules whose tests all carry these markers.
+MARKS_BY_MODULE = {
+    "tests/serving/test_vllm.py": ("vllm", "slow"),  # two real vLLM servers (a minute to start)
+    "tests/rollout/test_ray_local.py": ("ray",),
+    "tests/rollout/test_node_loss.py": ("ray", "slow"),  # a two-node cluster per test
 }
 #: Modules whose shared (module or session) fixture costs seconds to minutes: their tests run
 #: on one xdist worker, so the fixture is made once.
@@ -63,7 +63,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         module = _module(item)
         names = {MARK_BY_FIXTURE.get(f) for f in getattr(item, "fixturenames", ())}
-        names.add(MARK_BY_MODULE.get(module))
+        names.update(MARKS_BY_MODULE.get(module, ()))
         for name in sorted(n for n in names if n and not item.get_closest_marker(n)):
             item.add_marker(name)
         if module in GROUP_BY_MODULE and not item.get_closest_marker("xdist_group"):

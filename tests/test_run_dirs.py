@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent_memory.rundir import LOCK_FILE, RunDirInUse, hold_run_dir
+from tests.test_scripts import needs_training
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
@@ -83,6 +84,7 @@ def stop(proc: subprocess.Popen) -> str:
             proc.kill()
 
 
+@pytest.mark.slow
 def test_a_second_rollout_in_a_live_runs_directory_is_refused_before_it_writes(tmp_path):
     run_dir = tmp_path / "run"
     first = subprocess.Popen(
@@ -139,7 +141,9 @@ def test_a_second_rollout_in_a_live_runs_directory_is_refused_before_it_writes(t
     assert summary["status"] == "interrupted" and summary["error"] == "SIGTERM"
 
 
+@pytest.mark.slow
 def test_a_second_training_in_a_live_trainings_directory_is_refused_before_it_writes(tmp_path):
+    needs_training()
     run_dir = tmp_path / "run"
     small = [
         "trainer.tiny.vocab_episodes=2",
@@ -254,6 +258,8 @@ def test_an_output_directory_that_cannot_be_made_is_one_line_before_anything_run
     naming the directory, why, and the override; exit 2; Hydra's own directory is not left."""
     if where == "under /proc" and not Path("/proc/self").exists():
         pytest.skip("no /proc on this platform")
+    if script_name == "train.py":
+        needs_training()  # without torch the script refuses that first
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     bad = blocker / "run" if where == "through a file" else Path("/proc/no-such-dir/run")

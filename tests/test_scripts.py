@@ -52,6 +52,13 @@ def run(
     return run_proc(args, env, timeout, cwd).stdout
 
 
+def needs_training() -> None:
+    """Training needs the 'llm' extra (torch, transformers): without it the scripts refuse to
+    start, with one line naming the extra, and these tests skip."""
+    pytest.importorskip("torch", reason="the 'llm' extra (torch) is not installed")
+    pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
+
+
 def summaries(root: Path) -> dict[str, dict]:
     return {p.parent.name: json.loads(p.read_text()) for p in root.rglob("summary.json")}
 
@@ -123,6 +130,8 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.ray  # a cluster of its own (`ray start --head`)
+@pytest.mark.slow
 def test_rollout_joins_an_existing_cluster_by_address(tmp_path):
     port = _free_port()
     # A private test cluster: no token, and its files (and the address `ray start` records for
@@ -244,6 +253,7 @@ def test_bench_scale_quick():
     assert re.search(r"^\| 256 \| 1 \| 1,280 \| .* \| [\d.]+x \(baseline [\d,]+\) \|", out, re.M)
 
 
+@pytest.mark.slow
 def test_bench_async_quick():
     out = run(
         ["scripts/bench_async.py", "--quick", "--variant", "report_interval_s=0", "--threads"]
@@ -330,7 +340,9 @@ def test_sandbox_and_parse_benchmarks_run_with_tiny_budgets():
     assert "| many fences |" in out and "budget" in out and "| 20,000 |" in out
 
 
+@pytest.mark.slow
 def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
+    needs_training()
     from agent_memory.train.metrics import read_metrics
 
     proc = run_proc(
@@ -385,6 +397,7 @@ def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
 def test_train_notes_writes_its_evaluation_rows_and_the_memorys_counters(tmp_path):
     """A train_notes run wrote no memory figure and no trajectories (issue 50): seeing what the
     trained model writes took a rollout on a checkpoint."""
+    needs_training()
     from omegaconf import OmegaConf
 
     from agent_memory.train.metrics import read_metrics
@@ -450,7 +463,9 @@ def test_train_script_config_errors_are_one_line(tmp_path):
     assert "did you mean trainer.iterations=5?" in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_bench_learning_quick(tmp_path):
+    needs_training()
     out = run(
         [
             "scripts/bench_learning.py",
@@ -470,7 +485,9 @@ def test_bench_learning_quick(tmp_path):
     )
 
 
+@pytest.mark.slow
 def test_bench_notes_quick(tmp_path):
+    needs_training()
     # Two configurations at once (--jobs: a process each), the cheap retrieval one beside notes
     # (each costs about a minute here; bench_learning's test covers the window ones' path).
     out = run(
