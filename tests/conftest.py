@@ -4,7 +4,7 @@
 * Markers (``pyproject.toml`` registers them; ``--strict-markers``) are given here, from the
   fixtures a test uses and the module it is in, so ``pytest -m "not slow"`` (or ``ray``,
   ``vllm``, ``browser``) selects without a mark in every file; ``slow`` is written on the
-  slowest tests themselves.
+  slowest tests themselves (and given to two slow modules here). docs/testing.md lists them.
 * pytest-xdist (``-n``, ``--dist loadgroup``): the tests of a module whose shared fixture costs
   seconds to minutes (two vLLM servers, the docs site, TextWorld's games) go to one worker, so
   it is made once; the other tests are spread one by one.
@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-#: Fixtures that give the test a Ray instance, and the marker each implies.
+#: Fixtures that give the test a Ray instance or a browser, and the marker each implies.
 MARK_BY_FIXTURE = {
     "ray_session": "ray",  # the in-process instance (tests/rollout/conftest.py)
     "two_nodes": "ray",  # a two-node cluster of `ray start` (test_node_loss.py)
