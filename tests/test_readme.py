@@ -200,20 +200,26 @@ def _ignore_patterns() -> list[str]:
 def untracked(root: Path, names: set[str]) -> list[str]:
     """The entries of ``names`` (top-level names in ``root``) that a checkout's ``.gitignore``
     does not ignore: what ``git status`` would list as untracked, were ``root`` the checkout.
+    A directory whose own ``.gitignore`` ignores everything in it (``*``: mypy's, ruff's and
+    pytest's caches write one, e.g. ``mypy`` run while the suite runs) is ignored too.
 
     Example:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
-        >>> for name in ("outputs", "out", "__pycache__"):
+        >>> for name in ("outputs", "out", "__pycache__", ".a_cache"):
         ...     (root / name).mkdir()
         >>> (root / "notes.txt").touch()
-        >>> untracked(root, {"outputs", "out", "__pycache__", "notes.txt"})
+        >>> _ = (root / ".a_cache" / ".gitignore").write_text("# made by a tool\\n*\\n")
+        >>> untracked(root, {"outputs", "out", "__pycache__", "notes.txt", ".a_cache"})
         ['notes.txt', 'out']
     """
     patterns = _ignore_patterns()
 
     def ignored(name: str) -> bool:
         is_dir = (root / name).is_dir()
+        own = root / name / ".gitignore"
+        if is_dir and own.is_file() and "*" in own.read_text(encoding="utf-8").split():
+            return True
         return any(
             fnmatch.fnmatch(name, p.strip("/")) and (is_dir or not p.endswith("/"))
             for p in patterns
