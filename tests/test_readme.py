@@ -251,7 +251,15 @@ def _once(blocks: list[Block]) -> dict[str, Block]:
 RUN = list(_once([b for b in BLOCKS if b.marker("not run") is None]).items())
 
 
-@pytest.mark.parametrize("block", [b for _, b in RUN], ids=[name for name, _ in RUN])
+@pytest.mark.parametrize(
+    "block",
+    # A block that trains (scripts/train.py) takes 20 s or more: `pytest -m "not slow"` skips it.
+    [
+        pytest.param(b, marks=pytest.mark.slow) if "scripts/train.py" in b.code else b
+        for _, b in RUN
+    ],
+    ids=[name for name, _ in RUN],
+)
 def test_readme_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     if block.lang not in RUNNABLE:
         pytest.fail(f"{block.where}: ```{block.lang} without <!-- not run: REASON -->")

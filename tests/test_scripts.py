@@ -186,6 +186,7 @@ def test_rollout_joins_an_existing_cluster_by_address(tmp_path):
         shutil.rmtree(root, ignore_errors=True)
 
 
+@pytest.mark.slow
 def test_benchmark_scripts_run_with_tiny_budgets():
     out = run(
         [
@@ -247,6 +248,7 @@ def test_benchmark_scripts_run_with_tiny_budgets():
     assert "| rollout pipeline (1 Ray worker) |" in out and "| set-up time |" in out
 
 
+@pytest.mark.slow
 def test_bench_scale_quick():
     out = run(["scripts/bench_scale.py", "--quick"])
     assert re.search(r"^\| 64 \| 4 \| 1,280 \| [\d.]+ s \| [\d,]+ \| 1\.00x \|", out, re.M)
@@ -394,6 +396,7 @@ def test_train_script_runs_two_iterations_and_writes_its_outputs(tmp_path):
     assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
 
 
+@pytest.mark.slow
 def test_train_notes_writes_its_evaluation_rows_and_the_memorys_counters(tmp_path):
     """A train_notes run wrote no memory figure and no trajectories (issue 50): seeing what the
     trained model writes took a rollout on a checkpoint."""
