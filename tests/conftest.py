@@ -5,9 +5,10 @@
   fixtures a test uses and the module it is in, so ``pytest -m "not slow"`` (or ``ray``,
   ``vllm``, ``browser``) selects without a mark in every file; ``slow`` is written on the
   slowest tests themselves (and given to two slow modules here). docs/testing.md lists them.
-* pytest-xdist (``-n``, ``--dist loadgroup``): the tests of a module whose shared fixture costs
-  seconds to minutes (two vLLM servers, the docs site, TextWorld's games) go to one worker, so
-  it is made once; the other tests are spread one by one.
+* pytest-xdist (``-n``, ``--dist loadscope``): a module's tests run on one worker, so a costly
+  module fixture (two vLLM servers, the docs site, TextWorld's games) is made once. (Not
+  ``loadgroup``: pytest-xdist 3.8 names a group in ``item._nodeid``, which pytest 9 no longer
+  reads, so its groups are silently ignored.)
 * ``gpu`` tests are deselected where torch sees no CUDA device: they cannot run there, and a
   test that is skipped on every run would count as a test.
 """
@@ -35,14 +36,6 @@ MARKS_BY_MODULE = {
     "tests/rollout/test_ray_local.py": ("ray",),
     "tests/rollout/test_node_loss.py": ("ray", "slow"),  # a two-node cluster per test
 }
-#: Modules whose shared (module or session) fixture costs seconds to minutes: their tests run
-#: on one xdist worker, so the fixture is made once.
-GROUP_BY_MODULE = {
-    "tests/serving/test_vllm.py": "vllm",  # installs vLLM once; starts two servers (minutes)
-    "tests/test_docs_site.py": "docs-site",  # mkdocs build --strict, then Chromium
-    "tests/rollout/test_ray_local.py": "ray-local",  # a driver with a Ray instance of its own
-    "tests/envs/test_textworld.py": "textworld",  # generates the games the tests play
-}
 
 
 def _module(item: pytest.Item) -> str:
@@ -57,17 +50,17 @@ def _cuda() -> bool:
     return bool(torch.cuda.is_available())
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m selects by the markers given here
+def pytest_itemcollected(item: pytest.Item) -> None:
+    """Markers from fixtures and modules, as each test is collected (before ``-m`` selects)."""
+    module = _module(item)
+    names = {MARK_BY_FIXTURE.get(f) for f in getattr(item, "fixturenames", ())}
+    names.update(MARKS_BY_MODULE.get(module, ()))
+    for name in sorted(n for n in names if n and not item.get_closest_marker(n)):
+        item.add_marker(name)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Markers from fixtures and modules, xdist groups, and ``gpu`` deselected without CUDA."""
-    for item in items:
-        module = _module(item)
-        names = {MARK_BY_FIXTURE.get(f) for f in getattr(item, "fixturenames", ())}
-        names.update(MARKS_BY_MODULE.get(module, ()))
-        for name in sorted(n for n in names if n and not item.get_closest_marker(n)):
-            item.add_marker(name)
-        if module in GROUP_BY_MODULE and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group(GROUP_BY_MODULE[module]))
+    """``gpu`` tests are deselected where torch sees no CUDA device."""
     gpu = [item for item in items if item.get_closest_marker("gpu")]
     if gpu and not _cuda():
         config.hook.pytest_deselected(items=gpu)
