@@ -28,6 +28,7 @@ The blocks import this checkout (``PYTHONPATH``), and TextWorld games go to a te
 from __future__ import annotations
 
 import fnmatch
+import importlib.util
 import os
 import re
 import subprocess
@@ -136,10 +137,37 @@ def _env(tmp_path: Path) -> dict[str, str]:
     }
 
 
+#: The optional extras' top-level modules (as conftest.py's EXTRA_ROOTS for the doctests).
+EXTRAS = ("torch", "transformers", "trl", "sentence_transformers", "tensorboard")
+_WANTS = re.compile(r"No module named '(\w+)|pip install (?:-e \"\.|\"agent-memory)\[")
+
+
+def wants_an_extra(stderr: str, absent: list[str] | None = None) -> str | None:
+    """Why a block that failed with ``stderr`` wants an optional extra that is not installed
+    (its last line), or None: it imported one of the ``absent`` :data:`EXTRAS`, or the package
+    refused with its own line naming the extra to install while one is absent.
+
+    Example:
+        >>> wants_an_extra("Traceback ...\\nModuleNotFoundError: No module named 'torch'", ["torch"])
+        "ModuleNotFoundError: No module named 'torch'"
+        >>> wants_an_extra("ModuleNotFoundError: No module named 'numpy'", ["torch"])
+        >>> wants_an_extra('Config error: needs torch: pip install -e ".[train]"', [])
+    """
+    if absent is None:
+        absent = [m for m in EXTRAS if importlib.util.find_spec(m) is None]
+    last = (stderr.strip().splitlines() or [""])[-1]
+    found = _WANTS.search(last)
+    if not absent or found is None or (found.group(1) and found.group(1) not in absent):
+        return None
+    return last
+
+
 def _run(args: list[str], cwd: Path, block: Block, timeout: int = 300) -> None:
     proc = subprocess.run(
         args, cwd=cwd, env=_env(cwd), capture_output=True, text=True, timeout=timeout
     )
+    if proc.returncode != 0 and (why := wants_an_extra(proc.stderr)):
+        pytest.skip(f"{block.where}: {why}")
     assert proc.returncode == 0, (
         f"{block.where} ({block.lang}) failed with exit code {proc.returncode}:\n"
         f"{block.code}\n--- stdout\n{proc.stdout[-3000:]}\n--- stderr\n{proc.stderr[-3000:]}"
@@ -149,7 +177,7 @@ def _run(args: list[str], cwd: Path, block: Block, timeout: int = 300) -> None:
 def test_every_block_is_runnable_or_says_why_not() -> None:
     assert sum(b.lang == "python" for b in BLOCKS) >= 3  # the parser found the blocks
     assert {b.page for b in BLOCKS} > {"README.md"}  # and the docs pages' blocks
-    assert sum(b.lang in RUNNABLE for b in RUN) >= 10  # and most of them run
+    assert sum(b.lang in RUNNABLE for _, b in RUN) >= 10  # and most of them run
     for block in BLOCKS:
         reason = block.marker("not run")
         where = block.where
@@ -172,20 +200,26 @@ def _ignore_patterns() -> list[str]:
 def untracked(root: Path, names: set[str]) -> list[str]:
     """The entries of ``names`` (top-level names in ``root``) that a checkout's ``.gitignore``
     does not ignore: what ``git status`` would list as untracked, were ``root`` the checkout.
+    A directory whose own ``.gitignore`` ignores everything in it (``*``: mypy's, ruff's and
+    pytest's caches write one, e.g. ``mypy`` run while the suite runs) is ignored too.
 
     Example:
         >>> import tempfile
         >>> root = Path(tempfile.mkdtemp())
-        >>> for name in ("outputs", "out", "__pycache__"):
+        >>> for name in ("outputs", "out", "__pycache__", ".a_cache"):
         ...     (root / name).mkdir()
         >>> (root / "notes.txt").touch()
-        >>> untracked(root, {"outputs", "out", "__pycache__", "notes.txt"})
+        >>> _ = (root / ".a_cache" / ".gitignore").write_text("# made by a tool\\n*\\n")
+        >>> untracked(root, {"outputs", "out", "__pycache__", "notes.txt", ".a_cache"})
         ['notes.txt', 'out']
     """
     patterns = _ignore_patterns()
 
     def ignored(name: str) -> bool:
         is_dir = (root / name).is_dir()
+        own = root / name / ".gitignore"
+        if is_dir and own.is_file() and "*" in own.read_text(encoding="utf-8").split():
+            return True
         return any(
             fnmatch.fnmatch(name, p.strip("/")) and (is_dir or not p.endswith("/"))
             for p in patterns
@@ -194,11 +228,38 @@ def untracked(root: Path, names: set[str]) -> list[str]:
     return sorted(n for n in names if not ignored(n))
 
 
-#: The blocks that run: a ``not run:`` block would only ever be a skipped test.
-RUN = [b for b in BLOCKS if b.marker("not run") is None]
+def _once(blocks: list[Block]) -> dict[str, Block]:
+    """``blocks`` by test id; a block that repeats an earlier one word for word (language, code
+    and markers: e.g. the README's training command, again on docs/training.md) is not run
+    twice: the earlier one's id names both places.
+
+    Example:
+        >>> a, b = Block("bash", "ls\\n", 3), Block("bash", "ls\\n", 9, page="docs/x.md")
+        >>> list(_once([a, b, Block("python", "x = 1\\n", 12)]))
+        ['README.md:L3+docs/x.md:L9-bash', 'README.md:L12-python']
+    """
+    places: dict[tuple[str, str, tuple[str, ...]], list[Block]] = {}
+    for b in blocks:
+        places.setdefault((b.lang, b.code, tuple(b.markers)), []).append(b)
+    return {
+        "+".join(f"{b.page}:L{b.line}" for b in same) + f"-{same[0].lang or 'text'}": same[0]
+        for same in places.values()
+    }
 
 
-@pytest.mark.parametrize("block", RUN, ids=[f"{b.page}:L{b.line}-{b.lang or 'text'}" for b in RUN])
+#: The blocks that run (a ``not run:`` block would only ever be a skipped test), once each.
+RUN = list(_once([b for b in BLOCKS if b.marker("not run") is None]).items())
+
+
+@pytest.mark.parametrize(
+    "block",
+    # A block that trains (scripts/train.py) takes 20 s or more: `pytest -m "not slow"` skips it.
+    [
+        pytest.param(b, marks=pytest.mark.slow) if "scripts/train.py" in b.code else b
+        for _, b in RUN
+    ],
+    ids=[name for name, _ in RUN],
+)
 def test_readme_block_runs_as_written(block: Block, tmp_path: Path) -> None:
     if block.lang not in RUNNABLE:
         pytest.fail(f"{block.where}: ```{block.lang} without <!-- not run: REASON -->")

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from agent_memory.rundir import LOCK_FILE, RunDirInUse, hold_run_dir
+from tests.test_scripts import needs_training
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = [
@@ -42,10 +43,29 @@ with hold_run_dir(sys.argv[1], "rollout.output_dir"):
 """
 
 
-def script(*args: str, timeout: int = 300) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=timeout
-    )
+def scripts(*commands: list[str], timeout: int = 300) -> list[subprocess.CompletedProcess[str]]:
+    """Run the ``commands`` (each a script and its arguments) at once; their results, in order.
+    Runs that must each be refused on their own do not wait for one another."""
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *args],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in commands
+    ]
+    done = []
+    try:
+        for args, proc in zip(commands, procs, strict=True):
+            out, err = proc.communicate(timeout=timeout)
+            done.append(subprocess.CompletedProcess(args, proc.returncode, out, err))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+    return done
 
 
 def wait_until_held(proc: subprocess.Popen, run_dir: Path, log: str, line: str) -> str:
@@ -83,6 +103,7 @@ def stop(proc: subprocess.Popen) -> str:
             proc.kill()
 
 
+@pytest.mark.slow
 def test_a_second_rollout_in_a_live_runs_directory_is_refused_before_it_writes(tmp_path):
     run_dir = tmp_path / "run"
     first = subprocess.Popen(
@@ -104,21 +125,27 @@ def test_a_second_rollout_in_a_live_runs_directory_is_refused_before_it_writes(t
         holder = wait_until_held(first, run_dir, "rollout.log", "rollout workers x")
         hydra_files = {p.name: p.read_text() for p in (run_dir / ".hydra").iterdir()}
         # The same hydra.run.dir: refused by the lock Hydra's start takes (scripts' callback).
-        second = script(
-            "scripts/rollout.py", "env=recall", "rollout.seed=7", *TINY, f"hydra.run.dir={run_dir}"
+        # Another Hydra directory, the same outputs: refused by the run's own lock.
+        second, third = scripts(
+            [
+                "scripts/rollout.py",
+                "env=recall",
+                "rollout.seed=7",
+                *TINY,
+                f"hydra.run.dir={run_dir}",
+            ],
+            [
+                "scripts/rollout.py",
+                "env=recall",
+                "rollout.seed=7",
+                *TINY,
+                f"hydra.run.dir={tmp_path / 'other'}",
+                f"rollout.output_dir={run_dir}",
+            ],
         )
         assert second.returncode == 2, second.stderr[-3000:]
         assert second.stderr.splitlines()[-1] == refusal(
             run_dir, holder, "hydra.run.dir=<dir> (or rollout.output_dir=<dir>)"
-        )
-        # Another Hydra directory, the same outputs: refused by the run's own lock.
-        third = script(
-            "scripts/rollout.py",
-            "env=recall",
-            "rollout.seed=7",
-            *TINY,
-            f"hydra.run.dir={tmp_path / 'other'}",
-            f"rollout.output_dir={run_dir}",
         )
         assert third.returncode == 2, third.stderr[-3000:]
         assert third.stderr.splitlines()[-1] == refusal(
@@ -131,11 +158,17 @@ def test_a_second_rollout_in_a_live_runs_directory_is_refused_before_it_writes(t
         assert "is held by" not in (run_dir / "rollout.log").read_text()
     finally:
         err = stop(first)
+    # SIGTERM (a scheduler's stop) mid-run stops it as Ctrl-C does: status "interrupted", the
+    # summary written, exit 143 (this run is also tests/test_scripts.py's SIGTERM test).
     assert first.returncode == 143, err[-3000:]
-    assert json.loads((run_dir / "summary.json").read_text())["status"] == "interrupted"
+    assert f"Interrupted (SIGTERM); what finished is in {run_dir}" in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["error"] == "SIGTERM"
 
 
+@pytest.mark.slow
 def test_a_second_training_in_a_live_trainings_directory_is_refused_before_it_writes(tmp_path):
+    needs_training()
     run_dir = tmp_path / "run"
     small = [
         "trainer.tiny.vocab_episodes=2",
@@ -162,17 +195,19 @@ def test_a_second_training_in_a_live_trainings_directory_is_refused_before_it_wr
     try:
         holder = wait_until_held(first, run_dir, "train.log", "rollout workers x")
         hydra_files = {p.name: p.read_text() for p in (run_dir / ".hydra").iterdir()}
-        second = script("scripts/train.py", "trainer.seed=7", f"hydra.run.dir={run_dir}")
+        second, third = scripts(
+            ["scripts/train.py", "trainer.seed=7", f"hydra.run.dir={run_dir}"],
+            [
+                "scripts/train.py",
+                "trainer.seed=7",
+                *small,
+                f"hydra.run.dir={tmp_path / 'other'}",
+                f"trainer.output_dir={run_dir}",
+            ],
+        )
         assert second.returncode == 2, second.stderr[-3000:]
         assert second.stderr.splitlines()[-1] == refusal(
             run_dir, holder, "hydra.run.dir=<dir> (or trainer.output_dir=<dir>)"
-        )
-        third = script(
-            "scripts/train.py",
-            "trainer.seed=7",
-            *small,
-            f"hydra.run.dir={tmp_path / 'other'}",
-            f"trainer.output_dir={run_dir}",
         )
         assert third.returncode == 2, third.stderr[-3000:]
         assert third.stderr.splitlines()[-1] == refusal(
@@ -250,6 +285,8 @@ def test_an_output_directory_that_cannot_be_made_is_one_line_before_anything_run
     naming the directory, why, and the override; exit 2; Hydra's own directory is not left."""
     if where == "under /proc" and not Path("/proc/self").exists():
         pytest.skip("no /proc on this platform")
+    if script_name == "train.py":
+        needs_training()  # without torch the script refuses that first
     blocker = tmp_path / "a-file"
     blocker.write_text("")
     bad = blocker / "run" if where == "through a file" else Path("/proc/no-such-dir/run")

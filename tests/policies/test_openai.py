@@ -148,8 +148,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _answer(self, state: FakeOpenAI, body: dict[str, Any], key: str, fault: tuple) -> None:
         kind = fault[0]
-        if kind == "status":
+        if kind == "status":  # headers: a dict, or a function that makes it as the answer goes
             _, status, message, headers = fault
+            headers = headers() if callable(headers) else headers
             self._send(status, {"error": {"message": message, "type": "test"}}, headers)
             return
         if kind == "drop":
@@ -513,13 +514,18 @@ def test_the_server_check_waits_the_retry_after_seconds_of_a_429(server):
 
 
 def test_the_server_check_waits_until_the_retry_after_date_of_a_429(server):
-    date = math.ceil(time.time()) + 2  # an HTTP date has whole seconds: 1 to 2 s ahead
-    value = email.utils.formatdate(date, usegmt=True)
-    server.faults = {CHECK: [("status", 429, "slow down", {"Retry-After": value})]}
+    dates = []
+
+    def retry_after() -> dict[str, str]:  # made as the 429 goes: 1 to 2 s after the attempt
+        dates.append(math.ceil(time.time()) + 2)  # an HTTP date has whole seconds
+        return {"Retry-After": email.utils.formatdate(dates[-1], usegmt=True)}
+
+    server.faults = {CHECK: [("status", 429, "slow down", retry_after)]}
     with OpenAIPolicy(server.base_url, "m", **FAST) as policy:
         policy.prepare()
         assert policy.act(["x"]) == ["echo:x"]
     first, second = server.attempts(CHECK, clock="wall")
+    (date,) = dates
     assert first < date <= second + 0.01  # (0.01: the two clocks' reading of one instant)
 
 

@@ -27,6 +27,7 @@ def test_group_members_start_from_the_same_state():
     assert len({next(iter(p)) for p in first.values()}) == 3  # different across groups
 
 
+@pytest.mark.both_engines
 def test_no_generation_for_finished_envs_and_scripted_success():
     policy = ScriptedPolicy()
     job = make_job("agent_memory/Recall-v0", groups=3, size=2, workers=2, envs=2, num_distractors=2)
@@ -50,6 +51,7 @@ def test_truncation_is_kept_apart_from_termination():
         assert not any(s.terminated or s.truncated for s in t.steps[:-1])
 
 
+@pytest.mark.both_engines
 def test_an_env_exception_ends_only_its_episode():
     job = make_job("tests.rollout.flaky:Flaky-v0", groups=4, size=1, workers=1, envs=4)
     job.env.parser.tag = None  # Flaky takes bare actions
@@ -63,6 +65,7 @@ def test_an_env_exception_ends_only_its_episode():
     assert all(t.won and len(t.steps) == 5 for t in fine)
 
 
+@pytest.mark.both_engines
 def test_a_killed_worker_is_restarted_and_its_episodes_rerun(tmp_path):
     # Long episodes (32 steps): group 3 starts when the first episodes end, and its worker is
     # killed as soon as it runs one of group 3's, far from that episode's end in either engine
@@ -194,6 +197,7 @@ def test_workers_stay_up_across_collect_calls():
     assert all(t.won and len(t.steps) == 3 for t in first + second)
 
 
+@pytest.mark.both_engines
 def test_a_version_update_between_collects_reaches_every_row(engine):
     from agent_memory.rollout.driver.collector import episode_specs
 

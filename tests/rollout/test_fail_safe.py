@@ -146,6 +146,7 @@ def test_an_env_whose_first_reset_raises_does_not_poison_its_slot(tmp_path):
     assert summary["success_rate"] == 0.8  # the 4 later episodes on that slot all win
 
 
+@pytest.mark.both_engines
 @pytest.mark.parametrize("fault", ["hang", "regex"])
 def test_a_hanging_step_ends_its_episode_after_the_timeout(tmp_path, fault):
     # "regex" holds the GIL in C code: the watchdog's thread cannot run, its guard process ends it.
@@ -232,6 +233,7 @@ def test_a_run_that_stops_keeps_every_finished_episode(tmp_path, exc, status):
     assert (tmp_path / "trajectories.parquet").exists()
 
 
+@pytest.mark.both_engines
 def test_a_policy_error_fails_the_run_with_its_message(tmp_path):
     job = make_job(
         "agent_memory/Recall-v0",

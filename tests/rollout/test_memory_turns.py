@@ -84,6 +84,7 @@ def tiny_lm(tmp_path_factory):
     return build_tiny_lm(tmp_path_factory.mktemp("lm") / "tiny", ["next", "red", "summary"])
 
 
+@pytest.mark.both_engines
 @pytest.mark.usefixtures("ray_session")
 def test_memory_turns_are_rows_of_the_episode_in_both_engines(tiny_lm, tmp_path, engine):
     import torch

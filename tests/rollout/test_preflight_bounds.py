@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -211,12 +213,49 @@ def test_a_database_in_a_directory_where_no_file_can_be_made_is_refused():
     )
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root may write a read-only file")
 def test_a_read_only_database_file_is_refused(tmp_path):
-    db = tmp_path / "episodic.sqlite"
-    db.write_bytes(b"")
-    db.chmod(0o444)
-    assert "cannot be written" in str(_path_error(str(db)))
+    """Root writes a read-only file (CI runs as root): there the check runs in a process that
+    drops to ``nobody`` once it has imported and composed the config (root's interpreter lies
+    where ``nobody`` cannot read), on a file ``nobody`` owns in a directory ``nobody`` can reach
+    (tmp_path's parents are root's alone), instead of being skipped on every CI run. A check
+    as root first imports what the check imports on first use."""
+    if os.geteuid() != 0:
+        db = tmp_path / "episodic.sqlite"
+        db.write_bytes(b"")
+        db.chmod(0o444)
+        assert "cannot be written" in str(_path_error(str(db)))
+        return
+    nobody = 65534
+    home = Path(tempfile.mkdtemp(prefix="am-nobody-"))
+    code = f"""
+import os
+from tests.rollout.test_preflight_bounds import ConfigError, _check, _job, preflight
+_check("env=recall", "memory=episodic", "memory.params.path='{home}/root/x.sqlite'")  # imports
+job = _job("env=recall", "memory=episodic", "memory.params.path='{home}/episodic.sqlite'")
+os.setgroups([])
+os.setgid({nobody})
+os.setuid({nobody})
+try:
+    preflight(job, probe=False).policy.close()
+except ConfigError as e:
+    print(e.key, e)
+"""
+    try:
+        db = home / "episodic.sqlite"
+        db.write_bytes(b"")
+        db.chmod(0o444)
+        (home / "root").mkdir()
+        for p in (home, db):
+            os.chown(p, nobody, nobody)
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert out.returncode == 0, out.stderr[-3000:]
+    expected = f"memory.params.path memory.params.path='{db}' cannot be written: '{db}' is not "
+    assert out.stdout.startswith(expected), out.stdout
+    assert "(PermissionError: Permission denied)" in out.stdout, out.stdout
 
 
 # ---------------------------------------------------------------------- node timeout

@@ -209,7 +209,7 @@ def test_a_device_this_machine_lacks_is_a_config_error():
         pick_device("cuda", "auto")
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu  # deselected without a CUDA device (tests/conftest.py)
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_a_learner_on_a_gpu_trains_while_the_rollout_runs_on_a_cpu_copy(
     ray_session, tmp_path, dtype
