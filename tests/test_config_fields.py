@@ -34,8 +34,13 @@ import gen_config_docs  # noqa: E402
 
 sys.path.pop(0)
 
-REGISTERED = [("policy", n, policy_factory(n)) for n in available_policies()] + [
-    ("memory", n, memory_factory(n)) for n in available_memories()
+#: The bundled policies and memories (a test module may register its own, e.g.
+#: tests/rollout/faulty.py's ``locked_db``: collected after it, it is not the library's).
+REGISTERED = [
+    (group, name, factory)
+    for group, name, factory in [("policy", n, policy_factory(n)) for n in available_policies()]
+    + [("memory", n, memory_factory(n)) for n in available_memories()]
+    if factory.__module__.startswith("agent_memory.")
 ]
 IDS = [f"{group}={name}" for group, name, _ in REGISTERED]
 
