@@ -113,7 +113,7 @@ def main() -> None:
     import ray
 
     starts = [EpisodeAssignment(i, f"t{i}", f"g{i}", seed=i) for i in range(total // 2)]
-    ray.get([w.reset_envs.remote(starts) for w in collector.pool.workers])
+    ray.get([w.start_episodes.remote(starts) for w in collector.pool.workers])
     setup = time.perf_counter() - t0
     workers_mib = [vm_hwm_mib(collector.worker_pid(w)) for w in range(len(collector.pool.workers))]
     for w in collector.pool.workers:

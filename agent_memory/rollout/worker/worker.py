@@ -184,6 +184,11 @@ class RolloutWorker:
         """
         return None if self.port is None else self.port.take_stats()
 
+    def start_episodes(self, assignments: Sequence[EpisodeAssignment]) -> int:
+        """Start ``assignments`` outside :meth:`run` and return how many started: for measuring
+        set-up until every env has its first prompt (``scripts/bench_rollout.py``)."""
+        return sum(r.error is None for r in self._check_ready().reset_envs(assignments))
+
     def close(self) -> None:
         """Close the bank (its envs and memory); remove the call marks."""
         if self.bank is not None:
