@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from agent_memory.config import JobConfig
+from agent_memory.policies.local_model import context_length
 from agent_memory.rollout.driver.layouts import episode_samples
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
 from agent_memory.rollout.worker.records import Playing
@@ -158,7 +159,7 @@ class RolloutFunc:
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list[Any]]:
         policy = self.policy(trainer, len(prompts))
         cap = trainer.args.max_completion_length
-        context = _context_length(trainer.model.config)
+        context = context_length(trainer.model.config)
         trajs = self.runner.run(
             prompts, policy, max_context=context, max_completion=cap, reserve=self.max_new_tokens
         )
@@ -218,14 +219,6 @@ class RolloutFunc:
             incremental=True,
             parser=self.job.env.parser.build(),
         )
-
-
-def _context_length(config: Any) -> int | None:
-    for name in ("max_position_embeddings", "n_positions"):
-        value = getattr(config, name, None)
-        if isinstance(value, int) and value > 0:
-            return value
-    return None
 
 
 def make_rollout_func(
