@@ -138,6 +138,13 @@ INVALID = [
         id="memory-param-of-another-strategy",
     ),
     pytest.param(
+        # blackboard's constructor takes a clock function, which no config sets: no hint to it
+        ["+memory.params.clock=3"],
+        "memory.params has no parameter 'clock' for strategy 'window': remove "
+        "memory.params.clock (strategy 'window' takes no such parameter). Valid: []",
+        id="a-constructor-argument-is-no-other-strategys-setting",
+    ),
+    pytest.param(
         ["memory=retrieval", "+memory.params.top_kk=3"],
         "memory.params has no parameter 'top_kk' for strategy 'retrieval': did you mean "
         "memory.params.top_k=3? Valid: ['top_k', 'similarity_threshold', ",

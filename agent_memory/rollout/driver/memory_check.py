@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.config import ConfigError, JobConfig
+from agent_memory.config_fields import config_fields, settings_class
 from agent_memory.memory import BaseMemory
 from agent_memory.rollout.history import MEMORY_SHARED, job_memory
 from agent_memory.signatures import BUILD_ERRORS, bind_params, build_or_blame
@@ -144,11 +145,7 @@ def other_strategies(name: str, strategy: str, value: Any) -> str:
     owners: dict[str, list[str]] = {}
     for other in available_memories():
         if other != strategy:
-            try:
-                params = inspect.signature(memory_factory(other)).parameters
-            except (TypeError, ValueError):
-                continue
-            for param in params:
+            for param in _settings_names(memory_factory(other)):
                 owners.setdefault(param, []).append(other)
     best = [name] if name in owners else close_matches(name, owners, n=1)
     if not best:
@@ -156,6 +153,18 @@ def other_strategies(name: str, strategy: str, value: Any) -> str:
     having = owners[best[0]]
     fix = f"memory={having[-1]} ++memory.params.{best[0]}={override_value(value)}"
     return f"{best[0]} is a parameter of strategy {', '.join(having)}: e.g. {fix}"
+
+
+def _settings_names(factory: Any) -> list[str]:
+    """The keys ``memory.params`` takes for ``factory``: its settings dataclass's fields, else
+    (a user's class without one) its signature's parameters."""
+    settings = settings_class(factory)
+    if settings is not None:
+        return [f.name for f in config_fields(settings)]
+    try:
+        return list(inspect.signature(factory).parameters)
+    except (TypeError, ValueError):
+        return []
 
 
 def _check_writable(path: str, key: str) -> None:
