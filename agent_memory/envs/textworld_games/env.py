@@ -16,7 +16,6 @@ from agent_memory.envs.base import (
     WON,
     TextEnv,
     check_int,
-    collapse_spaces,
     is_int,
     sanitize,
     stable_hash,
@@ -32,6 +31,7 @@ from agent_memory.envs.textworld_games.generation import (
     require_textworld,
 )
 from agent_memory.envs.textworld_games.settings import ChallengeName, normalize_settings
+from agent_memory.text import squash
 
 #: The ASCII-art "TEXT WORLD" banner of every intro is made of these characters only, with at
 #: least one that is not a space or an angle bracket.
@@ -94,7 +94,7 @@ def _is_banner(line: str) -> bool:
 
 
 def _normalize_command(action: str, max_chars: int | None = None) -> str:
-    return collapse_spaces(action, max_chars).lower()
+    return squash(action, max_chars).lower()
 
 
 class TextWorldEnv(TextEnv):
