@@ -350,14 +350,10 @@ class RolloutConfig:
 
     def report_interval_for(self, inline: bool, spare: bool = False) -> float:
         """The longest a worker holds finished episodes to send them together:
-        ``report_interval_s``, or per episode queued ahead on each env (:meth:`depth_for`)
-        0.02 s for a policy the workers call inline and 0.25 s for a server's or a policy
-        service's. Each message costs both processes CPU (and brings the worker's next
-        assignments back), and an env left with nothing to play makes its worker report at
-        once, so the longer wait starves no env: where each answer takes tens of milliseconds
-        or more, it only sends fewer, fuller messages. ``spare``: the wait at the end of a
-        collect for a worker with client slots to spare, which the driver moves to the workers
-        whose envs still play by what it hears: 0.02 s per queued episode whatever the policy.
+        ``report_interval_s``, else per episode queued ahead on each env (:meth:`depth_for`)
+        0.02 s for an inline policy, 0.25 s for a server's or a service's (docs/rollouts.md,
+        "The engine"). ``spare``: the wait at a collect's end for a worker with client slots to
+        spare (the driver moves them by what it hears): 0.02 s per queued episode.
 
         Example:
             >>> RolloutConfig().report_interval_for(inline=True)

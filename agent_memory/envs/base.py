@@ -141,7 +141,8 @@ class TextEnv(gym.Env[str, str]):
     """The base of the bundled text envs: the ``ansi`` render mode shows the last observation.
 
     Args:
-        render_mode: ``"ansi"`` makes :meth:`render` return the last observation, or None.
+        render_mode: ``"ansi"`` makes :meth:`render` return the last observation, or None
+            (every bundled env takes it so).
 
     Example:
         >>> env = TextEnv(render_mode="ansi")

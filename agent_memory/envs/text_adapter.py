@@ -107,7 +107,6 @@ class TextAdapter(TextEnv):
         admissible_fn: ``(env, obs) -> names`` valid now; default: all ``action_names``.
         invalid_action_reward: Reward of a step with an invalid action.
         max_obs_length: Observations are capped at this many characters.
-        render_mode: ``"ansi"`` makes :meth:`render` return the current text observation.
 
     Raises:
         TypeError: ``env`` is not a ``gymnasium.Env``.

@@ -2,9 +2,7 @@
 the only things that cross that process boundary.
 
 Driver -> worker: :class:`EpisodeAssignment`. Worker -> driver: :class:`WorkerStatus` (with
-:class:`CrashReport`), and the finished episodes, :class:`FinishedEpisode`, packed in an
-:class:`EpisodeBatch`. What a worker's envs report within its own process (``PromptView``,
-``StepResult``, ``ResetResult``) lives beside them, in :mod:`agent_memory.rollout.bank`.
+:class:`CrashReport`) and :class:`FinishedEpisode` packed in an :class:`EpisodeBatch`.
 
 Example:
     >>> a = EpisodeAssignment(env=3, traj_uid="g0-t1", group_uid="g0", seed=7)

@@ -80,7 +80,6 @@ class SokobanEnv(TextEnv):
         grid_format: ``"verl"`` (verl-agent's ``" X \t"`` cells, byte for byte) or
             ``"compact"`` (one character per cell).
         solver_max_nodes: State cap of :meth:`oracle_action`'s solver.
-        render_mode: ``"ansi"`` makes :meth:`render` return the observation text.
 
     Example:
         >>> env = SokobanEnv(grid_format="compact")

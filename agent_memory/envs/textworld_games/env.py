@@ -111,10 +111,9 @@ class TextWorldEnv(TextEnv):
             :data:`~agent_memory.envs.textworld_games.DEFAULT_SETTINGS`.
         game_seed: Seed of the first game of the pool (game ``i`` has ``game_seed + i``).
         num_games: Games in the pool.
-        cache_dir: Where games are cached; default ``$AGENT_MEMORY_CACHE/textworld``, else
-            ``$XDG_CACHE_HOME/agent_memory/textworld`` or ``~/.cache/agent_memory/textworld``.
+        cache_dir: Where games are cached; default
+            :func:`~agent_memory.envs.textworld_games.generation.default_cache_dir`.
         max_obs_length: Observations are capped to this many characters.
-        render_mode: ``"ansi"`` makes ``render()`` return the current observation.
 
     Example:
         >>> import pytest, tempfile
