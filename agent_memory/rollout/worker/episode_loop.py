@@ -63,15 +63,10 @@ class EpisodeLoop:
     Args:
         bank: the envs (its ``reset_envs`` and ``step``).
         port: the policy's port (:func:`~agent_memory.rollout.worker.port.make_port`).
-        max_response_chars: the rows' cap on raw responses.
-        report_interval_s: the longest finished episodes wait to be sent together.
-        spare_report_interval_s: the same once the driver has nothing more to give out
-            (:meth:`drain`) while this worker has client slots to spare: the driver moves them
-            to the workers whose envs still play by what it hears (None: ``report_interval_s``).
-        lockstep: ``rollout.mode=lockstep``: the live envs step together once all answers are
-            in (a policy service gets them in one request, answered as a batch of its own).
-        pass_window_s: while requests wait for a slot of the policy's ``concurrency``, the
-            longest answers that came in wait for more to join their pass (see :meth:`_wait`).
+        max_response_chars, pass_window_s: ``rollout``'s settings (docs/configuration.md).
+        report_interval_s, spare_report_interval_s: ``RolloutConfig.report_interval_for``'s
+            waits, without and with ``spare`` (None: ``report_interval_s``).
+        lockstep: ``rollout.mode=lockstep``: the live envs step together once all answers are in.
     """
 
     def __init__(
@@ -133,13 +128,10 @@ class EpisodeLoop:
     async def run(
         self, assignments: Sequence[EpisodeAssignment]
     ) -> AsyncIterator[list[FinishedEpisode]]:
-        """Play ``assignments`` and whatever :meth:`assign` adds; yield the episodes that have
-        ended since the last yield (one message to the driver for all of them).
-
-        The episodes are played by a task of their own. A message waits up to
-        ``report_interval_s`` (or ``spare_report_interval_s``) after its first episode ended,
-        for more to join it (each message costs both processes CPU), unless an env has nothing
-        left to play (before :meth:`drain`), no env is playing, or :meth:`finish` was called.
+        """Play ``assignments`` and whatever :meth:`assign` adds (in a task of their own); yield
+        the episodes ended since the last yield, one message for all. A message waits up to the
+        report interval for more to join it, unless an env has nothing left to play (before
+        :meth:`drain`), no env is playing, or :meth:`finish` was called.
 
         Raises:
             PolicyFailed: the policy raised.
@@ -314,9 +306,7 @@ class EpisodeLoop:
         until every live env's request is.
 
         With ``pass_window_s``, answers wait up to that long for more to join their pass while
-        requests wait for a client slot: the client, not the env, holds them back then, and each
-        answer sends a waiting request on its own, so the server stays as busy, and a pass costs
-        about the same for 1 env as for several (``scripts/bench_async.py --pass-window``).
+        requests wait for a client slot (docs/rollouts.md, "The engine").
         """
         if self.lockstep:
             await self._until(lambda: self.in_flight == 0)
