@@ -71,7 +71,6 @@ class WorkerStatus:
     """A worker's answer to ``status()``: its process, and why it cannot work if it cannot.
 
     Attributes:
-        pid: the worker's process id.
         init_error: the exception its constructor raised (type, message, last frames), or None
             when it is ready; the driver does not restart a worker for it (deterministic).
         crashes: what the worker's previous process was doing when it died (may be empty).

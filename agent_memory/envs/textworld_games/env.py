@@ -106,7 +106,6 @@ class TextWorldEnv(TextEnv):
     spacing forgiven). The reward is the change of the score.
 
     Args:
-        challenge: The TextWorld challenge.
         settings: The challenge's settings, e.g. ``{"level": 3}``; missing keys take
             :data:`~agent_memory.envs.textworld_games.DEFAULT_SETTINGS`.
         game_seed: Seed of the first game of the pool (game ``i`` has ``game_seed + i``).

@@ -327,7 +327,6 @@ def compute_advantages(
     """Fill every step's ``advantage`` and ``ret`` for ``algo`` (in place).
 
     Args:
-        trajs: finished trajectories.
         algo: the estimator and its parameters.
         values: PPO only: the values by ``traj_uid`` (None: ``algo.value_fn`` of the prompts).
 

@@ -197,7 +197,6 @@ class EpisodeBook:
         """One suspicion of ``uid`` (a worker it was on died: :meth:`release`) is settled.
 
         Args:
-            uid: the episode.
             charge: it took that worker down, for this reason (a crash of its own; at
                 ``max_attempts`` it finishes with this error).
             end: it ran past the step timeout: it ends with this error (at once when waiting,

@@ -71,7 +71,6 @@ class Collector:
     """Runs a job's episodes on Ray workers that play them on their own (see the module).
 
     Args:
-        job: the validated job config.
         policy: a policy instance (default: built from ``job.policy``).
         on_step: called with the collector after every finished episode.
         run_id: names this run's call-mark directories (default: a fresh id).
@@ -182,7 +181,6 @@ class Collector:
         """Run ``specs`` on the started workers; returns their trajectories in order.
 
         Args:
-            specs: the episodes.
             progress, on_episode: as :meth:`run`.
             greedy: answer at temperature 0 (an evaluation), with the policy service's model.
 

@@ -32,7 +32,6 @@ def check_policy_env(
     """Refuse a policy that plays the env's oracle on an env built without one.
 
     Args:
-        job: the validated job.
         env: ``job.env`` as ``resolve_env`` resolved it (None: resolved here).
         policy: the run's policy when the caller built it (its ``needs`` are read).
 

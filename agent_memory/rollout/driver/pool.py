@@ -50,7 +50,6 @@ class WorkerPool:
     """The workers of one run (see the module docstring).
 
     Args:
-        job: the validated job.
         run_id: names the workers' call-mark directories.
         stats: the run's counters (restarts, failures, timeouts are added here).
         meta_fields: what the policy needs besides the prompt (``Policy.needs``).

@@ -277,7 +277,6 @@ def check_workers(job: JobConfig, cpus: float | None = None) -> None:
     """Refuse a ``rollout.num_workers`` the run cannot honour (more than its episodes or CPUs).
 
     Args:
-        job: the job.
         cpus: the Ray cluster's CPUs; None: :func:`cluster_cpus` (unknown for a joined cluster).
 
     Raises:

@@ -222,7 +222,6 @@ class CallWatchdog:
     ``before_exit``); a guard process (:mod:`.guard`) kills it ``grace`` seconds later still.
 
     Args:
-        marks: the worker's marks.
         limit_s: the longest an env's ``reset`` or ``step`` may run, in seconds.
         before_exit: called before the process ends (e.g. kill the sub-env processes).
         interval: seconds between checks (default: a quarter of the limit, at most 1 s).
