@@ -104,8 +104,9 @@ def bounded_capacity(history_length: int, bounded: bool) -> int | None:
     return max(1, history_length)
 
 
-def check_int(name: str, value: Any, low: int, *, allow_none: bool = False) -> Any:
-    """``value`` as an int >= ``low`` (bools refused), or None when ``allow_none``.
+def check_int(name: str, value: Any, low: int, hint: str = "", *, allow_none: bool = False) -> Any:
+    """``value`` as an int >= ``low`` (bools refused), or None when ``allow_none``; ``hint``
+    follows the bound in the error (why it is the bound).
 
     Example:
         >>> check_int("top_k", 3, 0), check_int("capacity", None, 1, allow_none=True)
@@ -119,7 +120,7 @@ def check_int(name: str, value: Any, low: int, *, allow_none: bool = False) -> A
         return None
     if not is_int(value) or value < low:
         none = "None or " if allow_none else ""
-        raise ValueError(f"{name} must be {none}an int >= {low}, got {value!r}")
+        raise ValueError(f"{name} must be {none}an int >= {low}{hint}, got {value!r}")
     return int(value)
 
 

@@ -1,11 +1,10 @@
 """Hydra entry points whose config errors are one clear message, not a stack trace.
 
-:func:`hydra_main` is ``hydra.main`` that prints a config error (a misspelled key gets "did you
-mean ...?") as one line and exits with :data:`CONFIG_ERROR_EXIT`, leaving no run directory behind:
-a job refused once Hydra made its directory (by ``load_job`` or the preflight) has what Hydra wrote
-there removed (:func:`discard_run_dir`). An error in a config file of the user's own (a key its
-schema lacks, a wrong type, broken YAML) names the file, the key and the nearest valid key. Other
-errors keep their traceback; ``HYDRA_FULL_ERROR=1`` leaves every error to Hydra.
+:func:`hydra_main` is ``hydra.main`` that prints a config error as one line ("did you mean
+...?"; for a config file of the user's own, the file, the key and the nearest valid key) and exits
+with :data:`CONFIG_ERROR_EXIT`, removing what Hydra wrote for the refused job
+(:func:`discard_run_dir`). Other errors keep their traceback; ``HYDRA_FULL_ERROR=1`` leaves every
+error to Hydra.
 
 Example:
     >>> from omegaconf.errors import ConfigAttributeError
@@ -201,13 +200,11 @@ HYDRA_FILES = frozenset({"config.yaml", "hydra.yaml", "overrides.yaml"})
 
 
 def discard_run_dir(keep: Mapping[Path, set[str]] | None = None) -> list[Path]:
-    """Remove what Hydra wrote for the current job, which was refused before it wrote anything:
-    ``.hydra/`` (its three files) and the job's log (empty), then the run directory and its
-    parents while they are empty (a sweep's directory holding only ``multirun.yaml`` and this
-    process's lock too), up to the launch directory (outside it, the run directory alone). A
-    run directory holding anything else (what another run wrote there) is left as it is.
-    ``keep``: directories that existed before the run, with their entries then: they stay, and
-    so do those entries. Returns the directories removed.
+    """Remove what Hydra wrote for the current, refused job: ``.hydra/`` and the (empty) log,
+    then the run directory and its parents while empty (a sweep's holding only
+    ``multirun.yaml`` and this process's lock too), up to the launch directory. Anything else
+    (another run's) is left, as are ``keep``'s directories and their entries from before the run.
+    Returns the directories removed.
     """
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
@@ -275,9 +272,8 @@ def _close_logs_in(folder: Path) -> None:
 @contextlib.contextmanager
 def script_failures(what: str, kept: str, interrupted: str) -> Iterator[None]:
     """A script's run after its config is checked: a failure prints ``"{what} failed: <the
-    error>"`` and ``kept`` (where the outputs so far are) and exits with status 1; Ctrl-C prints
-    ``"Interrupted (Ctrl-C); {interrupted}"`` and exits with 130 (SIGTERM: 143). A
-    :class:`ConfigError` passes through (:func:`hydra_main` prints it; status 2).
+    error>"`` and ``kept``, status 1; Ctrl-C prints ``"Interrupted (Ctrl-C); {interrupted}"``,
+    status 130 (SIGTERM: 143). A :class:`ConfigError` passes through (status 2).
 
     Example:
         >>> with script_failures("Rollout", "What finished is in out/", "see out/"):

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -220,6 +220,40 @@ class PolicyConfig:
     params: dict[str, Any] = field(default_factory=dict)
 
 
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and v > 0
+
+
+def _optional(ok: Callable[[Any], bool]) -> Callable[[Any], bool]:
+    return lambda v: v is None or ok(v)
+
+
+#: The rollout's number fields: (field, check, what it must be, an example value).
+_ROLLOUT_NUMBERS: tuple[tuple[str, Callable[[Any], bool], str, Any], ...] = (
+    ("num_cpus_per_worker", _positive, "a number > 0 (fractions allowed)", 0.5),
+    ("failure_threshold", lambda v: _num(v, 0) and 0 < v <= 1, "a share in (0, 1]", 0.1),
+    ("step_timeout_s", _optional(_positive), "null (no limit) or a number of seconds > 0", 300),
+    (
+        "node_timeout_s",
+        _optional(lambda v: _num(v, 1)),
+        "null (Ray's defaults) or a number of seconds >= 1",
+        30,
+    ),
+    (
+        "queue_depth",
+        _optional(lambda v: _is_int(v) and v >= 1),
+        "null (by the policy) or an int >= 1",
+        1,
+    ),
+    ("pass_window_s", lambda v: _num(v, 0, 1), "a number of seconds in [0, 1]", 0.05),
+    (
+        "report_interval_s",
+        _optional(lambda v: _num(v, 0)),
+        "null (by rollout.queue_depth) or a number of seconds >= 0",
+        0.02,
+    ),
+)
+
 #: ``rollout.queue_depth`` for a policy the workers call inline (see RolloutConfig.depth_for).
 INLINE_QUEUE_DEPTH = 4
 #: ``rollout.report_interval_s`` per episode queued ahead, for a policy the workers call inline
@@ -271,13 +305,6 @@ class RolloutConfig:
                 ("max_response_chars", 1, 100000),
             ),
         )
-        _need(
-            isinstance(self.num_cpus_per_worker, (int, float)) and self.num_cpus_per_worker > 0,
-            "rollout.num_cpus_per_worker",
-            "a number > 0 (fractions allowed)",
-            self.num_cpus_per_worker,
-            0.5,
-        )
         for key, choices in (
             ("vectorization", ("sync", "async")),
             ("mode", ("async", "lockstep")),
@@ -285,49 +312,9 @@ class RolloutConfig:
         ):
             v = getattr(self, key)
             _need(v in choices, f"rollout.{key}", " or ".join(map(repr, choices)), v, choices[0])
-        _need(
-            _num(self.failure_threshold, 0) and 0 < self.failure_threshold <= 1,
-            "rollout.failure_threshold",
-            "a share in (0, 1]",
-            self.failure_threshold,
-            0.1,
-        )
-        _need(
-            self.step_timeout_s is None
-            or (isinstance(self.step_timeout_s, (int, float)) and self.step_timeout_s > 0),
-            "rollout.step_timeout_s",
-            "null (no limit) or a number of seconds > 0",
-            self.step_timeout_s,
-            300,
-        )
-        _need(
-            self.node_timeout_s is None or _num(self.node_timeout_s, 1),
-            "rollout.node_timeout_s",
-            "null (Ray's defaults) or a number of seconds >= 1",
-            self.node_timeout_s,
-            30,
-        )
-        _need(
-            self.queue_depth is None or (_is_int(self.queue_depth) and self.queue_depth >= 1),
-            "rollout.queue_depth",
-            "null (by the policy) or an int >= 1",
-            self.queue_depth,
-            1,
-        )
-        _need(
-            _num(self.pass_window_s, 0) and self.pass_window_s <= 1,
-            "rollout.pass_window_s",
-            "a number of seconds in [0, 1]",
-            self.pass_window_s,
-            0.05,
-        )
-        _need(
-            self.report_interval_s is None or _num(self.report_interval_s, 0),
-            "rollout.report_interval_s",
-            "null (by rollout.queue_depth) or a number of seconds >= 0",
-            self.report_interval_s,
-            0.02,
-        )
+        for key, ok, want, example in _ROLLOUT_NUMBERS:
+            v = getattr(self, key)
+            _need(ok(v), f"rollout.{key}", want, v, example)
 
     @property
     def num_episodes(self) -> int:
@@ -350,14 +337,10 @@ class RolloutConfig:
 
     def report_interval_for(self, inline: bool, spare: bool = False) -> float:
         """The longest a worker holds finished episodes to send them together:
-        ``report_interval_s``, or per episode queued ahead on each env (:meth:`depth_for`)
-        0.02 s for a policy the workers call inline and 0.25 s for a server's or a policy
-        service's. Each message costs both processes CPU (and brings the worker's next
-        assignments back), and an env left with nothing to play makes its worker report at
-        once, so the longer wait starves no env: where each answer takes tens of milliseconds
-        or more, it only sends fewer, fuller messages. ``spare``: the wait at the end of a
-        collect for a worker with client slots to spare, which the driver moves to the workers
-        whose envs still play by what it hears: 0.02 s per queued episode whatever the policy.
+        ``report_interval_s``, else per episode queued ahead on each env (:meth:`depth_for`)
+        0.02 s for an inline policy, 0.25 s for a server's or a service's (docs/rollouts.md,
+        "The engine"). ``spare``: the wait at a collect's end for a worker with client slots to
+        spare (the driver moves them by what it hears): 0.02 s per queued episode.
 
         Example:
             >>> RolloutConfig().report_interval_for(inline=True)

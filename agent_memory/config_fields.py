@@ -1,13 +1,10 @@
 """Settings declared once: one typed dataclass per policy and per memory strategy (as TRL's
 ``GRPOConfig``), each field with its default and ``metadata={"help": ...}``.
 
-The dataclass is the one place a setting's name, type, default and help are written. The
-constructor's keyword defaults read the dataclass's (``top_k: int = RetrievalSettings.top_k``),
-``scripts/gen_config_docs.py`` writes the ``params`` blocks of ``configs/{policy,memory}/*.yaml``
-and the configuration page from the fields, and config checks read them. A field whose job
-default differs from its Python default (a path in the run's output directory, a server client's
-sampling temperature) states the job's in ``metadata["config_default"]``; :data:`REQUIRED` there
-marks a setting a job must give.
+The dataclass is the one place a setting's name, type, default and help are written:
+``scripts/gen_config_docs.py`` writes the yaml ``params`` blocks and the configuration page from
+it, and config checks read it. A job default other than the Python one (a path in the run's
+directory) is ``metadata["config_default"]``; :data:`REQUIRED` there: a job must give it.
 
 Example:
     >>> from dataclasses import dataclass, field

@@ -2,11 +2,9 @@
 one-line :class:`~agent_memory.config.ConfigError` naming it when a run needs a module that is
 not installed.
 
-The quick start installs the package alone (``pip install -e .``). A policy, token counter,
-memory, env or trainer that imports more is listed by :func:`job_needs` and
-:func:`trainer_needs`, and :func:`require` refuses it before Ray starts or a model loads (the
-rollout preflight and the trainer call them), instead of a ``ModuleNotFoundError`` deep inside
-the run.
+What a run imports beyond the bare package is listed by :func:`job_needs` and
+:func:`trainer_needs`; :func:`require` refuses it before Ray starts or a model loads, instead of
+a ``ModuleNotFoundError`` deep inside the run.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig

@@ -77,13 +77,12 @@ class ParsedAction(NamedTuple):
 class ActionParser:
     """Configurable projection from model output to env action.
 
-    ``tag=None`` takes the whole response as the action; ``think_tag=None`` ignores thoughts.
-    Several action tags are ``multiple="invalid"`` (the model must commit to one), or the
-    ``"first"`` / ``"last"`` is taken. ``match="exact"`` skips the :func:`normalize` fallback.
-    With ``action_names`` a valid action is returned as its index (``Discrete`` envs). Responses
-    over ``max_chars`` are invalid unscanned. ``on_invalid``: the wrapper sends an invalid step's
-    env the empty action (``"skip"``: the env is still stepped, with ``""``) or ``noop_action``
-    (``"noop"``), and adds ``invalid_penalty`` to its reward (docs/what-your-env-receives.md).
+    ``tag=None`` takes the whole response; ``think_tag=None`` ignores thoughts. Several action
+    tags are ``multiple="invalid"``, or the ``"first"`` / ``"last"`` is taken. ``match="exact"``
+    skips :func:`normalize`. With ``action_names`` an action is returned as its index. Responses
+    over ``max_chars`` are invalid unscanned. ``on_invalid``: an invalid step's env gets ``""``
+    (``"skip"``) or ``noop_action`` (``"noop"``), and ``invalid_penalty`` is added to its reward
+    (docs/what-your-env-receives.md).
     """
 
     def __init__(

@@ -152,12 +152,10 @@ class Generation:
 
     Token fields, where set, are the prompt ids the model was conditioned on, the sampled ids
     (stop token included) and their log-probs under the sampling distribution: never a
-    re-tokenisation. ``finish_reason``: ``"stop"``, ``"length"``, ``"error"`` (the request
-    failed; ``text`` is ``""`` and ``error`` says why: the engine ends that episode with it and
-    never steps the env) or None. ``choice``: the ``score`` policy's :class:`ActionChoice`.
-    ``response_offsets``: where each response token starts in ``text`` (OpenAI's ``text_offset``),
-    which tells which tokens wrote a ``<memory>`` block. ``memory_choice``: the ``score`` policy's
-    choice of the memory block it wrote (``text`` starts with it), made from the same prompt.
+    re-tokenisation. ``finish_reason``: ``"stop"``, ``"length"``, ``"error"`` (``text`` is ``""``,
+    ``error`` says why; the engine ends the episode without stepping the env) or None.
+    ``choice``, ``memory_choice``: the ``score`` policy's choices of action and memory block.
+    ``response_offsets``: where each token starts in ``text`` (which tokens wrote ``<memory>``).
 
     Example:
         >>> g = Generation("<action>up</action>", prompt_ids=[5, 6], response_ids=[7, 3],

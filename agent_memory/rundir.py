@@ -1,16 +1,10 @@
 """One live run per output directory, and default directories that never collide.
 
-A run (:func:`~agent_memory.rollout.run_rollout`, :func:`~agent_memory.train.train`) holds its
-output directory while it runs: an OS lock (``fcntl.flock``) on ``<dir>/.run.lock``, which the
-kernel releases when the process ends, however it ends (Ctrl-C, SIGKILL, a crash), so no stale
-lock ever blocks a later run. Another run naming that directory meanwhile is refused with a
-config error (:class:`RunDirInUse`) naming the directory, the holder and the overrides that
-choose another, before it writes anything there. The scripts take the lock as Hydra starts
-(:class:`HoldRunDir`, a Hydra callback in configs/*.yaml), before Hydra writes ``.hydra/`` and
-its log into the directory; the run's own call then takes the lock its process holds.
-
-The default directories (``hydra.run.dir``, ``hydra.sweep.dir``) end in ``${am_run_token:}``, a
-token drawn once per process: two runs started in the same second get different directories.
+A run holds its output directory with an OS lock (``fcntl.flock`` on ``<dir>/.run.lock``; the
+kernel releases it however the process ends, so no lock goes stale). Another run naming it is
+refused before writing there (:class:`RunDirInUse`, naming the holder and the overrides to choose
+another). Scripts take it as Hydra starts (:class:`HoldRunDir`). Default directories end in
+``${am_run_token:}``, drawn per process: runs started in the same second never collide.
 
 Example:
     >>> import tempfile
@@ -171,14 +165,9 @@ def hold_run_dir(path: str | Path, setting: str) -> Iterator[Path]:
 
 
 class HoldRunDir:
-    """Hydra callback (``hydra.callbacks`` in configs/*.yaml): holds ``hydra.run.dir`` (a sweep:
-    ``hydra.sweep.dir``) from before Hydra writes into it until the run ends, so a second start
-    naming the directory is refused before its ``.hydra/`` and log overwrite the first's.
-
-    Args:
-        setting: the config key that moves the run's outputs elsewhere, if any (named in the
-            refusal beside ``hydra.run.dir``).
-    """
+    """Hydra callback (configs/*.yaml): holds ``hydra.run.dir`` (or ``hydra.sweep.dir``) from
+    before Hydra writes into it until the run ends; ``setting``: the config key that moves the
+    run's outputs elsewhere, named in the refusal."""
 
     def __init__(self, setting: str | None = None) -> None:
         self.setting = setting

@@ -50,9 +50,8 @@ _BOUNDARY = re.compile(r"(?<=[^\W_]) ")
 def split_pieces(text: str, size: int = PIECE_CHARS) -> list[str]:
     """``text`` cut into pieces of at most ``size`` characters, for counting tokens piece by piece.
 
-    Cuts fall, where the text allows, on a space after a letter or digit, where byte-level BPE
-    pre-tokenizers split too, so the pieces' counts add up to the text's (else off by about a
-    token per cut).
+    Cuts fall where possible on a space after a letter or digit, where byte-level BPE splits
+    too, so the pieces' counts add up to the text's.
 
     Example:
         >>> split_pieces("go to the desk", size=8)

@@ -10,7 +10,6 @@ leaves the state unchanged. ``oracle_action()`` on the unwrapped env returns an 
 from __future__ import annotations
 
 import hashlib
-import numbers
 import string
 from collections.abc import Sequence
 from typing import Any, Final, Literal
@@ -18,6 +17,7 @@ from typing import Any, Final, Literal
 import gymnasium as gym
 from gymnasium import spaces
 
+from agent_memory.checks import check_int, is_int
 from agent_memory.protocol import (
     ADMISSIBLE_ACTIONS,
     INVALID_REASON,
@@ -68,22 +68,6 @@ def text_space(max_length: int) -> spaces.Text:
     return spaces.Text(max_length, min_length=0, charset=CHARSET)
 
 
-def collapse_spaces(text: str, max_chars: int | None = None) -> str:
-    """``" ".join(text.split())``, cut to ``max_chars`` characters, reading only the words the
-    cut keeps: how the envs match a (possibly megabyte) action against short names.
-
-    Example:
-        >>> collapse_spaces("  Pick   UP "), collapse_spaces("  Pick   UP " * 10**5, 8)
-        ('Pick UP', 'Pick UP ')
-    """
-    if max_chars is None:
-        return " ".join(text.split())
-    # max_chars // 2 + 1 words (of one character or more, one space apart) make max_chars
-    # characters at least; split stops after them (the rest stays one piece, uncut).
-    k = max_chars // 2 + 1
-    return " ".join(text.split(None, k)[:k])[:max_chars]
-
-
 def sanitize(text: str, max_length: int | None = None) -> str:
     r"""Make ``text`` a member of :func:`text_space`: escape foreign characters, cap the length.
 
@@ -118,32 +102,6 @@ def stable_hash(*parts: Any) -> str:
         16
     """
     return hashlib.blake2b(repr(parts).encode("utf-8"), digest_size=8).hexdigest()
-
-
-def is_int(value: Any) -> bool:
-    """Whether ``value`` is an integer (numpy ones too), a bool not counted.
-
-    Example:
-        >>> is_int(3), is_int(True), is_int(3.0)
-        (True, False, False)
-    """
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def check_int(name: str, value: Any, low: int, hint: str = "") -> int:
-    """``value`` as an int, or a ``ValueError`` naming ``name`` if it is not an int >= ``low``.
-
-    Example:
-        >>> check_int("num_games", 2, 1)
-        2
-        >>> check_int("num_games", 0, 1)
-        Traceback (most recent call last):
-        ...
-        ValueError: num_games must be an int >= 1, got 0
-    """
-    if not is_int(value) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}{hint}, got {value!r}")
-    return int(value)
 
 
 def echo(action: str) -> str:
@@ -183,7 +141,8 @@ class TextEnv(gym.Env[str, str]):
     """The base of the bundled text envs: the ``ansi`` render mode shows the last observation.
 
     Args:
-        render_mode: ``"ansi"`` makes :meth:`render` return the last observation, or None.
+        render_mode: ``"ansi"`` makes :meth:`render` return the last observation, or None
+            (every bundled env takes it so).
 
     Example:
         >>> env = TextEnv(render_mode="ansi")

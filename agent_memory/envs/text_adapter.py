@@ -23,13 +23,13 @@ from agent_memory.envs.base import (
     TASK,
     WON,
     TextEnv,
-    collapse_spaces,
     sanitize,
     stable_hash,
     step_info,
     text_space,
     unknown_action,
 )
+from agent_memory.text import squash
 
 __all__ = [
     "AdmissibleFn",
@@ -65,7 +65,7 @@ def normalize_action(text: str, max_chars: int | None = None) -> str:
         >>> normalize_action("  Pick   UP "), normalize_action("  Pick   UP ", 3)
         ('pick up', 'pic')
     """
-    return collapse_spaces(text, max_chars).casefold()
+    return squash(text, max_chars).casefold()
 
 
 def _canonical(obs: Any) -> Any:
@@ -107,7 +107,6 @@ class TextAdapter(TextEnv):
         admissible_fn: ``(env, obs) -> names`` valid now; default: all ``action_names``.
         invalid_action_reward: Reward of a step with an invalid action.
         max_obs_length: Observations are capped at this many characters.
-        render_mode: ``"ansi"`` makes :meth:`render` return the current text observation.
 
     Raises:
         TypeError: ``env`` is not a ``gymnasium.Env``.

@@ -143,7 +143,6 @@ def make_frozen_lake(
         is_slippery: Moves may slip sideways (probability ``1 - success_rate``).
         success_rate: Probability of moving as intended on slippery ice.
         reward_schedule: Rewards for reaching a goal, a hole, a frozen tile.
-        render_mode: ``"ansi"`` renders the text observation.
 
     Returns:
         A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won``: the goal was reached;
@@ -248,7 +247,6 @@ def make_cliff_walking(
 
     Args:
         is_slippery: Moves may slip sideways (Gymnasium's ``CliffWalkingSlippery-v1``).
-        render_mode: ``"ansi"`` renders the text observation.
 
     Returns:
         A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won``: the goal was reached;
@@ -350,7 +348,6 @@ def make_taxi(
         fickle_passenger: The passenger may change destination once after the pickup.
         rainy_probability: Probability of moving as intended when rainy.
         fickle_probability: Probability that the passenger is fickle this episode.
-        render_mode: ``"ansi"`` renders the text observation.
 
     Returns:
         A :class:`~agent_memory.envs.text_adapter.TextAdapter`; ``won``: the passenger was

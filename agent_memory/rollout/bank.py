@@ -1,11 +1,9 @@
 """``EnvBank``: one wrapped vector env of many sub-envs, driven episode by episode in this process.
 
-The bank builds the envs (:func:`build_env`, the one way every caller builds a wrapped vector env),
-starts episodes (partial resets, each with its group's seed), steps the envs that answered (the
-others held) and reports each env's next prompt as a :class:`PromptView`. It imports no Ray: a
-rollout worker (the Ray actor) holds one, and so do the reference loop, the TRL and verl-agent
-adapters and the trainer, in their own process. The types here (:class:`PromptView`,
-:class:`StepResult`, :class:`ResetResult`) never cross a process boundary.
+It builds the envs (:func:`build_env`, the one way to build a wrapped vector env), starts
+episodes (partial resets, seeded per group), steps the envs that answered (the others held) and
+reports each env's next :class:`PromptView`. No Ray: a rollout worker, the reference loop, the
+TRL and verl-agent adapters and the trainer each hold one; its types never cross processes.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig
@@ -181,17 +179,15 @@ def build_env(
 
 
 class EnvBank:
-    """``num_envs`` sub-envs of ``job``'s env, played one episode at a time each (see the module
-    docstring). Building it builds the envs; nothing is reset until an env gets an episode.
+    """``num_envs`` sub-envs of ``job``'s env, one episode at a time each; nothing is reset until
+    an env gets an episode.
 
     Args:
-        job: the env, memory, template and parser (and ``rollout.vectorization``,
-            ``rollout.step_timeout_s``).
+        job: the env, memory, template, parser, ``rollout.vectorization`` and ``step_timeout_s``.
         num_envs: sub-envs in the vector env.
         meta_fields: per-env fields the policy needs besides the prompt (``Policy.needs``).
-        marks: where every env call is marked (a rollout worker's, for its next process to read
-            after a crash); with ``rollout.step_timeout_s``, a watchdog ends the process when a
-            call runs longer. None: no marks, no time limit.
+        marks: where every env call is marked (for a worker's next process to read after a
+            crash; a watchdog enforces ``rollout.step_timeout_s``). None: no marks, no limit.
         name: how errors name this bank (e.g. ``"worker 3"``).
 
     Attributes:
@@ -261,12 +257,10 @@ class EnvBank:
         return out
 
     def step(self, responses: Mapping[int, Any], turns: Collection[int] = ()) -> list[StepResult]:
-        """Apply the responses of the envs in ``responses`` (live ones); every other env is held
-        (not stepped, nothing stored). Reports, per stepped env, the step's outcome and the next
-        prompt (and the memory's turn, when it asks for one before the next action). The
-        responses of the envs in ``turns`` answer their memory's turn: they go to the memory, the
-        env is not stepped. A finished env needs :meth:`reset_envs` (a new episode) before its
-        next step.
+        """Step the live envs of ``responses``, holding every other; per stepped env, its
+        outcome, next prompt and memory turn (if one comes before the next action). Responses of
+        ``turns`` envs answer their memory's turn instead (the env is not stepped). A finished
+        env needs :meth:`reset_envs` before its next step.
 
         Raises:
             ValueError: an env of ``responses`` plays no episode (never started, or ended).
@@ -317,9 +311,7 @@ class EnvBank:
         }
 
     def _step_envs(self, responses: Mapping[int, Any]) -> list[StepResult]:
-        stepped = sorted(responses)
-        # Only the stepped envs are touched here (and in the wrapper): a step's cost follows
-        # the envs that act, not the bank's num_envs.
+        stepped = sorted(responses)  # only these are touched: the cost follows the acting envs
         actions: list[Any] = [None] * self.num_envs
         for i in stepped:
             actions[i] = responses[i]
@@ -328,15 +320,13 @@ class EnvBank:
         try:
             prompts, rewards, terminated, truncated, info = self.env.step(actions, mask=acting)
             done = np.logical_or(terminated, truncated)
-            # The oracle only for envs that act again: a finished env's next prompt is never
-            # answered.
+            # The oracle only for envs that act again (a finished env's prompt is never answered).
             going = [i for i in stepped if not done[i]]
             views = self._views(stepped, prompts, info, acting=going)
             turns = self._memory_turns(going)
         except Exception as e:
             self._end_process_if_broken()
             return self._failed_step(stepped, describe_exception(e))
-        # Each info key's values for the stepped envs, read once per step.
         values = {
             key: env_values(info, key, stepped, default)
             for key, default in (
@@ -403,7 +393,6 @@ class EnvBank:
         """The prompts of ``ids`` with their figures and the policy's meta fields (the oracle's
         action for the envs in ``acting`` when the policy needs it, computed once per batch)."""
         oracles = self._oracles(acting) if "oracle_action" in self.meta_fields else {}
-        # The figures of ``ids`` only (not every env's).
         tokens, chars, steps = (
             dict(zip(ids, info[key][ids].tolist(), strict=True))
             for key in ("context_tokens", "context_chars", "history_steps")

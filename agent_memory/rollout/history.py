@@ -1,9 +1,8 @@
 """The job config's history: the memory and the wrapper settings a rollout job asks for.
 
-One mapping from :class:`~agent_memory.config.JobConfig` to what
-:class:`~agent_memory.wrappers.VectorHistoryWrapper` is built with, used by the worker (its envs)
-and by the driver's preflight (the same memory and prompt for one env, built before Ray starts),
-so the two never disagree. It imports neither the driver nor the worker.
+One mapping from :class:`~agent_memory.config.JobConfig` to the
+:class:`~agent_memory.wrappers.VectorHistoryWrapper`'s memory and settings, used by the worker
+and by the driver's preflight, so the two never disagree.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig, MemoryConfig, PolicyConfig

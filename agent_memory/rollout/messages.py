@@ -2,9 +2,7 @@
 the only things that cross that process boundary.
 
 Driver -> worker: :class:`EpisodeAssignment`. Worker -> driver: :class:`WorkerStatus` (with
-:class:`CrashReport`), and the finished episodes, :class:`FinishedEpisode`, packed in an
-:class:`EpisodeBatch`. What a worker's envs report within its own process (``PromptView``,
-``StepResult``, ``ResetResult``) lives beside them, in :mod:`agent_memory.rollout.bank`.
+:class:`CrashReport`) and :class:`FinishedEpisode` packed in an :class:`EpisodeBatch`.
 
 Example:
     >>> a = EpisodeAssignment(env=3, traj_uid="g0-t1", group_uid="g0", seed=7)
@@ -73,7 +71,6 @@ class WorkerStatus:
     """A worker's answer to ``status()``: its process, and why it cannot work if it cannot.
 
     Attributes:
-        pid: the worker's process id.
         init_error: the exception its constructor raised (type, message, last frames), or None
             when it is ready; the driver does not restart a worker for it (deterministic).
         crashes: what the worker's previous process was doing when it died (may be empty).

@@ -1,8 +1,8 @@
 """``play``: the in-process episode loop (no Ray, no threads) the engine is checked against.
 
-One :class:`~agent_memory.rollout.bank.EnvBank` in this process, its live envs stepped together
-once per policy call, rows built as the engine builds them. With a deterministic
-policy, the engine's trajectories equal these whatever order its answers arrive in.
+One :class:`~agent_memory.rollout.bank.EnvBank`, its live envs stepped together once per policy
+call, rows built as the engine builds them: with a deterministic policy the engine's
+trajectories equal these, whatever order its answers arrive in.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig, RolloutConfig
@@ -50,10 +50,9 @@ def play(
     Args:
         job: the env, memory, template and parser.
         policy: answers them (default: built from ``job.policy``).
-        bank: the envs that play (kept across calls by a caller that plays often; built with
-            the policy's ``needs`` as its meta fields); default: a bank of
-            ``min(rollout.envs_per_worker, len(specs))`` envs, closed at the end, and the policy
-            prepared (``Policy.prepare``) as a rollout worker prepares its own.
+        bank: the envs (kept across calls; built with the policy's ``needs`` as meta fields);
+            default: ``min(rollout.envs_per_worker, len(specs))`` envs, closed at the end, and
+            the policy prepared (``Policy.prepare``) as a rollout worker's is.
         next_turn: asked before each turn after the first; False cuts the episode there (its
             last step marked truncated).
 

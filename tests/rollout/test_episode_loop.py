@@ -305,14 +305,24 @@ def test_a_gathering_pass_is_woken_by_an_answer_only_once_no_request_waits_for_a
     worker = _worker(envs=8)
     loop = EpisodeLoop(_bank(worker), make_port(_Slots(2)), 1000, pass_window_s=30.0)
     wakes: list[tuple[bool, int]] = []  # (gathering, requests waiting for a slot) per wake
+    gathering = [False]
+    gather, notify = loop._gather_answers, loop._notify
 
-    class Spy(asyncio.Event):
-        def set(self) -> None:
-            wakes.append((loop.gathering, loop._backlog()))
-            super().set()
+    async def spy_gather() -> None:
+        gathering[0] = True
+        try:
+            await gather()
+        finally:
+            gathering[0] = False
+
+    def spy_notify() -> None:
+        sleeper = loop._sleeper
+        notify()
+        if sleeper is not None and sleeper[1].done():  # this event woke the loop
+            wakes.append((gathering[0], loop._backlog()))
 
     async def main():
-        loop.wake = Spy()
+        loop._gather_answers, loop._notify = spy_gather, spy_notify
         loop.finish()
         return [
             ep

@@ -187,13 +187,10 @@ class CodeEnv(TextEnv):
     """Answer shop-data questions by writing Python that calls a preloaded ``api`` module.
 
     Args:
-        render_mode: ``"ansi"`` returns the last observation from ``render()``.
-        max_obs_chars: cap on the code output shown per step (head and tail kept).
-        timeout_s: wall-clock seconds per code step; beyond it the sandbox restarts (state lost).
-        cpu_limit_s: ``RLIMIT_CPU`` of each sandbox process (cumulative).
-        memory_limit_mb: ``RLIMIT_AS`` of each sandbox process.
-        max_file_size_mb: ``RLIMIT_FSIZE`` (largest file the code may write).
-        max_disk_mb: the working dir's total; over it the episode ends (terminated, reward 0).
+        max_obs_chars, timeout_s, cpu_limit_s, memory_limit_mb, max_file_size_mb, max_disk_mb:
+            the sandbox's :class:`~agent_memory.envs.code_exec.results.SandboxLimits`
+            (``output_chars``, ``timeout_s``, ``cpu_s``, ``memory_mb``, ``file_size_mb``,
+            ``disk_mb``); over ``max_disk_mb`` the episode ends (terminated, reward 0).
         max_action_chars: the action space's length (longer actions are still parsed).
         landlock: use Linux Landlock when available (kernel-enforced write confinement).
         isolate_network: put the sandbox in its own network namespace when allowed.

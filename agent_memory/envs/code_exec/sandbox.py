@@ -5,22 +5,10 @@ in JSON frames, forks the *runner* that executes the code; variables persist acr
 Jupyter kernel. After a timeout, crash or limit kill, or a run that leaves threads running, it
 restarts empty (files are kept).
 
-Layers, each reported by :attr:`Sandbox.layers` as ``"on (...)"`` or ``"off (<reason>)"``
-(``require=`` refuses to run with one off): ``protocol`` (each run gets one checked answer, for
-that run, from a runner in which no thread of an earlier run is alive; a frame written during an
-earlier run lacks the run's random token and is dropped),
-``seccomp`` (no processes, ``execve``, sockets or unneeded kernel surface), ``privileges`` (a uid
-of its own, no capabilities), ``filesystem`` (a private read-only root without ``/tmp``, ``/home``
-or the project), ``network`` (new network and IPC namespaces), ``landlock`` (reads and writes
-confined), ``cgroup`` (total memory and tasks), ``rlimits`` (per process, plus a wall-clock
-timeout), ``disk`` (the working dir's total size: measured after each run and every 0.1 s during
-one, closing the sandbox when over; not a file-system quota) and ``audit_hook`` (friendly errors
-only, not a boundary). With a layer off the others still hold.
-
-Not protected: kernel bugs and side channels; reads of what the view keeps (Python, ``/usr``,
-``/lib*``, a few ``/etc`` files); resource use within the limits; what code does to its own sandbox
-(the process is the policy's, like a Jupyter kernel: code that patches the runner's modules can
-shape what later runs answer); disk written during a run past the quota until the next check.
+Its layers (``protocol``, ``seccomp``, ``privileges``, ``filesystem``, ``network``, ``landlock``,
+``cgroup``, ``rlimits``, ``disk``, ``audit_hook``), what each does and what none protects against:
+docs/your-own-env.md. :attr:`Sandbox.layers` reports each as ``"on (...)"`` or ``"off (<reason>)"``
+(``require=`` refuses to run with one off); with a layer off the others still hold.
 
 Example:
     >>> with Sandbox(SandboxLimits(timeout_s=10.0)) as box:

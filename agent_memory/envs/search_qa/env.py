@@ -56,7 +56,6 @@ class SearchQAEnv(TextEnv):
         num_questions: keep only the first ``num_questions`` of the split (``None``: all).
         corpus_seed: seed of the generated corpus (``>= 0``).
         max_obs_chars: observation length limit (passages are cut to fit, tags kept).
-        render_mode: ``"ansi"`` (``render()`` returns the last observation) or ``None``.
 
     Example:
         >>> env = SearchQAEnv()

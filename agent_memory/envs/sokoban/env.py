@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from agent_memory import checks
 from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
     STATE_KEY,
@@ -42,7 +41,7 @@ def _check_search(
     """Refuse generation and solver settings out of range."""
     check_int("search_depth", search_depth, 3, " (reverse play reaches search_depth - 2 pulls)")
     check_int("max_generation_attempts", max_generation_attempts, 1)
-    checks.check_int("num_gen_steps", num_gen_steps, 1, allow_none=True)
+    check_int("num_gen_steps", num_gen_steps, 1, allow_none=True)
     check_int("solver_max_nodes", max_nodes, 1)
 
 
@@ -72,15 +71,13 @@ class SokobanEnv(TextEnv):
     Args:
         dim_room: ``(rows, cols)`` including the outer wall, each at least 5.
         num_boxes: Boxes (and targets) per generated level.
-        search_depth: Reverse-play DFS time-to-live (gym-sokoban's ``ttl``).
+        search_depth, num_gen_steps, random_player_moves: as for
+            :func:`~agent_memory.envs.sokoban.generation.generate_level`.
         max_generation_attempts: Generation tries per reset before ``LevelGenerationError``.
-        num_gen_steps: Random-walk length of the room; ``None``: ``int(1.7 * (rows + cols))``.
-        random_player_moves: Let the player take 1-3 random steps after reverse play.
         level: A fixed level (a text grid or a :class:`Level`); it sets the room and the boxes.
         grid_format: ``"verl"`` (verl-agent's ``" X \t"`` cells, byte for byte) or
             ``"compact"`` (one character per cell).
         solver_max_nodes: State cap of :meth:`oracle_action`'s solver.
-        render_mode: ``"ansi"`` makes :meth:`render` return the observation text.
 
     Example:
         >>> env = SokobanEnv(grid_format="compact")

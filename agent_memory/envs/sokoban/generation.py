@@ -206,7 +206,7 @@ def generate_level(
         num_gen_steps: Random-walk length; gym-sokoban's default ``int(1.7 * (rows + cols))``.
         p_change_directions: Probability that the walker turns at each step.
         max_attempts: Tries before giving up.
-        random_player_moves: Apply verl-agent's random player steps after reverse play.
+        random_player_moves: Let the player take 1-3 random steps after reverse play (verl-agent).
 
     Raises:
         LevelGenerationError: when every attempt failed; names the parameters and last reason.

@@ -46,12 +46,8 @@ class Level:
     """A Sokoban room (walls, targets) with its movable state (boxes, player).
 
     Args:
-        height: Rows of the grid.
-        width: Columns of the grid.
-        walls: Flat indices of wall cells.
-        targets: Flat indices of box targets.
-        boxes: Flat indices of boxes.
-        player: Flat index of the player.
+        height, width: Rows and columns of the grid.
+        walls, targets, boxes, player: Flat indices of those cells (the player's: one index).
 
     Example:
         >>> level = Level.from_grid("######\\n#PXO_#\\n######")

@@ -16,7 +16,6 @@ from agent_memory.envs.base import (
     WON,
     TextEnv,
     check_int,
-    collapse_spaces,
     is_int,
     sanitize,
     stable_hash,
@@ -32,6 +31,7 @@ from agent_memory.envs.textworld_games.generation import (
     require_textworld,
 )
 from agent_memory.envs.textworld_games.settings import ChallengeName, normalize_settings
+from agent_memory.text import squash
 
 #: The ASCII-art "TEXT WORLD" banner of every intro is made of these characters only, with at
 #: least one that is not a space or an angle bracket.
@@ -94,7 +94,7 @@ def _is_banner(line: str) -> bool:
 
 
 def _normalize_command(action: str, max_chars: int | None = None) -> str:
-    return collapse_spaces(action, max_chars).lower()
+    return squash(action, max_chars).lower()
 
 
 class TextWorldEnv(TextEnv):
@@ -106,15 +106,13 @@ class TextWorldEnv(TextEnv):
     spacing forgiven). The reward is the change of the score.
 
     Args:
-        challenge: The TextWorld challenge.
         settings: The challenge's settings, e.g. ``{"level": 3}``; missing keys take
             :data:`~agent_memory.envs.textworld_games.DEFAULT_SETTINGS`.
         game_seed: Seed of the first game of the pool (game ``i`` has ``game_seed + i``).
         num_games: Games in the pool.
-        cache_dir: Where games are cached; default ``$AGENT_MEMORY_CACHE/textworld``, else
-            ``$XDG_CACHE_HOME/agent_memory/textworld`` or ``~/.cache/agent_memory/textworld``.
+        cache_dir: Where games are cached; default
+            :func:`~agent_memory.envs.textworld_games.generation.default_cache_dir`.
         max_obs_length: Observations are capped to this many characters.
-        render_mode: ``"ansi"`` makes ``render()`` return the current observation.
 
     Example:
         >>> import pytest, tempfile

@@ -1,7 +1,5 @@
 """Would the preflight take a key added to a free-form dict of the config? Asked when Hydra refuses
-``memory.params.top_k=5`` (a key the config lacks), so that the answer suggests ``+`` only where
-the constructor behind the dict takes the key: ``memory=window +memory.params.top_k=5`` would
-fail again, naming other strategies.
+``memory.params.top_k=5``, so that ``+`` is suggested only where the constructor takes the key.
 
 Example:
     >>> from omegaconf import OmegaConf
@@ -27,10 +25,9 @@ __all__ = ["refuse_added_key"]
 
 
 def refuse_added_key(full_key: str, value: Any, cfg: Any) -> str | None:
-    """The preflight's refusal of ``+full_key=value`` on the composed config ``cfg`` (a
-    DictConfig or mapping with the job's groups): ``""`` when its constructor takes the key,
-    None when that cannot be told here (an unknown strategy, policy or env is the preflight's to
-    report; a key outside ``memory.params``, ``policy.params`` and ``env.kwargs``).
+    """The preflight's refusal of ``+full_key=value`` on the composed config ``cfg``: ``""``
+    when the constructor takes the key, None when that cannot be told here (an unknown
+    strategy, policy or env; a key outside ``memory.params``, ``policy.params``, ``env.kwargs``).
     """
     where, _, name = full_key.rpartition(".")
     check = _CHECKS.get(where)

@@ -1,11 +1,9 @@
 """Advantage estimators over finished trajectories: GRPO, GiGPO and PPO's GAE (docs/rollouts.md).
 
-Inputs are plain arrays per trajectory, so the estimators do not depend on how rollouts were
-collected. A non-finite reward marks its trajectory as missing: advantage 0 at every step, and
-left out of every group statistic, so one broken reward never turns a whole group into NaN.
-Finite rewards give finite advantages, however large: sums, means and spreads are computed on
-values divided by a power of two that keeps them below 1 (exact, so ordinary rewards get the
-same bits as without it), and a result beyond the largest float saturates there.
+Inputs are plain arrays per trajectory. A non-finite reward marks its trajectory missing
+(advantage 0, left out of group statistics), so one broken reward never makes a group NaN. Finite
+rewards give finite advantages: statistics are computed on values scaled by an exact power of two
+below 1, and a result beyond the largest float saturates there.
 
 Example:
     >>> import numpy as np
@@ -85,9 +83,8 @@ def group_normalize(
 ) -> np.ndarray:
     """``value - mean(group)``, divided by ``std(group, ddof=1) + eps`` when ``normalize_std``.
 
-    Members of a group of one get 0. A non-finite value (NaN, ±inf) is missing: it gets 0 and
-    its group's statistics are computed over the other members. Finite values give finite
-    results, however large (the module docstring says how).
+    A group of one gets 0. A non-finite value is missing: it gets 0, and its group's statistics
+    are computed over the others. Finite values give finite results (see the module docstring).
 
     Example:
         >>> group_normalize([1.0, 3.0, 5.0], ["a", "a", "b"], normalize_std=False).tolist()
@@ -330,7 +327,6 @@ def compute_advantages(
     """Fill every step's ``advantage`` and ``ret`` for ``algo`` (in place).
 
     Args:
-        trajs: finished trajectories.
         algo: the estimator and its parameters.
         values: PPO only: the values by ``traj_uid`` (None: ``algo.value_fn`` of the prompts).
 

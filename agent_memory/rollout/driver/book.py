@@ -1,10 +1,9 @@
 """``EpisodeBook``: the episodes of a run — waiting, running on a slot, or finished.
 
-The driver's one record of where every episode is, so nothing is lost or duplicated: when a worker
-dies, its episodes go back to the front of the queue at once, for the live workers, each suspected
-of the crash until the dead worker's restart tells which one (if any) took it down; after
-``max_attempts`` crashes of its own an episode finishes with an error. An episode that may have
-spent its attempts (counting those it is suspected of) is held until that is known.
+The driver's one record of where every episode is: a dead worker's episodes go back to the front
+of the queue at once, each suspected of the crash until the worker's restart names the culprit;
+after ``max_attempts`` crashes of its own an episode finishes with an error (one that may have
+spent them, counting suspicions, is held until that is known).
 
 Example:
     >>> from agent_memory.rollout.types import EpisodeSpec
@@ -147,10 +146,9 @@ class EpisodeBook:
         return self._run(slot, w)
 
     def release(self, worker: int) -> dict[int, list[str]]:
-        """``worker`` lost its process: each episode on it, running or queued, goes back to the
-        front of the queue (running ones first), for any live worker to play, and is suspected
-        of the crash until :meth:`clear`. One that may have spent its attempts is held; one a
-        timeout doomed finishes with its error. Returns the uids by env, running one first.
+        """``worker`` lost its process: its episodes, running then queued, go back to the front
+        of the queue, suspected of the crash until :meth:`clear` (held if they may have spent
+        their attempts; finished if a timeout doomed them). Returns the uids by env.
 
         Example:
             >>> book = EpisodeBook([EpisodeSpec("g0", f"g0-t{m}", 0, m, 7) for m in range(4)], 2)
@@ -199,11 +197,10 @@ class EpisodeBook:
         """One suspicion of ``uid`` (a worker it was on died: :meth:`release`) is settled.
 
         Args:
-            uid: the episode.
-            charge: it took that worker down, for this reason: one crash of its own. At
-                ``max_attempts`` of them it finishes with the reason as its error.
-            end: it ran past the step timeout: it ends with this error (at once when it waits,
-                else when it dies again: a start it has made since may finish).
+            charge: it took that worker down, for this reason (a crash of its own; at
+                ``max_attempts`` it finishes with this error).
+            end: it ran past the step timeout: it ends with this error (at once when waiting,
+                else if it dies again).
             started: the dead worker had started it, queued ahead (a start not counted yet).
         """
         self.starts[uid] += started

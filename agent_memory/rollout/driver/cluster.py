@@ -1,13 +1,10 @@
 """Starting or joining Ray for a rollout, quietly and without writing to ``$HOME``.
 
-``rollout.ray_address=null`` (the default) starts a fresh instance for this run only: small-machine
-settings, no dashboard, in a private directory (mode 0700; removed at the end) that holds its
-sockets, logs and a random per-run auth token (no token in the environment, none in ``~/.ray``),
-every server listening on 127.0.0.1 only, a node that stops answering declared dead within
-``rollout.node_timeout_s`` (:func:`health_check_config`), and a reaper
-(:mod:`~agent_memory.rollout.driver.reaper`) that ends its processes when the driver ends, however
-it ends. ``auto`` joins the cluster ``ray start`` recorded on this machine, ``host:port`` that one
-(with the settings it was started with).
+``rollout.ray_address=null`` starts an instance for this run only: small-machine settings, no
+dashboard, a private 0700 directory (sockets, logs, a random auth token; removed at the end),
+servers on 127.0.0.1 only, dead nodes declared within ``rollout.node_timeout_s`` and a reaper
+(:mod:`~agent_memory.rollout.driver.reaper`). ``auto`` joins the cluster ``ray start`` recorded
+here, ``host:port`` that one.
 """
 
 from __future__ import annotations
@@ -44,10 +41,9 @@ NODE_HEALTH_CHECKS = 3
 
 
 def health_check_config(node_timeout_s: float | None) -> dict[str, int]:
-    """Ray's node health-check settings (``_system_config``) that declare a node dead within
-    ``node_timeout_s`` seconds of its last answer, even when it answers nothing at all (a frozen
-    machine: each check waits its timeout): :data:`NODE_HEALTH_CHECKS` checks in a row, each one
-    period apart and given as long to answer. None: {} (Ray's defaults, about 65 s).
+    """Ray's health-check settings (``_system_config``) that declare a node dead within
+    ``node_timeout_s`` of its last answer, even a frozen one: :data:`NODE_HEALTH_CHECKS` checks,
+    each one period apart and given as long. None: {} (Ray's defaults, about 65 s).
 
     Example:
         >>> health_check_config(30)
@@ -67,11 +63,9 @@ def health_check_config(node_timeout_s: float | None) -> dict[str, int]:
 
 
 def local_token_auth(root: str | None = None) -> None:
-    """Token authentication for a local instance this process starts, with a random token: in a
-    file ``root/auth_token`` (mode 0600, named by ``RAY_AUTH_TOKEN_PATH``) when ``root`` is given,
-    else in the environment. Ray's processes inherit the setting (a path, not the token, with a
-    root); Ray neither warns nor writes ``~/.ray/auth_token``. A ``RAY_AUTH_MODE`` set by someone
-    else than this function is left as it is."""
+    """Token authentication with a random token for a local instance: in ``root/auth_token``
+    (0600, via ``RAY_AUTH_TOKEN_PATH``) when ``root`` is given, else in the environment; nothing
+    in ``~/.ray``. A ``RAY_AUTH_MODE`` set by someone else is left as it is."""
     if "RAY_AUTH_MODE" in os.environ and not _AUTH_SET:
         return
     for key in _AUTH_SET:  # an earlier instance's token (its file may be gone)
@@ -111,12 +105,9 @@ _AUTH_SET: list[str] = []
 
 @contextlib.contextmanager
 def loopback_only() -> Iterator[None]:
-    """While a local instance starts, its node address is 127.0.0.1: Ray's servers (GCS,
-    raylet, every worker's) then listen on the loopback interface only, where they otherwise
-    listen on all. Ray gives a node 127.0.0.1 only where it does not build clusters (macOS,
-    Windows), and turns an explicit ``_node_ip_address="127.0.0.1"`` into this machine's outward
-    address: that switch is set for the start, then restored. Another Ray version without it
-    starts as Ray chooses."""
+    """While a local instance starts, its node address is 127.0.0.1, so Ray's servers listen on
+    the loopback only (an explicit ``_node_ip_address`` would be made outward): Ray's switch for
+    that (its macOS/Windows one) is set for the start, then restored; without it, Ray chooses."""
     try:
         from ray._private import ray_constants
     except ImportError:  # pragma: no cover - Ray's layout changed
@@ -137,10 +128,9 @@ def loopback_only() -> Iterator[None]:
 def init_ray(
     address: str | None = None, num_cpus: int | None = None, node_timeout_s: float | None = 30.0
 ) -> bool:
-    """Start a local Ray instance with small-machine settings, or join a cluster by address
-    (``"auto"`` finds a running one). Returns True when this call started or joined Ray (the
-    caller shuts it down), False when Ray was already up. The process's SIGTERM handler is
-    kept (Ray's own would exit at once, before the run's outputs are written).
+    """Start a local Ray instance or join a cluster by address (``"auto"``: a running one).
+    Returns whether this call started or joined Ray (the caller shuts it down). The SIGTERM
+    handler is kept (Ray's would exit before the run's outputs are written).
 
     Args:
         address: ``rollout.ray_address`` (None or ``"local"``: a local instance).

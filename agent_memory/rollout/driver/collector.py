@@ -2,8 +2,8 @@
 
 The driver hands out episodes (queued ahead on busy envs, ``rollout.queue_depth``) and takes the
 finished ones; each Ray worker plays its envs on its own
-(:mod:`~agent_memory.rollout.worker.episode_loop`). The policy runs in the workers or in one
-:class:`~agent_memory.rollout.worker.service.PolicyService` (a local model). See docs/rollouts.md.
+(:mod:`~agent_memory.rollout.worker.episode_loop`), the policy in the workers or in one
+:class:`~agent_memory.rollout.worker.service.PolicyService`. See docs/rollouts.md.
 """
 
 from __future__ import annotations
@@ -71,7 +71,6 @@ class Collector:
     """Runs a job's episodes on Ray workers that play them on their own (see the module).
 
     Args:
-        job: the validated job config.
         policy: a policy instance (default: built from ``job.policy``).
         on_step: called with the collector after every finished episode.
         run_id: names this run's call-mark directories (default: a fresh id).
@@ -182,7 +181,6 @@ class Collector:
         """Run ``specs`` on the started workers; returns their trajectories in order.
 
         Args:
-            specs: the episodes.
             progress, on_episode: as :meth:`run`.
             greedy: answer at temperature 0 (an evaluation), with the policy service's model.
 
@@ -346,12 +344,9 @@ class Collector:
 
     def _feed(self, slots: Sequence[Slot], *, queue_only: bool = False) -> None:
         """Give free slots the next waiting episodes, and each busy one up to ``depth`` queued
-        behind its running one; a free slot with nothing to play stays parked. ``queue_only``:
-        the slots run an episode already.
-
-        Episodes are queued ahead only while more wait than the run has slots, one level at a
-        time over ``slots``: the last ones go to whichever slot frees first.
-        """
+        behind its running one (``queue_only``: the slots all run one); a free slot with nothing
+        to play stays parked. Queued ahead only while more wait than the run has slots, one
+        level at a time: the last ones go to whichever slot frees first."""
         book = self.book
         assert book is not None
         plan = self._plan

@@ -1,8 +1,7 @@
 """``resolve_env``: what ``env.id`` and ``env.kwargs`` resolve to, found without building the env.
 
-The driver's checks share it: :mod:`~agent_memory.rollout.driver.preflight` binds the kwargs
-through it, and :mod:`~agent_memory.rollout.driver.oracle_check` reads the env class it finds (its
-own module, so that neither of the two imports the other).
+Shared by :mod:`~agent_memory.rollout.driver.preflight` and
+:mod:`~agent_memory.rollout.driver.oracle_check` (its own module: neither imports the other).
 
 Example:
     >>> from agent_memory.config import EnvConfig

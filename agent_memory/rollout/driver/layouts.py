@@ -73,7 +73,6 @@ def episode_samples(traj: Trajectory, *, strict: bool = True) -> list[EpisodeSam
     """``traj`` as one sample per segment (see the module docstring).
 
     Args:
-        traj: the episode.
         strict: its chat only grows, so it must be one segment (a break raises).
 
     Raises:

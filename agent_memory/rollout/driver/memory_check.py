@@ -1,9 +1,6 @@
-"""The preflight's memory checks: the token counter, formatter and memory a worker builds, built
-the cheap way (one env, database files in a temporary directory) with each error naming the
-override that fixes it.
-
-The memory is built by :func:`~agent_memory.rollout.history.job_memory`, the function the
-workers build theirs with.
+"""The preflight's memory checks: the token counter, formatter and memory a worker builds
+(:func:`~agent_memory.rollout.history.job_memory`), built the cheap way (one env, database files in
+a temporary directory), each error naming the override that fixes it.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig, MemoryConfig, PolicyConfig

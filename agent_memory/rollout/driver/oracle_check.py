@@ -1,9 +1,8 @@
 """``check_policy_env``: a policy that plays the env's oracle needs an env that has one.
 
-Some env classes have ``oracle_action()`` but not always an oracle behind it (a
-:class:`~agent_memory.envs.text_adapter.TextAdapter` built without ``oracle_fn``): such a class
-says so with a ``has_oracle`` property, which only an instance answers, so one env is built in the
-driver (only then, or when the class is unknown) and read. Other classes are trusted unbuilt.
+A class whose oracle depends on how it is built (a ``TextAdapter`` without ``oracle_fn``) has a
+``has_oracle`` property, so one env is built in the driver (only then, or for an unknown class)
+and asked; other classes are trusted unbuilt.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig
@@ -33,7 +32,6 @@ def check_policy_env(
     """Refuse a policy that plays the env's oracle on an env built without one.
 
     Args:
-        job: the validated job.
         env: ``job.env`` as ``resolve_env`` resolved it (None: resolved here).
         policy: the run's policy when the caller built it (its ``needs`` are read).
 

@@ -120,12 +120,8 @@ def spread(values: Sequence[float]) -> dict[str, Any]:
 def summarize(trajs: Sequence[Trajectory], stats: Any, job: JobConfig) -> dict[str, Any]:
     """The figures of a rollout's finished trajectories (summary.json).
 
-    ``episode_prompt_tokens`` / ``episode_peak_prompt_tokens``: mean, p95 and max over episodes
-    (with steps) of each episode's summed / largest prompt tokens; ``mean_prompt_tokens`` /
-    ``max_prompt_tokens`` are per step. ``token_counter`` names what counts a prompt without
-    the policy's ids (``memory.token_counter``; its budgets too), ``prompt_tokens_from`` what
-    the prompt figures counted: ``prompt_ids`` (the policy's tokenizer), ``token_counter`` or
-    ``both`` (some steps each way).
+    Fields: docs/output-schema.md. ``prompt_tokens_from`` says what the prompt figures counted:
+    ``prompt_ids`` (the policy's tokenizer), ``token_counter`` or ``both``.
     """
     every = [s for t in trajs for s in t.steps]
     steps = [s for s in every if not s.memory_turn]  # the env's steps

@@ -1,10 +1,9 @@
 """``WorkerPool``: a run's Ray rollout workers — started, watched, restarted, closed.
 
-The engine decides what each worker does; the pool starts the actors (a constructor error stops
-the run at once, with the worker's own message), turns failed calls into readable errors, and
-watches for Ray to bring a dead worker back with the call marks that name its culprit episode.
-Nothing waits for that: a restart that cannot be placed (its node is gone, no other has room)
-holds no episode, and is given up after :data:`RESTART_TIMEOUT_S`.
+It starts the actors (a constructor error stops the run with the worker's message), turns failed
+calls into readable errors and watches Ray bring a dead worker back with the marks naming its
+culprit; a restart that cannot be placed holds no episode and is given up after
+:data:`RESTART_TIMEOUT_S`.
 """
 
 from __future__ import annotations
@@ -51,7 +50,6 @@ class WorkerPool:
     """The workers of one run (see the module docstring).
 
     Args:
-        job: the validated job.
         run_id: names the workers' call-mark directories.
         stats: the run's counters (restarts, failures, timeouts are added here).
         meta_fields: what the policy needs besides the prompt (``Policy.needs``).

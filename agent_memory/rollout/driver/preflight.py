@@ -1,12 +1,10 @@
 """``preflight``: a rollout job's config errors, found in the driver before Ray starts.
 
-:func:`preflight` builds what each worker builds (the env's id and kwargs, token counter, memory,
-prompt, parser, policy) the cheap way, so a bad value fails in seconds with a
-:class:`~agent_memory.config.ConfigError` naming the override that fixes it (docs/failures.md
-lists them), plus the episode count (:func:`check_episodes`), the worker count
-(:func:`check_workers`), the Ray address (:func:`check_ray_address`), the optional packages it
-needs (:mod:`agent_memory.extras`) and the episode layout. The
-env itself is not built: TextWorld generates games and Code starts a sandbox on construction.
+:func:`preflight` builds what each worker builds (env id and kwargs, token counter, memory,
+prompt, parser, policy) the cheap way, and checks the episode and worker counts, the Ray address,
+the optional packages and the layout: a bad value fails in seconds with a
+:class:`~agent_memory.config.ConfigError` naming its fix (docs/failures.md). The env itself is
+not built (TextWorld generates games, Code starts a sandbox).
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig, PolicyConfig
@@ -205,9 +203,8 @@ _RAY_ADDRESS_FORMS = (
 
 def check_ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
     """Refuse a ``rollout.ray_address`` Ray cannot read, or where nothing answers a TCP connection
-    within ``timeout`` seconds (Ray itself would retry for minutes). Nothing is checked for a local
-    instance (null, ``local``); no connection is tried when Ray is up in this process already
-    (the run uses it).
+    within ``timeout`` seconds (Ray would retry for minutes). Nothing is checked for a local
+    instance (null, ``local``) or when Ray is up in this process already (the run uses it).
 
     Raises:
         ConfigError: a malformed address, or a cluster that does not answer.
@@ -280,7 +277,6 @@ def check_workers(job: JobConfig, cpus: float | None = None) -> None:
     """Refuse a ``rollout.num_workers`` the run cannot honour (more than its episodes or CPUs).
 
     Args:
-        job: the job.
         cpus: the Ray cluster's CPUs; None: :func:`cluster_cpus` (unknown for a joined cluster).
 
     Raises:

@@ -1,13 +1,10 @@
 """The reaper's process: ends what is left of a local Ray instance once its driver is gone.
 
 Started by :class:`~agent_memory.rollout.driver.reaper.Reaper` as ``python -I -S reap.py NAME
-ROOT`` (also runnable as ``python -m agent_memory.rollout.driver.reap NAME ROOT``), with the
-driver's pipe as stdin. The standard library only, so it starts in milliseconds without the
-package's imports: under ``-I -S`` nothing but this file and the standard library is importable
-(which is also why nothing of the package imports it). While the pipe is open it notes, every
-few seconds (at once on a byte), the processes whose environment holds ``NAME=ROOT`` and their
-descendants; when the pipe closes it sends SIGTERM, then SIGKILL, to
-those still alive (a pid reused since is left alone) and removes ``ROOT``.
+ROOT`` (or ``python -m``) with the driver's pipe as stdin; standard library only, so it starts in
+milliseconds. While the pipe is open it notes the processes whose environment holds ``NAME=ROOT``
+and their descendants; when it closes it sends SIGTERM, then SIGKILL, to those alive (not to a
+reused pid) and removes ``ROOT``.
 
 Example:
     >>> import os

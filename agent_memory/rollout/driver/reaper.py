@@ -1,14 +1,9 @@
 """Ray's processes never outlive the run that started them, also when its driver is SIGKILLed.
 
-Ray ends its GCS and raylet with the driver (they get a parent-death signal), but the agents the
-raylet starts (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) are orphaned and live on. A
-local instance therefore starts with a *reaper*: a small process (:mod:`.reap`, the standard
-library only, its own session, so a terminal's Ctrl-C leaves it to do its job) that reads a pipe
-from the driver. While the pipe is open it notes the instance's processes every few seconds:
-those whose environment holds the run's marker (set while Ray starts, inherited by everything Ray
-spawns) and their descendants. When the pipe closes (:meth:`Reaper.release`, or the driver's
-death, however it died) it ends what is left of them (SIGTERM, then SIGKILL; a pid reused since
-is left alone) and removes the instance's private directory.
+The raylet's agents (``ray::DashboardAgent``, ``ray::RuntimeEnvAgent``) outlive the driver, so a
+local instance starts with a *reaper* (:mod:`.reap`, its own session) reading a pipe from the
+driver: it notes the processes carrying the run's environment marker, and when the pipe closes
+(:meth:`Reaper.release`, or the driver's death) ends them and removes the private directory.
 """
 
 from __future__ import annotations

@@ -101,9 +101,8 @@ def run_rollout(
 ) -> dict[str, Any]:
     """Run ``job`` and write its outputs to ``output_dir``; returns the summary.
 
-    Starts Ray (or joins ``rollout.ray_address``) unless it is up, and shuts down only an
-    instance it started, unless ``keep_ray`` (a sweep reuses it). ``labels`` go into the summary
-    as they are (its ``memory`` names the memory config); string memory params get their
+    Starts or joins Ray unless it is up, and shuts down only an instance it started (unless
+    ``keep_ray``: a sweep reuses it). ``labels`` go into the summary; string memory params get
     ``{output_dir}`` / ``{run_id}`` filled (:func:`bind_run_paths`).
 
     Raises:

@@ -1,9 +1,8 @@
 """Whether a run that raised nothing failed: the share of its episodes that failed, against
 ``rollout.failure_threshold`` (docs/rollouts.md says why its default is 0.1).
 
-A policy request that fails after its retries ends its episode (``policy request failed: ...``),
-so that share counts failed requests too, each as the episode it cost; the shares of failed
-requests, by kind, say why. Every share goes into ``summary.json`` (``failure_shares``) and the
+A request that fails after its retries ends its episode, so failed requests count as the
+episodes they cost; the shares by kind go into ``summary.json`` (``failure_shares``) and the
 run's last log line, whatever the verdict.
 
 Example:

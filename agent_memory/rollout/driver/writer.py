@@ -1,10 +1,9 @@
 """``RolloutWriter``: a run's files, written as its episodes finish, so no run loses what it did.
 
-``trajectories.jsonl`` (and ``episodes.jsonl`` with ``rollout.layout=episode``) get each group's
-rows as the driver hands it over, whole lines only, and ``errors.jsonl`` one line per failed
-episode; Parquet (with the explicit :func:`row_schema`) and ``summary.json`` (there, as
-``"running"``, from the start) come at close. Every value is made safe first
-(:mod:`agent_memory.rollout.jsonsafe`). The files and columns: docs/output-schema.md.
+``trajectories.jsonl`` (and ``episodes.jsonl``) get each group's rows as it finishes, whole lines
+only, ``errors.jsonl`` a line per failed episode; Parquet (:func:`row_schema`) and the final
+``summary.json`` (``"running"`` from the start) come at close. Values are made safe first
+(:mod:`agent_memory.rollout.jsonsafe`). Files and columns: docs/output-schema.md.
 """
 
 from __future__ import annotations

@@ -63,15 +63,10 @@ class EpisodeLoop:
     Args:
         bank: the envs (its ``reset_envs`` and ``step``).
         port: the policy's port (:func:`~agent_memory.rollout.worker.port.make_port`).
-        max_response_chars: the rows' cap on raw responses.
-        report_interval_s: the longest finished episodes wait to be sent together.
-        spare_report_interval_s: the same once the driver has nothing more to give out
-            (:meth:`drain`) while this worker has client slots to spare: the driver moves them
-            to the workers whose envs still play by what it hears (None: ``report_interval_s``).
-        lockstep: ``rollout.mode=lockstep``: the live envs step together once all answers are
-            in (a policy service gets them in one request, answered as a batch of its own).
-        pass_window_s: while requests wait for a slot of the policy's ``concurrency``, the
-            longest answers that came in wait for more to join their pass (see :meth:`_wait`).
+        max_response_chars, pass_window_s: ``rollout``'s settings (docs/configuration.md).
+        report_interval_s, spare_report_interval_s: ``RolloutConfig.report_interval_for``'s
+            waits, without and with ``spare`` (None: ``report_interval_s``).
+        lockstep: ``rollout.mode=lockstep``: the live envs step together once all answers are in.
     """
 
     def __init__(
@@ -98,32 +93,26 @@ class EpisodeLoop:
         #: an env has nothing left to play (the driver must feed it), or no more is coming.
         self.flush = asyncio.Event()
         self.incoming: list[EpisodeAssignment] = []  # assigned, not yet queued on their envs
-        self.wake = asyncio.Event()  # set by assign() and finish()
         self.live: dict[int, _Live] = {}
         #: Per env, the episodes assigned to it that wait for it to be free, by ``order``; and
         #: the order of the env's next episode.
         self.queued: defaultdict[int, dict[int, EpisodeAssignment]] = defaultdict(dict)
         self.next_order: defaultdict[int, int] = defaultdict(int)
-        #: Envs freed since the last start (their next episode may be queued): with the envs of
-        #: new assignments, the only ones a pass looks at (not every env, every pass).
-        self.freed: set[int] = set()
-        #: Live envs that need a request, and the requests answered since the last step (env,
-        #: request): a pass touches these envs only, never every live env.
-        self.asking: set[int] = set()
+        #: The requests answered since the last step (env, request), and those not answered yet
+        #: (the lockstep barrier waits for 0).
         self.answered: list[tuple[int, asyncio.Future[Generation]]] = []
-        self.in_flight = 0  # requests sent and not answered yet (the lockstep barrier waits)
-        #: :meth:`_gather_answers` is waiting: an answer wakes the loop only once no request
-        #: waits for a client slot (each wake is a pass of the event loop, for nothing else).
-        self.gathering = False
+        self.in_flight = 0
         self.closing = False
         #: Set by :meth:`drain`: nothing waits at the driver to be given out.
         self.drained = False
+        #: What the loop sleeps until, and the future that wakes it (:meth:`_until`).
+        self._sleeper: tuple[Callable[[], bool], asyncio.Future[None]] | None = None
 
     def assign(self, assignments: Sequence[EpisodeAssignment]) -> None:
         """More episodes to play (each on the env it names, once that env is free: after the
         episodes assigned to it before)."""
         self.incoming += assignments
-        self.wake.set()
+        self._notify()
 
     def drain(self) -> None:
         """Nothing waits at the driver to be given out: an env with nothing left to play is no
@@ -133,19 +122,16 @@ class EpisodeLoop:
     def finish(self) -> None:
         """No more episodes are coming: :meth:`run` ends once its episodes have."""
         self.closing = True
-        self.wake.set()
+        self._notify()
         self.flush.set()
 
     async def run(
         self, assignments: Sequence[EpisodeAssignment]
     ) -> AsyncIterator[list[FinishedEpisode]]:
-        """Play ``assignments`` and whatever :meth:`assign` adds; yield the episodes that have
-        ended since the last yield (one message to the driver for all of them).
-
-        The episodes are played by a task of their own. A message waits up to
-        ``report_interval_s`` (or ``spare_report_interval_s``) after its first episode ended,
-        for more to join it (each message costs both processes CPU), unless an env has nothing
-        left to play (before :meth:`drain`), no env is playing, or :meth:`finish` was called.
+        """Play ``assignments`` and whatever :meth:`assign` adds (in a task of their own); yield
+        the episodes ended since the last yield, one message for all. A message waits up to the
+        report interval for more to join it, unless an env has nothing left to play (before
+        :meth:`drain`), no env is playing, or :meth:`finish` was called.
 
         Raises:
             PolicyFailed: the policy raised.
@@ -200,29 +186,52 @@ class EpisodeLoop:
         assignments: Sequence[EpisodeAssignment],
         emit: Callable[[list[FinishedEpisode]], None],
     ) -> None:
-        """The loop of :meth:`run`: ``emit`` the episodes that end in each pass."""
+        """The loop of :meth:`run`: ``emit`` the episodes that end in each pass.
+
+        A pass looks only at the envs freed since the last start (their next episode may be
+        queued) and at the live envs that need a request, never at every env.
+        """
         self.assign(assignments)
+        freed: set[int] = set()
+        asking: list[int] = []
         while True:
-            if failed := self._start(self._take_incoming()):
+            incoming, self.incoming = self.incoming, []
+            started, failed = self._start(incoming, freed)
+            asking += started
+            freed = {ep.env for ep in failed}  # episodes that failed to start freed their envs
+            if failed:
                 emit(failed)
             if not self.live:
-                if self.freed:  # episodes that failed to start freed their envs
+                if freed:
                     continue
                 if self.closing and not self.incoming:
                     return
                 self.flush.set()  # no env is playing: nothing else will end to join the message
-                await self.wake.wait()  # sleep until there is work
+                await self._until(lambda: bool(self.incoming) or self.closing)
                 continue
-            self._ask()
+            self._ask(asking)
             await self._wait()
-            if ended := self._step():
+            ended, asking = self._step()
+            freed |= {ep.env for ep in ended}
+            if ended:
                 emit(ended)
             await asyncio.sleep(0)  # let assign/finish calls and the messages in between steps
 
-    def _take_incoming(self) -> list[EpisodeAssignment]:
-        out, self.incoming = self.incoming, []
-        self.wake.clear()
-        return out
+    async def _until(self, ready: Callable[[], bool]) -> None:
+        """Sleep until ``ready()`` holds. :meth:`_notify`, the one place that wakes the loop,
+        checks it at each event (an answer, an assignment, :meth:`finish`, a timer): the loop
+        is woken only when what it waits for has come (each wake is a pass of the event loop)."""
+        while not ready():
+            self._sleeper = (ready, asyncio.get_running_loop().create_future())
+            try:
+                await self._sleeper[1]
+            finally:
+                self._sleeper = None
+
+    def _notify(self) -> None:
+        """Something happened: wake the loop if what it sleeps until (:meth:`_until`) holds."""
+        if self._sleeper is not None and not self._sleeper[1].done() and self._sleeper[0]():
+            self._sleeper[1].set_result(None)
 
     def _startable(self, envs: set[int]) -> list[EpisodeAssignment]:
         """The next episode of each free env of ``envs``, when it has arrived."""
@@ -233,9 +242,12 @@ class EpisodeLoop:
                 out.append(q[self.next_order[env]])
         return out
 
-    def _start(self, assignments: list[EpisodeAssignment]) -> list[FinishedEpisode]:
+    def _start(
+        self, assignments: list[EpisodeAssignment], freed: set[int]
+    ) -> tuple[list[int], list[FinishedEpisode]]:
         """Queue ``assignments`` on their envs, then start the next episode of every free env
-        with one queued (one reset call); an env that cannot reset ends its episode at once."""
+        with one queued among those of ``assignments`` and ``freed`` (one reset call); an env
+        that cannot reset ends its episode at once. Returns the envs started and those ended."""
         for a in assignments:
             if a.order < self.next_order[a.env] or a.order in self.queued[a.env]:
                 raise ValueError(
@@ -245,33 +257,31 @@ class EpisodeLoop:
                     "each env's assignments in one stream)"
                 )
             self.queued[a.env][a.order] = a
-        candidates, self.freed = self.freed | {a.env for a in assignments}, set()
+        candidates = freed | {a.env for a in assignments}
         assignments = self._startable(candidates)
         if not self.drained and len(assignments) < len(candidates - self.live.keys()):
             self.flush.set()  # an env has nothing left to play: the driver must hear now
         if not assignments:
-            return []
+            return [], []
         for a in assignments:
             del self.queued[a.env][a.order]
             self.next_order[a.env] += 1
         by_env = {a.env: a for a in assignments}
-        failed = []
+        started, failed = [], []
         for res in self.bank.reset_envs(assignments):
             a = by_env[res.env]
             if res.view is None:  # the env could not reset (res.error)
                 failed.append(FinishedEpisode(res.env, a.traj_uid, [], error=res.error))
-                self.freed.add(res.env)
             else:
                 self.live[res.env] = _Live(Playing(a.traj_uid, res.view))
-                self.asking.add(res.env)
-        return failed
+                started.append(res.env)
+        return started, failed
 
-    def _ask(self) -> None:
-        """Send a request for every live env that needs one (and only those envs)."""
-        if not self.asking:
+    def _ask(self, asking: list[int]) -> None:
+        """Send a request for each live env of ``asking`` (those that need one)."""
+        if not asking:
             return
-        waiting = sorted(self.asking)
-        self.asking.clear()
+        waiting = sorted(asking)
         prompts, metas = policy_inputs([self.live[env].run for env in waiting], self.memory_tag)
         for env in waiting:
             self.live[env].requests += 1
@@ -282,8 +292,7 @@ class EpisodeLoop:
             the next step."""
             self.in_flight -= 1
             self.answered.append((waiting[k], request))
-            if not (self.gathering and self._backlog() > 0):
-                self.wake.set()
+            self._notify()
 
         try:
             requests = self.port.ask(prompts, metas, answered)
@@ -297,17 +306,12 @@ class EpisodeLoop:
         until every live env's request is.
 
         With ``pass_window_s``, answers wait up to that long for more to join their pass while
-        requests wait for a client slot: the client, not the env, holds them back then, and each
-        answer sends a waiting request on its own, so the server stays as busy, and a pass costs
-        about the same for 1 env as for several (``scripts/bench_async.py --pass-window``).
+        requests wait for a client slot (docs/rollouts.md, "The engine").
         """
         if self.lockstep:
-            while self.in_flight:
-                self.wake.clear()
-                await self.wake.wait()
+            await self._until(lambda: self.in_flight == 0)
             return
-        if not self.answered:
-            await self.wake.wait()  # set by an answer, assign() or finish()
+        await self._until(lambda: bool(self.answered or self.incoming))
         if self.pass_window_s > 0 and self.answered and self._backlog() > 0:
             await self._gather_answers()
 
@@ -320,20 +324,16 @@ class EpisodeLoop:
         """Let more answers come in, for ``pass_window_s`` at most: until the requests waiting
         for a client slot are gone (a freed slot would wait for this pass), or assignments
         arrive. (:meth:`finish` ends no wait: it says only that no more episodes are coming.)"""
-        over = asyncio.Event()
+        over: list[bool] = []
 
         def expire() -> None:
-            over.set()
-            self.wake.set()
+            over.append(True)
+            self._notify()
 
         timer = asyncio.get_running_loop().call_later(self.pass_window_s, expire)
-        self.gathering = True
         try:
-            while self._backlog() > 0 and not (self.incoming or over.is_set()):
-                self.wake.clear()
-                await self.wake.wait()  # no backlog left, assign(), finish() or the timer
+            await self._until(lambda: self._backlog() <= 0 or bool(self.incoming or over))
         finally:
-            self.gathering = False
             timer.cancel()
 
     def _end_failed(self, ready: dict[int, Generation]) -> list[FinishedEpisode]:
@@ -342,7 +342,6 @@ class EpisodeLoop:
         out = []
         for env in [env for env, g in ready.items() if g.failed]:
             lv = self.live.pop(env)
-            self.freed.add(env)
             out.append(
                 FinishedEpisode(
                     env,
@@ -357,8 +356,9 @@ class EpisodeLoop:
             self.bank.reset_envs([], park=[ep.env for ep in out])
         return out
 
-    def _step(self) -> list[FinishedEpisode]:
-        """Step the envs whose answers are in (one masked step); return the ended episodes."""
+    def _step(self) -> tuple[list[FinishedEpisode], list[int]]:
+        """Step the envs whose answers are in (one masked step); return the ended episodes and
+        the envs that play on (each needs a request)."""
         ready: dict[int, Generation] = {}
         out: list[FinishedEpisode] = []
         answered, self.answered = self.answered, []
@@ -372,8 +372,9 @@ class EpisodeLoop:
             except Exception as e:
                 raise PolicyFailed(describe_exception(e), e) from e
         out += self._end_failed(ready)
+        asking: list[int] = []
         if not ready:
-            return out
+            return out, asking
         turns = [env for env in ready if self.live[env].run.turn]
         for res in self.bank.step({env: g.text for env, g in ready.items()}, turns):
             lv = self.live[res.env]
@@ -382,7 +383,6 @@ class EpisodeLoop:
             )
             if res.done:
                 del self.live[res.env]
-                self.freed.add(res.env)
                 out.append(
                     FinishedEpisode(
                         res.env,
@@ -396,5 +396,5 @@ class EpisodeLoop:
                 )
             else:
                 lv.run.advance(res)
-                self.asking.add(res.env)
-        return out
+                asking.append(res.env)
+        return out, asking

@@ -1,15 +1,11 @@
 """The watchdog's guard process: ends a worker whose env call has held the GIL past its limit.
 
 Started by :class:`~agent_memory.rollout.worker.watchdog.CallWatchdog` as ``python -I -S
-guard.py PATH LIMIT INTERVAL PID SLOT SIZE`` (also runnable as ``python -m
-agent_memory.rollout.worker.guard ...``). The standard library only, so it starts in milliseconds
-and holds a few MB: under ``-I -S`` nothing but this file and the standard library is importable
-(which is also why nothing of the package imports it, and the marks' layout comes on the command
-line). Every ``INTERVAL`` seconds it scans the first byte of each mark in the marks file ``PATH``
-(:class:`~agent_memory.rollout.worker.watchdog.CallMarks`: ``SLOT`` bytes per env, its mark in
-the first ``SIZE``); a call older than ``LIMIT`` seconds is re-marked as a timeout (as
-``CallMarks.give_up`` does) and the worker's other child processes, then the worker ``PID``, are
-SIGKILLed. It ends when the worker is gone (it is then no longer its parent).
+guard.py PATH LIMIT INTERVAL PID SLOT SIZE`` (or ``python -m``): standard library only, so it
+starts in milliseconds (and the marks' layout comes on the command line). Every ``INTERVAL``
+seconds it scans the marks file ``PATH`` (``SLOT`` bytes per env, the mark in the first ``SIZE``);
+a call older than ``LIMIT`` seconds is marked a timeout (as ``CallMarks.give_up`` does) and the
+worker's child processes, then the worker ``PID``, are SIGKILLed. It ends when the worker is gone.
 
 Example:
     >>> marks = b" " * 128 + b"step 100.000000".ljust(128)  # env 0 idle, env 1 in a step

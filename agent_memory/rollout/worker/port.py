@@ -1,11 +1,10 @@
 """``PolicyPort``: the one way :class:`~agent_memory.rollout.worker.episode_loop.EpisodeLoop`
 asks a policy for answers, whatever runs it.
 
-A policy is called beside the envs (``random``, ``scripted``: :class:`InlinePort`), awaited as a
-server's client (``openai``: :class:`ClientPort`, one request per prompt), or reached through a
-policy service's Ray handle (a local model: :class:`ServicePort`, one Ray call per batch).
-:func:`make_port` picks the adapter once, when a worker is given its policy; the loop then makes
-one call, :meth:`PolicyPort.ask`, and never asks which kind it holds.
+Inline beside the envs (:class:`InlinePort`), awaited as a server's client (:class:`ClientPort`,
+a request per prompt) or through a policy service's Ray handle (:class:`ServicePort`, a Ray call
+per batch): :func:`make_port` picks the adapter once, and the loop only calls
+:meth:`PolicyPort.ask`.
 
 Example:
     >>> import asyncio
@@ -56,10 +55,9 @@ Placement: TypeAlias = Literal["inline", "client", "service"]
 
 
 def placement(policy: Policy) -> Placement:
-    """Where the asynchronous engine runs ``policy``: ``"service"`` — one copy in a policy
-    service the workers share (``runs_in == "service"``: a local model); else in each worker,
-    ``"client"`` when it awaits its answers (``answers_async``: a server's client), else
-    ``"inline"`` (answered within the call). The driver decides this once per run.
+    """Where the engine runs ``policy`` (decided once per run): ``"service"``, one copy the
+    workers share (``runs_in == "service"``); else in each worker, ``"client"`` when it awaits
+    its answers (``answers_async``), else ``"inline"``.
 
     Example:
         >>> from agent_memory.policies import make_policy
@@ -255,10 +253,8 @@ class ServicePort(PolicyPort):
 
 
 def make_port(source: PolicySource, lockstep: bool = False) -> PolicyPort:
-    """The port of what a rollout worker is given to answer with: a :class:`Policy` it runs
-    (:class:`ClientPort` when it awaits its answers, ``answers_async``, else
-    :class:`InlinePort`), or a policy service's Ray handle (:class:`ServicePort`, with
-    ``lockstep``).
+    """The port of a :class:`Policy` a worker runs (:class:`ClientPort` when ``answers_async``,
+    else :class:`InlinePort`) or of a policy service's Ray handle (:class:`ServicePort`).
 
     Raises:
         TypeError: ``source`` is neither.

@@ -105,9 +105,8 @@ def step_record(
 def request_failure(gen: Generation) -> str | None:
     """Why ``gen``'s episode ends without its step (its request failed), or None.
 
-    A failed request has no response to act on: stepping the env with ``""`` would charge the
-    policy an invalid action it never took (and teach RL to avoid a correct tool call). The
-    engine and the reference loop end the episode with this error instead.
+    Stepping the env with ``""`` would charge the policy an invalid action it never took, so
+    the engine and the reference loop end the episode with this error instead.
 
     Example:
         >>> request_failure(Generation("", finish_reason="error", error="HTTP 500: boom"))

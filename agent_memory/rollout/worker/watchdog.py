@@ -1,14 +1,11 @@
 """Which env a worker process was inside when it died, and a time limit on every env call.
 
-A dying worker (``os._exit``, a segfault, the OOM killer) interrupts all its episodes, but one env
-usually did it: :class:`MarkCalls` marks each sub-env's ``reset``/``step`` (and its episode) in a
-memory-mapped file shared by the worker's processes, so the next incarnation reads which env and
-episode were inside a call (:meth:`CallMarks.collect`) and only that episode is charged.
-:class:`CallWatchdog` enforces ``rollout.step_timeout_s``: a call stuck in C code cannot be
-interrupted, so the process re-marks it as a timeout and ends itself (Ray restarts it). A call
-that holds the GIL (a catastrophic regular expression) starves the watchdog's thread, so a small
-guard process reads the same marks and, a moment after the thread would have, re-marks the call
-and SIGKILLs the worker (and the processes it started) from outside.
+A dying worker interrupts all its episodes, but one env usually did it: :class:`MarkCalls` marks
+each sub-env's ``reset``/``step`` (and episode) in a memory-mapped file, so the next process reads
+which episode was inside a call (:meth:`CallMarks.collect`) and charges only that one.
+:class:`CallWatchdog` enforces ``rollout.step_timeout_s``: a stuck call cannot be interrupted, so
+the process marks it a timeout and ends itself (Ray restarts it); for a call that holds the GIL,
+a guard process (:mod:`.guard`) does the same from outside.
 
 Example:
     >>> import tempfile
@@ -59,10 +56,9 @@ def _encode(*fields: object) -> bytes:
 class CallMarks:
     """The marks of one worker's ``num_envs`` sub-envs, in one file under ``root``.
 
-    Env ``i`` owns bytes ``[128 i, 128 i + 128)``: its mark (``"<phase> <start>"`` during a call,
-    ``"timeout <phase> <start> <seconds>"`` once the watchdog gave up on it, else blank), then its
-    episode. Each process maps the file once, shared: one file handle however many envs, a mark
-    is a store into memory (no system call), and it outlives a process that dies. Picklable.
+    Env ``i`` owns bytes ``[128 i, 128 i + 128)``: its mark (``"<phase> <start>"`` in a call,
+    ``"timeout <phase> <start> <seconds>"`` once given up on, else blank), then its episode. The
+    file is mapped once per process: a mark is a store into memory that outlives the process.
     """
 
     def __init__(self, root: str | os.PathLike[str], num_envs: int) -> None:
@@ -222,12 +218,10 @@ _GUARD = str(Path(__file__).with_name("guard.py"))
 class CallWatchdog:
     """Ends the process when an env call has run longer than ``limit_s`` (see the module).
 
-    A thread checks the marks every ``interval`` and ends the process itself (exit status 70,
-    after ``before_exit``); a guard process (:mod:`.guard`, Linux) kills it from outside when
-    a call is ``grace`` seconds later still (a call holding the GIL stops the thread).
+    A thread checks the marks every ``interval`` and ends the process (status 70, after
+    ``before_exit``); a guard process (:mod:`.guard`) kills it ``grace`` seconds later still.
 
     Args:
-        marks: the worker's marks.
         limit_s: the longest an env's ``reset`` or ``step`` may run, in seconds.
         before_exit: called before the process ends (e.g. kill the sub-env processes).
         interval: seconds between checks (default: a quarter of the limit, at most 1 s).

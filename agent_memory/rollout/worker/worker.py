@@ -1,12 +1,9 @@
-"""``RolloutWorker``: one Ray actor holding one :class:`~agent_memory.rollout.bank.EnvBank` of
-many sub-envs.
+"""``RolloutWorker``: one Ray actor holding one :class:`~agent_memory.rollout.bank.EnvBank`.
 
 The driver decides which episode each sub-env plays and when; the worker plays them with its
-policy (:meth:`RolloutWorker.run`, an :class:`EpisodeLoop` over its bank) and streams the ended
-episodes back. Failures stay as small as they can (docs/failures.md); the constructor never
-raises: :meth:`RolloutWorker.status` reports its error, so a deterministic set-up failure is not
-restarted ``max_restarts`` times. ``build_env`` lives in :mod:`agent_memory.rollout.bank` (still
-importable from here).
+policy (:meth:`RolloutWorker.run`, an :class:`EpisodeLoop`) and streams the ended episodes back.
+The constructor never raises: :meth:`RolloutWorker.status` reports its error, so a deterministic
+set-up failure is not restarted (docs/failures.md).
 """
 
 from __future__ import annotations
@@ -45,9 +42,8 @@ class RolloutWorker:
             handle (None: until :meth:`set_policy`); made a port once
             (:func:`~agent_memory.rollout.worker.port.make_port`).
         freeze_envs: the process is the worker's own (a Ray actor): once built, its envs are
-            left out of the garbage collector's passes (``gc.freeze``; +16% env-steps/s at
-            16k envs a worker, ``scripts/bench_scale.py``). Not in a process shared with other
-            code, whose objects it would freeze too.
+            left out of the garbage collector's passes (``gc.freeze``; docs/benchmarks.md).
+            Not in a process shared with other code, whose objects it would freeze too.
     """
 
     def __init__(
@@ -78,8 +74,6 @@ class RolloutWorker:
             # an env with nothing to play does no work (no game loaded, no sandbox).
             self.bank = EnvBank(job, num_envs, meta_fields or (), self.marks, f"worker {index}")
             if freeze_envs:
-                # The envs live as long as the process: out of the garbage collector's full
-                # passes, which would walk every env's objects again and again.
                 gc.collect()
                 gc.freeze()
             if policy is not None:
