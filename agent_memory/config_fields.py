@@ -2,9 +2,10 @@
 ``GRPOConfig``), each field with its default and ``metadata={"help": ...}``.
 
 The dataclass is the one place a setting's name, type, default and help are written. The
-constructor's keyword defaults read the dataclass's (``top_k: int = RetrievalSettings.top_k``),
-``scripts/gen_config_docs.py`` writes the ``params`` blocks of ``configs/{policy,memory}/*.yaml``
-and the configuration page from the fields, and config checks read them. A field whose job
+constructor takes its fields as ``**settings`` (or as keywords whose defaults read the
+dataclass's: ``tag: str = NotesSettings.tag``), ``scripts/gen_config_docs.py`` writes the
+``params`` blocks of ``configs/{policy,memory}/*.yaml`` and the configuration page from the
+fields, and config checks read them. A field whose job
 default differs from its Python default (a path in the run's output directory, a server client's
 sampling temperature) states the job's in ``metadata["config_default"]``; :data:`REQUIRED` there
 marks a setting a job must give.

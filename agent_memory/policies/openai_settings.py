@@ -1,6 +1,6 @@
 """The settings of the ``openai`` policy
 (:class:`~agent_memory.policies.openai_client.OpenAIPolicy`), declared once (see
-:mod:`agent_memory.config_fields`): its constructor's keyword defaults are these, and
+:mod:`agent_memory.config_fields`): its constructor takes them as ``**settings``, and
 ``configs/policy/openai.yaml`` and docs/configuration.md are generated from them.
 
 A job's defaults differ from a Python caller's in three fields (``config_default``): a job
