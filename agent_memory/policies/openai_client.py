@@ -117,12 +117,7 @@ class OpenAIPolicy(Policy):
     answers_async: ClassVar[bool] = True
 
     def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        parser: ActionParser | None = None,
-        **settings: Any,
+        self, base_url: str, model: str, *, parser: ActionParser | None = None, **settings: Any
     ) -> None:
         super().__init__(parser)
         s = OpenAISettings(base_url=base_url, model=model, **settings)

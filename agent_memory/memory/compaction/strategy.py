@@ -116,11 +116,6 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         self._formatter_changed()
 
     @property
-    def verbatim_capacity(self) -> int | None:
-        """At most this many verbatim steps per env (the ``capacity`` argument)."""
-        return self.settings.capacity
-
-    @property
     def events(self) -> list[dict[str, Any]]:
         """Recorded compaction events, oldest first (at most ``max_events``)."""
         return list(self._events)

@@ -248,8 +248,5 @@ class EpisodicSettings(Settings):
         """The rows this memory sees and owns, as configured."""
         assert self.run_id is not None  # set by __post_init__
         return Scope(
-            self.retention,
-            namespace=self.namespace,
-            run_id=self.run_id,
-            session_id=self.session_id,
+            self.retention, namespace=self.namespace, run_id=self.run_id, session_id=self.session_id
         )
