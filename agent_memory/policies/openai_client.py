@@ -95,14 +95,8 @@ class OpenAIPolicy(Policy):
     ``dead_calls`` calls in a row without any HTTP answer raise :class:`ServerUnavailable` (0:
     never). The API key is never logged nor shown.
 
-    An answer is checked at the edge, and one that fails is answered ``""`` (not retried; counted
-    in :class:`ClientStats`): its body at most ``max_answer_bytes`` as received and inflated
-    (enforced while it is read) and JSON that parses (whatever the parse raises); its content
-    text (not null, no tool calls); token ids ints in ``[0, vocab_size)`` (``vocab_size``, else
-    the tokenizer's size; ints >= 0 without either); log-probs finite and <= 0; with a
-    ``tokenizer``, response ids below its size (not in the model's padding range) that decode
-    to the response text, and prompt ids that are the prompt's own rendering (without one, the
-    server's prompt ids are trusted as they come).
+    An answer is checked at the edge; one that fails is answered ``""``, not retried, and
+    counted (:class:`ClientStats` lists the checks, by counter).
 
     Attributes:
         stats, last_stats: :class:`ClientStats` since construction and of the last call.
