@@ -69,10 +69,14 @@ class OwnsHistory:
     _prompts: list[Prompt]
     _figures: dict[str, np.ndarray]
 
-    def _setup(self, num_envs: int, settings: Mapping[str, Any]) -> None:
-        """Build the parts from the wrapper's ``settings`` keywords (:class:`HistoryOptions`'
-        fields, each kept as given; a misspelt one is refused with a hint)."""
-        options = HistoryOptions.from_keywords(settings)
+    def _setup(
+        self, num_envs: int, keywords: Mapping[str, Any], unknown: Mapping[str, Any]
+    ) -> None:
+        """Build the parts from the setting ``keywords`` (the wrapper's ``locals()``: each
+        setting as given, at its default or not) and ``unknown`` (misspelt keywords, refused
+        with a hint)."""
+        settings = {name: keywords[name] for name in HistoryOptions.names()}
+        options = HistoryOptions.from_keywords({**settings, **unknown})
         self._parts = WrapperParts.build(num_envs, options)
         self._prompts = [""] * num_envs
         self._figures = {key: np.zeros(num_envs, dtype=np.int64) for key in FIGURES}

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, SupportsFloat
+from collections.abc import Callable, Mapping
+from typing import Any, Never, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 
+from agent_memory.formatting import FormatterSpec
+from agent_memory.memory import BaseMemory
+from agent_memory.parsing import ActionParser
 from agent_memory.protocol import EPISODE_HISTORY, WON, Episode
+from agent_memory.tokens import TokenCounterSpec
 from agent_memory.wrappers.base import FIGURES, OwnsHistory
+from agent_memory.wrappers.options import TemplateSpec
 from agent_memory.wrappers.prompt import PromptText
 
 __all__ = ["HistoryWrapper"]
@@ -37,9 +42,24 @@ class HistoryWrapper(OwnsHistory, gym.Wrapper):
         True
     """
 
-    def __init__(self, env: gym.Env, **settings: Any) -> None:
+    def __init__(
+        self,
+        env: gym.Env,
+        *,
+        history_length: int = 3,
+        memory: BaseMemory | None = None,
+        formatter: FormatterSpec = "simple",
+        template: TemplateSpec = None,
+        parser: ActionParser | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        max_history_tokens: int | None = None,
+        max_prompt_tokens: int | None = None,
+        bounded: bool = False,
+        obs_to_text: Callable[[Any], str] | None = None,
+        **unknown: Never,  # none is accepted: caught to name the setting meant
+    ) -> None:
         super().__init__(env)
-        self._setup(1, settings)
+        self._setup(1, locals(), unknown)
         self.observation_space = PromptText()
         if self.parser is not None:
             self.action_space = PromptText()

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Never
 
 import numpy as np
 from gymnasium import spaces
@@ -12,10 +12,15 @@ from gymnasium.logger import warn
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, VectorWrapper
 from gymnasium.vector.utils import batch_space
 
+from agent_memory.formatting import FormatterSpec
+from agent_memory.memory import BaseMemory
+from agent_memory.parsing import ActionParser
 from agent_memory.protocol import EPISODE_HISTORY, WON, Episode
+from agent_memory.tokens import TokenCounterSpec
 from agent_memory.wrappers.base import FIGURES, OwnsHistory
 from agent_memory.wrappers.flow import Plan, Verdicts, nones
 from agent_memory.wrappers.hold import SubEnvHolds
+from agent_memory.wrappers.options import TemplateSpec
 from agent_memory.wrappers.prompt import PromptText
 from agent_memory.wrappers.subset import SyncSubset
 from agent_memory.wrappers.vector_env import (
@@ -81,12 +86,27 @@ class VectorHistoryWrapper(OwnsHistory, VectorWrapper):
         >>> env.close()
     """
 
-    def __init__(self, env: VectorEnv, **settings: Any) -> None:
+    def __init__(
+        self,
+        env: VectorEnv,
+        *,
+        history_length: int = 3,
+        memory: BaseMemory | None = None,
+        formatter: FormatterSpec = "simple",
+        template: TemplateSpec = None,
+        parser: ActionParser | None = None,
+        token_counter: TokenCounterSpec = "estimate",
+        max_history_tokens: int | None = None,
+        max_prompt_tokens: int | None = None,
+        bounded: bool = False,
+        obs_to_text: Callable[[Any], str] | None = None,
+        **unknown: Never,  # none is accepted: caught to name the setting meant
+    ) -> None:
         super().__init__(env)
         self._mode = autoreset_mode_of(env)
         self._async = isinstance(env.unwrapped, AsyncVectorEnv)
         refuse_text_on_shared_memory(env)
-        self._setup(self.num_envs, settings)
+        self._setup(self.num_envs, locals(), unknown)
         self.single_observation_space = PromptText()
         self.observation_space = batch_space(self.single_observation_space, self.num_envs)
         if self.parser is not None:

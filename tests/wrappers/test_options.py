@@ -152,11 +152,12 @@ def test_options_are_frozen():
 
 
 @pytest.mark.parametrize("wrapper", [VectorHistoryWrapper, HistoryWrapper])
-def test_wrappers_take_the_settings_as_keywords_declared_once_in_history_options(wrapper):
+def test_wrapper_signatures_list_every_setting_with_its_default(wrapper):
+    import dataclasses
     import inspect
 
-    params = inspect.signature(wrapper).parameters.values()
-    kinds = [(p.name, p.kind) for p in params]
-    kind = inspect.Parameter
-    assert kinds == [("env", kind.POSITIONAL_OR_KEYWORD), ("settings", kind.VAR_KEYWORD)]
-    assert "options" not in HistoryOptions.names()  # one way: keywords
+    params = inspect.signature(wrapper).parameters
+    fields = dataclasses.fields(HistoryOptions)
+    assert {f.name: f.default for f in fields} == {f.name: params[f.name].default for f in fields}
+    assert all(params[f.name].kind is inspect.Parameter.KEYWORD_ONLY for f in fields)
+    assert "options" not in params  # one way: keywords
