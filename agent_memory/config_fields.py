@@ -1,7 +1,8 @@
 """Settings declared once: one typed dataclass per policy and per memory strategy (as TRL's
 ``GRPOConfig``), each field with its default and ``metadata={"help": ...}``.
 
-The dataclass is the one place a setting's name, type, default and help are written:
+The dataclass is the one place a setting's name, type, default and help are written; a
+constructor takes its fields as ``**settings`` (or keywords whose defaults read the dataclass).
 ``scripts/gen_config_docs.py`` writes the yaml ``params`` blocks and the configuration page from
 it, and config checks read it. A job default other than the Python one (a path in the run's
 directory) is ``metadata["config_default"]``; :data:`REQUIRED` there: a job must give it.
@@ -33,6 +34,7 @@ __all__ = [
     "config_default",
     "config_fields",
     "help_of",
+    "setting",
     "settings_class",
     "yaml_value",
 ]
@@ -65,6 +67,21 @@ def config_default(f: dataclasses.Field[Any]) -> Any:
     if f.default_factory is not dataclasses.MISSING:
         return f.default_factory()
     return None if f.default is dataclasses.MISSING else f.default
+
+
+def setting(default: Any, help: str, *, config_default: Any = dataclasses.MISSING) -> Any:
+    """A settings field: its ``default``, ``help`` and, where a job's differs, ``config_default``
+    (``field(default=..., metadata={"help": ...})`` written once).
+
+    Example:
+        >>> f = setting(3, "Steps retrieved at most.", config_default=5)
+        >>> f.default, dict(f.metadata)
+        (3, {'help': 'Steps retrieved at most.', 'config_default': 5})
+    """
+    metadata = {"help": help}
+    if config_default is not dataclasses.MISSING:
+        metadata[CONFIG_DEFAULT] = config_default
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 def settings_class(factory: Any) -> type | None:

@@ -1,7 +1,7 @@
 """Each policy's and memory strategy's settings are declared once, in a typed dataclass (issue 46):
-its fields carry type, default and help; the constructors' keyword defaults are its defaults; the
-``params`` blocks of configs/policy and configs/memory and the configuration page are written from
-it; config checks read it."""
+its fields carry type, default and help; the constructors take them (as keywords with its
+defaults, or as ``**settings`` it checks); the ``params`` blocks of configs/policy and
+configs/memory and the configuration page are written from it; config checks read it."""
 
 from __future__ import annotations
 
@@ -62,12 +62,30 @@ def test_the_constructor_takes_each_setting_with_the_settings_default(group, nam
     assert settings is not None
     params = inspect.signature(factory).parameters
     for f in config_fields(settings):
-        assert f.name in params, f"{factory.__name__} takes no {f.name!r}"
+        if f.name not in params:  # taken by ``**settings`` and checked by the dataclass
+            assert _takes_settings(factory), f"{factory.__name__} takes no {f.name!r}"
+            continue
         default = params[f.name].default
         if f.default is dataclasses.MISSING:
             assert default is inspect.Parameter.empty, f"{factory.__name__}.{f.name}"
         else:  # the very object: the constructor reads the dataclass's default
             assert default is f.default, f"{factory.__name__}.{f.name}: {default!r}"
+
+
+def _takes_settings(factory: Any) -> bool:
+    """The constructor takes the settings as ``**settings``, the dataclass checking each."""
+    params = inspect.signature(factory).parameters.values()
+    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
+
+
+@pytest.mark.parametrize(("group", "name", "factory"), REGISTERED, ids=IDS)
+def test_a_constructor_taking_settings_refuses_what_they_lack(group, name, factory):
+    if not _takes_settings(factory):
+        return
+    args = (1,) if group == "memory" else ("http://127.0.0.1:1/v1", "m")
+    message = f"{settings_class(factory).__name__}.__init__() got an unexpected keyword argument"
+    with pytest.raises(TypeError, match=re.escape(f"{message} 'no_such_setting'")):
+        factory(*args, no_such_setting=1)
 
 
 def test_a_job_default_that_differs_from_the_python_default_is_declared_beside_it():

@@ -56,8 +56,8 @@ def available_memories() -> list[str]:
 
 
 def memory_factory(strategy: str) -> Callable[..., BaseMemory]:
-    """The class (or factory) registered as ``strategy``: its signature lists what
-    ``memory.params`` may set.
+    """The class (or factory) registered as ``strategy``: its ``settings_class`` (else its
+    signature) lists what ``memory.params`` may set.
 
     Raises:
         ValueError: unknown strategy (the message lists the registered ones).

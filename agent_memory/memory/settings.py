@@ -1,7 +1,7 @@
 """Frozen settings of memory strategies: a strategy's own parameters, declared and validated once.
 
-A strategy keeps its keyword constructor (configs bind ``memory.params`` to it) and hands the
-arguments to its frozen :class:`Settings` dataclass, whose ``__post_init__`` validates them.
+A strategy's constructor takes its settings as ``**settings`` (configs bind ``memory.params`` to
+them) and builds its frozen :class:`Settings` dataclass, whose ``__post_init__`` validates them.
 
 Example:
     >>> from dataclasses import dataclass

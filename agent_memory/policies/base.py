@@ -235,8 +235,8 @@ def available_policies() -> list[str]:
 
 
 def policy_factory(name: str) -> Callable[..., Policy]:
-    """The class (or factory) registered as ``name``: its signature lists what
-    ``policy.params`` may set, its ``needs`` what the envs must provide.
+    """The class (or factory) registered as ``name``: its ``settings_class`` (else its
+    signature) lists what ``policy.params`` may set, its ``needs`` what the envs must provide.
 
     Raises:
         ValueError: unknown name (the message lists the registered ones).

@@ -1,9 +1,7 @@
 """HTTP/1.1 for the openai policy's client, without I/O: a request's bytes, and a reader that
 frames one answer from the bytes its connection receives (RFC 9112: the status line, the header
 fields, then a body delimited by ``Transfer-Encoding: chunked``, ``Content-Length`` or the
-connection's close). It reads what h11 read for the client in a few passes over the bytes: h11's
-event machinery cost about 130 µs per request, a quarter of the client's CPU
-(docs/benchmarks.md, "A leaner HTTP/1.1 client").
+connection's close), in a few passes over the bytes (why not h11: docs/benchmarks.md).
 
 Example:
     >>> reader = ResponseReader(b"POST")

@@ -9,10 +9,7 @@ __all__ = ["token_offsets"]
 
 
 def token_offsets(
-    decode: Callable[[list[int]], str],
-    ids: Sequence[int],
-    text: str,
-    skip: Container[int] = (),
+    decode: Callable[[list[int]], str], ids: Sequence[int], text: str, skip: Container[int] = ()
 ) -> list[int] | None:
     """Where each token of ``ids`` starts in ``text``: the length of what its predecessors decode
     to (at most ``len(text)``). Each token is decoded with the few before it, as vLLM's

@@ -1,9 +1,6 @@
-"""What the openai policy refuses in a 200 answer, and the counter each refusal adds to: an
-answer that cannot be parsed (whatever the parse raises), one whose content is not text, token
-ids outside the model's vocabulary, sampled ids in the model's padding range (embedding rows
-past the tokenizer's tokens, which decode to nothing), and prompt ids other than the request's.
-Each is its request's failure, counted in
-:class:`~agent_memory.policies.openai_runtime.ClientStats` (``failures`` and its own counter).
+"""What the openai policy refuses in a 200 answer, and the counter each refusal adds to: each is
+its request's failure, counted in :class:`~agent_memory.policies.openai_runtime.ClientStats`
+(``failures`` and its own counter, which says what it refuses).
 
 Example:
     >>> from agent_memory.policies.openai_transport import Reply

@@ -24,7 +24,7 @@ import threading
 import time
 import weakref
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from agent_memory.checks import check_int, check_number, is_number
 from agent_memory.parsing import ActionParser
@@ -95,14 +95,8 @@ class OpenAIPolicy(Policy):
     ``dead_calls`` calls in a row without any HTTP answer raise :class:`ServerUnavailable` (0:
     never). The API key is never logged nor shown.
 
-    An answer is checked at the edge, and one that fails is answered ``""`` (not retried; counted
-    in :class:`ClientStats`): its body at most ``max_answer_bytes`` as received and inflated
-    (enforced while it is read) and JSON that parses (whatever the parse raises); its content
-    text (not null, no tool calls); token ids ints in ``[0, vocab_size)`` (``vocab_size``, else
-    the tokenizer's size; ints >= 0 without either); log-probs finite and <= 0; with a
-    ``tokenizer``, response ids below its size (not in the model's padding range) that decode
-    to the response text, and prompt ids that are the prompt's own rendering (without one, the
-    server's prompt ids are trusted as they come).
+    An answer is checked at the edge; one that fails is answered ``""``, not retried, and
+    counted (:class:`ClientStats` lists the checks, by counter).
 
     Attributes:
         stats, last_stats: :class:`ClientStats` since construction and of the last call.
@@ -117,121 +111,91 @@ class OpenAIPolicy(Policy):
     answers_async: ClassVar[bool] = True
 
     def __init__(
-        self,
-        base_url: str,
-        model: str,
-        *,
-        api_key: str | None = OpenAISettings.api_key,
-        api_key_env: str = OpenAISettings.api_key_env,
-        mode: Literal["chat", "completion"] = OpenAISettings.mode,
-        temperature: float | None = OpenAISettings.temperature,
-        top_p: float | None = OpenAISettings.top_p,
-        top_k: int | None = OpenAISettings.top_k,
-        min_p: float | None = OpenAISettings.min_p,
-        repetition_penalty: float | None = OpenAISettings.repetition_penalty,
-        presence_penalty: float | None = OpenAISettings.presence_penalty,
-        frequency_penalty: float | None = OpenAISettings.frequency_penalty,
-        max_tokens: int | None = OpenAISettings.max_tokens,
-        stop: str | Sequence[str] | None = OpenAISettings.stop,
-        seed: int | None = OpenAISettings.seed,
-        extra_body: Mapping[str, Any] | None = OpenAISettings.extra_body,
-        concurrency: int = OpenAISettings.concurrency,
-        timeout: float = OpenAISettings.timeout,
-        max_retries: int = OpenAISettings.max_retries,
-        backoff: Sequence[float] = OpenAISettings.backoff,
-        max_retry_after: float = OpenAISettings.max_retry_after,
-        headers: Mapping[str, str] | None = OpenAISettings.headers,
-        dead_calls: int = OpenAISettings.dead_calls,
-        return_tokens: bool = OpenAISettings.return_tokens,
-        server: Literal["vllm", "sglang", "openai"] = OpenAISettings.server,
-        token_in: bool = OpenAISettings.token_in,
-        tokenizer: str | None = OpenAISettings.tokenizer,
-        use_chat_template: bool | Literal["auto"] = OpenAISettings.use_chat_template,
-        incremental: bool = OpenAISettings.incremental,
-        max_answer_bytes: int = OpenAISettings.max_answer_bytes,
-        vocab_size: int | None = OpenAISettings.vocab_size,
-        parser: ActionParser | None = None,
+        self, base_url: str, model: str, *, parser: ActionParser | None = None, **settings: Any
     ) -> None:
         super().__init__(parser)
-        check_endpoint(base_url, model, mode, server)
-        check_int("concurrency", concurrency, 1)
-        check_int("max_retries", max_retries, 0)
-        check_int("dead_calls", dead_calls, 0)
-        check_int("max_tokens", max_tokens, 1, allow_none=True)
-        check_int("seed", seed, 0, allow_none=True)
-        check_int("max_answer_bytes", max_answer_bytes, 1)
-        check_int("vocab_size", vocab_size, 1, allow_none=True)
-        if not is_number(timeout) or timeout <= 0:
-            raise ValueError(f"timeout must be a number of seconds > 0, got {timeout!r}")
-        self.temperature = temperature
-        self.top_p = top_p
-        self.top_k = top_k
-        self.min_p = min_p
-        self.repetition_penalty = repetition_penalty
-        self.presence_penalty = presence_penalty
-        self.frequency_penalty = frequency_penalty
+        s = OpenAISettings(base_url=base_url, model=model, **settings)
+        check_endpoint(base_url, model, s.mode, s.server)
+        check_int("concurrency", s.concurrency, 1)
+        check_int("max_retries", s.max_retries, 0)
+        check_int("dead_calls", s.dead_calls, 0)
+        check_int("max_tokens", s.max_tokens, 1, allow_none=True)
+        check_int("seed", s.seed, 0, allow_none=True)
+        check_int("max_answer_bytes", s.max_answer_bytes, 1)
+        check_int("vocab_size", s.vocab_size, 1, allow_none=True)
+        if not is_number(s.timeout) or s.timeout <= 0:
+            raise ValueError(f"timeout must be a number of seconds > 0, got {s.timeout!r}")
+        self.temperature = s.temperature
+        self.top_p = s.top_p
+        self.top_k = s.top_k
+        self.min_p = s.min_p
+        self.repetition_penalty = s.repetition_penalty
+        self.presence_penalty = s.presence_penalty
+        self.frequency_penalty = s.frequency_penalty
         check_sampling({name: getattr(self, name) for name in NEUTRAL_SAMPLING})
-        return_tokens = return_tokens or token_in
-        if server == "openai":
-            check_plain_openai(top_k, min_p, repetition_penalty, return_tokens)
-        backoff_s = check_backoff(backoff)
-        check_token_in(token_in, tokenizer, incremental, mode)
-        check_number("max_retry_after", max_retry_after, low=0)
-        stops = check_stops(stop, return_tokens, tokenizer)
-        if extra_body is not None and not isinstance(extra_body, Mapping):
-            raise ValueError(f"extra_body must be a dict, got {type(extra_body).__name__}")
+        return_tokens = s.return_tokens or s.token_in
+        if s.server == "openai":
+            check_plain_openai(s.top_k, s.min_p, s.repetition_penalty, return_tokens)
+        backoff_s = check_backoff(s.backoff)
+        check_token_in(s.token_in, s.tokenizer, s.incremental, s.mode)
+        check_number("max_retry_after", s.max_retry_after, low=0)
+        stops = check_stops(s.stop, return_tokens, s.tokenizer)
+        if s.extra_body is not None and not isinstance(s.extra_body, Mapping):
+            raise ValueError(f"extra_body must be a dict, got {type(s.extra_body).__name__}")
 
         self.base_url = base_url.rstrip("/")
         self.model = model
-        self.mode = mode
-        self.url = f"{self.base_url}/{'chat/completions' if mode == 'chat' else 'completions'}"
-        self.max_tokens = max_tokens
+        self.mode = s.mode
+        self.url = f"{self.base_url}/{'chat/completions' if s.mode == 'chat' else 'completions'}"
+        self.max_tokens = s.max_tokens
         self.stop = stops
-        self.seed = seed
+        self.seed = s.seed
         # Plain containers (a Hydra DictConfig is a Mapping, but not JSON-serialisable).
-        self.extra_body: dict[str, Any] = plain_values(extra_body or {})
+        self.extra_body: dict[str, Any] = plain_values(s.extra_body or {})
         check_extra_body(self.extra_body)
-        self.concurrency = concurrency
+        self.concurrency = s.concurrency
         #: The most :meth:`set_concurrency` may set: ``concurrency`` as given (a worker's copy
         #: starts at its share of it, see :meth:`for_workers`).
-        self.max_concurrency = concurrency
-        self.timeout = float(timeout)
-        self.max_retries = max_retries
+        self.max_concurrency = s.concurrency
+        self.timeout = float(s.timeout)
+        self.max_retries = s.max_retries
         self.backoff = backoff_s
-        self.max_retry_after = float(max_retry_after)
-        self.dead_calls = dead_calls
+        self.max_retry_after = float(s.max_retry_after)
+        self.dead_calls = s.dead_calls
         self.return_tokens = return_tokens
-        self.server = server
-        self.token_in = token_in
-        self.tokenizer_path = tokenizer
-        self.use_chat_template = use_chat_template
+        self.server = s.server
+        self.token_in = s.token_in
+        self.tokenizer_path = s.tokenizer
+        self.use_chat_template = s.use_chat_template
         # What the server tokenizes: a completion's text prompt as it is, else the chat.
-        templated = use_chat_template if token_in or mode == "chat" else False
+        templated = s.use_chat_template if s.token_in or s.mode == "chat" else False
         self.renderer = (
             None
-            if tokenizer is None
+            if s.tokenizer is None
             else load_renderer(
-                tokenizer, templated, incremental, self.extra_body.get("chat_template_kwargs")
+                s.tokenizer, templated, s.incremental, self.extra_body.get("chat_template_kwargs")
             )
         )
-        self.max_answer_bytes = max_answer_bytes
-        self.vocab_size = id_bound(vocab_size, self.renderer)
+        self.max_answer_bytes = s.max_answer_bytes
+        self.vocab_size = id_bound(s.vocab_size, self.renderer)
         self._sender = Sender(
             self.url,
-            mode,
-            server,
+            s.mode,
+            s.server,
             self.timeout,
-            max_retries,
+            s.max_retries,
             self.backoff,
             self.max_retry_after,
             self.return_tokens,
-            random.Random(seed),
+            random.Random(s.seed),
             None if self.renderer is None else self.renderer.tokenizer,
             decode_stops=stops is not None,
             vocab_size=self.vocab_size,
         )
-        self._api_key = api_key if api_key is not None else os.environ.get(api_key_env) or None
-        given = dict(headers or {})
+        self._api_key = (
+            s.api_key if s.api_key is not None else os.environ.get(s.api_key_env) or None
+        )
+        given = dict(s.headers or {})
         if self._api_key:
             given["Authorization"] = f"Bearer {self._api_key}"
         # As sent, checked here: a header that cannot be sent fails now, not per request.

@@ -23,12 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 from agent_memory.policies.base import Counters
-from agent_memory.policies.openai_answers import (
-    RefusalKind,
-)
-from agent_memory.policies.openai_protocol import (
-    DEFAULT_MAX_ANSWER_BYTES,
-)
+from agent_memory.policies.openai_answers import RefusalKind
+from agent_memory.policies.openai_protocol import DEFAULT_MAX_ANSWER_BYTES
 from agent_memory.protocol import SamplingParams
 
 if TYPE_CHECKING:

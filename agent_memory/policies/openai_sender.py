@@ -28,14 +28,7 @@ from agent_memory.policies.openai_answers import (
     token_refusal,
 )
 from agent_memory.policies.openai_protocol import Answer, retry_after, server_message
-from agent_memory.policies.openai_runtime import (
-    CLOSED,
-    Call,
-    Connections,
-    Request,
-    Slots,
-    log,
-)
+from agent_memory.policies.openai_runtime import CLOSED, Call, Connections, Request, Slots, log
 from agent_memory.protocol import Generation
 
 if TYPE_CHECKING:
@@ -229,11 +222,7 @@ class Sender:
     @staticmethod
     def _failed(request: Request, version: int, why: str) -> Generation:
         return Generation(
-            "",
-            finish_reason="error",
-            policy_version=version,
-            sampling=request.sampling,
-            error=why,
+            "", finish_reason="error", policy_version=version, sampling=request.sampling, error=why
         )
 
     def _read(

@@ -1,14 +1,9 @@
 """The HTTP client of :class:`~agent_memory.policies.openai_client.OpenAIPolicy`: HTTP/1.1
 (:mod:`~agent_memory.policies.http1`) over the event loop's own sockets, keep-alive connections
-reused most-recent-first.
-A request is bytes in and a :class:`Reply` out: no ``httpx.Request`` or ``Response``, cookies or
-redirects per request (building them cost as much CPU as the rest of a request). httpx's default
-pool scans every connection per request (with hundreds in flight, the pool takes most of the
-client's CPU); here a request takes the last idle one. No timeout per phase: the caller bounds the
-whole request (``asyncio.timeout``). An answer's body is bounded while it is read: at most
-``max_answer_bytes`` as received and, gzip- or deflate-encoded, as inflated piece by piece (a
-compression bomb stops at the cap, it never materialises). Errors are httpx's
-(``ConnectError``, ``ReadError``, ``RemoteProtocolError``, ``DecodingError``) and
+reused most-recent-first (why not httpx's pool: docs/benchmarks.md). A request is bytes in and a
+:class:`Reply` out; the caller bounds the whole request (``asyncio.timeout``). A body is bounded
+while read: ``max_answer_bytes`` as received and as inflated (a compression bomb stops at the cap).
+Errors: httpx's (``ConnectError``, ``ReadError``, ``RemoteProtocolError``, ``DecodingError``) and
 :class:`AnswerTooLarge`.
 
 Example:

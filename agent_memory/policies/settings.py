@@ -15,10 +15,10 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-from agent_memory.config_fields import CONFIG_DEFAULT, REQUIRED
+from agent_memory.config_fields import REQUIRED, setting
 from agent_memory.protocol import ScoreRule
 
 __all__ = [
@@ -45,20 +45,16 @@ _THREADS_HELP = "Torch's (process-wide) thread count (null: torch's own)."
 class RandomSettings:
     """``policy=random``: uniform over each env's admissible actions."""
 
-    seed: int | None = field(
-        default=None,
-        metadata={
-            "help": "Seed (a job that leaves it out uses rollout.seed; null: unseeded): a "
-            "prompt whose meta names its episode and step draws the same in any order."
-        },
+    seed: int | None = setting(
+        None,
+        "Seed (a job that leaves it out uses rollout.seed; null: unseeded): a prompt whose "
+        "meta names its episode and step draws the same in any order.",
     )
-    actions: Sequence[str] | None = field(
-        default=None,
-        metadata={
-            "help": "Responses (already formatted) drawn where an env has no finite admissible "
-            "set (a job that leaves it out uses env.random_actions; null or empty: such envs "
-            "get an empty response)."
-        },
+    actions: Sequence[str] | None = setting(
+        None,
+        "Responses (already formatted) drawn where an env has no finite admissible set (a job "
+        "that leaves it out uses env.random_actions; null or empty: such envs get an empty "
+        "response).",
     )
 
 
@@ -71,19 +67,14 @@ class ScriptedSettings:
 class PromptOracleSettings:
     """``policy=prompt_oracle``: an expert that answers from its prompt where the env can."""
 
-    env_id: str | None = field(
-        default=None,
-        metadata={
-            "help": "The env whose solve_from_text answers the prompt (a job that leaves it out "
-            "uses env.id)."
-        },
+    env_id: str | None = setting(
+        None,
+        "The env whose solve_from_text answers the prompt (a job that leaves it out uses env.id).",
     )
-    memory_tag: str | None = field(
-        default=None,
-        metadata={
-            "help": "With memory=notes: the tag of the note it writes in each response (the "
-            "env's note_from_text, an expert's note; null: it writes none)."
-        },
+    memory_tag: str | None = setting(
+        None,
+        "With memory=notes: the tag of the note it writes in each response (the env's "
+        "note_from_text, an expert's note; null: it writes none).",
     )
 
 
@@ -91,53 +82,39 @@ class PromptOracleSettings:
 class HFSettings:
     """``policy=hf``: a local Hugging Face causal LM that generates token by token."""
 
-    path: str | None = field(default=None, metadata={"help": _PATH_HELP, CONFIG_DEFAULT: REQUIRED})
-    max_new_tokens: int = field(default=256, metadata={"help": "Most new tokens per response."})
-    temperature: float = field(
-        default=1.0,
-        metadata={
-            "help": "Sampling temperature (0: greedy). Every sampling field is sent to "
-            "generate() from these settings and recorded in the rows, whatever the model's "
-            "generation_config.json asks for; a model whose generation config sets another "
-            "field that changes the distribution (e.g. no_repeat_ngram_size, suppress_tokens, "
-            "min_new_tokens) is refused with the field named."
-        },
+    path: str | None = setting(None, _PATH_HELP, config_default=REQUIRED)
+    max_new_tokens: int = setting(256, "Most new tokens per response.")
+    temperature: float = setting(
+        1.0,
+        "Sampling temperature (0: greedy). Every sampling field is sent to generate() from "
+        "these settings and recorded in the rows, whatever the model's generation_config.json "
+        "asks for; a model whose generation config sets another field that changes the "
+        "distribution (e.g. no_repeat_ngram_size, suppress_tokens, min_new_tokens) is refused "
+        "with the field named.",
     )
-    top_p: float = field(default=1.0, metadata={"help": "Nucleus mass (1: off)."})
-    top_k: int = field(default=0, metadata={"help": "Keep the k likeliest tokens (0: off)."})
-    min_p: float = field(
-        default=0.0,
-        metadata={
-            "help": "Drop tokens below min_p times the likeliest one's probability (0: off)."
-        },
+    top_p: float = setting(1.0, "Nucleus mass (1: off).")
+    top_k: int = setting(0, "Keep the k likeliest tokens (0: off).")
+    min_p: float = setting(
+        0.0, "Drop tokens below min_p times the likeliest one's probability (0: off)."
     )
-    repetition_penalty: float = field(
-        default=1.0,
-        metadata={
-            "help": "Divide (multiply, if negative) the logits of tokens in the prompt and the "
-            "response so far (1: off; Qwen2.5-Instruct's generation_config.json asks for 1.05)."
-        },
+    repetition_penalty: float = setting(
+        1.0,
+        "Divide (multiply, if negative) the logits of tokens in the prompt and the response "
+        "so far (1: off; Qwen2.5-Instruct's generation_config.json asks for 1.05).",
     )
-    batch_size: int = field(
-        default=8, metadata={"help": "Prompts per generate() call (left-padded)."}
+    batch_size: int = setting(8, "Prompts per generate() call (left-padded).")
+    device: str = setting("cpu", "cpu, cuda, or auto.")
+    dtype: DType = setting("auto", "Weights dtype: auto, float32, bfloat16, float16.")
+    seed: int | None = setting(None, _SEED_HELP)
+    use_chat_template: bool | Literal["auto"] = setting("auto", _CHAT_HELP)
+    stop: str | Sequence[str] | None = setting(
+        None, "Stop strings: a response ends before the first (null: none)."
     )
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda, or auto."})
-    dtype: DType = field(
-        default="auto", metadata={"help": "Weights dtype: auto, float32, bfloat16, float16."}
-    )
-    seed: int | None = field(default=None, metadata={"help": _SEED_HELP})
-    use_chat_template: bool | Literal["auto"] = field(default="auto", metadata={"help": _CHAT_HELP})
-    stop: str | Sequence[str] | None = field(
-        default=None,
-        metadata={"help": "Stop strings: a response ends before the first (null: none)."},
-    )
-    num_threads: int | None = field(default=None, metadata={"help": _THREADS_HELP})
-    incremental: bool = field(
-        default=False,
-        metadata={
-            "help": "Render an episode's growing chat after the ids the model sampled "
-            "(rollout.layout=episode)."
-        },
+    num_threads: int | None = setting(None, _THREADS_HELP)
+    incremental: bool = setting(
+        False,
+        "Render an episode's growing chat after the ids the model sampled "
+        "(rollout.layout=episode).",
     )
 
 
@@ -146,53 +123,33 @@ class ScoringSettings:
     """``policy=score``: a local causal LM that chooses among the admissible actions by the
     likelihood of each."""
 
-    path: str | None = field(
-        default=None,
-        metadata={
-            "help": "Directory with the model and tokenizer (required for rollouts: pass "
-            "policy.params.path=...).",
-            CONFIG_DEFAULT: REQUIRED,
-        },
+    path: str | None = setting(
+        None,
+        "Directory with the model and tokenizer (required for rollouts: pass "
+        "policy.params.path=...).",
+        config_default=REQUIRED,
     )
-    temperature: float = field(
-        default=1.0,
-        metadata={
-            "help": "Temperature of the softmax over action scores (0: the best-scoring action)."
-        },
+    temperature: float = setting(
+        1.0, "Temperature of the softmax over action scores (0: the best-scoring action)."
     )
-    batch_size: int = field(
-        default=32,
-        metadata={"help": "Prompts per forward pass (each with all its candidate actions)."},
+    batch_size: int = setting(32, "Prompts per forward pass (each with all its candidate actions).")
+    device: str = setting("cpu", "cpu, cuda, or auto.")
+    dtype: DType = setting("auto", "Weights dtype: auto, float32, bfloat16, float16.")
+    seed: int | None = setting(None, _SEED_HELP)
+    use_chat_template: bool | Literal["auto"] = setting("auto", _CHAT_HELP)
+    num_threads: int | None = setting(None, _THREADS_HELP)
+    append_eos: bool = setting(True, "End each candidate with the tokenizer's end token.")
+    score_forced: bool = setting(
+        False,
+        "Also score steps with a single candidate (else a forced action needs no forward pass).",
     )
-    device: str = field(default="cpu", metadata={"help": "cpu, cuda, or auto."})
-    dtype: DType = field(
-        default="auto", metadata={"help": "Weights dtype: auto, float32, bfloat16, float16."}
+    action_score: ScoreRule = setting(
+        "sum",
+        "How an action's score is made from its token log-probs: sum (its log-likelihood) | mean.",
     )
-    seed: int | None = field(default=None, metadata={"help": _SEED_HELP})
-    use_chat_template: bool | Literal["auto"] = field(default="auto", metadata={"help": _CHAT_HELP})
-    num_threads: int | None = field(default=None, metadata={"help": _THREADS_HELP})
-    append_eos: bool = field(
-        default=True, metadata={"help": "End each candidate with the tokenizer's end token."}
-    )
-    score_forced: bool = field(
-        default=False,
-        metadata={
-            "help": "Also score steps with a single candidate (else a forced action needs no "
-            "forward pass)."
-        },
-    )
-    action_score: ScoreRule = field(
-        default="sum",
-        metadata={
-            "help": "How an action's score is made from its token log-probs: sum (its "
-            "log-likelihood) | mean."
-        },
-    )
-    memory_score: ScoreRule = field(
-        default="mean",
-        metadata={
-            "help": "The same for a memory block (memory=notes): blocks differ by whole lines, "
-            "and by the sum the empty block always wins, so the mean (per token) lets RL "
-            "explore which lines to keep."
-        },
+    memory_score: ScoreRule = setting(
+        "mean",
+        "The same for a memory block (memory=notes): blocks differ by whole lines, and by the "
+        "sum the empty block always wins, so the mean (per token) lets RL explore which lines "
+        "to keep.",
     )

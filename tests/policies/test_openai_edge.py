@@ -519,11 +519,13 @@ def test_bad_edge_settings_are_refused(kwargs, message):
 
 
 def test_the_config_holds_the_edge_settings_at_their_defaults():
-    import inspect
+    import dataclasses
+
+    from agent_memory.policies.openai_settings import OpenAISettings
 
     params = yaml.safe_load(CONFIG.read_text())["params"]
-    signature = inspect.signature(OpenAIPolicy).parameters
-    assert set(params) <= set(signature), set(params) - set(signature)
+    fields = {f.name: f for f in dataclasses.fields(OpenAISettings)}
+    assert set(params) <= set(fields), set(params) - set(fields)
     for key in ("max_answer_bytes", "vocab_size"):
-        assert params[key] == signature[key].default, key
+        assert params[key] == fields[key].default, key
     assert params["max_answer_bytes"] == 16 * MiB

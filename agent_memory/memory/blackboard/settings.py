@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from agent_memory.checks import check_choice, check_int, check_number, check_str
-from agent_memory.config_fields import CONFIG_DEFAULT
+from agent_memory.config_fields import setting
 from agent_memory.memory.settings import Settings
 
 __all__ = ["BlackboardSettings", "Scope"]
@@ -32,54 +32,31 @@ class BlackboardSettings(Settings):
         ValueError: max_notes must be None or an int >= 1, got 0
     """
 
-    path: str | os.PathLike[str] | None = field(
-        default=None,
-        metadata={
-            "help": "SQLite file shared by the workers (one host; {output_dir} is the run's "
-            "output directory); null: a private in-memory board per worker.",
-            CONFIG_DEFAULT: "{output_dir}/blackboard.sqlite",
-        },
+    path: str | os.PathLike[str] | None = setting(
+        None,
+        "SQLite file shared by the workers (one host; {output_dir} is the run's output "
+        "directory); null: a private in-memory board per worker.",
+        config_default="{output_dir}/blackboard.sqlite",
     )
-    board: str = field(default="default", metadata={"help": "Board name inside the file."})
-    scope: Scope = field(
-        default="group",
-        metadata={
-            "help": "group: envs of one GRPO group see each other's notes; global: every env does."
-        },
+    board: str = setting("default", "Board name inside the file.")
+    scope: Scope = setting(
+        "group", "group: envs of one GRPO group see each other's notes; global: every env does."
     )
-    top_n: int = field(default=5, metadata={"help": "Notes shown per prompt (newest first)."})
-    max_notes: int | None = field(
-        default=1000, metadata={"help": "Notes the board keeps (oldest trimmed)."}
+    top_n: int = setting(5, "Notes shown per prompt (newest first).")
+    max_notes: int | None = setting(1000, "Notes the board keeps (oldest trimmed).")
+    max_age_seconds: float | None = setting(
+        None, "Notes older than this are dropped and hidden (null: no age limit)."
     )
-    max_age_seconds: float | None = field(
-        default=None,
-        metadata={"help": "Notes older than this are dropped and hidden (null: no age limit)."},
+    post_actions: bool = setting(False, "Also post every step's action as a note.")
+    digest_chars: int = setting(300, "Longest episode digest posted at an episode's end.")
+    note_chars: int = setting(500, "Longer notes are cut to this many characters.")
+    note_format: str = setting(
+        "- [env {env_id}, step {step}] {text}", "How a note is written into the prompt."
     )
-    post_actions: bool = field(
-        default=False, metadata={"help": "Also post every step's action as a note."}
-    )
-    digest_chars: int = field(
-        default=300, metadata={"help": "Longest episode digest posted at an episode's end."}
-    )
-    note_chars: int = field(
-        default=500, metadata={"help": "Longer notes are cut to this many characters."}
-    )
-    note_format: str = field(
-        default="- [env {env_id}, step {step}] {text}",
-        metadata={"help": "How a note is written into the prompt."},
-    )
-    header: str = field(
-        default="Shared notes (newest first):", metadata={"help": "Opens the notes block."}
-    )
-    window_header: str = field(
-        default="Recent steps:", metadata={"help": "Line before the recent window."}
-    )
-    author: str | None = field(
-        default=None, metadata={"help": "Who posts (stored with each note; null: pid<process id>)."}
-    )
-    timeout: float = field(
-        default=30.0, metadata={"help": "Seconds a writer waits for the database lock."}
-    )
+    header: str = setting("Shared notes (newest first):", "Opens the notes block.")
+    window_header: str = setting("Recent steps:", "Line before the recent window.")
+    author: str | None = setting(None, "Who posts (stored with each note; null: pid<process id>).")
+    timeout: float = setting(30.0, "Seconds a writer waits for the database lock.")
     clock: Callable[[], float] = time.time
 
     def __post_init__(self) -> None:

@@ -20,7 +20,7 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from agent_memory.formatting import FormatterSpec
@@ -33,7 +33,7 @@ from agent_memory.memory.base import (
     normalize_env_ids,
 )
 from agent_memory.memory.blackboard.board import SQLiteBoard
-from agent_memory.memory.blackboard.settings import BlackboardSettings, Scope
+from agent_memory.memory.blackboard.settings import BlackboardSettings
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.digest import episode_digest
 from agent_memory.memory.settings import SettingsAttributes
@@ -49,21 +49,7 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
     Args:
         num_envs, formatter, max_history_tokens, token_counter, capacity: as for HistoryMemory (a
             budget covers notes and window, the window first).
-        path: the SQLite file every worker opens (None: a private in-memory board).
-        board: name of the board in the file (several boards can share one file).
-        scope: ``"group"`` (an env sees its group's notes) or ``"global"`` (all notes).
-        top_n: notes shown per prompt, newest first (0: none).
-        max_notes: notes the board keeps, the oldest go first (None: no limit).
-        max_age_seconds: notes older than this are dropped and not shown (None: no limit).
-        post_actions: also post every stored step's action as a note.
-        digest_chars: maximum length of an episode digest (:meth:`on_episode_end`).
-        note_chars: longer notes are cut to this many characters when posted.
-        note_format: a note in the prompt (``text``, ``env_id``, ``step``, ``group``, ``author``).
-        header: the line that opens the notes block.
-        window_header: the line between notes and window (``""``: none).
-        author: who posts (stored with each note); default ``"pid<process id>"``.
-        timeout: seconds a writer waits in all for the database lock.
-        clock: the time source of note timestamps and ages.
+        **settings: the fields of :class:`BlackboardSettings`, each documented there.
 
     Raises:
         ValueError: a bad setting.
@@ -82,24 +68,10 @@ class BlackboardMemory(SettingsAttributes[BlackboardSettings], WindowedMemory):
         max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        path: str | os.PathLike[str] | None = BlackboardSettings.path,
-        board: str = BlackboardSettings.board,
-        scope: Scope = BlackboardSettings.scope,
-        top_n: int = BlackboardSettings.top_n,
-        max_notes: int | None = BlackboardSettings.max_notes,
-        max_age_seconds: float | None = BlackboardSettings.max_age_seconds,
-        post_actions: bool = BlackboardSettings.post_actions,
-        digest_chars: int = BlackboardSettings.digest_chars,
-        note_chars: int = BlackboardSettings.note_chars,
-        note_format: str = BlackboardSettings.note_format,
-        header: str = BlackboardSettings.header,
-        window_header: str = BlackboardSettings.window_header,
-        author: str | None = BlackboardSettings.author,
-        timeout: float = BlackboardSettings.timeout,
-        clock: Callable[[], float] = BlackboardSettings.clock,
+        **settings: Any,
     ) -> None:
         super().__init__(**self._shared(locals()))
-        self.settings = s = BlackboardSettings.from_arguments(locals())
+        self.settings = s = BlackboardSettings(**settings)
         self.layout = BlockLayout(header=s.header, window_header=s.window_header)
         self.board = SQLiteBoard(s.path, timeout=s.timeout)
         self.groups: list[str] = ["default"] * num_envs

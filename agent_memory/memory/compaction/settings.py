@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from agent_memory.checks import check_choice, check_int, check_number
+from agent_memory.config_fields import setting
 from agent_memory.memory.compaction.summarizers import SummarizerSpec
 from agent_memory.memory.settings import Settings
 
@@ -30,65 +31,43 @@ and folds the rest once more than trigger_steps are held), got keep_last=5, trig
 
     max_history_tokens: int | None = None
     capacity: int | None = None
-    trigger_steps: int | None = field(
-        default=8,
-        metadata={
-            "help": "Compact once more than this many verbatim steps are held (null: only the "
-            "token trigger)."
-        },
+    trigger_steps: int | None = setting(
+        8,
+        "Compact once more than this many verbatim steps are held (null: only the token trigger).",
     )
-    trigger_ratio: float | None = field(
-        default=0.8,
-        metadata={
-            "help": "Compact once steps + summary exceed this fraction of "
-            "memory.max_history_tokens (used when it is set)."
-        },
+    trigger_ratio: float | None = setting(
+        0.8,
+        "Compact once steps + summary exceed this fraction of memory.max_history_tokens (used "
+        "when it is set).",
     )
-    keep_last: int = field(
-        default=3, metadata={"help": "Verbatim steps kept at each compaction (< trigger_steps)."}
+    keep_last: int = setting(3, "Verbatim steps kept at each compaction (< trigger_steps).")
+    summarizer: SummarizerSpec = setting(
+        "extractive",
+        "extractive (no model) | llm | {name: llm, policy: {name: ..., ...}, prompt: ...} | "
+        "policy (the acting policy writes it, as a turn of its episode: rows with "
+        "memory_turn, trained).",
     )
-    summarizer: SummarizerSpec = field(
-        default="extractive",
-        metadata={
-            "help": "extractive (no model) | llm | {name: llm, policy: {name: ..., ...}, "
-            "prompt: ...} | policy (the acting policy writes it, as a turn of its episode: rows "
-            "with memory_turn, trained)."
-        },
+    summary_max_tokens: int = setting(256, "Token budget of each env's summary.")
+    summary_timeout: float | None = setting(
+        30.0,
+        "Seconds a model summarizer may take before falling back to truncation (null: no limit).",
     )
-    summary_max_tokens: int = field(
-        default=256, metadata={"help": "Token budget of each env's summary."}
+    summary_role: Literal["user", "system"] = setting(
+        "user", "Role of the summary message with the chat formatter: user | system."
     )
-    summary_timeout: float | None = field(
-        default=30.0,
-        metadata={
-            "help": "Seconds a model summarizer may take before falling back to truncation "
-            "(null: no limit)."
-        },
+    summary_header: str = setting(
+        "Summary of steps {first}-{last}:", "First line of the summary block."
     )
-    summary_role: Literal["user", "system"] = field(
-        default="user",
-        metadata={"help": "Role of the summary message with the chat formatter: user | system."},
+    offload_chars: int | None = setting(
+        4000,
+        "Observations longer than this are shown as a preview + id and reloadable by id "
+        "(null: never).",
     )
-    summary_header: str = field(
-        default="Summary of steps {first}-{last}:",
-        metadata={"help": "First line of the summary block."},
+    offload_preview: int = setting(200, "Characters in an offloaded observation's preview.")
+    offload_capacity: int | None = setting(
+        None, "Offloaded texts kept per env, oldest evicted (null: all)."
     )
-    offload_chars: int | None = field(
-        default=4000,
-        metadata={
-            "help": "Observations longer than this are shown as a preview + id and reloadable "
-            "by id (null: never)."
-        },
-    )
-    offload_preview: int = field(
-        default=200, metadata={"help": "Characters in an offloaded observation's preview."}
-    )
-    offload_capacity: int | None = field(
-        default=None, metadata={"help": "Offloaded texts kept per env, oldest evicted (null: all)."}
-    )
-    max_events: int = field(
-        default=1000, metadata={"help": "Compaction events kept in memory.events."}
-    )
+    max_events: int = setting(1000, "Compaction events kept in memory.events.")
 
     def __post_init__(self) -> None:
         max_history_tokens = check_int(

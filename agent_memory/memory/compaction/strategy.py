@@ -12,7 +12,7 @@ import collections
 import copy
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from agent_memory.formatting import Formatter, FormatterSpec, make_formatter
 from agent_memory.memory.base import UNSET, Budget, EnvIds, Fetched, check_env_index
@@ -23,7 +23,6 @@ from agent_memory.memory.compaction.settings import CompactionSettings
 from agent_memory.memory.compaction.summarizers import (
     FoldedStep,
     Summarizer,
-    SummarizerSpec,
     SummaryRequest,
     fit_text,
     make_summarizer,
@@ -45,19 +44,7 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
     Args:
         num_envs, formatter, max_history_tokens, token_counter: as for HistoryMemory.
         capacity: at most this many verbatim steps per env: a hard trigger (``None``: none).
-        trigger_steps: compact once an env holds more verbatim steps (``None``: no such trigger).
-        trigger_ratio: compact once verbatim steps plus summary exceed this fraction of
-            ``max_history_tokens`` (ignored without ``max_history_tokens``).
-        keep_last: verbatim steps kept at each compaction (the rest is folded).
-        summarizer: ``"extractive"``, ``"llm"``, a ``{"name": ...}`` mapping or a Summarizer.
-        summary_max_tokens: token budget of each env's summary text.
-        summary_timeout: seconds a blocking summarizer may take (``None``: no limit, inline).
-        summary_role: chat formatters only: the role of the summary message.
-        summary_header: first line of the summary block (``{first}``/``{last}``: step range).
-        offload_chars: observations longer than this are offloaded (``None``: never).
-        offload_preview: characters of an offloaded observation shown (at most ``offload_chars``).
-        offload_capacity: offloaded texts kept per env, oldest evicted (``None``: all).
-        max_events: compaction events kept in :attr:`events` (oldest dropped).
+        **settings: the fields of :class:`CompactionSettings`, each documented there.
 
     Raises:
         ValueError: bad configuration, e.g. ``keep_last >= trigger_steps`` or no trigger.
@@ -99,20 +86,11 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        trigger_steps: int | None = CompactionSettings.trigger_steps,
-        trigger_ratio: float | None = CompactionSettings.trigger_ratio,
-        keep_last: int = CompactionSettings.keep_last,
-        summarizer: SummarizerSpec = CompactionSettings.summarizer,
-        summary_max_tokens: int = CompactionSettings.summary_max_tokens,
-        summary_timeout: float | None = CompactionSettings.summary_timeout,
-        summary_role: Literal["user", "system"] = CompactionSettings.summary_role,
-        summary_header: str = CompactionSettings.summary_header,
-        offload_chars: int | None = CompactionSettings.offload_chars,
-        offload_preview: int = CompactionSettings.offload_preview,
-        offload_capacity: int | None = CompactionSettings.offload_capacity,
-        max_events: int = CompactionSettings.max_events,
+        **settings: Any,
     ) -> None:
-        self.settings = CompactionSettings.from_arguments(locals())
+        self.settings = CompactionSettings(
+            max_history_tokens=max_history_tokens, capacity=capacity, **settings
+        )
         # Bounded storage is compaction's job here: the window keeps every step it is given.
         super().__init__(
             num_envs,
@@ -121,8 +99,10 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
             token_counter=token_counter,
             capacity=None,
         )
-        self.summarizer: Summarizer = make_summarizer(summarizer)
-        self._events: collections.deque[dict[str, Any]] = collections.deque(maxlen=max_events)
+        self.summarizer: Summarizer = make_summarizer(self.settings.summarizer)
+        self._events: collections.deque[dict[str, Any]] = collections.deque(
+            maxlen=self.settings.max_events
+        )
         self._totals = {"compactions": 0, "fallbacks": 0, "steps_folded": 0}
         # Per env: summary text, last step it covers (0 = none), its block (None: no summary),
         # offloaded observations (step -> text, oldest first).
@@ -134,11 +114,6 @@ class CompactionMemory(SettingsAttributes[CompactionSettings], WindowedMemory):
         self._pending: dict[int, tuple[SummaryRequest, str]] = {}
         self._runner = SummaryRunner()
         self._formatter_changed()
-
-    @property
-    def verbatim_capacity(self) -> int | None:
-        """At most this many verbatim steps per env (the ``capacity`` argument)."""
-        return self.settings.capacity
 
     @property
     def events(self) -> list[dict[str, Any]]:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from agent_memory.checks import check_choice
+from agent_memory.config_fields import setting
 from agent_memory.memory.settings import Settings
 
 __all__ = ["DEFAULT_THOUGHT_FORMAT", "ConversationSettings"]
@@ -27,22 +28,17 @@ class ConversationSettings(Settings):
         ValueError: thought_format may use only {thought} and {action}, got '{why}' ('why')
     """
 
-    system_prompt: str | None = field(
-        default=None,
-        metadata={
-            "help": "System message each episode starts with (null: none; do not also set "
-            "env.template.system)."
-        },
+    system_prompt: str | None = setting(
+        None,
+        "System message each episode starts with (null: none; do not also set "
+        "env.template.system).",
     )
-    thought_format: str | None = field(
-        default=DEFAULT_THOUGHT_FORMAT,
-        metadata={
-            "help": "Assistant content when a thought is present (null: thoughts are left out)."
-        },
+    thought_format: str | None = setting(
+        DEFAULT_THOUGHT_FORMAT,
+        "Assistant content when a thought is present (null: thoughts are left out).",
     )
-    ids: Literal["uuid", "counter"] = field(
-        default="uuid",
-        metadata={"help": "Message ids: uuid, or counter (deterministic env{i}-ep{k}-{n})."},
+    ids: Literal["uuid", "counter"] = setting(
+        "uuid", "Message ids: uuid, or counter (deterministic env{i}-ep{k}-{n})."
     )
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ import time
 import uuid
 from bisect import bisect_left
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 from agent_memory.checks import check_str
 from agent_memory.formatting import ChatFormatter, FormatterSpec
@@ -52,11 +52,7 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         num_envs, token_counter, capacity: as for :class:`~agent_memory.memory.HistoryMemory`.
         formatter: a formatter with ``output == "messages"`` (default ``"chat"``).
         max_history_tokens: default token budget of :meth:`fetch` and :meth:`to_llm_format`.
-        system_prompt: a system message every episode starts with (``None``: none); with the
-            wrappers, put it either here or in the prompt template, not both.
-        thought_format: the assistant message of a step with a ``thought`` (fields ``thought``,
-            ``action``; ``None``: left out), unless the formatter has an ``assistant_format``.
-        ids: ``"uuid"`` (unique across processes) or ``"counter"`` (``env{i}-ep{k}-{n}``).
+        **settings: the fields of :class:`ConversationSettings`, each documented there.
 
     Example:
         >>> mem = ConversationMemory(num_envs=2, system_prompt="Be brief.", ids="counter")
@@ -89,11 +85,9 @@ class ConversationMemory(SettingsAttributes[ConversationSettings], RenderingMemo
         max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        system_prompt: str | None = ConversationSettings.system_prompt,
-        thought_format: str | None = ConversationSettings.thought_format,
-        ids: Literal["uuid", "counter"] = ConversationSettings.ids,
+        **settings: Any,
     ) -> None:
-        self.settings = ConversationSettings.from_arguments(locals())
+        self.settings = ConversationSettings(**settings)
         super().__init__(num_envs, formatter, max_history_tokens, token_counter, capacity)
         fmt = self._formatter
         if fmt.output != "messages":

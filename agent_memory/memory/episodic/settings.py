@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import os
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 from agent_memory.checks import check_choice, check_int, check_number, check_str
-from agent_memory.config_fields import CONFIG_DEFAULT
+from agent_memory.config_fields import setting
 from agent_memory.memory.episodic.store import RETENTIONS, Retention, Scope
 from agent_memory.memory.episodic.tasks import KeyBy, Similarity
 from agent_memory.memory.settings import Settings
@@ -40,163 +40,105 @@ class EpisodicSettings(Settings):
         ValueError: top_k must be an int >= 1, got 0
     """
 
-    path: str | os.PathLike[str] | None = field(
-        default=None,
-        metadata={
-            "help": "SQLite file ({output_dir}: the run's output directory); a fixed path for "
-            "persistent memory.",
-            CONFIG_DEFAULT: "{output_dir}/episodic.sqlite",
-        },
+    path: str | os.PathLike[str] | None = setting(
+        None,
+        "SQLite file ({output_dir}: the run's output directory); a fixed path for persistent "
+        "memory.",
+        config_default="{output_dir}/episodic.sqlite",
     )
-    retention: Retention = field(
-        default="single_run",
-        metadata={
-            "help": "single_run (this run only) | session (runs sharing session_id) | "
-            "persistent (across runs)."
-        },
+    retention: Retention = setting(
+        "single_run",
+        "single_run (this run only) | session (runs sharing session_id) | persistent (across "
+        "runs).",
     )
-    control: Control = field(
-        default="static",
-        metadata={
-            "help": "static: the framework records and retrieves; agent: the model's "
-            "<record>/<retrieve>; both."
-        },
+    control: Control = setting(
+        "static",
+        "static: the framework records and retrieves; agent: the model's <record>/<retrieve>; "
+        "both.",
     )
-    namespace: str = field(
-        default="default", metadata={"help": "Separates experiments sharing one database file."}
+    namespace: str = setting("default", "Separates experiments sharing one database file.")
+    run_id: str | None = setting(
+        None,
+        "All workers of a run share it ({run_id}: a fresh id per run).",
+        config_default="{run_id}",
     )
-    run_id: str | None = field(
-        default=None,
-        metadata={
-            "help": "All workers of a run share it ({run_id}: a fresh id per run).",
-            CONFIG_DEFAULT: "{run_id}",
-        },
+    session_id: str | None = setting(
+        None, "Session id, required by retention=session (null otherwise)."
     )
-    session_id: str | None = field(
-        default=None,
-        metadata={"help": "Session id, required by retention=session (null otherwise)."},
+    env_name: str | None = setting(None, "Prefix of task keys, e.g. the Gymnasium id (null: none).")
+    key_by: KeyBy = setting(
+        "task_and_observation",
+        "What identifies a task: task | task_and_observation (levels that share a task text).",
     )
-    env_name: str | None = field(
-        default=None, metadata={"help": "Prefix of task keys, e.g. the Gymnasium id (null: none)."}
+    top_k: int = setting(3, "Past episodes shown at an episode's start.")
+    include_failures: bool = setting(
+        True, "Show failed episodes too, with their outcome, as lessons."
     )
-    key_by: KeyBy = field(
-        default="task_and_observation",
-        metadata={
-            "help": "What identifies a task: task | task_and_observation (levels that share a "
-            "task text)."
-        },
+    similar_tasks: bool = setting(
+        True, "Also retrieve episodes of tasks with similar text (false for Sokoban-like tasks)."
     )
-    top_k: int = field(default=3, metadata={"help": "Past episodes shown at an episode's start."})
-    include_failures: bool = field(
-        default=True, metadata={"help": "Show failed episodes too, with their outcome, as lessons."}
+    min_similarity: float = setting(0.3, "Similarity threshold for similar tasks.")
+    similarity: str | Similarity = setting(
+        "lexical", "lexical | embedding:hashing | embedding:minilm."
     )
-    similar_tasks: bool = field(
-        default=True,
-        metadata={
-            "help": "Also retrieve episodes of tasks with similar text (false for Sokoban-like "
-            "tasks)."
-        },
+    header: str = setting("Past episodes of this task:", "First line of the block.")
+    block_role: Literal["user", "system"] = setting(
+        "user", "Role of the block's message with the chat formatter: user | system."
     )
-    min_similarity: float = field(
-        default=0.3, metadata={"help": "Similarity threshold for similar tasks."}
+    in_fetch: bool = setting(
+        True,
+        "Put the block at the head of each fetched context (false: the caller shows "
+        "memory.block()).",
     )
-    similarity: str | Similarity = field(
-        default="lexical", metadata={"help": "lexical | embedding:hashing | embedding:minilm."}
+    max_block_chars: int = setting(
+        2000, "Longest block, in characters (lowest-ranked episodes dropped first)."
     )
-    header: str = field(
-        default="Past episodes of this task:", metadata={"help": "First line of the block."}
+    digest_max_actions: int = setting(60, "Most actions an episode's digest lists.")
+    digest_obs_chars: int = setting(
+        300, "Characters of each observation an episode's digest keeps."
     )
-    block_role: Literal["user", "system"] = field(
-        default="user",
-        metadata={"help": "Role of the block's message with the chat formatter: user | system."},
+    digest_max_chars: int = setting(1200, "Longest episode digest, in characters.")
+    record_unfinished: bool = setting(
+        False, "Also record episodes handed over without terminating or truncating."
     )
-    in_fetch: bool = field(
-        default=True,
-        metadata={
-            "help": "Put the block at the head of each fetched context (false: the caller shows "
-            "memory.block())."
-        },
+    max_rows_per_task: int | None = setting(
+        50, "Keep only the best this many episodes per task key (null: all)."
     )
-    max_block_chars: int = field(
-        default=2000,
-        metadata={"help": "Longest block, in characters (lowest-ranked episodes dropped first)."},
+    max_rows: int | None = setting(
+        None, "persistent retention: keep the newest this many rows of the namespace (null: all)."
     )
-    digest_max_actions: int = field(
-        default=60, metadata={"help": "Most actions an episode's digest lists."}
+    max_age_s: float | None = setting(
+        None,
+        "Delete rows of this retention older than this many seconds (single_run: orphans; "
+        "null: never).",
     )
-    digest_obs_chars: int = field(
-        default=300, metadata={"help": "Characters of each observation an episode's digest keeps."}
+    session_ttl_s: float | None = setting(
+        None, "session retention: delete sessions idle longer than this many seconds (null: never)."
     )
-    digest_max_chars: int = field(
-        default=1200, metadata={"help": "Longest episode digest, in characters."}
+    prune_every: int = setting(100, "Prune every this many recorded episodes (and at start).")
+    purge_on_close: bool = setting(
+        True,
+        "single_run: delete the run's rows when the run ends (false keeps them, e.g. to "
+        "inspect the file).",
     )
-    record_unfinished: bool = field(
-        default=False,
-        metadata={"help": "Also record episodes handed over without terminating or truncating."},
+    agent_hint: bool = setting(
+        True, "Agent control: put the memory actions' instructions in the block."
     )
-    max_rows_per_task: int | None = field(
-        default=50,
-        metadata={"help": "Keep only the best this many episodes per task key (null: all)."},
+    max_memory_actions: int = setting(3, "Agent control: memory actions allowed per episode.")
+    show_replies: int = setting(
+        2, "Agent control: the episode's latest memory replies the block shows."
     )
-    max_rows: int | None = field(
-        default=None,
-        metadata={
-            "help": "persistent retention: keep the newest this many rows of the namespace "
-            "(null: all)."
-        },
+    note_max_chars: int = setting(500, "Agent control: a note's length cap, in characters.")
+    busy_timeout_s: float = setting(
+        5.0, "Seconds SQLite's busy handler waits for a lock per attempt."
     )
-    max_age_s: float | None = field(
-        default=None,
-        metadata={
-            "help": "Delete rows of this retention older than this many seconds (single_run: "
-            "orphans; null: never)."
-        },
+    max_wait_s: float = setting(
+        60.0, "Seconds a write (or read) retries a locked database before it fails."
     )
-    session_ttl_s: float | None = field(
-        default=None,
-        metadata={
-            "help": "session retention: delete sessions idle longer than this many seconds "
-            "(null: never)."
-        },
-    )
-    prune_every: int = field(
-        default=100, metadata={"help": "Prune every this many recorded episodes (and at start)."}
-    )
-    purge_on_close: bool = field(
-        default=True,
-        metadata={
-            "help": "single_run: delete the run's rows when the run ends (false keeps them, "
-            "e.g. to inspect the file)."
-        },
-    )
-    agent_hint: bool = field(
-        default=True,
-        metadata={"help": "Agent control: put the memory actions' instructions in the block."},
-    )
-    max_memory_actions: int = field(
-        default=3, metadata={"help": "Agent control: memory actions allowed per episode."}
-    )
-    show_replies: int = field(
-        default=2,
-        metadata={"help": "Agent control: the episode's latest memory replies the block shows."},
-    )
-    note_max_chars: int = field(
-        default=500, metadata={"help": "Agent control: a note's length cap, in characters."}
-    )
-    busy_timeout_s: float = field(
-        default=5.0,
-        metadata={"help": "Seconds SQLite's busy handler waits for a lock per attempt."},
-    )
-    max_wait_s: float = field(
-        default=60.0,
-        metadata={"help": "Seconds a write (or read) retries a locked database before it fails."},
-    )
-    synchronous: Synchronous = field(
-        default="NORMAL",
-        metadata={
-            "help": "SQLite's synchronous pragma: OFF | NORMAL (survives process kills) | FULL "
-            "(power loss) | EXTRA."
-        },
+    synchronous: Synchronous = setting(
+        "NORMAL",
+        "SQLite's synchronous pragma: OFF | NORMAL (survives process kills) | FULL (power "
+        "loss) | EXTRA.",
     )
 
     def __post_init__(self) -> None:
@@ -248,8 +190,5 @@ class EpisodicSettings(Settings):
         """The rows this memory sees and owns, as configured."""
         assert self.run_id is not None  # set by __post_init__
         return Scope(
-            self.retention,
-            namespace=self.namespace,
-            run_id=self.run_id,
-            session_id=self.session_id,
+            self.retention, namespace=self.namespace, run_id=self.run_id, session_id=self.session_id
         )

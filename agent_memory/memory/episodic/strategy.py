@@ -28,10 +28,9 @@ Example:
 from __future__ import annotations
 
 import copy
-import os
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
 from agent_memory.formatting import FormatterSpec
 from agent_memory.memory.base import (
@@ -45,11 +44,9 @@ from agent_memory.memory.base import (
 )
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.episodic.archive import EpisodeArchive, EpisodeState
-from agent_memory.memory.episodic.settings import Control, EpisodicSettings
-from agent_memory.memory.episodic.store import Retention, Scope
-from agent_memory.memory.episodic.tasks import KeyBy, Similarity
+from agent_memory.memory.episodic.settings import EpisodicSettings
+from agent_memory.memory.episodic.store import Scope
 from agent_memory.memory.settings import SettingsAttributes
-from agent_memory.memory.sqlite import Synchronous
 from agent_memory.text import find_tags, squash, utf8_safe
 from agent_memory.tokens import TokenCounterSpec
 
@@ -69,37 +66,7 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
 
     Args:
         num_envs, formatter, token_counter, max_history_tokens, capacity: passed to the window.
-        path: the SQLite database (default ``$XDG_CACHE_HOME/agent_memory/episodic.sqlite``).
-        retention: ``single_run``, ``session`` or ``persistent`` (see the archive module).
-        control: ``static``, ``agent`` or ``both`` (module docstring).
-        namespace: separates experiments sharing one database.
-        run_id: this run's id (default: a fresh one); every worker of a run needs the same.
-        session_id: the session's id (``retention="session"`` needs one).
-        env_name: prefix of task keys (e.g. the Gymnasium id).
-        key_by: what identifies a task: ``task`` text, or ``task_and_observation``.
-        top_k: past episodes shown at episode start.
-        include_failures: show failed episodes (with their outcome) when successes run short.
-        similar_tasks: also retrieve episodes of other tasks with similar task text.
-        min_similarity: similarity threshold for ``similar_tasks``.
-        similarity: ``"lexical"``, ``"embedding:<encoder>"`` or ``(query, docs) -> scores``.
-        header: first line of the block.
-        block_role: chat formatters: the role of the block's message.
-        in_fetch: put the block at the head of :meth:`fetch` contexts (False: see :meth:`block`).
-        max_block_chars: the block's length cap (whole entries are dropped first).
-        digest_max_actions, digest_obs_chars, digest_max_chars: bounds of the digests.
-        record_unfinished: also record episodes handed over without terminating or truncating.
-        max_rows_per_task: keep only the best this many episodes per task key (None: all).
-        max_rows: persistent retention: keep the newest this many rows of the namespace.
-        max_age_s: delete rows of this retention older than this (``single_run``: orphans).
-        session_ttl_s: ``session`` retention: delete sessions idle longer than this.
-        prune_every: prune every this many recorded episodes (and at start).
-        purge_on_close: ``single_run``: delete the run's rows on :meth:`close` (not on workers).
-        agent_hint: agent mode: put :data:`AGENT_INSTRUCTIONS` in the block.
-        max_memory_actions: agent mode: memory actions per episode; later ones go to the env.
-        show_replies: agent mode: the episode's latest memory replies the block shows.
-        note_max_chars: agent mode: a note's length cap.
-        busy_timeout_s, max_wait_s, synchronous: SQLite settings (see
-            :class:`~agent_memory.memory.sqlite.SQLiteDatabase`).
+        **settings: the fields of :class:`EpisodicSettings`, each documented there.
 
     Raises:
         ValueError: a bad argument.
@@ -117,42 +84,9 @@ class EpisodicMemory(SettingsAttributes[EpisodicSettings], EpisodeArchive, Windo
         max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        path: str | os.PathLike[str] | None = EpisodicSettings.path,
-        retention: Retention = EpisodicSettings.retention,
-        control: Control = EpisodicSettings.control,
-        namespace: str = EpisodicSettings.namespace,
-        run_id: str | None = EpisodicSettings.run_id,
-        session_id: str | None = EpisodicSettings.session_id,
-        env_name: str | None = EpisodicSettings.env_name,
-        key_by: KeyBy = EpisodicSettings.key_by,
-        top_k: int = EpisodicSettings.top_k,
-        include_failures: bool = EpisodicSettings.include_failures,
-        similar_tasks: bool = EpisodicSettings.similar_tasks,
-        min_similarity: float = EpisodicSettings.min_similarity,
-        similarity: str | Similarity = EpisodicSettings.similarity,
-        header: str = EpisodicSettings.header,
-        block_role: Literal["user", "system"] = EpisodicSettings.block_role,
-        in_fetch: bool = EpisodicSettings.in_fetch,
-        max_block_chars: int = EpisodicSettings.max_block_chars,
-        digest_max_actions: int = EpisodicSettings.digest_max_actions,
-        digest_obs_chars: int = EpisodicSettings.digest_obs_chars,
-        digest_max_chars: int = EpisodicSettings.digest_max_chars,
-        record_unfinished: bool = EpisodicSettings.record_unfinished,
-        max_rows_per_task: int | None = EpisodicSettings.max_rows_per_task,
-        max_rows: int | None = EpisodicSettings.max_rows,
-        max_age_s: float | None = EpisodicSettings.max_age_s,
-        session_ttl_s: float | None = EpisodicSettings.session_ttl_s,
-        prune_every: int = EpisodicSettings.prune_every,
-        purge_on_close: bool = EpisodicSettings.purge_on_close,
-        agent_hint: bool = EpisodicSettings.agent_hint,
-        max_memory_actions: int = EpisodicSettings.max_memory_actions,
-        show_replies: int = EpisodicSettings.show_replies,
-        note_max_chars: int = EpisodicSettings.note_max_chars,
-        busy_timeout_s: float = EpisodicSettings.busy_timeout_s,
-        max_wait_s: float = EpisodicSettings.max_wait_s,
-        synchronous: Synchronous = EpisodicSettings.synchronous,
+        **settings: Any,
     ) -> None:
-        self.settings = s = EpisodicSettings.from_arguments(locals())
+        self.settings = s = EpisodicSettings(**settings)
         super().__init__(**self._shared(locals()))
         self._open_archive()
         # The block is written with its header (render_block); "\n\n" parts it from the window.

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from agent_memory.checks import check_choice, check_int, check_number, check_str
+from agent_memory.config_fields import setting
 from agent_memory.memory.search import EncoderSpec
 from agent_memory.memory.settings import Settings
 
@@ -31,61 +32,37 @@ class RetrievalSettings(Settings):
         ValueError: rerank must be one of ['lexical', 'recency', 'none'], got 'bm25'
     """
 
-    top_k: int = field(default=3, metadata={"help": "Older steps retrieved at most."})
-    similarity_threshold: float = field(
-        default=0.1,
-        metadata={"help": "Minimum cosine similarity in [-1, 1] (-1 disables the threshold)."},
+    top_k: int = setting(3, "Older steps retrieved at most.")
+    similarity_threshold: float = setting(
+        0.1, "Minimum cosine similarity in [-1, 1] (-1 disables the threshold)."
     )
-    encoder: EncoderSpec = field(
-        default="hashing",
-        metadata={
-            "help": "hashing (dependency-free n-grams) | minilm (extra `embeddings`) | bm25."
-        },
+    encoder: EncoderSpec = setting(
+        "hashing", "hashing (dependency-free n-grams) | minilm (extra `embeddings`) | bm25."
     )
-    index: IndexName = field(
-        default="auto",
-        metadata={"help": "Vector index: auto | numpy | faiss (extra `faiss`) | bm25."},
+    index: IndexName = setting("auto", "Vector index: auto | numpy | faiss (extra `faiss`) | bm25.")
+    embed_keys: Sequence[str] | str = setting(
+        ("observation",), "Record keys whose text is embedded and compared for dedup."
     )
-    embed_keys: Sequence[str] | str = field(
-        default=("observation",),
-        metadata={"help": "Record keys whose text is embedded and compared for dedup."},
+    query_source: QuerySource = setting(
+        "last_step",
+        "Query when fetch gets none: last_step (the newest step's text) or explicit (an "
+        "error); the wrappers always pass the current observation.",
     )
-    query_source: QuerySource = field(
-        default="last_step",
-        metadata={
-            "help": "Query when fetch gets none: last_step (the newest step's text) or explicit "
-            "(an error); the wrappers always pass the current observation."
-        },
+    rerank: Rerank = setting(
+        "lexical", "Second-stage rerank: lexical (word overlap) | recency | none."
     )
-    rerank: Rerank = field(
-        default="lexical",
-        metadata={"help": "Second-stage rerank: lexical (word overlap) | recency | none."},
+    rerank_weight: float = setting(
+        0.3, "Weight of the rerank term: (1 - w) * similarity + w * rerank score."
     )
-    rerank_weight: float = field(
-        default=0.3,
-        metadata={"help": "Weight of the rerank term: (1 - w) * similarity + w * rerank score."},
+    rerank_pool: int = setting(4, "Candidates reranked: top_k x this.")
+    recency_half_life: float = setting(
+        20.0, "Steps after which the recency term halves (rerank=recency)."
     )
-    rerank_pool: int = field(default=4, metadata={"help": "Candidates reranked: top_k x this."})
-    recency_half_life: float = field(
-        default=20.0,
-        metadata={"help": "Steps after which the recency term halves (rerank=recency)."},
-    )
-    dedup: bool = field(
-        default=True,
-        metadata={"help": "Show identical texts once (and skip those already in the window)."},
-    )
-    header: str = field(
-        default="Relevant earlier steps:", metadata={"help": "Opens the retrieved block."}
-    )
-    window_header: str = field(
-        default="Recent steps:", metadata={"help": "Line before the recent window."}
-    )
-    max_encode_chars: int = field(
-        default=8192,
-        metadata={
-            "help": "Texts are encoded (and their words compared) by their first this many "
-            "characters."
-        },
+    dedup: bool = setting(True, "Show identical texts once (and skip those already in the window).")
+    header: str = setting("Relevant earlier steps:", "Opens the retrieved block.")
+    window_header: str = setting("Recent steps:", "Line before the recent window.")
+    max_encode_chars: int = setting(
+        8192, "Texts are encoded (and their words compared) by their first this many characters."
     )
 
     def __post_init__(self) -> None:

@@ -30,8 +30,7 @@ from agent_memory.formatting import FormatterSpec
 from agent_memory.memory.base import UNSET, Budget, EnvIds, Fetched
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.retrieval.ranking import Entry, StepRanking, window_bounds
-from agent_memory.memory.retrieval.settings import IndexName, QuerySource, Rerank, RetrievalSettings
-from agent_memory.memory.search import EncoderSpec
+from agent_memory.memory.retrieval.settings import RetrievalSettings
 from agent_memory.memory.settings import SettingsAttributes
 from agent_memory.tokens import TokenCounterSpec
 
@@ -46,22 +45,7 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
 
     Args:
         num_envs, formatter, max_history_tokens, token_counter, capacity: as for HistoryMemory.
-        top_k: older steps retrieved per fetch at most (0: none, a plain window memory).
-        similarity_threshold: minimum similarity in ``[-1, 1]`` to be retrieved (``-1``: any).
-        encoder: ``"hashing"``, ``"minilm"`` (extra ``embeddings``), ``"bm25"``, a
-            ``{"name": ..., **kwargs}`` mapping or an :class:`~agent_memory.memory.search.Encoder`.
-        index: ``"auto"`` (``numpy`` for dense encoders, else ``bm25``), ``"numpy"`` or ``"faiss"``.
-        embed_keys: record keys whose values (joined by newlines) are a step's text to encode.
-        query_source: ``"last_step"`` (without ``queries``, the newest step's text) or
-            ``"explicit"`` (``fetch`` must be given ``queries``).
-        rerank: ``"lexical"`` (word Jaccard), ``"recency"`` or ``"none"``.
-        rerank_weight: weight of the rerank term, in ``[0, 1]``.
-        rerank_pool: candidates reranked = ``top_k * rerank_pool``.
-        recency_half_life: steps after which the recency term halves (``rerank="recency"``).
-        dedup: skip retrieved steps whose text repeats a chosen or a window step's text.
-        header: the line that opens the retrieved block.
-        window_header: the line between the block and the window (``""``: none).
-        max_encode_chars: texts are encoded (and their words compared) by their first characters.
+        **settings: the fields of :class:`RetrievalSettings`, each documented there.
 
     Raises:
         ValueError: a bad setting.
@@ -80,29 +64,16 @@ class RetrievalMemory(SettingsAttributes[RetrievalSettings], StepRanking, Window
         max_history_tokens: int | None = None,
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
-        top_k: int = RetrievalSettings.top_k,
-        similarity_threshold: float = RetrievalSettings.similarity_threshold,
-        encoder: EncoderSpec = RetrievalSettings.encoder,
-        index: IndexName = RetrievalSettings.index,
-        embed_keys: Sequence[str] | str = RetrievalSettings.embed_keys,
-        query_source: QuerySource = RetrievalSettings.query_source,
-        rerank: Rerank = RetrievalSettings.rerank,
-        rerank_weight: float = RetrievalSettings.rerank_weight,
-        rerank_pool: int = RetrievalSettings.rerank_pool,
-        recency_half_life: float = RetrievalSettings.recency_half_life,
-        dedup: bool = RetrievalSettings.dedup,
-        header: str = RetrievalSettings.header,
-        window_header: str = RetrievalSettings.window_header,
-        max_encode_chars: int = RetrievalSettings.max_encode_chars,
+        **settings: Any,
     ) -> None:
         super().__init__(**self._shared(locals()))
-        self.settings = RetrievalSettings.from_arguments(locals())
+        self.settings = RetrievalSettings(**settings)
         self.layout = BlockLayout(
             header=self.settings.header,
             window_header=self.settings.window_header,
             priority="window",
         )
-        self._init_indexes(encoder, self.settings.index)
+        self._init_indexes(self.settings.encoder, self.settings.index)
         #: Per env of the last :meth:`fetch` (in its ``env_ids`` order): absolute step numbers
         #: of the retrieved steps, chronological.
         self.last_retrieved: list[list[int]] = []

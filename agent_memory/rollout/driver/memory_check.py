@@ -38,6 +38,7 @@ __all__ = [
     "check_token_counter",
     "checked_memory",
     "other_strategies",
+    "settings_names",
 ]
 
 #: Token counter names ``make_token_counter`` knows (besides ``hf:<path>`` and ``estimate:<n>``).
@@ -142,7 +143,7 @@ def other_strategies(name: str, strategy: str, value: Any) -> str:
     owners: dict[str, list[str]] = {}
     for other in available_memories():
         if other != strategy:
-            for param in _settings_names(memory_factory(other)):
+            for param in settings_names(memory_factory(other)):
                 owners.setdefault(param, []).append(other)
     best = [name] if name in owners else close_matches(name, owners, n=1)
     if not best:
@@ -152,9 +153,9 @@ def other_strategies(name: str, strategy: str, value: Any) -> str:
     return f"{best[0]} is a parameter of strategy {', '.join(having)}: e.g. {fix}"
 
 
-def _settings_names(factory: Any) -> list[str]:
-    """The keys ``memory.params`` takes for ``factory``: its settings dataclass's fields, else
-    (a user's class without one) its signature's parameters."""
+def settings_names(factory: Any) -> list[str]:
+    """The keys ``memory.params`` (or ``policy.params``) takes for ``factory``: its settings
+    dataclass's fields, else (a user's class without one) its signature's parameters."""
     settings = settings_class(factory)
     if settings is not None:
         return [f.name for f in config_fields(settings)]

@@ -23,7 +23,6 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 import re
@@ -44,6 +43,7 @@ from agent_memory.rollout.driver.memory_check import (
     check_registered,
     check_token_counter,
     checked_memory,
+    settings_names,
 )
 from agent_memory.rollout.driver.oracle_check import check_policy_env
 from agent_memory.rollout.history import wrapper_settings
@@ -392,7 +392,7 @@ def _policy(job: JobConfig, env: EnvCheck) -> Policy:
         reserved={"parser": "env.parser"},
     )
     _check_needs(name, factory, env, job.memory.asks_turns)
-    names = {k: f"policy.params.{k}" for k in inspect.signature(factory).parameters}
+    names = {k: f"policy.params.{k}" for k in settings_names(factory)}
     return build_or_blame(lambda: build_policy(job), f"policy={name}", names)
 
 
