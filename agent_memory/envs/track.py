@@ -97,7 +97,7 @@ class TrackEnv(TextEnv):
 
     def __init__(
         self,
-        steps: int = 20,
+        steps: int = 40,
         updates: int = 1,
         num_objects: int = 4,
         num_choices: int = 4,

@@ -225,7 +225,7 @@ def test_a_short_window_at_10x_sees_the_last_update_rarely() -> None:
         target = TARGET.findall(history[0])[0]
         window = "\n".join([f"asked the current colour of the {target}.", *history[-4:]])
         wins.append(TrackEnv.solve_from_text(window, info["admissible_actions"]) == env._answer)
-    assert 0.15 < np.mean(wins) < 0.4  # chance is 0.25
+    assert 0.15 < np.mean(wins) < 0.25 + 0.15  # chance is 0.25
 
 
 # --- text solvers --------------------------------------------------------------------------------
@@ -347,7 +347,7 @@ def test_rollout_script_with_the_ideal_note_wins_every_episode(tmp_path: Path) -
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert (summary["status"], summary["env"], summary["episodes"]) == ("ok", ENV_ID, 4)
-    assert summary["success_rate"] == 1.0 and summary["mean_length"] == 20 * 3 + 1
+    assert summary["success_rate"] == 1.0 and summary["mean_length"] == 40 * 3 + 1
     rows = [json.loads(x) for x in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     last = [r for r in rows if r["terminated"]]
     assert len(last) == 4 and all("what colour is it now?" in r["prompt"] for r in last)
