@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{len(args.episodes)}: {args.episodes}"
         )
     episodes = dict(zip(args.horizons, args.episodes * len(args.horizons), strict=False))
-    out = args.out or REPO / "outputs" / "ceilings" / time.strftime("%Y-%m-%d/%H-%M-%S")
+    out = args.out or Path("outputs", "ceilings", time.strftime("%Y-%m-%d/%H-%M-%S"))
     out.mkdir(parents=True, exist_ok=True)
     budget = args.note_tokens if args.note_tokens is not None else note_tokens()
     job = compose([*ROLLOUT, *args.overrides])
