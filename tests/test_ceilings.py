@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -68,3 +70,47 @@ def test_bad_arguments_name_what_was_expected(tmp_path: Path) -> None:
     proc = ceilings(tmp_path, "--horizons", "1", "10", "--episodes", "1", "2", "3")
     assert proc.returncode == 2
     assert "--episodes takes one number or one per horizon (2), got 3: [1, 2, 3]" in proc.stderr
+
+
+def test_the_perfect_reader_scores_the_last_visible_target_announcement(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """1 for the target's current colour, 0 for a stale one, the guess's expectation when the
+    prompt shows none; chat prompts are read message by message, in order."""
+    import importlib.util
+
+    from agent_memory.envs.track import TrackEnv
+
+    spec = importlib.util.spec_from_file_location("ceilings", REPO / "scripts" / "ceilings.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "ceilings", module)  # its dataclasses look themselves up
+    spec.loader.exec_module(module)
+
+    kwargs = {"steps": 6, "updates": 1, "num_objects": 2, "num_choices": 3}
+    env = TrackEnv(**kwargs)
+    obs, info = env.reset(seed=5)
+    history = [obs]
+    while info["admissible_actions"] == ["next"]:
+        obs, *_, info = env.step("next")
+        history.append(obs)
+    task, target = history[0].splitlines()[0], env._target
+    stale = next(c for c in info["admissible_actions"] if c != env.oracle_action())
+    prompts = [
+        "\n".join(history),  # the whole episode: right
+        f"{task}\nThe {target} is now {stale}.\n{history[-1]}",  # a stale colour: wrong
+        f"{task}\n{history[-1]}",  # nothing shown: a guess among 3
+        [
+            {"role": "user", "content": f"{task}\nThe {target} is now {stale}."},
+            {"role": "assistant", "content": "next"},
+            {"role": "user", "content": f"The {target} is now {env.oracle_action()}.\n"},
+            {"role": "user", "content": history[-1]},
+        ],
+    ]
+    rows = [{"seed": 5, "prompt": p, "traj_uid": f"t{i}", "step": 7} for i, p in enumerate(prompts)]
+    figures = module.score(rows, kwargs)
+    assert figures == {"success": (1 + 0 + 1 / 3 + 1) / 4, "shown": 0.75, "episodes": 4.0}
+    rows[2]["prompt"] = task  # no question: an episode that ended early
+    rows[2]["error"] = "timeout"
+    with pytest.raises(RuntimeError, match=re.escape("episode t2 ended before its question")):
+        module.score(rows, kwargs)
