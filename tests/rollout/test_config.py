@@ -35,6 +35,7 @@ def test_every_bundled_env_has_a_config():
         "sokoban",
         "taxi",
         "textworld",
+        "track",
     ]
 
 
