@@ -319,9 +319,14 @@ def test_errors_name_only_what_the_adapter_offers(tmp_path):
     job = _job(MemoryConfig())
     job.env.history_length, job.env.formatter = -1, "transcript"  # a chat that only grows
     rollout = make_rollout_func(job, max_new_tokens=2)
-    with pytest.raises(ConfigError) as info:
-        rollout(["seed=0"] * 2, _fake_trainer(path))
-    assert "rollout.layout" not in str(info.value)
+    with pytest.raises(ConfigError) as info:  # main: PrefixBroken at turn 2, "rollout.layout=step"
+        rollout(["seed=0"] * 2, _fake_trainer(path, max_completion_length=512))
+    assert "rollout.layout" not in str(info.value) and not rollout.last  # refused before playing
+    assert str(info.value).endswith(
+        ": use a processing_class whose chat template keeps earlier turns as they were, or a "
+        "memory that rebuilds each prompt (e.g. memory=notes), which this rollout_func trains one "
+        "segment per row"
+    )
     with pytest.raises(
         ConfigError,
         match=re.escape(
