@@ -94,7 +94,9 @@ def _load(path):
 
 
 def _fake_trainer(path, **args):
-    """What the rollout function reads of a GRPOTrainer: its model, tokenizer and args."""
+    """What the rollout function reads of a GRPOTrainer: its model, tokenizer and args (and
+    the seeded torch RNG the model samples from, as GRPOTrainer seeds it)."""
+    torch.manual_seed(0)
     model, tok = _load(path)
     fields = {
         "temperature": 1.0,
@@ -219,7 +221,7 @@ def test_grpo_trainer_trains_the_notes_the_policy_writes(writer, tmp_path, monke
             # The memory mask marks exactly the block's tokens (tags included).
             assert s.memory_mask == step.memory_mask and len(s.memory_mask) == len(g.response_ids)
             block = [t for t, m in zip(g.response_ids, s.memory_mask, strict=True) if m]
-            assert tok.decode(block) == "".join(b.group(0) for b in BLOCK.finditer(step.response))
+            assert tok.decode(block) == " ".join(b.group(0) for b in BLOCK.finditer(step.response))
             marked += any(s.memory_mask)
         for traj, *_ in rows:  # the note the responses wrote is what the next prompt shows
             note = ""
@@ -257,13 +259,15 @@ def test_memory_tokens_left_out_of_the_loss(writer):
     from agent_memory.compat.trl import make_rollout_func
 
     trainer = _fake_trainer(writer)
-    rollout = make_rollout_func(_job(MemoryConfig("notes")), train_memory_tokens=False)
+    rollout = make_rollout_func(
+        _job(MemoryConfig("notes")), max_new_tokens=12, train_memory_tokens=False
+    )
     out = rollout(["seed=0"] * 8, trainer)
     for env, memory in zip(out["env_mask"], out["memory_mask"], strict=True):
         assert env == [1 - m for m in memory]  # the block's tokens out, the action's in
     assert any(any(m) for m in out["memory_mask"])
     job = _job(MemoryConfig("compaction", params=dict(SUMMARIES)), distractors=4, max_steps=6)
-    rollout = make_rollout_func(job, train_memory_tokens=False)
+    rollout = make_rollout_func(job, max_new_tokens=12, train_memory_tokens=False)
     out = rollout(["seed=1"] * 4, trainer)
     assert any(s.memory_turn for t in rollout.last for s in t.steps)
     assert not any(any(m) for m in out["memory_mask"]) and all(all(e) for e in out["env_mask"])
@@ -273,7 +277,7 @@ def test_a_window_that_slides_is_one_turn_per_row(writer):
     """The simple formatter writes the history into each prompt anew (the adapter refused it)."""
     from agent_memory.compat.trl import make_rollout_func
 
-    rollout = make_rollout_func(_job(MemoryConfig()), max_turns=3)
+    rollout = make_rollout_func(_job(MemoryConfig()), max_turns=3, max_new_tokens=12)
     out = rollout(["seed=2"] * 2, _fake_trainer(writer))
     for k, (traj, s) in enumerate(zip(rollout.last, rollout.last_samples, strict=True)):
         assert len(traj.steps) <= 3 and s.segments == len(traj.steps)
