@@ -3,8 +3,11 @@ from this project's env, memory, prompt template and parser config.
 
 It answers verl-agent's rollout loop (``reset(kwargs)``, then ``step(text_actions)`` every turn,
 then ``success_evaluator(...)``) with a :class:`~agent_memory.wrappers.VectorHistoryWrapper`; a
-finished env is held (never stepped or reset again) until the next ``reset``. See
-``docs/adapters.md`` for the observation and info layout and the invalid-action penalty.
+finished env is held (never stepped or reset again) until the next ``reset``. A memory the policy
+writes in turns of its own (``memory=compaction memory.params.summarizer=policy``) asks them as
+observations: the next response answers the memory, not the env (reward 0, ``memory_turn`` in
+the info). See ``docs/adapters.md`` for the observation and info layout and the invalid-action
+penalty.
 
 Example:
     >>> from agent_memory.config import EnvConfig, JobConfig
@@ -46,6 +49,7 @@ _BLANK: dict[str, Any] = {
     "invalid_penalty": 0.0,
     "history_steps": 0,
     "episode_step": 0,
+    "memory_turn": False,
     "active": True,
 }
 INFO_KEYS = tuple(_BLANK)
@@ -101,7 +105,9 @@ class MemoryEnvironmentManager:
         self._done = np.zeros(self.num_envs, dtype=bool)
         self._texts: list[str] = [""] * self.num_envs
         self._anchors: list[str] = [""] * self.num_envs
+        self._raw: list[str] = [""] * self.num_envs  # the env's own observation (GiGPO's anchor)
         self._infos: list[dict[str, Any]] = [dict(_BLANK) for _ in range(self.num_envs)]
+        self._turn = np.zeros(self.num_envs, dtype=bool)
 
     def reset(self, kwargs: Any = None) -> tuple[Observations, list[dict[str, Any]]]:
         """Start a new episode in every env; returns the observations and one info per env.
@@ -118,8 +124,10 @@ class MemoryEnvironmentManager:
         prompts, info = self.envs.reset(seed=seeds)
         self.seeds = seeds
         self._done[:] = False
+        self._turn[:] = False
         self._infos = [dict(_BLANK) for _ in range(self.num_envs)]
         self._update(prompts, info, np.ones(self.num_envs, dtype=bool))
+        self._ask_turns(list(range(self.num_envs)))
         return self._observations(), [dict(i) for i in self._infos]
 
     def step(
@@ -138,13 +146,18 @@ class MemoryEnvironmentManager:
         acting = ~self._done
         rewards = np.zeros(self.num_envs, dtype=np.float32)
         dones = self._done.copy()
-        if acting.any():
-            prompts, reward, terminated, truncated, info = self.envs.step(actions, mask=acting)
-            rewards[acting] = np.asarray(reward, dtype=np.float32)[acting]
-            ended = (np.asarray(terminated) | np.asarray(truncated)) & acting
+        answering = acting & self._turn
+        stepping = acting & ~self._turn
+        if answering.any():
+            self._answer_turns(np.flatnonzero(answering).tolist(), actions)
+        if stepping.any():
+            prompts, reward, terminated, truncated, info = self.envs.step(actions, mask=stepping)
+            rewards[stepping] = np.asarray(reward, dtype=np.float32)[stepping]
+            ended = (np.asarray(terminated) | np.asarray(truncated)) & stepping
             dones |= ended
-            self._update(prompts, info, acting)
+            self._update(prompts, info, stepping)
             self._done |= ended
+            self._ask_turns(np.flatnonzero(stepping & ~ended).tolist())
         infos = [dict(self._infos[i], active=bool(acting[i])) for i in range(self.num_envs)]
         for item in infos:
             if not item["active"]:
@@ -230,11 +243,34 @@ class MemoryEnvironmentManager:
                     key="env.formatter",
                 )
             self._texts[i] = prompt
-            self._anchors[i] = str(env_value(info, "raw_obs", i, ""))
+            self._anchors[i] = self._raw[i] = str(env_value(info, "raw_obs", i, ""))
             for key, default in _BLANK.items():  # each value cast to its default's type
                 if key != "active":
                     value = env_value(info, key, i, default)
                     self._infos[i][key] = value if default is None else type(default)(value)
+
+    def _ask_turns(self, ids: list[int]) -> None:
+        """Show the memory's turn (its prompt, also as the anchor: no env state) to the envs of
+        ``ids`` whose memory asks the policy for one before their next action."""
+        for i, text in self.envs.memory.turn_prompts(ids).items():
+            self._turn[i] = True
+            self._texts[i] = self._anchors[i] = text
+            self._infos[i].update(memory_turn=True, is_action_valid=True, invalid_reason=None)
+            self._infos[i].update(parsed_action=None, invalid_penalty=0.0)
+
+    def _answer_turns(self, ids: list[int], actions: Sequence[str]) -> None:
+        """Give the memory the responses of ``ids`` to its turns; their next observation is the
+        action prompt the answer rebuilt (an answer it could not use is invalid, reward 0)."""
+        why, figures = self.envs.answer_memory({i: actions[i] for i in ids})
+        prompts = self.envs.prompts
+        for i in ids:
+            self._infos[i]["history_steps"] = int(figures["history_steps"][i])
+            self._turn[i] = False
+            self._texts[i] = str(prompts[i])
+            self._anchors[i] = self._raw[i]
+            self._infos[i].update(memory_turn=False, is_action_valid=why[i] is None)
+            self._infos[i].update(invalid_reason=why[i], parsed_action=None, invalid_penalty=0.0)
+        self._ask_turns(ids)
 
     def _observations(self) -> Observations:
         return {"text": list(self._texts), "image": None, "anchor": list(self._anchors)}

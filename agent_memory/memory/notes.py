@@ -48,13 +48,17 @@ NoteFlag = Literal["missing", "malformed", "cut"]
 
 
 def memory_token_mask(text: str, offsets: Sequence[int], tag: str) -> list[int]:
-    """1 for each response token that starts inside a ``<tag>...</tag>`` block of ``text`` (the
-    tags included), else 0; ``offsets``: where each token starts in ``text``.
+    """1 for each response token whose text (from its offset to the next token's) overlaps a
+    ``<tag>...</tag>`` block of ``text`` (the tags included), else 0; ``offsets``: where each
+    token starts in ``text``. A token that decodes with a leading space (`` <memory>``) starts
+    before its block and still writes it.
 
     Example:
         >>> text = "<memory>key=BLUE</memory><action>next</action>"
         >>> memory_token_mask(text, [0, 8, 16, 25, 33, 37], "memory")
         [1, 1, 1, 0, 0, 0]
+        >>> memory_token_mask("go <memory> k </memory> <action>", [0, 2, 11, 13, 23], "memory")
+        [0, 1, 1, 1, 0]
     """
     spans, open_, close = [], f"<{tag}>", f"</{tag}>"
     start = text.find(open_)
@@ -64,7 +68,11 @@ def memory_token_mask(text: str, offsets: Sequence[int], tag: str) -> list[int]:
             break
         spans.append((start, end + len(close)))
         start = text.find(open_, end + len(close))
-    return [int(any(a <= o < b for a, b in spans)) for o in offsets]
+    ends = [*offsets[1:], len(text)]
+    return [
+        int(any(o < b and (e > a or a <= o) for a, b in spans))
+        for o, e in zip(offsets, ends, strict=True)
+    ]
 
 
 def newest_lines(lines: Sequence[str], limit: int, count: TokenCounter) -> str:

@@ -14,7 +14,6 @@ import re
 import pytest
 
 from agent_memory.config import (
-    ConfigError,
     EnvConfig,
     JobConfig,
     MemoryConfig,
@@ -147,20 +146,6 @@ def test_grpo_trainer_learns_from_our_episodes(tmp_path, monkeypatch):
     assert any(
         len(set(out["episode_return"][k : k + 4])) > 1 for _, out, _ in calls for k in (0, 4)
     )
-
-
-def test_rollout_func_refuses_a_chat_that_does_not_grow():
-    from agent_memory.compat.trl import make_rollout_func
-
-    with pytest.raises(
-        ConfigError,
-        match=re.escape(
-            "rollout.layout=episode needs the model's own conversation, one message per turn, "
-            "but env.formatter='simple' writes the history into each turn's prompt anew: pass "
-            "env.formatter=transcript, or rollout.layout=step"
-        ),
-    ):
-        make_rollout_func(_job(formatter="simple"))
 
 
 def test_episodes_stop_before_they_overflow_the_completion_budget(tmp_path, monkeypatch):

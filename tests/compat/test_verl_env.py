@@ -373,3 +373,96 @@ def test_invalid_penalty_is_in_the_reward_once():
         assert [i["is_action_valid"] for i in infos] == [True, False]
     finally:
         envs.close()
+
+
+NOTE = re.compile(r"\nMemory:\n(.*)\n")
+
+
+def _note_writer(wrong: int):
+    """Writes the cue into its note (env ``wrong``: the other option, once asked) and answers
+    the question from the note its observation shows, never from its own state."""
+
+    def act(step: int, obs) -> list[str]:
+        out = []
+        for i, (text, anchor) in enumerate(zip(obs["text"], obs["anchor"], strict=True)):
+            cue = CUE.search(anchor)
+            note = NOTE.search(text)
+            if cue:
+                out.append(f"<memory>{cue.group(1).lower()}</memory><action>next</action>")
+            elif anchor.startswith("Question"):
+                options = re.findall(r"\w+", anchor.split(":")[-1])
+                known = note.group(1) if note else options[0]
+                answer = next(o for o in options if o != known) if i == wrong else known
+                out.append(f"<action>{answer}</action>")
+            else:
+                out.append("<action>next</action>")  # no block: the note is kept
+        return out
+
+    return act
+
+
+def test_verl_agent_loop_with_notes_the_responses_write():
+    """Issue 47: ``memory=notes`` behind verl-agent's loop: the note is taken from the responses
+    and shown in the next observations, after the cue left the window."""
+    from agent_memory.config import MemoryConfig
+
+    job = JobConfig(EnvConfig(**_job().env.__dict__), MemoryConfig("notes"))
+    job.env.history_length = 1
+    envs = MemoryEnvironmentManager(job, env_num=2, group_n=2, seed=40)
+    try:
+        batches, infos, returns, _, success, seen = verl_rollout(envs, _note_writer(3), 12)
+        assert success["success_rate"].tolist() == [1.0, 1.0, 1.0, 0.0]
+        assert returns.tolist() == [1.0, 1.0, 1.0, 0.0]
+        for i in range(4):
+            active = [b for b in batches[i] if b["active_masks"]]
+            cue = CUE.search(seen[0]["anchor"][i]).group(1).lower()
+            for k in range(1, len(active)):  # every later observation shows the written note
+                assert f"\nMemory:\n{cue}\n" in seen[k]["text"][i]
+            last = seen[len(active) - 1]["text"][i]  # the question: the cue is out of the window
+            assert "Remember this" not in last and not any(x["memory_turn"] for x in infos[i])
+    finally:
+        envs.close()
+
+
+def test_verl_agent_loop_with_summaries_the_policy_writes():
+    """``memory=compaction memory.params.summarizer=policy``: the memory's turn is an
+    observation; the next response is the summary (reward 0, no env step), shown after."""
+    from agent_memory.config import MemoryConfig
+
+    params = {"summarizer": "policy", "trigger_steps": 2, "keep_last": 1}
+    job = JobConfig(EnvConfig(**_job().env.__dict__), MemoryConfig("compaction", params=params))
+    job.env.kwargs = {"num_distractors": 4, "num_choices": 2}
+    job.env.history_length = 1
+    envs = MemoryEnvironmentManager(job, env_num=1, group_n=2, seed=7)
+    cues: dict[int, str] = {}
+
+    def act(step: int, obs) -> list[str]:
+        out = []
+        for i, (text, anchor) in enumerate(zip(obs["text"], obs["anchor"], strict=True)):
+            if text.startswith("You keep a running summary"):  # the memory's turn
+                found = CUE.search(text) or re.search(r"\ncue (\w+)", text)  # kept from before
+                out.append(f"cue {found.group(1).lower()}" if found else "nothing")
+            elif anchor.startswith("Question"):
+                summary = re.search(r"cue (\w+)", text)
+                out.append(f"<action>{summary.group(1) if summary else 'none'}</action>")
+            else:
+                if CUE.search(anchor):
+                    cues[i] = CUE.search(anchor).group(1).lower()
+                out.append("<action>next</action>")
+        return out
+
+    try:
+        batches, infos, _, lengths, success, seen = verl_rollout(envs, act, 20)
+        assert success["success_rate"].tolist() == [1.0, 1.0]  # answered from the summary
+        for i in range(2):
+            turns = [k for k, x in enumerate(infos[i]) if x["memory_turn"] and x["active"]]
+            assert turns  # the observation after step k is the memory's turn
+            for k in turns:
+                assert seen[k + 1]["text"][i].startswith("You keep a running summary")
+                assert seen[k + 1]["anchor"][i] == seen[k + 1]["text"][i]
+                assert batches[i][k + 1]["rewards"] == 0.0  # answering it: no env step
+                assert f"cue {cues[i]}" in seen[k + 2]["text"][i]  # the summary shown next
+            env_steps = int(lengths[i]) - len(turns)
+            assert envs.envs.unwrapped.envs[i].unwrapped._elapsed == env_steps
+    finally:
+        envs.close()

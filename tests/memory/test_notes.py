@@ -144,6 +144,14 @@ def test_memory_token_mask_covers_whole_blocks_only():
     assert memory_token_mask(text, starts, "memory") == [0, 0, 1, 1, 1, 0, 0, 0, 0]
 
 
+def test_memory_token_mask_takes_a_tag_token_that_decodes_with_a_leading_space():
+    """Issue 47: a word-level tokenizer decodes `` <memory>`` with its space, so the token
+    starts before the block; only the first block of a response was marked (TRL rows' masks)."""
+    text = "<memory> a </memory> <action> next </action> <memory> b </memory>"
+    starts = [0, 8, 10, 20, 29, 34, 44, 53, 55]
+    assert memory_token_mask(text, starts, "memory") == [1, 1, 1, 0, 0, 0, 1, 1, 1]
+
+
 def test_the_wrapper_shows_the_note_and_flags_the_step():
     venv = gym.make_vec("agent_memory/Recall-v0", num_envs=2, vectorization_mode="sync")
     mem = make_memory("notes", num_envs=2)

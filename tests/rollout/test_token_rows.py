@@ -188,6 +188,20 @@ def test_a_prompt_that_memory_rewrote_starts_a_new_segment():
     assert second.policy_versions == [None, None] and set(second.row()) == set(EPISODE_COLUMNS)
 
 
+def test_each_segment_carries_the_tokens_that_write_the_memory():
+    """Issue 47: episode samples had no memory_mask. A turn's own (a <memory> block's tokens,
+    ``memory=notes``), all of a memory turn's (a summary the policy wrote), 0 on env tokens."""
+    t = _steps(([1, 2], [3, 9]), ([1, 2, 3, 9, 4], [5, 6]), ([7], [8, 8]), ([1, 6], [5]))
+    t.steps[0].memory_mask, t.steps[1].memory_mask = [1, 0], [0, 1]
+    t.steps[2].memory_turn, t.steps[3].memory_mask = True, [0]
+    first, turn, last = episode_samples(t, strict=False)
+    assert first.completion_ids == [3, 9, 4, 5, 6] and first.memory_mask == [1, 0, 0, 0, 1]
+    assert (turn.memory_mask, last.memory_mask) == ([1, 1], [0])
+    t.steps[3].memory_mask = None  # a turn that does not say: unknown where blocks are read
+    assert episode_samples(t, strict=False)[2].memory_mask is None
+    assert episode_samples(t, strict=False, blocks=False)[2].memory_mask == [0]
+
+
 def test_a_broken_prefix_raises_where_the_chat_only_grows():
     with pytest.raises(
         PrefixBroken,

@@ -30,7 +30,15 @@ from typing import Any
 from agent_memory.protocol import Generation
 from agent_memory.rollout.types import StepRecord, Trajectory
 
-__all__ = ["LAYOUTS", "EpisodeSample", "LayoutError", "PrefixBroken", "episode_samples"]
+__all__ = [
+    "LAYOUTS",
+    "LAYOUT_FIX",
+    "EpisodeSample",
+    "LayoutError",
+    "PrefixBroken",
+    "episode_samples",
+    "memory_tokens",
+]
 
 LAYOUTS: tuple[str, ...] = ("step", "episode")
 
@@ -57,6 +65,7 @@ class EpisodeSample:
     completion_ids: list[int]
     completion_mask: list[int]
     completion_logprobs: list[float]
+    memory_mask: list[int] | None
     token_advantages: list[float] | None
     advantage: float | None
     episode_return: float
@@ -69,11 +78,24 @@ class EpisodeSample:
         return dict(self.__dict__)
 
 
-def episode_samples(traj: Trajectory, *, strict: bool = True) -> list[EpisodeSample]:
+#: What :class:`PrefixBroken` tells a ``rollout.layout=episode`` run to do.
+LAYOUT_FIX = (
+    "render it incrementally (policy.params.incremental=true) with a chat template that does "
+    "not re-render earlier turns, or use rollout.layout=step"
+)
+
+
+def episode_samples(
+    traj: Trajectory, *, strict: bool = True, blocks: bool = True, fix: str = LAYOUT_FIX
+) -> list[EpisodeSample]:
     """``traj`` as one sample per segment (see the module docstring).
 
     Args:
         strict: its chat only grows, so it must be one segment (a break raises).
+        blocks: the memory may take blocks from the responses (``memory=notes``), so a turn
+            without a ``memory_mask`` leaves its sample's unknown (None); False: only memory
+            turns write the memory, and other turns' tokens are 0 in it.
+        fix: what :class:`PrefixBroken` tells the caller to do (the layout's own advice).
 
     Raises:
         LayoutError: a step without token ids, or an episode without steps.
@@ -83,10 +105,12 @@ def episode_samples(traj: Trajectory, *, strict: bool = True) -> list[EpisodeSam
     if not traj.steps:
         raise LayoutError(f"episode {uid} has no steps ({traj.error or 'it never started'})")
     gens = [_tokens_of(s, uid) for s in traj.steps]
-    starts = [0] + [k for k in range(1, len(gens)) if _breaks(uid, k, gens, strict)]
+    starts = [0] + [k for k in range(1, len(gens)) if _breaks(uid, k, gens, strict, fix)]
     samples = []
     for segment, (a, b) in enumerate(zip(starts, [*starts[1:], len(gens)], strict=True)):
-        prompt, completion, mask, logprobs, advantages = _stitch(traj.steps[a:b], gens[a:b])
+        prompt, completion, mask, logprobs, memory, advantages = _stitch(
+            traj.steps[a:b], gens[a:b], blocks
+        )
         samples.append(
             EpisodeSample(
                 group_uid=traj.spec.group_uid,
@@ -98,6 +122,7 @@ def episode_samples(traj: Trajectory, *, strict: bool = True) -> list[EpisodeSam
                 completion_ids=completion,
                 completion_mask=mask,
                 completion_logprobs=logprobs,
+                memory_mask=memory,
                 token_advantages=advantages,
                 advantage=traj.steps[0].advantage,
                 episode_return=traj.episode_return,
@@ -121,14 +146,16 @@ def _tokens_of(s: StepRecord, uid: str) -> Generation:
     return g
 
 
-_Tokens = tuple[list[int], list[int], list[int], list[float], list[float] | None]
+_Tokens = tuple[list[int], list[int], list[int], list[float], list[int] | None, list[float] | None]
 
 
-def _stitch(steps: Sequence[StepRecord], gens: Sequence[Generation]) -> _Tokens:
-    """Turn 1's prompt ids, then the completion ids, mask, log-probs and step advantages (0 on
-    env tokens; None until all are known) of one segment as one token sequence."""
+def _stitch(steps: Sequence[StepRecord], gens: Sequence[Generation], blocks: bool) -> _Tokens:
+    """Turn 1's prompt ids, then the completion ids, mask, log-probs, memory mask (None unless
+    every turn's is known) and step advantages (0 on env tokens; None until all are known) of
+    one segment as one token sequence."""
     prompt = context = list(gens[0].prompt_ids or [])
     completion, mask, logprobs, advantages = list[int](), list[int](), list[float](), list[float]()
+    memory: list[int] | None = []
     for s, g in zip(steps, gens, strict=True):
         ids = list(g.prompt_ids or [])
         env = ids[len(context) :]  # the segment's turns extend the context (_breaks)
@@ -137,12 +164,35 @@ def _stitch(steps: Sequence[StepRecord], gens: Sequence[Generation]) -> _Tokens:
         mask += [0] * len(env) + [1] * len(response)
         logprobs += [0.0] * len(env) + list(g.response_logprobs or [])
         advantages += [0.0] * len(env) + [float(s.advantage or 0.0)] * len(response)
+        written = memory_tokens(s, len(response), blocks)
+        memory = None if memory is None or written is None else memory + [0] * len(env) + written
         context = ids + response
     known = all(s.advantage is not None for s in steps)
-    return prompt, completion, mask, logprobs, advantages if known else None
+    return prompt, completion, mask, logprobs, memory, advantages if known else None
 
 
-def _breaks(uid: str, k: int, gens: Sequence[Generation], strict: bool) -> bool:
+def memory_tokens(step: StepRecord, n: int, blocks: bool = True) -> list[int] | None:
+    """Per sampled token of ``step`` (``n`` of them), 1 where it writes the memory: all of a
+    memory turn's (a policy-written summary), the ``<memory>`` block's of an action
+    (``step.memory_mask``), else 0; None when the step does not say (no ``memory_mask`` while
+    the memory may take ``blocks`` from responses).
+
+    Example:
+        >>> from dataclasses import replace
+        >>> s = StepRecord(1, "", "", None, True, None, 0.0, False, False, 0, 0, 0, None)
+        >>> memory_tokens(s, 2), memory_tokens(replace(s, memory_turn=True), 2)
+        (None, [1, 1])
+        >>> memory_tokens(replace(s, memory_mask=[1, 0]), 2), memory_tokens(s, 2, blocks=False)
+        ([1, 0], [0, 0])
+    """
+    if step.memory_turn:
+        return [1] * n
+    if step.memory_mask is None:
+        return None if blocks else [0] * n
+    return list(step.memory_mask)
+
+
+def _breaks(uid: str, k: int, gens: Sequence[Generation], strict: bool, fix: str) -> bool:
     """Whether turn ``k + 1``'s prompt breaks from turn ``k``'s (``strict``: raise instead)."""
     context = [*(gens[k - 1].prompt_ids or ()), *(gens[k - 1].response_ids or ())]
     ids = list(gens[k].prompt_ids or ())
@@ -153,9 +203,7 @@ def _breaks(uid: str, k: int, gens: Sequence[Generation], strict: bool) -> bool:
             f"response (first difference at token {cut}: {_at(context, cut)} in the context "
             f"vs {_at(ids, cut)} in the prompt), so no single token sequence is what the model "
             "saw, though this job's chat only grows (the whole history, env.formatter="
-            "transcript, no token budget): render it incrementally (policy.params.incremental="
-            "true) with a chat template that does not re-render earlier turns, or use "
-            "rollout.layout=step"
+            f"transcript, no token budget): {fix}"
         )
     return cut is not None
 

@@ -109,6 +109,11 @@ EPISODE_COLUMNS: dict[str, tuple[str, str]] = {
     "completion_ids": ("list:int64", "every later token the model saw or produced"),
     "completion_mask": ("list:int8", "1 on the model's tokens, 0 on the env's and template's"),
     "completion_logprobs": ("list:float64", "sampling log-probs of the model's tokens, else 0"),
+    "memory_mask": (
+        "list:int8",
+        "1 on the model's tokens that write its memory (a memory block, a summary turn), else 0; "
+        "null when a turn does not say",
+    ),
     "token_advantages": ("list:float64", "each model token's step advantage, else 0"),
     "advantage": ("float64", "the episode's advantage"),
     "episode_return": ("float64", "the sum of its rewards"),
