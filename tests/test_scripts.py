@@ -506,11 +506,21 @@ def test_bench_notes_quick(tmp_path):
             str(tmp_path),
         ]
     )
-    # each row: 3 successes, 3 "mean / max" token cells, env-steps, iterations, time
-    row = r"\| {} \|( \d+\.\d% \|){{3}}( \d+ / \d+ \|){{3}} [\d,]+ \| 2 \| [\d.]+ min \|"
-    assert re.search(row.format(re.escape("notes the policy writes (trained)")), out), out
-    assert re.search(row.format(re.escape("retrieval, 2 steps")), out), out
+    # each row: 3 successes, 3 "mean / max" token cells, the steps per episode played at
+    # 1x / 2x / 4x (8, 16, 32: the score policy always answers), the note's tokens (mean /
+    # max; none for retrieval), env-steps, iterations (of 2), training and play time
+    row = (
+        r"\| {} \|( \d+\.\d% \|){{3}}( \d+ / \d+ \|){{3}} 8 / 16 / 32 \| {} \| [\d,]+ "
+        r"\| 2 / 2 \| [\d.]+ min \| [\d.]+ min \|"
+    )
+    assert re.search(row.format(re.escape("notes the policy writes (trained)"), r"\d+ / \d+"), out)
+    assert re.search(row.format(re.escape("retrieval, 2 steps"), "-"), out), out
     assert (tmp_path / "notes.png").stat().st_size > 0
+    figures = json.loads((tmp_path / "notes.json").read_text())
+    assert [(f["name"], f["horizons"]) for f in figures] == [
+        ("retrieval", [1, 2, 4]),
+        ("notes", [1, 2, 4]),
+    ]
     # One pretrained base model, built before the processes start; no row builds its own.
     assert (tmp_path / "base" / "pretrain.json").is_file()
     for name in ("notes", "retrieval"):  # each process's log and figures

@@ -1,0 +1,217 @@
+"""Memory the model writes, at 1x, 10x and 100x its training horizon: the Track benchmark.
+
+    python scripts/bench_horizon.py                       # every configuration, one after another
+    python scripts/bench_horizon.py --jobs 6              # 6 at once (a process each: 16 cores)
+    python scripts/bench_horizon.py --only notes window --iterations 50 --episodes 50
+    python scripts/bench_horizon.py --quick               # 2 iterations each: a smoke test
+
+Track (agent_memory/envs/track.py): the task names a target object; several objects' colours are
+announced and change at random steps among distractor facts; the last step asks for the colour
+"it" has now. One line of memory, overwritten at each update of the target, answers it at any
+horizon; a window of recent steps does not. The tiny LM is built and pretrained once (generic
+pretraining, no task answers; <out>/base). Each configuration starts from it, trains a fixed
+number of iterations (--iterations, the same for every row, so a loaded machine gives the same
+table; trainer.max_minutes only as a safety net: the table says when it cut a row short) at
+the training horizon H (env.kwargs.horizon, 1 unless --set), then plays its final weights
+greedily on --episodes held-out seeds at each --horizons multiple of H (1x, 10x, 100x: 8, 80 and
+800 steps before the question), every episode stepping together.
+
+Configurations: the notes the model writes (policy=hf, memory=notes, update=replace: the block
+replaces the note), the same with the note's tokens left out of the loss
+(trainer.train_memory_tokens=false), the untrained base model writing notes, the score policy
+choosing which line becomes the note, summaries the policy writes (memory=compaction
+summarizer=policy), and every hand-written memory with a history budget of the note's tokens
+(memory.max_history_tokens; token_budget: a prompt budget of about the note's prompt).
+
+Writes to --out (default outputs/bench_horizon/<date-time>): one run directory per configuration
+(its training run; play_<k>x/: the rows played at k x), horizon.md (the table, also printed),
+horizon.json (every figure) and horizon.png (success against the horizon).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from bench_lib import horizons
+from bench_lib.horizons import Bench, Setting
+from bench_lib.trained import Option, run_benchmark
+
+#: Training iterations of every trained configuration (--iterations).
+ITERATIONS = 200
+#: The note's bound in tokens (one announcement line and room to spare), and the history budget
+#: of every hand-written memory.
+NOTE_TOKENS = 16
+#: The prompt budget of memory=token_budget: about the notes' prompt (measured at 1x).
+NOTE_PROMPT_TOKENS = 120
+#: The training config: Track at horizon 1, policy=hf writing its note (memory=notes, replace).
+CONFIG = "train_track_notes"
+#: Every configuration's task and model, whatever its config says.
+TASK = ("env.history_length=0", f"memory.params.note_tokens={NOTE_TOKENS}")
+#: A hand-written memory's budget: the newest whole steps (or blocks) within the note's tokens.
+HISTORY = ("env.history_length=-1", f"memory.max_history_tokens={NOTE_TOKENS}")
+
+
+def scale(kwargs: dict[str, Any], k: int) -> dict[str, Any]:
+    """Track's keyword arguments at ``k`` times the horizon (its ``horizon`` multiplies the
+    steps and the colour updates).
+
+    Example:
+        >>> scale({"steps": 8, "horizon": 2}, 10)
+        {'steps': 8, 'horizon': 20}
+    """
+    return {**kwargs, "horizon": k * int(kwargs.get("horizon", 1))}
+
+
+BENCH = Bench(
+    title="Track: memory at multiples of the training horizon",
+    base_config=CONFIG,
+    base_overrides=TASK,
+    # Each trained row's safety net (--iterations decides), its evaluation while training.
+    budget=("trainer.max_minutes=45", "trainer.eval_every=25", "trainer.eval_episodes=100"),
+    scale=scale,
+    chance=0.25,
+)
+
+
+def handwritten(name: str, label: str, *overrides: str) -> Setting:
+    """A hand-written memory (``memory=<name>``) at the note's budget, trained as the notes are."""
+    return Setting(name, label, CONFIG, (*TASK, f"memory={name}", *HISTORY, *overrides))
+
+
+SETTINGS = (
+    Setting("notes", "notes the model writes (trained)", CONFIG, TASK),
+    Setting(
+        "notes_not_in_loss",
+        "notes, note tokens not in the loss",
+        CONFIG,
+        (*TASK, "trainer.train_memory_tokens=false"),
+    ),
+    Setting("untrained", "notes, untrained (the pretrained base)", CONFIG, TASK, trained=False),
+    Setting("score_notes", "score policy chooses the note's line", CONFIG, (*TASK, "policy=score")),
+    Setting(
+        "summaries",
+        "summaries the policy writes",
+        CONFIG,
+        (
+            *TASK,
+            "memory=compaction",
+            *HISTORY,
+            "memory.params.summarizer=policy",
+            f"memory.params.summary_max_tokens={NOTE_TOKENS}",
+            "memory.params.trigger_steps=2",
+            "memory.params.keep_last=1",
+        ),
+    ),
+    handwritten("window", "window"),
+    Setting(
+        "token_budget",
+        "token budget (whole prompt)",
+        CONFIG,
+        (
+            *TASK,
+            "memory=token_budget",
+            "env.history_length=-1",
+            f"memory.max_prompt_tokens={NOTE_PROMPT_TOKENS}",
+        ),
+    ),
+    handwritten("full", "whole history"),
+    handwritten("retrieval", "retrieval"),
+    handwritten(
+        "compaction",
+        "extractive compaction",
+        "memory.params.summarizer=extractive",
+        f"memory.params.summary_max_tokens={NOTE_TOKENS}",
+        "memory.params.trigger_steps=2",
+        "memory.params.keep_last=1",
+    ),
+    handwritten("episodic", "episodic"),
+    handwritten("blackboard", "blackboard"),
+    handwritten("conversation", "conversation"),
+    Setting("none", "no memory", CONFIG, (*TASK, "memory=none")),
+)
+
+#: --quick: a smoke test (2 iterations unless --iterations; tiny groups and pretraining).
+QUICK = (
+    "trainer.eval_every=1",
+    "trainer.eval_episodes=4",
+    "rollout.num_groups=2",
+    "rollout.group_size=2",
+    "rollout.envs_per_worker=8",
+    "trainer.tiny.vocab_episodes=8",
+    "trainer.logger=[csv]",
+    "trainer.tiny.pretrain_steps=2",
+)
+
+
+def positive(text: str) -> int:
+    """An integer >= 1 from the command line (argparse's ``type``).
+
+    Example:
+        >>> positive("10")
+        10
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+OPTIONS = (
+    Option(
+        "--iterations",
+        {
+            "type": positive,
+            "default": None,
+            "help": f"training iterations of every trained row ({ITERATIONS}; --quick: 2)",
+        },
+    ),
+    Option(
+        "--horizons",
+        {
+            "type": positive,
+            "nargs": "+",
+            "default": [1, 10, 100],
+            "help": "multiples of the training horizon to play",
+        },
+    ),
+    Option(
+        "--episodes",
+        {
+            "type": positive,
+            "default": None,
+            "help": "held-out seeds played at each horizon (trainer.eval_episodes: 100)",
+        },
+    ),
+)
+
+
+def overrides(args: argparse.Namespace) -> list[str]:
+    """The Hydra overrides of the command line's own options: the iterations of every row."""
+    iterations = args.iterations or (2 if args.quick else ITERATIONS)
+    return [f"trainer.iterations={iterations}"]
+
+
+def main() -> None:
+    run_benchmark(
+        "bench_horizon.py",
+        __doc__ or "",
+        SETTINGS,
+        QUICK,
+        lambda setting, out, extra, args: horizons.run_one(BENCH, setting, out, extra, args),
+        horizons.report,
+        lambda results, args: horizons.table(results, args.horizons),
+        lambda results, path, args: horizons.plot(results, path, args.horizons, BENCH),
+        "horizon",
+        check=lambda setting, extra: horizons.compose_setting(BENCH, setting, extra),
+        prepare=lambda out, extra: horizons.pretrain_base(BENCH, out, extra),
+        options=OPTIONS,
+        overrides=overrides,
+    )
+
+
+if __name__ == "__main__":
+    main()
