@@ -46,8 +46,10 @@ NOTE_TOKENS = 16
 NOTE_PROMPT_TOKENS = 120
 #: The training config: Track at horizon 1, policy=hf writing its note (memory=notes, replace).
 CONFIG = "train_track_notes"
-#: Every configuration's task and model, whatever its config says.
-TASK = ("env.history_length=0", f"memory.params.note_tokens={NOTE_TOKENS}")
+#: The notes rows' memory: no window, the note alone (of NOTE_TOKENS).
+NOTES = ("env.history_length=0", f"memory.params.note_tokens={NOTE_TOKENS}")
+#: A row with another memory: without the note's settings CONFIG gives memory=notes.
+OTHER = tuple(f"~memory.params.{key}" for key in horizons.own_memory_params(CONFIG))
 #: A hand-written memory's budget: the newest whole steps (or blocks) within the note's tokens.
 HISTORY = ("env.history_length=-1", f"memory.max_history_tokens={NOTE_TOKENS}")
 
@@ -66,7 +68,7 @@ def scale(kwargs: dict[str, Any], k: int) -> dict[str, Any]:
 BENCH = Bench(
     title="Track: memory at multiples of the training horizon",
     base_config=CONFIG,
-    base_overrides=TASK,
+    base_overrides=NOTES,
     # Each trained row's safety net (--iterations decides), its evaluation while training.
     budget=("trainer.max_minutes=45", "trainer.eval_every=25", "trainer.eval_episodes=100"),
     scale=scale,
@@ -76,26 +78,28 @@ BENCH = Bench(
 
 def handwritten(name: str, label: str, *overrides: str) -> Setting:
     """A hand-written memory (``memory=<name>``) at the note's budget, trained as the notes are."""
-    return Setting(name, label, CONFIG, (*TASK, f"memory={name}", *HISTORY, *overrides))
+    return Setting(name, label, CONFIG, (f"memory={name}", *OTHER, *HISTORY, *overrides))
 
 
 SETTINGS = (
-    Setting("notes", "notes the model writes (trained)", CONFIG, TASK),
+    Setting("notes", "notes the model writes (trained)", CONFIG, NOTES),
     Setting(
         "notes_not_in_loss",
         "notes, note tokens not in the loss",
         CONFIG,
-        (*TASK, "trainer.train_memory_tokens=false"),
+        (*NOTES, "trainer.train_memory_tokens=false"),
     ),
-    Setting("untrained", "notes, untrained (the pretrained base)", CONFIG, TASK, trained=False),
-    Setting("score_notes", "score policy chooses the note's line", CONFIG, (*TASK, "policy=score")),
+    Setting("untrained", "notes, untrained (the pretrained base)", CONFIG, NOTES, trained=False),
+    Setting(
+        "score_notes", "score policy chooses the note's line", CONFIG, (*NOTES, "policy=score")
+    ),
     Setting(
         "summaries",
         "summaries the policy writes",
         CONFIG,
         (
-            *TASK,
             "memory=compaction",
+            *OTHER,
             *HISTORY,
             "memory.params.summarizer=policy",
             f"memory.params.summary_max_tokens={NOTE_TOKENS}",
@@ -109,8 +113,8 @@ SETTINGS = (
         "token budget (whole prompt)",
         CONFIG,
         (
-            *TASK,
             "memory=token_budget",
+            *OTHER,
             "env.history_length=-1",
             f"memory.max_prompt_tokens={NOTE_PROMPT_TOKENS}",
         ),
@@ -128,7 +132,7 @@ SETTINGS = (
     handwritten("episodic", "episodic"),
     handwritten("blackboard", "blackboard"),
     handwritten("conversation", "conversation"),
-    Setting("none", "no memory", CONFIG, (*TASK, "memory=none")),
+    Setting("none", "no memory", CONFIG, ("memory=none", *OTHER, "env.history_length=0")),
 )
 
 #: --quick: a smoke test (2 iterations unless --iterations; tiny groups and pretraining).

@@ -533,6 +533,92 @@ def test_bench_notes_quick(tmp_path):
     )
 
 
+@pytest.mark.slow
+def test_bench_horizon_quick(tmp_path):
+    needs_training()
+    # A trained row and the untrained one at once (--jobs: a process each), then the window;
+    # played at 1x and 3x the training horizon (Track: 8 steps before the question per 1x).
+    out = run(
+        [
+            "scripts/bench_horizon.py",
+            "--quick",
+            "--only",
+            "notes",
+            "untrained",
+            "window",
+            "--horizons",
+            "1",
+            "3",
+            "--episodes",
+            "4",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    head = (
+        "| configuration | success 1x | success 3x | tokens/step 1x | tokens/step 3x "
+        "| steps/episode 1x / 3x | note tokens | env-steps | iterations | training time "
+        "| play time |"
+    )
+    assert head in out, out
+    rows = {
+        "notes the model writes (trained)": (r"\d+ / \d+", "2 / 2"),
+        "notes, untrained (the pretrained base)": (r"\d+ / \d+", re.escape("0 (untrained)")),
+        "window": ("-", "2 / 2"),
+    }
+    for label, (note, iterations) in rows.items():
+        row = (
+            rf"^\| {re.escape(label)} \|( \d+\.\d% \|){{2}}( \d+ / \d+ \|){{2}} "
+            rf"([\d.]+) / ([\d.]+) \| {note} \| [\d,]+ \| {iterations} \| [\d.]+ min "
+            r"\| [\d.]+ min \|$"
+        )
+        found = re.search(row, out, re.M)
+        assert found, (label, out)
+        # The horizons played: 8 steps before the question at 1x, 24 at 3x; then the answer
+        # (or, for an episode never answered, up to 3 more steps until truncation).
+        for k, steps in zip((1, 3), found.group(3, 4), strict=True):
+            assert 8 * k + 1 <= float(steps) <= 8 * k + 4, (label, k, steps)
+    figures = json.loads((tmp_path / "horizon.json").read_text())
+    assert [(f["name"], f["horizons"], f["episodes"]) for f in figures] == [
+        ("notes", [1, 3], 4),
+        ("untrained", [1, 3], 4),
+        ("window", [1, 3], 4),
+    ]
+    for name in ("notes", "untrained", "window"):
+        for k in (1, 3):
+            summary = json.loads((tmp_path / name / f"play_{k}x" / "summary.json").read_text())
+            assert summary["episodes"] == 4 and summary["env"] == "agent_memory/Track-v0"
+    assert not (tmp_path / "untrained" / "checkpoints").exists()  # played, never trained
+    assert (tmp_path / "horizon.png").stat().st_size > 0
+    assert (
+        "Produced by: `python scripts/bench_horizon.py --quick --only notes untrained window "
+        "--horizons 1 3 --episodes 4 --jobs 2`" in (tmp_path / "horizon.md").read_text()
+    )
+
+
+def test_bench_horizon_checks_its_options_and_every_configuration(tmp_path):
+    def fails(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "scripts/bench_horizon.py", "--quick", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    proc = fails("--iterations", "0", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.endswith("error: argument --iterations: expected an integer >= 1, got '0'\n")
+    proc = fails("--set", "trainer.lr=-1", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "Config error: trainer.lr must be a number > 0, got -1.0: pass e.g. trainer.lr=0.001\n"
+    )
+    assert not (tmp_path / "out").exists()  # nothing started, nothing written
+
+
 def test_bench_notes_checks_every_configuration_before_training(tmp_path):
     proc = subprocess.run(
         [

@@ -58,6 +58,27 @@ class Bench:
     chance: float
 
 
+def own_memory_params(config: str) -> tuple[str, ...]:
+    """The ``memory.params`` keys that ``configs/<config>.yaml`` and the configs it builds on
+    (its defaults list's other top-level configs) set themselves: a row that swaps the memory
+    (``memory=window``) deletes them (``~memory.params.<key>``), since another strategy has
+    none of a note's settings.
+
+    Example:
+        >>> own_memory_params("train_notes")
+        ('update', 'note_tokens')
+    """
+    import yaml
+
+    data = yaml.safe_load((REPO / "configs" / f"{config}.yaml").read_text()) or {}
+    keys: list[str] = []
+    for entry in data.get("defaults") or ():
+        if isinstance(entry, str) and (REPO / "configs" / f"{entry}.yaml").is_file():
+            keys += own_memory_params(entry)
+    keys += ((data.get("memory") or {}).get("params") or {}).keys()
+    return tuple(dict.fromkeys(keys))
+
+
 def compose(bench: Bench, config: str, overrides: Sequence[str]) -> Any:
     """The training config ``configs/<config>.yaml`` with the bench's budget and ``overrides``."""
     from hydra import compose as hydra_compose
