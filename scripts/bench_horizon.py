@@ -39,17 +39,38 @@ from bench_lib.trained import Option, run_benchmark
 
 #: Training iterations of every trained configuration (--iterations).
 ITERATIONS = 200
-#: The note's bound in tokens (one announcement line and room to spare), and the history budget
-#: of every hand-written memory.
-NOTE_TOKENS = 16
+#: The note's bound in tokens (about one announcement line: "The mug is now blue." counts 7),
+#: and the history budget of every hand-written memory.
+NOTE_TOKENS = 12
 #: The prompt budget of memory=token_budget: about the notes' prompt (measured at 1x).
 NOTE_PROMPT_TOKENS = 120
-#: The training config: Track at horizon 1, policy=hf writing its note (memory=notes, replace).
-CONFIG = "train_track_notes"
-#: The notes rows' memory: no window, the note alone (of NOTE_TOKENS).
-NOTES = ("env.history_length=0", f"memory.params.note_tokens={NOTE_TOKENS}")
+#: The training config every row builds on: the tiny LM, its pretraining and GRPO of
+#: configs/train_notes.yaml, made Track's (TRACK: its Recall settings dropped).
+CONFIG = "train_notes"
+#: Track at horizon 1 (configs/env/track.yaml) with the default prompt (it shows the task, which
+#: names the target), each past step as the env wrote it.
+TRACK = (
+    "env=track",
+    "~env.kwargs.num_distractors",
+    "~env.kwargs.num_cues",
+    "~env.kwargs.answer_format",
+    "env.template.no_history=null",
+    "env.template.with_history=null",
+    "env.formatter.name=simple",
+    "~env.formatter.template",
+)
+#: The policy that writes: a block of about one line, then the action, in a few tokens.
+HF = ("policy=hf", "policy.params.max_new_tokens=24", "policy.params.batch_size=32")
+#: The notes rows' memory: no window, the note alone, each block replacing it (MEM1).
+NOTE = (
+    "env.history_length=0",
+    "memory.params.update=replace",
+    f"memory.params.note_tokens={NOTE_TOKENS}",
+)
 #: A row with another memory: without the note's settings CONFIG gives memory=notes.
-OTHER = tuple(f"~memory.params.{key}" for key in horizons.own_memory_params(CONFIG))
+OTHER = (*TRACK, *HF, *(f"~memory.params.{key}" for key in horizons.own_memory_params(CONFIG)))
+#: The rows whose model writes its note.
+NOTES = (*TRACK, *HF, *NOTE)
 #: A hand-written memory's budget: the newest whole steps (or blocks) within the note's tokens.
 HISTORY = ("env.history_length=-1", f"memory.max_history_tokens={NOTE_TOKENS}")
 
@@ -91,7 +112,10 @@ SETTINGS = (
     ),
     Setting("untrained", "notes, untrained (the pretrained base)", CONFIG, NOTES, trained=False),
     Setting(
-        "score_notes", "score policy chooses the note's line", CONFIG, (*NOTES, "policy=score")
+        "score_notes",
+        "score policy chooses the note's line",
+        CONFIG,
+        (*TRACK, *NOTE, "policy=score"),
     ),
     Setting(
         "summaries",
