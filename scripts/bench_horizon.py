@@ -42,6 +42,10 @@ ITERATIONS = 200
 #: The note's bound in tokens (about one announcement line: "The mug is now blue." counts 7),
 #: and the history budget of every hand-written memory.
 NOTE_TOKENS = 12
+#: The summaries' bound (compaction's smallest: 16 tokens).
+SUMMARY_TOKENS = max(16, NOTE_TOKENS)
+#: compaction's history budget: its summary must fit under its trigger (0.8 of the budget).
+COMPACTION_TOKENS = 2 * SUMMARY_TOKENS
 #: The prompt budget of memory=token_budget: about the notes' prompt (measured at 1x).
 NOTE_PROMPT_TOKENS = 120
 #: The training config every row builds on: the tiny LM, its pretraining and GRPO of
@@ -71,8 +75,6 @@ NOTE = (
 OTHER = (*TRACK, *HF, *(f"~memory.params.{key}" for key in horizons.own_memory_params(CONFIG)))
 #: The rows whose model writes its note.
 NOTES = (*TRACK, *HF, *NOTE)
-#: A hand-written memory's budget: the newest whole steps (or blocks) within the note's tokens.
-HISTORY = ("env.history_length=-1", f"memory.max_history_tokens={NOTE_TOKENS}")
 
 
 def scale(kwargs: dict[str, Any], k: int) -> dict[str, Any]:
@@ -97,11 +99,27 @@ BENCH = Bench(
 )
 
 
-def handwritten(name: str, label: str, *overrides: str) -> Setting:
-    """A hand-written memory (``memory=<name>``) at the note's budget, trained as the notes are."""
-    return Setting(name, label, CONFIG, (f"memory={name}", *OTHER, *HISTORY, *overrides))
+def bounded(
+    memory: str, label: str, *overrides: str, tokens: int = NOTE_TOKENS, name: str = ""
+) -> Setting:
+    """A row with ``memory=<memory>`` (named ``name``, else as the memory) whose history holds at
+    most ``tokens`` (the note's), trained as the notes are."""
+    budget = ("env.history_length=-1", f"memory.max_history_tokens={tokens}")
+    return Setting(
+        name or memory,
+        f"{label} ({tokens}-token history)",
+        CONFIG,
+        (f"memory={memory}", *OTHER, *budget, *overrides),
+    )
 
 
+#: The summaries (written by the policy or extracted): each fold of the steps due replaces the
+#: last, 2 steps at a time, with the newest step kept as it is.
+FOLD = (
+    f"memory.params.summary_max_tokens={SUMMARY_TOKENS}",
+    "memory.params.trigger_steps=2",
+    "memory.params.keep_last=1",
+)
 SETTINGS = (
     Setting("notes", "notes the model writes (trained)", CONFIG, NOTES),
     Setting(
@@ -113,28 +131,22 @@ SETTINGS = (
     Setting("untrained", "notes, untrained (the pretrained base)", CONFIG, NOTES, trained=False),
     Setting(
         "score_notes",
-        "score policy chooses the note's line",
+        "notes, score policy chooses the line",
         CONFIG,
         (*TRACK, *NOTE, "policy=score"),
     ),
-    Setting(
-        "summaries",
+    bounded(
+        "compaction",
         "summaries the policy writes",
-        CONFIG,
-        (
-            "memory=compaction",
-            *OTHER,
-            *HISTORY,
-            "memory.params.summarizer=policy",
-            f"memory.params.summary_max_tokens={NOTE_TOKENS}",
-            "memory.params.trigger_steps=2",
-            "memory.params.keep_last=1",
-        ),
+        "memory.params.summarizer=policy",
+        *FOLD,
+        tokens=COMPACTION_TOKENS,
+        name="summaries",
     ),
-    handwritten("window", "window"),
+    bounded("window", "window"),
     Setting(
         "token_budget",
-        "token budget (whole prompt)",
+        f"token budget ({NOTE_PROMPT_TOKENS}-token prompt)",
         CONFIG,
         (
             "memory=token_budget",
@@ -143,19 +155,19 @@ SETTINGS = (
             f"memory.max_prompt_tokens={NOTE_PROMPT_TOKENS}",
         ),
     ),
-    handwritten("full", "whole history"),
-    handwritten("retrieval", "retrieval"),
-    handwritten(
+    bounded("full", "whole history"),
+    bounded("retrieval", "retrieval"),
+    bounded(
         "compaction",
         "extractive compaction",
         "memory.params.summarizer=extractive",
-        f"memory.params.summary_max_tokens={NOTE_TOKENS}",
-        "memory.params.trigger_steps=2",
-        "memory.params.keep_last=1",
+        *FOLD,
+        tokens=COMPACTION_TOKENS,
     ),
-    handwritten("episodic", "episodic"),
-    handwritten("blackboard", "blackboard"),
-    handwritten("conversation", "conversation"),
+    bounded("episodic", "episodic"),
+    bounded("blackboard", "blackboard"),
+    # Its memory stores chat messages: the formatter writes them.
+    bounded("conversation", "conversation", "env.formatter.name=chat"),
     Setting("none", "no memory", CONFIG, ("memory=none", *OTHER, "env.history_length=0")),
 )
 
@@ -234,7 +246,7 @@ def main() -> None:
         lambda results, args: horizons.table(results, args.horizons),
         lambda results, path, args: horizons.plot(results, path, args.horizons, BENCH),
         "horizon",
-        check=lambda setting, extra: horizons.compose_setting(BENCH, setting, extra),
+        check=lambda setting, extra: horizons.check_setting(BENCH, setting, extra),
         prepare=lambda out, extra: horizons.pretrain_base(BENCH, out, extra),
         options=OPTIONS,
         overrides=overrides,

@@ -131,7 +131,7 @@ def main() -> None:
         lambda results, args: horizons.table(results, MULTIPLES),
         lambda results, path, args: horizons.plot(results, path, MULTIPLES, BENCH),
         "notes",
-        check=lambda s, extra: horizons.compose_setting(BENCH, s, extra),
+        check=lambda s, extra: horizons.check_setting(BENCH, s, extra),
         prepare=lambda out, extra: horizons.pretrain_base(BENCH, out, extra),
     )
 

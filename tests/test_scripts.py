@@ -537,7 +537,10 @@ def test_bench_notes_quick(tmp_path):
 def test_bench_horizon_quick(tmp_path):
     needs_training()
     # A trained row and the untrained one at once (--jobs: a process each), then the window;
-    # played at 1x and 3x the training horizon (Track: 8 steps before the question per 1x).
+    # played at 1x and 3x the training horizon (Track: env.kwargs.steps before the question).
+    import yaml
+
+    steps = yaml.safe_load((REPO / "configs" / "env" / "track.yaml").read_text())["kwargs"]["steps"]
     out = run(
         [
             "scripts/bench_horizon.py",
@@ -576,10 +579,10 @@ def test_bench_horizon_quick(tmp_path):
         )
         found = re.search(row, out, re.M)
         assert found, (label, out)
-        # The horizons played: 8 steps before the question at 1x, 24 at 3x; then the answer
-        # (or, for an episode never answered, up to 3 more steps until truncation).
-        for k, steps in zip((1, 3), found.group(3, 4), strict=True):
-            assert 8 * k + 1 <= float(steps) <= 8 * k + 4, (label, k, steps)
+        # The horizons played: k * steps before the question at k x, then the answer (or, for
+        # an episode never answered, up to 3 more steps until truncation).
+        for k, played in zip((1, 3), found.group(3, 4), strict=True):
+            assert k * steps + 1 <= float(played) <= k * steps + 4, (label, k, played)
     figures = json.loads((tmp_path / "horizon.json").read_text())
     assert [(f["name"], f["horizons"], f["episodes"]) for f in figures] == [
         ("notes", [1, 3], 4),

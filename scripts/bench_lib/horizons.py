@@ -21,8 +21,9 @@ from typing import Any
 
 from bench_lib.trained import REPO
 
-#: Prompts per generate() / forward call when playing (the held-out episodes step together).
-PLAY_BATCH = 64
+#: The most prompts per generate() / forward call when playing: the held-out episodes step
+#: together, each step one call for all of them (a tiny LM's batch of 100 short prompts is cheap).
+PLAY_BATCH = 256
 
 
 @dataclass(frozen=True)
@@ -94,6 +95,17 @@ def compose(bench: Bench, config: str, overrides: Sequence[str]) -> Any:
 def compose_setting(bench: Bench, setting: Setting, extra: Sequence[str]) -> Any:
     """``setting``'s training config, with ``extra`` (the command line's overrides) last."""
     return compose(bench, setting.config, [*setting.overrides, "trainer.progress=false", *extra])
+
+
+def check_setting(bench: Bench, setting: Setting, extra: Sequence[str]) -> Any:
+    """``setting``'s training config, refused (``ConfigError``) where its env, memory or prompt
+    cannot be built: what training and playing would find only when that row's turn came."""
+    from agent_memory.policies import make_policy
+    from agent_memory.rollout.driver.preflight import preflight
+
+    job = compose_setting(bench, setting, extra)
+    preflight(job, policy=make_policy("random"))
+    return job
 
 
 def pretrain_base(bench: Bench, out: Path, extra: list[str]) -> list[str]:
