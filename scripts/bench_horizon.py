@@ -13,15 +13,18 @@ pretraining, no task answers; <out>/base). Each configuration starts from it, tr
 number of iterations (--iterations, the same for every row, so a loaded machine gives the same
 table; trainer.max_minutes only as a safety net: the table says when it cut a row short) at
 the training horizon H (env.kwargs.horizon, 1 unless --set), then plays its final weights
-greedily on --episodes held-out seeds at each --horizons multiple of H (1x, 10x, 100x: 8, 80 and
-800 steps before the question), every episode stepping together.
+greedily on --episodes held-out seeds at each --horizons multiple of H (1x, 10x, 100x: 20, 200
+and 2,000 steps before the question with configs/env/track.yaml), every episode stepping together.
 
-Configurations: the notes the model writes (policy=hf, memory=notes, update=replace: the block
-replaces the note), the same with the note's tokens left out of the loss
+Configurations, each from configs/train_notes.yaml (its tiny LM, pretraining and GRPO) made
+Track's (TRACK below): the notes the model writes (policy=hf, memory=notes, update=replace: the
+block replaces the note), the same with the note's tokens left out of the loss
 (trainer.train_memory_tokens=false), the untrained base model writing notes, the score policy
 choosing which line becomes the note, summaries the policy writes (memory=compaction
 summarizer=policy), and every hand-written memory with a history budget of the note's tokens
-(memory.max_history_tokens; token_budget: a prompt budget of about the note's prompt).
+(memory.max_history_tokens; compaction's smallest; token_budget: a prompt budget of about the
+note's prompt). Every row's config is checked (its env, memory and prompt built) before any
+training starts.
 
 Writes to --out (default outputs/bench_horizon/<date-time>): one run directory per configuration
 (its training run; play_<k>x/: the rows played at k x), horizon.md (the table, also printed),
@@ -52,7 +55,8 @@ NOTE_PROMPT_TOKENS = 120
 #: configs/train_notes.yaml, made Track's (TRACK: its Recall settings dropped).
 CONFIG = "train_notes"
 #: Track at horizon 1 (configs/env/track.yaml) with the default prompt (it shows the task, which
-#: names the target), each past step as the env wrote it.
+#: names the target); a past step is its observation's last line (its announcement or fact: about
+#: as many tokens as the note's line), as train_notes writes Recall's steps.
 TRACK = (
     "env=track",
     "~env.kwargs.num_distractors",
@@ -60,8 +64,7 @@ TRACK = (
     "~env.kwargs.answer_format",
     "env.template.no_history=null",
     "env.template.with_history=null",
-    "env.formatter.name=simple",
-    "~env.formatter.template",
+    "env.formatter.template='{{ observation.splitlines()[-1] }}'",
 )
 #: The policy that writes: a block of about one line, then the action, in a few tokens.
 HF = ("policy=hf", "policy.params.max_new_tokens=24", "policy.params.batch_size=32")
@@ -167,7 +170,7 @@ SETTINGS = (
     bounded("episodic", "episodic"),
     bounded("blackboard", "blackboard"),
     # Its memory stores chat messages: the formatter writes them.
-    bounded("conversation", "conversation", "env.formatter.name=chat"),
+    bounded("conversation", "conversation", "env.formatter.name=chat", "~env.formatter.template"),
     Setting("none", "no memory", CONFIG, ("memory=none", *OTHER, "env.history_length=0")),
 )
 
