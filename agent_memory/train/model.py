@@ -62,12 +62,19 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
     episodes (played here with uniformly random admissible actions and memory blocks, through
     the job's memory and template), every admissible action in the parser's format, every
     memory block offered and every memory turn's prompt."""
+    return _play(job, episodes, seed)[0]
+
+
+def _play(job: JobConfig, episodes: int, seed: int) -> tuple[list[str], list[str]]:
+    """:func:`env_texts`, and the tags a policy that writes text writes in ``job``: the
+    parser's action tag and the memory's block tag (where there are)."""
     from agent_memory.rollout.bank import build_env
 
     env = build_env(job, 1)
     parser = job.env.parser.build()
     rng = np.random.default_rng(seed)
     texts: list[str] = []
+    tags = [t for t in (parser.tag, env.memory.written_tag) if t]
     try:
         for episode in range(episodes):
             prompts, _ = env.reset(seed=[seed + episode])
@@ -90,7 +97,7 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
                     prompts = env.prompts
     finally:
         env.close()
-    return texts
+    return texts, tags
 
 
 def _text(prompt: Any) -> str:
@@ -103,7 +110,8 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
     """Build the tiny demo model for ``job``'s env into ``out`` (see the module docstring)."""
     from agent_memory.models import build_tiny_lm, words_from_texts
 
-    words = words_from_texts(env_texts(job, cfg.vocab_episodes, seed))
+    texts, tags = _play(job, cfg.vocab_episodes, seed)
+    words = words_from_texts(texts)
     path = build_tiny_lm(
         out,
         words,
@@ -116,6 +124,9 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
         init_range=cfg.init_range,
         tie_embeddings=cfg.tie_embeddings,
         lowercase=cfg.lowercase,
+        # A policy that writes text must be able to write each tag it is read by (one token
+        # each: a tag split into pieces decodes as "< memory >"); a choosing one never writes.
+        tags=tags if job.policy.name != "score" else (),
     )
     log.info("built the tiny model (%d words) in %s", len(words), path)
     if cfg.pretrain_steps:

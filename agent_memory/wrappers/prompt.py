@@ -100,6 +100,8 @@ class PromptBuilder:
         self.history_length = history_length
         self.max_prompt_tokens = max_prompt_tokens
         self.chat = memory.output == "messages"
+        #: The template's ``{memory_instructions}``: how to write the memory's blocks, if any.
+        self.instructions = memory.instructions(history_length)
         #: Tokens of the smallest prompt the template makes: an empty observation, no history,
         #: no admissible actions, only the template's own task.
         self.frame_tokens = counter(prompt_text(self._render("", template.task, None, None, 0, 0)))
@@ -165,7 +167,11 @@ class PromptBuilder:
         t = self.template
         if self.chat:
             user = t.render(
-                observation=observation, task=task, admissible=admissible, step_count=step_count
+                observation=observation,
+                task=task,
+                admissible=admissible,
+                step_count=step_count,
+                memory_instructions=self.instructions,
             )
             system = t.render_system(task=task)
             head = [] if system is None else [{"role": "system", "content": system}]
@@ -177,6 +183,7 @@ class PromptBuilder:
             history=context if length > 0 else None,
             history_length=length,
             step_count=step_count,
+            memory_instructions=self.instructions,
         )
         # No steps shown yet, but the memory has notes: they go first.
         return f"{context}\n\n{prompt}" if length == 0 and context else prompt
