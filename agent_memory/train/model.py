@@ -8,15 +8,17 @@ env's own prompts (docs/training.md).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agent_memory.config import JobConfig
+from agent_memory.models.pretrain import NoteLayout
 from agent_memory.train.config import TinyModelConfig
 
-__all__ = ["build_tiny_for_env", "env_texts", "load_model", "pick_device"]
+__all__ = ["build_tiny_for_env", "env_texts", "load_model", "note_layout", "pick_device"]
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +134,9 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
     if cfg.pretrain_steps:
         from agent_memory.config import ConfigError
         from agent_memory.models import pretrain_tiny_lm
+        from agent_memory.rollout.bank import build_env
 
+        env = build_env(job, 1)
         try:
             pretrain_tiny_lm(
                 path,
@@ -140,6 +144,7 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
                 lr=cfg.pretrain_lr,
                 max_facts=cfg.pretrain_max_facts,
                 seed=seed,
+                notes=note_layout(env, job.env.parser.tag) if job.policy.name != "score" else None,
             )
         except ValueError as e:  # the env's words cannot make the pretraining documents
             raise ConfigError(
@@ -147,7 +152,28 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
                 "trainer.tiny.pretrain_steps=0",
                 key="trainer.tiny.pretrain_steps",
             ) from e
+        finally:
+            env.close()
     return path
+
+
+def note_layout(env: Any, action_tag: str | None) -> NoteLayout | None:
+    """How ``env``'s prompts show a note its policy writes (its memory's header, then its
+    template with the memory's instructions), for the note documents of the pretraining; None
+    when its memory reads no note the policy writes."""
+    from agent_memory.memory.notes import NotesMemory
+    from agent_memory.models import SPECIAL_TOKENS
+
+    memory = env.memory
+    if not isinstance(memory, NotesMemory):
+        return None
+    header = memory.settings.header
+
+    def render(note: str, task: str, observation: str, actions: Sequence[str]) -> str:
+        shown = (f"{header}\n{note}" if header else note) if note else ""
+        return _text(env.render_prompt(observation, task, list(actions), shown))
+
+    return NoteLayout(render, memory.written_tag, action_tag, end=SPECIAL_TOKENS[3])
 
 
 def load_model(path: str | Path, device: Any, dtype: Any) -> tuple[Any, Any]:
