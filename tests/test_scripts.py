@@ -64,10 +64,10 @@ def summaries(root: Path) -> dict[str, dict]:
 
 
 def test_rollout_sweep_over_every_bundled_env(tmp_path):
-    envs = "cliff_walking,code,frozen_lake,recall,search_qa,sokoban,taxi"
+    envs = "cliff_walking,code,frozen_lake,recall,search_qa,sokoban,taxi,track"
     run(["scripts/rollout.py", "-m", f"env={envs}", *TINY, f"hydra.sweep.dir={tmp_path}"])
     found = summaries(tmp_path)
-    assert len(found) == 7
+    assert len(found) == 8
     for name, s in found.items():
         assert s["episodes"] == 2, name
         assert s["env_steps"] > 0 and s["errors"] == 0, name

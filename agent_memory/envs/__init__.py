@@ -23,6 +23,7 @@ ENVS: dict[str, tuple[str, int | None, dict]] = {
     "agent_memory/Taxi-v0": ("agent_memory.envs.toy_text:make_taxi", 100, {}),
     "agent_memory/TextWorld-v0": ("agent_memory.envs.textworld_games:TextWorldEnv", 50, {}),
     "agent_memory/Recall-v0": ("agent_memory.envs.recall:RecallEnv", None, {}),
+    "agent_memory/Track-v0": ("agent_memory.envs.track:TrackEnv", None, {}),
     "agent_memory/SearchQA-v0": ("agent_memory.envs.search_qa:SearchQAEnv", 10, {}),
     "agent_memory/Code-v0": ("agent_memory.envs.code_exec:CodeEnv", 10, {}),
 }
