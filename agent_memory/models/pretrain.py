@@ -181,19 +181,19 @@ def note_document(
         >>> rng = random.Random(1)
         >>> ids, w = note_document(rng, ["a", "b", "c", "d"], str.split, layout, kind="read")
         >>> w.count(0.0), w.count(1.0)  # the prompt, then the answer
-        (23, 12)
-        >>> print(" ".join(ids[:23]))
-        d d a d d d . | a d b b . | a d b d a . | ['a', 'b']
-        >>> print(" ".join(ids[23:]))
-        <memory> d d a d d d . </memory> <action> a </action>
+        (34, 13)
+        >>> print(" ".join(ids[:34]))
+        d d d d d c d . | b b c . a a d b d . | b d c a b a c a d . | ['b', 'c', 'a']
+        >>> print(" ".join(ids[34:]))
+        <memory> d d d d d c d . </memory> <action> c </action>
     """
 
     def line(among: Sequence[str] = words) -> str:
-        return " ".join(rng.choices(among, k=rng.randint(2, 6))) + " ."
+        return " ".join(rng.choices(among, k=rng.randint(2, 10))) + " ."
 
     kind = kind or rng.choices(list(_NOTE_KINDS), weights=list(_NOTE_KINDS.values()))[0]
     actions = rng.sample(list(words), rng.choice((1, 1, 2, 3, 4)))
-    task = line()
+    task = " ".join(line() for _ in range(rng.randint(1, 3)))  # one to three sentences
     observation = line() if rng.random() < 0.8 else f"{line()}\n{line()}"  # one line or two
     note = "" if kind in ("copy", "rewrite") and rng.random() < 0.3 else line()
     action, action_weight = rng.choice(actions), float(len(actions) == 1)
@@ -250,8 +250,8 @@ def pretrain_tiny_lm(
         batch_size: Documents per step, half repeats and half facts on average.
         max_facts: The most statements in one fact document (at least 2).
         seed: Seeds the documents and torch: same arguments, same weights.
-        notes: The run's note layout: a third of the documents are then :func:`note_document`
-            ones (and a third each repeats and facts), put in the model's chat turns.
+        notes: The run's note layout: half of the documents are then :func:`note_document`
+            ones (a quarter each repeats and facts), put in the model's chat turns.
 
     Returns:
         ``steps``, the last step's ``loss``, ``fact_accuracy`` (greedy next-token accuracy of
@@ -293,7 +293,7 @@ def pretrain_tiny_lm(
         return str(tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True))
 
     def draw(rng: random.Random, step: int) -> Document:
-        if notes is not None and rng.random() < 1 / 3:
+        if notes is not None and rng.random() < 0.5:
             return note_document(rng, words, encode, notes, wrap)
         if rng.random() < 0.5:
             return repeat_document(rng, words, encode)

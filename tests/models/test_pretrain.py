@@ -140,9 +140,8 @@ def test_a_note_document_writes_a_block_from_its_prompt_then_an_action(kind):
             assert block in lines
             seen.add(lines.index(block) if fields["note"] is None else block == fields["note"])
         elif kind == "rewrite":  # the last words of one (no full stop)
-            assert (
-                any(line.removesuffix(" .").endswith(block) for line in lines) and "." not in block
-            )
+            assert any(line.removesuffix(" .").endswith(block) for line in lines)
+            assert block and not block.endswith(".")
         else:  # the note carried forward as shown
             assert block == fields["note"]
         if kind == "read":  # the one admissible word the note names, weighed
