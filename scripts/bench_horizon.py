@@ -16,14 +16,14 @@ the training horizon H (env.kwargs.horizon, 1 unless --set), then plays its fina
 greedily on --episodes held-out seeds at each --horizons multiple of H (1x, 10x, 100x: 20, 200
 and 2,000 steps before the question with configs/env/track.yaml), every episode stepping together.
 
-Configurations, each from configs/train_notes.yaml (its tiny LM, pretraining and GRPO) made
-Track's (TRACK below): the notes the model writes (policy=hf, memory=notes, update=replace: the
+Configurations, each from configs/train_track_notes.yaml (Track at horizon 1, the tiny LM and
+its pretraining, GRPO): the notes the model writes (policy=hf, memory=notes, update=replace: the
 block replaces the note), the same with the note's tokens left out of the loss
 (trainer.train_memory_tokens=false), the untrained base model writing notes, the score policy
 choosing which line becomes the note, summaries the policy writes (memory=compaction
 summarizer=policy), and every hand-written memory with a history budget of the note's tokens
-(memory.max_history_tokens; compaction's smallest; token_budget: a prompt budget of about the
-note's prompt). Every row's config is checked (its env, memory and prompt built) before any
+(memory.max_history_tokens, each past step its observation's last line; compaction's smallest;
+token_budget: a prompt budget of about the note's prompt). Every row's config is checked (its env, memory and prompt built) before any
 training starts.
 
 Writes to --out (default outputs/bench_horizon/<date-time>): one run directory per configuration
@@ -49,37 +49,24 @@ NOTE_TOKENS = 12
 SUMMARY_TOKENS = max(16, NOTE_TOKENS)
 #: compaction's history budget: its summary must fit under its trigger (0.8 of the budget).
 COMPACTION_TOKENS = 2 * SUMMARY_TOKENS
-#: The prompt budget of memory=token_budget: the prompt of the rows with a history of the note's
-#: tokens (measured at 1x: 156 / 158; the default template's words around a history add about 40
-#: to the notes' prompt), so its history, too, is about the note's.
-TOKEN_BUDGET_PROMPT = 160
-#: The training config every row builds on: the tiny LM, its pretraining and GRPO of
-#: configs/train_notes.yaml, made Track's (TRACK: its Recall settings dropped).
-CONFIG = "train_notes"
-#: Track at horizon 1 (configs/env/track.yaml) with the default prompt (it shows the task, which
-#: names the target); a past step is its observation's last line (its announcement or fact: about
-#: as many tokens as the note's line), as train_notes writes Recall's steps.
-TRACK = (
-    "env=track",
-    "~env.kwargs.num_distractors",
-    "~env.kwargs.num_cues",
-    "~env.kwargs.answer_format",
-    "env.template.no_history=null",
-    "env.template.with_history=null",
-    "env.formatter.template='{{ observation.splitlines()[-1] }}'",
-)
-#: The policy that writes: a block of about one line, then the action, in a few tokens.
-HF = ("policy=hf", "policy.params.max_new_tokens=24", "policy.params.batch_size=32")
-#: The notes rows' memory: no window, the note alone, each block replacing it (MEM1).
-NOTE = (
-    "env.history_length=0",
-    "memory.params.update=replace",
-    f"memory.params.note_tokens={NOTE_TOKENS}",
-)
+#: The prompt budget of memory=token_budget: about the notes' prompt with a full note (measured
+#: at 1x), so its history, too, is about the note's.
+TOKEN_BUDGET_PROMPT = 100
+#: The training config every row builds on: Track at horizon 1, the tiny LM and its pretraining,
+#: policy=hf writing its note (memory=notes, update=replace: the block replaces the note), GRPO.
+CONFIG = "train_track_notes"
+#: A past step as its observation's last line (its announcement or fact: about as many tokens as
+#: the note's line), for the rows with a history.
+STEP_LINE = "env.formatter={name: jinja, template: '{{ observation.splitlines()[-1] }}'}"
+#: The notes rows: the note alone, of NOTE_TOKENS (CONFIG's).
+NOTES = (f"memory.params.note_tokens={NOTE_TOKENS}",)
 #: A row with another memory: without the note's settings CONFIG gives memory=notes.
-OTHER = (*TRACK, *HF, *(f"~memory.params.{key}" for key in horizons.own_memory_params(CONFIG)))
-#: The rows whose model writes its note.
-NOTES = (*TRACK, *HF, *NOTE)
+OTHER = tuple(f"~memory.params.{key}" for key in horizons.own_params(CONFIG, "memory"))
+#: The score policy: without the settings CONFIG gives policy=hf.
+SCORE = (
+    "policy=score",
+    *(f"~policy.params.{key}" for key in horizons.own_params(CONFIG, "policy")),
+)
 
 
 def scale(kwargs: dict[str, Any], k: int) -> dict[str, Any]:
@@ -114,7 +101,7 @@ def bounded(
         name or memory,
         f"{label} ({tokens}-token history)",
         CONFIG,
-        (f"memory={memory}", *OTHER, *budget, *overrides),
+        (f"memory={memory}", *OTHER, STEP_LINE, *budget, *overrides),
     )
 
 
@@ -138,7 +125,7 @@ SETTINGS = (
         "score_notes",
         "notes, score policy chooses the line",
         CONFIG,
-        (*TRACK, *NOTE, "policy=score"),
+        (*NOTES, *SCORE),
     ),
     bounded(
         "compaction",
@@ -156,6 +143,7 @@ SETTINGS = (
         (
             "memory=token_budget",
             *OTHER,
+            STEP_LINE,
             "env.history_length=-1",
             f"memory.max_prompt_tokens={TOKEN_BUDGET_PROMPT}",
         ),
@@ -172,8 +160,8 @@ SETTINGS = (
     bounded("episodic", "episodic"),
     bounded("blackboard", "blackboard"),
     # Its memory stores chat messages: the formatter writes them.
-    bounded("conversation", "conversation", "env.formatter.name=chat", "~env.formatter.template"),
-    Setting("none", "no memory", CONFIG, ("memory=none", *OTHER, "env.history_length=0")),
+    bounded("conversation", "conversation", "env.formatter=chat"),
+    Setting("none", "no memory", CONFIG, ("memory=none", *OTHER)),
 )
 
 #: --quick: a smoke test (2 iterations unless --iterations; tiny groups and pretraining).

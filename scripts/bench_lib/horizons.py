@@ -59,14 +59,14 @@ class Bench:
     chance: float
 
 
-def own_memory_params(config: str) -> tuple[str, ...]:
-    """The ``memory.params`` keys that ``configs/<config>.yaml`` and the configs it builds on
-    (its defaults list's other top-level configs) set themselves: a row that swaps the memory
-    (``memory=window``) deletes them (``~memory.params.<key>``), since another strategy has
-    none of a note's settings.
+def own_params(config: str, group: str) -> tuple[str, ...]:
+    """The ``<group>.params`` keys that ``configs/<config>.yaml`` and the configs it builds on
+    (its defaults list's other top-level configs) set themselves: a row that swaps that group
+    (``memory=window``, ``policy=score``) deletes them (``~memory.params.<key>``), since another
+    strategy or policy may have none of those settings.
 
     Example:
-        >>> own_memory_params("train_notes")
+        >>> own_params("train_notes", "memory")
         ('update', 'note_tokens')
     """
     import yaml
@@ -75,8 +75,8 @@ def own_memory_params(config: str) -> tuple[str, ...]:
     keys: list[str] = []
     for entry in data.get("defaults") or ():
         if isinstance(entry, str) and (REPO / "configs" / f"{entry}.yaml").is_file():
-            keys += own_memory_params(entry)
-    keys += ((data.get("memory") or {}).get("params") or {}).keys()
+            keys += own_params(entry, group)
+    keys += ((data.get(group) or {}).get("params") or {}).keys()
     return tuple(dict.fromkeys(keys))
 
 
