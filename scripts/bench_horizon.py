@@ -23,8 +23,8 @@ block replaces the note), the same with the note's tokens left out of the loss
 choosing which line becomes the note, summaries the policy writes (memory=compaction
 summarizer=policy), and every hand-written memory with a history budget of the note's tokens
 (memory.max_history_tokens, each past step its observation's last line; compaction's smallest;
-token_budget: a prompt budget of about the note's prompt). Every row's config is checked (its env, memory and prompt built) before any
-training starts.
+token_budget: a prompt budget of about the note's prompt). Every row's config is checked (its
+env, memory and prompt built) before any training starts.
 
 Writes to --out (default outputs/bench_horizon/<date-time>): one run directory per configuration
 (its training run; play_<k>x/: the rows played at k x), horizon.md (the table, also printed),

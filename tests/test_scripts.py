@@ -642,7 +642,7 @@ def test_bench_horizon_quick(tmp_path):
     rows = {
         "notes the model writes (trained)": (r"\d+ / \d+", "2 / 2"),
         "notes, untrained (the pretrained base)": (r"\d+ / \d+", re.escape("0 (untrained)")),
-        "window": ("-", "2 / 2"),
+        "window (12-token history)": ("-", "2 / 2"),
     }
     for label, (note, iterations) in rows.items():
         row = (
