@@ -62,40 +62,15 @@ def run_benchmark(
     """Parse ``--only/--out/--quick/--set/--jobs``, train the chosen ``settings`` (``run_one``),
     print each result (``report``), and write ``<name>.md`` (the table and the command that
     produced it), ``<name>.json`` (each configuration's figures) and ``<name>.png`` into the output
-    directory. ``check(setting, extra)``
-    composes a configuration's config: every chosen one is checked before Ray or a child
-    process starts, and a config error ends the run there (one message, exit status 2).
+    directory. ``check(setting, extra)`` composes (and may check further) a configuration's
+    config: every chosen one is checked before Ray or a child process starts, and a config
+    error ends the run there (one message, exit status 2).
     ``prepare(out, extra)``, run once before any configuration, returns more overrides for
     all of them (e.g. the model they all start from). ``options`` are the benchmark's own
     command-line options (given to ``run_one``, ``table`` and ``plot`` in the parsed arguments,
     and to each configuration's process); ``overrides(args)`` turns them into Hydra overrides
     for every configuration, before ``--quick``'s and ``--set``'s (which win)."""
-    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
-    parser.add_argument(
-        "--only",
-        nargs="+",
-        choices=[s.name for s in settings],
-        help="run these configurations only",
-    )
-    parser.add_argument("--out", type=Path, default=None, help="output directory")
-    parser.add_argument("--quick", action="store_true", help="2 iterations each (a smoke test)")
-    parser.add_argument(
-        "--set",
-        nargs="*",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra Hydra overrides for every configuration",
-    )
-    parser.add_argument(
-        "--jobs",
-        type=int,
-        default=1,
-        help="configurations trained at once, each in a process (and Ray "
-        "instance) of its own; 1: one after another",
-    )
-    for option in options:
-        parser.add_argument(option.flag, **option.kwargs)
-    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser = _parser(doc, settings, options)
     args = parser.parse_args()
     if args.jobs < 1:
         parser.error(f"--jobs: expected an integer >= 1, got {args.jobs}")
@@ -127,6 +102,56 @@ def run_benchmark(
         results = _in_turn(chosen, out, extra, args, run_one, report)
     if args.child:
         return
+    _write(out, name, script, results, args, forwarded, table, plot)
+    if failed:  # what finished is written; the run still fails
+        sys.exit(f"configurations failed: {', '.join(failed)}")
+
+
+def _parser(
+    doc: str, settings: Sequence[Any], options: Sequence[Option]
+) -> argparse.ArgumentParser:
+    """The command line of a benchmark with ``settings`` and its own ``options``."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        choices=[s.name for s in settings],
+        help="run these configurations only",
+    )
+    parser.add_argument("--out", type=Path, default=None, help="output directory")
+    parser.add_argument("--quick", action="store_true", help="2 iterations each (a smoke test)")
+    parser.add_argument(
+        "--set",
+        nargs="*",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Hydra overrides for every configuration",
+    )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="configurations trained at once, each in a process (and Ray "
+        "instance) of its own; 1: one after another",
+    )
+    for option in options:
+        parser.add_argument(option.flag, **option.kwargs)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    return parser
+
+
+def _write(
+    out: Path,
+    name: str,
+    script: str,
+    results: list[dict[str, Any]],
+    args: argparse.Namespace,
+    forwarded: list[str],
+    table: Callable[[list[dict[str, Any]], argparse.Namespace], str],
+    plot: Callable[[list[dict[str, Any]], Path, argparse.Namespace], None],
+) -> None:
+    """Write ``<name>.md`` (the table and the command that produced it), ``<name>.png`` and
+    ``<name>.json`` into ``out``, and print the table."""
     text = table(results, args)
     shown = [
         *(["--quick"] if args.quick else []),
@@ -148,8 +173,6 @@ def run_benchmark(
     print(text)
     print(f"\ntable: {out / f'{name}.md'}\nplot: {out / f'{name}.png'}")
     print(f"figures: {out / f'{name}.json'}")
-    if failed:  # what finished is written; the run still fails
-        sys.exit(f"configurations failed: {', '.join(failed)}")
 
 
 def _in_turn(
@@ -190,7 +213,8 @@ def _in_processes(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Each configuration in a process of its own, ``jobs`` at a time: the results of those that
     finished (in order) and a line for each that failed (its log named)."""
-    waiting, running = list(chosen), {}
+    waiting = list(chosen)
+    running: dict[str, tuple[Any, subprocess.Popen[bytes], Any]] = {}
     failed = []
     while waiting or running:
         while waiting and len(running) < jobs:
