@@ -3,7 +3,9 @@
 Two ``str.format`` texts, as verl-agent's prompts: ``no_history`` for an episode's first step (or
 ``history_length=0``) and ``with_history`` after. Fields: ``{task}`` (the template's, else the
 env's ``info["task"]``), ``{observation}``, ``{admissible_actions}`` (quoted, comma-separated),
-``{history}``, ``{history_length}``, ``{step_count}``, ``{current_step}``. With the ``chat``
+``{history}``, ``{history_length}``, ``{step_count}``, ``{current_step}``, and
+``{memory_instructions}``: how to write the memory's block when the memory reads one the policy
+writes (``memory=notes``; a blank line, then the words), else empty. With the ``chat``
 formatter the prompt is a message list: optional system message, history turns, then the
 ``no_history`` text as the last user turn.
 
@@ -38,6 +40,7 @@ FIELDS: Final = frozenset(
         "history_length",
         "step_count",
         "current_step",
+        "memory_instructions",
     }
 )
 
@@ -45,7 +48,7 @@ _DEFAULT_NO_HISTORY = (
     "{task}\n\nYour current observation is:\n{observation}\n\n"
     "Your admissible actions are: {admissible_actions}.\n\n"
     "Think step by step inside <think> </think> tags, then give exactly one admissible action "
-    "inside <action> </action> tags."
+    "inside <action> </action> tags.{memory_instructions}"
 )
 _DEFAULT_WITH_HISTORY = (
     "{task}\n\nPrior to this step, you have taken {step_count} step(s). Below are the most recent "
@@ -53,7 +56,7 @@ _DEFAULT_WITH_HISTORY = (
     "You are now at step {current_step} and your current observation is:\n{observation}\n\n"
     "Your admissible actions are: {admissible_actions}.\n\n"
     "Think step by step inside <think> </think> tags, then give exactly one admissible action "
-    "inside <action> </action> tags."
+    "inside <action> </action> tags.{memory_instructions}"
 )
 
 
@@ -202,6 +205,7 @@ class PromptTemplate:
         history: str | None = None,
         history_length: int = 0,
         step_count: int = 0,
+        memory_instructions: str = "",
     ) -> str:
         """The prompt text; ``history=None`` selects ``no_history``."""
         task = self.task if task is None else task
@@ -219,6 +223,7 @@ class PromptTemplate:
                 history_length=history_length,
                 step_count=step_count,
                 current_step=step_count + 1,
+                memory_instructions=memory_instructions,
             )
         fields = {
             "task": task,
@@ -228,6 +233,7 @@ class PromptTemplate:
             "history_length": history_length,
             "step_count": step_count,
             "current_step": step_count + 1,
+            "memory_instructions": memory_instructions,
         }
         return text.format_map(fields)
 

@@ -17,6 +17,7 @@ learning.png (eval success against env-steps, one curve per configuration).
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -80,7 +81,9 @@ def compose(overrides: list[str]) -> Any:
         return load_train(hydra_compose(config_name="train_recall", overrides=overrides))
 
 
-def run_one(setting: Setting, out: Path, extra: list[str]) -> dict[str, Any]:
+def run_one(
+    setting: Setting, out: Path, extra: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
     """Train one configuration; its figures for the table."""
     from agent_memory.train import read_metrics, train
 
@@ -109,7 +112,7 @@ def run_one(setting: Setting, out: Path, extra: list[str]) -> dict[str, Any]:
     }
 
 
-def table(results: list[dict[str, Any]]) -> str:
+def table(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
     """The markdown table of ``results``."""
     lines = [
         "| configuration | final eval success | best eval success | prompt tokens / episode "
@@ -124,7 +127,7 @@ def table(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> None:
+def plot(results: list[dict[str, Any]], path: Path, args: argparse.Namespace) -> None:
     """Eval success against env-steps, one curve per configuration."""
     import matplotlib
 

@@ -15,35 +15,22 @@ the policy writes (memory=notes), and that note with its memory choices left out
 (trainer.train_memory_tokens=false).
 
 Writes to --out (default outputs/bench_notes/<date-time>): one run directory per configuration,
-notes.md (the table, also printed) and notes.png (success against the horizon).
+notes.md (the table, also printed), notes.json and notes.png (success against the horizon).
+The machinery is bench_horizon's (scripts/bench_lib/horizons.py); this is its Recall variant.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
-from dataclasses import dataclass
+import argparse
 from pathlib import Path
 from typing import Any
 
-from bench_lib.trained import REPO, run_benchmark
+from bench_lib import horizons
+from bench_lib.horizons import Bench, Setting
+from bench_lib.trained import run_benchmark
 
-#: (cues, distractors) of the horizons played: 1x is the training horizon (8 steps).
-HORIZONS = ((2, 5), (4, 11), (8, 23))
-
-
-@dataclass(frozen=True)
-class Setting:
-    """One configuration: its name, its label in the table, its config and Hydra overrides."""
-
-    name: str
-    label: str
-    config: str
-    overrides: tuple[str, ...] = ()
-
-
-#: Every configuration's budget: its training time, and its evaluation during training.
-BUDGET = ("trainer.max_minutes=10", "trainer.eval_every=10", "trainer.eval_episodes=100")
+#: The horizons played, as multiples of the training one (2 cues over 8 steps).
+MULTIPLES = (1, 2, 4)
 #: The task and model of configs/train_notes.yaml, for the configurations built on train_recall.
 TASK = (
     "env.kwargs.num_cues=2",
@@ -53,6 +40,29 @@ TASK = (
     "trainer.minibatch_size=64",
     "trainer.tiny.lowercase=true",
     "trainer.tiny.pretrain_steps=3000",
+)
+
+
+def scale(kwargs: dict[str, Any], k: int) -> dict[str, Any]:
+    """Recall's keyword arguments at ``k`` times the horizon: ``k`` times the cues and the steps.
+
+    Example:
+        >>> scale({"num_cues": 2, "num_distractors": 5}, 4)
+        {'num_cues': 8, 'num_distractors': 23}
+    """
+    cues, steps = kwargs["num_cues"], kwargs["num_cues"] + kwargs["num_distractors"] + 1
+    return {**kwargs, "num_cues": k * cues, "num_distractors": k * (steps - cues) - 1}
+
+
+BENCH = Bench(
+    title="Recall: memory beyond the training horizon",
+    # train_notes' model: its words hold every configuration's (the memory blocks' too).
+    base_config="train_notes",
+    base_overrides=TASK,
+    # Every configuration's budget: its training time, and its evaluation during training.
+    budget=("trainer.max_minutes=10", "trainer.eval_every=10", "trainer.eval_episodes=100"),
+    scale=scale,
+    chance=0.25,
 )
 SETTINGS = (
     Setting(
@@ -102,136 +112,12 @@ QUICK = (
 )
 
 
-def compose(config: str, overrides: list[str]) -> Any:
-    """The training config ``configs/<config>.yaml`` with the budget and ``overrides``."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from agent_memory.train import load_train, register_train_configs
-
-    register_train_configs()
-    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
-        return load_train(hydra_compose(config_name=config, overrides=[*BUDGET, *overrides]))
-
-
-def pretrain_base(out: Path, extra: list[str]) -> list[str]:
-    """Build and pretrain the tiny LM every configuration starts from (``<out>/base``), so rows
-    differ only in their memory and what RL made of it. It is train_notes' model: its words
-    hold every configuration's (the memory blocks' too). Returns the override that loads it;
-    none when ``extra`` names a model."""
-    from agent_memory.train.model import build_tiny_for_env
-
-    job = compose("train_notes", [*TASK, "trainer.progress=false", *extra])
-    if job.trainer.model != "tiny":
-        return []
-    t0 = time.perf_counter()
-    path = build_tiny_for_env(job, job.trainer.tiny, out / "base", seed=job.rollout.seed)
-    print(f"pretrained the base model in {time.perf_counter() - t0:.0f} s: {path}", flush=True)
-    return [f"trainer.model={path}"]
-
-
-def play(job: Any, model: Path, cues: int, distractors: int, out: Path) -> dict[str, float]:
-    """Greedy play of ``model`` on ``job``'s held-out seeds with ``cues`` over the horizon: its
-    success and prompt tokens per step (mean, max)."""
-    from agent_memory.config import JobConfig
-    from agent_memory.rollout import run_rollout
-
-    t, r = job.trainer, job.rollout
-    fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(JobConfig)}
-    env = dataclasses.replace(
-        job.env, kwargs={**job.env.kwargs, "num_cues": cues, "num_distractors": distractors}
-    )
-    policy = dataclasses.replace(
-        job.policy, params={**job.policy.params, "path": str(model), "temperature": 0.0}
-    )
-    rollout = dataclasses.replace(
-        r,
-        num_groups=t.eval_episodes,
-        group_size=1,
-        seed=t.eval_seed,
-        save_parquet=False,
-        progress=False,
-        output_dir=None,
-    )
-    summary = run_rollout(
-        JobConfig(**{**fields, "env": env, "policy": policy, "rollout": rollout}), out
-    )
-    return {
-        "success": float(summary["success_rate"]),
-        "tokens_mean": float(summary["mean_prompt_tokens"]),
-        "tokens_max": float(summary["max_prompt_tokens"]),
-    }
-
-
-def run_one(setting: Setting, out: Path, extra: list[str]) -> dict[str, Any]:
-    """Train one configuration, then play it at every horizon; its figures for the table."""
-    from agent_memory.train import train
-    from agent_memory.train.checkpoint import find_checkpoint
-
-    job = compose(setting.config, [*setting.overrides, "trainer.progress=false", *extra])
-    t0 = time.perf_counter()
-    summary = train(job, out / setting.name)
-    wall = time.perf_counter() - t0
-    model = find_checkpoint(out / setting.name) / "model"
-    plays = [play(job, model, c, d, out / setting.name / f"play_{c}_cues") for c, d in HORIZONS]
-    return {
-        "setting": setting,
-        "success": [p["success"] for p in plays],
-        "tokens_mean": [p["tokens_mean"] for p in plays],
-        "tokens_max": [p["tokens_max"] for p in plays],
-        "wall": wall,
-        "status": summary["status"],
-        "iterations": summary["iterations"],
-        "env_steps": summary["env_steps"],
-    }
-
-
-def table(results: list[dict[str, Any]]) -> str:
-    """The markdown table of ``results``: success, then prompt tokens per step (mean / max), at
-    each horizon; the training's env-steps, iterations and time."""
-    names = [
-        f"{k}x ({c} cues, {c + d + 1} steps)" for k, (c, d) in zip((1, 2, 4), HORIZONS, strict=True)
-    ]
-    head = [*(f"success {n}" for n in names), *(f"tokens/step {k}x" for k in (1, 2, 4))]
-    lines = [
-        f"| configuration | {' | '.join(head)} | env-steps | iterations | training time |",
-        "|---" * (len(head) + 4) + "|",
-    ]
-    for r in results:
-        cells = [f"{s:.1%}" for s in r["success"]]
-        cells += [
-            f"{m:.0f} / {x:.0f}" for m, x in zip(r["tokens_mean"], r["tokens_max"], strict=True)
-        ]
-        lines.append(
-            f"| {r['setting'].label} | {' | '.join(cells)} | {r['env_steps']:,} "
-            f"| {r['iterations']} | {r['wall'] / 60:.1f} min |"
-        )
-    return "\n".join(lines)
-
-
-def plot(results: list[dict[str, Any]], path: Path) -> None:
-    """Success against the horizon, one line per configuration."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4.2))
-    xs = [1, 2, 4]
-    for r in results:
-        ax.plot(xs, [100 * s for s in r["success"]], marker="o", label=r["setting"].label)
-    ax.axhline(25, color="grey", linestyle=":", linewidth=1, label="chance (4 options)")
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(xs, ["1x (trained)", "2x", "4x"])
-    ax.set_xlabel("episode horizon (cues and steps)")
-    ax.set_ylabel("greedy success on held-out seeds (%)")
-    ax.set_ylim(0, 102)
-    ax.set_title("Recall: memory beyond the training horizon")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower left")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+def run_one(
+    setting: Setting, out: Path, extra: list[str], args: argparse.Namespace
+) -> dict[str, Any]:
+    """Train one configuration, then play it at 1x, 2x and 4x the horizon."""
+    args = argparse.Namespace(**{**vars(args), "horizons": MULTIPLES, "episodes": None})
+    return horizons.run_one(BENCH, setting, out, extra, args)
 
 
 def main() -> None:
@@ -241,12 +127,12 @@ def main() -> None:
         SETTINGS,
         QUICK,
         run_one,
-        lambda r: "success at 1x/2x/4x: " + ", ".join(f"{s:.1%}" for s in r["success"]),
-        table,
-        plot,
+        horizons.report,
+        lambda results, args: horizons.table(results, MULTIPLES),
+        lambda results, path, args: horizons.plot(results, path, MULTIPLES, BENCH),
         "notes",
-        check=lambda s, extra: compose(s.config, [*s.overrides, "trainer.progress=false", *extra]),
-        prepare=pretrain_base,
+        check=lambda s, extra: horizons.check_setting(BENCH, s, extra),
+        prepare=lambda out, extra: horizons.pretrain_base(BENCH, out, extra),
     )
 
 

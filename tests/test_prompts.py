@@ -36,7 +36,7 @@ def test_literal_braces_and_action_format():
     [
         (
             {"no_history": "{obs}"},
-            "prompt template 'no_history' uses unknown field(s) ['obs']: expected some of ['admissible_actions', 'current_step', 'history', 'history_length', 'observation', 'step_count', 'task']",
+            "prompt template 'no_history' uses unknown field(s) ['obs']: expected some of ['admissible_actions', 'current_step', 'history', 'history_length', 'memory_instructions', 'observation', 'step_count', 'task']",
         ),
         ({"no_history": "{}"}, "prompt template 'no_history' uses a positional field '{}'"),
         (
@@ -70,7 +70,10 @@ def test_from_config():
 def test_the_compiled_text_writes_what_format_map_writes(history):
     t = PromptTemplate(task="Push {the} box: 100% %s")
     fields = {"observation": "#@ $.# {obs} %d", "admissible": ["up", 'say "hi"', "{}"]}
-    got = t.render(**fields, history=history, history_length=2, step_count=7)
+    words = "\n\nWrite {a} note: 100% %s"
+    got = t.render(
+        **fields, history=history, history_length=2, step_count=7, memory_instructions=words
+    )
     text = t.no_history if history is None else t.with_history
     want = text.format_map(
         {
@@ -81,6 +84,7 @@ def test_the_compiled_text_writes_what_format_map_writes(history):
             "history_length": 2,
             "step_count": 7,
             "current_step": 8,
+            "memory_instructions": words,
         }
     )
     assert got == want

@@ -454,6 +454,79 @@ def test_train_notes_writes_its_evaluation_rows_and_the_memorys_counters(tmp_pat
         assert evaluated["episodes"] == 2 and evaluated["memory"] == "notes"
 
 
+def _block_mask(ids: list[int], open_id: int, close_id: int) -> list[int]:
+    """1 on each token of a complete ``<memory> ... </memory>`` block of ``ids``, else 0."""
+    mask, start = [0] * len(ids), None
+    for k, token in enumerate(ids):
+        if token == open_id and start is None:
+            start = k
+        elif token == close_id and start is not None:
+            mask[start : k + 1] = [1] * (k + 1 - start)
+            start = None
+    return mask
+
+
+@pytest.mark.slow
+def test_train_track_notes_rows_mark_the_written_block_and_hold_the_models_logprobs(tmp_path):
+    """The hf policy writes its note (configs/train_track_notes.yaml): each evaluation row's
+    memory_mask marks exactly the tokens of the <memory> blocks it sampled, and teacher forcing
+    with the weights that played (before training: the pretrained model; after 2 iterations:
+    the last checkpoint) gives back every recorded log-prob."""
+    needs_training()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run_proc(
+        [
+            "scripts/train.py",
+            "--config-name",
+            "train_track_notes",
+            "trainer.iterations=2",
+            "trainer.eval_every=2",
+            "trainer.eval_episodes=2",
+            "trainer.save_every=2",
+            "trainer.tiny.vocab_episodes=2",
+            "trainer.tiny.hidden=32",
+            "trainer.tiny.layers=1",
+            "trainer.tiny.pretrain_steps=150",
+            "trainer.tiny.pretrain_lr=0.01",
+            "trainer.logger=[csv]",
+            "trainer.progress=false",
+            "trainer.minibatch_size=16",
+            "env.kwargs.steps=4",
+            "env.kwargs.num_objects=2",
+            "env.kwargs.num_choices=2",
+            "policy.params.max_new_tokens=12",
+            *TINY,
+            f"hydra.run.dir={tmp_path}",
+        ]
+    )
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["iterations"] == 2
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tiny_model", local_files_only=True)
+    open_id, close_id = tokenizer.convert_tokens_to_ids(["<memory>", "</memory>"])
+    assert tokenizer.unk_token_id not in (open_id, close_id)
+    played = {0: tmp_path / "tiny_model", 2: tmp_path / "checkpoints" / "iter_000002" / "model"}
+    blocks = 0
+    for done, weights in played.items():
+        model = AutoModelForCausalLM.from_pretrained(weights, local_files_only=True).eval()
+        rows = [
+            json.loads(line)
+            for line in (tmp_path / "eval" / f"iter_{done:06d}" / "trajectories.jsonl").open()
+        ]
+        assert rows and all(r["policy_version"] == done for r in rows)
+        for r in rows:
+            ids = r["response_ids"]
+            assert r["memory_mask"] == _block_mask(ids, open_id, close_id), r["response"]
+            blocks += any(r["memory_mask"])
+            with torch.no_grad():
+                logits = model(torch.tensor([r["prompt_ids"] + ids])).logits[0].log_softmax(-1)
+            n = len(r["prompt_ids"])
+            want = [logits[n + j - 1, t].item() for j, t in enumerate(ids)]
+            assert r["response_logprobs"] == pytest.approx(want, abs=1e-4)
+    assert blocks > 0  # the pretrained model writes blocks: the masks are not all zeros
+
+
 def test_train_script_config_errors_are_one_line(tmp_path):
     proc = subprocess.run(
         [sys.executable, "scripts/train.py", "trainer.iteratons=5", f"hydra.run.dir={tmp_path}"],
@@ -506,11 +579,21 @@ def test_bench_notes_quick(tmp_path):
             str(tmp_path),
         ]
     )
-    # each row: 3 successes, 3 "mean / max" token cells, env-steps, iterations, time
-    row = r"\| {} \|( \d+\.\d% \|){{3}}( \d+ / \d+ \|){{3}} [\d,]+ \| 2 \| [\d.]+ min \|"
-    assert re.search(row.format(re.escape("notes the policy writes (trained)")), out), out
-    assert re.search(row.format(re.escape("retrieval, 2 steps")), out), out
+    # each row: 3 successes, 3 "mean / max" token cells, the steps per episode played at
+    # 1x / 2x / 4x (8, 16, 32: the score policy always answers), the note's tokens (mean /
+    # max; none for retrieval), env-steps, iterations (of 2), training and play time
+    row = (
+        r"\| {} \|( \d+\.\d% \|){{3}}( \d+ / \d+ \|){{3}} 8 / 16 / 32 \| {} \| [\d,]+ "
+        r"\| 2 / 2 \| [\d.]+ min \| [\d.]+ min \|"
+    )
+    assert re.search(row.format(re.escape("notes the policy writes (trained)"), r"\d+ / \d+"), out)
+    assert re.search(row.format(re.escape("retrieval, 2 steps"), "-"), out), out
     assert (tmp_path / "notes.png").stat().st_size > 0
+    figures = json.loads((tmp_path / "notes.json").read_text())
+    assert [(f["name"], f["horizons"]) for f in figures] == [
+        ("retrieval", [1, 2, 4]),
+        ("notes", [1, 2, 4]),
+    ]
     # One pretrained base model, built before the processes start; no row builds its own.
     assert (tmp_path / "base" / "pretrain.json").is_file()
     for name in ("notes", "retrieval"):  # each process's log and figures
@@ -521,6 +604,95 @@ def test_bench_notes_quick(tmp_path):
         "Produced by: `python scripts/bench_notes.py --quick --only retrieval notes --jobs 2`"
         in (tmp_path / "notes.md").read_text()
     )
+
+
+@pytest.mark.slow
+def test_bench_horizon_quick(tmp_path):
+    needs_training()
+    # A trained row and the untrained one at once (--jobs: a process each), then the window;
+    # played at 1x and 3x the training horizon (Track: env.kwargs.steps before the question).
+    import yaml
+
+    steps = yaml.safe_load((REPO / "configs" / "env" / "track.yaml").read_text())["kwargs"]["steps"]
+    out = run(
+        [
+            "scripts/bench_horizon.py",
+            "--quick",
+            "--only",
+            "notes",
+            "untrained",
+            "window",
+            "--horizons",
+            "1",
+            "3",
+            "--episodes",
+            "4",
+            "--jobs",
+            "2",
+            "--out",
+            str(tmp_path),
+        ]
+    )
+    head = (
+        "| configuration | success 1x | success 3x | tokens/step 1x | tokens/step 3x "
+        "| steps/episode 1x / 3x | note tokens | env-steps | iterations | training time "
+        "| play time |"
+    )
+    assert head in out, out
+    rows = {
+        "notes the model writes (trained)": (r"\d+ / \d+", "2 / 2"),
+        "notes, untrained (the pretrained base)": (r"\d+ / \d+", re.escape("0 (untrained)")),
+        "window (12-token history)": ("-", "2 / 2"),
+    }
+    for label, (note, iterations) in rows.items():
+        row = (
+            rf"^\| {re.escape(label)} \|( \d+\.\d% \|){{2}}( \d+ / \d+ \|){{2}} "
+            rf"([\d.]+) / ([\d.]+) \| {note} \| [\d,]+ \| {iterations} \| [\d.]+ min "
+            r"\| [\d.]+ min \|$"
+        )
+        found = re.search(row, out, re.M)
+        assert found, (label, out)
+        # The horizons played: k * steps before the question at k x, then the answer (or, for
+        # an episode never answered, up to 3 more steps until truncation).
+        for k, played in zip((1, 3), found.group(3, 4), strict=True):
+            assert k * steps + 1 <= float(played) <= k * steps + 4, (label, k, played)
+    figures = json.loads((tmp_path / "horizon.json").read_text())
+    assert [(f["name"], f["horizons"], f["episodes"]) for f in figures] == [
+        ("notes", [1, 3], 4),
+        ("untrained", [1, 3], 4),
+        ("window", [1, 3], 4),
+    ]
+    for name in ("notes", "untrained", "window"):
+        for k in (1, 3):
+            summary = json.loads((tmp_path / name / f"play_{k}x" / "summary.json").read_text())
+            assert summary["episodes"] == 4 and summary["env"] == "agent_memory/Track-v0"
+    assert not (tmp_path / "untrained" / "checkpoints").exists()  # played, never trained
+    assert (tmp_path / "horizon.png").stat().st_size > 0
+    assert (
+        "Produced by: `python scripts/bench_horizon.py --quick --only notes untrained window "
+        "--horizons 1 3 --episodes 4 --jobs 2`" in (tmp_path / "horizon.md").read_text()
+    )
+
+
+def test_bench_horizon_checks_its_options_and_every_configuration(tmp_path):
+    def fails(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "scripts/bench_horizon.py", "--quick", *args],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+    proc = fails("--iterations", "0", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.endswith("error: argument --iterations: expected an integer >= 1, got '0'\n")
+    proc = fails("--set", "trainer.lr=-1", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr == (
+        "Config error: trainer.lr must be a number > 0, got -1.0: pass e.g. trainer.lr=0.001\n"
+    )
+    assert not (tmp_path / "out").exists()  # nothing started, nothing written
 
 
 def test_bench_notes_checks_every_configuration_before_training(tmp_path):

@@ -447,6 +447,12 @@ class BaseMemory(ABC):
         """The memory's reply when ``response`` is a memory action, else None (the default)."""
         return None
 
+    def instructions(self, history_length: int) -> str:
+        """How the policy writes this memory's blocks, for the prompt's
+        ``{memory_instructions}`` (a blank line, then the words), at ``history_length``; ``""``:
+        the policy writes none (the default)."""
+        return ""
+
     @property
     def written_tag(self) -> str | None:
         """The tag of the blocks the policy writes for this memory (their tokens are the rows'

@@ -237,6 +237,40 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         """The note's tag: the tokens of its blocks are the rows' memory tokens."""
         return self.settings.tag
 
+    def instructions(self, history_length: int) -> str:
+        """The prompt's words on writing the note (``{memory_instructions}`` of the default
+        template): where the block goes, that it replaces the note (or adds a line) within
+        ``note_tokens``, and what else of earlier steps the prompt shows at ``history_length``.
+
+        Example:
+            >>> import textwrap
+            >>> words = NotesMemory(num_envs=1, note_tokens=32).instructions(0)
+            >>> print(textwrap.fill(words.strip(), 80))
+            You keep a note for later steps. Before <action>, write <memory>your
+            note</memory>: each <memory> block replaces your note, so write in it all you
+            still need (at most 32 tokens). The note, shown after "Memory:", is all you will
+            see of earlier steps.
+        """
+        s = self.settings
+        open_, close = self._open, f"</{s.tag}>"
+        if s.update == "replace":
+            how = f"each {open_} block replaces your note, so write in it all you still need"
+        else:
+            how = (
+                f"each {open_} block adds a line to your note (the oldest lines go first), so "
+                "write only what you will need"
+            )
+        shown = f', shown after "{s.header}",' if s.header else ""
+        if history_length == 0:
+            seen = f"The note{shown} is all you will see of earlier steps."
+        else:
+            steps = "every earlier step" if history_length < 0 else "your most recent steps"
+            seen = f"You will see the note{shown} and {steps}."
+        return (
+            f"\n\nYou keep a note for later steps. Before <action>, write "
+            f"{open_}your note{close}: {how} (at most {s.note_tokens} tokens). {seen}"
+        )
+
     def note(self, env_id: int) -> str:
         """Env ``env_id``'s current note (``""`` before it writes one)."""
         return self._notes[check_env_index(env_id, self.num_envs)]

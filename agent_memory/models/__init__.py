@@ -14,6 +14,7 @@ from agent_memory.models.tiny import (
     ROLES,
     SPECIAL_TOKENS,
     build_tiny_lm,
+    tag_tokens,
     template_words,
     words_from_texts,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "SPECIAL_TOKENS",
     "build_tiny_lm",
     "pretrain_tiny_lm",
+    "tag_tokens",
     "template_words",
     "words_from_texts",
 ]

@@ -13,6 +13,14 @@ built from its own vocabulary's words, never from an env's text:
   (any word of the vocabulary, punctuation included), then every statement again in a shuffled
   order (the loss on each restated V).
 
+- *notes* (when the run's policy writes a note: ``notes=``): a prompt laid out as the run's own
+  (its template, its note, its chat turns) around lines of random words, and an answer
+  ``<memory> ... </memory> <action> ... </action>`` whose block copies a line of the prompt
+  (which line is drawn at random: RL learns which to keep), a suffix of one (a shorter
+  rewrite), or the note shown unchanged (carried forward), and whose action is an admissible
+  word; when the note names one of several admissible words, that word (a fact read back
+  from the note). Nothing of an env's sentences nor of a task's answers is in them.
+
 Half of the documents are repeats, over alphabets of 4 words up to the whole vocabulary: with
 few words a word recurs within the sequence and the next one is known only from the last two, the
 two-word match that reads ``the K is`` back. The filler is every word, punctuation included, and
@@ -36,13 +44,21 @@ import logging
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from agent_memory.checks import check_int, check_number
 
-__all__ = ["PRETRAIN_FILE", "fact_document", "pretrain_tiny_lm", "repeat_document"]
+__all__ = [
+    "PRETRAIN_FILE",
+    "NoteLayout",
+    "fact_document",
+    "note_document",
+    "pretrain_tiny_lm",
+    "repeat_document",
+]
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +136,100 @@ def fact_document(
     return ids, weights
 
 
+@dataclass(frozen=True)
+class NoteLayout:
+    """What a prompt around a note looks like in the run, for :func:`note_document`.
+
+    Args:
+        render: ``(note, task, observation, actions) -> prompt`` text of one user turn as the
+            run's wrapper writes it (its note shown first when there is one), e.g. from
+            :meth:`~agent_memory.wrappers.VectorHistoryWrapper.render_prompt`.
+        tag: the note's block tag (``memory``).
+        action_tag: the action's tag (None: the action is written bare).
+        end: what closes the answer (the model's end of turn, e.g. its EOS token).
+    """
+
+    render: Callable[[str, str, str, Sequence[str]], str]
+    tag: str = "memory"
+    action_tag: str | None = "action"
+    end: str = ""
+
+
+#: The kinds of note documents and how often each is drawn.
+_NOTE_KINDS = {"copy": 0.4, "rewrite": 0.15, "keep": 0.25, "read": 0.2}
+
+
+def note_document(
+    rng: random.Random,
+    words: Sequence[str],
+    encode: Any,
+    layout: NoteLayout,
+    wrap: Callable[[str], str] = lambda prompt: prompt,
+    kind: str | None = None,
+) -> Document:
+    """A prompt of ``layout`` around random lines of ``words`` and an answer that writes a
+    note block, then an action (see the module docstring); ``wrap`` turns the prompt into the
+    model's text before its answer (e.g. a chat template). Weight 1 on the answer, but 0 on an
+    action drawn among several words with nothing to tell them apart.
+
+    ``kind``: ``copy`` (a line of the prompt, drawn at random), ``rewrite`` (the last words of
+    one), ``keep`` (the note as shown), ``read`` (the note carried, the action the admissible
+    word it names); None draws one.
+
+    Example:
+        >>> layout = NoteLayout(lambda note, task, obs, acts: f"{note} | {task} | {obs} | {acts}")
+        >>> rng = random.Random(1)
+        >>> ids, w = note_document(rng, ["a", "b", "c", "d"], str.split, layout, kind="read")
+        >>> w.count(0.0), w.count(1.0)  # the prompt, then the answer
+        (34, 13)
+        >>> print(" ".join(ids[:34]))
+        d d d d d c d . | b b c . a a d b d . | b d c a b a c a d . | ['b', 'c', 'a']
+        >>> print(" ".join(ids[34:]))
+        <memory> d d d d d c d . </memory> <action> c </action>
+    """
+
+    def line(among: Sequence[str] = words) -> str:
+        return " ".join(rng.choices(among, k=rng.randint(2, 10))) + " ."
+
+    kind = kind or rng.choices(list(_NOTE_KINDS), weights=list(_NOTE_KINDS.values()))[0]
+    actions = rng.sample(list(words), rng.choice((1, 1, 2, 3, 4)))
+    task = " ".join(line() for _ in range(rng.randint(1, 3)))  # one to three sentences
+    observation = line() if rng.random() < 0.8 else f"{line()}\n{line()}"  # one line or two
+    note = "" if kind in ("copy", "rewrite") and rng.random() < 0.3 else line()
+    action, action_weight = rng.choice(actions), float(len(actions) == 1)
+    if kind == "read":  # the note names one admissible word (and no other)
+        actions = rng.sample(list(words), rng.randint(2, min(4, len(words) - 1)))
+        action, action_weight = rng.choice(actions), 1.0
+        kept = line([w for w in words if w not in actions]).split()
+        kept.insert(rng.randint(0, len(kept) - 1), action)
+        note = " ".join(kept)
+    if kind in ("keep", "read"):
+        block = note
+    else:
+        lines = [x for x in (note, task, *observation.split("\n")) if x]
+        chosen = rng.choice(lines).split()
+        if kind == "rewrite":  # its last words, without the full stop
+            chosen = chosen[:-1][-rng.randint(1, len(chosen) - 1) :]
+        block = " ".join(chosen)
+    prompt = wrap(layout.render(note, task, observation, actions))
+    ids = encode(prompt)
+    weights = [0.0] * len(ids)
+    tag = layout.tag
+    pieces = [(f"<{tag}> {block} </{tag}>", 1.0)]
+    if layout.action_tag:
+        pieces += [(f"<{layout.action_tag}>", 1.0), (action, action_weight)]
+        pieces += [(f"</{layout.action_tag}>", 1.0)]
+    else:
+        pieces.append((action, action_weight))
+    if layout.end:
+        pieces.append((layout.end, 1.0))
+    for text, weight in pieces:
+        piece = encode(text)
+        ids += piece
+        weights += [weight] * len(piece)
+    return ids, weights
+
+
 def pretrain_tiny_lm(
     path: str | Path,
     *,
@@ -128,6 +238,7 @@ def pretrain_tiny_lm(
     batch_size: int = 32,
     max_facts: int = 4,
     seed: int = 0,
+    notes: NoteLayout | None = None,
 ) -> dict[str, float]:
     """Pretrain the tiny LM saved at ``path`` in place (see the module docstring) and write
     :data:`PRETRAIN_FILE` beside it.
@@ -139,10 +250,14 @@ def pretrain_tiny_lm(
         batch_size: Documents per step, half repeats and half facts on average.
         max_facts: The most statements in one fact document (at least 2).
         seed: Seeds the documents and torch: same arguments, same weights.
+        notes: The run's note layout: half of the documents are then :func:`note_document`
+            ones (a quarter each repeats and facts), put in the model's chat turns.
 
     Returns:
         ``steps``, the last step's ``loss``, ``fact_accuracy`` (greedy next-token accuracy of
-        the restated values on 128 held-out fact documents) and ``seconds``.
+        the restated values on 128 held-out fact documents) and ``seconds``; with ``notes``,
+        ``note_accuracy`` and ``note_accuracy_start``: the same accuracy on the answers of 128
+        held-out note documents, after and before the stage.
 
     Raises:
         ValueError: a bad setting, or a vocabulary without the words ``the``, ``is`` and ``.``
@@ -171,7 +286,15 @@ def pretrain_tiny_lm(
     def encode(text: str) -> list[int]:
         return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
+    def wrap(prompt: str) -> str:
+        if not tokenizer.chat_template:
+            return prompt
+        turn = [{"role": "user", "content": prompt}]
+        return str(tokenizer.apply_chat_template(turn, tokenize=False, add_generation_prompt=True))
+
     def draw(rng: random.Random, step: int) -> Document:
+        if notes is not None and rng.random() < 0.5:
+            return note_document(rng, words, encode, notes, wrap)
         if rng.random() < 0.5:
             return repeat_document(rng, words, encode)
         # Short documents first (the reading back forms there), then facts as far apart as an
@@ -183,10 +306,16 @@ def pretrain_tiny_lm(
     eval_docs = [
         fact_document(held_out, words, encode, max_facts, filler, 32) for _ in range(_EVAL_DOCS)
     ]
+    note_docs = (
+        [note_document(held_out, words, encode, notes, wrap) for _ in range(_EVAL_DOCS)]
+        if notes is not None
+        else []
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
         model.train()
+        note_start = _fact_accuracy(model, note_docs)
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         rng = random.Random(seed)
         start, loss = time.perf_counter(), float("nan")
@@ -211,6 +340,7 @@ def pretrain_tiny_lm(
                     _fact_accuracy(model, eval_docs[:32]),
                 )
         accuracy = _fact_accuracy(model, eval_docs)
+        note_end = _fact_accuracy(model, note_docs)
     model.save_pretrained(str(path))
     stats = {
         "steps": steps,
@@ -218,7 +348,15 @@ def pretrain_tiny_lm(
         "fact_accuracy": round(accuracy, 4),
         "seconds": round(time.perf_counter() - start, 1),
     }
-    settings = {"lr": lr, "batch_size": batch_size, "max_facts": max_facts, "seed": seed}
+    if notes is not None:
+        stats |= {"note_accuracy": round(note_end, 4), "note_accuracy_start": round(note_start, 4)}
+    settings = {
+        "lr": lr,
+        "batch_size": batch_size,
+        "max_facts": max_facts,
+        "seed": seed,
+        "notes": notes is not None,
+    }
     (Path(path) / PRETRAIN_FILE).write_text(json.dumps({**settings, **stats}, indent=2) + "\n")
     log.info("pretrained the tiny model: %s", stats)
     return stats
@@ -255,7 +393,8 @@ def _token_losses(model: Any, ids: Any, mask: Any) -> Any:
 
 
 def _fact_accuracy(model: Any, docs: Sequence[Document]) -> float:
-    """Greedy accuracy of the restated values of ``docs``."""
+    """Greedy accuracy of the tokens of weight 1 of ``docs`` (a fact document's restated
+    values; a note document's answer); 0 for no documents."""
     import torch
 
     model.eval()

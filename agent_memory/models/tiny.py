@@ -41,6 +41,7 @@ __all__ = [
     "ROLES",
     "SPECIAL_TOKENS",
     "build_tiny_lm",
+    "tag_tokens",
     "template_words",
     "words_from_texts",
 ]
@@ -101,6 +102,24 @@ def template_words(chat_template: str) -> list[str]:
     return list(dict.fromkeys([*_PIECES.findall(literal), *ROLES]))
 
 
+def tag_tokens(tags: Sequence[str]) -> list[str]:
+    """The opening and closing marks of ``tags``, in order, each once.
+
+    Example:
+        >>> tag_tokens(["memory", "action", "memory"])
+        ['<memory>', '</memory>', '<action>', '</action>']
+
+    Raises:
+        ValueError: a tag that is not a bare word (``<memory>`` rather than ``memory``).
+    """
+    marks: dict[str, None] = {}
+    for tag in tags:
+        if not isinstance(tag, str) or not re.fullmatch(r"\w+", tag):
+            raise ValueError(f"tags must be bare tag names like 'memory', got {tag!r}")
+        marks.update(dict.fromkeys((f"<{tag}>", f"</{tag}>")))
+    return list(marks)
+
+
 def build_tiny_lm(
     path: str | Path,
     words: Sequence[str],
@@ -115,6 +134,7 @@ def build_tiny_lm(
     init_range: float = 0.5,
     tie_embeddings: bool = False,
     lowercase: bool = False,
+    tags: Sequence[str] = (),
 ) -> Path:
     """Save a randomly initialised causal LM and its word-level tokenizer to ``path``.
 
@@ -133,9 +153,13 @@ def build_tiny_lm(
             makes a random model say varied things rather than one token forever.
         tie_embeddings: Share the input embedding matrix with the output layer.
         lowercase: Add a lower-casing normalizer (the vocabulary and decoding are lower-case).
+        tags: Tag names whose ``<tag>`` and ``</tag>`` are one token each (after the words):
+            decoding joins tokens with spaces, so a model whose tags split into ``<``, ``tag``,
+            ``>`` pieces writes ``< tag >``, which no parser reads as a tag.
 
     Raises:
-        ValueError: a word that is not a single pre-tokenizer piece, or a bad size.
+        ValueError: a word that is not a single pre-tokenizer piece, a tag that is no bare
+            name, or a bad size.
 
     Example:
         >>> import tempfile
@@ -146,7 +170,7 @@ def build_tiny_lm(
     """
     import torch
     import transformers
-    from tokenizers import Tokenizer, models, pre_tokenizers
+    from tokenizers import AddedToken, Tokenizer, models, pre_tokenizers
 
     if arch not in ("llama", "gpt2"):
         raise ValueError(f"arch must be 'llama' or 'gpt2', got {arch!r}")
@@ -173,8 +197,13 @@ def build_tiny_lm(
             )
         vocab[word] = len(vocab)
 
+    marks = tag_tokens(tags)
+    for mark in marks:
+        vocab.setdefault(mark, len(vocab))
     raw = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
     raw.pre_tokenizer = pre
+    # Matched before the pre-tokenizer splits the text (their ids are the vocabulary's above).
+    raw.add_tokens([AddedToken(m, normalized=False) for m in marks])
     if lowercase:
         from tokenizers import normalizers
 

@@ -8,15 +8,17 @@ env's own prompts (docs/training.md).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from agent_memory.config import JobConfig
+from agent_memory.models.pretrain import NoteLayout
 from agent_memory.train.config import TinyModelConfig
 
-__all__ = ["build_tiny_for_env", "env_texts", "load_model", "pick_device"]
+__all__ = ["build_tiny_for_env", "env_texts", "load_model", "note_layout", "pick_device"]
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +64,19 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
     episodes (played here with uniformly random admissible actions and memory blocks, through
     the job's memory and template), every admissible action in the parser's format, every
     memory block offered and every memory turn's prompt."""
+    return _play(job, episodes, seed)[0]
+
+
+def _play(job: JobConfig, episodes: int, seed: int) -> tuple[list[str], list[str]]:
+    """:func:`env_texts`, and the tags a policy that writes text writes in ``job``: the
+    parser's action tag and the memory's block tag (where there are)."""
     from agent_memory.rollout.bank import build_env
 
     env = build_env(job, 1)
     parser = job.env.parser.build()
     rng = np.random.default_rng(seed)
     texts: list[str] = []
+    tags = [t for t in (parser.tag, env.memory.written_tag) if t]
     try:
         for episode in range(episodes):
             prompts, _ = env.reset(seed=[seed + episode])
@@ -90,7 +99,7 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
                     prompts = env.prompts
     finally:
         env.close()
-    return texts
+    return texts, tags
 
 
 def _text(prompt: Any) -> str:
@@ -103,7 +112,8 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
     """Build the tiny demo model for ``job``'s env into ``out`` (see the module docstring)."""
     from agent_memory.models import build_tiny_lm, words_from_texts
 
-    words = words_from_texts(env_texts(job, cfg.vocab_episodes, seed))
+    texts, tags = _play(job, cfg.vocab_episodes, seed)
+    words = words_from_texts(texts)
     path = build_tiny_lm(
         out,
         words,
@@ -116,12 +126,17 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
         init_range=cfg.init_range,
         tie_embeddings=cfg.tie_embeddings,
         lowercase=cfg.lowercase,
+        # A policy that writes text must be able to write each tag it is read by (one token
+        # each: a tag split into pieces decodes as "< memory >"); a choosing one never writes.
+        tags=tags if job.policy.name != "score" else (),
     )
     log.info("built the tiny model (%d words) in %s", len(words), path)
     if cfg.pretrain_steps:
         from agent_memory.config import ConfigError
         from agent_memory.models import pretrain_tiny_lm
+        from agent_memory.rollout.bank import build_env
 
+        env = build_env(job, 1)
         try:
             pretrain_tiny_lm(
                 path,
@@ -129,6 +144,7 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
                 lr=cfg.pretrain_lr,
                 max_facts=cfg.pretrain_max_facts,
                 seed=seed,
+                notes=note_layout(env, job.env.parser.tag) if job.policy.name != "score" else None,
             )
         except ValueError as e:  # the env's words cannot make the pretraining documents
             raise ConfigError(
@@ -136,7 +152,28 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
                 "trainer.tiny.pretrain_steps=0",
                 key="trainer.tiny.pretrain_steps",
             ) from e
+        finally:
+            env.close()
     return path
+
+
+def note_layout(env: Any, action_tag: str | None) -> NoteLayout | None:
+    """How ``env``'s prompts show a note its policy writes (its memory's header, then its
+    template with the memory's instructions), for the note documents of the pretraining; None
+    when its memory reads no note the policy writes."""
+    from agent_memory.memory.notes import NotesMemory
+    from agent_memory.models import SPECIAL_TOKENS
+
+    memory = env.memory
+    if not isinstance(memory, NotesMemory):
+        return None
+    header = memory.settings.header
+
+    def render(note: str, task: str, observation: str, actions: Sequence[str]) -> str:
+        shown = (f"{header}\n{note}" if header else note) if note else ""
+        return _text(env.render_prompt(observation, task, list(actions), shown))
+
+    return NoteLayout(render, memory.written_tag, action_tag, end=SPECIAL_TOKENS[3])
 
 
 def load_model(path: str | Path, device: Any, dtype: Any) -> tuple[Any, Any]:

@@ -111,6 +111,18 @@ class OwnsHistory:
         """Tokens of the smallest prompt the template makes (empty observation, no history)."""
         return self._parts.builder.frame_tokens
 
+    def render_prompt(
+        self,
+        observation: str,
+        task: str | None = None,
+        admissible: Sequence[Any] | None = None,
+        context: str = "",
+    ) -> Prompt:
+        """The prompt this wrapper shows at an episode's first step, with ``context`` before
+        it as a memory's note is shown (``""``: none): for text that looks like its prompts
+        (e.g. the tiny model's pretraining documents)."""
+        return self._parts.builder.render(observation, task, admissible, context, 0, 0)
+
     @property
     def prompts(self) -> tuple[Prompt, ...]:
         """Every env's latest prompt (what the last ``reset`` or ``step`` returned; after

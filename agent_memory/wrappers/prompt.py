@@ -100,9 +100,11 @@ class PromptBuilder:
         self.history_length = history_length
         self.max_prompt_tokens = max_prompt_tokens
         self.chat = memory.output == "messages"
+        #: The template's ``{memory_instructions}``: how to write the memory's blocks, if any.
+        self.instructions = memory.instructions(history_length)
         #: Tokens of the smallest prompt the template makes: an empty observation, no history,
         #: no admissible actions, only the template's own task.
-        self.frame_tokens = counter(prompt_text(self._render("", template.task, None, None, 0, 0)))
+        self.frame_tokens = counter(prompt_text(self.render("", template.task, None, None, 0, 0)))
         if max_prompt_tokens is not None and max_prompt_tokens < self.frame_tokens:
             raise ValueError(
                 f"max_prompt_tokens={max_prompt_tokens} is below the prompt's frame: the template "
@@ -138,7 +140,7 @@ class PromptBuilder:
                 contexts[j], lens[j] = context, length
         prompts = list(
             map(
-                self._render,
+                self.render,
                 state.observations_of(ids),
                 state.tasks_of(ids),
                 state.admissibles_of(ids),
@@ -153,7 +155,7 @@ class PromptBuilder:
                 prompts[j], chars[j], tokens[j], lens[j] = self._fit(ids[j], lens[j], steps[j])
         return Built(prompts, lens, chars, tokens, steps)
 
-    def _render(
+    def render(
         self,
         observation: str,
         task: str | None,
@@ -162,10 +164,16 @@ class PromptBuilder:
         length: int,
         step_count: int,
     ) -> Prompt:
+        """One prompt: the template's, with ``context`` (a window of ``length`` steps, or with
+        ``length == 0`` a memory's note, shown first) after ``step_count`` steps."""
         t = self.template
         if self.chat:
             user = t.render(
-                observation=observation, task=task, admissible=admissible, step_count=step_count
+                observation=observation,
+                task=task,
+                admissible=admissible,
+                step_count=step_count,
+                memory_instructions=self.instructions,
             )
             system = t.render_system(task=task)
             head = [] if system is None else [{"role": "system", "content": system}]
@@ -177,13 +185,14 @@ class PromptBuilder:
             history=context if length > 0 else None,
             history_length=length,
             step_count=step_count,
+            memory_instructions=self.instructions,
         )
         # No steps shown yet, but the memory has notes: they go first.
         return f"{context}\n\n{prompt}" if length == 0 and context else prompt
 
     def _render_env(self, i: int, context: Any, length: int, step_count: int) -> Prompt:
         state = self.state
-        return self._render(
+        return self.render(
             state.observation(i), state.task(i), state.admissible(i), context, length, step_count
         )
 

@@ -278,3 +278,51 @@ def test_an_appended_note_keeps_as_many_newest_lines_as_fit(counter):
                 want.pop(0)
             expected = fit_text("\n".join(want), 20, count)
         assert mem.note(0) == expected, lines
+
+
+@pytest.mark.parametrize(
+    ("memory", "params", "history_length", "words"),
+    [
+        (
+            "notes",
+            {"note_tokens": 24},
+            0,
+            [
+                "Before <action>, write <memory>your note</memory>: each <memory> block replaces "
+                "your note",
+                "(at most 24 tokens)",
+                'The note, shown after "Memory:", is all you will see of earlier steps.',
+            ],
+        ),
+        (
+            "notes",
+            {"update": "append"},
+            2,
+            [
+                "each <memory> block adds a line to your note",
+                'You will see the note, shown after "Memory:", and your most recent steps.',
+            ],
+        ),
+        ("window", {}, 2, []),
+        ("none", {}, 0, []),
+    ],
+)
+def test_the_default_prompt_says_how_to_write_a_note_when_the_memory_reads_one(
+    memory, params, history_length, words
+):
+    venv = gym.make_vec("agent_memory/Recall-v0", num_envs=1, vectorization_mode="sync")
+    env = VectorHistoryWrapper(
+        venv,
+        history_length=history_length,
+        memory=make_memory(memory, num_envs=1, **params),
+        parser=ActionParser(),
+    )
+    first, _ = env.reset(seed=0)
+    later, *_ = env.step(["<memory>the kite is red</memory><action>next</action>"])
+    env.close()
+    for prompt in (first[0], later[0]):
+        for said in words:
+            assert said in prompt, (said, prompt)
+        # The words close the prompt after the action's (a blank line apart); none without them.
+        assert prompt.endswith("inside <action> </action> tags.") == (not words), prompt
+        assert ("<memory>" in prompt) == bool(words)

@@ -155,3 +155,18 @@ def test_bad_arguments_are_refused_with_the_fix(tmp_path):
         build_tiny_lm(tmp_path / "z", ["go"], arch="bert")  # type: ignore[arg-type]
     with pytest.raises(TypeError, match=re.escape("words_from_texts expects strings, got int")):
         words_from_texts(["ok", 3])  # type: ignore[list-item]
+
+
+def test_tags_are_one_token_each_so_a_sampled_response_decodes_to_a_readable_tag(tmp_path):
+    from agent_memory.models import tag_tokens
+    from agent_memory.text import find_tags
+
+    path = build_tiny_lm(tmp_path, ["next", "blue", "the"], tags=["memory", "action"])
+    tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    ids = tok.encode("<memory>the blue</memory><action>next</action>", add_special_tokens=False)
+    assert tok.convert_ids_to_tokens(ids)[0] == "<memory>" and len(ids) == 7
+    text = tok.decode(ids)  # what a model that sampled these ids wrote
+    assert find_tags(text, ["memory", "action"]) == [("memory", " the blue "), ("action", " next ")]
+    assert tok.encode(text, add_special_tokens=False) == ids
+    with pytest.raises(ValueError, match=re.escape("tags must be bare tag names like 'memory'")):
+        tag_tokens(["<memory>"])

@@ -156,6 +156,24 @@ def test_hf_policy_trains_with_notes_without_their_tokens(ray_session, tmp_path)
     assert row["samples"] > 0
 
 
+@pytest.mark.parametrize("policy", ["hf", "score"])
+def test_the_tiny_model_of_a_policy_that_writes_can_write_its_tags(tmp_path, policy):
+    """Split into pieces, a sampled tag decoded as "< memory >": no block and no action was
+    ever read from the tiny model's responses (policy=hf, memory=notes: valid actions 0.0)."""
+    from agent_memory.text import find_tags
+    from agent_memory.train.config import TinyModelConfig
+    from agent_memory.train.model import build_tiny_for_env, load_model
+
+    job = small_job(policy=policy)
+    job.memory = MemoryConfig(strategy="notes")
+    tiny = TinyModelConfig(hidden=16, layers=1, heads=2, vocab_episodes=2)
+    _, tok = load_model(build_tiny_for_env(job, tiny, tmp_path / "m", seed=0), "cpu", None)
+    ids = tok.encode("<memory>next</memory><action>next</action>", add_special_tokens=False)
+    written = find_tags(tok.decode(ids), ["memory", "action"])
+    # A choosing policy never writes: its model is the one it always was.
+    assert written == ([("memory", " next "), ("action", " next ")] if policy == "hf" else [])
+
+
 def test_rollout_rows_mark_the_tokens_of_the_memory_block(ray_session, tmp_path):
     from agent_memory.models import build_tiny_lm
     from tests.rollout.conftest import make_job
