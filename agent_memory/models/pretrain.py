@@ -169,8 +169,9 @@ def note_document(
 ) -> Document:
     """A prompt of ``layout`` around random lines of ``words`` and an answer that writes a
     note block, then an action (see the module docstring); ``wrap`` turns the prompt into the
-    model's text before its answer (e.g. a chat template). Weight 1 on the answer, but 0 on an
-    action drawn among several words with nothing to tell them apart.
+    model's text before its answer (e.g. a chat template). Weight 1 on the answer (an action
+    drawn among several words with nothing to tell them apart too: the loss is least when the
+    model spreads its choice over the admissible words, never on a word outside them).
 
     ``kind``: ``copy`` (a line of the prompt, drawn at random), ``rewrite`` (the last words of
     one), ``keep`` (the note as shown), ``read`` (the note carried, the action the admissible
@@ -196,10 +197,10 @@ def note_document(
     task = " ".join(line() for _ in range(rng.randint(1, 3)))  # one to three sentences
     observation = line() if rng.random() < 0.8 else f"{line()}\n{line()}"  # one line or two
     note = "" if kind in ("copy", "rewrite") and rng.random() < 0.3 else line()
-    action, action_weight = rng.choice(actions), float(len(actions) == 1)
+    action = rng.choice(actions)  # among several, any: the loss spreads it over the list
     if kind == "read":  # the note names one admissible word (and no other)
         actions = rng.sample(list(words), rng.randint(2, min(4, len(words) - 1)))
-        action, action_weight = rng.choice(actions), 1.0
+        action = rng.choice(actions)
         kept = line([w for w in words if w not in actions]).split()
         kept.insert(rng.randint(0, len(kept) - 1), action)
         note = " ".join(kept)
@@ -217,10 +218,10 @@ def note_document(
     tag = layout.tag
     pieces = [(f"<{tag}> {block} </{tag}>", 1.0)]
     if layout.action_tag:
-        pieces += [(f"<{layout.action_tag}>", 1.0), (action, action_weight)]
+        pieces += [(f"<{layout.action_tag}>", 1.0), (action, 1.0)]
         pieces += [(f"</{layout.action_tag}>", 1.0)]
     else:
-        pieces.append((action, action_weight))
+        pieces.append((action, 1.0))
     if layout.end:
         pieces.append((layout.end, 1.0))
     for text, weight in pieces:
