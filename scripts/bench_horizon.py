@@ -13,8 +13,8 @@ pretraining, no task answers; <out>/base). Each configuration starts from it, tr
 number of iterations (--iterations, the same for every row, so a loaded machine gives the same
 table; trainer.max_minutes only as a safety net: the table says when it cut a row short) at
 the training horizon H (env.kwargs.horizon, 1 unless --set), then plays its final weights
-greedily on --episodes held-out seeds at each --horizons multiple of H (1x, 10x, 100x: 20, 200
-and 2,000 steps before the question with configs/env/track.yaml), every episode stepping together.
+greedily on --episodes held-out seeds at each --horizons multiple of H (1x, 10x, 100x: 40, 400
+and 4,000 steps before the question with configs/env/track.yaml), every episode stepping together.
 
 Configurations, each from configs/train_track_notes.yaml (Track at horizon 1, the tiny LM and
 its pretraining, GRPO): the notes the model writes (policy=hf, memory=notes, update=replace: the

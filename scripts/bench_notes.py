@@ -90,7 +90,7 @@ SETTINGS = (
         "train_recall",
         (*TASK, "memory=retrieval", "env.history_length=2"),
     ),
-    Setting("notes", "notes the policy writes (trained)", "train_notes", TASK),
+    Setting("notes", "notes, score policy chooses the line (trained)", "train_notes", TASK),
     Setting(
         "notes_memory_untrained",
         "notes, memory choices not trained",

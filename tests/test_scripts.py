@@ -513,7 +513,9 @@ def test_bench_notes_quick(tmp_path):
         r"\| {} \|( \d+\.\d% \|){{3}}( \d+ / \d+ \|){{3}} 8 / 16 / 32 \| {} \| [\d,]+ "
         r"\| 2 / 2 \| [\d.]+ min \| [\d.]+ min \|"
     )
-    assert re.search(row.format(re.escape("notes the policy writes (trained)"), r"\d+ / \d+"), out)
+    assert re.search(
+        row.format(re.escape("notes, score policy chooses the line (trained)"), r"\d+ / \d+"), out
+    )
     assert re.search(row.format(re.escape("retrieval, 2 steps"), "-"), out), out
     assert (tmp_path / "notes.png").stat().st_size > 0
     figures = json.loads((tmp_path / "notes.json").read_text())
