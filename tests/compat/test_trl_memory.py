@@ -50,15 +50,17 @@ def writer(tmp_path_factory):
     model.resize_token_embeddings(len(tok), mean_resizing=False)
     rng = random.Random(0)
     opt = torch.optim.Adam(model.parameters(), lr=0.02)
-    for _ in range(30):
+    for _ in range(200):
         rows = []
         for _ in range(8):
-            context = " ".join(
-                rng.choice(["next", *COLOURS, "?"]) for _ in range(rng.randint(1, 9))
-            )
+            # Contexts as long as the runs' prompts, with the tags the note's instructions name
+            # and words outside the model's vocabulary: it writes its block whatever it is shown.
+            words = ["next", *COLOURS, "?", "note", *TAGS]
+            context = " ".join(rng.choice(words) for _ in range(rng.randint(1, 160)))
             chat = [{"role": "user", "content": context}]
             prompt = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
-            action = rng.choice(["next", *COLOURS])
+            # "next" half the time: valid at most steps, so the returns of a group differ
+            action = rng.choice(["next"] * len(COLOURS) + COLOURS)
             answer = f"<memory> {rng.choice(COLOURS)} </memory> <action> {action} </action> </s>"
             rows.append((tok.encode(prompt), tok.encode(answer)))
         width = max(len(p) + len(a) for p, a in rows)

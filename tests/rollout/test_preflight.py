@@ -19,6 +19,7 @@ import pytest
 from hydra import compose, initialize_config_dir
 
 from agent_memory.config import ConfigError, load_job, register_configs
+from agent_memory.memory.notes import NotesMemory
 from agent_memory.policies import policy_factory
 from agent_memory.prompts import PromptTemplate
 from agent_memory.rollout import run_rollout
@@ -46,9 +47,11 @@ def _check(*overrides: str, probe: bool = True):
     return report
 
 
-def _frame(task: str = "") -> int:
-    """The default template's frame by the estimate counter (ceil(chars / 4))."""
-    return math.ceil(len(PromptTemplate(task=task).render(observation="")) / 4)
+def _frame(task: str = "", memory_instructions: str = "") -> int:
+    """The default template's frame by the estimate counter (ceil(chars / 4)), with the words a
+    memory the policy writes adds to every prompt."""
+    text = PromptTemplate(task=task).render(observation="", memory_instructions=memory_instructions)
+    return math.ceil(len(text) / 4)
 
 
 @pytest.fixture
@@ -367,7 +370,9 @@ def test_every_env_config_passes(env):
 def test_every_memory_config_passes(memory):
     chat = ["env.formatter=chat"] if memory == "conversation" else []
     report = _check("env=recall", f"memory={memory}", *chat)
-    assert report.frame_tokens == _frame()
+    # The note's instructions are in every prompt (the default note at Recall's window of 3).
+    words = NotesMemory(num_envs=1).instructions(3) if memory == "notes" else ""
+    assert report.frame_tokens == _frame(memory_instructions=words)
 
 
 def test_memory_files_go_to_a_temporary_directory(tmp_path):
