@@ -40,6 +40,7 @@ __all__ = [
     "TextAdapter",
     "WonFn",
     "greedy_policy",
+    "match_action",
     "normalize_action",
 ]
 
@@ -66,6 +67,26 @@ def normalize_action(text: str, max_chars: int | None = None) -> str:
         ('pick up', 'pic')
     """
     return squash(text, max_chars).casefold()
+
+
+def match_action(action: Any, admissible: Sequence[str]) -> tuple[str | None, str]:
+    """The admissible action ``action`` names (exactly, else by :func:`normalize_action`) and
+    ``""``, or None and why not (a non-string, or the admissible actions it is not among).
+
+    Example:
+        >>> match_action(" NEXT ", ["next", "red"]), match_action(3, ["next"])[1]
+        (('next', ''), 'action must be a string, got int')
+    """
+    if not isinstance(action, str):
+        return None, f"action must be a string, got {type(action).__name__}"
+    if action in admissible:
+        return action, ""
+    by_norm = {normalize_action(a): a for a in admissible}
+    # Case-folding never shortens text: past the longest name, an action matches none.
+    wanted = normalize_action(action, max(map(len, by_norm), default=0) + 1)
+    if wanted in by_norm:
+        return by_norm[wanted], ""
+    return None, unknown_action(action, admissible)
 
 
 def _canonical(obs: Any) -> Any:

@@ -29,10 +29,9 @@ from agent_memory.envs.base import (
     stable_hash,
     step_info,
     text_space,
-    unknown_action,
 )
 from agent_memory.envs.recall import COLOURS, DISTRACTOR_FACTS, OBJECTS
-from agent_memory.envs.text_adapter import normalize_action
+from agent_memory.envs.text_adapter import match_action, normalize_action
 
 __all__ = ["COLOURS", "DISTRACTOR_FACTS", "OBJECTS", "TrackEnv"]
 
@@ -335,17 +334,7 @@ class TrackEnv(TextEnv):
     def _match(self, action: Any) -> tuple[str | None, str]:
         if self._phase == "done":
             return None, "the episode is over; call reset()"
-        if not isinstance(action, str):
-            return None, f"action must be a string, got {type(action).__name__}"
-        admissible = self._admissible()
-        if action in admissible:
-            return action, ""
-        by_norm = {normalize_action(a): a for a in admissible}
-        # Case-folding never shortens text: past the longest name, an action matches none.
-        wanted = normalize_action(action, max(map(len, by_norm), default=0) + 1)
-        if wanted in by_norm:
-            return by_norm[wanted], ""
-        return None, unknown_action(action, admissible)
+        return match_action(action, self._admissible())
 
     def _observation(self, answer: str = "") -> str:
         if self._phase == "step":
