@@ -8,7 +8,8 @@
 * pytest-xdist (``-n``, ``--dist loadscope``): a module's tests run on one worker, so a costly
   module fixture (two vLLM servers, the docs site, TextWorld's games) is made once. (Not
   ``loadgroup``: pytest-xdist 3.8 names a group in ``item._nodeid``, which pytest 9 no longer
-  reads, so its groups are silently ignored.)
+  reads, so its groups are silently ignored.) Every ``test_vllm*.py`` module is one scope, so the
+  real vLLM servers (``tests/real_vllm.py``, session fixtures) start once per run.
 * ``gpu`` tests are deselected where torch sees no CUDA device: they cannot run there, and a
   test that is skipped on every run would count as a test.
 """
@@ -22,6 +23,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
+
+pytest_plugins = ["tests.real_vllm"]
+#: The xdist scope of every module that uses the real vLLM servers (files named ``test_vllm*.py``).
+VLLM_SCOPE = "real-vllm"
 
 #: Fixtures that give the test a Ray instance or a browser, and the marker each implies.
 MARK_BY_FIXTURE = {
@@ -65,3 +70,29 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if gpu and not _cuda():
         config.hook.pytest_deselected(items=gpu)
         items[:] = [item for item in items if not item.get_closest_marker("gpu")]
+
+
+def vllm_scope(nodeid: str, scope: str) -> str:
+    """One scope for every ``test_vllm*.py`` module, else pytest-xdist's own (``scope``).
+
+    Example:
+        >>> vllm_scope("tests/serving/test_vllm_tools.py::test_a", "tests/serving/test_vllm_tools.py")
+        'real-vllm'
+        >>> vllm_scope("tests/test_text.py::test_a", "tests/test_text.py")
+        'tests/test_text.py'
+    """
+    module = nodeid.split("::", 1)[0]
+    return VLLM_SCOPE if Path(module).name.startswith("test_vllm") else scope
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``--dist loadscope`` with every real-vLLM module in one scope (``vllm_scope``)."""
+    if config.getoption("dist", None) != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class Scheduling(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            return vllm_scope(nodeid, super()._split_scope(nodeid))
+
+    return Scheduling(config, log)

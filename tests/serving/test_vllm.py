@@ -14,8 +14,6 @@ Set ``AGENT_MEMORY_SKIP_VLLM=1`` to skip these where nothing can be installed (C
 from __future__ import annotations
 
 import json
-import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -23,18 +21,12 @@ from pathlib import Path
 import pytest
 
 from agent_memory.policies.openai_client import OpenAIPolicy
+from tests.real_vllm import MODEL, PYTESTMARK
 
-pytestmark = [
-    pytest.mark.skipif(
-        os.environ.get("AGENT_MEMORY_SKIP_VLLM") == "1", reason="AGENT_MEMORY_SKIP_VLLM=1"
-    ),
-    # The first test's fixtures install vLLM (minutes, once) and start two servers.
-    pytest.mark.timeout(3600),
-]
+pytestmark = PYTESTMARK
 torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
 
 REPO = Path(__file__).resolve().parents[2]
-MODEL = "tiny-qwen"
 TOL = 1e-4
 #: Sampling that changes the model's distribution in every way vLLM can.
 SAMPLING = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05}
@@ -51,48 +43,10 @@ TINY = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def qwen():
-    from agent_memory.serving.vllm_cpu import cache_root
-    from tests.models.qwen import build_tiny_qwen
-
-    path = cache_root() / "tiny-qwen-v1"
-    if not (path / "model.safetensors").exists():
-        build_tiny_qwen(path)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def servers(qwen, tmp_path_factory):
-    """Both servers, started together (each takes about a minute here)."""
-    from agent_memory.serving.vllm_cpu import VllmServer, ensure_venv
-
-    python = ensure_venv()
-    logs = tmp_path_factory.mktemp("vllm")
-    started = {
-        mode: VllmServer(
-            python,
-            qwen,
-            _free_port(),
-            logs / f"{mode}.log",
-            served_name=MODEL,
-            logprobs_mode=None if mode == "default" else "processed_logprobs",
-        )
-        for mode in ("default", "processed")
-    }
-    try:
-        for server in started.values():
-            server.wait()
-        yield {mode: server.base_url for mode, server in started.items()}
-    finally:
-        for server in started.values():
-            server.stop()
+def servers(vllm_servers):
+    """The session's two servers (``tests/real_vllm.py``)."""
+    return vllm_servers
 
 
 @pytest.fixture(scope="module")
