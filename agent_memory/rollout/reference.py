@@ -64,7 +64,9 @@ def play(
     if bank is None:
         bank = _own_bank(job, len(specs), policy)
     book = EpisodeBook(specs, max_attempts=1)
-    memory_tag = bank.env.memory.written_tag
+    memory = bank.env.memory
+    memory_tag = memory.written_tag
+    spans = None if memory_tag is None else memory.written_spans
     playing: dict[Slot, Playing] = {}
     ask = next_turn or (lambda run: True)
 
@@ -94,9 +96,7 @@ def play(
                 slot = (0, res.env)
                 run = playing[slot]
                 gen = gens[live.index(slot)]
-                run.steps.append(
-                    step_record(run, gen, res, job.rollout.max_response_chars, memory_tag)
-                )
+                run.steps.append(step_record(run, gen, res, job.rollout.max_response_chars, spans))
                 if res.done:
                     finish(slot, won=res.won, error=res.error, final=res.next.prompt)
                     freed.append(slot)

@@ -84,7 +84,10 @@ class EpisodeLoop:
         self.pass_window_s = pass_window_s
         self.port = port
         self.max_response_chars = max_response_chars
-        self.memory_tag = bank.env.memory.written_tag
+        memory = bank.env.memory
+        self.memory_tag = memory.written_tag
+        #: The spans of a response that write the memory (its rows' memory_mask).
+        self.memory_spans = None if self.memory_tag is None else memory.written_spans
         self.report_interval_s = report_interval_s
         self.spare_report_interval_s = (
             report_interval_s if spare_report_interval_s is None else spare_report_interval_s
@@ -379,7 +382,7 @@ class EpisodeLoop:
         for res in self.bank.step({env: g.text for env, g in ready.items()}, turns):
             lv = self.live[res.env]
             lv.run.steps.append(
-                step_record(lv.run, ready[res.env], res, self.max_response_chars, self.memory_tag)
+                step_record(lv.run, ready[res.env], res, self.max_response_chars, self.memory_spans)
             )
             if res.done:
                 del self.live[res.env]
