@@ -449,7 +449,8 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         writes = read_note_writes(response, self._read_tag, tools=bool(self.tool_names))
         note, length = self._notes[i], self._lengths[i]
         raised: list[tuple[str, str]] = []
-        events = sorted([*writes.edits, *writes.problems], key=lambda e: e.start)
+        events: list[NoteEdit | NoteProblem] = [*writes.edits, *writes.problems]
+        events.sort(key=lambda e: e.start)
         for event in events:
             if isinstance(event, NoteProblem):
                 raised.append((event.flag, event.reason))

@@ -28,6 +28,7 @@ from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
 from agent_memory.rollout.worker.records import (
     Playing,
+    memory_spans,
     policy_inputs,
     request_failure,
     step_record,
@@ -64,9 +65,8 @@ def play(
     if bank is None:
         bank = _own_bank(job, len(specs), policy)
     book = EpisodeBook(specs, max_attempts=1)
-    memory = bank.env.memory
-    memory_tag = memory.written_tag
-    spans = None if memory_tag is None else memory.written_spans
+    memory_tag = bank.env.memory.written_tag
+    spans = memory_spans(bank.env.memory)
     playing: dict[Slot, Playing] = {}
     ask = next_turn or (lambda run: True)
 

@@ -22,6 +22,7 @@ from agent_memory.rollout.messages import EpisodeAssignment, FinishedEpisode
 from agent_memory.rollout.worker.port import PolicyPort
 from agent_memory.rollout.worker.records import (
     Playing,
+    memory_spans,
     policy_inputs,
     request_failure,
     step_record,
@@ -84,10 +85,9 @@ class EpisodeLoop:
         self.pass_window_s = pass_window_s
         self.port = port
         self.max_response_chars = max_response_chars
-        memory = bank.env.memory
-        self.memory_tag = memory.written_tag
+        self.memory_tag = bank.env.memory.written_tag
         #: The spans of a response that write the memory (its rows' memory_mask).
-        self.memory_spans = None if self.memory_tag is None else memory.written_spans
+        self.memory_spans = memory_spans(bank.env.memory)
         self.report_interval_s = report_interval_s
         self.spare_report_interval_s = (
             report_interval_s if spare_report_interval_s is None else spare_report_interval_s

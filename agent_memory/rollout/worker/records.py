@@ -20,13 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from agent_memory.memory.base import BaseMemory
 from agent_memory.memory.note_tools import span_token_mask
 from agent_memory.protocol import Generation
 from agent_memory.rollout.bank import PromptView, StepResult
 from agent_memory.rollout.jsonsafe import capped_text
 from agent_memory.rollout.types import StepRecord
 
-__all__ = ["Playing", "SpansOf", "policy_inputs", "request_failure", "step_record"]
+__all__ = ["Playing", "SpansOf", "memory_spans", "policy_inputs", "request_failure", "step_record"]
 
 #: The character spans of a response that write the memory (``BaseMemory.written_spans``).
 SpansOf = Callable[[str], Sequence[tuple[int, int]]]
@@ -47,6 +48,12 @@ class Playing:
         turn, when it asks for one)."""
         self.turn = res.memory_turn is not None
         self.view = res.next if res.memory_turn is None else res.memory_turn
+
+
+def memory_spans(memory: BaseMemory) -> SpansOf | None:
+    """``memory``'s :meth:`~agent_memory.memory.base.BaseMemory.written_spans` when the policy
+    writes it (it has a ``written_tag``), else None: its rows carry no memory mask."""
+    return None if memory.written_tag is None else memory.written_spans
 
 
 def policy_inputs(
