@@ -138,7 +138,10 @@ def _tool_writes(
         calls.append((call.start, call.end))
         if call.name in MEMORY_TOOL_NAMES:
             read = _edit(call)
-            (edits if isinstance(read, NoteEdit) else problems).append(read)  # type: ignore[arg-type]
+            if isinstance(read, NoteEdit):
+                edits.append(read)
+            else:
+                problems.append(read)
         elif call.name.startswith(MEMORY_TOOL_PREFIX):
             known = ", ".join(sorted(MEMORY_TOOL_NAMES))
             hint = did_you_mean(call.name, MEMORY_TOOL_NAMES)

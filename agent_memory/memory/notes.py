@@ -193,8 +193,8 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
             budget covers note and window, the window first).
         tag: the block's tag in a response (``<memory>...</memory>``); the last block counts.
         write_with: ``"tags"`` (blocks), ``"tools"`` (memory tool calls, applied in order:
-            :mod:`~agent_memory.memory.note_tools`) or ``"both"`` (the block first among the
-            calls in text order).
+            :mod:`~agent_memory.memory.note_tools`) or ``"both"`` (the last block and the calls,
+            in text order; a block inside a call is the call's text).
         update: ``"replace"`` (the block is the new note) or ``"append"`` (the block is added as
             a line; an empty block adds nothing; the oldest lines go first when over the bound).
         note_tokens: the note's bound in tokens (of ``token_counter``); a longer one is cut.
