@@ -52,7 +52,15 @@ class Playing:
 
 def memory_spans(memory: BaseMemory) -> SpansOf | None:
     """``memory``'s :meth:`~agent_memory.memory.base.BaseMemory.written_spans` when the policy
-    writes it (it has a ``written_tag``), else None: its rows carry no memory mask."""
+    writes it (it has a ``written_tag``), else None: its rows carry no memory mask.
+
+    Example:
+        >>> from agent_memory.memory import make_memory
+        >>> memory_spans(make_memory("window", num_envs=1)) is None
+        True
+        >>> memory_spans(make_memory("notes", num_envs=1))("go <memory>a</memory>")
+        [(3, 21)]
+    """
     return None if memory.written_tag is None else memory.written_spans
 
 
