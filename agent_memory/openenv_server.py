@@ -1,7 +1,7 @@
 """Serve a bundled env, wrapped in a memory strategy, as an OpenEnv server.
 
     python -m agent_memory.openenv_server --port 8000 env=recall memory=window
-    python -m agent_memory.openenv_server --port 8000 env=sokoban memory=summary env.history_length=5
+    python -m agent_memory.openenv_server --port 8001 env=sokoban memory=full
 
 The arguments after the options are the rollout's Hydra overrides (``configs/``): the env, its
 prompt template and parser, the memory strategy. Each OpenEnv session (WebSocket ``/ws``, as
@@ -49,8 +49,8 @@ __all__ = [
     "MemoryObservation",
     "TextAction",
     "compose_job",
-    "make_app",
     "main",
+    "make_app",
 ]
 
 #: The repository's configs (a source checkout); ``--config-dir`` names another.
@@ -89,7 +89,9 @@ class MemoryObservation(Observation):
     memory_turn: bool = Field(
         default=False, description="The next message answers the memory's turn, not the env"
     )
-    error: str | None = Field(default=None, description="The env or memory failed: the episode ends")
+    error: str | None = Field(
+        default=None, description="The env or memory failed: the episode ends"
+    )
 
 
 class MemoryState(State):
@@ -198,7 +200,9 @@ class MemoryEnvironment(Environment[TextAction, MemoryObservation, MemoryState])
         obs.memory_turn = self._turn
         return obs
 
-    def _observe(self, view: PromptView, seed: int | None, state_key: str | None) -> MemoryObservation:
+    def _observe(
+        self, view: PromptView, seed: int | None, state_key: str | None
+    ) -> MemoryObservation:
         chat = not isinstance(view.prompt, str)
         actions = view.meta.get("admissible_actions")
         return MemoryObservation(
@@ -258,7 +262,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     job = report_config_errors(lambda: compose_job(args.overrides, config_dir), [str(config_dir)])
     import uvicorn
 
-    uvicorn.run(make_app(job, args.max_sessions), host=args.host, port=args.port, log_level="warning")
+    app = make_app(job, args.max_sessions)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
 def _version() -> str:

@@ -1,4 +1,4 @@
-"""OpenEnv as a Gymnasium text env: ``env=openenv`` plays a running OpenEnv server, or one it starts.
+"""OpenEnv as a Gymnasium text env: ``env=openenv`` plays an OpenEnv server, running or started.
 
 `OpenEnv <https://github.com/meta-pytorch/OpenEnv>`_ (``openenv-core``) serves an env's ``reset``,
 ``step`` and ``state`` over a WebSocket session. :class:`OpenEnvTextEnv` talks to it through
@@ -28,6 +28,7 @@ process, shared by the sub-envs of a vector env, stopped when the last one close
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import warnings
 from collections.abc import Mapping, Sequence
@@ -50,7 +51,14 @@ from agent_memory.envs.openenv_process import ServerProcess, acquire_server, rel
 __all__ = ["INFO_KEYS", "OpenEnvError", "OpenEnvTextEnv", "SeedIgnoredWarning", "observation_text"]
 
 #: Keys of the text contract copied from the server's observation into ``info`` where present.
-INFO_KEYS: tuple[str, ...] = (ADMISSIBLE_ACTIONS, WON, TASK, STATE_KEY, IS_ACTION_VALID, INVALID_REASON)
+INFO_KEYS: tuple[str, ...] = (
+    ADMISSIBLE_ACTIONS,
+    WON,
+    TASK,
+    STATE_KEY,
+    IS_ACTION_VALID,
+    INVALID_REASON,
+)
 #: ``info`` key: False once a server is seen to ignore ``seed`` (None before any seeded reset).
 SEED_HONOURED = "seed_honoured"
 
@@ -180,10 +188,8 @@ starts one), not both
     def _drop_session(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            try:
+            with contextlib.suppress(Exception):  # a broken session may fail to close, too
                 client.close()
-            except Exception:  # a broken session may fail to close, too
-                pass
 
     # ------------------------------------------------------------------ gymnasium
 

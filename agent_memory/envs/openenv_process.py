@@ -119,7 +119,7 @@ def _start(
 ) -> ServerProcess:
     port = free_port()
     argv = server_argv(command, port)
-    log = tempfile.TemporaryFile()
+    log = tempfile.TemporaryFile()  # noqa: SIM115  (the server's: closed when it stops)
     process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
     server = ServerProcess(key, argv, f"http://127.0.0.1:{port}", process, log)
     deadline = time.monotonic() + start_timeout_s

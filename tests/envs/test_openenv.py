@@ -24,17 +24,17 @@ import pytest
 
 pytest.importorskip("openenv", reason="the 'openenv' extra is not installed")
 
-import agent_memory.envs  # noqa: E402, F401  (registers the ids)
-from agent_memory.config import EnvConfig, JobConfig, ParserConfig  # noqa: E402
-from agent_memory.envs.openenv_client import (  # noqa: E402
+import agent_memory.envs  # noqa: F401  (registers the ids)
+from agent_memory.config import EnvConfig, JobConfig, ParserConfig
+from agent_memory.envs.openenv_client import (
     OpenEnvError,
     OpenEnvTextEnv,
     SeedIgnoredWarning,
 )
-from agent_memory.envs.openenv_process import free_port  # noqa: E402
-from agent_memory.openenv_server import compose_job  # noqa: E402
-from agent_memory.rollout.bank import EnvBank  # noqa: E402
-from agent_memory.rollout.messages import EpisodeAssignment  # noqa: E402
+from agent_memory.envs.openenv_process import free_port
+from agent_memory.openenv_server import compose_job
+from agent_memory.rollout.bank import EnvBank
+from agent_memory.rollout.messages import EpisodeAssignment
 
 REPO = Path(__file__).resolve().parents[2]
 _DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -52,7 +52,10 @@ def _serve(argv: list[str]) -> Iterator[str]:
         cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])},
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        },
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -237,7 +240,7 @@ def test_the_rollout_script_plays_an_openenv_server(bare, tmp_path):
     rows = [json.loads(line) for line in (tmp_path / "trajectories.jsonl").read_text().splitlines()]
     assert len({r["traj_uid"] for r in rows}) == 2
     assert rows[0]["prompt"].count("Remember this:") == 1  # the server's first observation
-    later = [r for r in rows if r["step"] >= 3]
+    later = [r for r in rows if r["step"] >= 4]  # steps count from 1: the cue was step 1
     assert later and all("Remember this:" not in r["prompt"] for r in later)  # out of the window
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert summary["errors"] == 0 and summary["episodes"] == 2
@@ -246,7 +249,10 @@ def test_the_rollout_script_plays_an_openenv_server(bare, tmp_path):
 def test_a_command_starts_the_server_and_close_stops_it():
     argv = ["python", "-m", "agent_memory.openenv_server", "--port", "{port}", *BARE]
     env = gym.make(
-        "agent_memory/OpenEnv-v0", command=argv, observation_field="observation", max_episode_steps=3
+        "agent_memory/OpenEnv-v0",
+        command=argv,
+        observation_field="observation",
+        max_episode_steps=3,
     )
     inner = env.unwrapped
     assert isinstance(inner, OpenEnvTextEnv)
@@ -353,5 +359,40 @@ def test_base_url_or_command_exactly_one():
 
 
 def test_a_command_that_exits_names_itself_and_its_output():
-    with pytest.raises(RuntimeError, match=r"exited with status 2 before it was healthy: .*no-such"):
+    with pytest.raises(
+        RuntimeError, match=r"exited with status 2 before it was healthy: .*no-such"
+    ):
         OpenEnvTextEnv(command=["python", "-m", "agent_memory.openenv_server", "env=no-such"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "env_id", "kwargs"),
+    [
+        (["env=sokoban", "memory=window"], "agent_memory/Sokoban-v0", {}),
+        (["env=track", "memory=full", "env.kwargs.steps=8"], "agent_memory/Track-v0", {"steps": 8}),
+    ],
+    ids=["sokoban", "track"],
+)
+def test_each_bundled_env_serves_its_seeded_episode(overrides, env_id, kwargs):
+    """The served env (in this process) repeats an episode for its seed, differs for another,
+    and its rewards and ending are the bundled env's own for the expert's actions."""
+    from agent_memory.openenv_server import MemoryEnvironment, TextAction
+
+    served = MemoryEnvironment(compose_job(overrides))
+    raw = gym.make(env_id, **kwargs)
+    starts = [served.reset(seed=s).prompt for s in (4, 4, 5, 6)]
+    assert starts[0] == starts[1] and len({starts[0], starts[2], starts[3]}) > 1
+    served.reset(seed=4)
+    raw.reset(seed=4)
+    total = 0.0
+    while True:
+        action = raw.unwrapped.oracle_action()
+        _, reward, terminated, truncated, _ = raw.step(action)
+        obs = served.step(TextAction(message=f"<action>{action}</action>"))
+        assert obs.is_action_valid and obs.reward == reward
+        total += reward
+        if terminated or truncated:
+            break
+        assert not obs.done
+    assert obs.done and obs.won and obs.truncated is truncated and total > 0
+    served.close()
