@@ -5,8 +5,9 @@
 
 The arguments after the options are the rollout's Hydra overrides (``configs/``): the env, its
 prompt template and parser, the memory strategy. Each OpenEnv session (WebSocket ``/ws``, as
-OpenEnv's ``EnvClient`` opens it) plays one env through the same :class:`~agent_memory.rollout.
-bank.EnvBank` a rollout worker uses, so what a client sees is what a rollout's policy sees:
+OpenEnv's ``EnvClient`` opens it) plays one env through the same
+:class:`~agent_memory.rollout.bank.EnvBank` a rollout worker uses, so what a client sees is what a
+rollout's policy sees:
 
 - **action** (:class:`TextAction`): ``message``, the model's whole response (the env's parser
   reads the action out of it: ``<action>...</action>``; ``env.parser.tag=null`` passes it whole);
