@@ -396,3 +396,19 @@ def test_each_bundled_env_serves_its_seeded_episode(overrides, env_id, kwargs):
         assert not obs.done
     assert obs.done and obs.won and obs.truncated is truncated and total > 0
     served.close()
+
+
+def test_the_openenv_config_passes_preflight_without_building_the_env():
+    """The check before Ray binds the kwargs (no connection: the server may start later)."""
+    from hydra import compose, initialize_config_dir
+
+    from agent_memory.config import load_job
+    from agent_memory.rollout.driver.preflight import preflight
+
+    url = f"http://127.0.0.1:{free_port()}"  # nothing listens: preflight must not connect
+    with initialize_config_dir(config_dir=str(REPO / "configs"), version_base="1.3"):
+        job = load_job(compose("config", ["env=openenv", f"env.kwargs.base_url={url}"]))
+    report = preflight(job, probe=False)
+    report.policy.close()
+    assert report.env.env_class is OpenEnvTextEnv
+    assert report.env.kwargs["base_url"] == url and report.env.kwargs["action_field"] == "message"
