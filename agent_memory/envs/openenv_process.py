@@ -41,6 +41,7 @@ class ServerProcess:
         argv: the command run (``{port}`` and ``python`` filled in).
         base_url: ``http://127.0.0.1:<port>``.
         process: the server's process.
+        log: what it prints (stdout and stderr), quoted when it fails to start.
         users: envs holding it.
     """
 

@@ -151,15 +151,13 @@ def test_a_served_env_plays_to_openenvs_own_client_as_a_rollout_sees_it(served):
 
 
 def test_a_served_env_passes_openenvs_validation(served):
-    proc = subprocess.run(
-        [sys.executable, "-m", "openenv.cli", "validate", "--url", served],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    report = json.loads(proc.stdout)
-    assert proc.returncode == 0 and report["passed"] is True, proc.stdout[-3000:]
-    assert report["summary"]["failed_criteria"] == []
+    """``openenv validate --url`` (its runtime conformance check: OpenAPI version, health,
+    metadata, schemas, the simulation mode's endpoints), called as the CLI calls it."""
+    from openenv.cli._validation import validate_running_environment
+
+    report = validate_running_environment(served, timeout_s=30)
+    assert report["passed"] is True, json.dumps(report, indent=1)[-3000:]
+    assert report["summary"]["failed_criteria"] == [] and report["mode"] == "simulation"
 
 
 # ---------------------------------------------------------------------- consume
@@ -359,10 +357,13 @@ def test_base_url_or_command_exactly_one():
 
 
 def test_a_command_that_exits_names_itself_and_its_output():
+    argv = ["python", "-c", "print('no such env'); raise SystemExit(2)"]
     with pytest.raises(
-        RuntimeError, match=r"exited with status 2 before it was healthy: .*no-such"
+        RuntimeError,
+        match=re.escape("the OpenEnv server command exited with status 2 before it was healthy: ")
+        + r".* -c .*\nno such env\n",
     ):
-        OpenEnvTextEnv(command=["python", "-m", "agent_memory.openenv_server", "env=no-such"])
+        OpenEnvTextEnv(command=argv)
 
 
 @pytest.mark.parametrize(
@@ -412,3 +413,29 @@ def test_the_openenv_config_passes_preflight_without_building_the_env():
     report.policy.close()
     assert report.env.env_class is OpenEnvTextEnv
     assert report.env.kwargs["base_url"] == url and report.env.kwargs["action_field"] == "message"
+
+
+def test_a_memory_turn_is_served_as_a_prompt_the_next_message_answers():
+    """With ``summarizer=policy`` the memory asks the model for its summary in a turn of its own:
+    the observation says so (``memory_turn``), and the next message answers it (no env step)."""
+    from agent_memory.openenv_server import MemoryEnvironment, TextAction
+
+    overrides = [
+        "env=recall",
+        "memory=compaction",
+        "memory.params.summarizer=policy",
+        "memory.params.trigger_steps=2",
+        "memory.params.keep_last=1",
+    ]
+    served = MemoryEnvironment(compose_job(overrides))
+    served.reset(seed=1)
+    for _ in range(4):
+        obs = served.step(TextAction(message="<action>next</action>"))
+        if obs.memory_turn:
+            break
+    assert obs.memory_turn and not obs.done and obs.reward == 0.0
+    steps = served.state.step_count
+    answered = served.step(TextAction(message="The hat is RED."))
+    assert not answered.memory_turn and served.state.step_count == steps  # the env did not step
+    assert "The hat is RED." in answered.prompt  # the summary the model wrote, in the prompt
+    served.close()
