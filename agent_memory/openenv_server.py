@@ -35,10 +35,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from openenv.core.env_server.http_server import create_app
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
-from pydantic import Field
+try:
+    from openenv.core.env_server.http_server import create_app
+    from openenv.core.env_server.interfaces import Environment
+    from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
+    from pydantic import Field
+except ModuleNotFoundError as e:  # the base install: name the extra, not a missing module
+    raise ModuleNotFoundError(
+        "agent_memory.openenv_server needs openenv-core (openenv is not installed): "
+        'pip install -e ".[openenv]"',
+        name=e.name,
+    ) from None
 
 from agent_memory.cli import report_config_errors
 from agent_memory.config import JobConfig, load_job, register_configs
