@@ -38,15 +38,22 @@ from typing import Any
 import httpx
 
 from agent_memory.checks import is_number
+from agent_memory.gateway.calls import Prepared, agent_answer, prepare, read_sampled, sse_events
+from agent_memory.gateway.http_server import (
+    HttpError,
+    HttpServer,
+    Request,
+    Response,
+    error_response,
+    json_response,
+    start,
+)
+from agent_memory.gateway.records import REWRITES, SessionStore, check_session
+from agent_memory.gateway.settings import GatewaySettings
 from agent_memory.policies.openai_checks import check_logprobs
-from agent_memory.policies.openai_protocol import logprobs_kind, probe_fields
+from agent_memory.policies.openai_protocol import LogprobsKind, logprobs_kind, probe_fields
 from agent_memory.policies.openai_runtime import LogprobsNotSampled
 from agent_memory.policies.openai_transport import AnswerTooLarge, Target, Transport
-
-from .calls import Prepared, agent_answer, prepare, read_sampled, sse_events
-from .http_server import HttpError, Request, Response, error_response, json_response, start
-from .records import REWRITES, SessionStore, check_session
-from .settings import GatewaySettings
 
 __all__ = ["Gateway"]
 
@@ -66,9 +73,9 @@ class Gateway:
         self._models = Target(base + "/models")
         self.transport = Transport(expiry=None)
         self.in_flight = 0
-        self.logprobs_kind: str | None = None
+        self.logprobs_kind: LogprobsKind | None = None
         self._probe = asyncio.Lock()
-        self._server: asyncio.base_events.Server | None = None
+        self._server: HttpServer | None = None
 
     async def start(self) -> None:
         """Listen on the settings' host and port."""
@@ -83,14 +90,12 @@ class Gateway:
     def base_url(self) -> str:
         """``http://host:port`` (the port chosen, when it was 0)."""
         assert self._server is not None, "start() first"
-        port = self._server.sockets[0].getsockname()[1]
-        return f"http://{self.settings.host}:{port}"
+        return f"http://{self.settings.host}:{self._server.port}"
 
     async def close(self) -> None:
         """Stop listening and close the upstream connections."""
         if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
+            await self._server.close()
         await self.transport.aclose()
 
     async def handle(self, request: Request) -> Response:
@@ -150,7 +155,7 @@ class Gateway:
         try:
             kind = await self._kind(call)
             try:
-                check_logprobs(kind, self.chat_url, call.sampling)  # type: ignore[arg-type]
+                check_logprobs(kind, self.chat_url, call.sampling)
             except LogprobsNotSampled as e:
                 raise HttpError(400, str(e)) from None
             started = time.perf_counter()
@@ -191,7 +196,7 @@ class Gateway:
             return Response(200, sse_events(answer, call.include_usage), "text/event-stream")
         return json_response(200, answer)
 
-    async def _kind(self, call: Prepared) -> str:
+    async def _kind(self, call: Prepared) -> LogprobsKind:
         """Which log-probs the upstream reports (asked once, by a one-token call)."""
         async with self._probe:
             if self.logprobs_kind is None:
@@ -234,7 +239,7 @@ class Gateway:
                 raise HttpError(400, f"'kind' must be one of {REWRITES}, got {rewrite!r}")
             event["rewrite"] = rewrite
         if kind == "reward" or "reward" in body:
-            reward = body.get("reward")
+            reward: Any = body.get("reward")
             if not is_number(reward) or not math.isfinite(reward):
                 raise HttpError(400, f"'reward' must be a finite number, got {reward!r}")
             if state is None or not state.calls:

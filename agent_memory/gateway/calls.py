@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from agent_memory.gateway.http_server import HttpError
 from agent_memory.policies.openai_checks import check_sampling, sampling_of
 from agent_memory.policies.openai_protocol import (
     NEUTRAL_SAMPLING,
@@ -33,8 +34,6 @@ from agent_memory.policies.openai_protocol import (
 )
 from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import SamplingParams
-
-from .http_server import HttpError
 
 __all__ = ["Prepared", "Sampled", "agent_answer", "prepare", "read_sampled", "sse_events"]
 

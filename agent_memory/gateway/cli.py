@@ -15,7 +15,7 @@ import json
 import sys
 from collections.abc import Sequence
 
-from .settings import GatewaySettings
+from agent_memory.gateway.settings import GatewaySettings
 
 __all__ = ["build_parser", "main"]
 
@@ -49,11 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line (``serve`` when the first argument is a flag)."""
     args_in = list(sys.argv[1:] if argv is None else argv)
-    if not args_in or args_in[0].startswith("-") and args_in[0] not in ("-h", "--help"):
+    if not args_in or (args_in[0].startswith("-") and args_in[0] not in ("-h", "--help")):
         args_in.insert(0, "serve")
     args = build_parser().parse_args(args_in)
     if args.command == "export":
-        from .export import export_sessions
+        from agent_memory.gateway.export import export_sessions
 
         try:
             summary = export_sessions(args.session_dir, args.out_dir, args.algo)
@@ -87,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 async def _serve(settings: GatewaySettings) -> None:
-    from .app import Gateway
+    from agent_memory.gateway.app import Gateway
 
     gateway = Gateway(settings)
     await gateway.start()

@@ -16,7 +16,7 @@ Example:
     >>> store = SessionStore(d, fsync=False)
     >>> def call(prompt, response, rewrite=None):
     ...     store.append("ep", {"kind": "call", "messages": [], "prompt_ids": prompt,
-    ...                         "response_ids": response, "response_logprobs": [-0.5] * len(response),
+    ...                         "response_ids": response, "response_logprobs": [-0.5],
     ...                         "finish_reason": "stop", "text": "x", "rewrite": rewrite})
     >>> call([1, 2], [3]); call([1, 2, 3, 4], [5]); call([9, 4], [5], "compaction"); call([7], [8])
     >>> store.append("ep", {"kind": "end", "reward": 1.0})
@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from agent_memory.config import AlgoConfig, EnvConfig, JobConfig, PolicyConfig, RolloutConfig
+from agent_memory.gateway.records import read_session
 from agent_memory.protocol import Generation, SamplingParams
 from agent_memory.rollout.driver.advantages import compute_advantages
 from agent_memory.rollout.driver.layouts import EpisodeSample, episode_samples
@@ -45,8 +46,6 @@ from agent_memory.rollout.driver.writer import EPISODE_COLUMNS, RolloutWriter, r
 from agent_memory.rollout.jsonsafe import jsonable
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
 from agent_memory.tool_calls import format_tool_call
-
-from .records import read_session
 
 __all__ = ["UNDECLARED_BREAK", "export_sessions", "session_trajectory"]
 

@@ -9,11 +9,9 @@ Example:
     ...     return json_response(200, {"path": request.path, "query": request.query})
     >>> async def demo() -> bytes:
     ...     server = await start(handler, "127.0.0.1", 0, max_body_bytes=1024)
-    ...     port = server.sockets[0].getsockname()[1]
-    ...     url = f"http://127.0.0.1:{port}/v1/models?x=1"
+    ...     url = f"http://127.0.0.1:{server.port}/v1/models?x=1"
     ...     text = await asyncio.to_thread(lambda: urllib.request.urlopen(url).read())
-    ...     server.close()
-    ...     await server.wait_closed()
+    ...     await server.close()
     ...     return text
     >>> asyncio.run(demo())
     b'{"path": "/v1/models", "query": "x=1"}'
@@ -22,7 +20,6 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,6 +29,7 @@ from typing import Any
 __all__ = [
     "MAX_HEAD_BYTES",
     "HttpError",
+    "HttpServer",
     "Request",
     "Response",
     "error_response",
@@ -93,22 +91,50 @@ def error_response(status: int, message: str, kind: str = "invalid_request_error
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-async def start(
-    handler: Handler, host: str, port: int, *, max_body_bytes: int
-) -> asyncio.base_events.Server:
-    """Serve ``handler`` on ``host``:``port`` (0: a free port); returns the listening server."""
+class HttpServer:
+    """A listening server of ``handler`` (see :func:`start`); :meth:`close` ends its
+    connections too (keep-alive ones included, where ``asyncio.Server.close`` leaves them)."""
 
-    async def connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, handler: Handler, max_body_bytes: int) -> None:
+        self.handler = handler
+        self.max_body_bytes = max_body_bytes
+        self.server: asyncio.base_events.Server | None = None
+        self.connections: set[asyncio.Task[Any]] = set()
+
+    @property
+    def port(self) -> int:
+        """The port listened on."""
+        assert self.server is not None, "not started"
+        return int(self.server.sockets[0].getsockname()[1])
+
+    async def connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self.connections.add(task)
         try:
-            await _serve(reader, writer, handler, max_body_bytes)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass  # the client went away
+            await _serve(reader, writer, self.handler, self.max_body_bytes)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.CancelledError):
+            pass  # the client went away, or the server closes
         finally:
+            self.connections.discard(task)
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
 
-    return await asyncio.start_server(connection, host, port, limit=MAX_HEAD_BYTES)
+    async def close(self) -> None:
+        """Stop listening; end every connection."""
+        if self.server is not None:
+            self.server.close()
+        for task in list(self.connections):
+            task.cancel()
+        await asyncio.gather(*self.connections, return_exceptions=True)
+        if self.server is not None:
+            await self.server.wait_closed()
+
+
+async def start(handler: Handler, host: str, port: int, *, max_body_bytes: int) -> HttpServer:
+    """Serve ``handler`` on ``host``:``port`` (0: a free port); returns the listening server."""
+    http = HttpServer(handler, max_body_bytes)
+    http.server = await asyncio.start_server(http.connection, host, port, limit=MAX_HEAD_BYTES)
+    return http
 
 
 async def _serve(
