@@ -6,7 +6,8 @@ and end. Routes (a session is named in the URL, ``/s/<session>/v1/...``, or by t
 
 - ``POST .../v1/chat/completions``: a chat call (``stream`` or not); header
   ``X-Memory-Rewrite: compaction|note|fold`` declares that the agent's memory rewrote this
-  call's context (a new segment), ``X-Group-Id`` names the session's group (GRPO);
+  call's context (a new segment), ``X-Group-Id`` names the session's group (GRPO),
+  ``X-State-Key`` the state the call acts in (GiGPO's step groups; else the last message);
 - ``GET .../v1/models``: the upstream's;
 - ``POST /s/<session>/reward`` ``{"reward": r}``: adds ``r`` to the last call's reward;
 - ``POST /s/<session>/rewrite`` ``{"kind": "compaction"}``: the next call is a declared rewrite;
@@ -177,6 +178,7 @@ class Gateway:
                     "upstream_seconds": seconds,
                     "rewrite": rewrite or pending,
                     "group": request.headers.get("x-group-id"),
+                    "state_key": request.headers.get("x-state-key"),
                     "messages": call.upstream["messages"],
                     "tools": call.upstream.get("tools"),
                     "model": call.upstream.get("model"),

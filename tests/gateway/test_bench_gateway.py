@@ -1,0 +1,13 @@
+"""``scripts/bench_gateway.py --quick``: it runs and prints its table with the ratios."""
+
+from __future__ import annotations
+
+import re
+
+from tests.test_scripts import run
+
+
+def test_bench_gateway_quick():
+    out = run(["scripts/bench_gateway.py", "--quick"])
+    assert "| path | wall ms/call | upstream CPU us/call | gateway CPU us/call |" in out, out
+    assert re.search(r"^\| ratio gateway / direct \| [\d.]+x \| [\d.]+x \| \|$", out, re.M), out
