@@ -9,7 +9,7 @@ the upstream for more (token ids, log-probs, every sampling field) and record th
 that is what the ratio measures.
 
 Usage: python scripts/bench_gateway.py [--calls 400] [--concurrency 1] [--repeats 5]
-(``--quick``: a smoke run of a few seconds).
+[--no-fsync] (``--quick``: a smoke run of a few seconds).
 """
 
 from __future__ import annotations
@@ -126,6 +126,7 @@ def main() -> None:
     p.add_argument("--calls", type=int, default=400)
     p.add_argument("--concurrency", type=int, default=1)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--no-fsync", action="store_true", help="the gateway flushes, no fsync")
     p.add_argument("--quick", action="store_true", help="40 calls, once")
     args = p.parse_args()
     if args.quick:
@@ -136,7 +137,11 @@ def main() -> None:
     )
     with tempfile.TemporaryDirectory() as sessions:
         gateway, base = _start(
-            ["agent_memory.gateway", "--upstream", upstream, "--dir", sessions, "--port", "0"],
+            [
+                "agent_memory.gateway",
+                *("--upstream", upstream, "--dir", sessions, "--port", "0"),
+                *(["--no-fsync"] if args.no_fsync else []),
+            ],
             r"listening on (http://\S+) ",
         )
         try:
