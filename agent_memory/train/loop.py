@@ -141,6 +141,10 @@ def train(
     t_start = time.perf_counter()
     require(trainer_needs(cfg.trainer))  # torch, transformers, the loggers' packages
     check_model(cfg.trainer)
+    if cfg.trainer.rows is not None:  # recorded rows (a gateway's sessions): no env, no Ray
+        from agent_memory.train.from_rows import train_from_rows
+
+        return train_from_rows(cfg, Path(out_dir))
     import torch
 
     t, r = cfg.trainer, cfg.rollout
