@@ -28,8 +28,13 @@ from typing import Any
 
 from agent_memory.config import ConfigError
 from agent_memory.protocol import Generation, SamplingParams
+from agent_memory.rollout.driver.runner import run_log
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
+from agent_memory.rundir import hold_run_dir
 from agent_memory.train.config import TrainConfig
+from agent_memory.train.loop import build_learner, seed_run, update
+from agent_memory.train.metrics import MetricsLogger
+from agent_memory.train.model import pick_device
 from agent_memory.train.samples import build_samples
 
 __all__ = ["train_from_rows", "trajectories_from_rows"]
@@ -114,11 +119,6 @@ def _step(row: Mapping[str, Any]) -> StepRecord:
 def train_from_rows(cfg: TrainConfig, out: Path) -> dict[str, Any]:
     """Train on ``cfg.trainer.rows`` (see the module docstring); returns the summary (also in
     ``summary.json``), with the metrics of every iteration in ``metrics.csv``."""
-    from agent_memory.rollout.driver.runner import run_log
-    from agent_memory.rundir import hold_run_dir
-    from agent_memory.train.loop import build_learner, update
-    from agent_memory.train.metrics import MetricsLogger
-    from agent_memory.train.model import pick_device
 
     t = cfg.trainer
     t_start = time.perf_counter()
@@ -130,6 +130,7 @@ def train_from_rows(cfg: TrainConfig, out: Path) -> dict[str, Any]:
             "(their groups' advantages are computed then), or roll out with rollout.py",
             key="trainer.rows",
         )
+    seed_run(t)
     device, dtype = pick_device(t.device, t.dtype)
     with hold_run_dir(out, "trainer.output_dir"), run_log(out / "train.log"):
         learner = build_learner(cfg, out, device, dtype)
