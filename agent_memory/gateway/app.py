@@ -132,14 +132,8 @@ class Gateway:
         state = self.store.sessions.get(session)
         if state is not None and state.ended:
             raise HttpError(409, f"session {session!r} has ended: name a new session")
-        if state is None and self.store.open_sessions >= self.settings.max_sessions:
-            raise HttpError(
-                429,
-                f"{self.store.open_sessions} sessions are open, the gateway's limit "
-                f"(--max-sessions={self.settings.max_sessions}): end sessions "
-                "(POST /s/<session>/end), or raise --max-sessions",
-                "rate_limit_error",
-            )
+        if state is None:
+            self._room_for_a_session()
         if self.in_flight >= self.settings.max_in_flight:
             raise HttpError(
                 429,
@@ -198,6 +192,17 @@ class Gateway:
             return Response(200, sse_events(answer, call.include_usage), "text/event-stream")
         return json_response(200, answer)
 
+    def _room_for_a_session(self) -> None:
+        """Raise a 429 when ``max_sessions`` sessions are open."""
+        if self.store.open_sessions >= self.settings.max_sessions:
+            raise HttpError(
+                429,
+                f"{self.store.open_sessions} sessions are open, the gateway's limit "
+                f"(--max-sessions={self.settings.max_sessions}): end sessions "
+                "(POST /s/<session>/end), or raise --max-sessions",
+                "rate_limit_error",
+            )
+
     async def _kind(self, call: Prepared) -> LogprobsKind:
         """Which log-probs the upstream reports (asked once, by a one-token call)."""
         async with self._probe:
@@ -236,6 +241,8 @@ class Gateway:
             raise HttpError(400, f"expected a JSON object, got {body!r}"[:200])
         event: dict[str, Any] = {"kind": kind, "time": time.time()}
         if kind == "rewrite":
+            if state is None:
+                self._room_for_a_session()
             rewrite = body.get("kind")
             if rewrite not in REWRITES:
                 raise HttpError(400, f"'kind' must be one of {REWRITES}, got {rewrite!r}")

@@ -187,6 +187,8 @@ def test_bodies_sessions_and_calls_in_flight_are_bounded_with_the_setting_named(
         first.join()
         with pytest.raises(openai.RateLimitError, match=re.escape("(--max-sessions=1)")):
             _client(gw, "b", max_retries=0).chat.completions.create(model="hash", messages=USER)
+        status, body = _post(f"{gw.base_url}/s/c/rewrite", {"kind": "note"})
+        assert status == 429 and "(--max-sessions=1)" in body["error"]["message"]
         assert _post(f"{gw.base_url}/s/a/end", {})[0] == 200
         _client(gw, "b").chat.completions.create(model="hash", messages=USER)  # room again
 

@@ -137,3 +137,33 @@ def test_raw_logprobs_with_changed_sampling_are_refused_naming_the_server_flag(
         )
         assert gw.logprobs_kind == "raw"
     assert (tmp_path / "raw.jsonl").read_text().count("\n") == 1
+
+
+def test_an_agent_framework_from_the_package_index_yields_exact_rows(vllm_servers, hf, tmp_path):
+    # smolagents' CodeAgent, as its users run it: an OpenAI base_url is all it is told. The tiny
+    # model writes no valid code, so the agent retries (its memory grows with the errors) until
+    # max_steps, then asks for a final answer: several calls of one session.
+    smolagents = pytest.importorskip("smolagents", reason="the dev extra's smolagents is missing")
+    model, tok = hf
+    sessions = tmp_path / "sessions"
+    with running(GatewaySettings(vllm_servers["default"], str(sessions), port=0)) as gw:
+        llm = smolagents.OpenAIModel(
+            model_id=MODEL, api_base=f"{gw.base_url}/s/smol/v1", api_key="none", max_tokens=12
+        )
+        agent = smolagents.CodeAgent(tools=[], model=llm, max_steps=2, verbosity_level=0)
+        agent.run("Where is the box?")
+    proc = export(sessions, tmp_path / "rows", "--algo", "grpo")
+    assert proc.returncode == 0, proc.stderr
+    rows = _rows(tmp_path / "rows/trajectories.jsonl")
+    assert len(rows) >= 2 and {r["traj_uid"] for r in rows} == {"smol"}
+    for r in rows:
+        decoded = tok.decode(r["response_ids"], skip_special_tokens=True)
+        # The framework's stop strings cut the text it sees; the ids hold the whole last token.
+        assert decoded.startswith(r["response"]), (decoded, r["response"])
+        assert tok.decode(r["prompt_ids"]).startswith("<|im_start|>system\n")
+        assert r["temperature"] == 1.0 and r["top_k"] == -1  # explicit, not the model's config
+        diffs = [abs(a - b) for a, b in zip(_forced(model, r), r["response_logprobs"], strict=True)]
+        assert max(diffs) < TOL, (r["step"], diffs)
+    summary = json.loads((tmp_path / "rows/summary.json").read_text())
+    flagged = sum(r["memory_flag"] == "undeclared_break" for r in rows)
+    assert summary["undeclared_breaks"] == flagged and summary["segments"] == 1 + flagged
