@@ -72,7 +72,8 @@ class Gateway:
         self.chat_url = base + "/chat/completions"
         self._chat = Target(self.chat_url)
         self._models = Target(base + "/models")
-        self.transport = Transport(expiry=None)
+        # Idle connections are reused for 2 s, under uvicorn's (vLLM's) 5 s keep-alive.
+        self.transport = Transport(expiry=2.0)
         self.in_flight = 0
         self.logprobs_kind: LogprobsKind | None = None
         self._probe = asyncio.Lock()
@@ -221,9 +222,15 @@ class Gateway:
             return self.logprobs_kind
 
     async def _upstream(self, target: Target, method: bytes, body: bytes) -> Any:
+        """The upstream's answer; asked once more, on a new connection, when a reused one was
+        closed under the request (a keep-alive ending as it was sent): the first try left no
+        answer, so nothing of it is recorded."""
         try:
             async with asyncio.timeout(self.settings.upstream_timeout_s):
-                return await self.transport.request(target, method, _JSON, body)
+                try:
+                    return await self.transport.request(target, method, _JSON, body)
+                except (httpx.ReadError, httpx.RemoteProtocolError):
+                    return await self.transport.request(target, method, _JSON, body)
         except (httpx.TransportError, AnswerTooLarge, TimeoutError) as e:
             raise HttpError(
                 502,

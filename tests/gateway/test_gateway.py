@@ -352,3 +352,33 @@ def test_store_refuses_a_file_changed_by_hand(tmp_path):
     (tmp_path / "s.jsonl").write_text('{"kind": "call"}\nnot json\n{"kind": "end"}\n')
     with pytest.raises(ValueError, match=re.escape("s.jsonl, line 2: expected a JSON object")):
         SessionStore(tmp_path)
+
+
+def test_a_keep_alive_connection_the_upstream_drops_is_retried_on_a_new_one(tmp_path):
+    # An upstream that answers each connection's first request and drops the connection at the
+    # second (its keep-alive ended as the request was sent): the agent still gets its answer.
+    import asyncio
+    import threading
+
+    answer = b'{"object": "list", "data": [{"id": "m"}]}'
+
+    async def serve(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        head = f"HTTP/1.1 200 OK\r\nContent-Length: {len(answer)}\r\n\r\n".encode()
+        writer.write(head + answer)
+        await writer.drain()
+        await reader.readuntil(b"\r\n\r\n")  # the second request: dropped unanswered
+        writer.close()
+
+    loop = asyncio.new_event_loop()
+    server = loop.run_until_complete(asyncio.start_server(serve, "127.0.0.1", 0))
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    upstream = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+    try:
+        with running(GatewaySettings(upstream, str(tmp_path), port=0)) as gw:
+            client = _client(gw, "k", max_retries=0)
+            assert [m.id for m in client.models.list()] == ["m"]
+            assert [m.id for m in client.models.list()] == ["m"]  # the same connection, dropped
+    finally:
+        loop.call_soon_threadsafe(server.close)
+        loop.call_soon_threadsafe(loop.stop)
