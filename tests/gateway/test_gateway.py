@@ -5,8 +5,10 @@ The real vLLM's turn: test_vllm_gateway.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
+import threading
 import urllib.request
 from pathlib import Path
 
@@ -174,14 +176,13 @@ def test_bodies_sessions_and_calls_in_flight_are_bounded_with_the_setting_named(
         )
         assert status == 413
         assert "over the gateway's limit of 2000 (--max-body-bytes)" in body["error"]["message"]
-        import threading
-
         first = threading.Thread(
             target=lambda: _client(gw, "a").chat.completions.create(model="hash", messages=USER)
         )
         first.start()
-        while gw.in_flight == 0:
+        while gw.in_flight == 0 and first.is_alive():
             first.join(0.01)
+        assert gw.in_flight == 1
         with pytest.raises(openai.RateLimitError, match=re.escape("(--max-in-flight=1)")):
             _client(gw, "a", max_retries=0).chat.completions.create(model="hash", messages=USER)
         first.join()
@@ -357,9 +358,6 @@ def test_store_refuses_a_file_changed_by_hand(tmp_path):
 def test_a_keep_alive_connection_the_upstream_drops_is_retried_on_a_new_one(tmp_path):
     # An upstream that answers each connection's first request and drops the connection at the
     # second (its keep-alive ended as the request was sent): the agent still gets its answer.
-    import asyncio
-    import threading
-
     answer = b'{"object": "list", "data": [{"id": "m"}]}'
 
     async def serve(reader, writer):
