@@ -39,7 +39,14 @@ from typing import Any
 import httpx
 
 from agent_memory.checks import is_number
-from agent_memory.gateway.calls import Prepared, agent_answer, prepare, read_sampled, sse_events
+from agent_memory.gateway.calls import (
+    Prepared,
+    agent_answer,
+    prepare,
+    read_sampled,
+    sse_events,
+    text_mismatch,
+)
 from agent_memory.gateway.http_server import (
     HttpError,
     HttpServer,
@@ -75,6 +82,7 @@ class Gateway:
         # Idle connections are reused for 2 s, under uvicorn's (vLLM's) 5 s keep-alive.
         self.transport = Transport(expiry=2.0)
         self.in_flight = 0
+        self.tokenizer = None if settings.tokenizer is None else _tokenizer(settings.tokenizer)
         self.logprobs_kind: LogprobsKind | None = None
         self._probe = asyncio.Lock()
         self._server: HttpServer | None = None
@@ -184,6 +192,9 @@ class Gateway:
                     "finish_reason": sampled.finish_reason,
                     "text": sampled.text,
                     "tool_calls": sampled.tool_calls,
+                    "mismatch": None
+                    if self.tokenizer is None
+                    else text_mismatch(self.tokenizer, sampled),
                 },
             )
         finally:
@@ -271,6 +282,16 @@ class Gateway:
                 event["group"] = str(body["group"])
         self.store.append(session, event)
         return json_response(200, {"session": session, "event": kind})
+
+
+def _tokenizer(path: str) -> Any:
+    """The local tokenizer ``path`` (a directory or a cached hub id)."""
+    from transformers import AutoTokenizer
+
+    from agent_memory.policies.local_model import resolve_model
+
+    local = resolve_model(path, need="tokenizer", key="--tokenizer")
+    return AutoTokenizer.from_pretrained(str(local), local_files_only=True)
 
 
 def _route(request: Request) -> tuple[str | None, str]:

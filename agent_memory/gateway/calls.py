@@ -32,10 +32,20 @@ from agent_memory.policies.openai_protocol import (
     read_answer,
     token_fields,
 )
+from agent_memory.policies.openai_sender import decodes_to
 from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import SamplingParams
+from agent_memory.tool_calls import parse_tool_calls
 
-__all__ = ["Prepared", "Sampled", "agent_answer", "prepare", "read_sampled", "sse_events"]
+__all__ = [
+    "Prepared",
+    "Sampled",
+    "agent_answer",
+    "prepare",
+    "read_sampled",
+    "sse_events",
+    "text_mismatch",
+]
 
 #: The chat fields the gateway reads itself; any other goes through ``check_extra_body``.
 _OWN = frozenset(
@@ -123,6 +133,7 @@ class Sampled:
     finish_reason: str | None
     text: str | None
     tool_calls: list[Any] | None
+    stop_reason: str | int | None = None
 
 
 def read_sampled(data: Any, url: str) -> Sampled:
@@ -159,7 +170,47 @@ def read_sampled(data: Any, url: str) -> Sampled:
         finish_reason=answer.finish_reason,
         text=message.get("content"),
         tool_calls=message.get("tool_calls") or None,
+        stop_reason=answer.stop_reason,
     )
+
+
+def text_mismatch(tokenizer: Any, sampled: Sampled) -> str | None:
+    """Why ``sampled``'s ids are not the text the agent got (None: they are), as the served
+    model's ``tokenizer`` decodes them: the text (a stop string's cut allowed: the ids hold the
+    whole token that ends it), or the tool calls (the ids hold their hermes text).
+
+    Example:
+        >>> class Words:  # a tokenizer whose ids are words
+        ...     def decode(self, ids, skip_special_tokens=False, clean_up_tokenization_spaces=None):
+        ...         return " ".join(["go", "up", "down"][i] for i in ids)
+        >>> text_mismatch(Words(), Sampled([], [0, 1], [-0.1, -0.2], "stop", "go up", None))
+        >>> text_mismatch(Words(), Sampled([], [0, 2], [-0.1, -0.2], "stop", "go up", None))
+        "the ids decode to 'go down', not to the answer's text 'go up'"
+    """
+    ids, text = sampled.response_ids, sampled.text
+    if sampled.tool_calls:
+        decoded = tokenizer.decode(ids, skip_special_tokens=True)
+        found = [(c.name, c.arguments) for c in parse_tool_calls(decoded).calls]
+        given = [_call(c) for c in sampled.tool_calls]
+        if found != given:
+            return f"the ids decode to the tool calls {found}, not to the answer's {given}"[:400]
+        return None
+    text = text or ""
+    if decodes_to(tokenizer, ids, text, sampled.finish_reason):
+        return None
+    decoded = tokenizer.decode(ids, skip_special_tokens=True)
+    if isinstance(sampled.stop_reason, str) and decoded.lstrip().startswith(text.lstrip()):
+        return None  # cut before the stop string, which the last token holds
+    return f"the ids decode to {decoded[:120]!r}, not to the answer's text {text[:120]!r}"
+
+
+def _call(call: Any) -> tuple[Any, Any]:
+    function = call.get("function") or {} if isinstance(call, Mapping) else {}
+    try:
+        arguments = json.loads(function.get("arguments") or "{}")
+    except ValueError:
+        arguments = function.get("arguments")
+    return function.get("name"), arguments
 
 
 def agent_answer(data: dict[str, Any], call: Prepared) -> dict[str, Any]:

@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--max-body-bytes", type=int, default=defaults.max_body_bytes)
     serve.add_argument("--upstream-timeout-s", type=float, default=defaults.upstream_timeout_s)
     serve.add_argument("--no-fsync", action="store_true", help="flush lines without fsync")
+    serve.add_argument(
+        "--tokenizer", default=None, help="the served model's tokenizer: ids checked against text"
+    )
     export = commands.add_parser("export", help="write a session directory's rows")
     export.add_argument("session_dir")
     export.add_argument("out_dir")
@@ -75,6 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             max_body_bytes=args.max_body_bytes,
             upstream_timeout_s=args.upstream_timeout_s,
             fsync=not args.no_fsync,
+            tokenizer=args.tokenizer,
         )
     except ValueError as e:
         print(f"error: {e}", file=sys.stderr)

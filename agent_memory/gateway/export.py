@@ -107,8 +107,8 @@ def _step(event: dict[str, Any], k: int) -> StepRecord:
         prompt=messages,
         response=text,
         parsed_action=calls or None,
-        valid=True,
-        invalid_reason=None,
+        valid=event.get("mismatch") is None,
+        invalid_reason=event.get("mismatch"),
         reward=0.0,
         terminated=False,
         truncated=False,
@@ -246,4 +246,10 @@ def _gateway_figures(
             {"session": uid, "call": step} for uid, step, f in flags if f == UNDECLARED_BREAK
         ],
         "torn_lines": torn,
+        "token_mismatches": [
+            {"session": t.spec.traj_uid, "call": s.step, "mismatch": s.invalid_reason}
+            for t in trajs
+            for s in t.steps
+            if s.invalid_reason is not None
+        ],
     }

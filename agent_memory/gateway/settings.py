@@ -52,6 +52,8 @@ class GatewaySettings:
         max_body_bytes: a request body's largest size: a larger one gets 413.
         upstream_timeout_s: seconds one upstream call may take.
         fsync: fsync each record line (durable across a machine crash, not only a process one).
+        tokenizer: the served model's tokenizer (a directory or a cached hub id): each call's
+            ids are checked to decode to the answer (a mismatch is recorded and counted).
     """
 
     upstream: str
@@ -64,6 +66,7 @@ class GatewaySettings:
     max_body_bytes: int = 8 * 2**20
     upstream_timeout_s: float = 600.0
     fsync: bool = True
+    tokenizer: str | None = None
 
     def __post_init__(self) -> None:
         try:

@@ -42,7 +42,9 @@ def test_train_py_trains_on_gateway_captured_sessions(tiny_lm, tmp_path):
 
     backend = ModelBackend(tiny_lm, logprobs_mode="processed_logprobs")
     with MockOpenAIServer(backend, max_lifetime_s=300) as upstream:
-        settings = GatewaySettings(upstream.base_url, str(tmp_path / "sessions"), port=0)
+        settings = GatewaySettings(
+            upstream.base_url, str(tmp_path / "sessions"), port=0, tokenizer=str(tiny_lm)
+        )
         with running(settings) as gw:
             for session, reward in (("won", 1.0), ("lost", 0.0)):
                 client = openai.OpenAI(base_url=f"{gw.base_url}/s/{session}/v1", api_key="none")
@@ -65,6 +67,7 @@ def test_train_py_trains_on_gateway_captured_sessions(tiny_lm, tmp_path):
     rows = tmp_path / "rows"
     proc = export(tmp_path / "sessions", rows)
     assert proc.returncode == 0, proc.stderr
+    assert json.loads((rows / "summary.json").read_text())["token_mismatches"] == []
     out = tmp_path / "train"
     proc = _train(
         f"trainer.rows={rows}",
@@ -105,3 +108,38 @@ def test_rows_without_token_ids_are_refused_naming_the_key(tmp_path):
     proc = _train(f"trainer.rows={tmp_path}", f"hydra.run.dir={tmp_path / 'out'}")
     assert proc.returncode == 2, proc.stderr
     assert re.search(r"row 1 \(episode t, step 1\) has no token ids and log-probs", proc.stderr)
+
+
+def test_ids_that_do_not_decode_to_the_answer_are_flagged_and_counted(tiny_lm, tmp_path):
+    # The gateway told another model's tokenizer than the served one's: every call's ids decode
+    # to other text than the agent got. The calls are recorded, flagged, and counted.
+    from mock_server import MockOpenAIServer, ModelBackend
+
+    from agent_memory.models import build_tiny_lm
+
+    other = build_tiny_lm(tmp_path / "other", ["zebra", "quartz", "violin", "hello"], seed=1)
+    with MockOpenAIServer(ModelBackend(tiny_lm, logprobs_mode="processed_logprobs")) as upstream:
+        settings = GatewaySettings(
+            upstream.base_url, str(tmp_path / "s"), port=0, tokenizer=str(other)
+        )
+        with running(settings) as gw:
+            client = openai.OpenAI(base_url=f"{gw.base_url}/s/m/v1", api_key="none")
+            answer = client.chat.completions.create(
+                model=upstream.model_name,
+                messages=[{"role": "user", "content": "the box"}],
+                max_tokens=4,
+                seed=0,
+            )
+    assert answer.choices[0].message.content  # the agent got its answer all the same
+    proc = export(tmp_path / "s", tmp_path / "rows")
+    assert proc.returncode == 0, proc.stderr
+    (flagged,) = json.loads((tmp_path / "rows/summary.json").read_text())["token_mismatches"]
+    assert flagged["session"] == "m" and flagged["call"] == 1
+    assert flagged["mismatch"].startswith("the ids decode to ")
+    assert flagged["mismatch"].endswith(
+        f"not to the answer's text {answer.choices[0].message.content!r}"
+    )
+    (row,) = [
+        json.loads(line) for line in (tmp_path / "rows/trajectories.jsonl").read_text().splitlines()
+    ]
+    assert row["is_action_valid"] is False and row["invalid_reason"] == flagged["mismatch"]

@@ -35,9 +35,10 @@ def hf(qwen):
 
 
 @pytest.fixture(scope="module")
-def gateway(vllm_servers, tmp_path_factory):
+def gateway(vllm_servers, qwen, tmp_path_factory):
     sessions = tmp_path_factory.mktemp("gateway")
-    with running(GatewaySettings(vllm_servers["processed"], str(sessions), port=0)) as gw:
+    settings = GatewaySettings(vllm_servers["processed"], str(sessions), port=0, tokenizer=qwen)
+    with running(settings) as gw:
         yield gw
 
 
@@ -88,6 +89,7 @@ def test_an_openai_agent_through_the_gateway_gives_exact_rows_and_segments(gatew
             extends = r["prompt_ids"][: len(context)] == context
             assert r["memory_flag"] == (None if extends else "undeclared_break")
     summary = json.loads((tmp_path / "rows/summary.json").read_text())
+    assert summary["token_mismatches"] == []  # the gateway's own check: ids decode to the text
     breaks = [c for c in summary["undeclared_break_calls"] if c["session"] == "real-1"]
     assert (
         summary["declared_rewrites"]["compaction"] >= 1
@@ -139,14 +141,17 @@ def test_raw_logprobs_with_changed_sampling_are_refused_naming_the_server_flag(
     assert (tmp_path / "raw.jsonl").read_text().count("\n") == 1
 
 
-def test_an_agent_framework_from_the_package_index_yields_exact_rows(vllm_servers, hf, tmp_path):
+def test_an_agent_framework_from_the_package_index_yields_exact_rows(
+    vllm_servers, hf, qwen, tmp_path
+):
     # smolagents' CodeAgent, as its users run it: an OpenAI base_url is all it is told. The tiny
     # model writes no valid code, so the agent retries (its memory grows with the errors) until
     # max_steps, then asks for a final answer: several calls of one session.
     smolagents = pytest.importorskip("smolagents", reason="the dev extra's smolagents is missing")
     model, tok = hf
     sessions = tmp_path / "sessions"
-    with running(GatewaySettings(vllm_servers["default"], str(sessions), port=0)) as gw:
+    settings = GatewaySettings(vllm_servers["default"], str(sessions), port=0, tokenizer=qwen)
+    with running(settings) as gw:
         llm = smolagents.OpenAIModel(
             model_id=MODEL, api_base=f"{gw.base_url}/s/smol/v1", api_key="none", max_tokens=12
         )
@@ -165,5 +170,6 @@ def test_an_agent_framework_from_the_package_index_yields_exact_rows(vllm_server
         diffs = [abs(a - b) for a, b in zip(_forced(model, r), r["response_logprobs"], strict=True)]
         assert max(diffs) < TOL, (r["step"], diffs)
     summary = json.loads((tmp_path / "rows/summary.json").read_text())
+    assert summary["token_mismatches"] == []  # stop strings' cuts included
     flagged = sum(r["memory_flag"] == "undeclared_break" for r in rows)
     assert summary["undeclared_breaks"] == flagged and summary["segments"] == 1 + flagged
