@@ -37,6 +37,7 @@ def _train(*overrides: str) -> subprocess.CompletedProcess:
     )
 
 
+@pytest.mark.slow
 def test_train_py_trains_on_gateway_captured_sessions(tiny_lm, tmp_path):
     from mock_server import MockOpenAIServer, ModelBackend
 
