@@ -131,13 +131,16 @@ def token_fields(mode: Mode, server: Server) -> dict[str, Any]:
     return chat
 
 
-def read_answer(data: Any, mode: Mode) -> Answer:
+def read_answer(data: Any, mode: Mode, *, tool_calls: bool = False) -> Answer:
     """The first choice of ``data`` (a parsed JSON answer), checked: a text that is a string, a
     finish reason that is one (or null), token ids that are ints in ``[0, 2**63)``, log-probs
-    that are finite and at most 0 (:data:`LOGPROB_EPS` above it is read as 0).
+    that are finite and at most 0 (:data:`LOGPROB_EPS` above it is read as 0). ``tool_calls``:
+    a message with tool calls is read too (its text: the content, or ``""`` when null; the ids
+    hold the calls' tokens), as the gateway records them.
 
     Raises:
-        NonTextAnswer: a null text (content), or a message with tool calls.
+        NonTextAnswer: a null text (content), or a message with tool calls (unless
+            ``tool_calls``).
         MalformedAnswer: no ``choices[0]`` text, or a field of the wrong type, shape or range.
     """
     try:
@@ -150,6 +153,8 @@ def read_answer(data: Any, mode: Mode) -> Answer:
         if value is not None and not isinstance(value, str):
             raise MalformedAnswer(f"{name}: expected a string or null, got {value!r}"[:200])
     not_text = _not_text(choice, mode, text)
+    if tool_calls and not_text is not None and _has_calls(choice):
+        not_text = None
     if not_text is not None:  # (a null text is one)
         raise NonTextAnswer(not_text)
     usage = data.get("usage") if _is_map(data) else None
@@ -196,6 +201,12 @@ def _not_text(choice: Mapping[str, Any], mode: Mode, text: str | None) -> str | 
     return f"{where} is null: expected text" + (
         f" (the message holds {' and '.join(held)})" if held else ""
     )
+
+
+def _has_calls(choice: Mapping[str, Any]) -> bool:
+    """Whether a chat choice's message holds tool calls."""
+    message = choice.get("message")
+    return _is_map(message) and bool(message.get("tool_calls") or message.get("function_call"))
 
 
 #: What a chat message may hold instead of text, as an error names it.

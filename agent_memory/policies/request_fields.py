@@ -122,15 +122,18 @@ _REFUSED = {
 }
 
 
-def check_extra_body(extra_body: Mapping[str, Any]) -> None:
+def check_extra_body(
+    extra_body: Mapping[str, Any], where: str = "policy.params.extra_body"
+) -> None:
     """Refuse an ``extra_body`` field that is not in :data:`ALLOWED_EXTRA_BODY` (or a
-    ``tool_choice`` that forces a call).
+    ``tool_choice`` that forces a call). ``where``: what the fix names the fields by (the
+    gateway's are a request's own fields).
 
     Raises:
         ValueError: the first such field, why, and the override that fixes it.
     """
     for key, value in extra_body.items():
-        name = f"policy.params.extra_body.{key}"
+        name = f"{where}.{key}"
         if key == "tool_choice" and not (isinstance(value, str) and value in _FREE_TOOL_CHOICE):
             raise ValueError(
                 f"extra_body.tool_choice={value!r} changes the distribution tokens are sampled "
