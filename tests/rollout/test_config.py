@@ -27,14 +27,18 @@ def _compose(*overrides: str):
 
 def test_every_bundled_env_has_a_config():
     assert ENVS == [
+        "babyai",
         "cliff_walking",
         "code",
         "frozen_lake",
         "recall",
+        "scienceworld",
         "search_qa",
         "sokoban",
         "taxi",
+        "textarena",
         "textworld",
+        "textworld_express",
         "track",
     ]
 
