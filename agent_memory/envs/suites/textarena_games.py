@@ -77,6 +77,9 @@ class TextArenaEnv(TextEnv):
         (False, 'empty move (not sent: TextArena would count it as an invalid move)')
     """
 
+    #: Moves outside ``admissible_actions`` go to TextArena, which judges them itself.
+    free_text = True
+
     def __init__(
         self,
         game: str = "GuessTheNumber-v0",
@@ -133,7 +136,8 @@ class TextArenaEnv(TextEnv):
             messages = self._messages()
         self._task = sanitize(messages.pop("prompt", ""), self.max_obs_length)
         self._done = self._won = False
-        self._last_obs = sanitize(messages.get("game", ""), self.max_obs_length)
+        opening = messages.get("game", "The game starts: make your first move.")
+        self._last_obs = sanitize(opening, self.max_obs_length)
         return self._last_obs, self._info()
 
     def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
@@ -149,7 +153,8 @@ class TextArenaEnv(TextEnv):
             done, _ = self._ta.step(move)
             messages = self._messages()
             state = self._ta.state
-            refused = bool(getattr(state, "made_invalid_move", False))
+            # A single-player game counts the invalid moves in a row (0 after a valid one).
+            refused = int(getattr(state, "error_count", 0)) > 0
             rewards = state.rewards or {}
             ended_invalid = bool(state.game_info[0].get("invalid_move", False))
         self._done = bool(done)
