@@ -90,7 +90,7 @@ class _JavaGameEnv(TextEnv):
         self._score = 0.0
         self._done = self._won = False
         self._task = ""
-        self._gold: list[str] = []  # the game's solution of this episode
+        self._gold: list[str] | None = None  # the game's solution of this episode, once asked
         self._taken: list[str] = []  # the commands sent to the game this episode
 
     # -- what each suite provides ------------------------------------------------------------
@@ -137,7 +137,7 @@ class _JavaGameEnv(TextEnv):
             )
         self.game_id = int(game)
         obs, self._infos = self._start(self.game_id)
-        self._gold, self._taken = self.gold_actions(), []
+        self._gold, self._taken = None, []
         self._score, self._done, self._won = self._outcome()
         self._last_obs = sanitize(obs.strip(), self.max_obs_length)
         return self._last_obs, self._info()
@@ -176,13 +176,16 @@ class _JavaGameEnv(TextEnv):
         if self.game_id is None:
             raise RuntimeError(f"{type(self).__name__}: call reset() before oracle_action()")
         k = len(self._taken)
-        if self._taken != self._gold[:k] or k >= len(self._gold):
+        if self._gold is None and k == 0:
+            self._gold = self.gold_actions()
+        gold = self._gold or []
+        if self._taken != gold[:k] or k >= len(gold):
             raise RuntimeError(
                 f"{self.suite} gives its gold path from the start of an episode only: this one "
-                f"{'played it out' if self._taken == self._gold else 'left it'} after {k} "
+                f"{'played it out' if self._taken == gold else 'left it'} after {k} "
                 "actions, so there is no oracle action"
             )
-        return self._gold[k]
+        return gold[k]
 
     def admissible_actions(self) -> list[str]:
         """The game's valid actions now, sorted (empty once the game is over)."""
@@ -363,7 +366,7 @@ class ScienceWorldEnv(_JavaGameEnv):
         return self._variations
 
     def _start(self, game: int) -> tuple[str, dict[str, Any]]:
-        self._sw.load(self.task, game, self.simplification, generateGoldPath=True)
+        self._sw.load(self.task, game, self.simplification)  # the gold path when asked
         obs, infos = self._sw.reset()
         self._task = sanitize(str(self._sw.get_task_description()).strip(), self.max_obs_length)
         return str(obs), dict(infos)
@@ -389,7 +392,21 @@ class ScienceWorldEnv(_JavaGameEnv):
     def gold_actions(self) -> list[str]:
         """ScienceWorld's own solution from the start of the episode (its gold path; some of
         its actions are phrasings outside the valid-action list): ``oracle_action`` follows
-        it."""
+        it. Generating it costs most of a reset, so a reset does not: asked before the first
+        step, the game is loaded again with it (the same game: loads are deterministic).
+
+        Raises:
+            RuntimeError: asked after the episode's first step.
+        """
+        if self._taken:
+            raise RuntimeError(
+                "ScienceWorld's gold path is generated from the start of an episode: ask for "
+                "it before the first step"
+            )
+        if self.game_id is None:
+            raise RuntimeError("ScienceWorldEnv: call reset() before gold_actions()")
+        self._sw.load(self.task, self.game_id, self.simplification, generateGoldPath=True)
+        self._infos = dict(self._sw.reset()[1])
         return [str(a) for a in self._sw.get_gold_action_sequence()]
 
     def close(self) -> None:
