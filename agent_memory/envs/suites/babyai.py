@@ -139,7 +139,8 @@ class BabyAIText(TextAdapter):
 
     def _info(self) -> dict[str, Any]:
         info = super()._info()
-        info[TASK] = sanitize(str(self.env.unwrapped.mission), self.max_obs_length)
+        game: Any = self.env.unwrapped
+        info[TASK] = sanitize(str(game.mission), self.max_obs_length)
         return info
 
 
@@ -173,7 +174,7 @@ def make_babyai(
     """
     import minigrid  # noqa: F401  (registers the MiniGrid and BabyAI ids)
 
-    kwargs = {} if max_steps is None else {"max_steps": int(max_steps)}
+    kwargs: dict[str, Any] = {} if max_steps is None else {"max_steps": int(max_steps)}
     inner = gym.make(level, **kwargs)
     return BabyAIText(
         inner,

@@ -144,8 +144,8 @@ class TextArenaEnv(TextEnv):
         """Play ``action`` (bracketed unless it holds a ``[``); an empty one is refused unsent."""
         if not isinstance(action, str) or not action.strip():
             what = "empty move" if isinstance(action, str) else "a move must be a str"
-            reason = f"{what} (not sent: TextArena would count it as an invalid move)"
-            return self._last_obs, 0.0, self._done, False, step_info(self._info(), reason)
+            unsent = f"{what} (not sent: TextArena would count it as an invalid move)"
+            return self._last_obs, 0.0, self._done, False, step_info(self._info(), unsent)
         if self._done:
             return self._last_obs, 0.0, True, False, step_info(self._info(), "the game is over")
         move = action.strip() if "[" in action else f"[{action.strip()}]"
@@ -161,7 +161,7 @@ class TextArenaEnv(TextEnv):
         reward = float(rewards.get(0, 0.0)) if self._done else 0.0
         self._won = self._done and reward >= 1.0
         self._last_obs = sanitize(messages.get("game", ""), self.max_obs_length)
-        reason = None
+        reason: str | None = None
         if refused or ended_invalid:
             reason = sanitize(messages.get("admin") or "TextArena refused the move", 1024)
         return self._last_obs, reward, self._done, False, step_info(self._info(), reason)
