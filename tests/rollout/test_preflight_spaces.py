@@ -145,3 +145,23 @@ def test_the_script_refuses_frozen_lake_in_one_line_before_ray(tmp_path):
     last = proc.stderr.strip().splitlines()[-1]
     assert "expected a text action space (gymnasium.spaces.Text), got Discrete(4)" in last
     assert "Traceback" not in proc.stderr and "ray" not in proc.stderr.lower()
+
+
+@pytest.mark.parametrize(
+    ("config", "env_id", "suite"),
+    [
+        ("textworld_express", "agent_memory/TextWorldExpress-v0", "TextWorld-Express"),
+        ("scienceworld", "agent_memory/ScienceWorld-v0", "ScienceWorld"),
+    ],
+)
+def test_a_java_suite_without_java_is_refused_before_ray(monkeypatch, config, env_id, suite):
+    monkeypatch.setattr("agent_memory.envs.suites.shutil.which", lambda name: None)
+    with pytest.raises(
+        ConfigError,
+        match=re.escape(
+            f"env.id={env_id}: {suite} runs its games in a Java process, but no `java` is on the "
+            "path: install a Java runtime (Debian/Ubuntu: apt-get install default-jre-headless), "
+            "or choose another env"
+        ),
+    ):
+        _check(f"env={config}", "policy=random")

@@ -1,4 +1,5 @@
-"""``check_text_env``: refuse an env whose actions are not text, before Ray starts.
+"""``check_text_env``: refuse an env whose actions are not text (or a Java-backed suite where no
+``java`` runs), before Ray starts.
 
 The policy's answers are text: an env with a ``Discrete`` (or any other non-text) action space,
 such as Gymnasium's own FrozenLake, would be accepted and then fail every episode at its first
@@ -52,12 +53,18 @@ def check_text_env(env: EnvCheck) -> None:
 
     Raises:
         ConfigError: the action space is not text, naming ``TextAdapter`` and the glue to write
-            (or the bundled config that adapts the env already).
+            (or the bundled config that adapts the env already); or the env is a Java-backed
+            suite (TextWorld-Express, ScienceWorld) and no ``java`` is on the path.
     """
     from gymnasium import spaces
 
     import agent_memory.envs
+    from agent_memory.envs.suites import JAVA_SUITES, missing_java
 
+    if env.id in JAVA_SUITES:
+        why = missing_java(JAVA_SUITES[env.id])
+        if why is not None:
+            raise ConfigError(f"env.id={env.id}: {why}", key="env.id")
     if env.id in agent_memory.envs.ENVS:
         return  # the bundled envs are text envs (tests/envs check each with check_env)
     space = getattr(env.env_class, "action_space", None) if env.env_class else None
