@@ -240,3 +240,21 @@ def test_scienceworld_takes_phrasings_outside_its_list_and_refuses_unknown_ones(
     assert info["is_action_valid"] is False and obs == "No known action matches that input."
     assert info["invalid_reason"] == "ScienceWorld does not know the action 'dance wildly'"
     assert info["state_key"] == key
+
+
+def test_a_textarena_game_without_a_move_list():
+    env = _make("agent_memory/TextArena-v0", game="TowerOfHanoi-v0")
+    obs, info = env.reset(seed=0)
+    assert "admissible_actions" not in info  # free moves: the wrappers' parser takes any text
+    assert obs.startswith("Current Board:") and "from tower A to tower C" in info["task"]
+    obs, _, _, _, info = env.step("A C")  # bracketed as TextArena reads it: [A C]
+    assert obs.startswith("You moved disk 1 from A to C.") and "[A C]" not in obs
+    assert info["is_action_valid"] is True
+    _, _, terminated, _, info = env.step("A C")  # a larger disk on a smaller one: refused
+    assert info["is_action_valid"] is False and not terminated
+    assert "You tried to place a larger disk on a smaller disk." in info["invalid_reason"]
+    # A second invalid move in a row ends the game (TextArena's allowance), with its reason.
+    obs, reward, terminated, _, info = env.step("B A")
+    assert terminated and reward == 0.0 and info["won"] is False
+    assert obs == "The game is over: Invalid Move: You tried to move a disk from an empty tower."
+    assert info["invalid_reason"] == "Invalid Move: You tried to move a disk from an empty tower."

@@ -157,18 +157,24 @@ class TextArenaEnv(TextEnv):
             refused = int(getattr(state, "error_count", 0)) > 0
             rewards = state.rewards or {}
             ended_invalid = bool(state.game_info[0].get("invalid_move", False))
+            ending = str(state.game_info[0].get("reason") or "")
         self._done = bool(done)
         reward = float(rewards.get(0, 0.0)) if self._done else 0.0
         self._won = self._done and reward >= 1.0
-        self._last_obs = sanitize(messages.get("game", ""), self.max_obs_length)
+        said = messages.get("game", "")
+        if self._done and ending:
+            said = f"{said}\nThe game is over: {ending}".strip()
+        self._last_obs = sanitize(said, self.max_obs_length)
         reason: str | None = None
         if refused or ended_invalid:
-            reason = sanitize(messages.get("admin") or "TextArena refused the move", 1024)
+            why = messages.get("admin") or ending or "TextArena refused the move"
+            reason = sanitize(why, 1024)
         return self._last_obs, reward, self._done, False, step_info(self._info(), reason)
 
     def _messages(self) -> dict[str, str]:
         """The game's unread messages to player 0, by kind: ``prompt``, ``game`` (what the
-        player sees: everything but its own echoed move) and ``admin`` (invalid-move notes)."""
+        player sees: everything but its own echoed move, which some games send as the game's)
+        and ``admin`` (invalid-move notes)."""
         import textarena as ta
 
         _, messages = self._ta.get_observation()
@@ -176,7 +182,7 @@ class TextArenaEnv(TextEnv):
         for sender, text, kind in messages:
             if kind == ta.ObservationType.PROMPT:
                 kinds["prompt"].append(str(text).strip())
-            elif sender == ta.GAME_ID:
+            elif sender == ta.GAME_ID and kind != ta.ObservationType.PLAYER_ACTION:
                 kinds["game"].append(str(text).strip())
                 if kind == ta.ObservationType.GAME_ADMIN:
                     kinds["admin"].append(str(text).strip())
