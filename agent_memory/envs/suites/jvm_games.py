@@ -2,7 +2,9 @@
 
 Both speak the same contract: the game's valid actions are ``info["admissible_actions"]``
 (matched exactly, then case and spacing forgiven), an action outside them is refused without
-stepping the game, the reward is the change of the game's score, ``won`` is the game's task
+stepping the game (ScienceWorld's parser knows more phrasings than its list names: there, any
+other non-empty text goes to the game, and the game's "No known action matches that input." makes
+the step invalid), the reward is the change of the game's score, ``won`` is the game's task
 success, and ``state_key`` hashes what the game shows of its state (the room as ``look`` shows
 it, the inventory, the score and outcome) with the game's identity. ``reset(seed=...)`` draws one
 game of the chosen fold (equal seeds, equal games); ``options={"game": k}`` picks one. The games'
