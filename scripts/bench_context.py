@@ -10,6 +10,9 @@ history buys.
     python scripts/bench_context.py                            # Recall, window k=3
     python scripts/bench_context.py -m env=sokoban,textworld,recall \\
         memory=none,window,token_budget,full env.history_length=1,3,5
+    python scripts/bench_context.py -m env=babyai,textarena,textworld_express,scienceworld \\
+        memory=none,window,full env.history_length=1,3 policy=random env.max_steps=30 \\
+        rollout.num_groups=4 rollout.num_workers=1 rollout.envs_per_worker=4   # the suites
 
 In a sweep, jobs that amount to the same configuration run once: ``memory=none`` (``full``,
 ``token_budget``) sets its own history length, so its jobs for other ``env.history_length`` values

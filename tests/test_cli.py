@@ -104,8 +104,8 @@ def test_help_says_what_the_script_does_and_writes():
     assert "== Examples ==\n  python scripts/rollout.py " in text
     groups = text[text.index("== Config groups (group=option) ==") :]
     assert (
-        "env: cliff_walking, code, frozen_lake, gym, recall, search_qa, sokoban, taxi, textworld, "
-        "track" in groups
+        "env: babyai, cliff_walking, code, frozen_lake, gym, recall, scienceworld, search_qa, "
+        "sokoban, taxi, textarena, textworld, textworld_express, track" in groups
     )
     assert (
         "memory: blackboard, compaction, conversation, episodic, full, none, notes, retrieval"

@@ -112,7 +112,7 @@ def test_fallbacks():
             {"on_invalid": "noop"},
             "on_invalid='noop' needs noop_action: the env action that changes nothing",
         ),
-        ({"on_invalid": "retry"}, "on_invalid must be 'skip' or 'noop', got 'retry'"),
+        ({"on_invalid": "retry"}, "on_invalid must be 'skip', 'noop' or 'raw', got 'retry'"),
         ({"multiple": "all"}, "multiple must be 'invalid', 'first' or 'last', got 'all'"),
         ({"match": "fuzzy"}, "match must be 'normalized' or 'exact', got 'fuzzy'"),
         ({"tag": "<action>"}, "tag must be a bare tag name like 'action', got '<action>'"),

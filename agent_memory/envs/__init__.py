@@ -8,7 +8,7 @@ Example:
     >>> import gymnasium as gym
     >>> import agent_memory.envs  # noqa: F401  (registers the ids)
     >>> sorted(i for i in gym.registry if i.startswith("agent_memory/"))[:3]
-    ['agent_memory/CliffWalking-v0', 'agent_memory/Code-v0', 'agent_memory/FrozenLake-v0']
+    ['agent_memory/BabyAI-v0', 'agent_memory/CliffWalking-v0', 'agent_memory/Code-v0']
 """
 
 from __future__ import annotations
@@ -28,6 +28,20 @@ ENVS: dict[str, tuple[str, int | None, dict]] = {
     "agent_memory/Code-v0": ("agent_memory.envs.code_exec:CodeEnv", 10, {}),
     # An OpenEnv server as a text env (env=openenv; needs the openenv extra).
     "agent_memory/OpenEnv-v0": ("agent_memory.envs.openenv_client:OpenEnvTextEnv", None, {}),
+    # Benchmark suites (agent_memory/envs/suites; each needs its extra). BabyAI and TextArena
+    # games keep their own step limits.
+    "agent_memory/BabyAI-v0": ("agent_memory.envs.suites.babyai:make_babyai", None, {}),
+    "agent_memory/TextArena-v0": (
+        "agent_memory.envs.suites.textarena_games:TextArenaEnv",
+        None,
+        {},
+    ),
+    "agent_memory/TextWorldExpress-v0": (
+        "agent_memory.envs.suites.jvm_games:TextWorldExpressEnv",
+        50,
+        {},
+    ),
+    "agent_memory/ScienceWorld-v0": ("agent_memory.envs.suites.jvm_games:ScienceWorldEnv", 50, {}),
 }
 
 for _env_id, (_entry_point, _max_steps, _kwargs) in ENVS.items():

@@ -3,7 +3,8 @@
 1. intercept: a memory action (``<record>``, ``<retrieve>``) goes to the memory (its reply to
    ``info["memory_reply"]``); the env gets the no-op;
 2. parse: any other response becomes the env's action, or an invalid verdict;
-3. fallback: an invalid response's env gets the fallback action (end of :meth:`StepFlow.plan`);
+3. fallback: an invalid response's env gets the fallback action, or its own text with the
+   parser's ``on_invalid="raw"`` (end of :meth:`StepFlow.plan`);
 4. store: the observation acted on, the action as shown, the thought and the extras;
 5. verdict: the parser's, then the env's own (``info["is_action_valid"]``);
 6. penalty: ``invalid_penalty`` added to invalid steps' rewards (end of :meth:`StepFlow.record`);
@@ -126,6 +127,10 @@ class StepFlow:
         parsed = dict(zip(todo, map(parser.parse, texts, admissible), strict=True))
         actions = dict.fromkeys(ids, fallback)  # memory actions and invalid responses
         actions.update((i, p.action) for i, p in parsed.items() if p.valid)
+        if parser.on_invalid == "raw":  # an invalid response's own text
+            actions.update(
+                (i, parser.invalid_action(given[i])) for i, p in parsed.items() if not p.valid
+            )
         return Plan(ids, given, actions, parsed, replies)
 
     def record(

@@ -27,15 +27,19 @@ def _compose(*overrides: str):
 
 def test_every_bundled_env_has_a_config():
     assert ENVS == [
+        "babyai",
         "cliff_walking",
         "code",
         "frozen_lake",
         "openenv",
         "recall",
+        "scienceworld",
         "search_qa",
         "sokoban",
         "taxi",
+        "textarena",
         "textworld",
+        "textworld_express",
         "track",
     ]
 

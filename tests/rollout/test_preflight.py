@@ -100,7 +100,7 @@ INVALID = [
     pytest.param(
         ["env.id=NoSuch-v0"],
         "env.id='NoSuch-v0' is not a registered Gymnasium id (Environment `NoSuch` doesn't "
-        "exist.): pass a registered id (bundled: agent_memory/CliffWalking-v0, ",
+        "exist.): pass a registered id (bundled: agent_memory/BabyAI-v0, ",
         id="unknown-gym-id",
     ),
     pytest.param(

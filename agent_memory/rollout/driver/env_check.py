@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import logging
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,7 +24,9 @@ from agent_memory.config import ConfigError, EnvConfig
 from agent_memory.signatures import bind_params
 from agent_memory.suggest import did_you_mean
 
-__all__ = ["MAKE_KWARGS", "EnvCheck", "qualname", "resolve_env"]
+__all__ = ["MAKE_KWARGS", "EnvCheck", "build_env", "qualname", "resolve_env"]
+
+log = logging.getLogger(__name__)
 
 #: ``gym.make``'s own keyword arguments: ``make`` takes them, the env constructor never sees them.
 MAKE_KWARGS = ("max_episode_steps", "disable_env_checker")
@@ -142,3 +145,15 @@ def _made_class(creator: Callable[..., Any]) -> type | None:
 def qualname(obj: Any) -> str:
     """``module.QualName`` of a class or function, for messages that name it."""
     return f"{getattr(obj, '__module__', '?')}.{getattr(obj, '__qualname__', repr(obj))}"
+
+
+def build_env(env: EnvCheck, check: str) -> Any:
+    """One env made by ``env``'s entry point, as ``gym.make`` would (without its wrappers), or
+    None when it cannot be built here (the workers then report that themselves); ``check`` names
+    the driver check that asks, for the debug log."""
+    kwargs = {k: v for k, v in env.kwargs.items() if k not in MAKE_KWARGS}
+    try:
+        return env.entry_point(**kwargs)
+    except Exception as e:  # not this check's error: the workers build it and say why
+        log.debug("%s: env %r not built here (%s: %s)", check, env.id, type(e).__name__, e)
+        return None

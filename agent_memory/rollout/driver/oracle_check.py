@@ -16,7 +16,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from agent_memory.config import ConfigError, JobConfig
-from agent_memory.rollout.driver.env_check import MAKE_KWARGS, EnvCheck, resolve_env
+from agent_memory.rollout.driver.env_check import EnvCheck, build_env, resolve_env
 
 if TYPE_CHECKING:
     from agent_memory.policies import Policy
@@ -54,7 +54,7 @@ def check_policy_env(
         return  # preflight refuses the class itself, with its own message
     if cls is not None and not isinstance(getattr(cls, "has_oracle", None), property):
         return  # oracle_action() on every instance: trusted, not built
-    made = _build(env)
+    made = build_env(env, "check_policy_env")
     if made is None:
         return
     try:
@@ -97,14 +97,3 @@ def env_has_oracle(env: Any) -> bool:
     """
     flag = getattr(env, "has_oracle", None)
     return bool(flag) if flag is not None else callable(getattr(env, "oracle_action", None))
-
-
-def _build(env: EnvCheck) -> Any:
-    """One env made by ``env``'s entry point, as ``gym.make`` would (without its wrappers), or
-    None when it cannot be built here (the workers then report that themselves)."""
-    kwargs = {k: v for k, v in env.kwargs.items() if k not in MAKE_KWARGS}
-    try:
-        return env.entry_point(**kwargs)
-    except Exception as e:  # not this check's error: the workers build it and say why
-        log.debug("check_policy_env: env %r not built here (%s: %s)", env.id, type(e).__name__, e)
-        return None

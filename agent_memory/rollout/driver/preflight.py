@@ -46,6 +46,7 @@ from agent_memory.rollout.driver.memory_check import (
     settings_names,
 )
 from agent_memory.rollout.driver.oracle_check import check_policy_env
+from agent_memory.rollout.driver.space_check import check_text_env
 from agent_memory.rollout.history import wrapper_settings
 from agent_memory.signatures import bind_params, build_or_blame
 
@@ -95,6 +96,7 @@ def preflight(job: JobConfig, *, policy: Policy | None = None, probe: bool = Tru
     episode = job.rollout.layout == "episode"
     env = resolve_env(job.env)
     require(job_needs(job, env.id))  # optional dependencies: one line naming the extra
+    check_text_env(env)
     check_policy_env(job, env, policy=policy)
     if job.algo.name == "ppo":
         _check_value_fn(job.algo.value_fn)
