@@ -104,7 +104,7 @@ def test_help_says_what_the_script_does_and_writes():
     assert "== Examples ==\n  python scripts/rollout.py " in text
     groups = text[text.index("== Config groups (group=option) ==") :]
     assert (
-        "env: babyai, cliff_walking, code, frozen_lake, gym, recall, scienceworld, search_qa, "
+        "env: babyai, cliff_walking, code, frozen_lake, gym, openenv, recall, scienceworld, search_qa, "
         "sokoban, taxi, textarena, textworld, textworld_express, track" in groups
     )
     assert (
