@@ -38,6 +38,7 @@ from agent_memory.policies.openai_checks import (
     check_status,
     check_stops,
     check_token_in,
+    check_tool_settings,
     id_bound,
     load_renderer,
     plain_values,
@@ -140,6 +141,13 @@ class OpenAIPolicy(Policy):
         check_token_in(s.token_in, s.tokenizer, s.incremental, s.mode)
         check_number("max_retry_after", s.max_retry_after, low=0)
         stops = check_stops(s.stop, return_tokens, s.tokenizer)
+        #: The tools offered: a list, ``"env"`` (each prompt's ``meta["tools"]``) or None.
+        self.tools = check_tool_settings(
+            s.tools, s.tool_choice, s.mode, s.token_in, return_tokens, s.tokenizer, s.incremental
+        )
+        self.tool_choice = s.tool_choice
+        if self.tools == "env":
+            self.needs = frozenset({"tools"})
         if s.extra_body is not None and not isinstance(s.extra_body, Mapping):
             raise ValueError(f"extra_body must be a dict, got {type(s.extra_body).__name__}")
 
@@ -191,6 +199,7 @@ class OpenAIPolicy(Policy):
             None if self.renderer is None else self.renderer.tokenizer,
             decode_stops=stops is not None,
             vocab_size=self.vocab_size,
+            tools=self.tools is not None,
         )
         self._api_key = (
             s.api_key if s.api_key is not None else os.environ.get(s.api_key_env) or None
@@ -393,10 +402,11 @@ class OpenAIPolicy(Policy):
         seeds = self._seeds(len(prompts), meta)
         out = []
         for i, prompt in enumerate(prompts):
+            tools = self._tools_of(meta, i)
             local = None
             if self.renderer is not None:
                 episode = None if meta is None else meta[i].get("traj_uid")
-                local = self.renderer.episode_ids(prompt, episode, i)
+                local = self.renderer.episode_ids(prompt, episode, i, tools)
             seed = {} if seeds[i] is None else {"seed": seeds[i]}
             body = {
                 **fields,
@@ -404,13 +414,33 @@ class OpenAIPolicy(Policy):
                 **seed,
                 **self.extra_body,
             }
+            # Token-in: the tools are in the ids rendered here; else the server renders them.
+            offered = {} if tools is None else {"tools": tools, "tool_choice": self.tool_choice}
+            if not self.token_in:
+                body.update((k, v) for k, v in offered.items() if v is not None)
             try:
                 data = json.dumps(body).encode()
             except (TypeError, ValueError) as e:
                 raise ValueError(f"prompt {i}: the request body is not JSON: {e}") from None
             offsets = meta is not None and meta[i].get("memory_tag") is not None
-            out.append(Request(data, local, sampling_of(body), offsets))
+            out.append(Request(data, local, sampling_of({**body, **offered}), offsets))
         return out
+
+    def _tools_of(self, meta: Sequence[Mapping[str, Any]] | None, i: int) -> Any:
+        """Prompt ``i``'s tools: the configured list, its env's (``tools=env``), or None.
+
+        Raises:
+            ValueError: ``tools=env`` and the prompt's meta holds no ``tools``.
+        """
+        if self.tools != "env":
+            return self.tools
+        tools = None if meta is None else meta[i].get("tools")
+        if not tools:
+            raise ValueError(
+                f"prompt {i}: tools=env offers each env's tools, but its meta holds no 'tools' "
+                "(a rollout fills it; a caller passes meta=[{'tools': [...]}, ...])"
+            )
+        return plain_values(tools)
 
     def _fields(self) -> dict[str, Any]:
         """The fields every request carries: each sampling field explicitly (see
