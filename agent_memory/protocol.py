@@ -84,8 +84,8 @@ class SamplingParams:
 
     Neutral values: ``top_p`` 1, ``top_k`` 0, -1 or None, ``min_p`` 0, ``repetition_penalty`` 1,
     ``presence_penalty`` and ``frequency_penalty`` 0; 0 ``temperature`` is greedy. ``tools``: the
-    tools the prompt was rendered with (their JSON, keys sorted; None: none); ``tool_choice``:
-    the one sent (None: not sent).
+    tools the prompt was rendered with (their JSON as sent: a template renders their keys in
+    that order; None: none); ``tool_choice``: the one sent (None: not sent).
 
     Example:
         >>> SamplingParams(temperature=1.0, top_p=1.0, top_k=-1).untransformed

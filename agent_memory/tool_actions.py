@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any, Final
+from dataclasses import replace
+from typing import Any, Final, Literal
 
 from agent_memory.parsing import ActionParser, ParsedAction
+from agent_memory.protocol import Generation, SamplingParams
 from agent_memory.tool_calls import ToolCall, function_tool, parse_tool_calls
 
 __all__ = [
@@ -43,8 +45,11 @@ __all__ = [
     "call_action",
     "check_tools",
     "env_tools",
+    "policy_tools",
+    "prompt_tools",
     "tool_action",
     "tool_names",
+    "with_tools",
 ]
 
 #: ``info`` key: the env's tools (a list of OpenAI function schemas).
@@ -103,7 +108,9 @@ def check_tools(tools: Any, where: str) -> list[dict[str, Any]]:
 one), got {'name': 'act'}
     """
     if isinstance(tools, (str, bytes, Mapping)) or not isinstance(tools, Sequence) or not tools:
-        raise ValueError(f"{where} must be a non-empty list of OpenAI function tools, got {tools!r}")
+        raise ValueError(
+            f"{where} must be a non-empty list of OpenAI function tools, got {tools!r}"
+        )
     seen: set[str] = set()
     out = []
     for k, tool in enumerate(tools):
@@ -120,6 +127,72 @@ one), got {'name': 'act'}
         seen.add(name)
         out.append(dict(tool))
     return out
+
+
+def policy_tools(
+    value: Any, where: str = "policy.params.tools"
+) -> list[dict[str, Any]] | Literal["env"] | None:
+    """A policy's ``tools`` setting checked: None, ``"env"`` (each prompt's env's tools), or a
+    list of OpenAI function tools (as plain dicts: a Hydra list is no JSON).
+
+    Example:
+        >>> policy_tools("env"), policy_tools(None)
+        ('env', None)
+        >>> policy_tools("all")
+        Traceback (most recent call last):
+        ...
+        ValueError: policy.params.tools must be a list of OpenAI function schemas or 'env', got \
+'all': pass policy.params.tools=env, or a list
+    """
+    if value is None or value == "env":
+        return value
+    if isinstance(value, str):
+        raise ValueError(
+            f"{where} must be a list of OpenAI function schemas or 'env', got {value!r}: pass "
+            f"{where}=env, or a list"
+        )
+    return check_tools(_plain(value), where)
+
+
+def prompt_tools(
+    tools: list[dict[str, Any]] | Literal["env"] | None,
+    meta: Sequence[Mapping[str, Any]] | None,
+    i: int,
+) -> list[dict[str, Any]] | None:
+    """Prompt ``i``'s tools under a policy's ``tools`` setting: the list, its env's
+    (``meta[i]["tools"]``, which a rollout fills), or None.
+
+    Raises:
+        ValueError: ``"env"`` and the prompt's meta holds no tools.
+
+    Example:
+        >>> prompt_tools("env", [{"tools": [act_tool()]}], 0)[0]["function"]["name"]
+        'act'
+    """
+    if tools != "env":
+        return tools
+    found = None if meta is None else meta[i].get(TOOLS)
+    if not found:
+        raise ValueError(
+            f"prompt {i}: tools=env offers each env's tools, but its meta holds no 'tools' "
+            "(a rollout fills it; a caller passes meta=[{'tools': [...]}, ...])"
+        )
+    return [_plain(t) for t in found]
+
+
+def _plain(value: Any) -> Any:
+    """``value`` in plain dicts and lists (a Hydra DictConfig is a Mapping, not JSON)."""
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, Sequence) and not isinstance(value, (str, bytes)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def with_tools(generation: Generation, tools: Sequence[Mapping[str, Any]]) -> Generation:
+    """``generation`` whose sampling records the ``tools`` its prompt was rendered with."""
+    sampling = generation.sampling or SamplingParams()
+    return replace(generation, sampling=replace(sampling, tools=json.dumps(list(tools))))
 
 
 def tool_names(tools: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -177,7 +250,9 @@ def tool_action(
         listed = ", ".join(repr(n) for n in names)
         skipped = len(parsed.calls)
         what = f"only calls to the memory's tools ({skipped})" if skipped else "no tool call"
-        return parser.invalid(f"{what} in the response (expected a call to one of: {listed})", thought)
+        return parser.invalid(
+            f"{what} in the response (expected a call to one of: {listed})", thought
+        )
     if len(calls) > 1 and not parallel:
         return parser.invalid(
             f"{len(calls)} tool calls in the response, expected 1 (the env takes no parallel "
@@ -237,9 +312,15 @@ def _argument_error(call: ToolCall, schema: Mapping[str, Any]) -> str | None:
         return f"{where}: missing {', '.join(map(repr, missing))}"
     extra = [k for k in call.arguments if k not in properties]
     if properties and extra and parameters.get("additionalProperties", False) is False:
-        return f"{where}: {', '.join(map(repr, extra))} not among {', '.join(map(repr, properties))}"
+        return (
+            f"{where}: {', '.join(map(repr, extra))} not among {', '.join(map(repr, properties))}"
+        )
     for key, value in call.arguments.items():
         declared = properties.get(key)
-        if isinstance(declared, Mapping) and declared.get("type") == "string" and not isinstance(value, str):
+        if (
+            isinstance(declared, Mapping)
+            and declared.get("type") == "string"
+            and not isinstance(value, str)
+        ):
             return f"{where}: {key!r} must be a string, got {type(value).__name__}"
     return None

@@ -32,7 +32,7 @@ from agent_memory.policies.openai_runtime import LogprobsNotSampled, ServerRefus
 from agent_memory.policies.openai_sender import require_tokens
 from agent_memory.policies.rendering import PromptRenderer
 from agent_memory.protocol import SamplingParams
-from agent_memory.tool_actions import check_tools
+from agent_memory.tool_actions import policy_tools
 
 if TYPE_CHECKING:
     from agent_memory.policies.openai_transport import Reply
@@ -222,7 +222,7 @@ def sampling_of(body: Mapping[str, Any]) -> SamplingParams:
         for name, kind in SAMPLING_KINDS
     }
     tools, choice = body.get("tools"), body.get("tool_choice")
-    values["tools"] = None if tools is None else json.dumps(tools, sort_keys=True)
+    values["tools"] = None if tools is None else json.dumps(tools)
     values["tool_choice"] = None if choice is None else str(choice)
     return SamplingParams(**values)
 
@@ -245,7 +245,10 @@ def check_tool_settings(
         >>> check_tool_settings("env", "required", "chat", False, False, None, False)
         Traceback (most recent call last):
         ...
-        ValueError: tool_choice must be 'auto', 'none' or null, got 'required': a call forced by tool_choice is decoded under a grammar (a distribution the log-probs do not show), and vLLM writes it as bare JSON, not the hermes text the actions are read from; remove policy.params.tool_choice
+        ValueError: tool_choice must be 'auto', 'none' or null, got 'required': a call forced \
+by tool_choice is decoded under a grammar (a distribution the log-probs do not show), and vLLM \
+writes it as bare JSON, not the hermes text the actions are read from; remove \
+policy.params.tool_choice
     """
     if tool_choice is not None and tool_choice not in ("auto", "none"):
         raise ValueError(
@@ -279,14 +282,7 @@ def check_tool_settings(
             "tools with incremental=true: an episode's turns are not rendered incrementally with "
             "tools; pass policy.params.incremental=false, or remove policy.params.tools"
         )
-    if tools == "env":
-        return "env"
-    if isinstance(tools, str):
-        raise ValueError(
-            f"tools must be a list of OpenAI function schemas or 'env', got {tools!r}: pass "
-            "policy.params.tools=env, or a list"
-        )
-    return check_tools(plain_values(tools), "policy.params.tools")
+    return policy_tools(tools)
 
 
 def check_status(response: Reply, url: str) -> None:

@@ -69,6 +69,7 @@ from agent_memory.policies.openai_sender import Sender, TokenIdsMissing, closing
 from agent_memory.policies.openai_settings import OpenAISettings
 from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import Generation
+from agent_memory.tool_actions import prompt_tools
 
 __all__ = [
     "THREAD_PREFIX",
@@ -402,7 +403,7 @@ class OpenAIPolicy(Policy):
         seeds = self._seeds(len(prompts), meta)
         out = []
         for i, prompt in enumerate(prompts):
-            tools = self._tools_of(meta, i)
+            tools = prompt_tools(self.tools, meta, i)
             local = None
             if self.renderer is not None:
                 episode = None if meta is None else meta[i].get("traj_uid")
@@ -425,22 +426,6 @@ class OpenAIPolicy(Policy):
             offsets = meta is not None and meta[i].get("memory_tag") is not None
             out.append(Request(data, local, sampling_of({**body, **offered}), offsets))
         return out
-
-    def _tools_of(self, meta: Sequence[Mapping[str, Any]] | None, i: int) -> Any:
-        """Prompt ``i``'s tools: the configured list, its env's (``tools=env``), or None.
-
-        Raises:
-            ValueError: ``tools=env`` and the prompt's meta holds no ``tools``.
-        """
-        if self.tools != "env":
-            return self.tools
-        tools = None if meta is None else meta[i].get("tools")
-        if not tools:
-            raise ValueError(
-                f"prompt {i}: tools=env offers each env's tools, but its meta holds no 'tools' "
-                "(a rollout fills it; a caller passes meta=[{'tools': [...]}, ...])"
-            )
-        return plain_values(tools)
 
     def _fields(self) -> dict[str, Any]:
         """The fields every request carries: each sampling field explicitly (see

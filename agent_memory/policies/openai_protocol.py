@@ -197,7 +197,9 @@ def _tool_calls(choice: Mapping[str, Any]) -> tuple[tuple[str, dict[str, Any]], 
     if not calls:
         return None
     if not _is_list(calls):
-        raise MalformedAnswer(f"choices[0].message.tool_calls: expected a list, got {calls!r}"[:200])
+        raise MalformedAnswer(
+            f"choices[0].message.tool_calls: expected a list, got {calls!r}"[:200]
+        )
     out = []
     for k, call in enumerate(calls):
         function = call.get("function") if _is_map(call) else None

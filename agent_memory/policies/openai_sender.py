@@ -279,7 +279,9 @@ class Sender:
         ids, text = answer.response_ids, answer.text
         if answer.tool_calls:  # the server moved calls out of its text: the ids hold them
             tokenizer = self.tokenizer if self.return_tokens else None
-            decode = None if tokenizer is None else partial(tokenizer.decode, skip_special_tokens=True)
+            decode = (
+                None if tokenizer is None else partial(tokenizer.decode, skip_special_tokens=True)
+            )
             return tool_text(answer, decode)
         if self.tokenizer is None or not self.return_tokens or ids is None:
             return text

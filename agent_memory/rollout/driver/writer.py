@@ -75,7 +75,7 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     "repetition_penalty": ("float64", "sampling repetition penalty"),
     "presence_penalty": ("float64", "sampling presence penalty"),
     "frequency_penalty": ("float64", "sampling frequency penalty"),
-    "tools": ("string", "the tools the prompt was rendered with (JSON, keys sorted), null: none"),
+    "tools": ("string", "the tools the prompt was rendered with (JSON, as sent), null: none"),
     "tool_choice": ("string", "the request's tool_choice, null: not sent"),
     "action_candidates": (
         "list:list:int64",
