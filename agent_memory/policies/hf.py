@@ -136,6 +136,12 @@ class HFPolicy(Policy):
         check_choice("dtype", dtype, _DTYPES)
         stops = check_stop(stop) or []
         _check_source(path, model, tokenizer)
+        self.tools = policy_tools(tools)
+        if self.tools is not None and incremental:
+            raise ValueError(
+                "tools are never rendered incrementally: pass policy.params.incremental=false, "
+                "or remove policy.params.tools"
+            )
         model_dir = None if path is None else resolve_model(path, key="path")
         self.path = model_dir
         self.max_new_tokens = max_new_tokens
@@ -164,12 +170,10 @@ class HFPolicy(Policy):
             incremental=incremental,
         )
         self.use_chat_template = use_chat_template
-        self.tools = policy_tools(tools)
-        if self.tools is not None and (incremental or not self.renderer.templated):
+        if self.tools is not None and not self.renderer.templated:
             raise ValueError(
-                "tools are rendered by the chat template, never incrementally: pass "
-                "policy.params.incremental=false and a model whose tokenizer has a chat "
-                "template, or remove policy.params.tools"
+                "tools are rendered by the chat template: pass policy.params.use_chat_template="
+                "auto with a model whose tokenizer has one, or remove policy.params.tools"
             )
         self.needs = frozenset({"tools"}) if self.tools == "env" else frozenset()
         self._context = context_length(self.model.config)

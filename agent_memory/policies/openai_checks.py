@@ -298,7 +298,9 @@ def check_status(response: Reply, url: str) -> None:
             f"{server_message(response)}. If it refuses a sampling field (top_k, min_p, "
             "repetition_penalty: vLLM and SGLang take them), pass policy.params.server="
             "openai; if it refuses the token fields (return_token_ids, logprobs), pass "
-            "policy.params.return_tokens=false (rows then hold no token ids or log-probs)"
+            "policy.params.return_tokens=false (rows then hold no token ids or log-probs); if "
+            "it refuses tools with tool_choice auto (a vLLM started without a tool-call "
+            "parser), pass policy.params.tool_choice=none (the calls are read from the text)"
         )
 
 

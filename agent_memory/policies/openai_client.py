@@ -69,7 +69,7 @@ from agent_memory.policies.openai_sender import Sender, TokenIdsMissing, closing
 from agent_memory.policies.openai_settings import OpenAISettings
 from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import Generation
-from agent_memory.tool_actions import prompt_tools
+from agent_memory.tool_actions import act_tool, prompt_tools
 
 __all__ = [
     "THREAD_PREFIX",
@@ -343,6 +343,7 @@ class OpenAIPolicy(Policy):
             **prompt_field("Hi", 0, local, self.mode, self.token_in),
             **self.extra_body,
             **probe,
+            **self._probe_tools(),
         }
         try:
             response, self._check_after = await self._sender.probe(conns, json.dumps(body).encode())
@@ -361,6 +362,15 @@ class OpenAIPolicy(Policy):
         if kind is not None:
             self.logprobs_kind = kind
             check_logprobs(kind, self.url, sampling_of({**self._fields(), **self.extra_body}))
+
+    def _probe_tools(self) -> dict[str, Any]:
+        """The server check's tools, as the requests send them (a server that refuses them, or
+        their ``tool_choice``, fails the check; ``tools=env``: the derived ``act``)."""
+        if self.tools is None or self.token_in:
+            return {}
+        tools = [act_tool()] if self.tools == "env" else self.tools
+        choice = {} if self.tool_choice is None else {"tool_choice": self.tool_choice}
+        return {"tools": tools, **choice}
 
     def close(self) -> None:
         """Close the connections and stop the private loop; requests in flight or waiting for a

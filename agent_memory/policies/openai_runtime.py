@@ -77,9 +77,10 @@ class ClientStats(Counters):
             response ids that do not decode to the response text (a tokenizer known); a body
             over ``max_answer_bytes``; a sampled id in the model's padding range (at or above
             the tokenizer's size, below ``vocab_size``: it decodes to nothing); a content that
-            is not text (null, or tool calls when no tools were offered); prompt ids other than the ones sent or rendered here (a tokenizer known:
-            another request's answer, or a server rendering prompts differently); structured
-            ``tool_calls`` other than the calls the sampled ids decode to (tools offered).
+            is not text (null, or tool calls when no tools were offered); prompt ids other
+            than the ones sent or rendered here (a tokenizer known: another request's answer,
+            or a server rendering prompts differently); structured ``tool_calls`` other than
+            the calls the sampled ids decode to (tools offered).
     """
 
     calls: int = 0

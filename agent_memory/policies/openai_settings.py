@@ -137,9 +137,12 @@ class OpenAISettings:
     )
     tool_choice: str | None = setting(
         None,
-        "auto or none (null: not sent, the server's default: auto with tools). required and "
-        "a named function are refused: they constrain decoding to a grammar the log-probs "
-        "do not show, and vLLM then writes the call as bare JSON, not the hermes text.",
+        "auto or none (null: not sent, the server's default: auto with tools). none: the "
+        "server parses no calls, the template still renders the tools and the calls are read "
+        "from the text (a vLLM started without --enable-auto-tool-choice refuses auto). "
+        "required and a named function are refused: they constrain decoding to a grammar the "
+        "log-probs do not show, and vLLM then writes the call as bare JSON, not the hermes "
+        "text.",
     )
     seed: int | None = setting(
         None,

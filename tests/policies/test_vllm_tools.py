@@ -79,12 +79,15 @@ def test_a_rollout_with_env_tools_writes_exact_rows(vllm_servers, hf, qwen, tmp_
     from mock_server import teacher_forced_logprobs
 
     model, tok = hf
+    # A server without a tool parser refuses tool_choice auto: none still renders the tools.
+    choice = [] if server == "default" else ["policy.params.tool_choice=none"]
     proc = _rollout(
         tmp_path,
         vllm_servers[server],
         "policy.params.max_tokens=8",
         f"policy.params.tokenizer={qwen}",
         "policy.params.temperature=1.0",
+        *choice,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -114,11 +117,19 @@ def test_a_rollout_with_env_tools_writes_exact_rows(vllm_servers, hf, qwen, tmp_
     assert summary["valid_action_ratio"] == 0.0  # counted in the run's figures
 
 
-def _forced_answer(base_url: str, qwen: str, regex: str) -> tuple[Any, Any]:
+def _forced_answer(base_url: str, qwen: str, regex: str, **settings: Any) -> tuple[Any, Any]:
     """The policy's generation when vLLM's decoding is forced to ``regex`` (bypassing the
-    policy's refusal of grammars: a test's way to make the tiny model call a tool)."""
+    policy's refusal of grammars: a test's way to make the tiny model call a tool; a grammar
+    may spell a call in many short tokens)."""
     with OpenAIPolicy(
-        base_url, MODEL, tokenizer=qwen, tools=TOOLS, max_tokens=64, temperature=1.0, seed=0
+        base_url,
+        MODEL,
+        tokenizer=qwen,
+        tools=TOOLS,
+        max_tokens=256,
+        temperature=1.0,
+        seed=0,
+        **settings,
     ) as policy:
         policy.extra_body = {"structured_outputs": {"regex": regex}}
         (g,) = policy.generate(["Which way?"])
@@ -182,6 +193,19 @@ def test_parallel_calls_are_an_ordered_list_where_the_env_takes_them(vllm_server
 
 def test_without_the_hermes_parser_the_text_alone_gives_the_call(vllm_servers, qwen):
     # The processed server has no tool parser: the call is plain content, read the same way.
-    g, stats = _forced_answer(vllm_servers["processed"], qwen, _call("act", '{"action": "up"}'))
+    regex = _call("act", '{"action": "up"}')
+    g, stats = _forced_answer(vllm_servers["processed"], qwen, regex, tool_choice="none")
     assert stats.failures == 0
     assert tool_action(ActionParser(), g.text, ADMISSIBLE).action == "up"
+
+
+def test_a_server_without_a_tool_parser_refuses_auto_at_the_start_naming_the_fix(
+    vllm_servers, qwen
+):
+    from agent_memory.policies.openai_client import ServerRefused
+
+    with (
+        OpenAIPolicy(vllm_servers["processed"], MODEL, tokenizer=qwen, tools="env") as policy,
+        pytest.raises(ServerRefused, match=re.escape("pass policy.params.tool_choice=none")),
+    ):
+        policy.check_server()
