@@ -116,7 +116,7 @@ one), got {'name': 'act'}
     for k, tool in enumerate(tools):
         function = tool.get("function") if isinstance(tool, Mapping) else None
         name = function.get("name") if isinstance(function, Mapping) else None
-        if tool.get("type") != "function" or not isinstance(name, str) or not name:  # type: ignore[union-attr]
+        if tool.get("type") != "function" or not isinstance(name, str) or not name:
             raise ValueError(
                 f'{where}[{k}] must be an OpenAI function tool {{"type": "function", "function": '
                 '{"name": ..., "parameters": {...}}} (agent_memory.tool_calls.function_tool '

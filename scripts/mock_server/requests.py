@@ -439,7 +439,9 @@ def _tools(value: Any) -> tuple[dict[str, Any], ...] | None:
     if not isinstance(value, list) or not all(
         isinstance(t, dict) and isinstance(t.get("function"), dict) for t in value
     ):
-        raise RequestError(f"tools must be a list of function tools, got {value!r}"[:200], "tools")
+        raise RequestError(
+            f"tools must be a list of function tools, got {value!r}"[:200], param="tools"
+        )
     return tuple(value)
 
 

@@ -305,9 +305,9 @@ def chat_response(
             choice["meta_info"] = meta_info
         return _body(dialect, "chat.completion", model, choice, usage)
     if req.tools and req.tool_choice != "none":  # vLLM's hermes tool parser
-        content, calls = hermes_calls(gen.text)
+        said, calls = hermes_calls(gen.text)
         if calls:
-            message.update(content=content, tool_calls=calls)
+            message.update(content=said, tool_calls=calls)
             choice["finish_reason"] = "tool_calls"
     # no tool_calls: vLLM drops the key when empty
     message.update(refusal=None, annotations=None, audio=None, function_call=None, reasoning=None)
