@@ -46,6 +46,8 @@ TINY = [
     "rollout.progress=false",
 ]
 ADMISSIBLE = ["up", "down"]
+#: Text only: no tokenizer to load.
+NO_TOKENS = {"return_tokens": False}
 TOOLS = [act_tool(ADMISSIBLE)]
 
 
@@ -73,21 +75,17 @@ def _rollout(tmp_path: Path, base_url: str, *overrides: str) -> subprocess.Compl
     return subprocess.run(args, cwd=REPO, capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("server", ["default", "processed"])
-def test_a_rollout_with_env_tools_writes_exact_rows(vllm_servers, hf, qwen, tmp_path, server):
-    # default: vLLM's hermes parser reads the answers; processed: none does, the text is parsed.
+def test_a_rollout_with_env_tools_writes_exact_rows(vllm_servers, hf, qwen, tmp_path):
+    # The default server: vLLM's hermes parser reads every answer first.
     from mock_server import teacher_forced_logprobs
 
     model, tok = hf
-    # A server without a tool parser refuses tool_choice auto: none still renders the tools.
-    choice = [] if server == "default" else ["policy.params.tool_choice=none"]
     proc = _rollout(
         tmp_path,
-        vllm_servers[server],
+        vllm_servers["default"],
         "policy.params.max_tokens=8",
         f"policy.params.tokenizer={qwen}",
         "policy.params.temperature=1.0",
-        *choice,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     summary = json.loads((tmp_path / "summary.json").read_text())
@@ -117,23 +115,73 @@ def test_a_rollout_with_env_tools_writes_exact_rows(vllm_servers, hf, qwen, tmp_
     assert summary["valid_action_ratio"] == 0.0  # counted in the run's figures
 
 
-def _forced_answer(base_url: str, qwen: str, regex: str, **settings: Any) -> tuple[Any, Any]:
-    """The policy's generation when vLLM's decoding is forced to ``regex`` (bypassing the
-    policy's refusal of grammars: a test's way to make the tiny model call a tool; a grammar
-    may spell a call in many short tokens)."""
+def test_processed_log_probs_with_tools_are_the_sampled_distributions(vllm_servers, hf, qwen):
+    # No tool parser on this server (tool_choice none): the tools are rendered all the same.
+    from mock_server import teacher_forced_logprobs
+
+    model, tok = hf
+    sampling = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05}
+    env_tools = [[act_tool(["up", "down"])], [act_tool(["left"])]]
+    meta = [{"tools": t, "traj_uid": f"t{k}", "step": 1} for k, t in enumerate(env_tools)]
     with OpenAIPolicy(
-        base_url,
+        vllm_servers["processed"],
         MODEL,
         tokenizer=qwen,
-        tools=TOOLS,
-        max_tokens=256,
-        temperature=1.0,
-        seed=0,
-        **settings,
+        tools="env",
+        tool_choice="none",
+        max_tokens=8,
+        seed=3,
+        **sampling,
     ) as policy:
-        policy.extra_body = {"structured_outputs": {"regex": regex}}
+        gens = policy.generate(["Which way?", "Which way?"], meta)
+        assert policy.stats.failures == 0 and policy.logprobs_kind == "processed"
+    for g, tools in zip(gens, env_tools, strict=True):
+        assert json.loads(g.sampling.tools) == tools and g.sampling.tool_choice == "none"
+        assert g.text == tok.decode(g.response_ids, skip_special_tokens=True)
+        assert g.prompt_ids == tok.apply_chat_template(
+            [{"role": "user", "content": "Which way?"}],
+            tools=tools,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        forced = teacher_forced_logprobs(model, g.prompt_ids, g.response_ids, **sampling)
+        diffs = [abs(a - b) for a, b in zip(forced, g.response_logprobs, strict=True)]
+        assert max(diffs) < TOL, diffs
+
+
+@pytest.fixture(scope="module")
+def forcing(vllm_servers, qwen):
+    """One policy per server offering :data:`TOOLS` (the processed server's with tool_choice
+    none: it has no tool parser), built once: the tokenizer takes seconds to load."""
+    policies = {
+        server: OpenAIPolicy(
+            vllm_servers[server],
+            MODEL,
+            tokenizer=qwen,
+            tools=TOOLS,
+            max_tokens=256,  # a grammar may spell a call in many short tokens
+            temperature=1.0,
+            seed=0,
+            **({} if server == "default" else {"tool_choice": "none"}),
+        )
+        for server in ("default", "processed")
+    }
+    yield policies
+    for policy in policies.values():
+        policy.close()
+
+
+def _forced_answer(policy: OpenAIPolicy, regex: str) -> Any:
+    """The policy's generation when vLLM's decoding is forced to ``regex`` (bypassing the
+    policy's refusal of grammars: a test's way to make the tiny model call a tool)."""
+    policy.extra_body = {"structured_outputs": {"regex": regex}}
+    try:
         (g,) = policy.generate(["Which way?"])
-        return g, policy.last_stats
+    finally:
+        policy.extra_body = {}
+    assert policy.last_stats.failures == 0 and not g.failed, g.error
+    return g
 
 
 def _call(name: str, arguments: str) -> str:
@@ -167,11 +215,10 @@ def _call(name: str, arguments: str) -> str:
     ],
 )
 def test_vllms_tool_calls_become_the_action_or_a_named_invalid_step(
-    vllm_servers, hf, qwen, regex, action, reason
+    forcing, hf, regex, action, reason
 ):
     _model, tok = hf
-    g, stats = _forced_answer(vllm_servers["default"], qwen, regex)
-    assert stats.failures == 0 and not g.failed, g.error
+    g = _forced_answer(forcing["default"], regex)
     assert g.text == tok.decode(g.response_ids, skip_special_tokens=True)
     assert "<tool_call>" in g.text
     chat = [{"role": "user", "content": "Which way?"}]
@@ -182,20 +229,14 @@ def test_vllms_tool_calls_become_the_action_or_a_named_invalid_step(
     assert parsed.action == action
     if reason is not None:
         assert parsed.reason.startswith(reason), parsed.reason
+    if "2 tool calls" in (reason or ""):  # where the env takes parallel calls: both, in order
+        both = tool_action(ActionParser(), g.text, ADMISSIBLE, parallel=True)
+        assert both.valid and both.action == ["down", "up"]
 
 
-def test_parallel_calls_are_an_ordered_list_where_the_env_takes_them(vllm_servers, qwen):
-    regex = _call("act", '{"action": "down"}') + "\\n" + _call("act", '{"action": "up"}')
-    g, _ = _forced_answer(vllm_servers["default"], qwen, regex)
-    parsed = tool_action(ActionParser(), g.text, ADMISSIBLE, parallel=True)
-    assert parsed.valid and parsed.action == ["down", "up"]
-
-
-def test_without_the_hermes_parser_the_text_alone_gives_the_call(vllm_servers, qwen):
+def test_without_the_hermes_parser_the_text_alone_gives_the_call(forcing):
     # The processed server has no tool parser: the call is plain content, read the same way.
-    regex = _call("act", '{"action": "up"}')
-    g, stats = _forced_answer(vllm_servers["processed"], qwen, regex, tool_choice="none")
-    assert stats.failures == 0
+    g = _forced_answer(forcing["processed"], _call("act", '{"action": "up"}'))
     assert tool_action(ActionParser(), g.text, ADMISSIBLE).action == "up"
 
 
@@ -205,7 +246,7 @@ def test_a_server_without_a_tool_parser_refuses_auto_at_the_start_naming_the_fix
     from agent_memory.policies.openai_client import ServerRefused
 
     with (
-        OpenAIPolicy(vllm_servers["processed"], MODEL, tokenizer=qwen, tools="env") as policy,
+        OpenAIPolicy(vllm_servers["processed"], MODEL, tools=[act_tool()], **NO_TOKENS) as policy,
         pytest.raises(ServerRefused, match=re.escape("pass policy.params.tool_choice=none")),
     ):
         policy.check_server()
