@@ -285,8 +285,8 @@ policy.params.tool_choice
     return policy_tools(tools)
 
 
-def check_status(response: Reply, url: str) -> None:
-    """The server check's answer is a 200.
+def check_status(response: Reply, url: str, tools: bool = False) -> None:
+    """The server check's answer is a 200 (``tools``: the check offered tools).
 
     Raises:
         ServerRefused: it is not (a 4xx: the server refuses a field the policy sends).
@@ -298,9 +298,14 @@ def check_status(response: Reply, url: str) -> None:
             f"{server_message(response)}. If it refuses a sampling field (top_k, min_p, "
             "repetition_penalty: vLLM and SGLang take them), pass policy.params.server="
             "openai; if it refuses the token fields (return_token_ids, logprobs), pass "
-            "policy.params.return_tokens=false (rows then hold no token ids or log-probs); if "
-            "it refuses tools with tool_choice auto (a vLLM started without a tool-call "
-            "parser), pass policy.params.tool_choice=none (the calls are read from the text)"
+            "policy.params.return_tokens=false (rows then hold no token ids or log-probs)"
+            + (
+                "; if it refuses tools with tool_choice auto (a vLLM started without a "
+                "tool-call parser), pass policy.params.tool_choice=none (the calls are read "
+                "from the text)"
+                if tools
+                else ""
+            )
         )
 
 

@@ -354,7 +354,7 @@ class OpenAIPolicy(Policy):
             return
         if response is None:
             return
-        check_status(response, self.url)
+        check_status(response, self.url, self.tools is not None and not self.token_in)
         self._checked = True
         if not self.return_tokens:
             return
