@@ -166,7 +166,12 @@ class ActionParser:
 
     def checked_text(self, response: Any) -> str | ParsedAction:
         """``response`` as text within ``max_chars`` (lone surrogates replaced), or the invalid
-        result saying why it is none (not text, too long, bytes that are not UTF-8)."""
+        result saying why it is none (not text, too long, bytes that are not UTF-8).
+
+        Example:
+            >>> ActionParser().checked_text(b"up"), ActionParser().checked_text(None).reason
+            ('up', 'no response (None)')
+        """
         return self._text(response)
 
     def thought_of(self, text: str) -> str:
@@ -206,7 +211,12 @@ class ActionParser:
         return self._choose(content, admissible, thought)
 
     def invalid(self, reason: str, thought: str = "") -> ParsedAction:
-        """The invalid result of a response, with ``reason`` (as the history shows it)."""
+        """The invalid result of a response, with ``reason`` (as the history shows it).
+
+        Example:
+            >>> ActionParser().invalid("no tool call").text
+            '[invalid: no tool call]'
+        """
         return self._invalid(reason, thought)
 
     def parse_batch(

@@ -190,7 +190,12 @@ def _plain(value: Any) -> Any:
 
 
 def with_tools(generation: Generation, tools: Sequence[Mapping[str, Any]]) -> Generation:
-    """``generation`` whose sampling records the ``tools`` its prompt was rendered with."""
+    """``generation`` whose sampling records the ``tools`` its prompt was rendered with.
+
+    Example:
+        >>> with_tools(Generation("hi"), [act_tool()]).sampling.tools[:30]
+        '[{"type": "function", "functio'
+    """
     sampling = generation.sampling or SamplingParams()
     return replace(generation, sampling=replace(sampling, tools=json.dumps(list(tools))))
 
@@ -235,6 +240,14 @@ def tool_action(
         tools: the env's declared tools (None or empty: :func:`act_tool`).
         memory_tools: names of the memory's tools: their calls are no env action.
         parallel: the env takes several calls as an ordered list of actions.
+
+    Example:
+        >>> from agent_memory.tool_calls import format_tool_call
+        >>> two = format_tool_call("act", {"action": "up"}) * 2
+        >>> tool_action(ActionParser(), two, ["up"], parallel=True).action
+        ['up', 'up']
+        >>> tool_action(ActionParser(), two, ["up"]).reason[:48]
+        '2 tool calls in the response, expected 1 (the en'
     """
     text = parser.checked_text(response)
     if isinstance(text, ParsedAction):

@@ -25,7 +25,12 @@ __all__ = ["as_tool_results", "assistant_turn", "tool_result"]
 def assistant_turn(response: str, action: str, step: int) -> dict[str, Any]:
     """The assistant message of a step: with the response's well-formed calls as ``tool_calls``
     (ids ``call_<step>_<k>``) and the text around them as content; without calls, ``action``
-    (what the step stored) as content, as the ``chat`` formatter writes it."""
+    (what the step stored) as content, as the ``chat`` formatter writes it.
+
+    Example:
+        >>> assistant_turn("no call here", "up", 1)
+        {'role': 'assistant', 'content': 'up'}
+    """
     parsed = parse_tool_calls(response)
     if not parsed.calls:
         return {"role": "assistant", "content": action}
@@ -41,7 +46,13 @@ def assistant_turn(response: str, action: str, step: int) -> dict[str, Any]:
 
 
 def tool_result(after: Mapping[str, Any], content: str) -> dict[str, Any]:
-    """The ``tool`` message answering the assistant message ``after`` (its first call named)."""
+    """The ``tool`` message answering the assistant message ``after`` (its first call named).
+
+    Example:
+        >>> call = {"id": "c1", "type": "function", "function": {"name": "look", "arguments": {}}}
+        >>> tool_result({"role": "assistant", "tool_calls": [call]}, "A key.")["tool_call_id"]
+        'c1'
+    """
     call = after["tool_calls"][0]
     return {
         "role": "tool",
