@@ -232,3 +232,17 @@ def test_an_env_that_declares_a_malformed_tool_list_fails_at_reset_naming_the_ke
     ):
         env.reset(seed=0)
     env.close()
+
+
+def test_a_saved_session_keeps_each_envs_tools(tmp_path):
+    env, _ = _wrapped(parallel=True)
+    path = env.save_session(tmp_path / "s.json")
+    again, _ = _wrapped(declare=False)
+    assert again.current(0).tools is None
+    again.load_session(path)
+    assert again.current(0).tools == (OPEN,)
+    both = call("open", door="a") + call("open", door="b")
+    _, _, _, _, info = again.step([both, both])
+    assert info["is_action_valid"].tolist() == [True, True]  # parallel, as saved
+    env.close()
+    again.close()
