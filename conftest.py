@@ -58,3 +58,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             report.outcome = "skipped"
             report.longrepr = (str(item.path), item.reportinfo()[1] or 0, f"Skipped: {why}")
     return report
+
+
+#: Modules of the package whose classes derive from an optional extra's (relative path -> the
+#: extra's top-level module): without it they are not collected for their doctests.
+NEEDS_EXTRA = {"agent_memory/openenv_server.py": "openenv"}
+
+
+def pytest_ignore_collect(collection_path: Any, config: pytest.Config) -> bool | None:
+    """Leave out a module of :data:`NEEDS_EXTRA` whose extra is not installed here."""
+    rel = collection_path.as_posix().removeprefix(str(config.rootpath.as_posix()) + "/")
+    root = NEEDS_EXTRA.get(rel)
+    if root is not None and importlib.util.find_spec(root) is None:
+        return True
+    return None

@@ -39,11 +39,12 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "faiss": ("faiss",),
     "trl": ("torch", "transformers", "trl"),
     "train": ("torch", "transformers", "tensorboard", "wandb"),
+    "openenv": ("openenv",),
 }
 #: Policies (``policy.name``) that run a local model -> their extra.
 POLICY_EXTRAS = {"hf": "llm", "score": "llm"}
 #: Bundled env ids -> their extra.
-ENV_EXTRAS = {"agent_memory/TextWorld-v0": "textworld"}
+ENV_EXTRAS = {"agent_memory/TextWorld-v0": "textworld", "agent_memory/OpenEnv-v0": "openenv"}
 #: Encoders (``memory.params.encoder``, ``similarity=embedding:<name>``) -> their extra.
 ENCODER_EXTRAS = {"minilm": "embeddings"}
 #: Vector indexes (``memory.params.index``) -> their extra.

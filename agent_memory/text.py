@@ -18,7 +18,15 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-__all__ = ["TAG_LOOKALIKE", "defuse_tags", "find_tags", "squash", "tag_bodies", "utf8_safe"]
+__all__ = [
+    "TAG_LOOKALIKE",
+    "defuse_tags",
+    "find_tags",
+    "squash",
+    "tag_bodies",
+    "tag_spans",
+    "utf8_safe",
+]
 
 #: What :func:`defuse_tags` writes for the ``<`` of a tag: FULLWIDTH LESS-THAN SIGN (U+FF1C).
 TAG_LOOKALIKE = "\uff1c"
@@ -134,3 +142,23 @@ def tag_bodies(text: str, tag: str, limit: int | None = None) -> list[str]:
         out.append(text[start:end])
         pos = end + lc
     return out
+
+
+def tag_spans(text: str, tag: str) -> list[tuple[int, int]]:
+    """The ``(start, end)`` character spans of the complete ``<tag>…</tag>`` blocks of
+    ``text`` (the tags included), in order: the blocks :func:`tag_bodies` reads.
+
+    Example:
+        >>> tag_spans("<a>1</a> <a>2</a> <a>3", "a")
+        [(0, 8), (9, 17)]
+    """
+    open_, close = f"<{tag}>", f"</{tag}>"
+    spans: list[tuple[int, int]] = []
+    start = text.find(open_)
+    while start >= 0:
+        end = text.find(close, start + len(open_))
+        if end < 0:  # an unclosed block, and none closes after it
+            break
+        spans.append((start, end + len(close)))
+        start = text.find(open_, end + len(close))
+    return spans

@@ -4,6 +4,7 @@
     python scripts/train.py env=recall memory=retrieval env.history_length=1 algo=ppo
     python scripts/train.py --config-name train_recall        # the README's demonstration
     python scripts/train.py trainer.resume=outputs/train/<date>/<time>-<token>   # continue a run
+    python scripts/train.py policy=hf trainer.model=<dir> trainer.rows=<exported rows>  # offline
 
 Each iteration collects rollout.num_groups x rollout.group_size episodes with the current
 weights, computes advantages (algo=grpo|gigpo|ppo), updates the model on the recorded token ids
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
@@ -37,6 +39,7 @@ from agent_memory.cli import hydra_main, script_failures
 from agent_memory.config import ConfigError
 from agent_memory.train import load_train, register_train_configs, train
 from agent_memory.train.checkpoint import kept_outputs
+from agent_memory.train.from_rows import train_from_rows
 
 register_train_configs()
 
@@ -46,7 +49,10 @@ def main(cfg: DictConfig) -> dict:
     job = load_train(cfg)
     out_dir = job.trainer.output_dir or HydraConfig.get().runtime.output_dir
     try:
-        summary = train(job, out_dir)
+        if job.trainer.rows is not None:  # recorded rows (a gateway's sessions): no env, no Ray
+            summary = train_from_rows(job, Path(out_dir))
+        else:
+            summary = train(job, out_dir)
     except ConfigError:
         raise  # hydra_main prints it (status 2)
     except (Exception, KeyboardInterrupt):

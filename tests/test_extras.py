@@ -127,6 +127,12 @@ MISSING = [
         'pip install -e ".[textworld]"',
         id="env-textworld",
     ),
+    pytest.param(
+        ["openenv"],
+        ["env=openenv", "env.kwargs.base_url=http://127.0.0.1:8000"],
+        'env.id=agent_memory/OpenEnv-v0 needs openenv (not installed): pip install -e ".[openenv]"',
+        id="env-openenv",
+    ),
 ]
 
 

@@ -26,6 +26,8 @@ ENVS: dict[str, tuple[str, int | None, dict]] = {
     "agent_memory/Track-v0": ("agent_memory.envs.track:TrackEnv", None, {}),
     "agent_memory/SearchQA-v0": ("agent_memory.envs.search_qa:SearchQAEnv", 10, {}),
     "agent_memory/Code-v0": ("agent_memory.envs.code_exec:CodeEnv", 10, {}),
+    # An OpenEnv server as a text env (env=openenv; needs the openenv extra).
+    "agent_memory/OpenEnv-v0": ("agent_memory.envs.openenv_client:OpenEnvTextEnv", None, {}),
 }
 
 for _env_id, (_entry_point, _max_steps, _kwargs) in ENVS.items():

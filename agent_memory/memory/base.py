@@ -12,6 +12,7 @@ import numpy as np
 
 from agent_memory.checks import check_history_length, check_int, check_number, is_int
 from agent_memory.formatting import Formatter, FormatterSpec, make_formatter
+from agent_memory.text import tag_spans
 from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
 __all__ = [
@@ -340,6 +341,8 @@ class BaseMemory(ABC):
     #: The dataclass declaring what ``memory.params`` may set (:mod:`agent_memory.config_fields`);
     #: None: the constructor's signature is read instead.
     settings_class: ClassVar[type | None] = None
+    #: The tool calls the policy writes for this memory, by name (the env's action skips them).
+    tool_names: frozenset[str] = frozenset()
     #: Every env id, validated (what :meth:`_ids` gives for None).
     _all_ids: list[int]
 
@@ -455,9 +458,13 @@ class BaseMemory(ABC):
 
     @property
     def written_tag(self) -> str | None:
-        """The tag of the blocks the policy writes for this memory (their tokens are the rows'
-        memory tokens), or None: the policy writes none."""
+        """The tag of the blocks the policy writes for this memory, or None: it writes none."""
         return None
+
+    def written_spans(self, text: str) -> list[tuple[int, int]]:
+        """The character spans of ``text`` (a response) that write this memory: their tokens
+        are the rows' memory tokens (by default the complete :attr:`written_tag` blocks)."""
+        return [] if self.written_tag is None else tag_spans(text, self.written_tag)
 
     def candidates(self, env_id: int, observation: str) -> list[str] | None:
         """The blocks a policy that chooses (``policy=score``) may write for this memory next,

@@ -6,9 +6,14 @@ note; ``"append"``: each block adds a line, an empty one adds nothing) within ``
 and shows it before a window of the env's recent steps: with a fixed window the prompt stays the
 same size however long the episode runs, and RL decides what the note keeps.
 
-A response without a block (``"missing"``), with an unclosed one (``"malformed"``) or a note
-over its bound (``"cut"``) is flagged in the step's ``info["memory_flag"]`` and counted; the
-note's length in tokens after each store is the step's ``info["memory_note_tokens"]``. A policy
+With ``write_with="tools"`` (or ``"both"``) the policy edits the note through tool calls
+instead (:mod:`~agent_memory.memory.note_tools`: ``memory_write``, ``memory_replace``,
+``memory_delete``, applied in order; :attr:`NotesMemory.tools` are their schemas).
+
+A response without a block (``"missing"``), with an unclosed one (``"malformed"``), a note over
+its bound (``"cut"``) or a memory call it cannot apply (``"bad_call"``, ``"unknown_call"``,
+``"old_not_found"``) is flagged in the step's ``info["memory_flag"]`` and counted; the note's
+length in tokens after each store is the step's ``info["memory_note_tokens"]``. A policy
 that chooses rather than writes (``policy=score``) picks among :meth:`NotesMemory.candidates`:
 keep the note as it is, or add one line of the current observation (Memory-R1's NOOP / ADD).
 
@@ -33,46 +38,44 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from agent_memory.checks import check_choice, check_int, check_str
+from agent_memory.config_fields import setting
 from agent_memory.formatting import FormatterSpec
 from agent_memory.memory.base import UNSET, Budget, EnvIds, Fetched, check_env_index
 from agent_memory.memory.block_window import Block, BlockLayout, WindowedMemory
 from agent_memory.memory.compaction.summarizers import fit_text
+from agent_memory.memory.note_tools import (
+    MEMORY_TOOL_NAMES,
+    NoteEdit,
+    NoteProblem,
+    WriteWith,
+    memory_token_mask,
+    memory_tools,
+    read_note_writes,
+    span_token_mask,
+    tool_call_example,
+)
 from agent_memory.memory.settings import Settings, SettingsAttributes
-from agent_memory.text import defuse_tags, find_tags, utf8_safe
+from agent_memory.text import defuse_tags, utf8_safe
 from agent_memory.tokens import TokenCounter, TokenCounterSpec
+from agent_memory.tool_calls import format_tool_call
 
-__all__ = ["NoteFlag", "NotesMemory", "NotesSettings", "memory_token_mask", "newest_lines"]
+__all__ = [
+    "NoteFlag",
+    "NotesMemory",
+    "NotesSettings",
+    "memory_token_mask",
+    "newest_lines",
+    "span_token_mask",
+]
 
-#: Why a step's note is not simply the block it wrote.
-NoteFlag = Literal["missing", "malformed", "cut"]
-
-
-def memory_token_mask(text: str, offsets: Sequence[int], tag: str) -> list[int]:
-    """1 for each response token whose text (from its offset to the next token's) overlaps a
-    ``<tag>...</tag>`` block of ``text`` (the tags included), else 0; ``offsets``: where each
-    token starts in ``text``. A token that decodes with a leading space (`` <memory>``) starts
-    before its block and still writes it.
-
-    Example:
-        >>> text = "<memory>key=BLUE</memory><action>next</action>"
-        >>> memory_token_mask(text, [0, 8, 16, 25, 33, 37], "memory")
-        [1, 1, 1, 0, 0, 0]
-        >>> memory_token_mask("go <memory> k </memory> <action>", [0, 2, 11, 13, 23], "memory")
-        [0, 1, 1, 1, 0]
-    """
-    spans, open_, close = [], f"<{tag}>", f"</{tag}>"
-    start = text.find(open_)
-    while start >= 0:
-        end = text.find(close, start + len(open_))
-        if end < 0:  # an unclosed block is not memory (the memory ignores it too)
-            break
-        spans.append((start, end + len(close)))
-        start = text.find(open_, end + len(close))
-    ends = [*offsets[1:], len(text)]
-    return [
-        int(any(o < b and (e > a or a <= o) for a, b in spans))
-        for o, e in zip(offsets, ends, strict=True)
-    ]
+#: Why a step's note is not simply the block it wrote: no block or memory call (``missing``),
+#: an unclosed block (``malformed``), a note over its bound (``cut``), a memory call that is
+#: malformed or has wrong arguments (``bad_call``), to a ``memory_`` tool there is not
+#: (``unknown_call``), or a ``memory_replace`` whose ``old`` is not in the note
+#: (``old_not_found``).
+NoteFlag = Literal["missing", "malformed", "cut", "bad_call", "unknown_call", "old_not_found"]
+#: Reasons kept per step at most (a response of thousands of bad calls: the first ones).
+MAX_REASONS = 16
 
 
 def newest_lines(lines: Sequence[str], limit: int, count: TokenCounter) -> str:
@@ -128,6 +131,11 @@ class NotesSettings(Settings):
             "block counts)."
         },
     )
+    write_with: Literal["tags", "tools", "both"] = setting(
+        "tags",
+        "How the policy writes its note: tags (<memory> blocks), tools (memory_write, "
+        "memory_replace and memory_delete tool calls, in order), or both.",
+    )
     update: Literal["replace", "append"] = field(
         default="replace",
         metadata={
@@ -145,8 +153,8 @@ class NotesSettings(Settings):
     on_missing: Literal["keep", "empty"] = field(
         default="keep",
         metadata={
-            "help": "A response without a complete block: keep the note, or empty it (flagged "
-            "and counted)."
+            "help": "A response that writes nothing (no complete block, no good memory call): "
+            "keep the note, or empty it (flagged and counted)."
         },
     )
     header: str = field(default="Memory:", metadata={"help": "Opens the note in the prompt."})
@@ -167,6 +175,7 @@ class NotesSettings(Settings):
         if not isinstance(tag, str) or not tag or any(c in tag for c in "<>/ "):
             raise ValueError(f"tag must be a bare tag name like 'memory', got {tag!r}")
         self._normalize(
+            write_with=check_choice("write_with", self.write_with, ("tags", "tools", "both")),
             update=check_choice("update", self.update, ("replace", "append")),
             note_tokens=check_int("note_tokens", self.note_tokens, 1),
             on_missing=check_choice("on_missing", self.on_missing, ("keep", "empty")),
@@ -183,6 +192,9 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         num_envs, formatter, max_history_tokens, token_counter, capacity: as for HistoryMemory (a
             budget covers note and window, the window first).
         tag: the block's tag in a response (``<memory>...</memory>``); the last block counts.
+        write_with: ``"tags"`` (blocks), ``"tools"`` (memory tool calls, applied in order:
+            :mod:`~agent_memory.memory.note_tools`) or ``"both"`` (the last block and the calls,
+            in text order; a block inside a call is the call's text).
         update: ``"replace"`` (the block is the new note) or ``"append"`` (the block is added as
             a line; an empty block adds nothing; the oldest lines go first when over the bound).
         note_tokens: the note's bound in tokens (of ``token_counter``); a longer one is cut.
@@ -209,6 +221,7 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         token_counter: TokenCounterSpec = "estimate",
         capacity: int | None = None,
         tag: str = NotesSettings.tag,
+        write_with: WriteWith = NotesSettings.write_with,
         update: Literal["replace", "append"] = NotesSettings.update,
         note_tokens: int = NotesSettings.note_tokens,
         on_missing: Literal["keep", "empty"] = NotesSettings.on_missing,
@@ -220,10 +233,18 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         self.settings = s = NotesSettings.from_arguments(locals())
         self.layout = BlockLayout(header=s.header, window_header=s.window_header)
         self._open = f"<{s.tag}>"
+        #: The tag whose blocks are read (None: tool calls only).
+        self._read_tag = None if s.write_with == "tools" else s.tag
+        #: The memory tools' names (the action layer skips these calls; none: tags only) and
+        #: their OpenAI function schemas (for a request's ``tools``).
+        self.tool_names = frozenset() if s.write_with == "tags" else MEMORY_TOOL_NAMES
+        self.tools = memory_tools(s.update, s.note_tokens) if self.tool_names else []
         self._notes: list[str] = [""] * num_envs
         #: Each note's tokens (of ``token_counter``), counted when the note is fitted.
         self._lengths: list[int] = [0] * num_envs
-        self._last: dict[int, NoteFlag] = {}
+        self._last: dict[int, str] = {}
+        #: Per env, why its last store raised its flags (expected vs actual), in text order.
+        self._reasons: dict[int, tuple[str, ...]] = {}
         #: How often each flag was raised since the memory was built.
         self.flag_counts: Counter[str] = Counter()
 
@@ -234,8 +255,21 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
 
     @property
     def written_tag(self) -> str:
-        """The note's tag: the tokens of its blocks are the rows' memory tokens."""
+        """The note's tag (with ``write_with="tools"`` no block is read, but the policy still
+        writes this memory: :meth:`written_spans` says which tokens)."""
         return self.settings.tag
+
+    def written_spans(self, text: str) -> list[tuple[int, int]]:
+        """The complete blocks and memory tool calls of ``text`` that write the note (bad ones
+        included): their tokens are the rows' memory tokens.
+
+        Example:
+            >>> mem = NotesMemory(num_envs=1, write_with="both")
+            >>> mem.written_spans('<memory>a</memory><tool_call>{"name": "memory_delete"}'
+            ...                   '</tool_call><tool_call>{"name": "move"}</tool_call>')
+            [(0, 18), (18, 66)]
+        """
+        return list(read_note_writes(text, self._read_tag, tools=bool(self.tool_names)).spans)
 
     def instructions(self, history_length: int) -> str:
         """The prompt's words on writing the note (``{memory_instructions}`` of the default
@@ -252,13 +286,29 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
             see of earlier steps.
         """
         s = self.settings
-        open_, close = self._open, f"</{s.tag}>"
+        block = f"{self._open}your note</{s.tag}>"
+        call = tool_call_example("memory_write", text="your note")
+        if s.write_with == "tags":
+            first = f"write {block}: each {self._open} block"
+        elif s.write_with == "tools":
+            first = f"write {call}: each memory_write call"
+        else:
+            first = f"write {block} or {call}: each {self._open} block or memory_write call"
         if s.update == "replace":
-            how = f"each {open_} block replaces your note, so write in it all you still need"
+            how = "replaces your note, so write in it all you still need"
         else:
             how = (
-                f"each {open_} block adds a line to your note (the oldest lines go first), so "
-                "write only what you will need"
+                "adds a line to your note (the oldest lines go first), so write only what you "
+                "will need"
+            )
+        edits = ""
+        if self.tool_names:
+            replace = tool_call_example(
+                "memory_replace", old="text in the note", new="its new text"
+            )
+            delete = tool_call_example("memory_delete")
+            edits = (
+                f" To change part of it: {replace}; to clear it: {delete}. Calls apply in order."
             )
         shown = f', shown after "{s.header}",' if s.header else ""
         if history_length == 0:
@@ -267,8 +317,8 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
             steps = "every earlier step" if history_length < 0 else "your most recent steps"
             seen = f"You will see the note{shown} and {steps}."
         return (
-            f"\n\nYou keep a note for later steps. Before <action>, write "
-            f"{open_}your note{close}: {how} (at most {s.note_tokens} tokens). {seen}"
+            f"\n\nYou keep a note for later steps. Before <action>, {first} {how} (at most "
+            f"{s.note_tokens} tokens).{edits} {seen}"
         )
 
     def note(self, env_id: int) -> str:
@@ -278,7 +328,8 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
     def candidates(self, env_id: int, observation: str) -> list[str]:
         """The blocks a choosing policy may write next: the note kept as it is, then the note
         with one more line of ``observation`` (of its first ``max_candidates - 1`` distinct
-        non-empty lines), as response text.
+        non-empty lines), as response text: ``<memory>`` blocks, or ``memory_write`` calls
+        with ``write_with="tools"``.
 
         Each block is what the memory would keep: within ``note_tokens`` (a long line is cut, a
         line with no room beside the note is left out), so a policy's cost per act is bounded
@@ -309,6 +360,8 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         offered = dict.fromkeys(
             [kept, *(b for b in blocks if b.startswith(prefix) and b != prefix)]
         )
+        if s.write_with == "tools":
+            return [format_tool_call("memory_write", {"text": b}) for b in offered]
         return [f"<{s.tag}>{b}</{s.tag}>" for b in offered]
 
     def _bounded(self, text: str) -> str:
@@ -316,8 +369,23 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         return fit_text(defuse_tags(text), self.settings.note_tokens, self.token_counter)
 
     def step_flags(self, env_ids: Sequence[int]) -> dict[int, str]:
-        """The flags the last store raised for the envs of ``env_ids`` that have one."""
+        """The flag the last store raised for the envs of ``env_ids`` that have one (its first,
+        in text order, when it raised several: :meth:`step_reasons` has them all)."""
         return {i: self._last[i] for i in env_ids if i in self._last}
+
+    def step_reasons(self, env_ids: Sequence[int]) -> dict[int, tuple[str, ...]]:
+        """Why the last store flagged the envs of ``env_ids`` that it flagged: each flag's
+        reason (expected vs actual), in text order, the first :data:`MAX_REASONS`.
+
+        Example:
+            >>> mem = NotesMemory(num_envs=1, write_with="tools", token_counter="chars")
+            >>> mem.store({"observation": ["o"], "action": ["a"], "response": [
+            ...     '<tool_call>{"name": "memory_replace", "arguments": {"old": "x", "new": "y"}}'
+            ...     '</tool_call>']})
+            >>> mem.step_flags([0]), mem.step_reasons([0])
+            ({0: 'old_not_found'}, {0: ("memory_replace: 'old' 'x' is not in the note (kept)",)})
+        """
+        return {i: self._reasons[i] for i in env_ids if i in self._reasons}
 
     def note_lengths(self, env_ids: Sequence[int]) -> dict[int, int]:
         """Each env of ``env_ids``'s note length in tokens (of ``token_counter``; at most
@@ -329,6 +397,7 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         self._notes[i] = ""
         self._lengths[i] = 0
         self._last.pop(i, None)
+        self._reasons.pop(i, None)
 
     def store(self, record: Mapping[str, Sequence[Any]], env_ids: EnvIds = None) -> None:
         """Append one step per env to its window and update its note from ``record["response"]``
@@ -371,34 +440,84 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         self._notes = [str(n) for n in state["notes"]]
         self._lengths = [self.token_counter(n) for n in self._notes]
         self.flag_counts = Counter(state["flag_counts"])
-        self._last = {}
+        self._last, self._reasons = {}, {}
 
     def _update(self, i: int, response: str) -> None:
-        """Env ``i``'s note after a response (its flag in ``_last``, its length in ``_lengths``)."""
+        """Env ``i``'s note after a response: its edits applied in text order (its flags in
+        ``_last`` and ``_reasons``, its length in ``_lengths``)."""
         s = self.settings
-        found = find_tags(response, (s.tag,))
-        flag: NoteFlag | None = None
-        if not found:
-            flag = "malformed" if self._open in response else "missing"
-            if s.on_missing == "keep":
-                note, length = self._notes[i], self._lengths[i]
+        writes = read_note_writes(response, self._read_tag, tools=bool(self.tool_names))
+        note, length = self._notes[i], self._lengths[i]
+        raised: list[tuple[str, str]] = []
+        events: list[NoteEdit | NoteProblem] = [*writes.edits, *writes.problems]
+        events.sort(key=lambda e: e.start)
+        for event in events:
+            if isinstance(event, NoteProblem):
+                raised.append((event.flag, event.reason))
             else:
+                note, length, problem = self._apply(note, length, event)
+                if problem is not None:
+                    raised.append(problem)
+        if not writes.edits:  # nothing written: the rule for a missing block
+            if not writes.problems:
+                raised.append(self._missing(writes.unclosed))
+            if s.on_missing == "empty":
                 note, length = "", 0
-        else:
-            block = utf8_safe(found[-1][1].strip())
-            if s.update == "replace":
-                note = block
-            else:
-                note = "\n".join(x for x in (self._notes[i], block) if x)
-            fitted, length = self._fit(note)
-            if fitted != note:
-                flag, note = "cut", fitted
         self._notes[i], self._lengths[i] = note, length
-        if flag is None:
+        if not raised:
             self._last.pop(i, None)
+            self._reasons.pop(i, None)
+            return
+        flags = list(dict.fromkeys(flag for flag, _ in raised))
+        self._last[i] = flags[0]
+        self._reasons[i] = tuple(reason for _, reason in raised[:MAX_REASONS])
+        self.flag_counts.update(flags)
+
+    def _apply(
+        self, note: str, length: int, edit: NoteEdit
+    ) -> tuple[str, int, tuple[str, str] | None]:
+        """``note`` (of ``length`` tokens) after ``edit``, fitted; its length; the problem."""
+        if edit.op == "replace" and edit.old not in note:
+            old = edit.old if len(edit.old) <= 60 else edit.old[:60] + "..."
+            return (
+                note,
+                length,
+                ("old_not_found", f"memory_replace: 'old' {old!r} is not in the note (kept)"),
+            )
+        if edit.op == "delete":
+            new = ""
+        elif edit.op == "replace":
+            new = note.replace(edit.old, utf8_safe(edit.text), 1)
         else:
-            self._last[i] = flag
-            self.flag_counts[flag] += 1
+            block = utf8_safe(edit.text.strip())
+            if self.settings.update == "replace":
+                new = block
+            else:
+                new = "\n".join(x for x in (note, block) if x)
+        fitted, length = self._fit(new)
+        if fitted == new:
+            return new, length, None
+        limit = self.settings.note_tokens
+        return (
+            fitted,
+            length,
+            ("cut", f"the note is over note_tokens={limit}: cut to {length} tokens"),
+        )
+
+    def _missing(self, unclosed: bool) -> tuple[str, str]:
+        """The flag and reason of a response that writes nothing."""
+        s = self.settings
+        if unclosed:
+            return (
+                "malformed",
+                f"an unclosed {self._open} block (expected {self._open}...</{s.tag}>)",
+            )
+        wanted = {
+            "tags": f"a {self._open} block",
+            "tools": "a memory tool call",
+            "both": f"a {self._open} block or a memory tool call",
+        }[s.write_with]
+        return "missing", f"no note written: expected {wanted}"
 
     def _fit(self, note: str) -> tuple[str, int]:
         """``note`` within ``note_tokens`` (appended notes lose their oldest lines first), and

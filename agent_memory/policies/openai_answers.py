@@ -72,7 +72,7 @@ def parse(response: Readable, mode: Mode, url: str, tools: bool = False) -> Answ
             repr(shown(response))
         )
     try:
-        return read_answer(data, mode, tools)
+        return read_answer(data, mode, tool_calls=tools)
     except NonTextAnswer as e:
         return "non_text_answers", f"non-text response ({e}): {shown(response)!r}"
     except Exception as e:  # a MalformedAnswer, or whatever else the answer's shape raises

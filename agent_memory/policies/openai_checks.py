@@ -42,6 +42,7 @@ __all__ = [
     "check_backoff",
     "check_endpoint",
     "check_logprobs",
+    "check_no_tool_fields",
     "check_plain_openai",
     "check_sampling",
     "check_status",
@@ -225,6 +226,25 @@ def sampling_of(body: Mapping[str, Any]) -> SamplingParams:
     values["tools"] = None if tools is None else json.dumps(tools)
     values["tool_choice"] = None if choice is None else str(choice)
     return SamplingParams(**values)
+
+
+def check_no_tool_fields(extra_body: Mapping[str, Any]) -> None:
+    """``extra_body`` sets neither ``tools`` nor ``tool_choice``: the policy's settings send
+    them (and the rows record them).
+
+    Example:
+        >>> check_no_tool_fields({"tool_choice": "auto"})
+        Traceback (most recent call last):
+        ...
+        ValueError: extra_body.tool_choice is a field the policy writes itself \
+(policy.params.tool_choice decides it): remove policy.params.extra_body.tool_choice
+    """
+    for key in ("tools", "tool_choice"):
+        if key in extra_body:
+            raise ValueError(
+                f"extra_body.{key} is a field the policy writes itself (policy.params.{key} "
+                f"decides it): remove policy.params.extra_body.{key}"
+            )
 
 
 def check_tool_settings(

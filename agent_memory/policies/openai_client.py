@@ -33,6 +33,7 @@ from agent_memory.policies.openai_checks import (
     check_backoff,
     check_endpoint,
     check_logprobs,
+    check_no_tool_fields,
     check_plain_openai,
     check_sampling,
     check_status,
@@ -161,6 +162,7 @@ class OpenAIPolicy(Policy):
         self.seed = s.seed
         # Plain containers (a Hydra DictConfig is a Mapping, but not JSON-serialisable).
         self.extra_body: dict[str, Any] = plain_values(s.extra_body or {})
+        check_no_tool_fields(self.extra_body)
         check_extra_body(self.extra_body)
         self.concurrency = s.concurrency
         #: The most :meth:`set_concurrency` may set: ``concurrency`` as given (a worker's copy

@@ -136,17 +136,19 @@ def token_fields(mode: Mode, server: Server) -> dict[str, Any]:
     return chat
 
 
-def read_answer(data: Any, mode: Mode, tools: bool = False) -> Answer:
+def read_answer(data: Any, mode: Mode, *, tool_calls: bool = False) -> Answer:
     """The first choice of ``data`` (a parsed JSON answer), checked: a text that is a string, a
     finish reason that is one (or null), token ids that are ints in ``[0, 2**63)``, log-probs
-    that are finite and at most 0 (:data:`LOGPROB_EPS` above it is read as 0). With ``tools``
-    (the request offered tools) a chat message's ``tool_calls`` are read, beside a text or a
-    null content.
+    that are finite and at most 0 (:data:`LOGPROB_EPS` above it is read as 0). ``tool_calls``
+    (the request offered tools): a message with tool calls is read too (its text: the content,
+    or ``""`` when null; the ids hold the calls' tokens), its ``tool_calls`` into
+    :attr:`Answer.tool_calls`, as the gateway and the policy with tools read them.
 
     Raises:
         NonTextAnswer: a null text (content) without tool calls, or a message with tool calls
-            when the request offered no tools.
-        MalformedAnswer: no ``choices[0]`` text, or a field of the wrong type, shape or range.
+            (unless ``tool_calls``).
+        MalformedAnswer: no ``choices[0]`` text, or a field of the wrong type, shape or range
+            (a tool call without a name, or arguments that are no JSON object, included).
     """
     try:
         choice = data["choices"][0]
@@ -157,8 +159,10 @@ def read_answer(data: Any, mode: Mode, tools: bool = False) -> Answer:
     for name, value in (("text", text), ("finish_reason", finish)):
         if value is not None and not isinstance(value, str):
             raise MalformedAnswer(f"{name}: expected a string or null, got {value!r}"[:200])
-    calls = _tool_calls(choice) if tools and mode == "chat" else None
-    not_text = None if calls else _not_text(choice, mode, text)
+    calls = _tool_calls(choice) if tool_calls and mode == "chat" else None
+    not_text = _not_text(choice, mode, text)
+    if tool_calls and not_text is not None and _has_calls(choice):
+        not_text = None
     if not_text is not None:  # (a null text is one)
         raise NonTextAnswer(not_text)
     usage = data.get("usage") if _is_map(data) else None
@@ -244,6 +248,12 @@ def _not_text(choice: Mapping[str, Any], mode: Mode, text: str | None) -> str | 
     return f"{where} is null: expected text" + (
         f" (the message holds {' and '.join(held)})" if held else ""
     )
+
+
+def _has_calls(choice: Mapping[str, Any]) -> bool:
+    """Whether a chat choice's message holds tool calls."""
+    message = choice.get("message")
+    return _is_map(message) and bool(message.get("tool_calls") or message.get("function_call"))
 
 
 #: What a chat message may hold instead of text, as an error names it.

@@ -29,7 +29,7 @@ __all__ = ["ALLOWED_EXTRA_BODY", "check_extra_body"]
 #: Fields that leave the distribution and the recorded tokens alone: the request's identity and
 #: scheduling; which tokens end a response (the sampled ids hold them); how the answer spells
 #: what was sampled (the policy checks text against ids where it has a tokenizer); the chat
-#: template's arguments (they change the prompt, whose ids the server returns).
+#: template's arguments and tools (they change the prompt, whose ids the server returns).
 ALLOWED_EXTRA_BODY = frozenset(
     {
         # vLLM and SGLang: identity and scheduling.
@@ -54,9 +54,15 @@ ALLOWED_EXTRA_BODY = frozenset(
         "return_tokens_as_token_ids",
         # The prompt's rendering, echoed in the server's prompt ids.
         "chat_template_kwargs",
+        "tools",
         "parallel_tool_calls",
+        "tool_choice",
     }
 )
+
+#: ``tool_choice`` values that let the model write what it likes ("required" and a named
+#: function constrain decoding to a call).
+_FREE_TOOL_CHOICE = ("auto", "none")
 
 #: The fields each request carries from ``policy.params`` (the sampling ones recorded).
 _OWN = {
@@ -70,8 +76,6 @@ _OWN = {
     "prompt": "mode",
     "logprobs": "return_tokens",
     "top_logprobs": "return_tokens",
-    "tools": "tools",
-    "tool_choice": "tool_choice",
 }
 
 #: Those of :data:`_OWN` a user sets (in ``policy.params``, not ``extra_body``).
@@ -118,15 +122,24 @@ _REFUSED = {
 }
 
 
-def check_extra_body(extra_body: Mapping[str, Any]) -> None:
-    """Refuse an ``extra_body`` field that is not in :data:`ALLOWED_EXTRA_BODY` (``tools`` and
-    ``tool_choice`` are ``policy.params`` settings: the policy records them).
+def check_extra_body(
+    extra_body: Mapping[str, Any], where: str = "policy.params.extra_body"
+) -> None:
+    """Refuse an ``extra_body`` field that is not in :data:`ALLOWED_EXTRA_BODY` (or a
+    ``tool_choice`` that forces a call). ``where``: what the fix names the fields by (the
+    gateway's are a request's own fields).
 
     Raises:
         ValueError: the first such field, why, and the override that fixes it.
     """
     for key, value in extra_body.items():
-        name = f"policy.params.extra_body.{key}"
+        name = f"{where}.{key}"
+        if key == "tool_choice" and not (isinstance(value, str) and value in _FREE_TOOL_CHOICE):
+            raise ValueError(
+                f"extra_body.tool_choice={value!r} changes the distribution tokens are sampled "
+                f"from ({_GRAMMAR}), which the answer's log-probs do not show and the rows cannot "
+                f"record: pass {name}=auto, or remove it"
+            )
         if key == "chat_template_kwargs" and not isinstance(value, Mapping):
             raise ValueError(
                 f"extra_body.chat_template_kwargs must be a dict of the chat template's "

@@ -28,6 +28,7 @@ from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.types import EpisodeSpec, Trajectory
 from agent_memory.rollout.worker.records import (
     Playing,
+    memory_spans,
     policy_inputs,
     request_failure,
     step_record,
@@ -65,6 +66,7 @@ def play(
         bank = _own_bank(job, len(specs), policy)
     book = EpisodeBook(specs, max_attempts=1)
     memory_tag = bank.env.memory.written_tag
+    spans = memory_spans(bank.env.memory)
     playing: dict[Slot, Playing] = {}
     ask = next_turn or (lambda run: True)
 
@@ -94,9 +96,7 @@ def play(
                 slot = (0, res.env)
                 run = playing[slot]
                 gen = gens[live.index(slot)]
-                run.steps.append(
-                    step_record(run, gen, res, job.rollout.max_response_chars, memory_tag)
-                )
+                run.steps.append(step_record(run, gen, res, job.rollout.max_response_chars, spans))
                 if res.done:
                     finish(slot, won=res.won, error=res.error, final=res.next.prompt)
                     freed.append(slot)

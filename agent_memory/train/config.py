@@ -136,6 +136,7 @@ class TrainerConfig:
     eval_rows: bool = False
     save_every: int = 50
     resume: Optional[str] = None
+    rows: Optional[str] = None
     logger: list[str] = field(default_factory=lambda: ["csv", "tensorboard"])
     wandb_project: str = "agent_memory"
     output_dir: Optional[str] = None

@@ -37,7 +37,7 @@ from agent_memory.train.checkpoint import (
     load_checkpoint,
     save_checkpoint,
 )
-from agent_memory.train.config import TrainConfig, check_model, memory_reads_blocks
+from agent_memory.train.config import TrainConfig, TrainerConfig, check_model, memory_reads_blocks
 from agent_memory.train.divergence import check_update
 from agent_memory.train.engine import RolloutEngine, eval_specs, train_specs
 from agent_memory.train.logprobs import ValueHead, forward
@@ -141,15 +141,9 @@ def train(
     t_start = time.perf_counter()
     require(trainer_needs(cfg.trainer))  # torch, transformers, the loggers' packages
     check_model(cfg.trainer)
-    import torch
-
     t, r = cfg.trainer, cfg.rollout
     out = Path(out_dir)
-    if t.num_threads is not None:
-        torch.set_num_threads(t.num_threads)  # a tiny model is far faster on one thread
-    random.seed(t.seed)
-    np.random.seed(t.seed)
-    torch.manual_seed(t.seed)
+    seed_run(t)
     device, dtype = pick_device(t.device, t.dtype)
     mode: ActionMode = "score" if cfg.policy.name == "score" else "generate"
     preflight(cfg, policy=make_policy("random"))  # env, memory, template: before any model
@@ -260,6 +254,18 @@ def train(
             (out / "summary.json").write_text(json.dumps(summary, indent=2), encoding="utf-8")
     _raise_verdict(summary)  # the run raised nothing, but its episodes may have failed
     return summary
+
+
+def seed_run(t: TrainerConfig) -> None:
+    """Seed Python's, numpy's and torch's generators with ``trainer.seed``, and set torch's
+    threads (``trainer.num_threads``: a tiny model is far faster on one thread)."""
+    import torch
+
+    if t.num_threads is not None:
+        torch.set_num_threads(t.num_threads)
+    random.seed(t.seed)
+    np.random.seed(t.seed)
+    torch.manual_seed(t.seed)
 
 
 def _raise_verdict(summary: dict[str, Any]) -> None:

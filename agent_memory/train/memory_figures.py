@@ -40,7 +40,7 @@ __all__ = [
 
 #: The flags a memory raises for a step (``StepRecord.memory_flag``; ``memory=notes``'s): each
 #: has a column, the share of env steps it was raised for.
-MEMORY_FLAGS = ("missing", "malformed", "cut")
+MEMORY_FLAGS = ("missing", "malformed", "cut", "bad_call", "unknown_call", "old_not_found")
 
 
 def memory_tokens(step: StepRecord) -> int:

@@ -51,6 +51,9 @@ COLUMNS: tuple[str, ...] = (
             "flag_missing",
             "flag_malformed",
             "flag_cut",
+            "flag_bad_call",
+            "flag_unknown_call",
+            "flag_old_not_found",
             "note_tokens_mean",
             "note_tokens_max",
         )

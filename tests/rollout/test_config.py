@@ -30,6 +30,7 @@ def test_every_bundled_env_has_a_config():
         "cliff_walking",
         "code",
         "frozen_lake",
+        "openenv",
         "recall",
         "search_qa",
         "sokoban",

@@ -28,8 +28,9 @@ from agent_memory.rollout.driver.preflight import preflight
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = REPO / "configs"
-# The bundled envs' configs; gym.yaml (your own env, no id) is tested in test_own_env.py.
-ENVS = sorted(p.stem for p in (CONFIGS / "env").glob("*.yaml") if p.stem != "gym")
+# The bundled envs' configs; gym.yaml (your own env, no id) is tested in test_own_env.py, and
+# openenv.yaml (a server's env: no oracle, a URL to give) in tests/envs/test_openenv.py.
+ENVS = sorted(p.stem for p in (CONFIGS / "env").glob("*.yaml") if p.stem not in ("gym", "openenv"))
 MEMORIES = sorted(p.stem for p in (CONFIGS / "memory").glob("*.yaml"))
 
 register_configs()

@@ -67,6 +67,50 @@ def test_memory_tokens_leave_the_loss_mask_when_switched_off(tiny_lm):
     assert fw.logprobs[1, :2].tolist() == [0.0, 0.0]  # no gradient reaches them
 
 
+def test_a_note_written_through_a_tool_call_is_trained_like_a_block(tiny_lm):
+    """Issue 48: with memory.params.write_with=tools the memory_write call's tokens are the
+    row's memory tokens (step_record's mask, through the memory's spans), and every consumer
+    of the mask trains them as it trains a block's: the trainer's loss (in it, or out of it when
+    switched off), the memory figures and the episode layout (TRL's rows)."""
+    from agent_memory.memory.notes import NotesMemory
+    from agent_memory.rollout.bank import PromptView, StepResult
+    from agent_memory.rollout.driver.layouts import episode_samples
+    from agent_memory.rollout.worker.records import Playing, step_record
+    from agent_memory.tool_calls import format_tool_call
+    from agent_memory.train.memory_figures import memory_tokens
+
+    model, tokenizer = tiny_lm
+    written = format_tool_call("memory_write", {"text": "w1"})
+    text = f"ok {written}<action>w2</action>"
+    gen = Generation(
+        text,
+        prompt_ids=[5, 6],
+        response_ids=[7, 8, 9, 10],
+        response_logprobs=[-0.1, -0.2, -0.3, -0.4],
+        sampling=SamplingParams(temperature=1.0),
+        response_offsets=[0, 3, 3 + len(written), 3 + len(written) + 8],
+    )
+    memory = NotesMemory(num_envs=1, write_with="tools")
+    run = Playing("g0-t0", PromptView("p", context_tokens=2, context_chars=1, history_steps=0))
+    res = StepResult(0, 1.0, True, False, True, next=run.view, parsed_action="w2")
+    step = step_record(run, gen, res, 10_000, memory.written_spans)
+    assert step.memory_mask == [0, 1, 0, 0]  # the call's token, not the words or the action
+    tags = step_record(run, gen, res, 10_000, NotesMemory(num_envs=1).written_spans)
+    assert tags.memory_mask == [0, 0, 0, 0]  # a memory read from tags: the call writes nothing
+    step.advantage, step.ret = 1.0, 1.0
+    traj = Trajectory(EpisodeSpec("g0", "g0-t0", 0, 0, 1), [step])
+    [on] = build_samples([traj], "generate")
+    [off] = build_samples([traj], "generate", train_memory_tokens=False)
+    assert on.loss_mask is None and off.loss_mask == (1, 0, 1, 1)
+    with torch.no_grad():
+        fw = forward(model, [on, off], "generate", pad_id=tokenizer.pad_token_id)
+    assert fw.mask.tolist() == [[1, 1, 1, 1], [1, 0, 1, 1]]
+    assert fw.logprobs[0, 1].item() != 0.0 and fw.logprobs[1, 1].item() == 0.0
+    assert memory_tokens(step) == 1
+    [sample] = episode_samples(traj)
+    assert sample.memory_mask[-4:] == [0, 1, 0, 0]
+
+
 def test_switched_off_without_a_mask_is_an_error():
     with pytest.raises(ValueError, match=re.escape("has no memory_mask")):
         build_samples([_traj(None)], "generate", train_memory_tokens=False)
@@ -199,6 +243,77 @@ def test_rollout_rows_mark_the_tokens_of_the_memory_block(ray_session, tmp_path)
         assert any(r["memory_mask"]) == bool(
             re.search(r"<memory>.*?</memory>", r["response"], re.S)
         )
+
+
+#: The memory call the chain model writes (one token of its vocabulary: decoding joins tokens
+#: with spaces, so JSON split into words would not be JSON).
+CALL_JSON = '{"name": "memory_write", "arguments": {"text": "kite=RED"}}'
+
+
+def _chain_model(path: Path) -> Path:
+    """A word-level LM whose every next token follows from its last one (a bigram chain: layers
+    that add nothing, one-hot embeddings, a head that maps each token to its successor): after
+    any prompt it writes ``<tool_call> CALL_JSON </tool_call> <action> next </action>``, EOS."""
+    from itertools import pairwise
+
+    import transformers
+    from tokenizers import AddedToken
+
+    from agent_memory.models import build_tiny_lm
+
+    build_tiny_lm(path, ["next"], tags=["tool_call", "action"], hidden=32)
+    tok = transformers.AutoTokenizer.from_pretrained(path, local_files_only=True)
+    tok.add_tokens([AddedToken(CALL_JSON, normalized=False)])
+    model = transformers.AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
+    model.resize_token_embeddings(len(tok))
+    chain = ["<tool_call>", CALL_JSON, "</tool_call>", "<action>", "next", "</action>", "</s>"]
+    ids = tok.convert_tokens_to_ids(chain)
+    succ = dict.fromkeys(range(len(tok)), ids[0]) | dict(pairwise(ids))
+    with torch.no_grad():
+        for layer in model.model.layers:  # the residual stream stays the token's embedding
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+        model.model.embed_tokens.weight.copy_(torch.eye(len(tok), 32))
+        head = torch.zeros(len(tok), 32)
+        for token, nxt in succ.items():
+            head[nxt, token] = 20.0
+        model.lm_head.weight.copy_(head)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    return path
+
+
+def test_a_rollout_with_notes_written_through_tools_keeps_the_note_and_marks_the_call(
+    ray_session, tmp_path
+):
+    """policy=hf memory=notes memory.params.write_with=tools, end to end: every response writes
+    the note through a memory_write call, the memory keeps it (the next prompt shows it, no
+    flag), and the call's tokens, exactly, are each row's memory tokens."""
+    from tests.rollout.conftest import make_job
+
+    path = _chain_model(tmp_path / "lm")
+    job = make_job(
+        "agent_memory/Recall-v0",
+        policy="hf",
+        groups=2,
+        size=1,
+        workers=1,
+        envs=2,
+        num_distractors=1,
+    )
+    job.policy.params = {"path": str(path), "max_new_tokens": 10, "temperature": 1.0, "seed": 0}
+    job.memory = MemoryConfig(strategy="notes", params={"write_with": "tools"})
+    run_rollout(job, tmp_path / "out")
+    rows = [json.loads(x) for x in (tmp_path / "out" / "trajectories.jsonl").open()]
+    assert rows
+    for r in rows:
+        assert r["response"] == f"<tool_call> {CALL_JSON} </tool_call> <action> next </action>"
+        assert r["memory_mask"] == [1, 1, 1, 0, 0, 0, 0]  # the call's 3 tokens; not EOS's
+        assert r["memory_flag"] is None and r["memory_note_tokens"] > 0
+        if r["step"] > 1:  # the note written at the step before is in the prompt
+            assert "Memory:\nkite=RED" in r["prompt"], r["prompt"]
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert summary["memory_flags"] == {}
 
 
 def test_memory_turns_are_samples_unless_switched_off():

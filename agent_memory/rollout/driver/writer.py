@@ -57,8 +57,15 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     "error": ("string", "what ended the episode early, if anything did"),
     "attempts": ("int64", "times the episode was started"),
     "thought": ("string", "the <think> part of the response"),
-    "memory_flag": ("string", "the memory's flag for the step (notes: missing, malformed, cut)"),
-    "memory_mask": ("list:int8", "1 for each sampled token that writes the memory's block"),
+    "memory_flag": (
+        "string",
+        "the memory's flag for the step (notes: missing, malformed, cut, bad_call, unknown_call, "
+        "old_not_found)",
+    ),
+    "memory_mask": (
+        "list:int8",
+        "1 for each sampled token that writes the memory's block or memory tool call",
+    ),
     "memory_turn": ("bool_", "a memory turn (the policy wrote its memory's summary), no env step"),
     "memory_note_tokens": ("int64", "notes: the note's tokens after the step (the next prompt's)"),
     "prompt_ids": ("list:int64", "the prompt token ids the model was conditioned on"),

@@ -22,6 +22,7 @@ from agent_memory.rollout.messages import EpisodeAssignment, FinishedEpisode
 from agent_memory.rollout.worker.port import PolicyPort
 from agent_memory.rollout.worker.records import (
     Playing,
+    memory_spans,
     policy_inputs,
     request_failure,
     step_record,
@@ -85,6 +86,8 @@ class EpisodeLoop:
         self.port = port
         self.max_response_chars = max_response_chars
         self.memory_tag = bank.env.memory.written_tag
+        #: The spans of a response that write the memory (its rows' memory_mask).
+        self.memory_spans = memory_spans(bank.env.memory)
         self.report_interval_s = report_interval_s
         self.spare_report_interval_s = (
             report_interval_s if spare_report_interval_s is None else spare_report_interval_s
@@ -379,7 +382,7 @@ class EpisodeLoop:
         for res in self.bank.step({env: g.text for env, g in ready.items()}, turns):
             lv = self.live[res.env]
             lv.run.steps.append(
-                step_record(lv.run, ready[res.env], res, self.max_response_chars, self.memory_tag)
+                step_record(lv.run, ready[res.env], res, self.max_response_chars, self.memory_spans)
             )
             if res.done:
                 del self.live[res.env]

@@ -16,17 +16,21 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent_memory.memory.notes import memory_token_mask
+from agent_memory.memory.base import BaseMemory
+from agent_memory.memory.note_tools import span_token_mask
 from agent_memory.protocol import Generation
 from agent_memory.rollout.bank import PromptView, StepResult
 from agent_memory.rollout.jsonsafe import capped_text
 from agent_memory.rollout.types import StepRecord
 
-__all__ = ["Playing", "policy_inputs", "request_failure", "step_record"]
+__all__ = ["Playing", "SpansOf", "memory_spans", "policy_inputs", "request_failure", "step_record"]
+
+#: The character spans of a response that write the memory (``BaseMemory.written_spans``).
+SpansOf = Callable[[str], Sequence[tuple[int, int]]]
 
 
 @dataclass
@@ -44,6 +48,20 @@ class Playing:
         turn, when it asks for one)."""
         self.turn = res.memory_turn is not None
         self.view = res.next if res.memory_turn is None else res.memory_turn
+
+
+def memory_spans(memory: BaseMemory) -> SpansOf | None:
+    """``memory``'s :meth:`~agent_memory.memory.base.BaseMemory.written_spans` when the policy
+    writes it (it has a ``written_tag``), else None: its rows carry no memory mask.
+
+    Example:
+        >>> from agent_memory.memory import make_memory
+        >>> memory_spans(make_memory("window", num_envs=1)) is None
+        True
+        >>> memory_spans(make_memory("notes", num_envs=1))("go <memory>a</memory>")
+        [(3, 21)]
+    """
+    return None if memory.written_tag is None else memory.written_spans
 
 
 def policy_inputs(
@@ -65,16 +83,17 @@ def step_record(
     gen: Generation,
     res: StepResult,
     max_response_chars: int,
-    memory_tag: str | None = None,
+    memory_spans: SpansOf | None = None,
 ) -> StepRecord:
     """The record of ``run``'s next step: its prompt view, the policy's generation, the env's
     outcome. The context length is the real prompt's token count when the policy reports ids;
-    ``memory_tag`` (the memory's ``written_tag``) marks the tokens that write its blocks."""
+    ``memory_spans`` (the memory's ``written_spans``, for a memory the policy writes) marks the
+    tokens that write it: its blocks and its tool calls."""
     view = run.view
     offsets = gen.response_offsets
     mask = None
-    if memory_tag is not None and offsets is not None and isinstance(gen.text, str):
-        mask = memory_token_mask(gen.text, offsets, memory_tag)
+    if memory_spans is not None and offsets is not None and isinstance(gen.text, str):
+        mask = span_token_mask(gen.text, offsets, memory_spans(gen.text))
     text, chars = capped_text(gen.text, max_response_chars)
     tokens = len(gen.prompt_ids) if gen.prompt_ids is not None else view.context_tokens
     return StepRecord(

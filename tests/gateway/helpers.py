@@ -1,0 +1,86 @@
+"""Running the gateway in tests: in this process (a thread of its own with its event loop), or
+as ``python -m agent_memory.gateway`` (a subprocess that can be killed)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from agent_memory.gateway.app import Gateway
+from agent_memory.gateway.settings import GatewaySettings
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@contextlib.contextmanager
+def running(settings: GatewaySettings) -> Iterator[Gateway]:
+    """The gateway of ``settings``, serving from a thread until the block ends."""
+    loop = asyncio.new_event_loop()
+    gateway = Gateway(settings)
+    loop.run_until_complete(gateway.start())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield gateway
+    finally:
+        asyncio.run_coroutine_threadsafe(gateway.close(), loop).result(30)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(30)
+        loop.close()
+
+
+@contextlib.contextmanager
+def gateway_process(
+    upstream: str, session_dir: Path, *more: str
+) -> Iterator[tuple[str, subprocess.Popen, str]]:
+    """``python -m agent_memory.gateway`` on a free port: its base URL, process and first line."""
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agent_memory.gateway",
+            "--upstream",
+            upstream,
+            "--dir",
+            str(session_dir),
+            "--port",
+            "0",
+            *more,
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+        },
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        found = re.search(r"listening on (http://\S+)", line)
+        assert found, line + proc.stdout.read()
+        yield found.group(1), proc, line
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(30)
+
+
+def export(session_dir: Path, out: Path, *more: str) -> subprocess.CompletedProcess:
+    """``python -m agent_memory.gateway export``."""
+    return subprocess.run(
+        [sys.executable, "-m", "agent_memory.gateway", "export", str(session_dir), str(out), *more],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
