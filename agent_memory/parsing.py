@@ -84,7 +84,9 @@ class ActionParser:
     (``"skip"``), ``noop_action`` (``"noop"``) or the response as the model wrote it (``"raw"``:
     for an env that judges model text itself; ``""`` where the response is not text within
     ``max_chars``), and ``invalid_penalty`` is added to its reward
-    (docs/what-your-env-receives.md).
+    (docs/what-your-env-receives.md). ``tool_calls=True``: the wrappers read the action from the
+    response's tool calls instead of a tag (:func:`agent_memory.tool_actions.tool_action`; a
+    rollout sets it when ``policy.params.tools`` is set).
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class ActionParser:
         on_invalid: Literal["skip", "noop", "raw"] = "skip",
         noop_action: Any = None,
         invalid_penalty: float = 0.0,
+        tool_calls: bool = False,
     ) -> None:
         if multiple not in ("invalid", "first", "last"):
             raise ValueError(f"multiple must be 'invalid', 'first' or 'last', got {multiple!r}")
@@ -124,6 +127,7 @@ class ActionParser:
         self.on_invalid = on_invalid
         self.noop_action = noop_action
         self.invalid_penalty = float(invalid_penalty)
+        self.tool_calls = bool(tool_calls)
 
     @property
     def tag(self) -> str | None:
@@ -156,20 +160,66 @@ class ActionParser:
         text = self._text(response)
         if isinstance(text, ParsedAction):
             return text
-        thought = ""
-        if self._think_marks is not None:  # the first <think>...</think> block (closed)
-            _, _, after = text.partition(self._think_marks[0])
-            body, closed, _ = after.partition(self._think_marks[1])
-            thought = body.strip() if closed else ""
+        thought = self.thought_of(text)
         content = self._content(text, thought)
         if isinstance(content, ParsedAction):
             return content
+        return self.choose(content, admissible, thought)
+
+    def checked_text(self, response: Any) -> str | ParsedAction:
+        """``response`` as text within ``max_chars`` (lone surrogates replaced), or the invalid
+        result saying why it is none (not text, too long, bytes that are not UTF-8).
+
+        Example:
+            >>> ActionParser().checked_text(b"up"), ActionParser().checked_text(None).reason
+            ('up', 'no response (None)')
+        """
+        return self._text(response)
+
+    def thought_of(self, text: str) -> str:
+        """The first closed ``<think>`` block's text, stripped (``""``: none, or no think tag).
+
+        Example:
+            >>> ActionParser().thought_of("<think> left </think> go")
+            'left'
+        """
+        if self._think_marks is None:
+            return ""
+        _, _, after = text.partition(self._think_marks[0])
+        body, closed, _ = after.partition(self._think_marks[1])
+        return body.strip() if closed else ""
+
+    def choose(
+        self, content: Any, admissible: Sequence[str] | None = None, thought: str = ""
+    ) -> ParsedAction:
+        """The admissible action ``content`` (an action's text, e.g. a tag's body) names: matched
+        as :meth:`parse` matches a tag's text (None ``admissible``: any non-empty text, unless
+        ``action_names``).
+
+        Example:
+            >>> ActionParser().choose(" Up ", ["up", "down"]).action
+            'up'
+            >>> ActionParser().choose(3, ["up"]).reason
+            'expected the action as text, got int'
+        """
+        if not isinstance(content, str):
+            return self._invalid(f"expected the action as text, got {type(content).__name__}")
+        content = content.strip()
         if not content:
             return self._invalid("empty action", thought)
         admissible = self.action_names if admissible is None else admissible
         if admissible is None:
             return ParsedAction(content, content, True, None, thought)
         return self._choose(content, admissible, thought)
+
+    def invalid(self, reason: str, thought: str = "") -> ParsedAction:
+        """The invalid result of a response, with ``reason`` (as the history shows it).
+
+        Example:
+            >>> ActionParser().invalid("no tool call").text
+            '[invalid: no tool call]'
+        """
+        return self._invalid(reason, thought)
 
     def parse_batch(
         self, responses: Sequence[Any], admissible: Sequence[Sequence[str] | None] | None = None

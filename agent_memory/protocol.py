@@ -83,7 +83,9 @@ class SamplingParams:
     """How a response was sampled (recorded with it; None: not set, the backend's default).
 
     Neutral values: ``top_p`` 1, ``top_k`` 0, -1 or None, ``min_p`` 0, ``repetition_penalty`` 1,
-    ``presence_penalty`` and ``frequency_penalty`` 0; 0 ``temperature`` is greedy.
+    ``presence_penalty`` and ``frequency_penalty`` 0; 0 ``temperature`` is greedy. ``tools``: the
+    tools the prompt was rendered with (their JSON as sent: a template renders their keys in
+    that order; None: none); ``tool_choice``: the one sent (None: not sent).
 
     Example:
         >>> SamplingParams(temperature=1.0, top_p=1.0, top_k=-1).untransformed
@@ -101,6 +103,8 @@ class SamplingParams:
     repetition_penalty: float | None = None
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
+    tools: str | None = None
+    tool_choice: str | None = None
 
     @property
     def untransformed(self) -> bool:

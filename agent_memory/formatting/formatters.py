@@ -17,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import os
 import string
 from collections.abc import Mapping, Sequence
@@ -29,6 +30,7 @@ import jinja2.sandbox
 
 from agent_memory.checks import check_int
 from agent_memory.formatting.base import Formatter
+from agent_memory.formatting.tool_messages import as_tool_results, assistant_turn
 
 __all__ = [
     "ChatFormatter",
@@ -130,12 +132,21 @@ class ChatFormatter(_KeyedFormatter):
     """OpenAI-style messages: each step is a user turn (the observation) and an assistant turn.
 
     ``user_format`` / ``assistant_format`` are ``str.format`` templates over the record's keys and
-    ``step``; the defaults put the bare observation and action.
+    ``step``; the defaults put the bare observation and action. ``tool_messages=True`` (tool calls
+    as actions): an assistant turn whose response (the record's ``response``) holds tool calls
+    keeps them as ``tool_calls``, and the observation after it is a ``tool`` message
+    (:mod:`agent_memory.formatting.tool_messages`).
 
     Example:
         >>> fmt = ChatFormatter()
         >>> fmt.join([fmt.render({"observation": "A door.", "action": "open door"}, 1)])
         [{'role': 'user', 'content': 'A door.'}, {'role': 'assistant', 'content': 'open door'}]
+        >>> tools = ChatFormatter(tool_messages=True)
+        >>> call = '<tool_call>{"name": "act", "arguments": {"action": "open"}}</tool_call>'
+        >>> [m["role"] for m in tools.join([
+        ...     tools.render({"observation": "A door.", "action": "open", "response": call}, 1),
+        ...     tools.render({"observation": "Open.", "action": "go", "response": "go"}, 2)])]
+        ['user', 'assistant', 'tool', 'assistant']
     """
 
     registry_name = "chat"
@@ -148,19 +159,26 @@ class ChatFormatter(_KeyedFormatter):
         action_key: str = "action",
         user_format: str | None = None,
         assistant_format: str | None = None,
+        tool_messages: bool = False,
     ) -> None:
+        config: dict[str, Any] = {"tool_messages": True} if tool_messages else {}
         super().__init__(
             obs_key=obs_key,
             action_key=action_key,
             user_format=user_format,
             assistant_format=assistant_format,
+            **config,
         )
         self.user_format = user_format
         self.assistant_format = assistant_format
+        self.tool_messages = bool(tool_messages)
 
-    def render(self, record: Mapping[str, Any], step: int) -> list[dict[str, str]]:
+    def render(self, record: Mapping[str, Any], step: int) -> list[dict[str, Any]]:
         user = self._turn(self.user_format, self.obs_key, record, step)
         assistant = self._turn(self.assistant_format, self.action_key, record, step)
+        if self.tool_messages:
+            turn = assistant_turn(str(record.get("response", "")), assistant, step)
+            return [{"role": "user", "content": user}, turn]
         return [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
 
     @staticmethod
@@ -179,14 +197,21 @@ class ChatFormatter(_KeyedFormatter):
                 used.add(key)
             else:
                 used |= {f for _, f, _, _ in string.Formatter().parse(fmt) if f} - {"step"}
+        if self.tool_messages:
+            used.add("response")
         return frozenset(used)
 
-    def join(self, rendered: Sequence[list[dict[str, str]]]) -> list[dict[str, str]]:
-        return [dict(m) for msgs in rendered for m in msgs]
+    def join(self, rendered: Sequence[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+        joined = [dict(m) for msgs in rendered for m in msgs]
+        return as_tool_results(joined) if self.tool_messages else joined
 
-    def text_of(self, rendered: list[dict[str, str]]) -> str:
-        # Content only: role markers depend on the model's chat template, which this cannot see.
-        return "".join(m["content"] + "\n" for m in rendered)
+    def text_of(self, rendered: list[dict[str, Any]]) -> str:
+        # Content only: role markers depend on the model's chat template, which this cannot see
+        # (tool calls as their JSON, which templates write).
+        return "".join(
+            m["content"] + "\n" + (json.dumps(m["tool_calls"]) + "\n" if "tool_calls" in m else "")
+            for m in rendered
+        )
 
 
 class TranscriptFormatter(ChatFormatter):

@@ -114,8 +114,9 @@ class Policy:
         version: the weights' version (0 without weights; a trainer increments it per update).
     """
 
-    #: Fields of ``meta`` this policy needs (see the module docstring).
-    needs: ClassVar[frozenset[str]] = frozenset()
+    #: Fields of ``meta`` this policy needs (see the module docstring); an instance may need
+    #: more than its class (the openai policy with ``tools=env`` needs ``tools``).
+    needs: frozenset[str] = frozenset()
     #: Where the asynchronous rollout runs it: ``"worker"`` — a copy inside each rollout worker,
     #: beside its envs (cheap policies, and clients of a server: no round trip to the driver);
     #: ``"service"`` — one instance in a policy service that batches the workers' concurrent

@@ -40,6 +40,7 @@ from agent_memory.policies.offsets import token_offsets
 from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
 from agent_memory.policies.settings import HFSettings
 from agent_memory.protocol import Generation, SamplingParams
+from agent_memory.tool_actions import policy_tools, prompt_tools, with_tools
 
 if TYPE_CHECKING:
     import os
@@ -117,6 +118,7 @@ class HFPolicy(Policy):
         stop: str | Sequence[str] | None = HFSettings.stop,
         num_threads: int | None = HFSettings.num_threads,
         incremental: bool = HFSettings.incremental,
+        tools: str | Sequence[Mapping[str, Any]] | None = HFSettings.tools,
         parser: ActionParser | None = None,
     ) -> None:
         super().__init__(parser)
@@ -134,6 +136,12 @@ class HFPolicy(Policy):
         check_choice("dtype", dtype, _DTYPES)
         stops = check_stop(stop) or []
         _check_source(path, model, tokenizer)
+        self.tools = policy_tools(tools)
+        if self.tools is not None and incremental:
+            raise ValueError(
+                "tools are never rendered incrementally: pass policy.params.incremental=false, "
+                "or remove policy.params.tools"
+            )
         model_dir = None if path is None else resolve_model(path, key="path")
         self.path = model_dir
         self.max_new_tokens = max_new_tokens
@@ -162,6 +170,12 @@ class HFPolicy(Policy):
             incremental=incremental,
         )
         self.use_chat_template = use_chat_template
+        if self.tools is not None and not self.renderer.templated:
+            raise ValueError(
+                "tools are rendered by the chat template: pass policy.params.use_chat_template="
+                "auto with a model whose tokenizer has one, or remove policy.params.tools"
+            )
+        self.needs = frozenset({"tools"}) if self.tools == "env" else frozenset()
         self._context = context_length(self.model.config)
         self.check_generation_config()
         if self._context is not None and self._context <= max_new_tokens:
@@ -239,8 +253,9 @@ class HFPolicy(Policy):
         if getattr(self, "model", None) is None:
             raise RuntimeError(f"the hf policy for {str(self.path)!r} is closed")
         episodes = [None] * len(prompts) if meta is None else [m.get("traj_uid") for m in meta]
+        tools = [prompt_tools(self.tools, meta, i) for i in range(len(prompts))]
         ids = [
-            self.renderer.episode_ids(p, e, i)
+            self.renderer.episode_ids(p, e, i, tools[i])
             for i, (p, e) in enumerate(zip(prompts, episodes, strict=True))
         ]
         if not ids:
@@ -258,7 +273,7 @@ class HFPolicy(Policy):
         self.calls += 1
         self.stats.add(call)
         self.last_stats = call
-        done = [g for g in out if g is not None]
+        done = [g if t is None else with_tools(g, t) for g, t in zip(out, tools, strict=True) if g]
         for prompt, episode, g in zip(prompts, episodes, done, strict=True):
             if episode is not None:
                 self.renderer.remember(episode, prompt, g.prompt_ids or [], g.response_ids or [])

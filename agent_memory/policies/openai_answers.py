@@ -14,7 +14,9 @@ recursion depth exceeded while decoding a JSON array from a unicode string): '[[
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from collections.abc import Callable
+from typing import Any, Literal
 
 from agent_memory.policies.openai_protocol import (
     MAX_ERROR_CHARS,
@@ -25,8 +27,17 @@ from agent_memory.policies.openai_protocol import (
     Readable,
     read_answer,
 )
+from agent_memory.tool_calls import format_tool_call, parse_tool_calls
 
-__all__ = ["Refusal", "RefusalKind", "parse", "prompt_refusal", "shown", "token_refusal"]
+__all__ = [
+    "Refusal",
+    "RefusalKind",
+    "parse",
+    "prompt_refusal",
+    "shown",
+    "token_refusal",
+    "tool_text",
+]
 
 #: The :class:`~agent_memory.policies.openai_runtime.ClientStats` counter of a refused answer.
 RefusalKind = Literal[
@@ -36,6 +47,7 @@ RefusalKind = Literal[
     "padding_id_answers",
     "non_text_answers",
     "prompt_id_mismatches",
+    "tool_call_mismatches",
 ]
 #: Why an answer was refused: the counter it adds to, and the message.
 Refusal = tuple[RefusalKind, str]
@@ -48,10 +60,11 @@ def shown(response: Readable) -> str:
     return response.text[:MAX_ERROR_CHARS]
 
 
-def parse(response: Readable, mode: Mode, url: str) -> Answer | Refusal:
+def parse(response: Readable, mode: Mode, url: str, tools: bool = False) -> Answer | Refusal:
     """The first choice of a 200 answer from ``url``, or why it is refused: an answer that
     cannot be parsed, whatever the parse raises (JSON too deeply nested raises
-    ``RecursionError``), or one read into no text (:func:`read_answer`)."""
+    ``RecursionError``), or one read into no text (:func:`read_answer`; ``tools``: the request
+    offered tools, so its tool calls are read)."""
     try:
         data = response.json()
     except Exception as e:  # not JSON, or none that can be parsed
@@ -59,7 +72,7 @@ def parse(response: Readable, mode: Mode, url: str) -> Answer | Refusal:
             repr(shown(response))
         )
     try:
-        return read_answer(data, mode)
+        return read_answer(data, mode, tool_calls=tools)
     except NonTextAnswer as e:
         return "non_text_answers", f"non-text response ({e}): {shown(response)!r}"
     except Exception as e:  # a MalformedAnswer, or whatever else the answer's shape raises
@@ -148,3 +161,45 @@ def _first_at_or_above(ids: list[int], bound: int) -> int | None:
 def _cause(e: BaseException) -> str:
     """An exception as a refusal names it: its type and (the start of) its message."""
     return f"{type(e).__name__}: {str(e)[:_MAX_CAUSE_CHARS]}"
+
+
+def tool_text(answer: Answer, decode: Callable[[list[int]], str] | None) -> str | Refusal:
+    """The response text of an answer to a request that offered tools: its sampled ids decoded
+    (``decode``; a server's tool parser moves the calls out of the content), checked against
+    what the server parsed: its ``tool_calls`` are the calls the text holds, in order, and its
+    content is the text before them (unless a block of the text is malformed: vLLM's parser
+    takes an unclosed block, for one; the wrappers then name the block's fault). Without ids
+    (``decode`` None: text only) the text is the content, then each structured call in the
+    hermes format.
+
+    Example:
+        >>> a = Answer("", "stop", None, None, None, tool_calls=(("act", {"action": "up"}),))
+        >>> tool_text(a, None)
+        '<tool_call>\\n{"name": "act", "arguments": {"action": "up"}}\\n</tool_call>'
+        >>> tool_text(Answer("", "stop", None, [1], None, tool_calls=(("act", {}),)),
+        ...           lambda ids: "no call")[1]
+        "the server's tool_calls are not the calls its sampled ids decode to (server: act({}); \
+decoded: none; text: 'no call'): is the server's tool-call parser hermes, and \
+policy.params.tokenizer the served model's?"
+    """
+    structured = answer.tool_calls or ()
+    if decode is None or answer.response_ids is None:
+        calls = [format_tool_call(name, arguments) for name, arguments in structured]
+        return "\n".join([answer.text, *calls] if answer.text else calls)
+    text = decode(answer.response_ids)
+    parsed = parse_tool_calls(text)
+    if not structured or parsed.errors:  # a malformed block: the action is invalid, named
+        return text
+    found = tuple((c.name, c.arguments) for c in parsed.calls)
+    first = parsed.calls[0].start if parsed.calls else len(text)
+    if found == structured and text[:first].strip() == answer.text.strip():
+        return text
+    return "tool_call_mismatches", (
+        f"the server's tool_calls are not the calls its sampled ids decode to (server: "
+        f"{_calls(structured)}; decoded: {_calls(found) or 'none'}; text: {text[:100]!r}): is "
+        "the server's tool-call parser hermes, and policy.params.tokenizer the served model's?"
+    )
+
+
+def _calls(calls: tuple[tuple[str, dict[str, Any]], ...]) -> str:
+    return ", ".join(f"{name}({json.dumps(arguments)[:60]})" for name, arguments in calls)

@@ -15,6 +15,7 @@ Example:
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -31,6 +32,7 @@ from agent_memory.policies.openai_runtime import LogprobsNotSampled, ServerRefus
 from agent_memory.policies.openai_sender import require_tokens
 from agent_memory.policies.rendering import PromptRenderer
 from agent_memory.protocol import SamplingParams
+from agent_memory.tool_actions import policy_tools
 
 if TYPE_CHECKING:
     from agent_memory.policies.openai_transport import Reply
@@ -40,11 +42,13 @@ __all__ = [
     "check_backoff",
     "check_endpoint",
     "check_logprobs",
+    "check_no_tool_fields",
     "check_plain_openai",
     "check_sampling",
     "check_status",
     "check_stops",
     "check_token_in",
+    "check_tool_settings",
     "id_bound",
     "load_renderer",
     "plain_values",
@@ -160,10 +164,11 @@ def check_stops(
     return stops
 
 
-#: Each field of :class:`SamplingParams` and the type its value is read as.
+#: Each number field of :class:`SamplingParams` and the type its value is read as.
 SAMPLING_KINDS: tuple[tuple[str, type], ...] = tuple(
     (name, int if name in ("top_k", "max_tokens", "seed") else float)
     for name in SamplingParams.__dataclass_fields__
+    if name not in ("tools", "tool_choice")
 )
 
 
@@ -213,15 +218,95 @@ def sampling_of(body: Mapping[str, Any]) -> SamplingParams:
         >>> sampling_of({"temperature": 0.7, "top_k": 5.0, "model": "m"}).top_k
         5
     """
-    values = {
+    values: dict[str, Any] = {
         name: kind(value) if is_number(value := body.get(name)) else None
         for name, kind in SAMPLING_KINDS
     }
+    tools, choice = body.get("tools"), body.get("tool_choice")
+    values["tools"] = None if tools is None else json.dumps(tools)
+    values["tool_choice"] = None if choice is None else str(choice)
     return SamplingParams(**values)
 
 
-def check_status(response: Reply, url: str) -> None:
-    """The server check's answer is a 200.
+def check_no_tool_fields(extra_body: Mapping[str, Any]) -> None:
+    """``extra_body`` sets neither ``tools`` nor ``tool_choice``: the policy's settings send
+    them (and the rows record them).
+
+    Example:
+        >>> check_no_tool_fields({"tool_choice": "auto"})
+        Traceback (most recent call last):
+        ...
+        ValueError: extra_body.tool_choice is a field the policy writes itself \
+(policy.params.tool_choice decides it): remove policy.params.extra_body.tool_choice
+    """
+    for key in ("tools", "tool_choice"):
+        if key in extra_body:
+            raise ValueError(
+                f"extra_body.{key} is a field the policy writes itself (policy.params.{key} "
+                f"decides it): remove policy.params.extra_body.{key}"
+            )
+
+
+def check_tool_settings(
+    tools: Any,
+    tool_choice: Any,
+    mode: str,
+    token_in: bool,
+    return_tokens: bool,
+    tokenizer: str | None,
+    incremental: bool,
+) -> list[dict[str, Any]] | Literal["env"] | None:
+    """``tools`` as the policy sends them (a checked list, ``"env"`` or None), with what they
+    need (see ``policy.params.tools`` and ``tool_choice``).
+
+    Example:
+        >>> check_tool_settings("env", "auto", "chat", False, False, None, False)
+        'env'
+        >>> check_tool_settings("env", "required", "chat", False, False, None, False)
+        Traceback (most recent call last):
+        ...
+        ValueError: tool_choice must be 'auto', 'none' or null, got 'required': a call forced \
+by tool_choice is decoded under a grammar (a distribution the log-probs do not show), and vLLM \
+writes it as bare JSON, not the hermes text the actions are read from; remove \
+policy.params.tool_choice
+    """
+    if tool_choice is not None and tool_choice not in ("auto", "none"):
+        raise ValueError(
+            f"tool_choice must be 'auto', 'none' or null, got {tool_choice!r}: a call forced by "
+            "tool_choice is decoded under a grammar (a distribution the log-probs do not show), "
+            "and vLLM writes it as bare JSON, not the hermes text the actions are read from; "
+            "remove policy.params.tool_choice"
+        )
+    if tools is None:
+        if tool_choice is not None:
+            raise ValueError(
+                f"tool_choice={tool_choice!r} without tools: set policy.params.tools (a list of "
+                "function schemas, or env), or remove policy.params.tool_choice"
+            )
+        return None
+    if mode != "chat" and not token_in:
+        raise ValueError(
+            "tools are rendered by the chat template: pass policy.params.mode=chat (or "
+            "token_in=true with a tokenizer that has a chat template), or remove "
+            "policy.params.tools"
+        )
+    if return_tokens and tokenizer is None:
+        raise ValueError(
+            "tools with return_tokens=true need policy.params.tokenizer: a server that parses "
+            "tool calls answers content null, so the response text is decoded here from the "
+            "sampled ids (and its prompt ids checked against the template rendered with the "
+            "tools); or pass return_tokens=false"
+        )
+    if incremental:
+        raise ValueError(
+            "tools with incremental=true: an episode's turns are not rendered incrementally with "
+            "tools; pass policy.params.incremental=false, or remove policy.params.tools"
+        )
+    return policy_tools(tools)
+
+
+def check_status(response: Reply, url: str, tools: bool = False) -> None:
+    """The server check's answer is a 200 (``tools``: the check offered tools).
 
     Raises:
         ServerRefused: it is not (a 4xx: the server refuses a field the policy sends).
@@ -234,6 +319,13 @@ def check_status(response: Reply, url: str) -> None:
             "repetition_penalty: vLLM and SGLang take them), pass policy.params.server="
             "openai; if it refuses the token fields (return_token_ids, logprobs), pass "
             "policy.params.return_tokens=false (rows then hold no token ids or log-probs)"
+            + (
+                "; if it refuses tools with tool_choice auto (a vLLM started without a "
+                "tool-call parser), pass policy.params.tool_choice=none (the calls are read "
+                "from the text)"
+                if tools
+                else ""
+            )
         )
 
 

@@ -33,11 +33,13 @@ from agent_memory.policies.openai_checks import (
     check_backoff,
     check_endpoint,
     check_logprobs,
+    check_no_tool_fields,
     check_plain_openai,
     check_sampling,
     check_status,
     check_stops,
     check_token_in,
+    check_tool_settings,
     id_bound,
     load_renderer,
     plain_values,
@@ -68,6 +70,7 @@ from agent_memory.policies.openai_sender import Sender, TokenIdsMissing, closing
 from agent_memory.policies.openai_settings import OpenAISettings
 from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import Generation
+from agent_memory.tool_actions import act_tool, prompt_tools
 
 __all__ = [
     "THREAD_PREFIX",
@@ -140,6 +143,13 @@ class OpenAIPolicy(Policy):
         check_token_in(s.token_in, s.tokenizer, s.incremental, s.mode)
         check_number("max_retry_after", s.max_retry_after, low=0)
         stops = check_stops(s.stop, return_tokens, s.tokenizer)
+        #: The tools offered: a list, ``"env"`` (each prompt's ``meta["tools"]``) or None.
+        self.tools = check_tool_settings(
+            s.tools, s.tool_choice, s.mode, s.token_in, return_tokens, s.tokenizer, s.incremental
+        )
+        self.tool_choice = s.tool_choice
+        if self.tools == "env":
+            self.needs = frozenset({"tools"})
         if s.extra_body is not None and not isinstance(s.extra_body, Mapping):
             raise ValueError(f"extra_body must be a dict, got {type(s.extra_body).__name__}")
 
@@ -152,6 +162,7 @@ class OpenAIPolicy(Policy):
         self.seed = s.seed
         # Plain containers (a Hydra DictConfig is a Mapping, but not JSON-serialisable).
         self.extra_body: dict[str, Any] = plain_values(s.extra_body or {})
+        check_no_tool_fields(self.extra_body)
         check_extra_body(self.extra_body)
         self.concurrency = s.concurrency
         #: The most :meth:`set_concurrency` may set: ``concurrency`` as given (a worker's copy
@@ -191,6 +202,7 @@ class OpenAIPolicy(Policy):
             None if self.renderer is None else self.renderer.tokenizer,
             decode_stops=stops is not None,
             vocab_size=self.vocab_size,
+            tools=self.tools is not None,
         )
         self._api_key = (
             s.api_key if s.api_key is not None else os.environ.get(s.api_key_env) or None
@@ -333,6 +345,7 @@ class OpenAIPolicy(Policy):
             **prompt_field("Hi", 0, local, self.mode, self.token_in),
             **self.extra_body,
             **probe,
+            **self._probe_tools(),
         }
         try:
             response, self._check_after = await self._sender.probe(conns, json.dumps(body).encode())
@@ -343,7 +356,7 @@ class OpenAIPolicy(Policy):
             return
         if response is None:
             return
-        check_status(response, self.url)
+        check_status(response, self.url, self.tools is not None and not self.token_in)
         self._checked = True
         if not self.return_tokens:
             return
@@ -351,6 +364,15 @@ class OpenAIPolicy(Policy):
         if kind is not None:
             self.logprobs_kind = kind
             check_logprobs(kind, self.url, sampling_of({**self._fields(), **self.extra_body}))
+
+    def _probe_tools(self) -> dict[str, Any]:
+        """The server check's tools, as the requests send them (a server that refuses them, or
+        their ``tool_choice``, fails the check; ``tools=env``: the derived ``act``)."""
+        if self.tools is None or self.token_in:
+            return {}
+        tools = [act_tool()] if self.tools == "env" else self.tools
+        choice = {} if self.tool_choice is None else {"tool_choice": self.tool_choice}
+        return {"tools": tools, **choice}
 
     def close(self) -> None:
         """Close the connections and stop the private loop; requests in flight or waiting for a
@@ -393,10 +415,11 @@ class OpenAIPolicy(Policy):
         seeds = self._seeds(len(prompts), meta)
         out = []
         for i, prompt in enumerate(prompts):
+            tools = prompt_tools(self.tools, meta, i)
             local = None
             if self.renderer is not None:
                 episode = None if meta is None else meta[i].get("traj_uid")
-                local = self.renderer.episode_ids(prompt, episode, i)
+                local = self.renderer.episode_ids(prompt, episode, i, tools)
             seed = {} if seeds[i] is None else {"seed": seeds[i]}
             body = {
                 **fields,
@@ -404,12 +427,16 @@ class OpenAIPolicy(Policy):
                 **seed,
                 **self.extra_body,
             }
+            # Token-in: the tools are in the ids rendered here; else the server renders them.
+            offered = {} if tools is None else {"tools": tools, "tool_choice": self.tool_choice}
+            if not self.token_in:
+                body.update((k, v) for k, v in offered.items() if v is not None)
             try:
                 data = json.dumps(body).encode()
             except (TypeError, ValueError) as e:
                 raise ValueError(f"prompt {i}: the request body is not JSON: {e}") from None
             offsets = meta is not None and meta[i].get("memory_tag") is not None
-            out.append(Request(data, local, sampling_of(body), offsets))
+            out.append(Request(data, local, sampling_of({**body, **offered}), offsets))
         return out
 
     def _fields(self) -> dict[str, Any]:

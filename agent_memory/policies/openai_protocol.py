@@ -8,12 +8,14 @@ Example:
     ...           "tokens": ["up", "</s>"]}}], "usage": {"prompt_tokens": 2}}
     >>> read_answer(answer, "completion")
     Answer(text='up', finish_reason='stop', prompt_ids=[7, 8], response_ids=[454, 2], \
-logprobs=[-0.5, -0.1], prompt_tokens=2, completion_tokens=0, stop_reason=None)
+logprobs=[-0.5, -0.1], prompt_tokens=2, completion_tokens=0, stop_reason=None, \
+tool_calls=None)
 """
 
 from __future__ import annotations
 
 import email.utils
+import json
 import math
 import re
 import time
@@ -114,6 +116,9 @@ class Answer:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     stop_reason: str | int | None = None
+    #: The server's structured ``tool_calls`` as ``(name, arguments)`` (None: it sent none; read
+    #: only when the request offered tools).
+    tool_calls: tuple[tuple[str, dict[str, Any]], ...] | None = None
 
 
 def token_fields(mode: Mode, server: Server) -> dict[str, Any]:
@@ -134,14 +139,16 @@ def token_fields(mode: Mode, server: Server) -> dict[str, Any]:
 def read_answer(data: Any, mode: Mode, *, tool_calls: bool = False) -> Answer:
     """The first choice of ``data`` (a parsed JSON answer), checked: a text that is a string, a
     finish reason that is one (or null), token ids that are ints in ``[0, 2**63)``, log-probs
-    that are finite and at most 0 (:data:`LOGPROB_EPS` above it is read as 0). ``tool_calls``:
-    a message with tool calls is read too (its text: the content, or ``""`` when null; the ids
-    hold the calls' tokens), as the gateway records them.
+    that are finite and at most 0 (:data:`LOGPROB_EPS` above it is read as 0). ``tool_calls``
+    (the request offered tools): a message with tool calls is read too (its text: the content,
+    or ``""`` when null; the ids hold the calls' tokens), its ``tool_calls`` into
+    :attr:`Answer.tool_calls`, as the gateway and the policy with tools read them.
 
     Raises:
-        NonTextAnswer: a null text (content), or a message with tool calls (unless
-            ``tool_calls``).
-        MalformedAnswer: no ``choices[0]`` text, or a field of the wrong type, shape or range.
+        NonTextAnswer: a null text (content) without tool calls, or a message with tool calls
+            (unless ``tool_calls``).
+        MalformedAnswer: no ``choices[0]`` text, or a field of the wrong type, shape or range
+            (a tool call without a name, or arguments that are no JSON object, included).
     """
     try:
         choice = data["choices"][0]
@@ -152,6 +159,7 @@ def read_answer(data: Any, mode: Mode, *, tool_calls: bool = False) -> Answer:
     for name, value in (("text", text), ("finish_reason", finish)):
         if value is not None and not isinstance(value, str):
             raise MalformedAnswer(f"{name}: expected a string or null, got {value!r}"[:200])
+    calls = _tool_calls(choice) if tool_calls and mode == "chat" else None
     not_text = _not_text(choice, mode, text)
     if tool_calls and not_text is not None and _has_calls(choice):
         not_text = None
@@ -172,7 +180,46 @@ def read_answer(data: Any, mode: Mode, *, tool_calls: bool = False) -> Answer:
         prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),
         stop_reason=stop if isinstance(stop, (str, int)) and not isinstance(stop, bool) else None,
+        tool_calls=calls,
     )
+
+
+def _tool_calls(choice: Mapping[str, Any]) -> tuple[tuple[str, dict[str, Any]], ...] | None:
+    """A chat choice's ``message.tool_calls`` as ``(name, arguments)`` (the arguments' JSON
+    string read), None when it has none.
+
+    Example:
+        >>> _tool_calls({"message": {"tool_calls": [{"id": "c", "type": "function",
+        ...     "function": {"name": "act", "arguments": '{"action": "up"}'}}]}})
+        (('act', {'action': 'up'}),)
+
+    Raises:
+        MalformedAnswer: a call without a function name, or arguments that are no JSON object.
+    """
+    message = choice.get("message")
+    calls = message.get("tool_calls") if _is_map(message) else None
+    if not calls:
+        return None
+    if not _is_list(calls):
+        raise MalformedAnswer(
+            f"choices[0].message.tool_calls: expected a list, got {calls!r}"[:200]
+        )
+    out = []
+    for k, call in enumerate(calls):
+        function = call.get("function") if _is_map(call) else None
+        name = function.get("name") if _is_map(function) else None
+        arguments = function.get("arguments", "{}") if _is_map(function) else None
+        try:
+            arguments = json.loads(arguments) if isinstance(arguments, str) else arguments
+        except ValueError:
+            arguments = None
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            raise MalformedAnswer(
+                f"choices[0].message.tool_calls[{k}]: expected a function with a name and JSON "
+                f"object arguments, got {call!r}"[:200]
+            )
+        out.append((name, arguments))
+    return tuple(out)
 
 
 def _not_text(choice: Mapping[str, Any], mode: Mode, text: str | None) -> str | None:
@@ -191,9 +238,9 @@ def _not_text(choice: Mapping[str, Any], mode: Mode, text: str | None) -> str | 
         n = len(calls) if _is_list(calls) else 1
         content = "null" if text is None else repr(text[:60])
         return (
-            f"{where} is {content} with {n} tool call(s): expected text only (tool calls are "
-            "not actions yet: send no tools in policy.params.extra_body, or serve without "
-            "--enable-auto-tool-choice)"
+            f"{where} is {content} with {n} tool call(s): expected text only (the request "
+            "offered no tools: set policy.params.tools to read calls as actions, or serve "
+            "without --enable-auto-tool-choice)"
         )
     if text is not None:
         return None

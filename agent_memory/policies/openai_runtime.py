@@ -70,15 +70,17 @@ class ClientStats(Counters):
         total_latency_s, wall_s: seconds waiting on requests (summed); seconds in ``act``.
         prompt_tokens, completion_tokens: the servers' ``usage`` counts, summed.
         malformed_answers, text_mismatches, oversized_answers, padding_id_answers, non_text_answers,
-        prompt_id_mismatches: answers refused at the edge (each also in ``failures``, its prompt
-            answered ``""``): not what the protocol allows (not JSON, or none that parses, a
-            field missing or of the wrong type, a token id outside the vocabulary, a log-prob not
-            finite or above 0, an encoding that does not inflate); response ids that do not
-            decode to the response text (a tokenizer known); a body over ``max_answer_bytes``; a
-            sampled id in the model's padding range (at or above the tokenizer's size, below
-            ``vocab_size``: it decodes to nothing); a content that is not text (null, or tool
-            calls); prompt ids other than the ones sent or rendered here (a tokenizer known:
-            another request's answer, or a server rendering prompts differently).
+        prompt_id_mismatches, tool_call_mismatches: answers refused at the edge (each also in
+            ``failures``, its prompt answered ``""``): not what the protocol allows (not JSON,
+            or none that parses, a field missing or of the wrong type, a token id outside the
+            vocabulary, a log-prob not finite or above 0, an encoding that does not inflate);
+            response ids that do not decode to the response text (a tokenizer known); a body
+            over ``max_answer_bytes``; a sampled id in the model's padding range (at or above
+            the tokenizer's size, below ``vocab_size``: it decodes to nothing); a content that
+            is not text (null, or tool calls when no tools were offered); prompt ids other
+            than the ones sent or rendered here (a tokenizer known: another request's answer,
+            or a server rendering prompts differently); structured ``tool_calls`` other than
+            the calls the sampled ids decode to (tools offered).
     """
 
     calls: int = 0
@@ -97,6 +99,7 @@ class ClientStats(Counters):
     oversized_answers: int = 0
     padding_id_answers: int = 0
     non_text_answers: int = 0
+    tool_call_mismatches: int = 0
 
     @classmethod
     def failure_kinds(cls) -> tuple[str, ...]:
@@ -107,7 +110,7 @@ class ClientStats(Counters):
         Example:
             >>> ClientStats.failure_kinds()  # doctest: +NORMALIZE_WHITESPACE
             ('malformed_answers', 'text_mismatches', 'oversized_answers', 'padding_id_answers',
-             'non_text_answers', 'prompt_id_mismatches')
+             'non_text_answers', 'prompt_id_mismatches', 'tool_call_mismatches')
         """
         return get_args(RefusalKind)
 

@@ -26,6 +26,7 @@ from agent_memory.policies.openai_answers import (
     prompt_refusal,
     shown,
     token_refusal,
+    tool_text,
 )
 from agent_memory.policies.openai_protocol import Answer, retry_after, server_message
 from agent_memory.policies.openai_runtime import CLOSED, Call, Connections, Request, Slots, log
@@ -90,6 +91,8 @@ class Sender:
     tokenizer: Any = None
     decode_stops: bool = False
     vocab_size: int | None = None
+    #: The requests offer tools: answers' tool calls are read, and the text is their ids'.
+    tools: bool = False
     target: Target = field(init=False, repr=False)
     #: The tokenizer's size (its ids, added tokens included), None without one.
     tokenizer_size: int | None = field(init=False, default=None)
@@ -233,7 +236,7 @@ class Sender:
         Raises:
             TokenIdsMissing: ``return_tokens`` and the answer holds no ids or log-probs.
         """
-        answer = parse(response, self.mode, self.url)
+        answer = parse(response, self.mode, self.url, self.tools)
         if not isinstance(answer, Answer):
             return answer
         prompt_ids = answer.prompt_ids if answer.prompt_ids is not None else request.prompt_ids
@@ -274,6 +277,12 @@ class Sender:
         """The response text: the server's, checked against its ids (a tokenizer known), or
         theirs where a stop string ended it (``decode_stops``)."""
         ids, text = answer.response_ids, answer.text
+        if answer.tool_calls:  # the server moved calls out of its text: the ids hold them
+            tokenizer = self.tokenizer if self.return_tokens else None
+            decode = (
+                None if tokenizer is None else partial(tokenizer.decode, skip_special_tokens=True)
+            )
+            return tool_text(answer, decode)
         if self.tokenizer is None or not self.return_tokens or ids is None:
             return text
         if (

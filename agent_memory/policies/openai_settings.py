@@ -125,6 +125,25 @@ class OpenAISettings:
         "sampling fields (set those above). null: none; e.g. "
         "policy.params.extra_body={chat_template_kwargs: {enable_thinking: false}}.",
     )
+    tools: str | Sequence[Mapping[str, Any]] | None = setting(
+        None,
+        "Tools offered with every request, and the env's actions read from the answers' tool "
+        "calls (hermes format: <tool_call>{...}</tool_call> in the decoded sampled ids): a list "
+        "of OpenAI function schemas (agent_memory.tool_calls.function_tool builds one), or env: "
+        "each env's own (its info['tools'], else act(action) with its admissible actions as an "
+        "enum; docs/your-own-env.md). null: none, actions are read from tags. Needs mode=chat "
+        "(or token_in) and, with return_tokens, tokenizer: the rows record the tools sent and "
+        "the prompt ids rendered with them.",
+    )
+    tool_choice: str | None = setting(
+        None,
+        "auto or none (null: not sent, the server's default: auto with tools). none: the "
+        "server parses no calls, the template still renders the tools and the calls are read "
+        "from the text (a vLLM started without --enable-auto-tool-choice refuses auto). "
+        "required and a named function are refused: they constrain decoding to a grammar the "
+        "log-probs do not show, and vLLM then writes the call as bare JSON, not the hermes "
+        "text.",
+    )
     seed: int | None = setting(
         None,
         "Sampling seed (null: none): each request's seed comes from (seed, episode, step), so "

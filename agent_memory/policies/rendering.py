@@ -96,13 +96,19 @@ class PromptRenderer:
         self._where = where
         self._turns: OrderedDict[str, _Turn] = OrderedDict()
 
-    def text(self, prompt: Prompt, index: int = 0) -> str:
-        """The text the model gets for ``prompt`` (after the chat template, if one applies).
+    def text(self, prompt: Prompt, index: int = 0, tools: Sequence[Any] | None = None) -> str:
+        """The text the model gets for ``prompt`` (after the chat template, if one applies;
+        ``tools``: OpenAI function schemas the template renders, None: none).
 
         Raises:
-            ValueError: a message list without a chat template to render it, or a prompt of
-                another shape.
+            ValueError: a message list, or tools, without a chat template to render them, or a
+                prompt of another shape.
         """
+        if tools is not None and not self.templated:
+            raise ValueError(
+                f"prompt {index} offers tools but {self._where} renders no chat template "
+                "(use_chat_template, or a tokenizer with one): only a chat template renders tools"
+            )
         if isinstance(prompt, str):
             if not self.templated:
                 return prompt
@@ -122,17 +128,19 @@ class PromptRenderer:
                 f"prompt {index} must be a string or a non-empty list of chat messages "
                 f"(dicts with 'role' and 'content'), got {prompt!r}"[:300]
             )
+        kwargs = self.template_kwargs if tools is None else {**self.template_kwargs, "tools": tools}
         return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, **self.template_kwargs
+            messages, tokenize=False, add_generation_prompt=True, **kwargs
         )
 
-    def ids(self, prompt: Prompt, index: int = 0) -> list[int]:
-        """The token ids the model is conditioned on for ``prompt``.
+    def ids(self, prompt: Prompt, index: int = 0, tools: Sequence[Any] | None = None) -> list[int]:
+        """The token ids the model is conditioned on for ``prompt`` (with ``tools``, see
+        :meth:`text`).
 
         Raises:
             ValueError: as :meth:`text`, or an empty prompt with no BOS token to start from.
         """
-        text = self.text(prompt, index)
+        text = self.text(prompt, index, tools)
         # A chat template writes its own special tokens (BOS); raw text gets the tokenizer's.
         ids = list(self.tokenizer(text, add_special_tokens=not self.templated)["input_ids"])
         if not ids:
@@ -145,10 +153,18 @@ class PromptRenderer:
             ids = [bos]
         return ids
 
-    def episode_ids(self, prompt: Prompt, episode: str | None, index: int = 0) -> list[int]:
+    def episode_ids(
+        self,
+        prompt: Prompt,
+        episode: str | None,
+        index: int = 0,
+        tools: Sequence[Any] | None = None,
+    ) -> list[int]:
         """:meth:`ids`, or — with ``incremental`` and a chat ``prompt`` that extends episode
         ``episode``'s last turn (see :meth:`remember`) — that turn's ids and sampled ids, then
-        the new messages' tokens."""
+        the new messages' tokens. With ``tools``: :meth:`ids` (never incremental)."""
+        if tools is not None:
+            return self.ids(prompt, index, tools)
         turn = self._turns.get(episode) if self.incremental and episode is not None else None
         if turn is not None and isinstance(prompt, Sequence) and not isinstance(prompt, str):
             suffix = self._suffix(turn, prompt, index)

@@ -14,9 +14,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from agent_memory.config_fields import REQUIRED, setting
 from agent_memory.protocol import ScoreRule
@@ -115,6 +115,15 @@ class HFSettings:
         False,
         "Render an episode's growing chat after the ids the model sampled "
         "(rollout.layout=episode).",
+    )
+    tools: str | Sequence[Mapping[str, Any]] | None = setting(
+        None,
+        "Tools the chat template renders into every prompt, and the env's actions read from the "
+        "responses' tool calls (hermes format: <tool_call>{...}</tool_call>): a list of OpenAI "
+        "function schemas (agent_memory.tool_calls.function_tool builds one), or env: each "
+        "env's own (its info['tools'], else act(action) with its admissible actions as an "
+        "enum; docs/your-own-env.md). null: none, actions are read from tags. Needs a chat "
+        "template; the rows record the tools.",
     )
 
 

@@ -30,7 +30,7 @@ class RandomPolicy(Policy):
 
     settings_class = RandomSettings
 
-    needs: ClassVar[frozenset[str]] = frozenset({"admissible_actions"})
+    needs: frozenset[str] = frozenset({"admissible_actions"})
     runs_in: ClassVar = "worker"
 
     def __init__(
@@ -86,7 +86,7 @@ class ScriptedPolicy(Policy):
     """
 
     settings_class = ScriptedSettings
-    needs: ClassVar[frozenset[str]] = frozenset({"oracle_action"})
+    needs: frozenset[str] = frozenset({"oracle_action"})
     runs_in: ClassVar = "worker"
 
     def act(
@@ -138,7 +138,7 @@ class PromptOraclePolicy(Policy):
 
     settings_class = PromptOracleSettings
 
-    needs: ClassVar[frozenset[str]] = frozenset({"admissible_actions", "oracle_action"})
+    needs: frozenset[str] = frozenset({"admissible_actions", "oracle_action"})
     runs_in: ClassVar = "worker"
 
     def __init__(

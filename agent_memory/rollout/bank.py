@@ -37,6 +37,7 @@ from agent_memory.rollout.history import job_memory, wrapper_settings
 from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.worker.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter
+from agent_memory.tool_actions import env_tools
 from agent_memory.wrappers import Holdable, VectorHistoryWrapper
 from agent_memory.wrappers.errors import CatchErrors
 from agent_memory.wrappers.vector_env import env_value, env_values
@@ -406,6 +407,8 @@ class EnvBank:
                 meta["admissible_actions"] = None if actions is None else list(actions)
             if "task" in self.meta_fields:
                 meta["task"] = now.task  # as the prompt shows it
+            if "tools" in self.meta_fields:  # declared, else act() of the admissible actions
+                meta["tools"] = env_tools(now.tools, now.admissible_actions)
             if "raw_obs" in self.meta_fields:
                 meta["raw_obs"] = now.observation
             if "memory_candidates" in self.meta_fields:

@@ -74,11 +74,14 @@ def wrapper_settings(
     Raises:
         ValueError, TypeError: a prompt template or response parser that cannot be built.
     """
+    parser = job.env.parser.build()
+    # A policy that offers tools answers with tool calls: the wrappers read those.
+    parser.tool_calls = job.policy.params.get("tools") is not None
     return {
         "history_length": job.history_length,
         "memory": memory,
         "template": job.env.template.build(),
-        "parser": job.env.parser.build(),
+        "parser": parser,
         "token_counter": token_counter,
         "max_prompt_tokens": job.memory.max_prompt_tokens,
     }

@@ -2,7 +2,8 @@
 
 1. intercept: a memory action (``<record>``, ``<retrieve>``) goes to the memory (its reply to
    ``info["memory_reply"]``); the env gets the no-op;
-2. parse: any other response becomes the env's action, or an invalid verdict;
+2. parse: any other response becomes the env's action, or an invalid verdict (its tag, or with
+   ``parser.tool_calls`` its tool calls: :mod:`agent_memory.tool_actions`);
 3. fallback: an invalid response's env gets the fallback action, or its own text with the
    parser's ``on_invalid="raw"`` (end of :meth:`StepFlow.plan`);
 4. store: the observation acted on, the action as shown, the thought and the extras;
@@ -23,6 +24,7 @@ from agent_memory.memory import BaseMemory
 from agent_memory.parsing import ActionParser, ParsedAction
 from agent_memory.protocol import INVALID_REASON, IS_ACTION_VALID
 from agent_memory.text import utf8_safe
+from agent_memory.tool_actions import tool_action
 from agent_memory.wrappers.recorder import EpisodeRecorder
 
 __all__ = ["Plan", "StepFlow", "Verdicts", "nones"]
@@ -124,7 +126,10 @@ class StepFlow:
         fallback = parser.fallback_action()
         todo = [i for i in ids if i not in replies] if replies else ids
         texts, admissible = [given[i] for i in todo], self.recorder.state.admissibles_of(todo)
-        parsed = dict(zip(todo, map(parser.parse, texts, admissible), strict=True))
+        if parser.tool_calls:
+            parsed = dict(zip(todo, self._tool_actions(todo, texts, admissible), strict=True))
+        else:
+            parsed = dict(zip(todo, map(parser.parse, texts, admissible), strict=True))
         actions = dict.fromkeys(ids, fallback)  # memory actions and invalid responses
         actions.update((i, p.action) for i, p in parsed.items() if p.valid)
         if parser.on_invalid == "raw":  # an invalid response's own text
@@ -132,6 +137,20 @@ class StepFlow:
                 (i, parser.invalid_action(given[i])) for i, p in parsed.items() if not p.valid
             )
         return Plan(ids, given, actions, parsed, replies)
+
+    def _tool_actions(
+        self, ids: list[int], texts: list[Any], admissible: list[list[Any] | None]
+    ) -> list[ParsedAction]:
+        """The actions the responses' tool calls make (the parser reads tool calls)."""
+        assert self.parser is not None
+        state, parser = self.recorder.state, self.parser
+        memory_tools = frozenset(getattr(self.recorder.memory, "tool_names", frozenset()))
+        return [
+            tool_action(parser, text, a, tools, memory_tools=memory_tools, parallel=parallel)
+            for text, a, tools, parallel in zip(
+                texts, admissible, state.tools_of(ids), state.parallel_of(ids), strict=True
+            )
+        ]
 
     def record(
         self,

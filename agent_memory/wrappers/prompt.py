@@ -8,11 +8,12 @@ the rest of the prompt leaves, and a prompt still over budget drops whole steps,
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 from gymnasium import spaces
 
+from agent_memory.formatting.tool_messages import tool_result
 from agent_memory.memory import BaseMemory
 from agent_memory.prompts import PromptTemplate
 from agent_memory.protocol import Prompt
@@ -177,7 +178,10 @@ class PromptBuilder:
             )
             system = t.render_system(task=task)
             head = [] if system is None else [{"role": "system", "content": system}]
-            return [*head, *(context or []), {"role": "user", "content": user}]
+            turn = {"role": "user", "content": user}
+            if context and isinstance(context[-1], Mapping) and context[-1].get("tool_calls"):
+                turn = tool_result(context[-1], user)  # the last step's calls answered
+            return [*head, *(context or []), turn]
         prompt = t.render(
             observation=observation,
             task=task,

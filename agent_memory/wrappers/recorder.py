@@ -193,12 +193,14 @@ class EpisodeRecorder:
         """Env ``i``'s current observation, task, admissible actions, step and return."""
         state = self.state
         admissible = state.admissible(i)
+        tools = state.tools_of([i])[0]
         return EnvView(
             observation=state.observation(i),
             task=state.task(i),
             admissible_actions=None if admissible is None else tuple(admissible),
             episode_step=self.memory.num_steps(i),
             episode_return=state.episode_return(i),
+            tools=None if tools is None else tuple(tools),
         )
 
     def state_dict(self) -> dict[str, Any]:

@@ -23,6 +23,7 @@ import numpy as np
 
 from agent_memory.protocol import ADMISSIBLE_ACTIONS, TASK
 from agent_memory.text import utf8_safe
+from agent_memory.tool_actions import PARALLEL_TOOL_CALLS, TOOLS, check_tools
 
 __all__ = ["EnvView", "EpisodeState", "env_ids_arg"]
 
@@ -37,6 +38,8 @@ class EnvView:
         admissible_actions: the actions valid now (None where not finite or unknown).
         episode_step: steps taken in the running episode.
         episode_return: the sum of its rewards so far (penalties included).
+        tools: the tools the env declared (``info["tools"]``; None: none, a tool-calling policy
+            gets :func:`~agent_memory.tool_actions.act_tool` of the admissible actions).
     """
 
     observation: str
@@ -44,6 +47,7 @@ class EnvView:
     admissible_actions: tuple[Any, ...] | None
     episode_step: int
     episode_return: float
+    tools: tuple[dict[str, Any], ...] | None = None
 
 
 def env_ids_arg(ids: Sequence[int], num_envs: int) -> list[int] | None:
@@ -59,6 +63,17 @@ def _object_array(values: Sequence[Any]) -> np.ndarray:
     for j, v in enumerate(values):
         arr[j] = v
     return arr
+
+
+def _tools(value: Any) -> list[dict[str, Any]] | None:
+    """An env's declared tools as plain dicts, checked (None or empty: none declared).
+
+    Raises:
+        ValueError: not a list of OpenAI function tools (the message names ``info["tools"]``).
+    """
+    if value is None or (isinstance(value, (list, tuple, np.ndarray)) and len(value) == 0):
+        return None
+    return check_tools(_listify(value), 'info["tools"]')
 
 
 def _listify(value: Any) -> list[Any] | None:
@@ -81,6 +96,9 @@ class EpisodeState:
         self._obs_array = _object_array(self._obs)  # the same texts, copied in one call
         self._env_tasks: list[str | None] = [None] * num_envs
         self._admissible: list[list[Any] | None] = [None] * num_envs
+        #: The tools each env declared (None: none) and whether it takes parallel calls.
+        self._tools: list[list[dict[str, Any]] | None] = [None] * num_envs
+        self._parallel: list[bool] = [False] * num_envs
         self._returns = np.zeros(num_envs, dtype=np.float64)
         self._handed_over = np.zeros(num_envs, dtype=bool)
         self._shown: list[str] = [""] * num_envs
@@ -105,6 +123,16 @@ class EpisodeState:
         """:meth:`admissible` of each env of ``ids``."""
         admissible = self._admissible
         return [admissible[i] for i in ids]
+
+    def tools_of(self, ids: Sequence[int]) -> list[list[dict[str, Any]] | None]:
+        """The tools each env of ``ids`` declared (None: none)."""
+        tools = self._tools
+        return [tools[i] for i in ids]
+
+    def parallel_of(self, ids: Sequence[int]) -> list[bool]:
+        """Whether each env of ``ids`` takes several tool calls in one response."""
+        parallel = self._parallel
+        return [parallel[i] for i in ids]
 
     def observations(self) -> np.ndarray:
         """Every env's current observation text (a new object array)."""
@@ -138,6 +166,8 @@ class EpisodeState:
             task = info.get(TASK)
             self._env_tasks[i] = utf8_safe(task) if isinstance(task, str) else task
             self._admissible[i] = _listify(info.get(ADMISSIBLE_ACTIONS))
+            self._tools[i] = _tools(info.get(TOOLS))
+            self._parallel[i] = bool(info.get(PARALLEL_TOOL_CALLS, False))
             self._handed_over[i] = False
             self._returns[i] = 0.0
 
@@ -148,6 +178,10 @@ class EpisodeState:
             obs[i] = obs_array[i] = text
             if ADMISSIBLE_ACTIONS in info:
                 self._admissible[i] = _listify(info[ADMISSIBLE_ACTIONS])
+            if TOOLS in info:
+                self._tools[i] = _tools(info[TOOLS])
+            if PARALLEL_TOOL_CALLS in info:
+                self._parallel[i] = bool(info[PARALLEL_TOOL_CALLS])
 
     def add_rewards(self, ids: Sequence[int], rewards: Sequence[float] | np.ndarray) -> None:
         """Add each env's step reward to its return."""
@@ -168,6 +202,8 @@ class EpisodeState:
             "last_obs": list(self._obs),
             "tasks": list(self._env_tasks),
             "admissible": [None if a is None else list(a) for a in self._admissible],
+            "tools": list(self._tools),
+            "parallel_tool_calls": list(self._parallel),
             "handed_over": self._handed_over.tolist(),
             "returns": self._returns.tolist(),
             "shown": list(self._shown),
@@ -182,3 +218,6 @@ class EpisodeState:
         self._handed_over = np.array(state["handed_over"], dtype=bool)
         self._returns = np.array(state["returns"], dtype=np.float64)
         self._shown = list(state.get("shown", [""] * self.num_envs))
+        # (sessions saved before tool calls have neither)
+        self._tools = list(state.get("tools", [None] * self.num_envs))
+        self._parallel = list(state.get("parallel_tool_calls", [False] * self.num_envs))

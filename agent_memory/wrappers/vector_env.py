@@ -23,6 +23,7 @@ from gymnasium.logger import warn
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv, async_vector_env
 
 from agent_memory.protocol import ADMISSIBLE_ACTIONS, INVALID_REASON, IS_ACTION_VALID, TASK, WON
+from agent_memory.tool_actions import PARALLEL_TOOL_CALLS, TOOLS
 
 __all__ = [
     "STEP_KEYS",
@@ -37,7 +38,7 @@ __all__ = [
 
 #: The info keys the wrapper reads per env (the rest of the info passes through untouched);
 #: a step's info is read for all but the task (read when an episode starts).
-STEP_KEYS = (ADMISSIBLE_ACTIONS, IS_ACTION_VALID, INVALID_REASON, WON)
+STEP_KEYS = (ADMISSIBLE_ACTIONS, IS_ACTION_VALID, INVALID_REASON, WON, TOOLS, PARALLEL_TOOL_CALLS)
 _WANTED = (TASK, *STEP_KEYS)
 
 

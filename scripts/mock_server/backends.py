@@ -138,8 +138,11 @@ class Backend(Protocol):
     def token_text(self, token_id: int) -> str:
         """One token as text (for log-prob entries)."""
 
-    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
-        """The chat-templated prompt text, generation prompt included."""
+    def render_chat(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None
+    ) -> str:
+        """The chat-templated prompt text, generation prompt included (``tools``: the
+        request's, for a template that renders them)."""
 
     def generate(self, request: GenerationRequest) -> BackendAnswer:
         """Sample one answer."""
@@ -337,13 +340,17 @@ class HashBackend:
         """One token as text."""
         return self.decode([token_id], skip_special_tokens=False)
 
-    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
-        """The tokenizer's chat template if there is one, else ``chat_template``."""
+    def render_chat(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None
+    ) -> str:
+        """The tokenizer's chat template if there is one (``tools`` rendered by it), else
+        ``chat_template`` (which renders no tools)."""
         if self._tokenizer is not None and self._tokenizer.chat_template:
             return self._tokenizer.apply_chat_template(
                 [{"role": m.role, "content": m.content} for m in messages],
                 tokenize=False,
                 add_generation_prompt=True,
+                **({} if tools is None else {"tools": list(tools)}),
             )
         return render_template(self._template, messages)
 

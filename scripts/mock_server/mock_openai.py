@@ -357,7 +357,7 @@ class MockOpenAIServer:
             prompt_ids, text = self._prompt(req.input_ids, None)
         else:
             try:
-                rendered = self.backend.render_chat(req.messages)
+                rendered = self.backend.render_chat(req.messages, req.tools)
             except Exception as e:  # a template error is the request's fault, as in vLLM
                 raise RequestError(f"the chat template failed: {e}") from e
             prompt_ids, text = self._prompt(None, rendered)

@@ -139,8 +139,10 @@ class ModelBackend:
             return self._tokens[token_id]
         return self.tokenizer.decode([token_id], skip_special_tokens=False)
 
-    def render_chat(self, messages: Sequence[ChatMessage]) -> str:
-        """The tokenizer's chat template with the generation prompt."""
+    def render_chat(
+        self, messages: Sequence[ChatMessage], tools: Sequence[Any] | None = None
+    ) -> str:
+        """The tokenizer's chat template with the generation prompt (and ``tools``)."""
         if not self.tokenizer.chat_template:
             raise ValueError(
                 f"the model at {self.path} has no chat template: use /v1/completions, or "
@@ -150,6 +152,7 @@ class ModelBackend:
             [{"role": m.role, "content": m.content} for m in messages],
             tokenize=False,
             add_generation_prompt=True,
+            **({} if tools is None else {"tools": list(tools)}),
         )
 
     def generate(self, request: GenerationRequest) -> BackendAnswer:

@@ -158,6 +158,9 @@ class ChatRequest:
     return_prompt_token_ids: bool = False
     return_meta_info: bool = False
     input_ids: tuple[int, ...] | None = None
+    #: The request's tools (OpenAI function schemas; None: none) and its ``tool_choice``.
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: Any = None
 
 
 @dataclass(frozen=True)
@@ -424,7 +427,22 @@ def parse_chat(body: Any, dialect: Dialect = "vllm") -> ChatRequest:
         return_prompt_token_ids=dialect == "sglang" and _bool(body, "return_prompt_token_ids"),
         return_meta_info=dialect == "sglang" and _bool(body, "return_meta_info"),
         input_ids=input_ids,
+        tools=_tools(body.get("tools")),
+        tool_choice=body.get("tool_choice"),
     )
+
+
+def _tools(value: Any) -> tuple[dict[str, Any], ...] | None:
+    """A request's ``tools``: a list of function tools, as vLLM takes them (None: none)."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(t, dict) and isinstance(t.get("function"), dict) for t in value
+    ):
+        raise RequestError(
+            f"tools must be a list of function tools, got {value!r}"[:200], param="tools"
+        )
+    return tuple(value)
 
 
 def parse_generate(body: Any) -> GenerateRequest:

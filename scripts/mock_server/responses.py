@@ -8,6 +8,8 @@ server's error body.
 
 from __future__ import annotations
 
+import json
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -216,6 +218,44 @@ def _entry(token: str, logprob: float, text: str | None = None) -> dict[str, Any
     return {"token": token, "logprob": _lp(logprob), "bytes": list(raw.encode("utf-8", "replace"))}
 
 
+#: vLLM's hermes parser's pattern (``vllm/tool_parsers/hermes_tool_parser.py``).
+_HERMES = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+
+
+def hermes_calls(text: str) -> tuple[str | None, list[dict[str, Any]]]:
+    """What vLLM's ``--tool-call-parser hermes`` makes of an answer's text: the content before
+    the first ``<tool_call>`` (None when empty) and the calls, each ``{"id", "type":
+    "function", "function": {"name", "arguments": <JSON string>}}``; a block that is not JSON
+    of a call makes no calls at all (vLLM then answers the whole text as content).
+
+    Example:
+        >>> content, calls = hermes_calls('ok <tool_call>{"name": "a", "arguments": {}}'
+        ...                               '</tool_call>')
+        >>> content, calls[0]["function"]
+        ('ok ', {'name': 'a', 'arguments': '{}'})
+        >>> hermes_calls("<tool_call>{oops</tool_call>")
+        ('<tool_call>{oops</tool_call>', [])
+    """
+    if "<tool_call>" not in text:
+        return text, []
+    calls = []
+    try:
+        for match in _HERMES.findall(text):
+            raw = json.loads(match[0] or match[1])
+            arguments = json.dumps(raw["arguments"], ensure_ascii=False)
+            calls.append(
+                {
+                    "id": f"chatcmpl-tool-{uuid.uuid4().hex[:16]}",
+                    "type": "function",
+                    "function": {"name": raw["name"], "arguments": arguments},
+                }
+            )
+    except Exception:  # vLLM logs it and answers the text as content
+        return text, []
+    content = text[: text.find("<tool_call>")]
+    return content or None, calls
+
+
 def chat_response(
     req: ChatRequest,
     gen: BackendAnswer,
@@ -264,6 +304,11 @@ def chat_response(
         if meta_info is not None:
             choice["meta_info"] = meta_info
         return _body(dialect, "chat.completion", model, choice, usage)
+    if req.tools and req.tool_choice != "none":  # vLLM's hermes tool parser
+        said, calls = hermes_calls(gen.text)
+        if calls:
+            message.update(content=said, tool_calls=calls)
+            choice["finish_reason"] = "tool_calls"
     # no tool_calls: vLLM drops the key when empty
     message.update(refusal=None, annotations=None, audio=None, function_call=None, reasoning=None)
     choice.update(stop_reason=gen.stop_reason, token_ids=ids, routed_experts=None)

@@ -98,6 +98,8 @@ def test_a_call_passes_through_and_its_tokens_are_recorded_exactly(upstream, gat
         "repetition_penalty": 1.0,
         "presence_penalty": 0.0,
         "frequency_penalty": 0.0,
+        "tools": None,  # the request offered none (else their JSON, as sent)
+        "tool_choice": None,
     }
 
 

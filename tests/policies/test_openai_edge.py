@@ -276,8 +276,8 @@ _CALL = {
     "function": {"name": "look", "arguments": '{"at": "door"}'},
 }
 _TOOLS_HINT = (
-    "expected text only (tool calls are not actions yet: send no tools in "
-    "policy.params.extra_body, or serve without --enable-auto-tool-choice)"
+    "expected text only (the request offered no tools: set policy.params.tools to read calls "
+    "as actions, or serve without --enable-auto-tool-choice)"
 )
 
 

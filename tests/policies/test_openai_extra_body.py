@@ -55,10 +55,13 @@ WHY = "which the answer's log-probs do not show and the rows cannot record"
         ),
         (
             {"tool_choice": "required"},
-            "extra_body.tool_choice='required' changes the "
-            "distribution tokens are sampled from (it constrains decoding to a grammar, masking "
-            f"every token outside it), {WHY}: pass policy.params.extra_body.tool_choice=auto, or "
-            "remove it",
+            "extra_body.tool_choice is a field the policy writes itself "
+            "(policy.params.tool_choice decides it): remove policy.params.extra_body.tool_choice",
+        ),
+        (
+            {"tools": [{"type": "function", "function": {"name": "act"}}]},
+            "extra_body.tools is a field the policy writes itself (policy.params.tools decides "
+            "it): remove policy.params.extra_body.tools",
         ),
         (
             {"min_tokens": 4},
@@ -118,7 +121,7 @@ def test_fields_known_to_leave_it_alone_are_sent(server):
         "priority": 3,
         "stop_token_ids": [7],
         "request_id": "r1",
-        "tool_choice": "auto",
+        "parallel_tool_calls": False,
     }
     assert set(extra) <= ALLOWED_EXTRA_BODY
     with OpenAIPolicy(server.base_url, "m", extra_body=extra, **FAST) as policy:

@@ -164,6 +164,7 @@ def test_a_run_whose_requests_mostly_failed_with_500_is_a_failed_run_saying_its_
         "padding_id_answers",
         "non_text_answers",
         "prompt_id_mismatches",
+        "tool_call_mismatches",
     )
     assert summary["failure_shares"] == {
         "episodes": 0.75,

@@ -68,6 +68,8 @@ _SAMPLING_FIELDS = {
     "repetition_penalty": "repetition_penalty",
     "presence_penalty": "presence_penalty",
     "frequency_penalty": "frequency_penalty",
+    "tools": "tools",
+    "tool_choice": "tool_choice",
 }
 
 

@@ -82,6 +82,8 @@ ROW_COLUMNS: dict[str, tuple[str, str]] = {
     "repetition_penalty": ("float64", "sampling repetition penalty"),
     "presence_penalty": ("float64", "sampling presence penalty"),
     "frequency_penalty": ("float64", "sampling frequency penalty"),
+    "tools": ("string", "the tools the prompt was rendered with (JSON, as sent), null: none"),
+    "tool_choice": ("string", "the request's tool_choice, null: not sent"),
     "action_candidates": (
         "list:list:int64",
         "score policy: every admissible action's response ids (response_ids is the chosen one)",
