@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -12,6 +13,8 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+import httpx
 
 from agent_memory.gateway.app import Gateway
 from agent_memory.gateway.settings import GatewaySettings
@@ -84,3 +87,17 @@ def export(session_dir: Path, out: Path, *more: str) -> subprocess.CompletedProc
         text=True,
         timeout=300,
     )
+
+
+def without_timing(call: dict) -> dict:
+    """A recorded call without what differs between two calls of the same answer."""
+    return {k: v for k, v in call.items() if k not in ("time", "upstream_seconds", "call")}
+
+
+def sse(url: str, body: dict) -> list[dict]:
+    """The data events of a streamed answer to ``body``, as the wire carries them."""
+    with httpx.stream("POST", url, json=body, timeout=600) as reply:
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        lines = [line[6:] for line in reply.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]", lines[-3:]
+    return [json.loads(line) for line in lines[:-1]]
