@@ -110,9 +110,10 @@ class Gateway:
         return f"http://{self.settings.host}:{self._server.port}"
 
     async def close(self) -> None:
-        """Stop listening and close the upstream connections."""
+        """Stop listening, let the records' fsyncs end, close the upstream connections."""
         if self._server is not None:
             await self._server.close()
+        await self.store.drain()
         await self.transport.aclose()
         await self.streams.aclose()
 

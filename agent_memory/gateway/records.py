@@ -173,6 +173,11 @@ class SessionStore:
             self._syncer = asyncio.create_task(self._sync_rounds())
         await asyncio.shield(done)
 
+    async def drain(self) -> None:
+        """Wait for the fsync rounds under way (the gateway closes)."""
+        if self._syncer is not None:
+            await asyncio.gather(self._syncer, return_exceptions=True)
+
     async def _sync_rounds(self) -> None:
         """fsync rounds until no event waits: each fsyncs the files written before it began
         (in a worker thread), then releases the events that were waiting when it began."""
