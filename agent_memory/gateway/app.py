@@ -34,6 +34,7 @@ import hmac
 import json
 import math
 import time
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import httpx
@@ -44,7 +45,6 @@ from agent_memory.gateway.calls import (
     agent_answer,
     prepare,
     read_sampled,
-    sse_events,
     text_mismatch,
 )
 from agent_memory.gateway.http_server import (
@@ -58,6 +58,7 @@ from agent_memory.gateway.http_server import (
 )
 from agent_memory.gateway.records import REWRITES, SessionStore, check_session
 from agent_memory.gateway.settings import GatewaySettings
+from agent_memory.gateway.streaming import DONE, StreamedAnswer, sse_data
 from agent_memory.policies.openai_checks import check_logprobs
 from agent_memory.policies.openai_protocol import LogprobsKind, logprobs_kind, probe_fields
 from agent_memory.policies.openai_runtime import LogprobsNotSampled
@@ -66,6 +67,7 @@ from agent_memory.policies.openai_transport import AnswerTooLarge, Target, Trans
 __all__ = ["Gateway"]
 
 _JSON = [(b"Content-Type", b"application/json")]
+_JSON_H = {"Content-Type": "application/json"}
 
 
 class Gateway:
@@ -81,6 +83,11 @@ class Gateway:
         self._models = Target(base + "/models")
         # Idle connections are reused for 2 s, under uvicorn's (vLLM's) 5 s keep-alive.
         self.transport = Transport(expiry=2.0)
+        # Streams: httpx's client, each read within the upstream's timeout.
+        self.streams = httpx.AsyncClient(
+            timeout=httpx.Timeout(settings.upstream_timeout_s),
+            limits=httpx.Limits(keepalive_expiry=2.0),
+        )
         self.in_flight = 0
         self.tokenizer = None if settings.tokenizer is None else _tokenizer(settings.tokenizer)
         self.logprobs_kind: LogprobsKind | None = None
@@ -103,10 +110,12 @@ class Gateway:
         return f"http://{self.settings.host}:{self._server.port}"
 
     async def close(self) -> None:
-        """Stop listening and close the upstream connections."""
+        """Stop listening, let the records' fsyncs end, close the upstream connections."""
         if self._server is not None:
             await self._server.close()
+        await self.store.drain()
         await self.transport.aclose()
+        await self.streams.aclose()
 
     async def handle(self, request: Request) -> Response:
         """Answer one request (the routes of the module docstring)."""
@@ -129,7 +138,7 @@ class Gateway:
         if session is not None and route in ("/reward", "/rewrite", "/end"):
             if request.method != "POST":
                 raise HttpError(405, f"{request.path} takes POST")
-            return self._event(_session(session, request), route[1:], _json(request.body))
+            return await self._event(_session(session, request), route[1:], _json(request.body))
         raise HttpError(
             404,
             f"no route {request.method} {request.path}: expected POST /s/<session>/v1/chat/"
@@ -156,53 +165,139 @@ class Gateway:
             raise HttpError(400, f"X-Memory-Rewrite must be one of {REWRITES}, got {rewrite!r}")
         call = prepare(_json(request.body))
         self.in_flight += 1
+        streaming = False  # a stream's events leave the call in flight until they end
         try:
             kind = await self._kind(call)
             try:
                 check_logprobs(kind, self.chat_url, call.sampling)
             except LogprobsNotSampled as e:
                 raise HttpError(400, str(e)) from None
+            if call.stream:
+                response = await self._stream(request, session, call)
+                streaming = response.stream is not None
+                return response
             started = time.perf_counter()
             reply = await self._upstream(self._chat, b"POST", json.dumps(call.upstream).encode())
-            seconds = time.perf_counter() - started
             if reply.status_code != 200:  # the upstream's refusal, as it gave it
                 return Response(reply.status_code, reply.content)
             data = _json(reply.content, status=502)
-            sampled = read_sampled(data, self.chat_url)
-            if state is None:
-                state = self.store.sessions.get(session)
-            pending = state.pending_rewrite if state is not None else None
-            self.store.append(
-                session,
-                {
-                    "kind": "call",
-                    "call": state.calls if state is not None else 0,
-                    "time": time.time(),
-                    "upstream_seconds": seconds,
-                    "rewrite": rewrite or pending,
-                    "group": request.headers.get("x-group-id"),
-                    "state_key": request.headers.get("x-state-key"),
-                    "messages": call.upstream["messages"],
-                    "tools": call.upstream.get("tools"),
-                    "model": call.upstream.get("model"),
-                    "sampling": call.sampling.__dict__,
-                    "prompt_ids": sampled.prompt_ids,
-                    "response_ids": sampled.response_ids,
-                    "response_logprobs": sampled.logprobs,
-                    "finish_reason": sampled.finish_reason,
-                    "text": sampled.text,
-                    "tool_calls": sampled.tool_calls,
-                    "mismatch": None
-                    if self.tokenizer is None
-                    else text_mismatch(self.tokenizer, sampled),
-                },
-            )
+            await self._record(request, session, call, data, time.perf_counter() - started)
         finally:
-            self.in_flight -= 1
-        answer = agent_answer(data, call)
-        if call.stream:
-            return Response(200, sse_events(answer, call.include_usage), "text/event-stream")
-        return json_response(200, answer)
+            if not streaming:
+                self.in_flight -= 1
+        return json_response(200, agent_answer(data, call))
+
+    async def _stream(self, request: Request, session: str, call: Prepared) -> Response:
+        """A streamed call: the upstream's chunks passed on as they come (what the agent did not
+        ask for removed from each), the call recorded when the upstream's stream ends, before
+        its ``[DONE]`` is passed on. The call stays in flight until the stream ends."""
+        started = time.perf_counter()
+        reply = await self._open_stream(json.dumps(call.streamed()).encode())
+        if reply.status_code != 200:  # the upstream's refusal, as it gave it
+            try:
+                return Response(reply.status_code, await reply.aread())
+            finally:
+                await reply.aclose()
+
+        released = False
+
+        async def release() -> None:
+            """The call is out of flight, its upstream answer closed (once)."""
+            nonlocal released
+            if not released:
+                released = True
+                self.in_flight -= 1
+                await reply.aclose()
+
+        async def events() -> AsyncGenerator[bytes, None]:
+            answer, last = StreamedAnswer(), b"data: [DONE]\n\n"
+            try:
+                async for line in reply.aiter_lines():
+                    data = sse_data(line)
+                    if data is None:
+                        continue
+                    if data == DONE:
+                        whole = answer.answer()
+                        seconds = time.perf_counter() - started
+                        await self._record(request, session, call, whole, seconds)
+                        break
+                    chunk = _json(data.encode(), status=502)
+                    if isinstance(chunk, dict) and "error" in chunk:  # vLLM's error mid-stream
+                        last = f"data: {data}\n\n".encode()
+                        break
+                    answer.add(chunk)
+                    text = json.dumps(agent_answer(chunk, call), ensure_ascii=False)
+                    yield f"data: {text}\n\n".encode()
+                else:
+                    raise HttpError(
+                        502, f"the upstream at {self.chat_url} ended its stream without [DONE]"
+                    )
+            except (HttpError, httpx.TransportError) as e:  # told as vLLM tells a stream's error
+                if not isinstance(e, HttpError):
+                    message = f"the upstream at {self.chat_url} broke its stream off ({e!r})"
+                    e = HttpError(502, message, "upstream_error")
+                error = {"error": {"message": e.message, "type": e.kind, "code": e.status}}
+                last = f"data: {json.dumps(error)}\n\n".encode()
+            finally:
+                await release()
+            yield last
+
+        return Response(200, b"", "text/event-stream", stream=events())
+
+    async def _open_stream(self, body: bytes) -> httpx.Response:
+        """The upstream's streamed answer, its head read (asked once more, on a new connection,
+        when a reused one was closed under the request)."""
+        request = self.streams.build_request("POST", self.chat_url, content=body, headers=_JSON_H)
+        try:
+            try:
+                return await self.streams.send(request, stream=True)
+            except (httpx.ReadError, httpx.RemoteProtocolError):
+                return await self.streams.send(request, stream=True)
+        except httpx.TransportError as e:
+            raise HttpError(
+                502,
+                f"the upstream at {self.chat_url} gave no answer ({type(e).__name__}: {e}): is "
+                "it running (--upstream)?",
+                "upstream_error",
+            ) from None
+
+    async def _record(
+        self, request: Request, session: str, call: Prepared, data: Any, seconds: float
+    ) -> None:
+        """Append the call of the upstream's whole answer ``data`` to ``session``'s file, and
+        wait until it is durable (:meth:`SessionStore.commit`).
+
+        Raises:
+            HttpError: 502: the answer does not hold the call's tokens (:func:`read_sampled`).
+        """
+        sampled = read_sampled(data, self.chat_url)
+        state = self.store.sessions.get(session)
+        pending = state.pending_rewrite if state is not None else None
+        await self.store.commit(
+            session,
+            {
+                "kind": "call",
+                "call": state.calls if state is not None else 0,
+                "time": time.time(),
+                "upstream_seconds": seconds,
+                "rewrite": request.headers.get("x-memory-rewrite") or pending,
+                "group": request.headers.get("x-group-id"),
+                "state_key": request.headers.get("x-state-key"),
+                "messages": call.upstream["messages"],
+                "tools": call.upstream.get("tools"),
+                "model": call.upstream.get("model"),
+                "sampling": call.sampling.__dict__,
+                "prompt_ids": sampled.prompt_ids,
+                "response_ids": sampled.response_ids,
+                "response_logprobs": sampled.logprobs,
+                "finish_reason": sampled.finish_reason,
+                "text": sampled.text,
+                "tool_calls": sampled.tool_calls,
+                "mismatch": None
+                if self.tokenizer is None
+                else text_mismatch(self.tokenizer, sampled),
+            },
+        )
 
     def _room_for_a_session(self) -> None:
         """Raise a 429 when ``max_sessions`` sessions are open."""
@@ -250,7 +345,7 @@ class Gateway:
                 "upstream_error",
             ) from None
 
-    def _event(self, session: str, kind: str, body: Any) -> Response:
+    async def _event(self, session: str, kind: str, body: Any) -> Response:
         """A reward, a declared rewrite or the end of ``session``."""
         state = self.store.sessions.get(session)
         if state is not None and state.ended:
@@ -280,7 +375,7 @@ class Gateway:
                 event[name] = body.get(name, False)
             if body.get("group") is not None:
                 event["group"] = str(body["group"])
-        self.store.append(session, event)
+        await self.store.commit(session, event)
         return json_response(200, {"session": session, "event": kind})
 
 

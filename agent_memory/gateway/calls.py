@@ -2,7 +2,7 @@
 (token ids and sampling log-probs asked for, every sampling field explicit, fields that change
 the sampled distribution refused), the sampled tokens read from the upstream's answer with the
 ``openai`` policy's checks, and the answer the agent gets (what it did not ask for removed; a
-stream's events when it asked for a stream).
+stream's chunks one by one: :mod:`~agent_memory.gateway.streaming`).
 
 Example:
     >>> call = prepare({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
@@ -19,7 +19,6 @@ rows cannot record: remove request.logit_bias
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,7 +42,6 @@ __all__ = [
     "agent_answer",
     "prepare",
     "read_sampled",
-    "sse_events",
     "text_mismatch",
 ]
 
@@ -73,16 +71,28 @@ class Prepared:
     Attributes:
         upstream: the body sent upstream.
         sampling: what the upstream samples with (every field explicit).
-        stream, include_usage: the agent asked for a stream (with a usage event).
+        stream: the agent asked for a stream.
         logprobs, token_ids: the agent asked for log-probs, for token ids itself.
+        stream_options: the agent's, passed on with a stream.
     """
 
     upstream: dict[str, Any]
     sampling: SamplingParams
     stream: bool
-    include_usage: bool
     logprobs: bool
     token_ids: bool
+    stream_options: Mapping[str, Any] | None = None
+
+    def streamed(self) -> dict[str, Any]:
+        """The body sent upstream for a stream: :attr:`upstream` with ``stream`` (and the
+        agent's ``stream_options``).
+
+        Example:
+            >>> prepare({"messages": [], "stream": True}).streamed()["stream"]
+            True
+        """
+        options = {} if self.stream_options is None else {"stream_options": self.stream_options}
+        return {**self.upstream, "stream": True, **options}
 
 
 def prepare(body: Any) -> Prepared:
@@ -117,9 +127,9 @@ def prepare(body: Any) -> Prepared:
         upstream=up,
         sampling=sampling_of(up),
         stream=bool(body.get("stream")),
-        include_usage=isinstance(options, Mapping) and bool(options.get("include_usage")),
         logprobs=wants_logprobs,
         token_ids=bool(body.get("return_token_ids")),
+        stream_options=dict(options) if isinstance(options, Mapping) else None,
     )
 
 
@@ -225,43 +235,3 @@ def agent_answer(data: dict[str, Any], call: Prepared) -> dict[str, Any]:
             choice.pop("token_ids", None)
             choice.pop("prompt_token_ids", None)
     return data
-
-
-def sse_events(data: Mapping[str, Any], include_usage: bool) -> bytes:
-    """A whole answer as the server-sent events of a stream (``chat.completion.chunk``s: the
-    role, the content, the tool calls, the finish reason, usage when asked, ``[DONE]``).
-
-    Example:
-        >>> answer = {"id": "c1", "model": "m", "created": 1, "choices": [{"index": 0,
-        ...     "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}
-        >>> events = sse_events(answer, False).decode().split("\\n\\n")
-        >>> [json.loads(e[6:])["choices"][0]["delta"] for e in events[:2]]
-        [{'role': 'assistant', 'content': ''}, {'content': 'hi'}]
-        >>> events[-2]
-        'data: [DONE]'
-    """
-    base = {
-        "id": data.get("id", ""),
-        "object": "chat.completion.chunk",
-        "created": data.get("created", int(time.time())),
-        "model": data.get("model", ""),
-    }
-    chunks: list[dict[str, Any]] = []
-    for choice in data.get("choices") or []:
-        message, index = choice.get("message") or {}, choice.get("index", 0)
-
-        def chunk(delta: dict[str, Any], index: int = index, **more: Any) -> dict[str, Any]:
-            return {**base, "choices": [{"index": index, "delta": delta, **more}]}
-
-        chunks.append(chunk({"role": "assistant", "content": ""}))
-        if message.get("content"):
-            chunks.append(chunk({"content": message["content"]}, logprobs=choice.get("logprobs")))
-        calls = message.get("tool_calls") or []
-        if calls:
-            delta = [{"index": i, **c} for i, c in enumerate(calls)]
-            chunks.append(chunk({"tool_calls": delta}))
-        chunks.append(chunk({}, finish_reason=choice.get("finish_reason")))
-    if include_usage and data.get("usage") is not None:
-        chunks.append({**base, "choices": [], "usage": data["usage"]})
-    lines = [f"data: {json.dumps(c, ensure_ascii=False)}\n\n" for c in chunks]
-    return ("".join(lines) + "data: [DONE]\n\n").encode("utf-8")

@@ -1,7 +1,7 @@
 """The gateway's HTTP/1.1 server side over asyncio streams: one request at a time per
 keep-alive connection, ``Content-Length`` bodies within a byte cap (413 beyond it, 411 for a
-chunked one), a bounded head, and answers written whole (a stream's events too: the gateway
-has the whole answer before it writes the first event).
+chunked one), a bounded head, and answers written whole, or, for a stream, chunk by chunk as
+they come (``Transfer-Encoding: chunked``).
 
 Example:
     >>> import asyncio, urllib.request
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
@@ -54,12 +54,14 @@ class Request:
 
 @dataclass(frozen=True)
 class Response:
-    """One answer, written whole."""
+    """One answer: its ``body`` written whole, or (``stream``) each piece as it comes, chunked;
+    a stream that raises ends its connection (the client sees an unfinished answer)."""
 
     status: int
     body: bytes
     content_type: str = "application/json"
     headers: Mapping[str, str] = field(default_factory=dict)
+    stream: AsyncGenerator[bytes, None] | None = None
 
 
 class HttpError(Exception):
@@ -208,13 +210,34 @@ async def _body(reader: asyncio.StreamReader, headers: Mapping[str, str], cap: i
 async def _write(writer: asyncio.StreamWriter, response: Response, close: bool = False) -> None:
     status = response.status
     reason = HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Unknown"
+    stream = response.stream
+    size = "Transfer-Encoding: chunked" if stream else f"Content-Length: {len(response.body)}"
     lines = [
         f"HTTP/1.1 {status} {reason}",
         f"Content-Type: {response.content_type}",
-        f"Content-Length: {len(response.body)}",
+        size,
         *(f"{k}: {v}" for k, v in response.headers.items()),
     ]
     if close:
         lines.append("Connection: close")
-    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + response.body)
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    if stream is None:
+        writer.write(head + response.body)
+        await writer.drain()
+        return
+    try:
+        piece = await anext(stream, None)  # started: its own clean-up runs, come what may
+        writer.write(head)
+        while piece is not None:
+            if piece:
+                writer.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+                await writer.drain()
+            piece = await anext(stream, None)
+    except (ConnectionError, asyncio.CancelledError):
+        raise
+    except Exception as e:  # the stream broke: end the connection, the answer unfinished
+        raise ConnectionError(f"the stream ended early: {type(e).__name__}: {e}") from e
+    finally:
+        await stream.aclose()
+    writer.write(b"0\r\n\r\n")
     await writer.drain()

@@ -1,7 +1,11 @@
 """The gateway's durable records: one append-only JSONL file per session in the session
-directory, each event (a call, a reward, a declared rewrite, the end) one whole line, flushed
-and fsynced before the agent gets its answer. A gateway restarted on the same directory goes on
-with its sessions; a torn last line (the process died within a write) is cut off and counted.
+directory, each event (a call, a reward, a declared rewrite, the end) one whole line, written
+and flushed at once (in the order of the events), then fsynced before the agent gets its answer
+(:meth:`SessionStore.commit`). The fsyncs are a group commit off the event loop: one worker
+thread fsyncs every file written since its last round (and the directory, when a session's file
+is new), and each round releases the events written before it began; events written while a
+round runs wait for the next one. A gateway restarted on the same directory goes on with its
+sessions; a torn last line (the process died within a write) is cut off and counted.
 
 Example:
     >>> import tempfile
@@ -17,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -112,13 +117,18 @@ class SessionStore:
 
     Args:
         directory: the session directory.
-        fsync: fsync each line (else flushed only: survives the process, not the machine).
+        fsync: :meth:`commit` waits until each line is fsynced (else written only: it
+            survives the process, not the machine).
     """
 
     def __init__(self, directory: str | os.PathLike[str], fsync: bool = True) -> None:
         self.dir = Path(directory)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.fsync = fsync
+        self._dirty: set[Path] = set()  # files written since the last fsync round began
+        self._new: set[Path] = set()  # directories whose new entries are not fsynced yet
+        self._waiting: list[asyncio.Future[None]] = []
+        self._syncer: asyncio.Task[None] | None = None
         self.sessions: dict[str, SessionState] = {}
         self.torn_lines = 0
         for path in sorted(self.dir.glob("*.jsonl")):
@@ -140,11 +150,60 @@ class SessionStore:
         return self.dir / f"{check_session(name)}.jsonl"
 
     def append(self, name: str, event: dict[str, Any]) -> None:
-        """Append ``event`` to session ``name`` (made on its first event) as one whole line."""
+        """Append ``event`` to session ``name`` (made on its first event) as one whole line,
+        written and flushed (it survives the process, not yet the machine: :meth:`commit`)."""
         line = (json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8")
-        with self.path(name).open("ab") as f:
+        path = self.path(name)
+        if name not in self.sessions:
+            self._new.add(self.dir)  # the directory's entry of the new file
+        with path.open("ab") as f:
             f.write(line)
-            f.flush()
-            if self.fsync:
-                os.fsync(f.fileno())
+        self._dirty.add(path)
         self.sessions.setdefault(name, SessionState(name)).apply(event)
+
+    async def commit(self, name: str, event: dict[str, Any]) -> None:
+        """:meth:`append` ``event``, then (with ``fsync``) wait until it is durable: a round
+        of the group commit that began after it was written has fsynced its file."""
+        self.append(name, event)
+        if not self.fsync:
+            return
+        done = asyncio.get_running_loop().create_future()
+        self._waiting.append(done)
+        if self._syncer is None or self._syncer.done():
+            self._syncer = asyncio.create_task(self._sync_rounds())
+        await asyncio.shield(done)
+
+    async def drain(self) -> None:
+        """Wait for the fsync rounds under way (the gateway closes)."""
+        if self._syncer is not None:
+            await asyncio.gather(self._syncer, return_exceptions=True)
+
+    async def _sync_rounds(self) -> None:
+        """fsync rounds until no event waits: each fsyncs the files written before it began
+        (in a worker thread), then releases the events that were waiting when it began."""
+        while self._waiting:
+            waiting, self._waiting = self._waiting, []
+            paths = [*self._dirty, *self._new]
+            self._dirty, self._new = set(), set()
+            try:
+                await asyncio.to_thread(_fsync, paths)
+            except BaseException as e:  # each waiting call fails (cancelled: the gateway closes)
+                for done in waiting:
+                    if not done.done():
+                        done.set_exception(OSError(getattr(e, "errno", None), f"fsync: {e!r}"))
+                if not isinstance(e, OSError):
+                    raise
+                continue
+            for done in waiting:
+                if not done.done():
+                    done.set_result(None)
+
+
+def _fsync(paths: list[Path]) -> None:
+    """fsync each of ``paths`` (files and directories): their data reaches the disk."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -50,7 +50,8 @@ class GatewaySettings:
         max_sessions: sessions open at once (not ended): a new one beyond gets 429.
         max_in_flight: chat calls in flight at once: one beyond gets 429.
         max_body_bytes: a request body's largest size: a larger one gets 413.
-        upstream_timeout_s: seconds one upstream call may take.
+        upstream_timeout_s: seconds one upstream call may take (a stream: seconds its head,
+            and then each of its reads, may take).
         fsync: fsync each record line (durable across a machine crash, not only a process one).
         tokenizer: the served model's tokenizer (a directory or a cached hub id): each call's
             ids are checked to decode to the answer (a mismatch is recorded and counted).

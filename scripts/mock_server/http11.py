@@ -1,6 +1,7 @@
 """A minimal asyncio HTTP/1.1 JSON server: keep-alive, ``Content-Length`` bodies (chunked ones
 get 411), one coroutine per connection; ``handler(method, path, body)`` returns
-``(status, payload)``, written as JSON (``bytes`` as they are).
+``(status, payload)``, written as JSON (``bytes`` as they are; an async iterator of ``bytes``:
+server-sent events, each piece written as it comes, chunked).
 
 Example:
     >>> import asyncio, urllib.request
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from http import HTTPStatus
 from typing import Any
 
@@ -96,8 +97,11 @@ class HttpServer:
                     writer.write(_response(400, {"detail": "Bad Request"}))
                     return
                 status, payload = await self.handler(method, path, body)
-                writer.write(_response(status, payload, keep_alive))
-                await writer.drain()
+                if isinstance(payload, AsyncIterator):
+                    await _stream(writer, status, payload, keep_alive)
+                else:
+                    writer.write(_response(status, payload, keep_alive))
+                    await writer.drain()
                 if not keep_alive:
                     return
         except (ConnectionError, asyncio.CancelledError):
@@ -122,6 +126,22 @@ def _parse_head(head: bytes) -> tuple[str, str, dict[str, str], bool]:
     connection = headers.get("connection", "").lower()
     keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
     return method, target.split("?", 1)[0], headers, keep_alive
+
+
+async def _stream(
+    writer: asyncio.StreamWriter, status: int, pieces: AsyncIterator[bytes], keep_alive: bool
+) -> None:
+    """Write ``pieces`` as a chunked ``text/event-stream`` answer, each as it comes."""
+    head = f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n"
+    head += "content-type: text/event-stream; charset=utf-8\r\ntransfer-encoding: chunked\r\n"
+    if not keep_alive:
+        head += "connection: close\r\n"
+    writer.write((head + "\r\n").encode("latin-1"))
+    async for piece in pieces:
+        writer.write(b"%x\r\n%b\r\n" % (len(piece), piece))
+        await writer.drain()
+    writer.write(b"0\r\n\r\n")
+    await writer.drain()
 
 
 def _response(status: int, payload: Any, keep_alive: bool = False) -> bytes:

@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 from agent_memory.checks import check_int, check_number
@@ -56,6 +57,7 @@ from mock_server.responses import (
 )
 from mock_server.sampling import GenerationConfigMode, diff_sampling_params
 from mock_server.stats import InFlightRecorder, ServerStats
+from mock_server.streams import chat_chunks, text_pieces
 
 __all__ = ["HOST", "MockOpenAIServer", "main"]
 
@@ -69,7 +71,11 @@ class MockOpenAIServer:
 
     ``port=0`` picks a free port; shuts down after ``max_lifetime_s``. In the vLLM dialect a
     request naming another model gets a 404, and with ``generation_config="auto"`` the fields it
-    leaves out take the backend's ``generation_config_fields`` (else the neutral defaults).
+    leaves out take the backend's ``generation_config_fields`` (else the neutral defaults). A
+    chat ``stream`` is written chunk by chunk as vLLM's (:mod:`mock_server.streams`); with
+    ``stream_hold``, each stream stops after its first token's chunk until that event is set
+    (at most ``stream_hold_s`` seconds: then :attr:`hold_timeouts` counts it), so that a test
+    can see a proxy pass the first chunk on before the answer ends.
 
     Attributes:
         default_sampling_params: field -> default value, what ``generation_config`` gave.
@@ -86,6 +92,8 @@ class MockOpenAIServer:
         max_lifetime_s: float = 3600.0,
         model_name: str | None = None,
         generation_config: GenerationConfigMode = "auto",
+        stream_hold: threading.Event | None = None,
+        stream_hold_s: float = 30.0,
     ) -> None:
         if dialect not in ("vllm", "sglang"):
             raise ValueError(f"dialect must be 'vllm' or 'sglang', got {dialect!r}")
@@ -114,6 +122,10 @@ class MockOpenAIServer:
         self._recorder = InFlightRecorder(max_in_flight)
         self._executor: concurrent.futures.ThreadPoolExecutor | None = None
         self._stopped_at: float | None = None
+        self.stream_hold = stream_hold
+        self.stream_hold_s = stream_hold_s
+        #: Streams whose hold ended by ``stream_hold_s`` passing, not by the event.
+        self.hold_timeouts = 0
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -351,7 +363,7 @@ class MockOpenAIServer:
         gen = await self._run_backend(GenerationRequest(tuple(prompt_ids), text, params))
         return completion_response(req, gen, prompt_ids, **self._shape())
 
-    async def _chat(self, req: ChatRequest) -> dict[str, Any]:
+    async def _chat(self, req: ChatRequest) -> dict[str, Any] | AsyncIterator[bytes]:
         self._check_model(req.model)
         if req.input_ids is not None:
             prompt_ids, text = self._prompt(req.input_ids, None)
@@ -379,7 +391,21 @@ class MockOpenAIServer:
                 text_in_logprobs=True,
                 e2e_latency=time.monotonic() - t0,
             )
-        return chat_response(req, gen, prompt_ids, meta_info=meta, **self._shape())
+        whole = chat_response(req, gen, prompt_ids, meta_info=meta, **self._shape())
+        if not req.stream:
+            return whole
+        ids = list(gen.token_ids)
+        pieces = text_pieces(self.backend.decode, ids, gen.text)
+        return self._events(chat_chunks(whole, pieces, req.include_usage))
+
+    async def _events(self, chunks: list[dict[str, Any]]) -> AsyncIterator[bytes]:
+        """``chunks`` as server-sent events (held after the first token's: ``stream_hold``)."""
+        for k, chunk in enumerate(chunks):
+            yield f"data: {json.dumps(chunk)}\n\n".encode()
+            if k == 1 and self.stream_hold is not None:
+                released = await asyncio.to_thread(self.stream_hold.wait, self.stream_hold_s)
+                self.hold_timeouts += not released
+        yield b"data: [DONE]\n\n"
 
     async def _generate_native(self, req: GenerateRequest) -> dict[str, Any]:
         prompt_ids, text = self._prompt(req.input_ids, req.text)

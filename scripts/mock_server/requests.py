@@ -144,8 +144,9 @@ class CompletionRequest:
 @dataclass(frozen=True)
 class ChatRequest:
     """``POST /v1/chat/completions``. ``max_tokens`` None: the server's default, at most the
-    context left. ``input_ids`` (replacing the rendered template) and the last two flags are
-    SGLang's."""
+    context left. ``input_ids`` (replacing the rendered template), ``return_prompt_token_ids``
+    and ``return_meta_info`` are SGLang's; ``stream`` (vLLM only) streams the answer, its usage
+    too with ``include_usage``."""
 
     model: str | None
     messages: tuple[ChatMessage, ...]
@@ -161,6 +162,8 @@ class ChatRequest:
     #: The request's tools (OpenAI function schemas; None: none) and its ``tool_choice``.
     tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: Any = None
+    stream: bool = False
+    include_usage: bool = False
 
 
 @dataclass(frozen=True)
@@ -239,7 +242,8 @@ def _input_ids(value: Any, param: str | None) -> tuple[int, ...]:
     return ids
 
 
-def _unsupported(body: dict[str, Any]) -> None:
+def _unsupported(body: dict[str, Any], stream: bool = False) -> None:
+    """Refuse what the mock does not serve (``stream``: a stream is served)."""
     n = body.get("n", 1)
     if n != 1:
         raise RequestError(
@@ -247,7 +251,7 @@ def _unsupported(body: dict[str, Any]) -> None:
             "and make several requests",
             param="n",
         )
-    if body.get("stream"):
+    if body.get("stream") and not stream:
         raise RequestError(
             "stream=true is not supported by the mock server; send stream=false (or omit it)",
             param="stream",
@@ -400,7 +404,10 @@ def parse_chat(body: Any, dialect: Dialect = "vllm") -> ChatRequest:
         ((ChatMessage(role='user', content='hi'),), None, 0)
     """
     body = _object(body)
-    _unsupported(body)
+    _unsupported(body, stream=dialect == "vllm")
+    options = body.get("stream_options")
+    if options is not None and not isinstance(options, dict):
+        raise RequestError(f"stream_options must be an object, got {options!r}")
     logprobs = _bool(body, "logprobs")
     top = body.get("top_logprobs")
     top_logprobs = _int(body, "top_logprobs", 0, low=0, high=MAX_LOGPROBS)
@@ -429,6 +436,8 @@ def parse_chat(body: Any, dialect: Dialect = "vllm") -> ChatRequest:
         input_ids=input_ids,
         tools=_tools(body.get("tools")),
         tool_choice=body.get("tool_choice"),
+        stream=_bool(body, "stream"),
+        include_usage=bool(body.get("stream") and (options or {}).get("include_usage")),
     )
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import subprocess
@@ -12,6 +13,8 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+import httpx
 
 from agent_memory.gateway.app import Gateway
 from agent_memory.gateway.settings import GatewaySettings
@@ -84,3 +87,59 @@ def export(session_dir: Path, out: Path, *more: str) -> subprocess.CompletedProc
         text=True,
         timeout=300,
     )
+
+
+def without_timing(call: dict) -> dict:
+    """A recorded call without what differs between two calls of the same answer."""
+    return {k: v for k, v in call.items() if k not in ("time", "upstream_seconds", "call")}
+
+
+def sse(url: str, body: dict) -> list[dict]:
+    """The data events of a streamed answer to ``body``, as the wire carries them."""
+    with httpx.stream("POST", url, json=body, timeout=600) as reply:
+        assert reply.headers["content-type"].startswith("text/event-stream")
+        lines = [line[6:] for line in reply.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]", lines[-3:]
+    return [json.loads(line) for line in lines[:-1]]
+
+
+def capture_sessions(model_dir: Path, session_dir: Path, *, stream: bool = False) -> None:
+    """Two two-turn sessions of group ``g`` ("won": reward 1, "lost": 0), an agent's calls
+    through the gateway in front of the mock vLLM serving the tiny model ``model_dir`` (so the
+    recorded ids and log-probs are that model's)."""
+    import urllib.request
+
+    import openai
+    from mock_server import MockOpenAIServer, ModelBackend
+
+    backend = ModelBackend(model_dir, logprobs_mode="processed_logprobs")
+    with MockOpenAIServer(backend, max_lifetime_s=300) as upstream:
+        settings = GatewaySettings(
+            upstream.base_url, str(session_dir), port=0, tokenizer=str(model_dir)
+        )
+        with running(settings) as gw:
+            for session, reward in (("won", 1.0), ("lost", 0.0)):
+                client = openai.OpenAI(base_url=f"{gw.base_url}/s/{session}/v1", api_key="none")
+                messages = [{"role": "user", "content": "the box is up"}]
+                for k in range(2):
+                    kwargs = dict(
+                        model=upstream.model_name,
+                        messages=messages,
+                        max_tokens=4,
+                        seed=k,
+                        temperature=0.8,
+                        extra_headers={"X-Group-Id": "g"},
+                    )
+                    if stream:
+                        chunks = client.chat.completions.create(stream=True, **kwargs)
+                        text = "".join(
+                            c.choices[0].delta.content or "" for c in chunks if c.choices
+                        )
+                    else:
+                        text = client.chat.completions.create(**kwargs).choices[0].message.content
+                    messages += [
+                        {"role": "assistant", "content": text},
+                        {"role": "user", "content": "go on"},
+                    ]
+                end = f"{gw.base_url}/s/{session}/end"
+                urllib.request.urlopen(end, json.dumps({"reward": reward}).encode()).read()

@@ -21,7 +21,7 @@ from agent_memory.gateway.export import export_sessions
 from agent_memory.gateway.records import SessionStore
 from agent_memory.gateway.settings import GatewaySettings
 from agent_memory.rollout.driver.writer import EPISODE_COLUMNS, ROW_COLUMNS, row_schema
-from tests.gateway.helpers import export, gateway_process, running
+from tests.gateway.helpers import export, gateway_process, running, sse, without_timing
 
 USER = [{"role": "user", "content": "Where is the box?"}]
 
@@ -131,6 +131,73 @@ def test_a_stream_carries_the_same_answer_as_events(gateway):
     assert text == "go up 2"
     assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
     assert chunks[-1].usage.completion_tokens == len(_events(gateway, "ep-3")[0]["response_ids"])
+
+
+def test_a_streamed_call_is_recorded_as_the_same_call_unstreamed(gateway):
+    url = f"{gateway.base_url}/s/{{}}/v1/chat/completions"
+    body = {"model": "hash", "messages": USER, "max_tokens": 8, "seed": 3}
+    whole = _post(url.format("whole"), body)[1]
+    chunks = sse(url.format("streamed"), {**body, "stream": True})
+    # The agent gets the upstream's chunks, without the ids and log-probs it did not ask for.
+    assert "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks) == "go up 3"
+    assert all("prompt_token_ids" not in c for c in chunks)
+    assert all(
+        "token_ids" not in ch and ch["logprobs"] is None for c in chunks for ch in c["choices"]
+    )
+    assert len(chunks) > 3  # the role, a chunk per token, not one chunk of the whole answer
+    (recorded,) = _events(gateway, "whole")
+    (streamed,) = _events(gateway, "streamed")
+    assert without_timing(streamed) == without_timing(recorded)
+    assert whole["choices"][0]["message"]["content"] == streamed["text"]
+    # Asked for, the ids and log-probs stay in each chunk: they add up to the record.
+    asked = sse(
+        url.format("asked"),
+        {**body, "stream": True, "logprobs": True, "return_token_ids": True},
+    )
+    assert asked[0]["prompt_token_ids"] == recorded["prompt_ids"]
+    ids = [i for c in asked[1:] for i in c["choices"][0]["token_ids"]]
+    logprobs = [e["logprob"] for c in asked[1:] for e in c["choices"][0]["logprobs"]["content"]]
+    assert (ids, logprobs) == (recorded["response_ids"], recorded["response_logprobs"])
+
+
+def test_a_stream_reaches_the_agent_before_the_upstream_has_finished_it(tmp_path):
+    hold = threading.Event()  # the upstream holds the answer after its first token until set
+    slow = MockOpenAIServer(HashBackend(_answer), stream_hold=hold)
+    with slow, running(GatewaySettings(slow.base_url, str(tmp_path), port=0)) as gw:
+        stream = _client(gw, "first").chat.completions.create(
+            model="hash", messages=USER, max_tokens=8, seed=4, stream=True
+        )
+        chunks = iter(stream)
+        assert next(chunks).choices[0].delta.role == "assistant"
+        assert next(chunks).choices[0].delta.content == "go"
+        # The upstream has not finished: the call is in flight, not recorded yet.
+        assert gw.in_flight == 1
+        assert not (tmp_path / "first.jsonl").exists()
+        hold.set()
+        rest = "".join(c.choices[0].delta.content or "" for c in chunks)
+    assert rest == " up 4"
+    assert slow.hold_timeouts == 0  # released by the agent's first chunk, not by the clock
+    assert gw.in_flight == 0
+    assert _events(gw, "first")[0]["text"] == "go up 4"
+
+
+def test_an_upstream_stream_that_breaks_is_an_error_event_and_no_record(tmp_path):
+    class Broken(MockOpenAIServer):
+        async def _events(self, chunks):
+            yield f"data: {json.dumps(chunks[0])}\n\n".encode()  # then no [DONE]
+
+    with (
+        Broken(HashBackend(_answer)) as up,
+        running(GatewaySettings(up.base_url, str(tmp_path), port=0)) as gw,
+    ):
+        with pytest.raises(openai.APIError, match=re.escape("ended its stream without [DONE]")):
+            list(
+                _client(gw, "broken").chat.completions.create(
+                    model="hash", messages=USER, stream=True
+                )
+            )
+        assert gw.in_flight == 0
+    assert not (tmp_path / "broken.jsonl").exists()
 
 
 def test_the_session_may_be_named_by_a_header_and_must_be_named(gateway):

@@ -7,13 +7,12 @@ import json
 import re
 import subprocess
 import sys
-import urllib.request
 
 import openai
 import pytest
 
 from agent_memory.gateway.settings import GatewaySettings
-from tests.gateway.helpers import REPO, export, running
+from tests.gateway.helpers import REPO, capture_sessions, export, running
 
 torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
 pytest.importorskip("transformers", reason="the 'llm' extra is not installed")
@@ -39,32 +38,7 @@ def _train(*overrides: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.slow
 def test_train_py_trains_on_gateway_captured_sessions(tiny_lm, tmp_path):
-    from mock_server import MockOpenAIServer, ModelBackend
-
-    backend = ModelBackend(tiny_lm, logprobs_mode="processed_logprobs")
-    with MockOpenAIServer(backend, max_lifetime_s=300) as upstream:
-        settings = GatewaySettings(
-            upstream.base_url, str(tmp_path / "sessions"), port=0, tokenizer=str(tiny_lm)
-        )
-        with running(settings) as gw:
-            for session, reward in (("won", 1.0), ("lost", 0.0)):
-                client = openai.OpenAI(base_url=f"{gw.base_url}/s/{session}/v1", api_key="none")
-                messages = [{"role": "user", "content": "the box is up"}]
-                for k in range(2):
-                    answer = client.chat.completions.create(
-                        model=upstream.model_name,
-                        messages=messages,
-                        max_tokens=4,
-                        seed=k,
-                        temperature=0.8,
-                        extra_headers={"X-Group-Id": "g"},
-                    )
-                    messages += [
-                        {"role": "assistant", "content": answer.choices[0].message.content},
-                        {"role": "user", "content": "go on"},
-                    ]
-                end = f"{gw.base_url}/s/{session}/end"
-                urllib.request.urlopen(end, json.dumps({"reward": reward}).encode()).read()
+    capture_sessions(tiny_lm, tmp_path / "sessions")
     rows = tmp_path / "rows"
     proc = export(tmp_path / "sessions", rows)
     assert proc.returncode == 0, proc.stderr

@@ -13,10 +13,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from agent_memory.gateway.settings import GatewaySettings
-from tests.gateway.helpers import REPO, export, running
+from tests.gateway.helpers import REPO, export, running, sse, without_timing
 from tests.real_vllm import MODEL, PYTESTMARK
 
 pytestmark = [*PYTESTMARK, pytest.mark.vllm, pytest.mark.slow]
@@ -98,6 +99,23 @@ def test_an_openai_agent_through_the_gateway_gives_exact_rows_and_segments(gatew
     samples = [s for s in _rows(tmp_path / "rows/episodes.jsonl") if s["traj_uid"] == "real-1"]
     assert len(samples) == 1 + sum(r["memory_flag"] is not None for r in rows)
     assert [r["reward"] for r in rows] == [0, 0, 0, 0, 1.0] and rows[-1]["terminated"]
+
+
+def test_a_streamed_call_is_recorded_as_the_same_call_unstreamed(gateway):
+    url = f"{gateway.base_url}/s/{{}}/v1/chat/completions"
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6}
+    body |= {"seed": 11, "temperature": 0.7, "top_k": 20}
+    post = httpx.post(url.format("whole-1"), json=body, timeout=600)
+    assert post.status_code == 200, post.text
+    chunks = sse(url.format("streamed-1"), {**body, "stream": True})
+    assert len(chunks) >= 3  # the role, then chunks as vLLM samples, not one whole answer
+    assert all("token_ids" not in ch for c in chunks for ch in c["choices"])
+    path = Path(gateway.settings.session_dir)
+    ((whole,), (streamed,)) = (_rows(path / f"{s}.jsonl") for s in ("whole-1", "streamed-1"))
+    assert streamed["mismatch"] is None and len(streamed["response_ids"]) > 1
+    assert without_timing(streamed) == without_timing(whole)
+    text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+    assert text == post.json()["choices"][0]["message"]["content"] == streamed["text"]
 
 
 def test_an_agent_killed_mid_episode_leaves_its_finished_calls_exportable(gateway, hf, tmp_path):
