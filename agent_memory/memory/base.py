@@ -343,6 +343,8 @@ class BaseMemory(ABC):
     settings_class: ClassVar[type | None] = None
     #: The tool calls the policy writes for this memory, by name (the env's action skips them).
     tool_names: frozenset[str] = frozenset()
+    #: Their OpenAI function schemas: a policy that offers tools offers these too.
+    tools: Sequence[dict[str, Any]] = ()
     #: Every env id, validated (what :meth:`_ids` gives for None).
     _all_ids: list[int]
 
@@ -450,10 +452,11 @@ class BaseMemory(ABC):
         """The memory's reply when ``response`` is a memory action, else None (the default)."""
         return None
 
-    def instructions(self, history_length: int) -> str:
+    def instructions(self, history_length: int, *, tool_calls: bool = False) -> str:
         """How the policy writes this memory's blocks, for the prompt's
-        ``{memory_instructions}`` (a blank line, then the words), at ``history_length``; ``""``:
-        the policy writes none (the default)."""
+        ``{memory_instructions}`` (a blank line, then the words), at ``history_length``; with
+        ``tool_calls`` the action is a tool call, not a tag (the wrappers pass it only then);
+        ``""``: the policy writes none (the default)."""
         return ""
 
     @property
