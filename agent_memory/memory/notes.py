@@ -134,7 +134,8 @@ class NotesSettings(Settings):
     write_with: Literal["tags", "tools", "both"] = setting(
         "tags",
         "How the policy writes its note: tags (<memory> blocks), tools (memory_write, "
-        "memory_replace and memory_delete tool calls, in order), or both.",
+        "memory_replace and memory_delete tool calls, in order; with policy.params.tools their "
+        "schemas are offered beside the env's), or both.",
     )
     update: Literal["replace", "append"] = field(
         default="replace",
