@@ -3,7 +3,9 @@
 Two ``str.format`` texts, as verl-agent's prompts: ``no_history`` for an episode's first step (or
 ``history_length=0``) and ``with_history`` after. Fields: ``{task}`` (the template's, else the
 env's ``info["task"]``), ``{observation}``, ``{admissible_actions}`` (quoted, comma-separated),
-``{history}``, ``{history_length}``, ``{step_count}``, ``{current_step}``, and
+``{history}``, ``{history_length}``, ``{step_count}``, ``{current_step}``,
+``{action_instructions}``: how to give the action (:func:`action_instructions`: inside an
+``<action>`` tag, or with tool calls on as a call of ``act`` or of the env's tools), and
 ``{memory_instructions}``: how to write the memory's block when the memory reads one the policy
 writes (``memory=notes``; a blank line, then the words), else empty. With the ``chat``
 formatter the prompt is a message list: optional system message, history turns, then the
@@ -29,7 +31,13 @@ from typing import Any, Final, cast
 
 from agent_memory.suggest import did_you_mean
 
-__all__ = ["DEFAULT_TEMPLATE", "FIELDS", "PromptTemplate"]
+__all__ = [
+    "DEFAULT_TEMPLATE",
+    "FIELDS",
+    "TAG_INSTRUCTIONS",
+    "PromptTemplate",
+    "action_instructions",
+]
 
 FIELDS: Final = frozenset(
     {
@@ -40,23 +48,62 @@ FIELDS: Final = frozenset(
         "history_length",
         "step_count",
         "current_step",
+        "action_instructions",
         "memory_instructions",
     }
 )
 
+#: ``{action_instructions}`` when the action is read from a tag (tool calls off).
+TAG_INSTRUCTIONS: Final = (
+    "Think step by step inside <think> </think> tags, then give exactly one admissible action "
+    "inside <action> </action> tags."
+)
+_THINK: Final = "Think step by step inside <think> </think> tags, then "
+_ACT_CALL: Final = '<tool_call>{"name": "act", "arguments": {"action": "your action"}}</tool_call>'
+
+
+def action_instructions(
+    tool_calls: bool = False, *, declared: bool = False, parallel: bool = False
+) -> str:
+    """The words on giving the action (``{action_instructions}``): inside an ``<action>`` tag
+    (:data:`TAG_INSTRUCTIONS`), or with ``tool_calls`` as the call the wrappers read: of
+    ``act`` (the tool derived from the admissible actions), or, where the env ``declared`` its
+    tools, of one of those (several in order where it takes ``parallel`` calls).
+
+    Example:
+        >>> action_instructions() == TAG_INSTRUCTIONS
+        True
+        >>> print(action_instructions(True))
+        Think step by step inside <think> </think> tags, then give exactly one admissible action \
+as a call of act: <tool_call>{"name": "act", "arguments": {"action": "your action"}}</tool_call>.
+        >>> action_instructions(True, declared=True)[len(_THINK):]
+        'make exactly one call of one of your tools.'
+    """
+    if not tool_calls:
+        return TAG_INSTRUCTIONS
+    if declared:
+        calls = (
+            "call your tools (one or more calls, taken in order)"
+            if parallel
+            else ("make exactly one call of one of your tools")
+        )
+        return f"{_THINK}{calls}."
+    if parallel:
+        return f"{_THINK}give one or more admissible actions, each as a call of act: {_ACT_CALL}."
+    return f"{_THINK}give exactly one admissible action as a call of act: {_ACT_CALL}."
+
+
 _DEFAULT_NO_HISTORY = (
     "{task}\n\nYour current observation is:\n{observation}\n\n"
     "Your admissible actions are: {admissible_actions}.\n\n"
-    "Think step by step inside <think> </think> tags, then give exactly one admissible action "
-    "inside <action> </action> tags.{memory_instructions}"
+    "{action_instructions}{memory_instructions}"
 )
 _DEFAULT_WITH_HISTORY = (
     "{task}\n\nPrior to this step, you have taken {step_count} step(s). Below are the most recent "
     "{history_length} observation(s) and the action(s) you took:\n{history}\n\n"
     "You are now at step {current_step} and your current observation is:\n{observation}\n\n"
     "Your admissible actions are: {admissible_actions}.\n\n"
-    "Think step by step inside <think> </think> tags, then give exactly one admissible action "
-    "inside <action> </action> tags.{memory_instructions}"
+    "{action_instructions}{memory_instructions}"
 )
 
 
@@ -206,6 +253,7 @@ class PromptTemplate:
         history_length: int = 0,
         step_count: int = 0,
         memory_instructions: str = "",
+        action_instructions: str = TAG_INSTRUCTIONS,
     ) -> str:
         """The prompt text; ``history=None`` selects ``no_history``."""
         task = self.task if task is None else task
@@ -223,6 +271,7 @@ class PromptTemplate:
                 history_length=history_length,
                 step_count=step_count,
                 current_step=step_count + 1,
+                action_instructions=action_instructions,
                 memory_instructions=memory_instructions,
             )
         fields = {
@@ -233,16 +282,23 @@ class PromptTemplate:
             "history_length": history_length,
             "step_count": step_count,
             "current_step": step_count + 1,
+            "action_instructions": action_instructions,
             "memory_instructions": memory_instructions,
         }
         return text.format_map(fields)
 
-    def render_system(self, *, task: str | None = None) -> str | None:
+    def render_system(
+        self, *, task: str | None = None, action_instructions: str = TAG_INSTRUCTIONS
+    ) -> str | None:
         """The chat system message, or None when the template has none."""
         if self.system is None:
             return None
         return self.system.format_map(
-            dict.fromkeys(FIELDS, "") | {"task": self.task if task is None else task}
+            dict.fromkeys(FIELDS, "")
+            | {
+                "task": self.task if task is None else task,
+                "action_instructions": action_instructions,
+            }
         )
 
     def __repr__(self) -> str:

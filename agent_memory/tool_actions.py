@@ -39,6 +39,7 @@ from agent_memory.tool_calls import ToolCall, function_tool, parse_tool_calls
 
 __all__ = [
     "ACT_TOOL",
+    "MEMORY_TOOLS",
     "PARALLEL_TOOL_CALLS",
     "TOOLS",
     "act_tool",
@@ -49,6 +50,7 @@ __all__ = [
     "prompt_tools",
     "tool_action",
     "tool_names",
+    "tool_needs",
     "with_tools",
 ]
 
@@ -56,6 +58,9 @@ __all__ = [
 TOOLS: Final = "tools"
 #: ``info`` key: whether the env takes several calls in one response (an ordered list).
 PARALLEL_TOOL_CALLS: Final = "parallel_tool_calls"
+#: ``meta`` key: the tools of the env's memory (``BaseMemory.tools``), offered beside the
+#: policy's or env's own (a rollout fills it for a policy that offers tools).
+MEMORY_TOOLS: Final = "memory_tools"
 #: The name of the tool derived from the admissible actions.
 ACT_TOOL: Final = "act"
 #: Characters of a call's arguments echoed in a reason.
@@ -154,30 +159,63 @@ def policy_tools(
     return check_tools(_plain(value), where)
 
 
+def tool_needs(tools: list[dict[str, Any]] | Literal["env"] | None) -> frozenset[str]:
+    """The ``meta`` fields (``Policy.needs``) a policy with the ``tools`` setting needs: each
+    env's tools for ``"env"``, and with any tools the memory's (:data:`MEMORY_TOOLS`).
+
+    Example:
+        >>> sorted(tool_needs("env")), sorted(tool_needs([act_tool()])), tool_needs(None)
+        (['memory_tools', 'tools'], ['memory_tools'], frozenset())
+    """
+    if tools is None:
+        return frozenset()
+    return frozenset({TOOLS, MEMORY_TOOLS} if tools == "env" else {MEMORY_TOOLS})
+
+
 def prompt_tools(
     tools: list[dict[str, Any]] | Literal["env"] | None,
     meta: Sequence[Mapping[str, Any]] | None,
     i: int,
 ) -> list[dict[str, Any]] | None:
-    """Prompt ``i``'s tools under a policy's ``tools`` setting: the list, its env's
-    (``meta[i]["tools"]``, which a rollout fills), or None.
+    """Prompt ``i``'s tools under a policy's ``tools`` setting: the list, or its env's
+    (``meta[i]["tools"]``, which a rollout fills), then its memory's
+    (``meta[i]["memory_tools"]``, where given); None without tools.
 
     Raises:
-        ValueError: ``"env"`` and the prompt's meta holds no tools.
+        ValueError: ``"env"`` and the prompt's meta holds no tools; a memory tool with the
+            name of one of the others.
 
     Example:
         >>> prompt_tools("env", [{"tools": [act_tool()]}], 0)[0]["function"]["name"]
         'act'
+        >>> from agent_memory.tool_calls import function_tool
+        >>> meta = [{"memory_tools": [function_tool("memory_delete", "Clear your note.")]}]
+        >>> tool_names(prompt_tools([act_tool()], meta, 0))
+        ['act', 'memory_delete']
     """
-    if tools != "env":
-        return tools
-    found = None if meta is None else meta[i].get(TOOLS)
-    if not found:
+    if tools is None:
+        return None
+    if tools == "env":
+        found = None if meta is None else meta[i].get(TOOLS)
+        if not found:
+            raise ValueError(
+                f"prompt {i}: tools=env offers each env's tools, but its meta holds no 'tools' "
+                "(a rollout fills it; a caller passes meta=[{'tools': [...]}, ...])"
+            )
+        offered = [_plain(t) for t in found]
+    else:
+        offered = tools
+    memory = None if meta is None else meta[i].get(MEMORY_TOOLS)
+    if not memory:
+        return offered
+    clash = sorted(set(tool_names(offered)) & set(tool_names(memory)))
+    if clash:
         raise ValueError(
-            f"prompt {i}: tools=env offers each env's tools, but its meta holds no 'tools' "
-            "(a rollout fills it; a caller passes meta=[{'tools': [...]}, ...])"
+            f"prompt {i}: the memory's tool(s) {clash} have the names of the env's or policy's "
+            "tools: rename those (info['tools'] or policy.params.tools), or pass "
+            "memory.params.write_with=tags"
         )
-    return [_plain(t) for t in found]
+    return [*offered, *(_plain(t) for t in memory)]
 
 
 def _plain(value: Any) -> Any:

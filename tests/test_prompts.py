@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from agent_memory.prompts import PromptTemplate
+from agent_memory.prompts import TAG_INSTRUCTIONS, PromptTemplate, action_instructions
 
 
 def test_with_and_without_history():
@@ -36,7 +36,7 @@ def test_literal_braces_and_action_format():
     [
         (
             {"no_history": "{obs}"},
-            "prompt template 'no_history' uses unknown field(s) ['obs']: expected some of ['admissible_actions', 'current_step', 'history', 'history_length', 'memory_instructions', 'observation', 'step_count', 'task']",
+            "prompt template 'no_history' uses unknown field(s) ['obs']: expected some of ['action_instructions', 'admissible_actions', 'current_step', 'history', 'history_length', 'memory_instructions', 'observation', 'step_count', 'task']",
         ),
         ({"no_history": "{}"}, "prompt template 'no_history' uses a positional field '{}'"),
         (
@@ -84,6 +84,7 @@ def test_the_compiled_text_writes_what_format_map_writes(history):
             "history_length": 2,
             "step_count": 7,
             "current_step": 8,
+            "action_instructions": TAG_INSTRUCTIONS,
             "memory_instructions": words,
         }
     )
@@ -105,3 +106,35 @@ def test_cached_action_lists_keep_numbers_of_other_types_apart():
     assert t.format_actions([True, 2]) == '"True", "2"'
     assert t.format_actions(["a", "b"]) == t.format_actions(("a", "b")) == '"a", "b"'
     assert t.format_actions([["unhashable"]]) == "\"['unhashable']\""
+
+
+def test_the_default_template_without_tool_calls_is_the_text_it_was():
+    # The default prompt, byte for byte as before {action_instructions} (its default).
+    t = PromptTemplate(task="T")
+    assert t.render(observation="o", admissible=["a"], memory_instructions="\n\nM") == (
+        'T\n\nYour current observation is:\no\n\nYour admissible actions are: "a".\n\n'
+        "Think step by step inside <think> </think> tags, then give exactly one admissible action "
+        "inside <action> </action> tags.\n\nM"
+    )
+    assert t.render(observation="o", history="H", history_length=1, step_count=1).endswith(
+        "Your admissible actions are: .\n\nThink step by step inside <think> </think> tags, then "
+        "give exactly one admissible action inside <action> </action> tags."
+    )
+
+
+def test_with_tool_calls_the_default_template_asks_for_the_call_the_parser_reads():
+    t = PromptTemplate(task="T")
+    call = '<tool_call>{"name": "act", "arguments": {"action": "your action"}}</tool_call>'
+    act = t.render(observation="o", action_instructions=action_instructions(True))
+    assert "<action>" not in act
+    assert act.endswith(f"then give exactly one admissible action as a call of act: {call}.")
+    declared = action_instructions(True, declared=True)
+    assert declared.endswith("then make exactly one call of one of your tools.")
+    parallel = action_instructions(True, declared=True, parallel=True)
+    assert parallel.endswith("then call your tools (one or more calls, taken in order).")
+    assert action_instructions(True, parallel=True).endswith(
+        f"then give one or more admissible actions, each as a call of act: {call}."
+    )
+    system = PromptTemplate(system="{task}: {action_instructions}", task="T")
+    assert system.render_system(action_instructions=declared) == f"T: {declared}"
+    assert system.render_system() == f"T: {TAG_INSTRUCTIONS}"

@@ -13,6 +13,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
 
+from agent_memory.memory.notes import NotesMemory
 from agent_memory.parsing import ActionParser
 from agent_memory.tool_actions import act_tool, call_action, check_tools, env_tools, tool_action
 from agent_memory.tool_calls import format_tool_call, function_tool, parse_tool_calls
@@ -246,3 +247,39 @@ def test_a_saved_session_keeps_each_envs_tools(tmp_path):
     assert info["is_action_valid"].tolist() == [True, True]  # parallel, as saved
     env.close()
     again.close()
+
+
+def test_the_default_prompt_asks_for_the_call_each_env_takes():
+    declared, _ = _wrapped()
+    derived, _ = _wrapped(declare=False, parallel=True)
+    tagged = VectorHistoryWrapper(
+        SyncVectorEnv([Doors], autoreset_mode=AutoresetMode.NEXT_STEP), parser=ActionParser()
+    )
+    tagged.reset(seed=0)
+    (turn,) = declared.prompts[0]
+    assert turn["content"].endswith("then make exactly one call of one of your tools.")
+    (turn,) = derived.prompts[0]
+    assert turn["content"].endswith(
+        "then give one or more admissible actions, each as a call of act: "
+        '<tool_call>{"name": "act", "arguments": {"action": "your action"}}</tool_call>.'
+    )
+    assert tagged.prompts[0].endswith(
+        "give exactly one admissible action inside <action> </action> tags."
+    )
+    for env in (declared, derived, tagged):
+        env.close()
+
+
+def test_with_tool_calls_the_notes_ask_for_the_write_before_the_actions_call():
+    venv = SyncVectorEnv([lambda: Doors(declare=False)], autoreset_mode=AutoresetMode.NEXT_STEP)
+    notes = NotesMemory(num_envs=1, write_with="tools")
+    env = VectorHistoryWrapper(venv, parser=ActionParser(tool_calls=True), memory=notes)
+    prompts, _ = env.reset(seed=0)
+    assert (
+        "admissible action as a call of act: <tool_call>"
+        '{"name": "act", "arguments": {"action": "your action"}}</tool_call>.\n\n'
+        "You keep a note for later steps. Before your action's tool call, write <tool_call>"
+        '{"name": "memory_write", "arguments": {"text": "your note"}}</tool_call>: each '
+        "memory_write call replaces your note"
+    ) in prompts[0]
+    env.close()

@@ -12,6 +12,7 @@ import numpy as np
 
 from agent_memory.checks import check_history_length, check_int, check_number, is_int
 from agent_memory.formatting import Formatter, FormatterSpec, make_formatter
+from agent_memory.memory.records import check_record_keys, record_columns
 from agent_memory.text import tag_spans
 from agent_memory.tokens import TokenCounter, TokenCounterSpec, make_token_counter
 
@@ -260,69 +261,6 @@ def check_state(state: Mapping[str, Any], **expected: Any) -> None:
             raise ValueError(f"cannot load state: expected {key}={value!r}, got {state.get(key)!r}")
 
 
-def record_columns(record: Any, n: int) -> dict[str, Sequence[Any]]:
-    """Validate a ``store()`` record: a non-empty mapping of key -> ``n`` per-env values.
-
-    Example:
-        >>> record_columns({"observation": ["a", "b"], "action": ["x", "y"]}, 2)["action"]
-        ['x', 'y']
-    """
-    if not isinstance(record, Mapping) or not record:
-        raise TypeError(
-            "record must be a non-empty mapping key -> one value per env, "
-            f"got {type(record).__name__} {record!r:.80}"
-        )
-    for k, v in record.items():
-        if isinstance(v, (str, bytes)) or not hasattr(v, "__len__"):
-            raise TypeError(
-                f"record[{k!r}] must be a sequence with one value per env, got "
-                f"{type(v).__name__}; wrap a single env's value in a list"
-            )
-        if len(v) != n:
-            raise ValueError(
-                f"record[{k!r}] has {len(v)} values, expected {n} (one per env in env_ids)"
-            )
-    return dict(record)
-
-
-def check_record_keys(
-    keys: tuple[str, ...],
-    episode_keys: Sequence[tuple[str, ...] | None],
-    ids: Sequence[int],
-    formatter: Any,
-) -> set[tuple[str, ...] | None]:
-    """Check a record's ``keys`` against the ``episode_keys`` (None before an episode's first
-    store) of the envs in ``ids``; keys in another order are accepted. Returns the distinct
-    episode key tuples of ``ids`` (``== {keys}``: nothing to reorder or fix).
-
-    Raises:
-        ValueError: the formatter's required keys are missing, or the keys differ from an env's.
-    """
-    seen = {episode_keys[i] for i in ids}
-    if seen == {keys}:  # every env is mid-episode with these keys: nothing to check
-        return seen
-    if None in seen:
-        required: frozenset[str] = getattr(formatter, "required_keys", frozenset())
-        if not required <= set(keys):
-            raise ValueError(
-                f"the {formatter.spec()['name']!r} formatter needs record keys "
-                f"{sorted(required)}, got {sorted(keys)}; missing "
-                f"{sorted(required - set(keys))} (set the formatter's obs_key/action_key)"
-            )
-    key_set = frozenset(keys)
-    for ep in seen - {None, keys}:
-        assert ep is not None
-        if frozenset(ep) != key_set:
-            i = next(i for i in ids if episode_keys[i] == ep)
-            raise ValueError(
-                f"record keys differ from env {i}'s episode keys {sorted(ep)}: missing "
-                f"{sorted(set(ep) - key_set)}, unexpected {sorted(key_set - set(ep))} "
-                "(an episode's keys are fixed by its first store; reset the env to "
-                "change them)"
-            )
-    return seen
-
-
 class BaseMemory(ABC):
     """A batched memory: one independent history per environment.
 
@@ -343,6 +281,8 @@ class BaseMemory(ABC):
     settings_class: ClassVar[type | None] = None
     #: The tool calls the policy writes for this memory, by name (the env's action skips them).
     tool_names: frozenset[str] = frozenset()
+    #: Their OpenAI function schemas: a policy that offers tools offers these too.
+    tools: Sequence[dict[str, Any]] = ()
     #: Every env id, validated (what :meth:`_ids` gives for None).
     _all_ids: list[int]
 
@@ -450,10 +390,11 @@ class BaseMemory(ABC):
         """The memory's reply when ``response`` is a memory action, else None (the default)."""
         return None
 
-    def instructions(self, history_length: int) -> str:
+    def instructions(self, history_length: int, *, tool_calls: bool = False) -> str:
         """How the policy writes this memory's blocks, for the prompt's
-        ``{memory_instructions}`` (a blank line, then the words), at ``history_length``; ``""``:
-        the policy writes none (the default)."""
+        ``{memory_instructions}`` (a blank line, then the words), at ``history_length``; with
+        ``tool_calls`` the action is a tool call, not a tag (the wrappers pass it only then);
+        ``""``: the policy writes none (the default)."""
         return ""
 
     @property

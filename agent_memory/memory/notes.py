@@ -134,7 +134,8 @@ class NotesSettings(Settings):
     write_with: Literal["tags", "tools", "both"] = setting(
         "tags",
         "How the policy writes its note: tags (<memory> blocks), tools (memory_write, "
-        "memory_replace and memory_delete tool calls, in order), or both.",
+        "memory_replace and memory_delete tool calls, in order; with policy.params.tools their "
+        "schemas are offered beside the env's), or both.",
     )
     update: Literal["replace", "append"] = field(
         default="replace",
@@ -271,10 +272,11 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         """
         return list(read_note_writes(text, self._read_tag, tools=bool(self.tool_names)).spans)
 
-    def instructions(self, history_length: int) -> str:
+    def instructions(self, history_length: int, *, tool_calls: bool = False) -> str:
         """The prompt's words on writing the note (``{memory_instructions}`` of the default
-        template): where the block goes, that it replaces the note (or adds a line) within
-        ``note_tokens``, and what else of earlier steps the prompt shows at ``history_length``.
+        template): where the block goes (before ``<action>``, or with ``tool_calls`` before the
+        action's call), that it replaces the note (or adds a line) within ``note_tokens``, and
+        what else of earlier steps the prompt shows at ``history_length``.
 
         Example:
             >>> import textwrap
@@ -316,8 +318,9 @@ class NotesMemory(SettingsAttributes[NotesSettings], WindowedMemory):
         else:
             steps = "every earlier step" if history_length < 0 else "your most recent steps"
             seen = f"You will see the note{shown} and {steps}."
+        before = "your action's tool call" if tool_calls else "<action>"
         return (
-            f"\n\nYou keep a note for later steps. Before <action>, {first} {how} (at most "
+            f"\n\nYou keep a note for later steps. Before {before}, {first} {how} (at most "
             f"{s.note_tokens} tokens).{edits} {seen}"
         )
 

@@ -115,7 +115,8 @@ class Policy:
     """
 
     #: Fields of ``meta`` this policy needs (see the module docstring); an instance may need
-    #: more than its class (the openai policy with ``tools=env`` needs ``tools``).
+    #: more than its class (the openai policy with ``tools=env`` needs ``tools`` and
+    #: ``memory_tools``).
     needs: frozenset[str] = frozenset()
     #: Where the asynchronous rollout runs it: ``"worker"`` — a copy inside each rollout worker,
     #: beside its envs (cheap policies, and clients of a server: no round trip to the driver);

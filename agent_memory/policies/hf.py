@@ -39,13 +39,12 @@ from agent_memory.policies.local_model import context_length, resolve_model, tor
 from agent_memory.policies.offsets import token_offsets
 from agent_memory.policies.rendering import PromptRenderer, check_use_chat_template
 from agent_memory.policies.settings import HFSettings
+from agent_memory.policies.stops import cut_at_stops, stop_criteria
 from agent_memory.protocol import Generation, SamplingParams
-from agent_memory.tool_actions import policy_tools, prompt_tools, with_tools
+from agent_memory.tool_actions import policy_tools, prompt_tools, tool_needs, with_tools
 
 if TYPE_CHECKING:
     import os
-
-    import torch
 
 __all__ = ["GenerationStats", "HFPolicy"]
 
@@ -175,7 +174,7 @@ class HFPolicy(Policy):
                 "tools are rendered by the chat template: pass policy.params.use_chat_template="
                 "auto with a model whose tokenizer has one, or remove policy.params.tools"
             )
-        self.needs = frozenset({"tools"}) if self.tools == "env" else frozenset()
+        self.needs = tool_needs(self.tools)  # each env's tools and its memory's
         self._context = context_length(self.model.config)
         self.check_generation_config()
         if self._context is not None and self._context <= max_new_tokens:
@@ -324,7 +323,7 @@ class HFPolicy(Policy):
         pad = self.tokenizer.pad_token_id
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in batch])
         attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in batch])
-        stopper = _stop_criteria(self.tokenizer, self.stop, width, len(batch))
+        stopper = stop_criteria(self.tokenizer, self.stop, width, len(batch))
         penalty = (
             []
             if self.repetition_penalty == 1.0
@@ -398,7 +397,7 @@ class HFPolicy(Policy):
         decoded = self.tokenizer.decode(
             [t for t in body if t not in self._eos], skip_special_tokens=True
         )
-        text = _cut(decoded, self.stop)
+        text = cut_at_stops(decoded, self.stop)
         return Generation(
             text=text,
             prompt_ids=list(prompt),
@@ -512,39 +511,3 @@ def _check_source(path: object, model: object, tokenizer: object) -> None:
             f"and tokenizer, got path={path!r}, model={type(model).__name__}, "
             f"tokenizer={type(tokenizer).__name__}"
         )
-
-
-def _stop_criteria(tokenizer: Any, stops: list[str], start: int, rows: int) -> Any:
-    """A ``StoppingCriteria`` ending each row once its new text holds a stop string."""
-    if not stops:
-        return None
-    import torch
-    from transformers import StoppingCriteria
-
-    # The newest tokens are enough to see a stop string appear (it was absent a step before).
-    tail = 2 * max(len(s) for s in stops) + 8
-
-    class StopOnStrings(StoppingCriteria):
-        def __init__(self) -> None:
-            self.stopped_at: list[int | None] = [None] * rows
-
-        def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> Any:
-            n = input_ids.shape[1] - start
-            texts = tokenizer.batch_decode(
-                input_ids[:, max(start, input_ids.shape[1] - tail) :].tolist(),
-                skip_special_tokens=True,
-            )
-            done = []
-            for row, text in enumerate(texts):
-                if self.stopped_at[row] is None and any(s in text for s in stops):
-                    self.stopped_at[row] = n
-                done.append(self.stopped_at[row] is not None)
-            return torch.tensor(done, dtype=torch.bool, device=input_ids.device)
-
-    return StopOnStrings()
-
-
-def _cut(text: str, stops: list[str]) -> str:
-    """``text`` up to (not including) the earliest stop string."""
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=len(text))
-    return text[:cut]

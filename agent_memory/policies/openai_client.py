@@ -70,7 +70,7 @@ from agent_memory.policies.openai_sender import Sender, TokenIdsMissing, closing
 from agent_memory.policies.openai_settings import OpenAISettings
 from agent_memory.policies.request_fields import check_extra_body
 from agent_memory.protocol import Generation
-from agent_memory.tool_actions import act_tool, prompt_tools
+from agent_memory.tool_actions import act_tool, prompt_tools, tool_needs
 
 __all__ = [
     "THREAD_PREFIX",
@@ -148,8 +148,7 @@ class OpenAIPolicy(Policy):
             s.tools, s.tool_choice, s.mode, s.token_in, return_tokens, s.tokenizer, s.incremental
         )
         self.tool_choice = s.tool_choice
-        if self.tools == "env":
-            self.needs = frozenset({"tools"})
+        self.needs = tool_needs(self.tools)  # each env's tools and its memory's
         if s.extra_body is not None and not isinstance(s.extra_body, Mapping):
             raise ValueError(f"extra_body must be a dict, got {type(s.extra_body).__name__}")
 

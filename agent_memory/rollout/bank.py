@@ -37,7 +37,7 @@ from agent_memory.rollout.history import job_memory, wrapper_settings
 from agent_memory.rollout.messages import EpisodeAssignment
 from agent_memory.rollout.worker.watchdog import CallMarks, CallWatchdog, MarkCalls, kill_processes
 from agent_memory.tokens import make_token_counter
-from agent_memory.tool_actions import env_tools
+from agent_memory.tool_actions import MEMORY_TOOLS, env_tools
 from agent_memory.wrappers import Holdable, VectorHistoryWrapper
 from agent_memory.wrappers.errors import CatchErrors
 from agent_memory.wrappers.vector_env import env_value, env_values
@@ -398,6 +398,8 @@ class EnvBank:
             dict(zip(ids, info[key][ids].tolist(), strict=True))
             for key in ("context_tokens", "context_chars", "history_steps")
         )
+        # The memory's own tools (memory=notes write_with=tools), the same for every env.
+        memory_tools = list(self.env.memory.tools) if MEMORY_TOOLS in self.meta_fields else None
         views = {}
         for i in ids:
             now = self.env.current(i)
@@ -409,6 +411,8 @@ class EnvBank:
                 meta["task"] = now.task  # as the prompt shows it
             if "tools" in self.meta_fields:  # declared, else act() of the admissible actions
                 meta["tools"] = env_tools(now.tools, now.admissible_actions)
+            if memory_tools:  # offered beside those (Policy.needs has it with any tools)
+                meta[MEMORY_TOOLS] = memory_tools
             if "raw_obs" in self.meta_fields:
                 meta["raw_obs"] = now.observation
             if "memory_candidates" in self.meta_fields:

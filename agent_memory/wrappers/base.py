@@ -58,6 +58,7 @@ class WrapperParts(NamedTuple):
             counter=options.counter,
             history_length=options.history_length,
             max_prompt_tokens=options.max_prompt_tokens,
+            tool_calls=options.parser is not None and options.parser.tool_calls,
         )
         return cls(options, recorder, builder, StepFlow(recorder, options.parser))
 

@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from agent_memory.formatting.tool_messages import tool_result
 from agent_memory.memory import BaseMemory
-from agent_memory.prompts import PromptTemplate
+from agent_memory.prompts import TAG_INSTRUCTIONS, PromptTemplate, action_instructions
 from agent_memory.protocol import Prompt
 from agent_memory.tokens import TokenCounter
 from agent_memory.wrappers.state import EpisodeState, env_ids_arg
@@ -79,6 +79,8 @@ class PromptBuilder:
         template, counter: the prompt template; counts the figures' tokens and the budget.
         history_length: 0 none, -1 the whole episode, k the last k steps.
         max_prompt_tokens: the budget of each whole prompt (None: none).
+        tool_calls: the action is read from tool calls (the parser's ``tool_calls``): the
+            template's ``{action_instructions}`` and the memory's words ask for calls.
 
     Raises:
         ValueError: ``max_prompt_tokens`` below the template's frame.
@@ -93,6 +95,7 @@ class PromptBuilder:
         counter: TokenCounter,
         history_length: int,
         max_prompt_tokens: int | None,
+        tool_calls: bool = False,
     ) -> None:
         self.memory = memory
         self.state = state
@@ -101,11 +104,27 @@ class PromptBuilder:
         self.history_length = history_length
         self.max_prompt_tokens = max_prompt_tokens
         self.chat = memory.output == "messages"
-        #: The template's ``{memory_instructions}``: how to write the memory's blocks, if any.
-        self.instructions = memory.instructions(history_length)
+        self.tool_calls = tool_calls
+        #: The template's ``{memory_instructions}``: how to write the memory's blocks, if any
+        #: (a memory that predates tool calls is asked as before when they are off).
+        self.instructions = (
+            memory.instructions(history_length, tool_calls=True)
+            if tool_calls
+            else memory.instructions(history_length)
+        )
         #: Tokens of the smallest prompt the template makes: an empty observation, no history,
-        #: no admissible actions, only the template's own task.
-        self.frame_tokens = counter(prompt_text(self.render("", template.task, None, None, 0, 0)))
+        #: no admissible actions, only the template's own task (and its shortest words on the
+        #: action, which with tool calls depend on each env's tools).
+        both = (False, True)
+        answers = (
+            {action_instructions(True, declared=d, parallel=p) for d in both for p in both}
+            if tool_calls
+            else {TAG_INSTRUCTIONS}
+        )
+        self.frame_tokens = min(
+            counter(prompt_text(self.render("", template.task, None, None, 0, 0, answer)))
+            for answer in answers
+        )
         if max_prompt_tokens is not None and max_prompt_tokens < self.frame_tokens:
             raise ValueError(
                 f"max_prompt_tokens={max_prompt_tokens} is below the prompt's frame: the template "
@@ -148,6 +167,7 @@ class PromptBuilder:
                 contexts,
                 lens,
                 steps,
+                self._answers(ids),
             )
         )
         chars, tokens = self._measure(prompts)
@@ -164,9 +184,11 @@ class PromptBuilder:
         context: Any,
         length: int,
         step_count: int,
+        answer: str = TAG_INSTRUCTIONS,
     ) -> Prompt:
         """One prompt: the template's, with ``context`` (a window of ``length`` steps, or with
-        ``length == 0`` a memory's note, shown first) after ``step_count`` steps."""
+        ``length == 0`` a memory's note, shown first) after ``step_count`` steps; ``answer``:
+        its ``{action_instructions}``."""
         t = self.template
         if self.chat:
             user = t.render(
@@ -175,8 +197,9 @@ class PromptBuilder:
                 admissible=admissible,
                 step_count=step_count,
                 memory_instructions=self.instructions,
+                action_instructions=answer,
             )
-            system = t.render_system(task=task)
+            system = t.render_system(task=task, action_instructions=answer)
             head = [] if system is None else [{"role": "system", "content": system}]
             turn = {"role": "user", "content": user}
             if context and isinstance(context[-1], Mapping) and context[-1].get("tool_calls"):
@@ -190,15 +213,34 @@ class PromptBuilder:
             history_length=length,
             step_count=step_count,
             memory_instructions=self.instructions,
+            action_instructions=answer,
         )
         # No steps shown yet, but the memory has notes: they go first.
         return f"{context}\n\n{prompt}" if length == 0 and context else prompt
 
     def _render_env(self, i: int, context: Any, length: int, step_count: int) -> Prompt:
         state = self.state
+        (answer,) = self._answers([i])
         return self.render(
-            state.observation(i), state.task(i), state.admissible(i), context, length, step_count
+            state.observation(i),
+            state.task(i),
+            state.admissible(i),
+            context,
+            length,
+            step_count,
+            answer,
         )
+
+    def _answers(self, ids: Sequence[int]) -> list[str]:
+        """Each env's ``{action_instructions}``: the tag's, or with tool calls a call of its
+        declared tools (in parallel where it takes that), else of ``act``."""
+        if not self.tool_calls:
+            return [TAG_INSTRUCTIONS] * len(ids)
+        state = self.state
+        return [
+            action_instructions(True, declared=bool(tools), parallel=parallel)
+            for tools, parallel in zip(state.tools_of(ids), state.parallel_of(ids), strict=True)
+        ]
 
     def _measure(self, prompts: Sequence[Prompt]) -> tuple[list[int], list[int]]:
         """Characters and tokens of each prompt's text (a counter that needs only the length gets

@@ -33,7 +33,18 @@ def test_the_prompt_ids_are_the_template_rendered_with_each_envs_tools(policy):
             CHAT, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False
         )
         assert json.loads(g.sampling.tools) == tools
-    assert policy.needs == frozenset({"tools"})
+    assert policy.needs == frozenset({"tools", "memory_tools"})
+
+
+def test_the_memorys_tools_are_rendered_after_the_envs(policy):
+    from agent_memory.memory.note_tools import memory_tools
+
+    notes = memory_tools("append", 32)
+    (g,) = policy.generate(["Where?"], [{"tools": TOOLS, "memory_tools": notes}])
+    assert json.loads(g.sampling.tools) == TOOLS + notes
+    assert g.prompt_ids == policy.tokenizer.apply_chat_template(
+        CHAT, tools=TOOLS + notes, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
 
 
 def test_tools_env_without_the_prompts_tools_is_refused(policy):

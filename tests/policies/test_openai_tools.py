@@ -116,12 +116,48 @@ def test_tools_env_offers_each_prompts_own_tools():
     other = [act_tool(["left"])]
     with serve() as server:
         policy = OpenAIPolicy(server.base_url, "m", tools="env", **FAST)
-        assert policy.needs == frozenset({"tools"})
+        assert policy.needs == frozenset({"tools", "memory_tools"})
         policy.act(["a", "b"], [{"tools": TOOLS}, {"tools": other}])
         policy.close()
         bodies = sorted(server.bodies(), key=lambda b: b["messages"][0]["content"])
     assert [b["tools"] for b in bodies] == [TOOLS, other]
     assert all("tool_choice" not in b for b in bodies)
+
+
+@pytest.mark.parametrize("setting", ["env", "list"])
+def test_the_memorys_tools_are_offered_after_the_env_or_policy_tools(setting):
+    from agent_memory.memory.note_tools import memory_tools
+    from tests.policies.test_openai import serve
+
+    notes = memory_tools("replace", 64)
+    meta = [{"tools": TOOLS, "memory_tools": notes}, {"tools": TOOLS}]
+    with serve() as server:
+        policy = OpenAIPolicy(
+            server.base_url, "m", tools=TOOLS if setting == "list" else "env", **FAST
+        )
+        assert "memory_tools" in policy.needs  # the rollout fills it
+        gens = policy.generate(["a", "b"], meta)
+        policy.close()
+        bodies = sorted(server.bodies(), key=lambda b: b["messages"][0]["content"])
+    assert [b["tools"] for b in bodies] == [TOOLS + notes, TOOLS]
+    assert [json.loads(g.sampling.tools) for g in gens] == [TOOLS + notes, TOOLS]  # as sent
+
+
+def test_a_memory_tool_named_as_an_env_tool_is_refused_naming_both_fixes():
+    from agent_memory.memory.note_tools import memory_tools
+
+    notes = memory_tools("replace", 64)
+    policy = OpenAIPolicy(URL, "m", tools="env", **FAST)
+    with pytest.raises(
+        ValueError,
+        match=re.escape(
+            "prompt 0: the memory's tool(s) ['memory_write'] have the names of the env's or "
+            "policy's tools: rename those (info['tools'] or policy.params.tools), or pass "
+            "memory.params.write_with=tags"
+        ),
+    ):
+        policy.generate(["a"], [{"tools": [notes[0]], "memory_tools": notes}])
+    policy.close()
 
 
 def test_tools_env_without_the_prompts_tools_is_refused():

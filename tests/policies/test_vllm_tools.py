@@ -250,3 +250,92 @@ def test_a_server_without_a_tool_parser_refuses_auto_at_the_start_naming_the_fix
         pytest.raises(ServerRefused, match=re.escape("pass policy.params.tool_choice=none")),
     ):
         policy.check_server()
+
+
+def _masked_teacher_forcing(
+    model: Any, tok: Any, prompt_ids: list[int], response_ids: list[int], target: str
+) -> list[float]:
+    """Each response token's log-prob at temperature 1 under the model with vLLM's grammar mask
+    for the literal ``target``: among the tokens whose text extends the text so far within
+    ``target`` (after it, among the tokenizer's stop tokens) — what the raw log-probs of a
+    forced answer are (vLLM masks the logits before it computes them)."""
+    texts = tok.batch_decode([[i] for i in range(len(tok))])
+    stops = {tok.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt_ids + response_ids])).logits[0].double()
+    out, done = [], ""
+    for k, token in enumerate(response_ids):
+        rest = target[len(done) :]
+        allowed = (
+            [i for i, t in enumerate(texts) if t and rest.startswith(t)] if rest else list(stops)
+        )
+        assert token in allowed, (k, token, texts[token], rest[:20])
+        row = logits[len(prompt_ids) + k - 1]
+        out.append(float(row[token] - torch.logsumexp(row[allowed], dim=0)))
+        done += texts[token] if rest else ""
+    return out
+
+
+def test_a_memory_write_and_an_act_call_write_exact_rows_and_the_note(vllm_servers, hf, qwen):
+    # policy=openai tools=env memory=notes write_with=tools: each answer forced to a memory_write
+    # call then an act call (a test's bypass of the policy's refusal of grammars).
+    from agent_memory.config import EnvConfig, JobConfig, MemoryConfig, PolicyConfig, RolloutConfig
+    from agent_memory.rollout.driver.collector import build_policy, episode_specs
+    from agent_memory.rollout.reference import play
+
+    model, tok = hf
+    write = '<tool_call>\n{"name": "memory_write", "arguments": {"text": "cue seen"}}\n</tool_call>'
+    act = '<tool_call>\n{"name": "act", "arguments": {"action": "next"}}\n</tool_call>'
+    job = JobConfig(
+        env=EnvConfig(id="agent_memory/Recall-v0", kwargs={"num_distractors": 1}, max_steps=2),
+        memory=MemoryConfig("notes", params={"write_with": "tools"}),
+        policy=PolicyConfig(
+            "openai",
+            {
+                "base_url": vllm_servers["default"],
+                "model": MODEL,
+                "tokenizer": qwen,
+                "tools": "env",
+                "max_tokens": 256,
+                "temperature": 1.0,
+                "seed": 0,
+            },
+        ),
+        rollout=RolloutConfig(envs_per_worker=1),
+    )
+    policy = build_policy(job)
+    policy.check_server()
+    policy.extra_body = {"structured_outputs": {"regex": re.escape(f"{write}\n{act}")}}
+    try:
+        (traj,) = play(job, episode_specs(1, 1, seed=0), policy)
+    finally:
+        policy.close()
+    assert traj.error is None and len(traj.steps) == 2, traj.error
+    names = ["act", "memory_write", "memory_replace", "memory_delete"]
+    for step in traj.steps:
+        g = step.generation
+        tools = json.loads(g.sampling.tools)
+        assert [t["function"]["name"] for t in tools] == names  # as sent
+        assert g.text == tok.decode(g.response_ids, skip_special_tokens=True) == f"{write}\n{act}"
+        assert g.prompt_ids == tok.apply_chat_template(
+            [{"role": "user", "content": step.prompt}],
+            tools=tools,
+            add_generation_prompt=True,
+            tokenize=True,
+            return_dict=False,
+        )
+        assert "as a call of act" in step.prompt and "<action> </action>" not in step.prompt
+        # The action is the act call's; the memory call is no env action.
+        assert step.valid and step.parsed_action == "next" and step.memory_flag is None
+        # memory_mask: exactly the tokens whose text overlaps the memory_write call.
+        ids = g.response_ids
+        offsets = [len(tok.decode(ids[:k], skip_special_tokens=True)) for k in range(len(ids))]
+        ends = [*offsets[1:], len(g.text)]
+        want = [int(a < len(write) and b > a) for a, b in zip(offsets, ends, strict=True)]
+        assert step.memory_mask == want and 0 < sum(want) < len(ids)
+        forced = _masked_teacher_forcing(model, tok, g.prompt_ids, ids, g.text)
+        diffs = [abs(a - b) for a, b in zip(forced, g.response_logprobs, strict=True)]
+        assert max(diffs) < TOL, (step.step, diffs)
+    first, second = traj.steps
+    assert "Memory:\ncue seen" not in first.prompt
+    assert "Memory:\ncue seen" in second.prompt  # the note the first answer's call wrote
