@@ -1,11 +1,13 @@
 """The benchmark suites as text envs (agent_memory/envs/suites): BabyAI, TextArena,
 TextWorld-Express and ScienceWorld each keep the bundled envs' contract (text spaces,
 ``admissible_actions``, ``won``, ``state_key`` and ``task`` in info, ``check_env``), replay
-exactly under a seed, and are solvable by their oracle; TextArena never receives an empty move.
+exactly under a seed, and are solvable by their oracle; TextArena never receives an empty move,
+and a random policy wins its GuessTheNumber as often as chance.
 """
 
 from __future__ import annotations
 
+import math
 import random
 import re
 
@@ -185,6 +187,66 @@ def test_textarena_games_keep_their_own_random_state():
     assert random.getstate() == state  # the caller's generator is left as it was
     random.random()
     assert _play(first, 5, 4) == alone
+
+
+def _binomial_interval(n: int, p: float, tail: float) -> tuple[int, int]:
+    """The smallest ``lo`` and largest ``hi`` with ``P(X < lo)`` and ``P(X > hi)`` each at most
+    ``tail``, for ``X ~ Binomial(n, p)``."""
+    pmf = [math.comb(n, k) * p**k * (1 - p) ** (n - k) for k in range(n + 1)]
+    lo = next(k for k in range(n + 1) if sum(pmf[: k + 1]) > tail)
+    hi = next(k for k in range(n, -1, -1) if sum(pmf[k:]) > tail)
+    return lo, hi
+
+
+def _guesses_allowed(env: gym.Env) -> int:
+    """How many wrong guesses GuessTheNumber takes before it ends the game."""
+    env.reset(seed=0)
+    target = env.unwrapped.oracle_action()
+    wrong = [n for n in env.unwrapped.admissible_actions() if n != target]
+    for made, guess in enumerate(wrong, 1):
+        _, _, terminated, _, info = env.step(guess)
+        if terminated:
+            assert info["won"] is False
+            return made
+    raise AssertionError("the game never ended")
+
+
+def test_the_random_policy_wins_guess_the_number_as_often_as_chance():
+    """A random policy's rollout wins GuessTheNumber no more often than uniform play: its draws
+    are tied neither to the target nor to the hints (docs/benchmarks.md's TextArena table)."""
+    from agent_memory.config import EnvConfig, JobConfig, PolicyConfig, RolloutConfig
+    from agent_memory.rollout.driver.collector import episode_specs
+    from agent_memory.rollout.reference import play
+
+    env = _make("agent_memory/TextArena-v0")
+    # TextArena checks its turn limit before counting the turn: 10 turns are 11 guesses.
+    allowed = _guesses_allowed(env)
+    assert allowed == 11
+    # Uniform guesses without repeats find one of 20 numbers within k guesses with p = k / 20.
+    n, p = 80, allowed / 20
+    lo, hi = _binomial_interval(n, p, tail=1e-4)
+    job = JobConfig(
+        env=EnvConfig(id="agent_memory/TextArena-v0"),
+        policy=PolicyConfig("random"),
+        rollout=RolloutConfig(envs_per_worker=8),
+    )
+    trajs = play(job, episode_specs(n, 1, seed=0))
+    rolled = sum(t.won for t in trajs)
+    assert lo <= rolled <= hi, (rolled, (lo, hi))
+    # The env played directly on the same seeds, uniform among its admissible actions.
+    rng = random.Random(0)
+    direct = 0
+    for seed in range(n):
+        _, info = env.reset(seed=seed)
+        terminated = False
+        while not terminated:
+            _, _, terminated, _, info = env.step(rng.choice(info["admissible_actions"]))
+        direct += info["won"]
+    assert lo <= direct <= hi, (direct, (lo, hi))
+    # A won episode's last guess is the target; every other guess was wrong.
+    for t in trajs:
+        hits = [s.reward >= 1.0 for s in t.steps]
+        assert hits == [False] * (len(hits) - 1) + [t.won], t.spec.traj_uid
 
 
 def test_textarena_refuses_a_game_of_two_players():

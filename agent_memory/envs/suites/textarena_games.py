@@ -17,6 +17,9 @@ a move in square brackets (``[5]``); a move without one is bracketed, as TextAre
 A move TextArena itself refuses (a guess out of range, a repeated one) is reported as invalid
 (``is_action_valid`` False, TextArena's reason) after the game has seen it, so the wrappers'
 penalty applies. Games of two or more players are refused. Needs the ``textarena`` extra.
+
+TextArena checks a game's turn limit before it counts the turn, so GuessTheNumber-v0's "10 turns"
+are 11 guesses: uniform guessing wins with probability 11/20 (docs/benchmarks.md).
 """
 
 from __future__ import annotations
