@@ -180,7 +180,10 @@ def note_document(
     the actions always from ``words``): with every word of the vocabulary, the statement's
     ``the``, ``is`` and ``.`` included, a note that reads like a statement is still a note
     (with lines of ``words`` alone, a block ``the mug is now red .`` made the model answer
-    ``is`` after ``<action>``: the fact documents' reading).
+    ``is`` after ``<action>``: the fact documents' reading). Half of the notes hold a *lure*: a
+    word of the note and of the task that is not admissible (a task that says "say 'next'"
+    puts ``next`` in the note it copies, and the model answered ``next`` where it was not
+    admissible): the action is read from the note only when the note names an admissible word.
 
     Example:
         >>> layout = NoteLayout(lambda note, task, obs, acts: f"{note} | {task} | {obs} | {acts}")
@@ -211,6 +214,9 @@ def note_document(
         kept = line([w for w in lines_of if w not in actions]).split()
         kept.insert(rng.randint(0, len(kept) - 1), action)
         note = " ".join(kept)
+    if note and rng.random() < 0.5:  # a lure: a word of the note and the task, not admissible
+        lure = rng.choice([w for w in words if w not in actions])
+        note, task = (_insert(rng, text, lure) for text in (note, task))
     if kind in ("keep", "read"):
         block = note
     else:
@@ -236,6 +242,13 @@ def note_document(
         ids += piece
         weights += [weight] * len(piece)
     return ids, weights
+
+
+def _insert(rng: random.Random, text: str, word: str) -> str:
+    """``text`` with ``word`` put before one of its words (never after its last one)."""
+    words = text.split()
+    words.insert(rng.randint(0, len(words) - 1), word)
+    return " ".join(words)
 
 
 def pretrain_tiny_lm(

@@ -210,3 +210,21 @@ def test_pretraining_draws_note_lines_from_every_word_but_the_tags(tmp_path, mon
     pretrain_tiny_lm(path, steps=1, batch_size=2, seed=0, notes=LAYOUT)
     assert fillers and {"the", "is", ".", ","} <= set(fillers[0])
     assert not [w for w in fillers[0] if "<" in w or ">" in w]  # no tag inside a line
+
+
+def test_half_the_notes_hold_a_lure_the_action_never_takes():
+    # The task's "say 'next'" went into the copied note, and the model answered "next" at the
+    # question where it was not admissible: it had only learned "the action is a word of the
+    # note". A lure is a word of the note and of the task that is not admissible.
+    words = [f"w{i}" for i in range(1000)]  # by chance a note and a task rarely share a word
+    lured = notes = 0
+    for seed in range(200):
+        tokens, _ = note_document(random.Random(seed), words, str.split, LAYOUT)
+        answer, fields, _, _ = _answer(tokens, [0.0] * len(tokens))
+        actions = fields["actions"].split(" , ")
+        assert answer[answer.index("<action>") + 1] in actions
+        if fields["note"]:
+            notes += 1
+            shared = set(fields["note"].split()) & set(fields["task"].split()) - set(actions)
+            lured += bool(shared - {"."})
+    assert 0.35 < lured / notes < 0.65, (lured, notes)
