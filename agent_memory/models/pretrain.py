@@ -214,9 +214,7 @@ def note_document(
         kept = line([w for w in lines_of if w not in actions]).split()
         kept.insert(rng.randint(0, len(kept) - 1), action)
         note = " ".join(kept)
-    if note and rng.random() < 0.5:  # a lure: a word of the note and the task, not admissible
-        lure = rng.choice([w for w in words if w not in actions])
-        note, task = (_insert(rng, text, lure) for text in (note, task))
+    note, task = _with_lure(rng, words, actions, note, task)
     if kind in ("keep", "read"):
         block = note
     else:
@@ -242,6 +240,22 @@ def note_document(
         ids += piece
         weights += [weight] * len(piece)
     return ids, weights
+
+
+def _with_lure(
+    rng: random.Random, words: Sequence[str], actions: Sequence[str], note: str, task: str
+) -> tuple[str, str]:
+    """``(note, task)``, half of the time (when there is a note) with a *lure* put in both: a
+    word of ``words`` that is not in ``actions``."""
+    if not note or rng.random() >= 0.5:
+        return note, task
+    lure = rng.choice([w for w in words if w not in actions])
+    return _insert(rng, note, lure), _insert(rng, task, lure)
+
+
+def _untagged(words: Sequence[str]) -> list[str]:
+    """``words`` but the tags (``<memory>``, ``</action>``: a tag inside a line ends its block)."""
+    return [w for w in words if "<" not in w and ">" not in w]
 
 
 def _insert(rng: random.Random, text: str, word: str) -> str:
@@ -297,8 +311,7 @@ def pretrain_tiny_lm(
     words = sorted(w for w in vocab if w.isalpha() and w not in _FRAME and w.islower())
     # Filler: every word but the special tokens (punctuation and the chat roles included).
     filler = sorted(w for w in vocab if w not in tokenizer.all_special_tokens)
-    # A note's lines: the same but the tags (a tag inside a line would end its block).
-    note_filler = [w for w in filler if "<" not in w and ">" not in w]
+    note_filler = _untagged(filler)  # a note's lines
     if missing or len(words) < max_facts:
         raise ValueError(
             f"pretraining needs a lower-case vocabulary with the words {list(_FRAME)} and at "
