@@ -166,6 +166,7 @@ def note_document(
     layout: NoteLayout,
     wrap: Callable[[str], str] = lambda prompt: prompt,
     kind: str | None = None,
+    filler: Sequence[str] = (),
 ) -> Document:
     """A prompt of ``layout`` around random lines of ``words`` and an answer that writes a
     note block, then an action (see the module docstring); ``wrap`` turns the prompt into the
@@ -175,7 +176,14 @@ def note_document(
 
     ``kind``: ``copy`` (a line of the prompt, drawn at random), ``rewrite`` (the last words of
     one), ``keep`` (the note as shown), ``read`` (the note carried, the action the admissible
-    word it names); None draws one.
+    word it names); None draws one. The lines are drawn from ``filler`` (default: ``words``;
+    the actions always from ``words``): with every word of the vocabulary, the statement's
+    ``the``, ``is`` and ``.`` included, a note that reads like a statement is still a note
+    (with lines of ``words`` alone, a block ``the mug is now red .`` made the model answer
+    ``is`` after ``<action>``: the fact documents' reading). Half of the notes hold a *lure*: a
+    word of the note and of the task that is not admissible (a task that says "say 'next'"
+    puts ``next`` in the note it copies, and the model answered ``next`` where it was not
+    admissible): the action is read from the note only when the note names an admissible word.
 
     Example:
         >>> layout = NoteLayout(lambda note, task, obs, acts: f"{note} | {task} | {obs} | {acts}")
@@ -189,7 +197,9 @@ def note_document(
         <memory> d d d d d c d . </memory> <action> c </action>
     """
 
-    def line(among: Sequence[str] = words) -> str:
+    lines_of = filler or words
+
+    def line(among: Sequence[str] = lines_of) -> str:
         return " ".join(rng.choices(among, k=rng.randint(2, 10))) + " ."
 
     kind = kind or rng.choices(list(_NOTE_KINDS), weights=list(_NOTE_KINDS.values()))[0]
@@ -201,9 +211,10 @@ def note_document(
     if kind == "read":  # the note names one admissible word (and no other)
         actions = rng.sample(list(words), rng.randint(2, min(4, len(words) - 1)))
         action = rng.choice(actions)
-        kept = line([w for w in words if w not in actions]).split()
+        kept = line([w for w in lines_of if w not in actions]).split()
         kept.insert(rng.randint(0, len(kept) - 1), action)
         note = " ".join(kept)
+    note, task = _with_lure(rng, words, actions, note, task)
     if kind in ("keep", "read"):
         block = note
     else:
@@ -229,6 +240,29 @@ def note_document(
         ids += piece
         weights += [weight] * len(piece)
     return ids, weights
+
+
+def _with_lure(
+    rng: random.Random, words: Sequence[str], actions: Sequence[str], note: str, task: str
+) -> tuple[str, str]:
+    """``(note, task)``, half of the time (when there is a note) with a *lure* put in both: a
+    word of ``words`` that is not in ``actions``."""
+    if not note or rng.random() >= 0.5:
+        return note, task
+    lure = rng.choice([w for w in words if w not in actions])
+    return _insert(rng, note, lure), _insert(rng, task, lure)
+
+
+def _untagged(words: Sequence[str]) -> list[str]:
+    """``words`` but the tags (``<memory>``, ``</action>``: a tag inside a line ends its block)."""
+    return [w for w in words if "<" not in w and ">" not in w]
+
+
+def _insert(rng: random.Random, text: str, word: str) -> str:
+    """``text`` with ``word`` put before one of its words (never after its last one)."""
+    words = text.split()
+    words.insert(rng.randint(0, len(words) - 1), word)
+    return " ".join(words)
 
 
 def pretrain_tiny_lm(
@@ -277,6 +311,7 @@ def pretrain_tiny_lm(
     words = sorted(w for w in vocab if w.isalpha() and w not in _FRAME and w.islower())
     # Filler: every word but the special tokens (punctuation and the chat roles included).
     filler = sorted(w for w in vocab if w not in tokenizer.all_special_tokens)
+    note_filler = _untagged(filler)  # a note's lines
     if missing or len(words) < max_facts:
         raise ValueError(
             f"pretraining needs a lower-case vocabulary with the words {list(_FRAME)} and at "
@@ -295,7 +330,7 @@ def pretrain_tiny_lm(
 
     def draw(rng: random.Random, step: int) -> Document:
         if notes is not None and rng.random() < 0.5:
-            return note_document(rng, words, encode, notes, wrap)
+            return note_document(rng, words, encode, notes, wrap, filler=note_filler)
         if rng.random() < 0.5:
             return repeat_document(rng, words, encode)
         # Short documents first (the reading back forms there), then facts as far apart as an
@@ -308,7 +343,10 @@ def pretrain_tiny_lm(
         fact_document(held_out, words, encode, max_facts, filler, 32) for _ in range(_EVAL_DOCS)
     ]
     note_docs = (
-        [note_document(held_out, words, encode, notes, wrap) for _ in range(_EVAL_DOCS)]
+        [
+            note_document(held_out, words, encode, notes, wrap, filler=note_filler)
+            for _ in range(_EVAL_DOCS)
+        ]
         if notes is not None
         else []
     )

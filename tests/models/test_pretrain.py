@@ -167,3 +167,64 @@ def test_note_pretraining_lifts_the_held_out_copy_accuracy(tmp_path):
     # of their answers): a real measurement, far apart at these budgets.
     assert stats["note_accuracy"] > stats["note_accuracy_start"] + 0.2, stats
     assert json.loads((path / PRETRAIN_FILE).read_text())["notes"] is True
+
+
+@pytest.mark.parametrize("kind", ["copy", "read"])
+def test_note_lines_read_like_the_env_text_with_the_statement_words(kind):
+    # Lines of alphabetic words alone never show "the", "is" or "." inside a note: the model
+    # then read a real note ("the mug is now red .") as a fact statement and answered "is"
+    # after <action>. The lines come from the filler; the actions stay among the words.
+    filler = [*LETTERS, "the", "is", ".", ","]
+    shown: set[str] = set()
+    for seed in range(40):
+        tokens, _ = note_document(
+            random.Random(seed), LETTERS, str.split, LAYOUT, kind=kind, filler=filler
+        )
+        answer, fields, _, _ = _answer(tokens, [0.0] * len(tokens))
+        actions = fields["actions"].split(" , ")
+        assert set(actions) <= set(LETTERS)
+        shown |= set(
+            " ".join(filter(None, [fields["note"], fields["task"], fields["obs"]])).split()
+        )
+        if kind == "read":  # still exactly one admissible word in the note
+            block = answer[1 : answer.index("</memory>")]
+            assert [a for a in actions if a in block] == [answer[answer.index("<action>") + 1]]
+    assert {"the", "is", ","} <= shown
+
+
+def test_pretraining_draws_note_lines_from_every_word_but_the_tags(tmp_path, monkeypatch):
+    import agent_memory.models.pretrain as pretrain
+
+    words = [*LETTERS, "memory", "task", "now", "actions", ":", ",", "the", "is", "."]
+    path = build_tiny_lm(
+        tmp_path / "m", words, hidden=16, heads=2, lowercase=True, tags=["memory", "action"]
+    )
+    fillers: list[tuple[str, ...]] = []
+    real = pretrain.note_document
+
+    def spy(*args, **kwargs):
+        fillers.append(tuple(kwargs.get("filler", ())))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(pretrain, "note_document", spy)
+    pretrain_tiny_lm(path, steps=1, batch_size=2, seed=0, notes=LAYOUT)
+    assert fillers and {"the", "is", ".", ","} <= set(fillers[0])
+    assert not [w for w in fillers[0] if "<" in w or ">" in w]  # no tag inside a line
+
+
+def test_half_the_notes_hold_a_lure_the_action_never_takes():
+    # The task's "say 'next'" went into the copied note, and the model answered "next" at the
+    # question where it was not admissible: it had only learned "the action is a word of the
+    # note". A lure is a word of the note and of the task that is not admissible.
+    words = [f"w{i}" for i in range(1000)]  # by chance a note and a task rarely share a word
+    lured = notes = 0
+    for seed in range(200):
+        tokens, _ = note_document(random.Random(seed), words, str.split, LAYOUT)
+        answer, fields, _, _ = _answer(tokens, [0.0] * len(tokens))
+        actions = fields["actions"].split(" , ")
+        assert answer[answer.index("<action>") + 1] in actions
+        if fields["note"]:
+            notes += 1
+            shared = set(fields["note"].split()) & set(fields["task"].split()) - set(actions)
+            lured += bool(shared - {"."})
+    assert 0.35 < lured / notes < 0.65, (lured, notes)
