@@ -225,9 +225,10 @@ class TextWorldExpressEnv(_JavaGameEnv):
         max_obs_length: Observations are capped at this many characters.
 
     Example:
-        >>> import pytest, shutil
+        >>> import pytest
+        >>> from agent_memory.envs.suites import java_runtime
         >>> _ = pytest.importorskip("textworld_express")
-        >>> if shutil.which("java") is None: pytest.skip("no Java runtime")
+        >>> if java_runtime() is None: pytest.skip("no Java runtime")
         >>> env = TextWorldExpressEnv("coin", "numLocations=1,numDistractorItems=0")
         >>> obs, info = env.reset(seed=0)
         >>> terminated = False
@@ -318,9 +319,10 @@ class ScienceWorldEnv(_JavaGameEnv):
         max_obs_length: Observations are capped at this many characters.
 
     Example:
-        >>> import pytest, shutil
+        >>> import pytest
+        >>> from agent_memory.envs.suites import java_runtime
         >>> _ = pytest.importorskip("scienceworld")
-        >>> if shutil.which("java") is None: pytest.skip("no Java runtime")
+        >>> if java_runtime() is None: pytest.skip("no Java runtime")
         >>> env = ScienceWorldEnv("find-living-thing")
         >>> obs, info = env.reset(seed=0)
         >>> info["task"].split(".")[0]
