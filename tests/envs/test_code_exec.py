@@ -395,7 +395,10 @@ def test_cpu_rlimit_kills_a_busy_process() -> None:
     env.close()
 
 
-def test_memory_bombs_are_stopped_without_harming_the_parent(env: CodeEnv) -> None:
+def test_memory_bombs_are_stopped_without_harming_the_parent() -> None:
+    # The memory limit must stop the bomb, not the clock: a loaded machine allocates a limit's worth
+    # of 1 MB pieces in more than the fixture's 2 s (then the verdict was a timeout).
+    env = CodeEnv(timeout_s=60.0, max_obs_chars=2000)
     parent_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     env.reset(seed=0)
     obs, _ = _run(env, "x = bytearray(10**10)")
@@ -406,6 +409,7 @@ def test_memory_bombs_are_stopped_without_harming_the_parent(env: CodeEnv) -> No
     assert _run(env, "len(bytearray(10**6))")[0] == "1000000\n"
     grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - parent_rss
     assert grown_kib < 100 * 1024
+    env.close()
 
 
 def test_file_size_limit(env: CodeEnv) -> None:
