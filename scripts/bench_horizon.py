@@ -13,11 +13,12 @@ pretraining, no task answers; <out>/base). Each configuration starts from it, tr
 number of iterations (--iterations, the same for every row, so a loaded machine gives the same
 table; trainer.max_minutes only as a safety net: the table says when it cut a row short) at
 the training horizon H (env.kwargs.horizon, 1 unless --set), then plays its final weights
-greedily on --episodes held-out seeds at each --horizons multiple of H (1x, 10x, 100x: 40, 400
-and 4,000 steps before the question with configs/env/track.yaml), every episode stepping together.
+greedily on --episodes held-out seeds at each --horizons multiple of H (1x, 10x, 100x: 10, 100
+and 1,000 steps before the question with configs/train_track_notes.yaml), every episode stepping
+together.
 
 Configurations, each from configs/train_track_notes.yaml (Track at horizon 1, the tiny LM and
-its pretraining, GRPO): the notes the model writes (policy=hf, memory=notes, update=replace: the
+its pretraining, PPO): the notes the model writes (policy=hf, memory=notes, update=replace: the
 block replaces the note), the same with the note's tokens left out of the loss
 (trainer.train_memory_tokens=false), the untrained base model writing notes, the score policy
 choosing which line becomes the note, summaries the policy writes (memory=compaction
@@ -53,7 +54,7 @@ COMPACTION_TOKENS = 2 * SUMMARY_TOKENS
 #: at 1x), so its history, too, is about the note's.
 TOKEN_BUDGET_PROMPT = 100
 #: The training config every row builds on: Track at horizon 1, the tiny LM and its pretraining,
-#: policy=hf writing its note (memory=notes, update=replace: the block replaces the note), GRPO.
+#: policy=hf writing its note (memory=notes, update=replace: the block replaces the note), PPO.
 CONFIG = "train_track_notes"
 #: A past step as its observation's last line (its announcement or fact: about as many tokens as
 #: the note's line), for the rows with a history.

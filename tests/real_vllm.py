@@ -29,6 +29,19 @@ PYTESTMARK = [
     # The first test's fixtures install vLLM (minutes, once) and start two servers.
     pytest.mark.timeout(3600),
 ]
+#: A rollout of a few short episodes (Recall, 2 episodes of at most 3 steps, one worker) that
+#: the real-vLLM modules play against the servers.
+TINY_ROLLOUT = [
+    "env=recall",
+    "env.kwargs.num_distractors=1",
+    "env.max_steps=3",
+    "rollout.num_groups=1",
+    "rollout.group_size=2",
+    "rollout.num_workers=1",
+    "rollout.envs_per_worker=2",
+    "rollout.num_cpus_per_worker=0.5",
+    "rollout.progress=false",
+]
 
 
 def free_port() -> int:

@@ -542,7 +542,8 @@ def test_bench_horizon_quick(tmp_path):
     # played at 1x and 3x the training horizon (Track: env.kwargs.steps before the question).
     import yaml
 
-    steps = yaml.safe_load((REPO / "configs" / "env" / "track.yaml").read_text())["kwargs"]["steps"]
+    preset = yaml.safe_load((REPO / "configs" / "train_track_notes.yaml").read_text())
+    steps = preset["env"]["kwargs"]["steps"]
     out = run(
         [
             "scripts/bench_horizon.py",

@@ -41,42 +41,13 @@ Example:
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from agent_memory.config import ConfigError
+from agent_memory.rows import read_step_rows
 
 __all__ = ["read_step_rows", "verl_batch"]
-
-
-def read_step_rows(directory: str | Path) -> list[dict[str, Any]]:
-    """The step rows of ``directory``'s ``trajectories.jsonl``, in file order.
-
-    Raises:
-        ConfigError: no such file, or a row without token ids and log-probs.
-    """
-    path = Path(directory) / "trajectories.jsonl"
-    if not path.is_file():
-        raise ConfigError(
-            f"{str(directory)!r} holds no trajectories.jsonl: pass a directory that `python -m "
-            "agent_memory.gateway export` (or scripts/rollout.py) wrote",
-            key="rows",
-        )
-    rows = []
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        row = json.loads(line)
-        missing = [k for k in ("prompt_ids", "response_ids", "response_logprobs") if not row.get(k)]
-        if missing:
-            raise ConfigError(
-                f"{path}, row {i + 1} (episode {row.get('traj_uid')}, step {row.get('step')}) "
-                f"has no {', '.join(missing)}: training needs rows recorded with token ids and "
-                "log-probs (the gateway's, or policy.params.return_tokens=true)",
-                key="rows",
-            )
-        rows.append(row)
-    return rows
 
 
 def verl_batch(
@@ -95,7 +66,7 @@ def verl_batch(
             ``data.max_response_length``: the padded widths.
 
     Raises:
-        ConfigError: a row with no token ids (:func:`read_step_rows`).
+        ConfigError: a row with no token ids (:func:`agent_memory.rows.read_step_rows`).
         ValueError: a prompt or response longer than its width (verl's ``truncation='error'``:
             a cut row would not be what the model saw).
     """

@@ -5,7 +5,7 @@ its induction heads copy what followed an earlier match. A tiny LM with random w
 such circuit, and RL on a sparse reward grows one only slowly: binding a colour to one of two
 objects levels off near 0.4 after 600 GRPO iterations (docs/training.md). This stage gives the
 tiny model what pretraining gives a real one, by next-token prediction on synthetic documents
-built from its own vocabulary's words, never from an env's text:
+built from its own vocabulary's words (and, for notes, from the env's own steps played at random):
 
 - *repeats*: a random word sequence, then the same sequence again (the loss on the repeat);
   this is where induction heads form (Olsson et al., 2022);
@@ -19,7 +19,13 @@ built from its own vocabulary's words, never from an env's text:
   (which line is drawn at random: RL learns which to keep), a suffix of one (a shorter
   rewrite), or the note shown unchanged (carried forward), and whose action is an admissible
   word; when the note names one of several admissible words, that word (a fact read back
-  from the note). Nothing of an env's sentences nor of a task's answers is in them.
+  from the note). Half of them are *scene* documents (:func:`scene_document`, where the run
+  hands over ``NoteLayout.scenes``): the same answers laid out around a step of the env played
+  at random (its task, observation and actions, a line of another step as the note), so that
+  what is copied is the env's sentences (a model pretrained on random words alone copied
+  fragments of Track's task line and never its observation). Which line is copied is drawn
+  at random and the action is drawn or read from the note: no document holds a task's answer
+  or which line to keep.
 
 Half of the documents are repeats, over alphabets of 4 words up to the whole vocabulary: with
 few words a word recurs within the sequence and the next one is known only from the last two, the
@@ -43,6 +49,7 @@ import json
 import logging
 import math
 import random
+import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -54,10 +61,12 @@ from agent_memory.checks import check_int, check_number
 __all__ = [
     "PRETRAIN_FILE",
     "NoteLayout",
+    "Scene",
     "fact_document",
     "note_document",
     "pretrain_tiny_lm",
     "repeat_document",
+    "scene_document",
 ]
 
 log = logging.getLogger(__name__)
@@ -69,6 +78,9 @@ _FRAME = ("the", "is", ".")
 #: Loss weight of a statement's ``is`` and ``.``: known from the word before last, they train the
 #: attention to earlier positions that the reading back is built from.
 _FRAME_WEIGHT = 0.5
+#: Loss weight of a note document's action word: one token after a block of a dozen, it is the
+#: choice among the listed words that every step's validity hangs on.
+_ACTION_WEIGHT = 4.0
 #: Held-out fact documents the final accuracy is measured on (their own seed stream).
 _EVAL_DOCS = 128
 
@@ -147,12 +159,20 @@ class NoteLayout:
         tag: the note's block tag (``memory``).
         action_tag: the action's tag (None: the action is written bare).
         end: what closes the answer (the model's end of turn, e.g. its EOS token).
+        scenes: steps of the env played at random (:data:`Scene`): half of the note documents
+            are laid out around them (:func:`scene_document`), so the lines copied are the
+            env's sentences; empty: random words only.
     """
 
     render: Callable[[str, str, str, Sequence[str]], str]
     tag: str = "memory"
     action_tag: str | None = "action"
     end: str = ""
+    scenes: Sequence[Scene] = ()
+
+
+#: One step of the env as its prompt shows it: ``(task, observation, admissible actions)``.
+Scene = tuple[str, str, tuple[str, ...]]
 
 
 #: The kinds of note documents and how often each is drawn.
@@ -189,8 +209,8 @@ def note_document(
         >>> layout = NoteLayout(lambda note, task, obs, acts: f"{note} | {task} | {obs} | {acts}")
         >>> rng = random.Random(1)
         >>> ids, w = note_document(rng, ["a", "b", "c", "d"], str.split, layout, kind="read")
-        >>> w.count(0.0), w.count(1.0)  # the prompt, then the answer
-        (34, 13)
+        >>> w.count(0.0), w.count(1.0), w.count(4.0)  # the prompt, the answer, its action
+        (34, 12, 1)
         >>> print(" ".join(ids[:34]))
         d d d d d c d . | b b c . a a d b d . | b d c a b a c a d . | ['b', 'c', 'a']
         >>> print(" ".join(ids[34:]))
@@ -218,21 +238,101 @@ def note_document(
     if kind in ("keep", "read"):
         block = note
     else:
-        lines = [x for x in (note, task, *observation.split("\n")) if x]
-        chosen = rng.choice(lines).split()
+        # The newest text most often (an observation line), then the note, then the task.
+        lines = [(x, w) for x, w in ((note, 0.3), (task, 0.2)) if x]
+        lines += [(x, 0.5) for x in observation.split("\n")]
+        chosen = rng.choices([x for x, _ in lines], weights=[w for _, w in lines])[0].split()
         if kind == "rewrite":  # its last words, without the full stop
             chosen = chosen[:-1][-rng.randint(1, len(chosen) - 1) :]
         block = " ".join(chosen)
     prompt = wrap(layout.render(note, task, observation, actions))
-    ids = encode(prompt)
-    weights = [0.0] * len(ids)
+    return _with_answer(encode(prompt), encode, layout, block, action)
+
+
+def scene_document(
+    rng: random.Random,
+    encode: Any,
+    layout: NoteLayout,
+    wrap: Callable[[str], str] = lambda prompt: prompt,
+    kind: str | None = None,
+) -> Document:
+    """:func:`note_document` laid out around a step of the env (a :data:`Scene` of
+    ``layout.scenes``) instead of random words: its task and observation, its admissible
+    actions, and as the note a line of another step drawn at random. The block copies a line
+    (drawn at random, the observation's most often), a suffix of one, or the note; the action
+    is drawn among the admissible ones, or is the admissible word the note names where it names
+    exactly one of several. Which line to keep is never the env's: RL learns it; no answer
+    depends on the env's task (a note of another step names what it names).
+
+    Example:
+        >>> layout = NoteLayout(lambda note, task, obs, acts: f"{note} | {task} | {obs} | {acts}",
+        ...                     scenes=[("Say next.", "The mug is now red.", ("next",)),
+        ...                             ("Say next.", "Which colour?", ("red", "blue"))])
+        >>> ids, w = scene_document(random.Random(3), str.split, layout, kind="read")
+        >>> print(" ".join(ids[:14]))
+        The mug is now red. | Say next. | Which colour? | ['red', 'blue']
+        >>> print(" ".join(ids[14:]))
+        <memory> The mug is now red. </memory> <action> red </action>
+    """
+    scenes = layout.scenes
+    if not scenes:
+        raise ValueError("scene_document needs layout.scenes, got none")
+    kind = kind or rng.choices(list(_NOTE_KINDS), weights=list(_NOTE_KINDS.values()))[0]
+
+    def other_line() -> str:
+        return rng.choice(rng.choice(scenes)[1].split("\n"))
+
+    task, observation, options = rng.choice(scenes)
+    note = "" if kind in ("copy", "rewrite") and rng.random() < 0.3 else other_line()
+    if kind == "read":  # a step with several actions, and a note naming exactly one of them
+        several = [s for s in scenes if len(s[2]) > 1]
+        tries = ((rng.choice(several), other_line()) for _ in range(64 if several else 0))
+        found = next(((s, line) for s, line in tries if len(_named(line, s[2])) == 1), None)
+        if found is None:  # this env never shows one: a note carried forward instead
+            kind = "keep"
+        else:
+            (task, observation, options), note = found
+    named = _named(note, options)
+    action = named[0] if len(options) > 1 and len(named) == 1 else rng.choice(options)
+    if kind in ("keep", "read"):
+        block = note
+    else:  # the newest text most often (an observation line), then the note, then the task
+        lines = [(note, 0.3)] if note else []
+        sentences = _sentences(task)
+        lines += [(x, 0.2 / len(sentences)) for x in sentences]
+        lines += [(x, 0.5) for x in observation.split("\n")]
+        chosen = rng.choices([x for x, _ in lines], weights=[w for _, w in lines])[0].split()
+        if kind == "rewrite" and len(chosen) > 1:  # its last words
+            chosen = chosen[-rng.randint(1, len(chosen) - 1) :]
+        block = " ".join(chosen)
+    prompt = wrap(layout.render(note, task, observation, list(options)))
+    return _with_answer(encode(prompt), encode, layout, block, action)
+
+
+def _named(text: str, options: Sequence[str]) -> list[str]:
+    """The ``options`` that ``text`` names as a word (case-folded), in ``options``' order."""
+    words = set(re.findall(r"[a-z0-9]+", text.casefold()))
+    return [o for o in options if o.casefold() in words]
+
+
+def _sentences(text: str) -> list[str]:
+    """``text``'s sentences (a note holds about one), at least one."""
+    return [x for x in re.split(r"(?<=[.!?])\s+", text.strip()) if x] or [text]
+
+
+def _with_answer(
+    prompt_ids: list[int], encode: Any, layout: NoteLayout, block: str, action: str
+) -> Document:
+    """``prompt_ids`` (weight 0) then the answer writing ``block`` and ``action`` (weight 1,
+    the action's word :data:`_ACTION_WEIGHT`)."""
+    ids, weights = list(prompt_ids), [0.0] * len(prompt_ids)
     tag = layout.tag
     pieces = [(f"<{tag}> {block} </{tag}>", 1.0)]
     if layout.action_tag:
-        pieces += [(f"<{layout.action_tag}>", 1.0), (action, 1.0)]
+        pieces += [(f"<{layout.action_tag}>", 1.0), (action, _ACTION_WEIGHT)]
         pieces += [(f"</{layout.action_tag}>", 1.0)]
     else:
-        pieces.append((action, 1.0))
+        pieces.append((action, _ACTION_WEIGHT))
     if layout.end:
         pieces.append((layout.end, 1.0))
     for text, weight in pieces:
@@ -330,6 +430,8 @@ def pretrain_tiny_lm(
 
     def draw(rng: random.Random, step: int) -> Document:
         if notes is not None and rng.random() < 0.5:
+            if notes.scenes and rng.random() < 0.5:
+                return scene_document(rng, encode, notes, wrap)
             return note_document(rng, words, encode, notes, wrap, filler=note_filler)
         if rng.random() < 0.5:
             return repeat_document(rng, words, encode)
@@ -344,8 +446,10 @@ def pretrain_tiny_lm(
     ]
     note_docs = (
         [
-            note_document(held_out, words, encode, notes, wrap, filler=note_filler)
-            for _ in range(_EVAL_DOCS)
+            scene_document(held_out, encode, notes, wrap)
+            if notes.scenes and i % 2
+            else note_document(held_out, words, encode, notes, wrap, filler=note_filler)
+            for i in range(_EVAL_DOCS)
         ]
         if notes is not None
         else []
@@ -380,6 +484,7 @@ def pretrain_tiny_lm(
                 )
         accuracy = _fact_accuracy(model, eval_docs)
         note_end = _fact_accuracy(model, note_docs)
+        action_end = _fact_accuracy(model, note_docs, only=_ACTION_WEIGHT)
     model.save_pretrained(str(path))
     stats = {
         "steps": steps,
@@ -388,7 +493,11 @@ def pretrain_tiny_lm(
         "seconds": round(time.perf_counter() - start, 1),
     }
     if notes is not None:
-        stats |= {"note_accuracy": round(note_end, 4), "note_accuracy_start": round(note_start, 4)}
+        stats |= {
+            "note_accuracy": round(note_end, 4),
+            "note_accuracy_start": round(note_start, 4),
+            "note_action_accuracy": round(action_end, 4),
+        }
     settings = {
         "lr": lr,
         "batch_size": batch_size,
@@ -431,9 +540,9 @@ def _token_losses(model: Any, ids: Any, mask: Any) -> Any:
     ).view(ids.shape[0], -1)
 
 
-def _fact_accuracy(model: Any, docs: Sequence[Document]) -> float:
-    """Greedy accuracy of the tokens of weight 1 of ``docs`` (a fact document's restated
-    values; a note document's answer); 0 for no documents."""
+def _fact_accuracy(model: Any, docs: Sequence[Document], only: float | None = None) -> float:
+    """Greedy accuracy of the tokens of weight at least 1 of ``docs`` (a fact document's
+    restated values; a note document's answer), or of weight ``only``; 0 for no documents."""
     import torch
 
     model.eval()
@@ -442,7 +551,8 @@ def _fact_accuracy(model: Any, docs: Sequence[Document]) -> float:
         for first in range(0, len(docs), 32):
             ids, weights, mask = _batch(docs[first : first + 32])
             logits = _logits(model, ids, mask)
-            values = (weights[:, 1:] == 1.0).float()  # the restated values only
+            w = weights[:, 1:]
+            values = (w >= 1.0 if only is None else w == only).float()  # not the frame's
             right += float(((logits.argmax(-1) == ids[:, 1:]).float() * values).sum())
             total += float(values.sum())
     model.train()

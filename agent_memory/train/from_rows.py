@@ -30,6 +30,7 @@ from agent_memory.config import ConfigError
 from agent_memory.protocol import Generation, SamplingParams
 from agent_memory.rollout.driver.runner import run_log
 from agent_memory.rollout.types import EpisodeSpec, StepRecord, Trajectory
+from agent_memory.rows import read_step_rows
 from agent_memory.rundir import hold_run_dir
 from agent_memory.train.config import TrainConfig
 from agent_memory.train.loop import build_learner, seed_run, update
@@ -58,23 +59,8 @@ def trajectories_from_rows(directory: str | Path) -> list[Trajectory]:
     Raises:
         ConfigError: no such file, or a row without token ids and log-probs.
     """
-    path = Path(directory) / "trajectories.jsonl"
-    if not path.is_file():
-        raise ConfigError(
-            f"trainer.rows={str(directory)!r} holds no trajectories.jsonl: pass a directory "
-            "that scripts/rollout.py or `python -m agent_memory.gateway export` wrote",
-            key="trainer.rows",
-        )
     trajs: dict[str, Trajectory] = {}
-    for i, line in enumerate(path.read_text(encoding="utf-8").splitlines()):
-        row = json.loads(line)
-        if row.get("response_ids") is None or row.get("response_logprobs") is None:
-            raise ConfigError(
-                f"{path}, row {i + 1} (episode {row.get('traj_uid')}, step {row.get('step')}) "
-                "has no token ids and log-probs: training needs rows recorded with them "
-                "(policy.params.return_tokens=true, or the gateway's)",
-                key="trainer.rows",
-            )
+    for row in read_step_rows(directory, "trainer.rows"):
         uid = str(row["traj_uid"])
         if uid not in trajs:
             spec = EpisodeSpec(str(row["group_uid"]), uid, len(trajs), 0, int(row.get("seed", 0)))

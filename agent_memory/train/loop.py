@@ -27,7 +27,7 @@ from agent_memory.policies import make_policy
 from agent_memory.rollout.driver.advantages import compute_advantages
 from agent_memory.rollout.driver.cluster import init_ray, stop_ray
 from agent_memory.rollout.driver.preflight import preflight
-from agent_memory.rollout.driver.runner import progress_bar, run_log
+from agent_memory.rollout.driver.runner import bind_run_paths, progress_bar, run_log
 from agent_memory.rollout.driver.verdict import failed_share, failure_shares, shares_text
 from agent_memory.rollout.types import Trajectory
 from agent_memory.rundir import hold_run_dir
@@ -143,6 +143,9 @@ def train(
     check_model(cfg.trainer)
     t, r = cfg.trainer, cfg.rollout
     out = Path(out_dir)
+    # As a rollout does: a memory's "{output_dir}/episodic.sqlite" lands in the run, not in a
+    # directory named "{output_dir}" under the working directory.
+    bind_run_paths(cfg, out)
     seed_run(t)
     device, dtype = pick_device(t.device, t.dtype)
     mode: ActionMode = "score" if cfg.policy.name == "score" else "generate"

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from agent_memory.config import JobConfig
-from agent_memory.models.pretrain import NoteLayout
+from agent_memory.models.pretrain import NoteLayout, Scene
 from agent_memory.train.config import TinyModelConfig
 
 __all__ = ["build_tiny_for_env", "env_texts", "load_model", "note_layout", "pick_device"]
@@ -67,15 +67,17 @@ def env_texts(job: JobConfig, episodes: int, seed: int) -> list[str]:
     return _play(job, episodes, seed)[0]
 
 
-def _play(job: JobConfig, episodes: int, seed: int) -> tuple[list[str], list[str]]:
-    """:func:`env_texts`, and the tags a policy that writes text writes in ``job``: the
-    parser's action tag and the memory's block tag (where there are)."""
+def _play(job: JobConfig, episodes: int, seed: int) -> tuple[list[str], list[str], list[Scene]]:
+    """:func:`env_texts`, the tags a policy that writes text writes in ``job`` (the parser's
+    action tag and the memory's block tag, where there are) and every step's
+    :data:`~agent_memory.models.pretrain.Scene` (its task, observation and finite actions)."""
     from agent_memory.rollout.bank import build_env
 
     env = build_env(job, 1)
     parser = job.env.parser.build()
     rng = np.random.default_rng(seed)
     texts: list[str] = []
+    scenes: list[Scene] = []
     tags = [t for t in (parser.tag, env.memory.written_tag) if t]
     try:
         for episode in range(episodes):
@@ -85,6 +87,8 @@ def _play(job: JobConfig, episodes: int, seed: int) -> tuple[list[str], list[str
                 now = env.current(0)
                 options = list(now.admissible_actions or [])
                 texts += [parser.format(str(a)) for a in options]
+                if options:
+                    scenes.append((now.task or "", now.observation, tuple(map(str, options))))
                 blocks = env.memory.candidates(0, now.observation) or []
                 texts += blocks
                 pick = options[int(rng.integers(len(options)))] if options else ""
@@ -99,7 +103,7 @@ def _play(job: JobConfig, episodes: int, seed: int) -> tuple[list[str], list[str
                     prompts = env.prompts
     finally:
         env.close()
-    return texts, tags
+    return texts, tags, scenes
 
 
 def _text(prompt: Any) -> str:
@@ -112,7 +116,7 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
     """Build the tiny demo model for ``job``'s env into ``out`` (see the module docstring)."""
     from agent_memory.models import build_tiny_lm, words_from_texts
 
-    texts, tags = _play(job, cfg.vocab_episodes, seed)
+    texts, tags, scenes = _play(job, cfg.vocab_episodes, seed)
     words = words_from_texts(texts)
     path = build_tiny_lm(
         out,
@@ -144,7 +148,11 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
                 lr=cfg.pretrain_lr,
                 max_facts=cfg.pretrain_max_facts,
                 seed=seed,
-                notes=note_layout(env, job.env.parser.tag) if job.policy.name != "score" else None,
+                notes=(
+                    note_layout(env, job.env.parser.tag, scenes)
+                    if job.policy.name != "score"
+                    else None
+                ),
             )
         except ValueError as e:  # the env's words cannot make the pretraining documents
             raise ConfigError(
@@ -157,10 +165,12 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
     return path
 
 
-def note_layout(env: Any, action_tag: str | None) -> NoteLayout | None:
+def note_layout(
+    env: Any, action_tag: str | None, scenes: Sequence[Scene] = ()
+) -> NoteLayout | None:
     """How ``env``'s prompts show a note its policy writes (its memory's header, then its
-    template with the memory's instructions), for the note documents of the pretraining; None
-    when its memory reads no note the policy writes."""
+    template with the memory's instructions), with ``scenes`` of its steps, for the note
+    documents of the pretraining; None when its memory reads no note the policy writes."""
     from agent_memory.memory.notes import NotesMemory
     from agent_memory.models import SPECIAL_TOKENS
 
@@ -173,7 +183,9 @@ def note_layout(env: Any, action_tag: str | None) -> NoteLayout | None:
         shown = (f"{header}\n{note}" if header else note) if note else ""
         return _text(env.render_prompt(observation, task, list(actions), shown))
 
-    return NoteLayout(render, memory.written_tag, action_tag, end=SPECIAL_TOKENS[3])
+    return NoteLayout(
+        render, memory.written_tag, action_tag, end=SPECIAL_TOKENS[3], scenes=tuple(scenes)
+    )
 
 
 def load_model(path: str | Path, device: Any, dtype: Any) -> tuple[Any, Any]:

@@ -69,10 +69,11 @@ def test_grpo_trainer_learns_from_our_episodes(tmp_path, monkeypatch):
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from agent_memory.compat.trl import env_reward, make_rollout_func
     from agent_memory.models import build_tiny_lm
+    from tests.compat.trl_args import cpu_grpo_args
 
     path = build_tiny_lm(tmp_path / "lm", WORDS, init_range=0.02)  # near-uniform sampling
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
@@ -87,22 +88,7 @@ def test_grpo_trainer_learns_from_our_episodes(tmp_path, monkeypatch):
         calls.append((list(prompts), out, rollout.last))
         return out
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        per_device_train_batch_size=8,
-        num_generations=4,
-        max_completion_length=64,
-        max_steps=2,
-        learning_rate=1e-2,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=0,
-    )
+    args = cpu_grpo_args(tmp_path / "out", batch_size=8, generations=4, steps=2)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=env_reward,

@@ -134,9 +134,10 @@ def _train(path, tmp_path, monkeypatch, job, **rollout_args):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from agent_memory.compat.trl import env_reward, make_rollout_func
+    from tests.compat.trl_args import cpu_grpo_args
 
     model, tok = _load(path)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -156,22 +157,7 @@ def _train(path, tmp_path, monkeypatch, job, **rollout_args):
         calls.append((out, rows))
         return out
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        per_device_train_batch_size=4,
-        num_generations=4,
-        max_completion_length=64,
-        max_steps=2,
-        learning_rate=1e-2,
-        logging_steps=1,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=0,
-    )
+    args = cpu_grpo_args(tmp_path / "out", batch_size=4, generations=4, steps=2)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=env_reward,

@@ -32,10 +32,11 @@ def test_grpo_trainer_takes_a_step_on_captured_sessions(captured, tmp_path, monk
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import GRPOConfig, GRPOTrainer
+    from trl import GRPOTrainer
 
     from agent_memory.compat.trl import env_reward
     from agent_memory.compat.trl_rows import RowsRolloutFunc, read_episode_samples
+    from tests.compat.trl_args import cpu_grpo_args
 
     path, rows = captured
     model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True)
@@ -49,21 +50,7 @@ def test_grpo_trainer_takes_a_step_on_captured_sessions(captured, tmp_path, monk
         calls.append(out)
         return out
 
-    args = GRPOConfig(
-        output_dir=str(tmp_path / "out"),
-        use_cpu=True,
-        bf16=False,
-        fp16=False,
-        per_device_train_batch_size=2,
-        num_generations=2,
-        max_completion_length=64,
-        max_steps=1,
-        learning_rate=1e-2,
-        report_to="none",
-        save_strategy="no",
-        disable_tqdm=True,
-        seed=0,
-    )
+    args = cpu_grpo_args(tmp_path / "out", batch_size=2, generations=2, steps=1)
     trainer = GRPOTrainer(
         model=model,
         reward_funcs=env_reward,

@@ -18,6 +18,7 @@ from agent_memory.models.pretrain import (  # noqa: E402
     fact_document,
     note_document,
     repeat_document,
+    scene_document,
 )
 
 WORDS = ["mug", "kite", "hat", "red", "blue", "pink", "the", "is", "."]
@@ -146,7 +147,10 @@ def test_a_note_document_writes_a_block_from_its_prompt_then_an_action(kind):
             assert block == fields["note"]
         if kind == "read":  # the one admissible word the note names
             assert [a for a in actions if a in block.split()] == [action] and len(actions) >= 2
-        assert set(answer_weights) == {1.0}  # the whole answer is in the loss
+        # The whole answer is in the loss, the action's word the most (the choice every step's
+        # validity hangs on).
+        assert [w for w in answer_weights if w != 1.0] == [4.0]
+        assert answer_weights[answer.index("<action>") + 1] == 4.0
     if kind == "copy":
         assert len(seen) > 1  # which line is copied varies
 
@@ -228,3 +232,90 @@ def test_half_the_notes_hold_a_lure_the_action_never_takes():
             shared = set(fields["note"].split()) & set(fields["task"].split()) - set(actions)
             lured += bool(shared - {"."})
     assert 0.35 < lured / notes < 0.65, (lured, notes)
+
+
+SCENES = (
+    ("Track the mug. Say next.", "The mug is now red.", ("next",)),
+    ("Track the mug. Say next.", "The kite is now blue.", ("next",)),
+    ("Track the mug. Say next.", "Did you know? Owls hoot.\nThe hat is now pink.", ("next",)),
+    ("Track the mug. Say next.", "Question: what colour?", ("red", "blue", "grey")),
+    ("Track the hat. Say next.", "Question: what colour?", ("pink", "grey")),
+)
+SCENE_LAYOUT = NoteLayout(LAYOUT.render, end="</s>", scenes=SCENES)
+
+
+@pytest.mark.parametrize("kind", ["copy", "rewrite", "keep", "read"])
+def test_a_scene_document_is_laid_out_around_a_step_of_the_env(kind):
+    # The env's own steps (task, observation, actions), a note that is a line of another step,
+    # and a block that copies a line: the tiny model copies the env's sentences, not only
+    # random words (a model pretrained on random words alone copied fragments of the task).
+    lines = {line for _, obs, _ in SCENES for line in obs.split("\n")}
+    copied = set()
+    for seed in range(80):
+        tokens, weights = scene_document(random.Random(seed), str.split, SCENE_LAYOUT, kind=kind)
+        answer, fields, answer_weights, prompt_weights = _answer(tokens, weights)
+        assert set(prompt_weights) == {0.0}
+        scene = next(
+            s
+            for s in SCENES
+            if s[0] == fields["task"] and s[1].replace("\n", " / ") == fields["obs"]
+        )
+        assert fields["note"] is None or fields["note"] in lines
+        block = " ".join(answer[1 : answer.index("</memory>")])
+        action = answer[answer.index("<action>") + 1]
+        assert action in scene[2] and answer_weights[answer.index("<action>") + 1] == 4.0
+        prompt_lines = [*scene[1].split("\n"), *re.split(r"(?<=\.) ", scene[0])]
+        if kind == "copy":
+            assert block in [*prompt_lines, fields["note"]]
+            copied.add(block)
+        elif kind == "rewrite":
+            assert any(line.endswith(block) for line in [*prompt_lines, fields["note"] or ""])
+        else:
+            assert block == fields["note"]
+        named = [o for o in scene[2] if o in re.findall(r"[a-z]+", (fields["note"] or "").lower())]
+        if kind == "read":  # a question, and the one option the note names is the answer
+            assert len(scene[2]) > 1 and named == [action]
+        elif len(scene[2]) > 1 and len(named) == 1:  # the same reading wherever it applies
+            assert action == named[0]
+    if kind == "copy":
+        assert len(copied) > 3  # which line is copied is drawn, never the target's
+
+
+def test_a_scene_document_without_scenes_is_refused():
+    with pytest.raises(ValueError, match=re.escape("scene_document needs layout.scenes, got none")):
+        scene_document(random.Random(0), str.split, LAYOUT)
+
+
+def test_the_tiny_model_is_pretrained_on_the_env_s_own_steps():
+    # build_tiny_for_env plays the env at random and hands its steps to the note documents.
+    from hydra import compose, initialize_config_dir
+
+    from agent_memory.rollout.bank import build_env
+    from agent_memory.train import load_train, register_train_configs
+    from agent_memory.train.model import _play, note_layout
+    from tests.train.test_config import CONFIGS
+
+    register_train_configs()
+    with initialize_config_dir(config_dir=str(CONFIGS), version_base="1.3"):
+        job = load_train(
+            compose(
+                config_name="train_track_notes",
+                overrides=["env.kwargs.steps=4", "env.kwargs.num_objects=2"],
+            )
+        )
+    _, tags, scenes = _play(job, 2, 0)
+    assert tags == ["action", "memory"]
+    assert len(scenes) == 2 * 5  # 4 steps and the question, each episode
+    tasks = {task for task, _, _ in scenes}
+    assert len(tasks) <= 2 and all("current colour of the" in t for t in tasks)
+    questions = [s for s in scenes if len(s[2]) > 1]
+    assert len(questions) == 2 and all("Question" in obs for _, obs, _ in questions)
+    assert all(s[2] == ("next",) for s in scenes if s not in questions)
+    env = build_env(job, 1)
+    try:
+        layout = note_layout(env, "action", scenes)
+    finally:
+        env.close()
+    assert layout is not None and layout.scenes == tuple(scenes)
+    tokens, _ = scene_document(random.Random(0), str.split, layout)
+    assert "<memory>" in tokens

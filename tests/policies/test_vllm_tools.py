@@ -27,24 +27,13 @@ import pytest
 from agent_memory.parsing import ActionParser
 from agent_memory.policies.openai_client import OpenAIPolicy
 from agent_memory.tool_actions import act_tool, tool_action
-from tests.real_vllm import MODEL, PYTESTMARK
+from tests.real_vllm import MODEL, PYTESTMARK, TINY_ROLLOUT
 
 pytestmark = PYTESTMARK
 torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
 
 REPO = Path(__file__).resolve().parents[2]
 TOL = 1e-4
-TINY = [
-    "env=recall",
-    "env.kwargs.num_distractors=1",
-    "env.max_steps=3",
-    "rollout.num_groups=1",
-    "rollout.group_size=2",
-    "rollout.num_workers=1",
-    "rollout.envs_per_worker=2",
-    "rollout.num_cpus_per_worker=0.5",
-    "rollout.progress=false",
-]
 ADMISSIBLE = ["up", "down"]
 #: Text only: no tokenizer to load.
 NO_TOKENS = {"return_tokens": False}
@@ -68,7 +57,7 @@ def _rollout(tmp_path: Path, base_url: str, *overrides: str) -> subprocess.Compl
         f"policy.params.model={MODEL}",
         "policy.params.seed=5",
         "policy.params.tools=env",
-        *TINY,
+        *TINY_ROLLOUT,
         *overrides,
         f"hydra.run.dir={tmp_path}",
     ]

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agent_memory.policies.openai_client import OpenAIPolicy
-from tests.real_vllm import MODEL, PYTESTMARK
+from tests.real_vllm import MODEL, PYTESTMARK, TINY_ROLLOUT
 
 pytestmark = PYTESTMARK
 torch = pytest.importorskip("torch", reason="the 'llm' extra is not installed")
@@ -30,17 +30,6 @@ REPO = Path(__file__).resolve().parents[2]
 TOL = 1e-4
 #: Sampling that changes the model's distribution in every way vLLM can.
 SAMPLING = {"temperature": 0.7, "top_k": 20, "top_p": 0.8, "repetition_penalty": 1.05}
-TINY = [
-    "env=recall",
-    "env.kwargs.num_distractors=1",
-    "env.max_steps=3",
-    "rollout.num_groups=1",
-    "rollout.group_size=2",
-    "rollout.num_workers=1",
-    "rollout.envs_per_worker=2",
-    "rollout.num_cpus_per_worker=0.5",
-    "rollout.progress=false",
-]
 
 
 @pytest.fixture(scope="module")
@@ -73,7 +62,7 @@ def _rollout(tmp_path: Path, base_url: str, *overrides: str) -> subprocess.Compl
         f"policy.params.base_url={base_url}",
         f"policy.params.model={MODEL}",
         "policy.params.seed=3",
-        *TINY,
+        *TINY_ROLLOUT,
         *overrides,
         f"hydra.run.dir={tmp_path}",
     ]

@@ -251,3 +251,21 @@ def test_a_training_whose_episodes_failed_at_the_threshold_is_a_failed_run(ray_s
     )
     assert "[ERROR] training failed after 2 iterations: 2 of 8 episodes failed" in log[-1]
     assert "; failure shares: episodes 0.25 (2 of 8); outputs in" in log[-1]
+
+
+def test_a_memory_s_output_dir_path_lands_in_the_training_run(ray_session, tmp_path, monkeypatch):
+    # configs/memory/episodic.yaml keeps its rows at "{output_dir}/episodic.sqlite": the
+    # trainer fills it with its run directory as a rollout does (it once made a directory
+    # named "{output_dir}" under the working directory).
+    monkeypatch.chdir(tmp_path)
+    job = dataclasses.replace(
+        small_job(iterations=1, eval_every=0, save_every=0),
+        memory=MemoryConfig(
+            strategy="episodic",
+            params={"path": "{output_dir}/episodic.sqlite", "run_id": "{run_id}"},
+        ),
+    )
+    summary = train(job, tmp_path / "run")
+    assert summary["status"] == "ok"
+    assert (tmp_path / "run" / "episodic.sqlite").is_file()
+    assert not (tmp_path / "{output_dir}").exists()

@@ -1,0 +1,189 @@
+"""What the notes a policy writes on Track do, step by step, read from a run's rows.
+
+    python scripts/track_notes_report.py outputs/train/<run>/eval/iter_000100/trajectories.jsonl
+
+For each step before the question: the observation's kind (an announcement about the target,
+one about another object, a distractor fact) and what the step's ``<memory>`` block did with it:
+copied the observation (the block is that line), kept the note shown, wrote something else, or
+wrote no block. At the question: the share of episodes whose note names the target's current
+colour (what a perfect reader of the written notes would score), the share answered with an
+offered option at the first try, and the share won. Learning *which* line to keep shows as
+"copied" rising on the target's lines and falling on the others'. No model runs; the rows are
+those of ``configs/train_track_notes.yaml`` (``memory=notes``, its ``Memory:`` header).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+if str(REPO) not in sys.path:  # run as `python scripts/track_notes_report.py` from anywhere
+    sys.path.insert(0, str(REPO))
+
+from agent_memory.envs.recall import DISTRACTOR_FACTS  # noqa: E402
+
+#: The observation kinds before the question, in the table's order.
+KINDS = {"target": "the target's announcement", "other": "another object's", "fact": "a fact"}
+#: What a block did, in the table's order.
+DEEDS = ("copied", "kept", "other", "no block")
+
+_ANNOUNCE = re.compile(r"^The ([A-Za-z]+) is now ([A-Za-z]+)\.$")
+_TARGET = re.compile(r"current colou?r of the ([A-Za-z]+)", re.IGNORECASE)
+_NOTE = re.compile(r"Memory:\n(.*?)(?:\n\n|$)", re.S)
+_BLOCK = re.compile(r"<memory>(.*?)</memory>", re.S)
+_FACTS = frozenset(DISTRACTOR_FACTS)
+
+
+def _words(text: str | None) -> list[str]:
+    return re.findall(r"[a-z0-9]+", (text or "").casefold())
+
+
+def _text(prompt: Any) -> str:
+    if isinstance(prompt, str):
+        return prompt
+    return "\n".join(str(m.get("content", "")) for m in prompt)
+
+
+def _is_fact(line: str) -> bool:
+    return line.removeprefix("Did you know? ") in _FACTS
+
+
+def observation(prompt: str) -> str:
+    """The step's observation: the prompt's last announcement, fact or question line.
+
+    Example:
+        >>> observation("Memory:\\nThe mug is now red.\\n\\nTask.\\nThe kite is now blue.")
+        'The kite is now blue.'
+    """
+    lines = [x.strip() for x in prompt.split("\n")]
+    seen = [x for x in lines if _ANNOUNCE.match(x) or _is_fact(x) or x.startswith("Question:")]
+    return seen[-1] if seen else ""
+
+
+def read_note(note: str, target: str) -> str | None:
+    """The colour ``note`` last gives ``target`` ("the mug is now red ." -> red), else None:
+    Track's perfect reader on a note as the tiny model writes it (spaced, lower case).
+
+    Example:
+        >>> read_note("the kite is now blue . the mug is now red .", "mug")
+        'red'
+        >>> read_note("the kite is now blue .", "mug") is None
+        True
+    """
+    pairs = re.findall(r"\b([a-z]+) is now ([a-z]+)\b", " ".join(_words(note)))
+    about = [c for o, c in pairs if o == target]
+    return about[-1] if about else None
+
+
+def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every figure of the table, from ``rows`` (see the module docstring).
+
+    Example:
+        >>> task = "Say next. At the end you will be asked the current colour of the mug."
+        >>> def row(uid, step, obs, response, note="", **kw):
+        ...     shown = f"Memory:\\n{note}\\n\\n" if note else ""
+        ...     return {"traj_uid": uid, "step": step, "prompt": f"{shown}{task}\\n{obs}",
+        ...             "response": response, **kw}
+        >>> rows = [row("e", 0, "The mug is now red.", "<memory>The mug is now red.</memory>"),
+        ...         row("e", 1, "The kite is now blue.", "<memory>The mug is now red.</memory>",
+        ...             "The mug is now red."),
+        ...         row("e", 2, "Question: what colour is it now?", "<action>red</action>",
+        ...             "The mug is now red.", is_action_valid=True, won=True)]
+        >>> figures = report(rows)
+        >>> figures["steps"]["target"], figures["steps"]["other"]
+        ({'copied': 1}, {'kept': 1})
+        >>> figures["episodes"], figures["note_right"], figures["answered"], figures["won"]
+        (1, 1.0, 1.0, 1.0)
+    """
+    episodes: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        episodes[str(r["traj_uid"])].append(r)
+    steps: dict[str, Counter[str]] = {k: Counter() for k in KINDS}
+    note_right = answered = won = asked = 0
+    for ep in episodes.values():
+        ep.sort(key=lambda r: int(r["step"]))
+        truth: str | None = None
+        first_question = True
+        for r in ep:
+            prompt = _text(r["prompt"])
+            targets = _TARGET.findall(prompt)
+            target = targets[-1].casefold() if targets else ""
+            obs = observation(prompt)
+            shown = _NOTE.search(prompt)
+            note = shown.group(1).strip() if shown else ""
+            if obs.startswith("Question:"):
+                if first_question:  # the first try: retries after an invalid answer are extra
+                    asked += 1
+                    note_right += truth is not None and read_note(note, target) == truth
+                    answered += bool(r.get("is_action_valid"))
+                    won += bool(r.get("won"))
+                    first_question = False
+                else:
+                    won += bool(r.get("won")) and not any(x.get("won") for x in ep[: ep.index(r)])
+                continue
+            found = _ANNOUNCE.match(obs)
+            if found and found.group(1).casefold() == target:
+                kind, truth = "target", found.group(2).casefold()
+            else:
+                kind = "other" if found else "fact"
+            blocks = _BLOCK.findall(str(r.get("response", "")))
+            if not blocks:
+                deed = "no block"
+            elif _words(blocks[-1]) == _words(obs):
+                deed = "copied"
+            elif _words(blocks[-1]) == _words(note):
+                deed = "kept"
+            else:
+                deed = "other"
+            steps[kind][deed] += 1
+    n = max(asked, 1)
+    return {
+        "episodes": len(episodes),
+        "steps": {k: dict(v) for k, v in steps.items()},
+        "note_right": note_right / n,
+        "answered": answered / n,
+        "won": won / max(len(episodes), 1),
+    }
+
+
+def table(figures: dict[str, Any]) -> str:
+    """The figures as a markdown table (shares of each kind's steps), then the question's."""
+    lines = [
+        "| observation | steps | " + " | ".join(DEEDS) + " |",
+        "|---|---|" + "---|" * len(DEEDS),
+    ]
+    for kind, label in KINDS.items():
+        counts = figures["steps"][kind]
+        total = sum(counts.values())
+        shares = [f"{counts.get(d, 0) / total:.2f}" if total else "-" for d in DEEDS]
+        lines.append(f"| {label} | {total} | " + " | ".join(shares) + " |")
+    lines.append("")
+    lines.append(
+        f"{figures['episodes']} episodes: the note names the target's current colour at the "
+        f"question in {figures['note_right']:.1%}; answered with an option at the first try "
+        f"{figures['answered']:.1%}; won {figures['won']:.1%}."
+    )
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    """Read the rows, print the table; returns every figure."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("rows", type=Path, help="a run's trajectories.jsonl (Track, memory=notes)")
+    args = parser.parse_args(argv)
+    if not args.rows.is_file():
+        parser.error(f"no rows file at {args.rows} (expected a run's trajectories.jsonl)")
+    with args.rows.open() as f:
+        figures = report([json.loads(line) for line in f if line.strip()])
+    print(table(figures))
+    return figures
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""scripts/track_notes_report.py: what the written notes did with each kind of Track line."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+TASK = "Say next. At the end you will be asked the current colour of the mug."
+
+
+def _row(uid: str, step: int, obs: str, block: str | None, note: str = "", **extra: object):
+    shown = f"Memory:\n{note}\n\n" if note else ""
+    response = (f"<memory> {block} </memory> " if block is not None else "") + "<action>x</action>"
+    return {
+        "traj_uid": uid,
+        "step": step,
+        "prompt": f"{shown}{TASK}\nActions: x.\n{obs}",
+        "response": response,
+        **extra,
+    }
+
+
+def _run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "scripts/track_notes_report.py", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_the_report_counts_what_each_block_did_with_each_kind_of_line(tmp_path: Path) -> None:
+    mug, kite = "The mug is now red.", "The kite is now blue."
+    fact = "Did you know? A day on Venus is longer than its year."
+    q = "Question: what colour is it now?"
+    rows = [
+        # e0 copies the target's line, keeps it through a fact and the other's line: right.
+        _row("e0", 0, mug, "the mug is now red ."),
+        _row("e0", 1, fact, "the mug is now red .", mug),
+        _row("e0", 2, kite, "the mug is now red .", mug),
+        _row("e0", 3, q, "x", mug, is_action_valid=True, won=True),
+        # e1 copies the other's line over it, then writes no block: wrong, answered at the retry.
+        _row("e1", 0, mug, "the mug is now red ."),
+        _row("e1", 1, fact, "something else", mug),
+        _row("e1", 2, kite, "the kite is now blue .", "something else"),
+        _row("e1", 3, q, None, kite, is_action_valid=False, won=False),
+        _row("e1", 4, q, None, kite, is_action_valid=True, won=False),
+    ]
+    path = tmp_path / "trajectories.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    proc = _run(str(path))
+    assert proc.returncode == 0, proc.stderr
+    assert "| the target's announcement | 2 | 1.00 | 0.00 | 0.00 | 0.00 |" in proc.stdout
+    assert "| another object's | 2 | 0.50 | 0.50 | 0.00 | 0.00 |" in proc.stdout
+    assert "| a fact | 2 | 0.00 | 0.50 | 0.50 | 0.00 |" in proc.stdout
+    assert (
+        "2 episodes: the note names the target's current colour at the question in 50.0%; "
+        "answered with an option at the first try 50.0%; won 50.0%." in proc.stdout
+    )
+
+
+def test_a_missing_rows_file_is_named(tmp_path: Path) -> None:
+    proc = _run(str(tmp_path / "nope.jsonl"))
+    assert proc.returncode == 2
+    assert re.search(
+        r"no rows file at .*nope\.jsonl \(expected a run's trajectories\.jsonl\)", proc.stderr
+    )
