@@ -4,12 +4,13 @@
 
 For each step before the question: the observation's kind (an announcement about the target,
 one about another object, a distractor fact) and what the step's ``<memory>`` block did with it:
-copied the observation (the block is that line), kept the note shown, wrote something else, or
-wrote no block. At the question: the share of episodes whose note names the target's current
-colour (what a perfect reader of the written notes would score), the share answered with an
-offered option at the first try, and the share won. Learning *which* line to keep shows as
-"copied" rising on the target's lines and falling on the others'. No model runs; the rows are
-those of ``configs/train_track_notes.yaml`` (``memory=notes``, its ``Memory:`` header).
+copied the observation (the block is that line), wrote another line with the observation's
+colour, kept the note shown, wrote something else, or wrote no block. At the question: the share
+of episodes whose note's last colour is the target's current one (what a reader that answers
+from the note alone scores), the share answered with an offered option at the first try, and
+the share won. Learning *which* line to keep shows as the target's lines taken into the note
+and the other object's left out. No model runs; the rows are those of
+``configs/train_track_notes.yaml`` (``memory=notes``, its ``Memory:`` header).
 """
 
 from __future__ import annotations
@@ -26,12 +27,13 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as `python scripts/track_notes_report.py` from anywhere
     sys.path.insert(0, str(REPO))
 
-from agent_memory.envs.recall import DISTRACTOR_FACTS  # noqa: E402
+from agent_memory.envs.recall import COLOURS, DISTRACTOR_FACTS  # noqa: E402
 
 #: The observation kinds before the question, in the table's order.
 KINDS = {"target": "the target's announcement", "other": "another object's", "fact": "a fact"}
-#: What a block did, in the table's order.
-DEEDS = ("copied", "kept", "other", "no block")
+#: What a block did, in the table's order ("its colour": another line, with the observation's
+#: colour as its last colour, e.g. the note's object with the new colour).
+DEEDS = ("copied", "its colour", "kept", "other", "no block")
 
 _ANNOUNCE = re.compile(r"^The ([A-Za-z]+) is now ([A-Za-z]+)\.$")
 _TARGET = re.compile(r"current colou?r of the ([A-Za-z]+)", re.IGNORECASE)
@@ -66,19 +68,19 @@ def observation(prompt: str) -> str:
     return seen[-1] if seen else ""
 
 
-def read_note(note: str, target: str) -> str | None:
-    """The colour ``note`` last gives ``target`` ("the mug is now red ." -> red), else None:
-    Track's perfect reader on a note as the tiny model writes it (spaced, lower case).
+def note_colour(note: str) -> str | None:
+    """The last colour ``note`` names, else None: what a reader that answers from the note
+    alone answers (the question names no object, so the note's object word need not be the
+    target's for its colour to be right).
 
     Example:
-        >>> read_note("the kite is now blue . the mug is now red .", "mug")
+        >>> note_colour("the kite is now blue . the mug is now red .")
         'red'
-        >>> read_note("the kite is now blue .", "mug") is None
+        >>> note_colour("did you know ? owls hoot .") is None
         True
     """
-    pairs = re.findall(r"\b([a-z]+) is now ([a-z]+)\b", " ".join(_words(note)))
-    about = [c for o, c in pairs if o == target]
-    return about[-1] if about else None
+    named = [w for w in _words(note) if w in COLOURS]
+    return named[-1] if named else None
 
 
 def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -120,7 +122,7 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
             if obs.startswith("Question:"):
                 if first_question:  # the first try: retries after an invalid answer are extra
                     asked += 1
-                    note_right += truth is not None and read_note(note, target) == truth
+                    note_right += truth is not None and note_colour(note) == truth
                     answered += bool(r.get("is_action_valid"))
                     won += bool(r.get("won"))
                     first_question = False
@@ -139,6 +141,8 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 deed = "copied"
             elif _words(blocks[-1]) == _words(note):
                 deed = "kept"
+            elif found and note_colour(blocks[-1]) == found.group(2).casefold():
+                deed = "its colour"
             else:
                 deed = "other"
             steps[kind][deed] += 1
@@ -165,7 +169,7 @@ def table(figures: dict[str, Any]) -> str:
         lines.append(f"| {label} | {total} | " + " | ".join(shares) + " |")
     lines.append("")
     lines.append(
-        f"{figures['episodes']} episodes: the note names the target's current colour at the "
+        f"{figures['episodes']} episodes: the note's colour is the target's current one at the "
         f"question in {figures['note_right']:.1%}; answered with an option at the first try "
         f"{figures['answered']:.1%}; won {figures['won']:.1%}."
     )

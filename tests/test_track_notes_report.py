@@ -45,22 +45,26 @@ def test_the_report_counts_what_each_block_did_with_each_kind_of_line(tmp_path: 
         _row("e0", 2, kite, "the mug is now red .", mug),
         _row("e0", 3, q, "x", mug, is_action_valid=True, won=True),
         # e1 copies the other's line over it, then writes no block: wrong, answered at the retry.
+        # e2 takes the other's colour into its note of the target: wrong.
         _row("e1", 0, mug, "the mug is now red ."),
         _row("e1", 1, fact, "something else", mug),
         _row("e1", 2, kite, "the kite is now blue .", "something else"),
         _row("e1", 3, q, None, kite, is_action_valid=False, won=False),
         _row("e1", 4, q, None, kite, is_action_valid=True, won=False),
+        _row("e2", 0, mug, "the mug is now red ."),
+        _row("e2", 1, kite, "the mug is now blue .", mug),
+        _row("e2", 2, q, "x", "The mug is now blue.", is_action_valid=True, won=False),
     ]
     path = tmp_path / "trajectories.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     proc = _run(str(path))
     assert proc.returncode == 0, proc.stderr
-    assert "| the target's announcement | 2 | 1.00 | 0.00 | 0.00 | 0.00 |" in proc.stdout
-    assert "| another object's | 2 | 0.50 | 0.50 | 0.00 | 0.00 |" in proc.stdout
-    assert "| a fact | 2 | 0.00 | 0.50 | 0.50 | 0.00 |" in proc.stdout
+    assert "| the target's announcement | 3 | 1.00 | 0.00 | 0.00 | 0.00 | 0.00 |" in proc.stdout
+    assert "| another object's | 3 | 0.33 | 0.33 | 0.33 | 0.00 | 0.00 |" in proc.stdout
+    assert "| a fact | 2 | 0.00 | 0.00 | 0.50 | 0.50 | 0.00 |" in proc.stdout
     assert (
-        "2 episodes: the note names the target's current colour at the question in 50.0%; "
-        "answered with an option at the first try 50.0%; won 50.0%." in proc.stdout
+        "3 episodes: the note's colour is the target's current one at the question in 33.3%; "
+        "answered with an option at the first try 66.7%; won 33.3%." in proc.stdout
     )
 
 
