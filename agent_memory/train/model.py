@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from agent_memory.config import JobConfig
-from agent_memory.models.pretrain import NoteLayout, Scene
+from agent_memory.models.note_documents import NoteLayout, Scene
 from agent_memory.train.config import TinyModelConfig
 
 __all__ = ["build_tiny_for_env", "env_texts", "load_model", "note_layout", "pick_device"]
