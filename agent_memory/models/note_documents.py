@@ -173,28 +173,40 @@ def scene_document(
     task, observation, options = rng.choice(scenes)
     note = "" if kind in ("copy", "rewrite") and rng.random() < 0.3 else other_line()
     if kind == "read":  # a step with several actions, and a note naming exactly one of them
-        several = [s for s in scenes if len(s[2]) > 1]
-        tries = ((rng.choice(several), other_line()) for _ in range(64 if several else 0))
-        found = next(((s, line) for s, line in tries if len(_named(line, s[2])) == 1), None)
+        found = _read_scene(rng, scenes, other_line)
         if found is None:  # this env never shows one: a note carried forward instead
             kind = "keep"
         else:
             (task, observation, options), note = found
     named = _named(note, options)
     action = named[0] if len(options) > 1 and len(named) == 1 else rng.choice(options)
-    if kind in ("keep", "read"):
-        block = note
-    else:  # the newest text most often (an observation line), then the note, then the task
-        lines = [(note, 0.3)] if note else []
-        sentences = _sentences(task)
-        lines += [(x, 0.2 / len(sentences)) for x in sentences]
-        lines += [(x, 0.5) for x in observation.split("\n")]
-        chosen = rng.choices([x for x, _ in lines], weights=[w for _, w in lines])[0].split()
-        if kind == "rewrite" and len(chosen) > 1:  # its last words
-            chosen = chosen[-rng.randint(1, len(chosen) - 1) :]
-        block = " ".join(chosen)
+    block = note if kind in ("keep", "read") else _scene_block(rng, kind, note, task, observation)
     prompt = wrap(layout.render(note, task, observation, list(options)))
     return _with_answer(encode(prompt), encode, layout, block, action)
+
+
+def _read_scene(
+    rng: random.Random, scenes: Sequence[Scene], other_line: Callable[[], str]
+) -> tuple[Scene, str] | None:
+    """A step with several actions and a line of another step naming exactly one of them (64
+    draws), else None."""
+    several = [s for s in scenes if len(s[2]) > 1]
+    tries = ((rng.choice(several), other_line()) for _ in range(64 if several else 0))
+    return next(((s, line) for s, line in tries if len(_named(line, s[2])) == 1), None)
+
+
+def _scene_block(rng: random.Random, kind: str, note: str, task: str, observation: str) -> str:
+    """A ``copy`` or ``rewrite`` block: a line drawn at random, the newest text most often (an
+    observation line), then the note, then a sentence of the task; a rewrite keeps its last
+    words."""
+    lines = [(note, 0.3)] if note else []
+    sentences = _sentences(task)
+    lines += [(x, 0.2 / len(sentences)) for x in sentences]
+    lines += [(x, 0.5) for x in observation.split("\n")]
+    chosen = rng.choices([x for x, _ in lines], weights=[w for _, w in lines])[0].split()
+    if kind == "rewrite" and len(chosen) > 1:
+        chosen = chosen[-rng.randint(1, len(chosen) - 1) :]
+    return " ".join(chosen)
 
 
 def _named(text: str, options: Sequence[str]) -> list[str]:

@@ -41,7 +41,7 @@ import logging
 import math
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -210,9 +210,7 @@ def pretrain_tiny_lm(
 
     def draw(rng: random.Random, step: int) -> Document:
         if notes is not None and rng.random() < 0.5:
-            if notes.scenes and rng.random() < 0.5:
-                return scene_document(rng, encode, notes, wrap)
-            return note_document(rng, words, encode, notes, wrap, filler=note_filler)
+            return _note_document(rng, words, encode, notes, wrap, note_filler)
         if rng.random() < 0.5:
             return repeat_document(rng, words, encode)
         # Short documents first (the reading back forms there), then facts as far apart as an
@@ -224,16 +222,10 @@ def pretrain_tiny_lm(
     eval_docs = [
         fact_document(held_out, words, encode, max_facts, filler, 32) for _ in range(_EVAL_DOCS)
     ]
-    note_docs = (
-        [
-            scene_document(held_out, encode, notes, wrap)
-            if notes.scenes and i % 2
-            else note_document(held_out, words, encode, notes, wrap, filler=note_filler)
-            for i in range(_EVAL_DOCS)
-        ]
-        if notes is not None
-        else []
-    )
+    note_docs = [
+        _note_document(held_out, words, encode, notes, wrap, note_filler)
+        for _ in range(_EVAL_DOCS if notes is not None else 0)
+    ]
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
@@ -288,6 +280,23 @@ def pretrain_tiny_lm(
     (Path(path) / PRETRAIN_FILE).write_text(json.dumps({**settings, **stats}, indent=2) + "\n")
     log.info("pretrained the tiny model: %s", stats)
     return stats
+
+
+def _note_document(
+    rng: random.Random,
+    words: Sequence[str],
+    encode: Any,
+    notes: NoteLayout | None,
+    wrap: Callable[[str], str],
+    filler: Sequence[str],
+) -> Document:
+    """A note document: around the env's steps half of the time when ``notes`` has them
+    (:func:`scene_document`), else around random words (:func:`note_document`)."""
+    if notes is None:
+        raise ValueError("a note document needs the run's note layout (notes=), got None")
+    if notes.scenes and rng.random() < 0.5:
+        return scene_document(rng, encode, notes, wrap)
+    return note_document(rng, words, encode, notes, wrap, filler=filler)
 
 
 def _batch(docs: Sequence[Document]) -> tuple[Any, Any, Any]:
