@@ -107,7 +107,8 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in rows:
         episodes[str(r["traj_uid"])].append(r)
     steps: dict[str, Counter[str]] = {k: Counter() for k in KINDS}
-    note_right = answered = won = asked = 0
+    note_right = answered = asked = 0
+    won = sum(any(r.get("won") for r in ep) for ep in episodes.values())
     for ep in episodes.values():
         ep.sort(key=lambda r: int(r["step"]))
         truth: str | None = None
@@ -124,10 +125,7 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     asked += 1
                     note_right += truth is not None and note_colour(note) == truth
                     answered += bool(r.get("is_action_valid"))
-                    won += bool(r.get("won"))
                     first_question = False
-                else:
-                    won += bool(r.get("won")) and not any(x.get("won") for x in ep[: ep.index(r)])
                 continue
             found = _ANNOUNCE.match(obs)
             if found and found.group(1).casefold() == target:

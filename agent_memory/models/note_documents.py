@@ -34,6 +34,8 @@ Document = tuple[list[int], list[float]]
 #: Loss weight of a note document's action word: one token after a block of a dozen, it is the
 #: choice among the listed words that every step's validity hangs on.
 ACTION_WEIGHT = 4.0
+#: One step of the env as its prompt shows it: ``(task, observation, admissible actions)``.
+Scene = tuple[str, str, tuple[str, ...]]
 
 
 @dataclass(frozen=True)
@@ -57,10 +59,6 @@ class NoteLayout:
     action_tag: str | None = "action"
     end: str = ""
     scenes: Sequence[Scene] = ()
-
-
-#: One step of the env as its prompt shows it: ``(task, observation, admissible actions)``.
-Scene = tuple[str, str, tuple[str, ...]]
 
 
 #: The kinds of note documents and how often each is drawn.
@@ -125,14 +123,9 @@ def note_document(
     note, task = _with_lure(rng, words, actions, note, task)
     if kind in ("keep", "read"):
         block = note
-    else:
-        # The newest text most often (an observation line), then the note, then the task.
+    else:  # the task as one line; a rewrite leaves out the line's final " ." token
         lines = [(x, w) for x, w in ((note, 0.3), (task, 0.2)) if x]
-        lines += [(x, 0.5) for x in observation.split("\n")]
-        chosen = rng.choices([x for x, _ in lines], weights=[w for _, w in lines])[0].split()
-        if kind == "rewrite":  # its last words, without the full stop
-            chosen = chosen[:-1][-rng.randint(1, len(chosen) - 1) :]
-        block = " ".join(chosen)
+        block = _pick_block(rng, kind, [*lines, *_observed(observation)], drop_last=True)
     prompt = wrap(layout.render(note, task, observation, actions))
     return _with_answer(encode(prompt), encode, layout, block, action)
 
@@ -196,16 +189,29 @@ def _read_scene(
 
 
 def _scene_block(rng: random.Random, kind: str, note: str, task: str, observation: str) -> str:
-    """A ``copy`` or ``rewrite`` block: a line drawn at random, the newest text most often (an
-    observation line), then the note, then a sentence of the task; a rewrite keeps its last
-    words."""
+    """A ``copy`` or ``rewrite`` block of a scene: the note, a sentence of the task, or an
+    observation line (:func:`_pick_block`)."""
     lines = [(note, 0.3)] if note else []
     sentences = _sentences(task)
     lines += [(x, 0.2 / len(sentences)) for x in sentences]
-    lines += [(x, 0.5) for x in observation.split("\n")]
+    return _pick_block(rng, kind, [*lines, *_observed(observation)], drop_last=False)
+
+
+def _observed(observation: str) -> list[tuple[str, float]]:
+    """Each line of ``observation`` with its weight as a block: the newest text is copied most
+    often (0.5 per line, against 0.3 for the note and 0.2 for the task)."""
+    return [(x, 0.5) for x in observation.split("\n")]
+
+
+def _pick_block(
+    rng: random.Random, kind: str, lines: Sequence[tuple[str, float]], *, drop_last: bool
+) -> str:
+    """One of the weighted ``lines`` drawn at random (``copy``), or its last words
+    (``rewrite``; without its last token where ``drop_last``: a " ." of its own)."""
     chosen = rng.choices([x for x, _ in lines], weights=[w for _, w in lines])[0].split()
     if kind == "rewrite" and len(chosen) > 1:
-        chosen = chosen[-rng.randint(1, len(chosen) - 1) :]
+        kept = chosen[:-1] if drop_last else chosen
+        chosen = kept[-rng.randint(1, len(chosen) - 1) :]
     return " ".join(chosen)
 
 

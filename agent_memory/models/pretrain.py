@@ -222,10 +222,14 @@ def pretrain_tiny_lm(
     eval_docs = [
         fact_document(held_out, words, encode, max_facts, filler, 32) for _ in range(_EVAL_DOCS)
     ]
-    note_docs = [
-        _note_document(held_out, words, encode, notes, wrap, note_filler)
-        for _ in range(_EVAL_DOCS if notes is not None else 0)
-    ]
+    note_docs = (
+        []
+        if notes is None
+        else [
+            _note_document(held_out, words, encode, notes, wrap, note_filler)
+            for _ in range(_EVAL_DOCS)
+        ]
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
@@ -286,14 +290,12 @@ def _note_document(
     rng: random.Random,
     words: Sequence[str],
     encode: Any,
-    notes: NoteLayout | None,
+    notes: NoteLayout,
     wrap: Callable[[str], str],
     filler: Sequence[str],
 ) -> Document:
     """A note document: around the env's steps half of the time when ``notes`` has them
     (:func:`scene_document`), else around random words (:func:`note_document`)."""
-    if notes is None:
-        raise ValueError("a note document needs the run's note layout (notes=), got None")
     if notes.scenes and rng.random() < 0.5:
         return scene_document(rng, encode, notes, wrap)
     return note_document(rng, words, encode, notes, wrap, filler=filler)
