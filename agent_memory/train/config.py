@@ -58,6 +58,7 @@ class TinyModelConfig:
     pretrain_steps: int = 0
     pretrain_lr: float = 0.003
     pretrain_max_facts: int = 4
+    pretrain_notes_from: float = 0.0
 
     def __post_init__(self) -> None:
         _need(
@@ -96,6 +97,13 @@ class TinyModelConfig:
             "a number > 0",
             self.pretrain_lr,
             0.003,
+        )
+        _need(
+            _num(self.pretrain_notes_from, 0.0) and self.pretrain_notes_from < 1,
+            "trainer.tiny.pretrain_notes_from",
+            "a number in [0, 1)",
+            self.pretrain_notes_from,
+            0.5,
         )
         _need(
             self.pretrain_steps == 0 or self.lowercase,

@@ -87,11 +87,13 @@ def test_a_vocabulary_without_the_statement_words_is_refused(tmp_path):
         ({"steps": 0}, "steps"),
         ({"steps": 1, "max_facts": 1}, "max_facts"),
         ({"steps": 1, "lr": 0.0}, "lr"),
+        ({"steps": 1, "notes_from": 1.0}, "notes_from must be a number in [0, 1)"),
+        ({"steps": 1, "notes_from": -0.1}, "notes_from"),
     ],
 )
 def test_bad_settings_name_themselves(tmp_path, kwargs, message):
     path = build_tiny_lm(tmp_path / "m", WORDS, hidden=16, heads=2, lowercase=True)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=re.escape(message)):
         pretrain_tiny_lm(path, **kwargs)
 
 
@@ -319,3 +321,41 @@ def test_the_tiny_model_is_pretrained_on_the_env_s_own_steps():
     assert layout is not None and layout.scenes == tuple(scenes)
     tokens, _ = scene_document(random.Random(0), str.split, layout)
     assert "<memory>" in tokens
+
+
+@pytest.mark.parametrize(("notes_from", "first"), [(0.0, 1), (0.5, 3)])
+def test_note_documents_start_after_their_share_of_the_steps(
+    tmp_path, monkeypatch, notes_from, first
+):
+    # The reading back forms on the plain documents first: with notes_from=0.5 of 4 steps, no
+    # note document before step 3 (drawn from the start, they held it at 0.25 on Track's words).
+    import agent_memory.models.pretrain as pretrain
+
+    words = [*LETTERS, "memory", "task", "now", "actions", ":", ",", "the", "is", "."]
+    path = build_tiny_lm(
+        tmp_path / "m", words, hidden=16, heads=2, lowercase=True, tags=["memory", "action"]
+    )
+    calls = {"evaluations": 0, "updates": 0}
+    drawn: list[int] = []  # the training step of each note document drawn for training
+
+    def counting(name, real):
+        def wrapped(*args, **kwargs):
+            calls[name] += 1
+            return real(*args, **kwargs)
+
+        return wrapped
+
+    def note(*args, **kwargs):
+        if calls["evaluations"]:  # not one of the held-out documents (drawn before any)
+            drawn.append(calls["updates"] + 1)
+        return real_note(*args, **kwargs)
+
+    real_note = pretrain._note_document
+    monkeypatch.setattr(pretrain, "_note_document", note)
+    monkeypatch.setattr(
+        pretrain, "_fact_accuracy", counting("evaluations", pretrain._fact_accuracy)
+    )
+    monkeypatch.setattr(pretrain, "_token_losses", counting("updates", pretrain._token_losses))
+    pretrain_tiny_lm(path, steps=4, batch_size=16, seed=0, notes=LAYOUT, notes_from=notes_from)
+    assert calls["updates"] == 4 and drawn and min(drawn) == first, drawn
+    assert json.loads((path / PRETRAIN_FILE).read_text())["notes_from"] == notes_from

@@ -65,6 +65,10 @@ def test_the_demo_preset_composes():
             "trainer.tiny.pretrain_lr must be a number > 0, got 0.0: pass e.g. trainer.tiny.pretrain_lr=0.003",
         ),
         (
+            ["trainer.tiny.pretrain_notes_from=1"],
+            "trainer.tiny.pretrain_notes_from must be a number in [0, 1), got 1.0: pass e.g. trainer.tiny.pretrain_notes_from=0.5",
+        ),
+        (
             ["trainer.tiny.pretrain_steps=-1"],
             "trainer.tiny.pretrain_steps must be an int >= 0, got -1: pass e.g. trainer.tiny.pretrain_steps=2000",
         ),
