@@ -131,10 +131,12 @@ def check_number(
     low: float,
     high: float | None = None,
     low_open: bool = False,
+    high_open: bool = False,
     allow_none: bool = False,
 ) -> float | None:
-    """``value`` as a float in ``[low, high]`` (``(low, ...`` when ``low_open``; no upper bound
-    when ``high`` is None; bools, NaN and inf refused), or None when ``allow_none``.
+    """``value`` as a float in ``[low, high]`` (``(low, ...`` when ``low_open``, ``..., high)``
+    when ``high_open``; no upper bound when ``high`` is None; bools, NaN and inf refused), or
+    None when ``allow_none``.
 
     Example:
         >>> check_number("rerank_weight", 1, low=0, high=1)
@@ -143,18 +145,22 @@ def check_number(
         Traceback (most recent call last):
         ...
         ValueError: trigger_ratio must be None or a number in (0, 1], got 0
+        >>> check_number("notes_from", 1, low=0, high=1, high_open=True)
+        Traceback (most recent call last):
+        ...
+        ValueError: notes_from must be a number in [0, 1), got 1
     """
     if value is None and allow_none:
         return None
     if (
         not is_number(value)
         or not (value > low if low_open else value >= low)
-        or (high is not None and not value <= high)
+        or (high is not None and not (value < high if high_open else value <= high))
     ):
         if high is None:
             bound = f"> {low}" if low_open else f">= {low}"
         else:
-            bound = f"in {'(' if low_open else '['}{low}, {high}]"
+            bound = f"in {'(' if low_open else '['}{low}, {high}{')' if high_open else ']'}"
         none = "None or " if allow_none else ""
         raise ValueError(f"{name} must be {none}a number {bound}, got {value!r}")
     return float(value)

@@ -1,15 +1,16 @@
 """The tiny LM's note documents: a prompt laid out as the run's own, an answer that writes a note.
 
 When the run's policy writes a note (:mod:`agent_memory.models.pretrain` with ``notes=``), half of
-the pretraining documents are these: a prompt laid out as the run's own (its template, its note,
-its chat turns) and an answer ``<memory> ... </memory> <action> ... </action>`` whose block copies
-a line of the prompt (which line is drawn at random: RL learns which to keep), a suffix of one (a
-shorter rewrite), or the note shown unchanged (carried forward), and whose action is an admissible
-word; when the note names one of several admissible words, that word (a fact read back from the
-note). :func:`note_document` builds them around lines of random words; :func:`scene_document`
-around a step of the env played at random (:data:`Scene`), so that what is copied is the env's
-sentences (a model pretrained on random words alone copied fragments of Track's task line and
-never its observation). No document holds a task's answer or says which line to keep.
+the pretraining documents (after its ``notes_from`` share of the steps) are these: a prompt laid
+out as the run's own (its template, its note, its chat turns) and an answer ``<memory> ...
+</memory> <action> ... </action>`` whose block copies a line of the prompt (which line is drawn at
+random: RL learns which to keep), a suffix of one (a shorter rewrite), or the note shown unchanged
+(carried forward), and whose action is an admissible word; when the note names one of several
+admissible words, that word (a fact read back from the note). :func:`note_document` builds them
+around lines of random words; :func:`scene_document` around a step of the env played at random
+(:data:`Scene`), so that what is copied is the env's sentences (a model pretrained on random words
+alone copied fragments of Track's task line and never its observation). No document holds a task's
+answer or says which line to keep.
 """
 
 from __future__ import annotations

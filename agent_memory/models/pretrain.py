@@ -189,8 +189,7 @@ def pretrain_tiny_lm(
     check_int("batch_size", batch_size, 1)
     check_int("max_facts", max_facts, 2)
     check_number("lr", lr, low=0.0, low_open=True)
-    if check_number("notes_from", notes_from, low=0.0, high=1.0) == 1.0:
-        raise ValueError("notes_from must be a number in [0, 1) (a share of the steps), got 1.0")
+    check_number("notes_from", notes_from, low=0, high=1, high_open=True)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     vocab = tokenizer.get_vocab()
     missing = [w for w in _FRAME if w not in vocab]
