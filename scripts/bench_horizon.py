@@ -42,8 +42,8 @@ from bench_lib.horizons import Bench, Setting
 from bench_lib.trained import Option, run_benchmark
 
 #: Training iterations of every trained configuration (--iterations).
-ITERATIONS = 200
-#: The note's bound in tokens (about one announcement line: "The mug is now blue." counts 7),
+ITERATIONS = 100
+#: The note's bound in tokens (about one announcement line: "Now the mug is blue." counts 7),
 #: and the history budget of every hand-written memory.
 NOTE_TOKENS = 12
 #: The summaries' bound (compaction's smallest: 16 tokens).

@@ -5,11 +5,12 @@
 For each step before the question: the observation's kind (an announcement about the target,
 one about another object, a distractor fact) and what the step's ``<memory>`` block did with it:
 copied the observation (the block is that line), wrote another line with the observation's
-colour, kept the note shown, wrote something else, or wrote no block. At the question: the share
-of episodes whose note's last colour is the target's current one (what a reader that answers
-from the note alone scores), the share answered with an offered option at the first try, and
-the share won. Learning *which* line to keep shows as the target's lines taken into the note
-and the other object's left out. No model runs; the rows are those of
+colour, kept the note shown, wrote something else, or wrote no block. The episodes that reached
+the question, the share of invalid steps, and at the question: the share of episodes whose
+note's last colour is the target's current one (what a reader that answers from the note alone
+scores), the share answered with an offered option at the first try, and the share won.
+Learning *which* line to keep shows as the target's lines taken into the note and the other
+object's left out. No model runs; the rows are those of
 ``configs/train_track_notes.yaml`` (``memory=notes``, its ``Memory:`` header).
 """
 
@@ -28,6 +29,7 @@ if str(REPO) not in sys.path:  # run as `python scripts/track_notes_report.py` f
     sys.path.insert(0, str(REPO))
 
 from agent_memory.envs.recall import COLOURS, DISTRACTOR_FACTS  # noqa: E402
+from agent_memory.envs.track import TrackEnv  # noqa: E402
 
 #: The observation kinds before the question, in the table's order.
 KINDS = {"target": "the target's announcement", "other": "another object's", "fact": "a fact"}
@@ -35,8 +37,6 @@ KINDS = {"target": "the target's announcement", "other": "another object's", "fa
 #: colour as its last colour, e.g. the note's object with the new colour).
 DEEDS = ("copied", "its colour", "kept", "other", "no block")
 
-_ANNOUNCE = re.compile(r"^The ([A-Za-z]+) is now ([A-Za-z]+)\.$")
-_TARGET = re.compile(r"current colou?r of the ([A-Za-z]+)", re.IGNORECASE)
 _NOTE = re.compile(r"Memory:\n(.*?)(?:\n\n|$)", re.S)
 _BLOCK = re.compile(r"<memory>(.*?)</memory>", re.S)
 _FACTS = frozenset(DISTRACTOR_FACTS)
@@ -60,11 +60,13 @@ def observation(prompt: str) -> str:
     """The step's observation: the prompt's last announcement, fact or question line.
 
     Example:
-        >>> observation("Memory:\\nThe mug is now red.\\n\\nTask.\\nThe kite is now blue.")
-        'The kite is now blue.'
+        >>> observation("Memory:\\nNow the mug is red.\\n\\nTask.\\nNow the kite is blue.")
+        'Now the kite is blue.'
     """
     lines = [x.strip() for x in prompt.split("\n")]
-    seen = [x for x in lines if _ANNOUNCE.match(x) or _is_fact(x) or x.startswith("Question:")]
+    seen = [
+        x for x in lines if TrackEnv.announcement(x) or _is_fact(x) or x.startswith("Question:")
+    ]
     return seen[-1] if seen else ""
 
 
@@ -74,7 +76,7 @@ def note_colour(note: str) -> str | None:
     target's for its colour to be right).
 
     Example:
-        >>> note_colour("the kite is now blue . the mug is now red .")
+        >>> note_colour("now the kite is blue . now the mug is red .")
         'red'
         >>> note_colour("did you know ? owls hoot .") is None
         True
@@ -92,11 +94,11 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         ...     shown = f"Memory:\\n{note}\\n\\n" if note else ""
         ...     return {"traj_uid": uid, "step": step, "prompt": f"{shown}{task}\\n{obs}",
         ...             "response": response, **kw}
-        >>> rows = [row("e", 0, "The mug is now red.", "<memory>The mug is now red.</memory>"),
-        ...         row("e", 1, "The kite is now blue.", "<memory>The mug is now red.</memory>",
-        ...             "The mug is now red."),
+        >>> rows = [row("e", 0, "Now the mug is red.", "<memory>Now the mug is red.</memory>"),
+        ...         row("e", 1, "Now the kite is blue.", "<memory>Now the mug is red.</memory>",
+        ...             "Now the mug is red."),
         ...         row("e", 2, "Question: what colour is it now?", "<action>red</action>",
-        ...             "The mug is now red.", is_action_valid=True, won=True)]
+        ...             "Now the mug is red.", is_action_valid=True, won=True)]
         >>> figures = report(rows)
         >>> figures["steps"]["target"], figures["steps"]["other"]
         ({'copied': 1}, {'kept': 1})
@@ -115,8 +117,7 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         first_question = True
         for r in ep:
             prompt = _text(r["prompt"])
-            targets = _TARGET.findall(prompt)
-            target = targets[-1].casefold() if targets else ""
+            target = TrackEnv.target_from_text(prompt)
             obs = observation(prompt)
             shown = _NOTE.search(prompt)
             note = shown.group(1).strip() if shown else ""
@@ -127,9 +128,9 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
                     answered += bool(r.get("is_action_valid"))
                     first_question = False
                 continue
-            found = _ANNOUNCE.match(obs)
-            if found and found.group(1).casefold() == target:
-                kind, truth = "target", found.group(2).casefold()
+            found = TrackEnv.announcement(obs)
+            if found and found[0] == target:
+                kind, truth = "target", found[1]
             else:
                 kind = "other" if found else "fact"
             blocks = _BLOCK.findall(str(r.get("response", "")))
@@ -139,14 +140,17 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 deed = "copied"
             elif _words(blocks[-1]) == _words(note):
                 deed = "kept"
-            elif found and note_colour(blocks[-1]) == found.group(2).casefold():
+            elif found and note_colour(blocks[-1]) == found[1]:
                 deed = "its colour"
             else:
                 deed = "other"
             steps[kind][deed] += 1
     n = max(asked, 1)
+    invalid = sum(r.get("is_action_valid") is False for r in rows)
     return {
         "episodes": len(episodes),
+        "asked": asked,
+        "invalid": invalid / max(len(rows), 1),
         "steps": {k: dict(v) for k, v in steps.items()},
         "note_right": note_right / n,
         "answered": answered / n,
@@ -167,7 +171,8 @@ def table(figures: dict[str, Any]) -> str:
         lines.append(f"| {label} | {total} | " + " | ".join(shares) + " |")
     lines.append("")
     lines.append(
-        f"{figures['episodes']} episodes: the note's colour is the target's current one at the "
+        f"{figures['episodes']} episodes, {figures['asked']} reached the question (invalid "
+        f"steps: {figures['invalid']:.1%}): the note's colour is the target's current one at the "
         f"question in {figures['note_right']:.1%}; answered with an option at the first try "
         f"{figures['answered']:.1%}; won {figures['won']:.1%}."
     )

@@ -98,12 +98,12 @@ def test_the_perfect_reader_scores_the_last_visible_target_announcement(
     stale = next(c for c in info["admissible_actions"] if c != env.oracle_action())
     prompts = [
         "\n".join(history),  # the whole episode: right
-        f"{task}\nThe {target} is now {stale}.\n{history[-1]}",  # a stale colour: wrong
+        f"{task}\nNow the {target} is {stale}.\n{history[-1]}",  # a stale colour: wrong
         f"{task}\n{history[-1]}",  # nothing shown: a guess among 3
         [
-            {"role": "user", "content": f"{task}\nThe {target} is now {stale}."},
+            {"role": "user", "content": f"{task}\nNow the {target} is {stale}."},
             {"role": "assistant", "content": "next"},
-            {"role": "user", "content": f"The {target} is now {env.oracle_action()}.\n"},
+            {"role": "user", "content": f"Now the {target} is {env.oracle_action()}.\n"},
             {"role": "user", "content": history[-1]},
         ],
     ]

@@ -35,25 +35,25 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_report_counts_what_each_block_did_with_each_kind_of_line(tmp_path: Path) -> None:
-    mug, kite = "The mug is now red.", "The kite is now blue."
+    mug, kite = "Now the mug is red.", "Now the kite is blue."
     fact = "Did you know? A day on Venus is longer than its year."
     q = "Question: what colour is it now?"
     rows = [
         # e0 copies the target's line, keeps it through a fact and the other's line: right.
-        _row("e0", 0, mug, "the mug is now red ."),
-        _row("e0", 1, fact, "the mug is now red .", mug),
-        _row("e0", 2, kite, "the mug is now red .", mug),
+        _row("e0", 0, mug, "now the mug is red ."),
+        _row("e0", 1, fact, "now the mug is red .", mug),
+        _row("e0", 2, kite, "now the mug is red .", mug),
         _row("e0", 3, q, "x", mug, is_action_valid=True, won=True),
         # e1 copies the other's line over it, then writes no block: wrong, answered at the retry.
         # e2 takes the other's colour into its note of the target: wrong.
-        _row("e1", 0, mug, "the mug is now red ."),
+        _row("e1", 0, mug, "now the mug is red ."),
         _row("e1", 1, fact, "something else", mug),
-        _row("e1", 2, kite, "the kite is now blue .", "something else"),
+        _row("e1", 2, kite, "now the kite is blue .", "something else"),
         _row("e1", 3, q, None, kite, is_action_valid=False, won=False),
         _row("e1", 4, q, None, kite, is_action_valid=True, won=False),
-        _row("e2", 0, mug, "the mug is now red ."),
-        _row("e2", 1, kite, "the mug is now blue .", mug),
-        _row("e2", 2, q, "x", "The mug is now blue.", is_action_valid=True, won=False),
+        _row("e2", 0, mug, "now the mug is red ."),
+        _row("e2", 1, kite, "now the mug is blue .", mug),
+        _row("e2", 2, q, "x", "Now the mug is blue.", is_action_valid=True, won=False),
     ]
     path = tmp_path / "trajectories.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -63,7 +63,8 @@ def test_the_report_counts_what_each_block_did_with_each_kind_of_line(tmp_path: 
     assert "| another object's | 3 | 0.33 | 0.33 | 0.33 | 0.00 | 0.00 |" in proc.stdout
     assert "| a fact | 2 | 0.00 | 0.00 | 0.50 | 0.50 | 0.00 |" in proc.stdout
     assert (
-        "3 episodes: the note's colour is the target's current one at the question in 33.3%; "
+        "3 episodes, 3 reached the question (invalid steps: 8.3%): the note's colour is the "
+        "target's current one at the question in 33.3%; "
         "answered with an option at the first try 66.7%; won 33.3%." in proc.stdout
     )
 

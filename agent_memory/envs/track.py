@@ -1,7 +1,7 @@
 """Track: a memory probe that only a memory keeping the right thing, overwritten, can solve.
 
 The task text names a target object ("At the end you will be asked the current colour of the
-mug."). Each step shows one line: an announcement ("The kite is now blue.") about any of the
+mug."). Each step shows one line: an announcement ("Now the kite is blue.") about any of the
 episode's ``num_objects`` objects, or a distractor fact. Every object's colour is announced at the
 start and then changes at random steps. The last step asks "What colour is it now?" without naming
 the object; the options hold the target's current colour, its earlier colours and the other
@@ -36,7 +36,9 @@ from agent_memory.envs.text_adapter import match_action, normalize_action
 __all__ = ["COLOURS", "DISTRACTOR_FACTS", "OBJECTS", "TrackEnv"]
 
 _NEXT: Final = "next"
-_ANNOUNCE_RE: Final = re.compile(r"\bThe ([A-Za-z]+) is now ([A-Za-z]+)\.", re.IGNORECASE)
+# "Now the K is V.": the frame "the K is V" a pretrained model reads back (the tiny model's
+# pretraining reads "the K is" -> V; it read 0.01 of "the K is now" -> V).
+_ANNOUNCE_RE: Final = re.compile(r"\bNow the ([A-Za-z]+) is ([A-Za-z]+)\.", re.IGNORECASE)
 _TARGET_RE: Final = re.compile(r"current colou?r of the ([A-Za-z]+)", re.IGNORECASE)
 _QUESTION: Final = "Question: what colour is it now?"
 
@@ -72,16 +74,16 @@ class TrackEnv(TextEnv):
         >>> obs, info = env.reset(seed=1)
         >>> print(obs)
         At the end you will be asked the current colour of the umbrella.
-        The umbrella is now blue.
+        Now the umbrella is blue.
         >>> history = [obs]
         >>> while info["admissible_actions"] == ["next"]:
         ...     obs, reward, terminated, truncated, info = env.step("next")
         ...     history.append(obs)
         >>> print("\\n".join(history[1:]))
-        The car is now red.
-        The car is now purple.
+        Now the car is red.
+        Now the car is purple.
         Did you know? A day on Venus is longer than its year.
-        The umbrella is now grey.
+        Now the umbrella is grey.
         Question: what colour is it now?
         Answer with one of: blue, grey, purple.
         >>> options = info["admissible_actions"]
@@ -158,6 +160,28 @@ class TrackEnv(TextEnv):
     # -- solvers -------------------------------------------------------------------------------
 
     @staticmethod
+    def announcement(line: str) -> tuple[str, str] | None:
+        """``(object, colour)`` when ``line`` is one announcement, lower-case; else None.
+
+        Example:
+            >>> TrackEnv.announcement("Now the mug is Red."), TrackEnv.announcement("Owls hoot.")
+            (('mug', 'red'), None)
+        """
+        found = _ANNOUNCE_RE.fullmatch(line.strip())
+        return (found.group(1).casefold(), found.group(2).casefold()) if found else None
+
+    @staticmethod
+    def target_from_text(text: str) -> str | None:
+        """The object the last task sentence in ``text`` names, lower-case; else None.
+
+        Example:
+            >>> TrackEnv.target_from_text("You will be asked the current colour of the hat.")
+            'hat'
+        """
+        targets = _TARGET_RE.findall(text)
+        return targets[-1].casefold() if targets else None
+
+    @staticmethod
     def read_from_text(text: str) -> str | None:
         """The colour of the last announcement about the target visible in ``text`` (the target
         is the object the task sentence names), or None when ``text`` shows none.
@@ -167,17 +191,16 @@ class TrackEnv(TextEnv):
 
         Example:
             >>> TrackEnv.read_from_text(
-            ...     "asked the current colour of the mug.\\nThe mug is now red.\\n"
-            ...     "The kite is now blue.\\nThe mug is now pink.\\nThe hat is now grey."
+            ...     "asked the current colour of the mug.\\nNow the mug is red.\\n"
+            ...     "Now the kite is blue.\\nNow the mug is pink.\\nNow the hat is grey."
             ... )
             'pink'
-            >>> TrackEnv.read_from_text("The mug is now red.") is None  # no target named
+            >>> TrackEnv.read_from_text("Now the mug is red.") is None  # no target named
             True
         """
-        targets = _TARGET_RE.findall(text)
-        if not targets:
+        target = TrackEnv.target_from_text(text)
+        if target is None:
             return None
-        target = targets[-1].casefold()
         about = [c for o, c in _ANNOUNCE_RE.findall(text) if o.casefold() == target]
         return about[-1].casefold() if about else None
 
@@ -188,15 +211,14 @@ class TrackEnv(TextEnv):
 
         Example:
             >>> TrackEnv.note_from_text(
-            ...     "the current colour of the mug.\\nThe mug is now red.\\nThe mug is now BLUE."
+            ...     "the current colour of the mug.\\nNow the mug is red.\\nNow the mug is BLUE."
             ... )
-            'The mug is now blue.'
+            'Now the mug is blue.'
         """
-        targets = _TARGET_RE.findall(text)
         colour = TrackEnv.read_from_text(text)
         if colour is None:
             return ""
-        return f"The {targets[-1].casefold()} is now {colour}."
+        return f"Now the {TrackEnv.target_from_text(text)} is {colour}."
 
     @staticmethod
     def solve_from_text(text: str, options: Sequence[str]) -> str:
@@ -204,7 +226,7 @@ class TrackEnv(TextEnv):
         ``options[0]`` (a guess, right with probability ``1/num_choices``).
 
         Example:
-            >>> text = "the current colour of the hat. The hat is now red. What colour is it now?"
+            >>> text = "the current colour of the hat. Now the hat is red. What colour is it now?"
             >>> TrackEnv.solve_from_text(text, ["blue", "Red"])
             'Red'
             >>> TrackEnv.solve_from_text("What colour is it now?", ["blue", "red"])
@@ -301,7 +323,7 @@ class TrackEnv(TextEnv):
         return [
             f"Did you know? {DISTRACTOR_FACTS[int(next(fact_ids))]}"
             if change is None
-            else f"The {self._objects[change[0]]} is now {change[1]}."
+            else f"Now the {self._objects[change[0]]} is {change[1]}."
             for change in self._changes
         ]
 

@@ -60,6 +60,7 @@ __all__ = [
     "PRETRAIN_FILE",
     "NoteLayout",
     "Scene",
+    "fact_accuracy",
     "fact_document",
     "note_document",
     "pretrain_tiny_lm",
@@ -102,15 +103,23 @@ def fact_document(
     max_facts: int,
     filler: Sequence[str] = (),
     max_filler: int = 4,
+    changes: bool = False,
 ) -> Document:
     """2 to ``max_facts`` statements ``the K is V .`` (distinct K) each after 0 to
     ``max_filler`` ``filler`` words (default: ``words``), then each statement again, shuffled,
     after filler as well; weight 1 on each restated V and 0.5 on every ``is`` and ``.``.
 
+    With ``changes``, half of the documents restate some keys with a new value before the
+    read-back, which asks for the latest: as an env's announcements change a colour.
+
     Example:
         >>> ids, w = fact_document(random.Random(0), ["a", "b", "c"], str.split, 2)
         >>> len(ids) == len(w), w.count(1.0), w.count(0.5)
         (True, 2, 8)
+        >>> abcd = ["a", "b", "c", "d"]
+        >>> ids, w = fact_document(random.Random(4), abcd, str.split, 2, max_filler=0, changes=True)
+        >>> " ".join(ids)  # the c changes from d to a: the read-back asks the latest
+        'the c is d . the a is d . the c is a . the c is a . the a is d .'
     """
     filler = filler or words
     facts = [(k, rng.choice(words)) for k in rng.sample(words, rng.randint(2, max_facts))]
@@ -135,6 +144,12 @@ def fact_document(
 
     for key, value in facts:
         state(key, value, 0.0)
+    if changes and rng.random() < 0.5:  # some keys change: the read-back asks for the latest
+        moved = [i for i in range(len(facts)) if rng.random() < 0.5]
+        for i in moved:
+            key, value = facts[i]
+            facts[i] = (key, rng.choice([w for w in words if w != value]))
+            state(*facts[i], 0.0)
     rng.shuffle(facts)
     for key, value in facts:
         state(key, value, 1.0)  # read back: the loss that counts
@@ -156,6 +171,7 @@ def pretrain_tiny_lm(
     seed: int = 0,
     notes: NoteLayout | None = None,
     notes_from: float = 0.0,
+    changing_facts: bool = False,
 ) -> dict[str, float]:
     """Pretrain the tiny LM saved at ``path`` in place (see the module docstring) and write
     :data:`PRETRAIN_FILE` beside it.
@@ -171,6 +187,8 @@ def pretrain_tiny_lm(
             ones (a quarter each repeats and facts), put in the model's chat turns.
         notes_from: Share of the steps before the first note document (in ``[0, 1)``): the
             reading back forms on the plain documents first.
+        changing_facts: Fact documents of the second half with values that change
+            (:func:`fact_document`'s ``changes``), the held-out ones too.
 
     Returns:
         ``steps``, the last step's ``loss``, ``fact_accuracy`` (greedy next-token accuracy of
@@ -224,12 +242,16 @@ def pretrain_tiny_lm(
             return repeat_document(rng, words, encode)
         # Short documents first (the reading back forms there), then facts as far apart as an
         # episode's steps, so that it holds over those distances.
-        longest = 4 if step <= steps // 2 else rng.choice((4, 16, 32))
-        return fact_document(rng, words, encode, max_facts, filler, longest)
+        # Changing facts then too, once the reading back has formed.
+        if step <= steps // 2:
+            return fact_document(rng, words, encode, max_facts, filler, 4)
+        longest = rng.choice((4, 16, 32))
+        return fact_document(rng, words, encode, max_facts, filler, longest, changing_facts)
 
     held_out = random.Random(f"{seed}-eval")
     eval_docs = [
-        fact_document(held_out, words, encode, max_facts, filler, 32) for _ in range(_EVAL_DOCS)
+        fact_document(held_out, words, encode, max_facts, filler, 32, changing_facts)
+        for _ in range(_EVAL_DOCS)
     ]
     note_docs = (
         []
@@ -243,7 +265,7 @@ def pretrain_tiny_lm(
         torch.manual_seed(seed)
         model = AutoModelForCausalLM.from_pretrained(str(path), local_files_only=True)
         model.train()
-        note_start = _fact_accuracy(model, note_docs)
+        note_start = fact_accuracy(model, note_docs)
         optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         rng = random.Random(seed)
         start, loss = time.perf_counter(), float("nan")
@@ -265,11 +287,11 @@ def pretrain_tiny_lm(
                     step,
                     steps,
                     loss,
-                    _fact_accuracy(model, eval_docs[:32]),
+                    fact_accuracy(model, eval_docs[:32]),
                 )
-        accuracy = _fact_accuracy(model, eval_docs)
-        note_end = _fact_accuracy(model, note_docs)
-        action_end = _fact_accuracy(model, note_docs, only=ACTION_WEIGHT)
+        accuracy = fact_accuracy(model, eval_docs)
+        note_end = fact_accuracy(model, note_docs)
+        action_end = fact_accuracy(model, note_docs, only=ACTION_WEIGHT)
     model.save_pretrained(str(path))
     stats = {
         "steps": steps,
@@ -290,6 +312,7 @@ def pretrain_tiny_lm(
         "seed": seed,
         "notes": notes is not None,
         "notes_from": notes_from,
+        "changing_facts": changing_facts,
     }
     (Path(path) / PRETRAIN_FILE).write_text(json.dumps({**settings, **stats}, indent=2) + "\n")
     log.info("pretrained the tiny model: %s", stats)
@@ -341,9 +364,19 @@ def _token_losses(model: Any, ids: Any, mask: Any) -> Any:
     ).view(ids.shape[0], -1)
 
 
-def _fact_accuracy(model: Any, docs: Sequence[Document], only: float | None = None) -> float:
+def fact_accuracy(model: Any, docs: Sequence[Document], only: float | None = None) -> float:
     """Greedy accuracy of the tokens of weight at least 1 of ``docs`` (a fact document's
-    restated values; a note document's answer), or of weight ``only``; 0 for no documents."""
+    restated values; a note document's answer), or of weight ``only``; 0 for no documents.
+
+    Example:
+        >>> import tempfile
+        >>> from transformers import AutoModelForCausalLM
+        >>> from agent_memory.models import build_tiny_lm
+        >>> path = build_tiny_lm(tempfile.mkdtemp(), ["mug", "red", "the", "is", "."], hidden=16)
+        >>> model = AutoModelForCausalLM.from_pretrained(str(path))
+        >>> fact_accuracy(model, []), 0.0 <= fact_accuracy(model, [([1, 2, 3], [0, 0, 1])]) <= 1
+        (0.0, True)
+    """
     import torch
 
     model.eval()

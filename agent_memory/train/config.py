@@ -59,6 +59,7 @@ class TinyModelConfig:
     pretrain_lr: float = 0.003
     pretrain_max_facts: int = 4
     pretrain_notes_from: float = 0.0
+    pretrain_changing_facts: bool = False
 
     def __post_init__(self) -> None:
         _need(

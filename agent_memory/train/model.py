@@ -149,6 +149,7 @@ def build_tiny_for_env(job: JobConfig, cfg: TinyModelConfig, out: Path, seed: in
                 max_facts=cfg.pretrain_max_facts,
                 seed=seed,
                 notes_from=cfg.pretrain_notes_from,
+                changing_facts=cfg.pretrain_changing_facts,
                 notes=(
                     note_layout(env, job.env.parser.tag, scenes)
                     if job.policy.name != "score"

@@ -21,7 +21,7 @@ from agent_memory.envs.track import COLOURS, DISTRACTOR_FACTS, OBJECTS, TrackEnv
 ENV_ID = "agent_memory/Track-v0"
 REPO = Path(__file__).resolve().parents[2]
 INFO_KEYS = {"admissible_actions", "won", "state_key", "task"}
-ANNOUNCE = re.compile(r"^The (\w+) is now (\w+)\.$")
+ANNOUNCE = re.compile(r"^Now the (\w+) is (\w+)\.$")
 TARGET = re.compile(r"asked the current colour of the (\w+)\.")
 
 pytestmark = pytest.mark.filterwarnings("ignore:.*Not able to test alternative render modes")
@@ -211,7 +211,7 @@ def test_horizon_multiplies_the_steps_and_the_updates(horizon: int) -> None:
         note = ""
         for obs in history[:-1]:
             note = TrackEnv.note_from_text(f"{task}\n{note}\n{obs}")
-        assert note.startswith("The ") and len(note.splitlines()) == 1
+        assert note.startswith("Now the ") and len(note.splitlines()) == 1
         answer = TrackEnv.solve_from_text(f"{task}\n{note}\n{history[-1]}", env._options)
         assert answer == env._answer
 
@@ -233,13 +233,13 @@ def test_a_short_window_at_10x_sees_the_last_update_rarely() -> None:
 
 def test_read_and_solve_from_text_use_the_last_announcement_about_the_target() -> None:
     text = (
-        "At the end you will be asked the current colour of the hat.\nThe hat is now green.\n"
-        "The key is now blue.\nThe hat is now red.\nThe key is now pink.\n"
+        "At the end you will be asked the current colour of the hat.\nNow the hat is green.\n"
+        "Now the key is blue.\nNow the hat is red.\nNow the key is pink.\n"
         "Question: what colour is it now?"
     )
     assert TrackEnv.read_from_text(text) == "red"
     assert TrackEnv.solve_from_text(text, ["blue", "Red", "green"]) == "Red"
-    assert TrackEnv.note_from_text(text) == "The hat is now red."
+    assert TrackEnv.note_from_text(text) == "Now the hat is red."
     no_target = text.replace("current colour of the hat", "colour")
     assert TrackEnv.read_from_text(no_target) is None and TrackEnv.note_from_text(no_target) == ""
     assert TrackEnv.solve_from_text(no_target, ["blue", "red"]) == "blue"

@@ -42,6 +42,45 @@ def test_a_fact_document_restates_every_fact_and_weighs_only_the_restated_values
         assert framed == ["is", "."] * (2 * len(stated))
 
 
+def test_changing_facts_restate_some_keys_with_a_new_value_and_ask_for_the_latest():
+    changed = 0
+    for seed in range(60):
+        tokens, weights = fact_document(
+            random.Random(seed), ["a", "b", "c", "d", "e"], str.split, 4, changes=True
+        )
+        statements = re.findall(r"the (\w) is (\w) \.", " ".join(tokens))
+        restated = [tokens[i] for i, w in enumerate(weights) if w == 1.0]
+        read_back = statements[-len(restated) :]
+        latest = dict(statements[: -len(restated)])  # each key's last value before the read-back
+        assert [v for _, v in read_back] == restated
+        assert all(latest[k] == v for k, v in read_back)
+        keys = [k for k, _ in statements[: -len(restated)]]
+        if len(keys) > len(set(keys)):  # a key stated twice: its value changed
+            changed += 1
+            first = dict(reversed(statements[: -len(restated)]))
+            assert any(first[k] != latest[k] for k in set(keys))
+    # About half of the documents change a key (each key with probability 1/2).
+    assert 10 < changed < 45, changed
+
+
+def test_changing_facts_are_drawn_in_the_second_half_and_recorded(tmp_path, monkeypatch):
+    import agent_memory.models.pretrain as pretrain
+
+    path = build_tiny_lm(tmp_path / "m", WORDS, hidden=16, heads=2, init_range=0.02, lowercase=True)
+    seen: list[bool] = []
+
+    def recording(*args, **kwargs):
+        seen.append(bool(args[6] if len(args) > 6 else kwargs.get("changes", False)))
+        return real(*args, **kwargs)
+
+    real = pretrain.fact_document
+    monkeypatch.setattr(pretrain, "fact_document", recording)
+    pretrain_tiny_lm(path, steps=4, batch_size=8, seed=0, changing_facts=True)
+    # The held-out documents (drawn first) change; the first half's training ones do not.
+    assert seen[0] and True in seen[128:] and False in seen[128:]
+    assert json.loads((path / PRETRAIN_FILE).read_text())["changing_facts"] is True
+
+
 def test_a_repeat_document_weighs_the_second_copy():
     tokens, weights = repeat_document(random.Random(3), ["a", "b", "c"], str.split)
     half = len(tokens) // 2
@@ -237,9 +276,9 @@ def test_half_the_notes_hold_a_lure_the_action_never_takes():
 
 
 SCENES = (
-    ("Track the mug. Say next.", "The mug is now red.", ("next",)),
-    ("Track the mug. Say next.", "The kite is now blue.", ("next",)),
-    ("Track the mug. Say next.", "Did you know? Owls hoot.\nThe hat is now pink.", ("next",)),
+    ("Track the mug. Say next.", "Now the mug is red.", ("next",)),
+    ("Track the mug. Say next.", "Now the kite is blue.", ("next",)),
+    ("Track the mug. Say next.", "Did you know? Owls hoot.\nNow the hat is pink.", ("next",)),
     ("Track the mug. Say next.", "Question: what colour?", ("red", "blue", "grey")),
     ("Track the hat. Say next.", "Question: what colour?", ("pink", "grey")),
 )
@@ -352,9 +391,7 @@ def test_note_documents_start_after_their_share_of_the_steps(
 
     real_note = pretrain._note_document
     monkeypatch.setattr(pretrain, "_note_document", note)
-    monkeypatch.setattr(
-        pretrain, "_fact_accuracy", counting("evaluations", pretrain._fact_accuracy)
-    )
+    monkeypatch.setattr(pretrain, "fact_accuracy", counting("evaluations", pretrain.fact_accuracy))
     monkeypatch.setattr(pretrain, "_token_losses", counting("updates", pretrain._token_losses))
     pretrain_tiny_lm(path, steps=4, batch_size=16, seed=0, notes=LAYOUT, notes_from=notes_from)
     assert calls["updates"] == 4 and drawn and min(drawn) == first, drawn
