@@ -11,7 +11,8 @@ built from its own vocabulary's words (and, for notes, from the env's own steps 
   this is where induction heads form (Olsson et al., 2022);
 - *facts*: statements ``the K is V .`` for random words K and V, among random filler words
   (any word of the vocabulary, punctuation included), then every statement again in a shuffled
-  order (the loss on each restated V).
+  order (the loss on each restated V); with ``changing_facts``, some keys of the second half's
+  documents are restated with a new value first, and the latest is the one read back.
 
 - *notes* (when the run's policy writes a note: ``notes=``; after the first ``notes_from`` share
   of the steps, when set, so the reading back forms first): a prompt laid out as the run's own
