@@ -39,7 +39,7 @@ from typing import Any
 
 from bench_lib import horizons
 from bench_lib.horizons import Bench, Setting
-from bench_lib.trained import Option, run_benchmark
+from bench_lib.trained import Option, positive, run_benchmark
 
 #: Training iterations of every trained configuration (--iterations).
 ITERATIONS = 100
@@ -176,22 +176,6 @@ QUICK = (
     "trainer.logger=[csv]",
     "trainer.tiny.pretrain_steps=2",
 )
-
-
-def positive(text: str) -> int:
-    """An integer >= 1 from the command line (argparse's ``type``).
-
-    Example:
-        >>> positive("10")
-        10
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
-    return value
 
 
 OPTIONS = (

@@ -30,6 +30,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # run as `python scripts/probe_track_base.py` from anywhere
     sys.path.insert(0, str(REPO))
 
+from bench_lib.trained import positive  # noqa: E402
+
 from agent_memory.envs.track import TrackEnv  # noqa: E402
 from agent_memory.models.pretrain import fact_accuracy, fact_document  # noqa: E402
 
@@ -117,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     """Load the model and the preset, print both tables; returns every figure."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model", type=Path, help="a model directory (e.g. a run's tiny_model)")
-    parser.add_argument("--episodes", type=int, default=60, help="Track episodes (default 60)")
+    parser.add_argument("--episodes", type=positive, default=60, help="Track episodes (default 60)")
     parser.add_argument("overrides", nargs="*", help="Hydra overrides of train_track_notes")
     args = parser.parse_intermixed_args(argv)  # overrides before or after --episodes
     if not (args.model / "config.json").is_file():

@@ -31,6 +31,13 @@ def test_a_directory_without_a_model_is_refused(tmp_path, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_a_count_of_episodes_below_one_is_refused(tmp_path, capsys):
+    (tmp_path / "config.json").write_text("{}")
+    with pytest.raises(SystemExit):
+        probe_track_base.main([str(tmp_path), "--episodes", "0"])
+    assert "argument --episodes: expected an integer >= 1, got '0'" in capsys.readouterr().err
+
+
 def test_probe_prints_both_tables_with_every_step_kind(tmp_path):
     from agent_memory.envs.recall import COLOURS, OBJECTS
     from agent_memory.models import build_tiny_lm

@@ -19,6 +19,22 @@ REPO = Path(__file__).resolve().parents[2]
 RESULT = "result.json"
 
 
+def positive(text: str) -> int:
+    """An integer >= 1 from the command line (argparse's ``type``).
+
+    Example:
+        >>> positive("10")
+        10
+    """
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
 @dataclass(frozen=True)
 class Option:
     """A command-line option of one benchmark (``flag`` and ``argparse`` keyword arguments), given
