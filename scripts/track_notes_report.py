@@ -8,7 +8,9 @@ copied the observation (the block is that line), wrote another line with the obs
 colour, kept the note shown, wrote something else, or wrote no block. The episodes that reached
 the question, the share of invalid steps, and at the question: the share of episodes whose
 note's last colour is the target's current one (what a reader that answers from the note alone
-scores), the share answered with an offered option at the first try, and the share won.
+scores), the share answered with an offered option at the first try, and the share won (and how
+many of those won had an invalid step: Track passes it by default, ``invalid_step="passes"``;
+where it repeats, greedy play repeats the same prompt, so those would be cut off).
 Learning *which* line to keep shows as the target's lines taken into the note and the other
 object's left out. No model runs; the rows are those of
 ``configs/train_track_notes.yaml`` (``memory=notes``, its ``Memory:`` header).
@@ -111,6 +113,10 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
     steps: dict[str, Counter[str]] = {k: Counter() for k in KINDS}
     note_right = answered = asked = 0
     won = sum(any(r.get("won") for r in ep) for ep in episodes.values())
+    won_invalid = sum(
+        any(r.get("won") for r in ep) and any(r.get("is_action_valid") is False for r in ep)
+        for ep in episodes.values()
+    )
     for ep in episodes.values():
         ep.sort(key=lambda r: int(r["step"]))
         truth: str | None = None
@@ -151,10 +157,13 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         "episodes": len(episodes),
         "asked": asked,
         "invalid": invalid / max(len(rows), 1),
+        "invalid_steps": invalid,
+        "rows": len(rows),
         "steps": {k: dict(v) for k, v in steps.items()},
         "note_right": note_right / n,
         "answered": answered / n,
         "won": won / max(len(episodes), 1),
+        "won_with_invalid": won_invalid,
     }
 
 
@@ -172,9 +181,11 @@ def table(figures: dict[str, Any]) -> str:
     lines.append("")
     lines.append(
         f"{figures['episodes']} episodes, {figures['asked']} reached the question (invalid "
-        f"steps: {figures['invalid']:.1%}): the note's colour is the target's current one at the "
+        f"steps: {figures['invalid_steps']} of {figures['rows']}, {figures['invalid']:.1%}): "
+        "the note's colour is the target's current one at the "
         f"question in {figures['note_right']:.1%}; answered with an option at the first try "
-        f"{figures['answered']:.1%}; won {figures['won']:.1%}."
+        f"{figures['answered']:.1%}; won {figures['won']:.1%} ({figures['won_with_invalid']} "
+        "won with an invalid step)."
     )
     return "\n".join(lines)
 

@@ -39,9 +39,10 @@ def test_the_report_counts_what_each_block_did_with_each_kind_of_line(tmp_path: 
     fact = "Did you know? A day on Venus is longer than its year."
     q = "Question: what colour is it now?"
     rows = [
-        # e0 copies the target's line, keeps it through a fact and the other's line: right.
+        # e0 copies the target's line, keeps it through a fact (an invalid step) and the other's
+        # line: right.
         _row("e0", 0, mug, "now the mug is red ."),
-        _row("e0", 1, fact, "now the mug is red .", mug),
+        _row("e0", 1, fact, "now the mug is red .", mug, is_action_valid=False),
         _row("e0", 2, kite, "now the mug is red .", mug),
         _row("e0", 3, q, "x", mug, is_action_valid=True, won=True),
         # e1 copies the other's line over it, then writes no block: wrong, answered at the retry.
@@ -63,9 +64,10 @@ def test_the_report_counts_what_each_block_did_with_each_kind_of_line(tmp_path: 
     assert "| another object's | 3 | 0.33 | 0.33 | 0.33 | 0.00 | 0.00 |" in proc.stdout
     assert "| a fact | 2 | 0.00 | 0.00 | 0.50 | 0.50 | 0.00 |" in proc.stdout
     assert (
-        "3 episodes, 3 reached the question (invalid steps: 8.3%): the note's colour is the "
+        "3 episodes, 3 reached the question (invalid steps: 2 of 12, 16.7%): the note's colour is the "
         "target's current one at the question in 33.3%; "
-        "answered with an option at the first try 66.7%; won 33.3%." in proc.stdout
+        "answered with an option at the first try 66.7%; won 33.3% (1 won with an invalid step)."
+        in proc.stdout
     )
 
 

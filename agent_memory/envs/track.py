@@ -43,6 +43,11 @@ _TARGET_RE: Final = re.compile(r"current colou?r of the ([A-Za-z]+)", re.IGNOREC
 _QUESTION: Final = "Question: what colour is it now?"
 
 Phase = Literal["step", "question", "done"]
+#: What an invalid response does to a step: it passes as ``"next"`` would ("passes": the
+#: announcements do not wait, so an unreadable response costs that step's line and, at the
+#: question, the answer) or is shown again until ``max_steps`` ("repeats"; greedy play that
+#: writes the same invalid response to the same prompt then never gets past it).
+InvalidStep = Literal["passes", "repeats"]
 
 
 def _target_sentence(target: str) -> str:
@@ -57,8 +62,11 @@ class TrackEnv(TextEnv):
     ``updates * horizon`` times, at random later steps (each change to another colour); the
     other steps are distractor facts. Every step before the question admits only ``"next"``; the
     question admits ``num_choices`` shuffled colours, and the target's current one gives reward 1
-    and ``won``. ``horizon`` scales steps and updates together, so the density of the target's
-    updates, and what a window of recent steps sees, stays the same at 10x and 100x.
+    and ``won``. An invalid response (``info["is_action_valid"]`` False) passes the step as
+    ``"next"`` would, and at the question ends the episode unanswered (``invalid_step="passes"``),
+    or leaves the step to be answered again (``"repeats"``). ``horizon`` scales steps and updates
+    together, so the density of the target's updates, and what a window of recent steps sees,
+    stays the same at 10x and 100x.
 
     Args:
         steps: Steps before the question at ``horizon=1``.
@@ -66,6 +74,7 @@ class TrackEnv(TextEnv):
         num_objects: Objects per episode (1 .. ``len(OBJECTS)``); the target is one of them.
         num_choices: Options at the question (2 .. ``len(COLOURS)``).
         horizon: Multiplies ``steps`` and ``updates``.
+        invalid_step: ``"passes"`` or ``"repeats"``: what an invalid response does (above).
         max_steps: Steps before truncation; default ``steps * horizon + 4``.
         render_mode: ``"ansi"`` makes :meth:`render` return the current observation.
 
@@ -94,6 +103,9 @@ class TrackEnv(TextEnv):
         >>> obs, reward, terminated, truncated, info = env.step("grey")
         >>> obs, reward, terminated, info["won"]
         ('Correct: the umbrella is GREY.', 1.0, True, True)
+        >>> obs, info = env.reset(seed=1)
+        >>> env.step("wait")[0]  # invalid: the step passes all the same (invalid_step="passes")
+        'Now the car is red.'
     """
 
     def __init__(
@@ -103,11 +115,15 @@ class TrackEnv(TextEnv):
         num_objects: int = 4,
         num_choices: int = 4,
         horizon: int = 1,
+        invalid_step: InvalidStep = "passes",
         max_steps: int | None = None,
         render_mode: Literal["ansi"] | None = None,
     ) -> None:
         self.horizon = check_int("horizon", horizon, 1)
         self.updates = check_int("updates", updates, 0)
+        if invalid_step not in ("passes", "repeats"):
+            raise ValueError(f"invalid_step must be 'passes' or 'repeats', got {invalid_step!r}")
+        self.invalid_step: InvalidStep = invalid_step
         if not is_int(num_objects) or not 1 <= num_objects <= len(OBJECTS):
             raise ValueError(
                 f"num_objects must be an int in [1, {len(OBJECTS)}] (the number of objects), "
@@ -274,7 +290,8 @@ class TrackEnv(TextEnv):
         self._elapsed += 1
         choice, reason = self._match(action)
         reward = 0.0
-        if choice is not None:
+        passes = choice is None and self.invalid_step == "passes" and self._phase != "done"
+        if choice is not None or passes:
             self._index += 1
             if self._phase == "question":
                 self._won = choice == self._answer
@@ -358,7 +375,7 @@ class TrackEnv(TextEnv):
             return None, "the episode is over; call reset()"
         return match_action(action, self._admissible())
 
-    def _observation(self, answer: str = "") -> str:
+    def _observation(self, answer: str | None = "") -> str:
         if self._phase == "step":
             text = self._lines[self._index]
             if self._index == 0:
@@ -367,6 +384,8 @@ class TrackEnv(TextEnv):
             text = f"{_QUESTION}\nAnswer with one of: {', '.join(self._options)}."
         elif self._won:
             text = f"Correct: the {self._target} is {self._answer.upper()}."
+        elif answer is None:
+            text = f"No answer: the {self._target} is {self._answer.upper()}."
         else:
             now = self._answer.upper()
             text = f"Wrong: you answered {answer}, but the {self._target} is {now}."

@@ -164,8 +164,32 @@ def test_wrong_answer_ends_the_episode_without_reward() -> None:
         assert info["invalid_reason"] == "the episode is over; call reset()"
 
 
-def test_invalid_actions_change_nothing_and_truncate_at_max_steps() -> None:
-    env = TrackEnv(steps=4, updates=1, num_objects=2)  # max_steps = 8; 4 steps reach the question
+def test_invalid_responses_pass_the_step_and_leave_the_question_unanswered() -> None:
+    """``invalid_step="passes"`` (the default): the announcements do not wait for a valid one."""
+    env, oracle = TrackEnv(steps=4, updates=1, num_objects=2), TrackEnv(steps=4, num_objects=2)
+    history, question = play_to_question(oracle, 3)
+    obs, info = env.reset(seed=3)
+    seen = [obs]
+    for _ in range(4):
+        obs, reward, terminated, truncated, info = env.step("continue")
+        assert (reward, terminated, truncated, info["is_action_valid"]) == (0, False, False, False)
+        assert info["invalid_reason"] == "unknown action 'continue'; admissible actions: next"
+        seen.append(obs)
+    assert seen == history and info["admissible_actions"] == question["admissible_actions"]
+    obs, reward, terminated, truncated, info = env.step("mauve")
+    assert (reward, terminated, truncated, info["won"], info["is_action_valid"]) == (
+        0.0,
+        True,
+        False,
+        False,
+        False,
+    )
+    assert obs == f"No answer: the {env._target} is {oracle.oracle_action().upper()}."
+
+
+def test_invalid_actions_repeat_the_step_and_truncate_at_max_steps() -> None:
+    """``invalid_step="repeats"``: the step waits; max_steps = 8, 4 steps reach the question."""
+    env = TrackEnv(steps=4, updates=1, num_objects=2, invalid_step="repeats")
     obs0, info0 = env.reset(seed=3)
     obs, reward, terminated, truncated, info = env.step("continue")
     assert (obs, reward, terminated, truncated) == (obs0, 0.0, False, False)
@@ -307,6 +331,7 @@ def test_seeded_determinism(horizon: int) -> None:
             "max_steps must be an int >= 17 (steps * horizon + 1 = 17 steps finish an episode), "
             "got 16",
         ),
+        ({"invalid_step": "waits"}, "invalid_step must be 'passes' or 'repeats', got 'waits'"),
         ({"render_mode": "human"}, "render_mode must be None or 'ansi', got 'human'"),
     ],
 )
