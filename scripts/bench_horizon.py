@@ -50,11 +50,29 @@ NOTE_TOKENS = 12
 SUMMARY_TOKENS = max(16, NOTE_TOKENS)
 #: compaction's history budget: its summary must fit under its trigger (0.8 of the budget).
 COMPACTION_TOKENS = 2 * SUMMARY_TOKENS
-#: The policy's summaries' history budget: the newest step comes first, then the summary block, so
-#: the block shows only where its header (7 estimated tokens), the summary and the newest step
-#: line (up to 23: Track's longest fact) fit. At COMPACTION_TOKENS it showed in 22% of the acting
-#: prompts at 10x and at 13 of 64 questions: a row that could not win.
-SUMMARIES_TOKENS = 7 + SUMMARY_TOKENS + 23 + 2
+
+
+def summaries_tokens() -> int:
+    """The policy's summaries' history budget (48): the newest step comes first, then the summary
+    block, so the block shows only where its header (at 1,000 steps), the summary and the newest
+    step line (Track's longest: a fact) fit, in estimated tokens, with their two separators. At
+    COMPACTION_TOKENS it showed in 22% of the acting prompts at 10x and at 13 of 64 questions: a
+    row that could not win.
+
+    Example:
+        >>> summaries_tokens()
+        48
+    """
+    from agent_memory.envs.track import DISTRACTOR_FACTS
+    from agent_memory.memory.compaction.settings import CompactionSettings
+    from agent_memory.tokens import make_token_counter
+
+    count = make_token_counter("estimate")  # the memories' counter (configs/memory/*.yaml)
+    header = CompactionSettings.summary_header.format(first=1, last=1000)
+    longest = max(count(f"Did you know? {fact}") for fact in DISTRACTOR_FACTS)
+    return count(f"{header}\n") + SUMMARY_TOKENS + longest + 2
+
+
 #: The prompt budget of memory=token_budget: about the notes' prompt with a full note (measured
 #: at 1x), so its history, too, is about the note's.
 TOKEN_BUDGET_PROMPT = 100
@@ -138,7 +156,7 @@ SETTINGS = (
         "summaries the policy writes",
         "memory.params.summarizer=policy",
         *FOLD,
-        tokens=SUMMARIES_TOKENS,
+        tokens=summaries_tokens(),
         name="summaries",
     ),
     bounded("window", "window"),
