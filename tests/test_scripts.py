@@ -276,9 +276,11 @@ def test_bench_async_quick():
     assert all(float(r[3]) > 0 for r in rows), out  # the client's processes used CPU
     # Each engine run by a driver counts its workers' reports; the others have none.
     assert all(int(r[4]) >= 1 for r in rows[:3]) and rows[3][4] == rows[4][4] == "", out
-    # --threads: each driver-run engine's CPU by process and thread.
-    assert re.search(r"^\| async \| worker 0: .+ \| [\d.]+ ms \|$", out, re.M), out
-    assert re.search(r"^\| lockstep \| driver: .+ \| [\d.]+ ms \|$", out, re.M), out
+    # --threads: each driver-run engine's CPU by process and thread. The worker runs the envs
+    # and the engine, so it always shows; the driver's thread may use less than one 10 ms clock
+    # tick in the --quick run's 32 env-steps, and the table leaves out threads without one.
+    for mode in ("async", "lockstep"):
+        assert re.search(rf"^\| {mode} \| worker 0: .+ \| [\d.]+ ms \|$", out, re.M), out
     assert re.search(r"^\| 8 \| async \| .*\| (?:[\d.]+x|n/a) \| [\d.]+ \|", out, re.M), (
         out
     )  # ceiling
