@@ -17,6 +17,7 @@ from typing import Any, Final, Literal
 
 import numpy as np
 
+from agent_memory.checks import check_choice
 from agent_memory.envs.base import (
     ADMISSIBLE_ACTIONS,
     STATE_KEY,
@@ -121,9 +122,9 @@ class TrackEnv(TextEnv):
     ) -> None:
         self.horizon = check_int("horizon", horizon, 1)
         self.updates = check_int("updates", updates, 0)
-        if invalid_step not in ("passes", "repeats"):
-            raise ValueError(f"invalid_step must be 'passes' or 'repeats', got {invalid_step!r}")
-        self.invalid_step: InvalidStep = invalid_step
+        self.invalid_step: InvalidStep = check_choice(
+            "invalid_step", invalid_step, ("passes", "repeats")
+        )
         if not is_int(num_objects) or not 1 <= num_objects <= len(OBJECTS):
             raise ValueError(
                 f"num_objects must be an int in [1, {len(OBJECTS)}] (the number of objects), "

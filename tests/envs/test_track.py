@@ -331,7 +331,10 @@ def test_seeded_determinism(horizon: int) -> None:
             "max_steps must be an int >= 17 (steps * horizon + 1 = 17 steps finish an episode), "
             "got 16",
         ),
-        ({"invalid_step": "waits"}, "invalid_step must be 'passes' or 'repeats', got 'waits'"),
+        (
+            {"invalid_step": "waits"},
+            "invalid_step must be one of ['passes', 'repeats'], got 'waits'",
+        ),
         ({"render_mode": "human"}, "render_mode must be None or 'ansi', got 'human'"),
     ],
 )
