@@ -112,11 +112,9 @@ def report(rows: list[dict[str, Any]]) -> dict[str, Any]:
         episodes[str(r["traj_uid"])].append(r)
     steps: dict[str, Counter[str]] = {k: Counter() for k in KINDS}
     note_right = answered = asked = 0
-    won = sum(any(r.get("won") for r in ep) for ep in episodes.values())
-    won_invalid = sum(
-        any(r.get("won") for r in ep) and any(r.get("is_action_valid") is False for r in ep)
-        for ep in episodes.values()
-    )
+    won_eps = [ep for ep in episodes.values() if any(r.get("won") for r in ep)]
+    won = len(won_eps)
+    won_invalid = sum(any(r.get("is_action_valid") is False for r in ep) for ep in won_eps)
     for ep in episodes.values():
         ep.sort(key=lambda r: int(r["step"]))
         truth: str | None = None

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 import numpy as np
 
@@ -123,7 +123,7 @@ class TrackEnv(TextEnv):
         self.horizon = check_int("horizon", horizon, 1)
         self.updates = check_int("updates", updates, 0)
         self.invalid_step: InvalidStep = check_choice(
-            "invalid_step", invalid_step, ("passes", "repeats")
+            "invalid_step", invalid_step, get_args(InvalidStep)
         )
         if not is_int(num_objects) or not 1 <= num_objects <= len(OBJECTS):
             raise ValueError(
